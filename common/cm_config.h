@@ -1,0 +1,61 @@
+/*
+ * cm_config — one table-driven configuration loader for every binary.
+ *
+ * Each binary declares one struct and one table of cm_config_opt_t rows (name, type,
+ * offset into the struct, default, bounds, help). Values are applied in order:
+ * table defaults → config file → environment → command line, and validated once.
+ * Defaults live only in the table. `--help` prints every key with its default and
+ * help text. Runs before the event loop starts (it reads files), never after.
+ *
+ * Config file: `key = value` lines; `#` starts a comment; blank lines ignored; values
+ * may be double-quoted. Environment: PREFIX + upper-cased key ("ONSALE_RESERVE_" +
+ * "redis_port" → ONSALE_RESERVE_REDIS_PORT). Command line: `--key=value` or
+ * `--key value`; `--config FILE` (or env PREFIX + "CONFIG") names the file.
+ */
+#ifndef CM_CONFIG_H
+#define CM_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef enum {
+    CM_CFG_STR,  /* char * (heap, owned by the struct; freed by cm_config_free) */
+    CM_CFG_INT,  /* int64_t, within [min, max] */
+    CM_CFG_BOOL, /* bool */
+} cm_config_type_t;
+
+typedef struct cm_config_opt {
+    const char *name;
+    cm_config_type_t type;
+    size_t offset;    /* offsetof(struct, field) */
+    const char *def;  /* default as text; NULL for a string means "unset" (NULL) */
+    int64_t min, max; /* CM_CFG_INT bounds (inclusive) */
+    const char *help;
+} cm_config_opt_t;
+
+typedef enum {
+    CM_CONFIG_OK = 0,   /* loaded; run */
+    CM_CONFIG_HELP = 1, /* --help was printed; exit 0 */
+    CM_CONFIG_ERROR = -1, /* message in err; exit non-zero */
+} cm_config_result_t;
+
+/**
+ * Fills cfg (zeroed by the caller) from the table. argv[0] is skipped; positional
+ * arguments (not starting with "--") are left for the caller: their indexes are
+ * stored in positional[] (at most npositional; the count in *npos_out, may be NULL).
+ */
+cm_config_result_t cm_config_load(const cm_config_opt_t *table, size_t n, void *cfg,
+                                  const char *env_prefix, int argc, char **argv,
+                                  int *positional, size_t npositional, size_t *npos_out,
+                                  char *err, size_t errlen);
+
+/** Prints usage: every key, its type, default, bounds and help, as `--help` does. */
+void cm_config_usage(FILE *out, const char *progname, const cm_config_opt_t *table, size_t n,
+                     const char *env_prefix);
+
+/** Frees the strings the loader stored in cfg. */
+void cm_config_free(const cm_config_opt_t *table, size_t n, void *cfg);
+
+#endif

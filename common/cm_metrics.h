@@ -1,0 +1,58 @@
+/*
+ * cm_metrics — a Prometheus registry: counters, gauges and histograms, rendered in
+ * the text exposition format (version 0.0.4) for GET /metrics.
+ *
+ * Single-threaded: every update and the render happen on the event-loop thread (work
+ * finished on worker threads is counted when its result is handed back). Metrics are
+ * registered once at start-up and live as long as the registry; updates are a few
+ * arithmetic instructions with no lookup, because callers keep the returned pointer.
+ * Series of one name with different label sets share one HELP/TYPE block.
+ */
+#ifndef CM_METRICS_H
+#define CM_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct cm_metrics cm_metrics_t;
+typedef struct cm_counter cm_counter_t;
+typedef struct cm_gauge cm_gauge_t;
+typedef struct cm_histogram cm_histogram_t;
+
+cm_metrics_t *cm_metrics_new(void);
+void cm_metrics_free(cm_metrics_t *m);
+
+/**
+ * Registers a series. name: [a-zA-Z_:][a-zA-Z0-9_:]*; labels: NULL or the inside of the
+ * braces, already formatted, e.g. "endpoint=\"hold\",code=\"201\"". Registering the same
+ * name and labels twice returns the first series. Aborts on a malformed name (a
+ * programming error, not input).
+ */
+cm_counter_t *cm_metrics_counter(cm_metrics_t *m, const char *name, const char *help,
+                                 const char *labels);
+cm_gauge_t *cm_metrics_gauge(cm_metrics_t *m, const char *name, const char *help,
+                             const char *labels);
+/** A gauge whose value is read from fn(arg) at render time. */
+void cm_metrics_gauge_fn(cm_metrics_t *m, const char *name, const char *help, const char *labels,
+                         double (*fn)(void *arg), void *arg);
+/** bounds: ascending upper bounds (the +Inf bucket is implicit); copied. */
+cm_histogram_t *cm_metrics_histogram(cm_metrics_t *m, const char *name, const char *help,
+                                     const char *labels, const double *bounds, size_t nbounds);
+
+/** Latency buckets in seconds, 0.5 ms … 10 s, for request histograms. */
+extern const double cm_metrics_latency_bounds[];
+extern const size_t cm_metrics_latency_nbounds;
+
+void cm_counter_inc(cm_counter_t *c);
+void cm_counter_add(cm_counter_t *c, uint64_t n);
+uint64_t cm_counter_value(const cm_counter_t *c);
+void cm_gauge_set(cm_gauge_t *g, double v);
+void cm_gauge_add(cm_gauge_t *g, double delta);
+double cm_gauge_value(const cm_gauge_t *g);
+void cm_histogram_observe(cm_histogram_t *h, double v);
+uint64_t cm_histogram_count(const cm_histogram_t *h);
+
+/** Renders every series; returns a heap string (caller frees) and its length in *len. */
+char *cm_metrics_render(const cm_metrics_t *m, size_t *len);
+
+#endif

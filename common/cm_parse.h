@@ -1,0 +1,61 @@
+/*
+ * cm_parse — pure parsers and validators for everything that arrives from the
+ * network or a config file. No libevent, no allocation unless stated, no global
+ * state: each function is unit-tested and fuzzed on its own.
+ */
+#ifndef CM_PARSE_H
+#define CM_PARSE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CM_IDENT_MAX 64
+#define CM_IDEM_KEY_MAX 255
+
+/** True when s is 1–64 characters of [A-Za-z0-9._-] (API.md identifiers). */
+bool cm_parse_ident(const char *s);
+/** Same check on a length-delimited string (need not be NUL-terminated). */
+bool cm_parse_ident_n(const char *s, size_t len);
+
+/** True when s is an Idempotency-Key: 1–255 visible ASCII characters (0x21–0x7e). */
+bool cm_parse_idem_key(const char *s);
+
+/**
+ * Parses an RFC 3339 timestamp ("2026-12-01T10:00:00Z", optional fraction, "Z" or
+ * "+hh:mm"/"-hh:mm" offset) into milliseconds since the epoch. Returns 0 or -1.
+ */
+__attribute__((warn_unused_result)) int cm_parse_rfc3339(const char *s, int64_t *ms_out);
+
+/**
+ * Writes ms (epoch milliseconds) as "YYYY-MM-DDThh:mm:ss.mmmZ" into buf.
+ * Returns the length written (24), or 0 when len is too small (needs 25).
+ */
+size_t cm_format_rfc3339(int64_t ms, char *buf, size_t len);
+
+/** Strict decimal integer in [min, max]: no sign tricks, no trailing junk. 0 or -1. */
+__attribute__((warn_unused_result)) int cm_parse_i64(const char *s, int64_t min, int64_t max,
+                                                     int64_t *out);
+
+/** "true"/"false"/"yes"/"no"/"on"/"off"/"1"/"0" (case-insensitive). 0 or -1. */
+__attribute__((warn_unused_result)) int cm_parse_bool(const char *s, bool *out);
+
+/**
+ * Finds the token in an Authorization header value "Bearer <token>" (scheme
+ * case-insensitive, one or more spaces). Returns a pointer into authz and stores
+ * its length, or NULL when the header is absent, another scheme, or empty.
+ */
+const char *cm_parse_bearer(const char *authz, size_t *len_out);
+
+/**
+ * base64url without padding. encode writes a NUL-terminated string and returns its
+ * length (out needs 4*ceil(n/3)+1 bytes); decode returns the decoded length or -1
+ * on a bad character, and accepts no padding.
+ */
+size_t cm_base64url_encode(const unsigned char *in, size_t n, char *out);
+long cm_base64url_decode(const char *in, size_t n, unsigned char *out, size_t outlen);
+
+/** Lower-case hex of n bytes into out (2n+1 bytes). */
+void cm_hex_encode(const unsigned char *in, size_t n, char *out);
+
+#endif
