@@ -1,0 +1,109 @@
+/*
+ * cm_http — the HTTP(S) front of every onsale server: evhttp over OpenSSL
+ * bufferevents, with the limits and the JSON error bodies of API.md.
+ *
+ * Runs on the event-loop thread that owns the base. evhttp parses HTTP; this module
+ * adds TLS (one SSL per connection, created in evhttp's bufferevent callback), a
+ * connection cap (the listener pauses at max_connections and resumes as connections
+ * close, as memcached does; EMFILE pauses it and a timer resumes it), header/body
+ * size caps, an idle timeout, and helpers that build responses the way API.md says:
+ * JSON bodies, `{"error","message"}` errors, `Cache-Control: no-store`.
+ *
+ * Library rules relied on: an SSL* given to bufferevent_openssl_socket_new(…,
+ * BEV_OPT_CLOSE_ON_FREE) belongs to the bufferevent even when that call fails; a
+ * request whose client went away must still be answered (evhttp then frees it),
+ * so every handler ends in exactly one cm_http_send_*.
+ */
+#ifndef CM_HTTP_H
+#define CM_HTTP_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "cm_tls.h"
+
+struct event_base;
+struct evhttp_request;
+struct evkeyvalq;
+typedef struct cm_http_server cm_http_server_t;
+
+typedef struct cm_http_limits {
+    size_t max_header_bytes; /* request line + headers */
+    size_t max_body_bytes;   /* JSON bodies; larger → 413 body_too_large */
+    int idle_timeout_s;      /* read/write inactivity before the connection is closed */
+    int max_connections;     /* open connections before the listener pauses */
+} cm_http_limits_t;
+
+typedef void (*cm_http_handler_t)(struct evhttp_request *req, void *arg);
+
+/**
+ * Binds addr:port (port 0 = any free port) and serves every request to handler.
+ * tls NULL = plain HTTP (only for a trusted hop or tests). The server does not own
+ * tls. Returns NULL with a message in err.
+ */
+cm_http_server_t *cm_http_server_new(struct event_base *base, const char *addr, int port,
+                                     cm_tls_ctx_t *tls, const cm_http_limits_t *limits,
+                                     cm_http_handler_t handler, void *arg, char *err,
+                                     size_t errlen);
+/** The bound port. */
+int cm_http_server_port(const cm_http_server_t *srv);
+/** Open connections right now (TLS servers; plain servers report 0). */
+int cm_http_server_connections(const cm_http_server_t *srv);
+/** Stops accepting new connections (graceful shutdown: in-flight requests finish). */
+void cm_http_server_stop_accepting(cm_http_server_t *srv);
+/** Closes every connection and frees. NULL is fine. */
+void cm_http_server_free(cm_http_server_t *srv);
+
+/* --- requests ------------------------------------------------------------ */
+
+/**
+ * Splits the request path into percent-decoded segments stored in buf (bufsize
+ * bytes): "/v1/holds/x" → {"v1","holds","x"}. Returns the count, or -1 when the path
+ * is too long, has more than maxsegs segments, an empty inner segment, or a segment
+ * that decodes to '/' or NUL.
+ */
+int cm_http_path(struct evhttp_request *req, char *buf, size_t bufsize, char **segs,
+                 int maxsegs);
+
+/** A request header (case-insensitive name), or NULL. */
+const char *cm_http_header(struct evhttp_request *req, const char *name);
+
+/** The bearer token of the Authorization header, or NULL; its length in *len. */
+const char *cm_http_bearer(struct evhttp_request *req, size_t *len);
+
+/**
+ * Parses the query string into q (caller frees with evhttp_clear_headers).
+ * Returns 0, or -1 on a malformed query.
+ */
+int cm_http_query(struct evhttp_request *req, struct evkeyvalq *q);
+
+/**
+ * Reads the body as a JSON object. On failure it has already answered (413
+ * body_too_large, or 400 invalid_request naming the problem) and returns NULL.
+ * The body text is also returned in *raw and *rawlen when raw is not NULL (pointer into
+ * the request's buffer, valid until the reply).
+ */
+json_t *cm_http_read_json(struct evhttp_request *req, size_t max_bytes, const char **raw,
+                          size_t *rawlen);
+
+/* --- responses: each sends exactly one reply --- */
+
+/** JSON reply; body is stolen (may be NULL for an empty object). */
+void cm_http_send_json(struct evhttp_request *req, int code, json_t *body);
+
+/** {"error": error, "message": message} plus the fields of extra (stolen; may be NULL). */
+void cm_http_send_error(struct evhttp_request *req, int code, const char *error,
+                        const char *message, json_t *extra);
+
+/** A reply with no body (204, 304). */
+void cm_http_send_empty(struct evhttp_request *req, int code);
+
+/** Any body; cacheable false adds Cache-Control: no-store. */
+void cm_http_send_body(struct evhttp_request *req, int code, const char *content_type,
+                       const char *body, size_t len, bool cacheable);
+
+/** The standard reason phrase of an HTTP status code. */
+const char *cm_http_reason(int code);
+
+#endif

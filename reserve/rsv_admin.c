@@ -1,1 +1,207 @@
-/* placeholder */
+/*
+ * rsv_admin — see rsv_admin.h.
+ *
+ * PUT validates and normalises the body in C (rsv_catalog_normalise), then one call of
+ * onsale_event_put writes it in one transaction. When the inventory changed, the
+ * event's Redis state is dropped (the seed marker and pool counters), so the next
+ * operation loads it afresh from Postgres.
+ */
+#include "rsv_admin.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cm_err.h"
+#include "cm_log.h"
+#include "cm_mem.h"
+#include "rsv_avail.h"
+#include "rsv_catalog.h"
+#include "rsv_server.h"
+
+typedef struct put_op {
+    rsv_req_t r;
+    char event[CM_IDENT_MAX + 1];
+    json_t *doc;
+    int code;
+    char outcome[16];
+    int64_t version;
+} put_op_t;
+
+static void put_done(put_op_t *op)
+{
+    json_decref(op->doc);
+    free(op);
+}
+
+static void put_reply(put_op_t *op)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "event", json_string(op->event));
+    json_object_set_new(o, "outcome", json_string(op->outcome));
+    json_object_set_new(o, "version", json_integer(op->version));
+    const char *keys[] = {"currency", "hold_ttl_seconds", "checkout_extension_seconds",
+                          "max_hold_seconds", "max_per_buyer"};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        json_object_set(o, keys[i], json_object_get(op->doc, keys[i]));
+    json_object_set_new(o, "seats", json_integer((json_int_t)json_array_size(
+                                        json_object_get(op->doc, "seats"))));
+    json_t *pools = json_array();
+    size_t i;
+    json_t *p;
+    json_array_foreach(json_object_get(op->doc, "pools"), i, p)
+        json_array_append_new(pools, json_pack("{s:O, s:O, s:O}", "id", json_array_get(p, 0),
+                                               "capacity", json_array_get(p, 1), "price",
+                                               json_array_get(p, 2)));
+    json_object_set_new(o, "pools", pools);
+    rsv_reply_json(&op->r, op->code, o);
+    put_done(op);
+}
+
+static void on_reset(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    put_op_t *op = arg;
+    if (err)
+        cm_log(CM_LOG_WARN, "event %s: dropping its Redis state: %s (it reloads when the seed "
+                            "marker is gone; retry the PUT if this persists)",
+               op->event, err);
+    put_reply(op);
+}
+
+static void reset_redis(put_op_t *op)
+{
+    char prefix[96];
+    rsv_key_prefix(op->event, prefix, sizeof(prefix));
+    json_t *pools = json_object_get(op->doc, "pools");
+    size_t np = json_array_size(pools);
+    const char **argv = cm_xcalloc(2 + np * 3, sizeof(char *));
+    char **owned = cm_xcalloc(1 + np * 3, sizeof(char *));
+    size_t a = 0, o = 0;
+    argv[a++] = "DEL";
+    argv[a++] = owned[o++] = cm_xasprintf("%sseed", prefix);
+    for (size_t i = 0; i < np; i++) {
+        const char *id = json_string_value(json_array_get(json_array_get(pools, i), 0));
+        argv[a++] = owned[o++] = cm_xasprintf("%sp:%s", prefix, id);
+        argv[a++] = owned[o++] = cm_xasprintf("%spn:%s", prefix, id);
+        argv[a++] = owned[o++] = cm_xasprintf("%spe:%s", prefix, id);
+    }
+    if (cm_redis_command(op->r.srv->redis, on_reset, op, (int)a, argv, NULL) != 0)
+        on_reset(cm_err_closed, NULL, op);
+    for (size_t i = 0; i < o; i++)
+        free(owned[i]);
+    free(owned);
+    free(argv);
+}
+
+static void on_put(const char *err, const rsv_pg_result_t *res, void *arg)
+{
+    put_op_t *op = arg;
+    if (err) {
+        cm_log(CM_LOG_WARN, "event %s: saving: %s %s", op->event, err,
+               res ? rsv_pg_result_message(res) : "");
+        if (err == cm_err_server) {
+            rsv_reply_error(&op->r, 400, "invalid_request", rsv_pg_result_message(res), NULL);
+        } else {
+            rsv_reply_unavailable(&op->r, "saving the event", err);
+        }
+        put_done(op);
+        return;
+    }
+    snprintf(op->outcome, sizeof(op->outcome), "%s", rsv_pg_result_value(res, 0, 0));
+    op->version = atoll(rsv_pg_result_value(res, 0, 1));
+    rsv_server_t *srv = op->r.srv;
+    if (strcmp(op->outcome, "has_sales") == 0) {
+        rsv_reply_error(&op->r, 409, "event_has_sales",
+                        "the inventory cannot change once checkouts exist; settings can",
+                        NULL);
+        put_done(op);
+        return;
+    }
+    rsv_catalog_invalidate(srv->catalog, op->event);
+    rsv_avail_invalidate(srv->avail, op->event);
+    op->code = strcmp(op->outcome, "created") == 0 ? 201 : 200;
+    if (strcmp(op->outcome, "updated") == 0)
+        put_reply(op);
+    else
+        reset_redis(op);
+}
+
+void rsv_admin_event_put(rsv_server_t *srv, struct evhttp_request *req, const char *event)
+{
+    put_op_t *op = cm_xcalloc(1, sizeof(*op));
+    rsv_req_start(&op->r, srv, req, RSV_EP_ADMIN_EVENT_PUT);
+    snprintf(op->event, sizeof(op->event), "%s", event);
+    /* Inventories are larger than buyer requests: allow up to the transport cap. */
+    json_t *body = cm_http_read_json(req, 1024 * 1024, NULL, NULL);
+    if (body == NULL) {
+        rsv_req_replied(&op->r);
+        put_done(op);
+        return;
+    }
+    char err[256];
+    op->doc = rsv_catalog_normalise(body, err, sizeof(err));
+    json_decref(body);
+    if (op->doc == NULL) {
+        rsv_reply_error(&op->r, 400, "invalid_request", err, NULL);
+        put_done(op);
+        return;
+    }
+    char *text = json_dumps(op->doc, JSON_COMPACT);
+    const char *params[] = {event, text};
+    int rc = rsv_pg_query(srv->pg, "SELECT outcome, version FROM onsale_event_put($1, $2::jsonb)",
+                          2, params, on_put, op);
+    free(text);
+    if (rc != 0) {
+        rsv_reply_unavailable(&op->r, "saving the event", cm_err_shutdown);
+        put_done(op);
+    }
+}
+
+static const char GET_SQL[] =
+    "SELECT json_build_object('event', e.event_id, 'currency', e.currency,"
+    " 'hold_ttl_seconds', e.hold_ttl_seconds,"
+    " 'checkout_extension_seconds', e.checkout_extension_seconds,"
+    " 'max_hold_seconds', e.max_hold_seconds, 'max_per_buyer', e.max_per_buyer,"
+    " 'version', e.version,"
+    " 'seats', (SELECT count(*) FROM seats s WHERE s.event_id = e.event_id AND s.section IS NOT NULL),"
+    " 'sections', COALESCE((SELECT json_agg(json_build_object('id', x.section, 'seats', x.n,"
+    "     'sold', x.sold) ORDER BY x.section) FROM (SELECT s.section, count(*) n,"
+    "     count(b.booking_id) sold FROM seats s LEFT JOIN booking_items b"
+    "     ON b.event_id = s.event_id AND b.seat_id = s.seat_id"
+    "     WHERE s.event_id = e.event_id AND s.section IS NOT NULL GROUP BY s.section) x), '[]'),"
+    " 'pools', COALESCE((SELECT json_agg(json_build_object('id', p.pool_id,"
+    "     'capacity', p.capacity, 'price', p.price, 'sold', (SELECT count(*) FROM booking_items b"
+    "     JOIN seats s ON s.event_id = b.event_id AND s.seat_id = b.seat_id"
+    "     WHERE b.event_id = p.event_id AND s.pool_id = p.pool_id)) ORDER BY p.pool_id)"
+    "     FROM pools p WHERE p.event_id = e.event_id), '[]'),"
+    " 'stats', json_build_object("
+    "   'bookings', (SELECT count(*) FROM bookings b WHERE b.event_id = e.event_id),"
+    "   'units_sold', (SELECT count(*) FROM booking_items b WHERE b.event_id = e.event_id),"
+    "   'checkouts', COALESCE((SELECT json_object_agg(c.state, c.n) FROM (SELECT state,"
+    "     count(*) n FROM checkouts WHERE event_id = e.event_id GROUP BY state) c), '{}')))::text"
+    " FROM events e WHERE e.event_id = $1";
+
+static void on_get(const char *err, const rsv_pg_result_t *res, void *arg)
+{
+    rsv_req_t *r = arg;
+    if (err)
+        rsv_reply_unavailable(r, "reading the event", err);
+    else if (rsv_pg_result_rows(res) == 0)
+        rsv_reply_error(r, 404, "unknown_event", "no such event", NULL);
+    else {
+        const char *text = rsv_pg_result_value(res, 0, 0);
+        rsv_reply_text(r, 200, "application/json", text, strlen(text));
+    }
+    free(r);
+}
+
+void rsv_admin_event_get(rsv_server_t *srv, struct evhttp_request *req, const char *event)
+{
+    rsv_req_t *r = cm_xcalloc(1, sizeof(*r));
+    rsv_req_start(r, srv, req, RSV_EP_ADMIN_EVENT_GET);
+    const char *params[] = {event};
+    if (rsv_pg_query(srv->pg, GET_SQL, 1, params, on_get, r) != 0) {
+        rsv_reply_unavailable(r, "reading the event", cm_err_shutdown);
+        free(r);
+    }
+}

@@ -1,1 +1,352 @@
-/* placeholder */
+/*
+ * rsv_avail — see rsv_avail.h.
+ */
+#include "rsv_avail.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cm_err.h"
+#include "cm_log.h"
+#include "cm_mem.h"
+#include "cm_time.h"
+#include "rsv_catalog.h"
+#include "rsv_lua.h"
+#include "rsv_server.h"
+
+#define MGET_CHUNK 500
+
+typedef enum { SEAT_AVAILABLE = 0, SEAT_HELD = 1, SEAT_SOLD = 2 } seat_status_t;
+
+typedef struct waiter {
+    struct waiter *next;
+    rsv_req_t *r;
+    int seats;
+} waiter_t;
+
+typedef struct snap {
+    rsv_avail_t *a;
+    char event[CM_IDENT_MAX + 1];
+    uint64_t built_ns;
+    int64_t version;
+    char *avail_json;
+    char *seats_json;
+    /* a rebuild in progress */
+    int building;
+    int pending;
+    const char *err;
+    rsv_event_t *ev;
+    unsigned char *status;
+    int64_t (*pool_counts)[2];
+    waiter_t *waiters;
+} snap_t;
+
+struct rsv_avail {
+    rsv_server_t *srv;
+    snap_t **snaps;
+    size_t n, cap;
+};
+
+rsv_avail_t *rsv_avail_new(rsv_server_t *srv)
+{
+    rsv_avail_t *a = cm_xcalloc(1, sizeof(*a));
+    a->srv = srv;
+    return a;
+}
+
+static void answer(snap_t *s, rsv_req_t *r, int seats)
+{
+    const char *text = seats ? s->seats_json : s->avail_json;
+    rsv_reply_text(r, 200, "application/json", text, strlen(text));
+    free(r);
+}
+
+static void flush_waiters(snap_t *s, const char *err)
+{
+    waiter_t *w = s->waiters;
+    s->waiters = NULL;
+    while (w) {
+        waiter_t *next = w->next;
+        if (err) {
+            rsv_reply_unavailable(w->r, "reading availability", err);
+            free(w->r);
+        } else {
+            answer(s, w->r, w->seats);
+        }
+        free(w);
+        w = next;
+    }
+}
+
+void rsv_avail_free(rsv_avail_t *a)
+{
+    if (a == NULL)
+        return;
+    for (size_t i = 0; i < a->n; i++) {
+        snap_t *s = a->snaps[i];
+        flush_waiters(s, cm_err_shutdown);
+        free(s->avail_json);
+        free(s->seats_json);
+        free(s->status);
+        free(s->pool_counts);
+        rsv_event_unref(s->ev);
+        free(s);
+    }
+    free(a->snaps);
+    free(a);
+}
+
+static snap_t *find(rsv_avail_t *a, const char *event, int create)
+{
+    for (size_t i = 0; i < a->n; i++)
+        if (strcmp(a->snaps[i]->event, event) == 0)
+            return a->snaps[i];
+    if (!create)
+        return NULL;
+    if (a->n == a->cap) {
+        a->cap = a->cap ? a->cap * 2 : 16;
+        a->snaps = cm_xrealloc(a->snaps, a->cap * sizeof(snap_t *));
+    }
+    snap_t *s = cm_xcalloc(1, sizeof(*s));
+    s->a = a;
+    snprintf(s->event, sizeof(s->event), "%s", event);
+    a->snaps[a->n++] = s;
+    return s;
+}
+
+void rsv_avail_invalidate(rsv_avail_t *a, const char *event)
+{
+    snap_t *s = find(a, event, 0);
+    if (s)
+        s->built_ns = 0;
+}
+
+static void build_json(snap_t *s)
+{
+    rsv_event_t *ev = s->ev;
+    char as_of[32];
+    cm_format_rfc3339(cm_time_wall_ms(), as_of, sizeof(as_of));
+    json_t *av = json_pack("{s:s, s:s, s:I}", "event", ev->id, "as_of", as_of, "version",
+                           (json_int_t)ev->version);
+    json_t *sections = json_array();
+    for (size_t i = 0; i < ev->nsections; i++) {
+        rsv_section_t *sec = &ev->sections[i];
+        int64_t n[3] = {0, 0, 0};
+        for (size_t k = sec->first; k < sec->first + sec->count; k++)
+            n[s->status[k]]++;
+        json_array_append_new(sections,
+                              json_pack("{s:s, s:I, s:I, s:I, s:I}", "id", sec->id, "total",
+                                        (json_int_t)sec->count, "available", (json_int_t)n[0],
+                                        "held", (json_int_t)n[1], "sold", (json_int_t)n[2]));
+    }
+    json_t *pools = json_array();
+    for (size_t i = 0; i < ev->npools; i++) {
+        int64_t avail = s->pool_counts[i][0], held = s->pool_counts[i][1];
+        if (avail < 0)
+            avail = 0;
+        int64_t sold = ev->pools[i].capacity - avail - held;
+        json_array_append_new(pools, json_pack("{s:s, s:I, s:I, s:I, s:I}", "id",
+                                               ev->pools[i].id, "capacity",
+                                               (json_int_t)ev->pools[i].capacity, "available",
+                                               (json_int_t)avail, "held", (json_int_t)held,
+                                               "sold", (json_int_t)(sold < 0 ? 0 : sold)));
+    }
+    json_object_set_new(av, "sections", sections);
+    json_object_set_new(av, "pools", pools);
+    free(s->avail_json);
+    s->avail_json = json_dumps(av, JSON_COMPACT);
+    json_decref(av);
+
+    static const char *const names[] = {"available", "held", "sold"};
+    json_t *sm = json_pack("{s:s, s:s, s:I}", "event", ev->id, "as_of", as_of, "version",
+                           (json_int_t)ev->version);
+    json_t *seats = json_array();
+    for (size_t k = 0; k < ev->nseats; k++)
+        json_array_append_new(seats, json_pack("{s:s, s:s, s:s, s:I}", "id", ev->seats[k].id,
+                                               "section", ev->sections[ev->seats[k].section].id,
+                                               "status", names[s->status[k]], "price",
+                                               (json_int_t)ev->seats[k].price));
+    json_object_set_new(sm, "seats", seats);
+    free(s->seats_json);
+    s->seats_json = json_dumps(sm, JSON_COMPACT);
+    json_decref(sm);
+}
+
+static void part_done(snap_t *s)
+{
+    if (--s->pending > 0)
+        return;
+    s->building = 0;
+    if (s->err == NULL) {
+        build_json(s);
+        s->built_ns = cm_time_mono_ns();
+        s->version = s->ev->version;
+    }
+    free(s->status);
+    s->status = NULL;
+    free(s->pool_counts);
+    s->pool_counts = NULL;
+    rsv_event_unref(s->ev);
+    s->ev = NULL;
+    flush_waiters(s, s->err);
+}
+
+typedef struct part {
+    snap_t *s;
+    size_t first, count; /* seats chunk, or pool index when count == 0 */
+} part_t;
+
+static void on_mget(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    part_t *p = arg;
+    snap_t *s = p->s;
+    if (err || cm_redis_reply_type(reply) != CM_REDIS_ARRAY ||
+        cm_redis_reply_count(reply) != p->count) {
+        s->err = err ? err : cm_err_protocol;
+    } else {
+        for (size_t i = 0; i < p->count; i++) {
+            const char *v = cm_redis_reply_str(cm_redis_reply_at(reply, i), NULL);
+            s->status[p->first + i] = v == NULL                      ? SEAT_AVAILABLE
+                                      : strncmp(v, "sold", 4) == 0 ? SEAT_SOLD
+                                                                     : SEAT_HELD;
+        }
+    }
+    free(p);
+    part_done(s);
+}
+
+static void on_pool(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    part_t *p = arg;
+    snap_t *s = p->s;
+    if (err || cm_redis_reply_type(reply) != CM_REDIS_ARRAY || cm_redis_reply_count(reply) != 2)
+        s->err = err ? err : cm_err_protocol;
+    else {
+        s->pool_counts[p->first][0] = cm_redis_reply_int(cm_redis_reply_at(reply, 0));
+        s->pool_counts[p->first][1] = cm_redis_reply_int(cm_redis_reply_at(reply, 1));
+    }
+    free(p);
+    part_done(s);
+}
+
+static void scan(rsv_avail_t *a, snap_t *s)
+{
+    rsv_event_t *ev = s->ev;
+    char prefix[96];
+    rsv_key_prefix(ev->id, prefix, sizeof(prefix));
+    s->status = cm_xcalloc(ev->nseats ? ev->nseats : 1, 1);
+    s->pool_counts = cm_xcalloc(ev->npools ? ev->npools : 1, sizeof(*s->pool_counts));
+    s->pending = 1; /* held until every part is sent */
+    for (size_t first = 0; first < ev->nseats; first += MGET_CHUNK) {
+        size_t count = ev->nseats - first < MGET_CHUNK ? ev->nseats - first : MGET_CHUNK;
+        const char **argv = cm_xcalloc(count + 1, sizeof(char *));
+        char **keys = cm_xcalloc(count, sizeof(char *));
+        argv[0] = "MGET";
+        for (size_t i = 0; i < count; i++)
+            argv[i + 1] = keys[i] = cm_xasprintf("%ss:%s", prefix, ev->seats[first + i].id);
+        part_t *p = cm_xcalloc(1, sizeof(*p));
+        p->s = s;
+        p->first = first;
+        p->count = count;
+        s->pending++;
+        if (cm_redis_command(a->srv->redis, on_mget, p, (int)count + 1, argv, NULL) != 0) {
+            s->pending--;
+            s->err = cm_err_closed;
+            free(p);
+        }
+        for (size_t i = 0; i < count; i++)
+            free(keys[i]);
+        free(keys);
+        free(argv);
+        if (s->err)
+            break;
+    }
+    for (size_t i = 0; i < ev->npools && s->err == NULL; i++) {
+        char *pkey = cm_xasprintf("%sp:%s", prefix, ev->pools[i].id);
+        const char *argv[] = {pkey, prefix, ev->pools[i].id};
+        part_t *p = cm_xcalloc(1, sizeof(*p));
+        p->s = s;
+        p->first = i;
+        s->pending++;
+        if (cm_redis_eval(a->srv->redis, rsv_lua()->avail, on_pool, p, 1, 3, argv, NULL) != 0) {
+            s->pending--;
+            s->err = cm_err_closed;
+            free(p);
+        }
+        free(pkey);
+    }
+    part_done(s);
+}
+
+static void on_seeded(const char *err, void *arg)
+{
+    snap_t *s = arg;
+    if (err) {
+        s->err = err;
+        s->pending = 1;
+        part_done(s);
+        return;
+    }
+    scan(s->a, s);
+}
+
+static void on_seed_checked(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    snap_t *s = arg;
+    if (err) {
+        on_seeded(err, s);
+    } else if (cm_redis_reply_type(reply) == CM_REDIS_INT && cm_redis_reply_int(reply) == 1) {
+        scan(s->a, s);
+    } else {
+        /* Redis lost the event (or never had it): load it from Postgres first. */
+        rsv_catalog_seed(s->a->srv->catalog, s->ev, on_seeded, s);
+    }
+}
+
+static void on_event(rsv_event_t *ev, const char *err, void *arg)
+{
+    rsv_req_t *r = arg;
+    rsv_avail_t *a = r->srv->avail;
+    int seats = r->ep == RSV_EP_SEATS;
+    if (err) {
+        rsv_reply_unavailable(r, "loading the event", err);
+        free(r);
+        return;
+    }
+    if (ev == NULL) {
+        rsv_reply_error(r, 404, "unknown_event", "no such event", NULL);
+        free(r);
+        return;
+    }
+    snap_t *s = find(a, ev->id, 1);
+    uint64_t max_age = (uint64_t)r->srv->cfg.avail_max_age_ms * 1000000ull;
+    if (s->avail_json && s->version == ev->version && cm_time_mono_ns() - s->built_ns <= max_age) {
+        answer(s, r, seats);
+        return;
+    }
+    waiter_t *w = cm_xcalloc(1, sizeof(*w));
+    w->r = r;
+    w->seats = seats;
+    w->next = s->waiters;
+    s->waiters = w;
+    if (s->building)
+        return;
+    s->building = 1;
+    s->err = NULL;
+    rsv_event_ref(ev);
+    s->ev = ev;
+    char key[128];
+    size_t n = rsv_key_prefix(ev->id, key, sizeof(key));
+    snprintf(key + n, sizeof(key) - n, "seed");
+    const char *argv[] = {"EXISTS", key};
+    if (cm_redis_command(a->srv->redis, on_seed_checked, s, 2, argv, NULL) != 0)
+        on_seeded(cm_err_closed, s);
+}
+
+void rsv_avail_serve(rsv_server_t *srv, struct evhttp_request *req, const char *event, int seats)
+{
+    rsv_req_t *r = cm_xcalloc(1, sizeof(*r));
+    rsv_req_start(r, srv, req, seats ? RSV_EP_SEATS : RSV_EP_AVAILABILITY);
+    rsv_catalog_get(srv->catalog, event, on_event, r);
+}

@@ -1,1 +1,724 @@
-/* placeholder */
+/*
+ * rsv_catalog — see rsv_catalog.h.
+ *
+ * Entries live in a small array (events are few; a linear scan of tens of entries is
+ * cheaper than hashing). Concurrent requests for an event being loaded or seeded wait
+ * on that one load/seed (a waiter list), so a burst for a cold event costs one query.
+ */
+#include "rsv_catalog.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cm_err.h"
+#include "cm_log.h"
+#include "cm_mem.h"
+#include "cm_time.h"
+#include "rsv_lua.h"
+#include "rsv_server.h"
+
+#define NEGATIVE_TTL_NS (1000ull * 1000 * 1000)
+#define MAX_SEATS_PER_EVENT 200000
+#define MAX_SECTIONS 1000
+#define MAX_POOLS 100
+
+typedef struct waiter {
+    struct waiter *next;
+    rsv_catalog_cb cb;
+    rsv_seed_cb seed_cb;
+    void *arg;
+} waiter_t;
+
+typedef enum { ENTRY_LOADING, ENTRY_READY, ENTRY_MISSING } entry_state_t;
+
+typedef struct entry {
+    char id[CM_IDENT_MAX + 1];
+    entry_state_t state;
+    rsv_event_t *ev;
+    uint64_t checked_ns; /* last confirmed against Postgres (or found missing) */
+    int refreshing;
+    waiter_t *waiters;      /* waiting for the load */
+    waiter_t *seed_waiters; /* waiting for the seed */
+    int seeding;
+} entry_t;
+
+struct rsv_catalog {
+    rsv_server_t *srv;
+    entry_t **entries;
+    size_t n, cap;
+};
+
+static const char LOAD_SQL[] =
+    "SELECT json_build_object("
+    "'currency', e.currency, 'hold_ttl_seconds', e.hold_ttl_seconds,"
+    "'checkout_extension_seconds', e.checkout_extension_seconds,"
+    "'max_hold_seconds', e.max_hold_seconds, 'max_per_buyer', e.max_per_buyer,"
+    "'version', e.version,"
+    "'seats', COALESCE((SELECT json_agg(json_build_array(s.seat_id, s.section, s.price)"
+    "  ORDER BY s.section, s.seat_id) FROM seats s"
+    "  WHERE s.event_id = e.event_id AND s.section IS NOT NULL), '[]'),"
+    "'pools', COALESCE((SELECT json_agg(json_build_array(p.pool_id, p.capacity, p.price)"
+    "  ORDER BY p.pool_id) FROM pools p WHERE p.event_id = e.event_id), '[]'))::text "
+    "FROM events e WHERE e.event_id = $1";
+
+static const char VERSION_SQL[] = "SELECT version FROM events WHERE event_id = $1";
+
+static const char SEED_SQL[] =
+    "SELECT json_build_object("
+    "'pools', COALESCE((SELECT json_agg(json_build_array(p.pool_id,"
+    "   p.capacity - (SELECT count(*) FROM booking_items b JOIN seats s"
+    "      ON s.event_id = b.event_id AND s.seat_id = b.seat_id"
+    "      WHERE b.event_id = p.event_id AND s.pool_id = p.pool_id),"
+    "   (SELECT COALESCE(max(s.unit_no), 0) FROM booking_items b JOIN seats s"
+    "      ON s.event_id = b.event_id AND s.seat_id = b.seat_id"
+    "      WHERE b.event_id = p.event_id AND s.pool_id = p.pool_id)))"
+    "  FROM pools p WHERE p.event_id = $1), '[]'),"
+    "'sold', COALESCE((SELECT json_agg(b.seat_id) FROM booking_items b JOIN seats s"
+    "   ON s.event_id = b.event_id AND s.seat_id = b.seat_id"
+    "   WHERE b.event_id = $1 AND s.section IS NOT NULL), '[]'))::text";
+
+/* --- events ------------------------------------------------------------------ */
+
+static uint64_t str_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+void rsv_event_ref(rsv_event_t *ev)
+{
+    ev->refs++;
+}
+
+void rsv_event_unref(rsv_event_t *ev)
+{
+    if (ev == NULL || --ev->refs > 0)
+        return;
+    for (size_t i = 0; i < ev->nseats; i++)
+        free(ev->seats[i].id);
+    free(ev->seats);
+    free(ev->sections);
+    free(ev->pools);
+    free(ev->index);
+    free(ev);
+}
+
+long rsv_event_seat(const rsv_event_t *ev, const char *seat_id)
+{
+    if (ev->nseats == 0)
+        return -1;
+    for (size_t i = str_hash(seat_id) & ev->index_mask;; i = (i + 1) & ev->index_mask) {
+        uint32_t v = ev->index[i];
+        if (v == 0)
+            return -1;
+        if (strcmp(ev->seats[v - 1].id, seat_id) == 0)
+            return (long)(v - 1);
+    }
+}
+
+const rsv_pool_t *rsv_event_pool(const rsv_event_t *ev, const char *pool_id)
+{
+    for (size_t i = 0; i < ev->npools; i++)
+        if (strcmp(ev->pools[i].id, pool_id) == 0)
+            return &ev->pools[i];
+    return NULL;
+}
+
+static int64_t int_of(const json_t *o, const char *k)
+{
+    return (int64_t)json_integer_value(json_object_get(o, k));
+}
+
+/* Builds an event from the LOAD_SQL document. NULL when it does not parse. */
+static rsv_event_t *event_from_json(const char *id, const char *text)
+{
+    json_error_t jerr;
+    json_t *doc = json_loads(text, 0, &jerr);
+    if (doc == NULL)
+        return NULL;
+    rsv_event_t *ev = cm_xcalloc(1, sizeof(*ev));
+    ev->refs = 1;
+    snprintf(ev->id, sizeof(ev->id), "%s", id);
+    snprintf(ev->currency, sizeof(ev->currency), "%s",
+             json_string_value(json_object_get(doc, "currency")) ?: "EUR");
+    ev->hold_ttl_s = int_of(doc, "hold_ttl_seconds");
+    ev->checkout_extension_s = int_of(doc, "checkout_extension_seconds");
+    ev->max_hold_s = int_of(doc, "max_hold_seconds");
+    ev->max_per_buyer = int_of(doc, "max_per_buyer");
+    ev->version = int_of(doc, "version");
+
+    json_t *seats = json_object_get(doc, "seats");
+    ev->nseats = json_array_size(seats);
+    ev->seats = cm_xcalloc(ev->nseats, sizeof(rsv_seat_t));
+    ev->sections = cm_xcalloc(ev->nseats ? ev->nseats : 1, sizeof(rsv_section_t));
+    size_t cap = 16;
+    while (cap < ev->nseats * 2)
+        cap <<= 1;
+    ev->index = cm_xcalloc(cap, sizeof(uint32_t));
+    ev->index_mask = cap - 1;
+    for (size_t i = 0; i < ev->nseats; i++) {
+        json_t *row = json_array_get(seats, i);
+        const char *sid = json_string_value(json_array_get(row, 0));
+        const char *sec = json_string_value(json_array_get(row, 1));
+        ev->seats[i].id = cm_xstrdup(sid ? sid : "");
+        ev->seats[i].price = (int64_t)json_integer_value(json_array_get(row, 2));
+        if (ev->nsections == 0 || strcmp(ev->sections[ev->nsections - 1].id, sec ? sec : "")) {
+            rsv_section_t *s = &ev->sections[ev->nsections++];
+            snprintf(s->id, sizeof(s->id), "%s", sec ? sec : "");
+            s->first = i;
+        }
+        ev->sections[ev->nsections - 1].count++;
+        ev->seats[i].section = (uint32_t)(ev->nsections - 1);
+        size_t j = str_hash(ev->seats[i].id) & ev->index_mask;
+        while (ev->index[j])
+            j = (j + 1) & ev->index_mask;
+        ev->index[j] = (uint32_t)(i + 1);
+    }
+    json_t *pools = json_object_get(doc, "pools");
+    ev->npools = json_array_size(pools);
+    ev->pools = cm_xcalloc(ev->npools ? ev->npools : 1, sizeof(rsv_pool_t));
+    for (size_t i = 0; i < ev->npools; i++) {
+        json_t *row = json_array_get(pools, i);
+        snprintf(ev->pools[i].id, sizeof(ev->pools[i].id), "%s",
+                 json_string_value(json_array_get(row, 0)) ?: "");
+        ev->pools[i].capacity = (int64_t)json_integer_value(json_array_get(row, 1));
+        ev->pools[i].price = (int64_t)json_integer_value(json_array_get(row, 2));
+    }
+    json_decref(doc);
+    return ev;
+}
+
+/* --- the cache ---------------------------------------------------------------- */
+
+rsv_catalog_t *rsv_catalog_new(rsv_server_t *srv)
+{
+    rsv_catalog_t *c = cm_xcalloc(1, sizeof(*c));
+    c->srv = srv;
+    return c;
+}
+
+static void fail_waiters(waiter_t *w, int seed, const char *err)
+{
+    while (w) {
+        waiter_t *next = w->next;
+        if (seed)
+            w->seed_cb(err, w->arg);
+        else
+            w->cb(NULL, err, w->arg);
+        free(w);
+        w = next;
+    }
+}
+
+void rsv_catalog_free(rsv_catalog_t *c)
+{
+    if (c == NULL)
+        return;
+    for (size_t i = 0; i < c->n; i++) {
+        fail_waiters(c->entries[i]->waiters, 0, cm_err_shutdown);
+        fail_waiters(c->entries[i]->seed_waiters, 1, cm_err_shutdown);
+        rsv_event_unref(c->entries[i]->ev);
+        free(c->entries[i]);
+    }
+    free(c->entries);
+    free(c);
+}
+
+static entry_t *find(rsv_catalog_t *c, const char *id)
+{
+    for (size_t i = 0; i < c->n; i++)
+        if (strcmp(c->entries[i]->id, id) == 0)
+            return c->entries[i];
+    return NULL;
+}
+
+static entry_t *add(rsv_catalog_t *c, const char *id)
+{
+    if (c->n == c->cap) {
+        c->cap = c->cap ? c->cap * 2 : 16;
+        c->entries = cm_xrealloc(c->entries, c->cap * sizeof(entry_t *));
+    }
+    entry_t *e = cm_xcalloc(1, sizeof(*e));
+    snprintf(e->id, sizeof(e->id), "%s", id);
+    c->entries[c->n++] = e;
+    return e;
+}
+
+/* Forgets missing-event entries nobody waits for once there are many of them. */
+static void prune_missing(rsv_catalog_t *c)
+{
+    if (c->n < 1024)
+        return;
+    size_t o = 0;
+    for (size_t i = 0; i < c->n; i++) {
+        entry_t *e = c->entries[i];
+        if (e->state == ENTRY_MISSING && e->waiters == NULL && !e->refreshing) {
+            free(e);
+            continue;
+        }
+        c->entries[o++] = e;
+    }
+    c->n = o;
+}
+
+typedef struct load_op {
+    rsv_catalog_t *c;
+    char id[CM_IDENT_MAX + 1];
+} load_op_t;
+
+static void on_loaded(const char *err, const rsv_pg_result_t *res, void *arg)
+{
+    load_op_t *op = arg;
+    rsv_catalog_t *c = op->c;
+    entry_t *e = find(c, op->id);
+    free(op);
+    if (e == NULL)
+        return;
+    e->refreshing = 0;
+    waiter_t *w = e->waiters;
+    e->waiters = NULL;
+    if (err) {
+        cm_log(CM_LOG_WARN, "loading event %s: %s %s", e->id, err,
+               res ? rsv_pg_result_message(res) : "");
+        if (e->state == ENTRY_LOADING)
+            e->state = ENTRY_MISSING, e->checked_ns = 0;
+        fail_waiters(w, 0, err);
+        return;
+    }
+    e->checked_ns = cm_time_mono_ns();
+    rsv_event_t *ev = NULL;
+    if (rsv_pg_result_rows(res) == 1)
+        ev = event_from_json(e->id, rsv_pg_result_value(res, 0, 0));
+    rsv_event_unref(e->ev);
+    e->ev = ev;
+    e->state = ev ? ENTRY_READY : ENTRY_MISSING;
+    if (ev)
+        rsv_event_ref(ev); /* the waiters' borrow, released below */
+    while (w) {
+        waiter_t *next = w->next;
+        w->cb(ev, NULL, w->arg);
+        free(w);
+        w = next;
+    }
+    rsv_event_unref(ev);
+}
+
+static void start_load(rsv_catalog_t *c, entry_t *e)
+{
+    load_op_t *op = cm_xcalloc(1, sizeof(*op));
+    op->c = c;
+    snprintf(op->id, sizeof(op->id), "%s", e->id);
+    const char *params[1] = {e->id};
+    e->refreshing = 1;
+    if (rsv_pg_query(c->srv->pg, LOAD_SQL, 1, params, on_loaded, op) != 0) {
+        free(op);
+        e->refreshing = 0;
+        waiter_t *w = e->waiters;
+        e->waiters = NULL;
+        if (e->state == ENTRY_LOADING)
+            e->state = ENTRY_MISSING, e->checked_ns = 0;
+        fail_waiters(w, 0, cm_err_shutdown);
+    }
+}
+
+static void on_version(const char *err, const rsv_pg_result_t *res, void *arg)
+{
+    load_op_t *op = arg;
+    rsv_catalog_t *c = op->c;
+    entry_t *e = find(c, op->id);
+    if (e == NULL) {
+        free(op);
+        return;
+    }
+    if (err) {
+        e->refreshing = 0; /* keep serving the cached copy; try again later */
+        free(op);
+        return;
+    }
+    int64_t v = rsv_pg_result_rows(res) == 1 ? atoll(rsv_pg_result_value(res, 0, 0)) : -1;
+    if (e->ev && v == e->ev->version) {
+        e->refreshing = 0;
+        e->checked_ns = cm_time_mono_ns();
+        free(op);
+        return;
+    }
+    free(op);
+    start_load(c, e); /* changed or deleted: reload in the background */
+}
+
+void rsv_catalog_get(rsv_catalog_t *c, const char *event_id, rsv_catalog_cb cb, void *arg)
+{
+    uint64_t now = cm_time_mono_ns();
+    entry_t *e = find(c, event_id);
+    if (e == NULL) {
+        prune_missing(c);
+        e = add(c, event_id);
+        e->state = ENTRY_LOADING;
+    } else if (e->state == ENTRY_MISSING && now - e->checked_ns > NEGATIVE_TTL_NS &&
+               !e->refreshing) {
+        e->state = ENTRY_LOADING;
+    }
+    if (e->state == ENTRY_READY) {
+        uint64_t max_age = (uint64_t)c->srv->cfg.catalog_refresh_ms * 1000000ull;
+        if (!e->refreshing && now - e->checked_ns > max_age) {
+            load_op_t *op = cm_xcalloc(1, sizeof(*op));
+            op->c = c;
+            snprintf(op->id, sizeof(op->id), "%s", e->id);
+            const char *params[1] = {e->id};
+            e->refreshing = 1;
+            if (rsv_pg_query(c->srv->pg, VERSION_SQL, 1, params, on_version, op) != 0) {
+                e->refreshing = 0;
+                free(op);
+            }
+        }
+        rsv_event_t *ev = e->ev;
+        rsv_event_ref(ev);
+        cb(ev, NULL, arg);
+        rsv_event_unref(ev);
+        return;
+    }
+    if (e->state == ENTRY_MISSING) {
+        cb(NULL, NULL, arg);
+        return;
+    }
+    waiter_t *w = cm_xcalloc(1, sizeof(*w));
+    w->cb = cb;
+    w->arg = arg;
+    w->next = e->waiters;
+    e->waiters = w;
+    if (!e->refreshing)
+        start_load(c, e);
+}
+
+void rsv_catalog_invalidate(rsv_catalog_t *c, const char *event_id)
+{
+    entry_t *e = find(c, event_id);
+    if (e == NULL)
+        return;
+    e->checked_ns = 0; /* a missing entry is looked up again on the next get */
+    if (e->state == ENTRY_READY && !e->refreshing) {
+        rsv_event_unref(e->ev);
+        e->ev = NULL;
+        e->state = ENTRY_LOADING; /* the next get loads the new version */
+    }
+}
+
+/* --- seeding Redis from Postgres ---------------------------------------------- */
+
+typedef struct seed_op {
+    rsv_catalog_t *c;
+    char id[CM_IDENT_MAX + 1];
+} seed_op_t;
+
+static void finish_seed(rsv_catalog_t *c, const char *id, const char *err)
+{
+    entry_t *e = find(c, id);
+    if (e == NULL)
+        return;
+    e->seeding = 0;
+    waiter_t *w = e->seed_waiters;
+    e->seed_waiters = NULL;
+    fail_waiters(w, 1, err);
+}
+
+static void on_seeded(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    seed_op_t *op = arg;
+    if (err == NULL && cm_redis_reply_type(reply) == CM_REDIS_ERROR) {
+        cm_log(CM_LOG_ERROR, "seed script for %s: %s", op->id, cm_redis_reply_str(reply, NULL));
+        err = cm_err_server;
+    }
+    if (err == NULL) {
+        if (cm_redis_reply_int(reply) == 1) {
+            cm_counter_inc(op->c->srv->m.reseeds);
+            cm_log(CM_LOG_INFO, "event %s: Redis state loaded from Postgres", op->id);
+        }
+    }
+    finish_seed(op->c, op->id, err);
+    free(op);
+}
+
+static void on_seed_data(const char *err, const rsv_pg_result_t *res, void *arg)
+{
+    seed_op_t *op = arg;
+    rsv_catalog_t *c = op->c;
+    json_t *doc = NULL;
+    const char **argv = NULL;
+    char **owned = NULL;
+    size_t nowned = 0;
+    if (err) {
+        cm_log(CM_LOG_WARN, "seed data for %s: %s", op->id, err);
+        goto fail;
+    }
+    doc = json_loads(rsv_pg_result_value(res, 0, 0), 0, NULL);
+    if (doc == NULL) {
+        err = cm_err_protocol;
+        goto fail;
+    }
+    json_t *pools = json_object_get(doc, "pools");
+    json_t *sold = json_object_get(doc, "sold");
+    size_t np = json_array_size(pools), ns = json_array_size(sold);
+    size_t argc = 1 + 2 + np * 3 + ns;
+    argv = cm_xcalloc(argc, sizeof(char *));
+    owned = cm_xcalloc(np * 2 + 2, sizeof(char *));
+    char prefix[96];
+    rsv_key_prefix(op->id, prefix, sizeof(prefix));
+    char *seed_key = owned[nowned++] = cm_xasprintf("%sseed", prefix);
+    size_t a = 0;
+    argv[a++] = seed_key;
+    argv[a++] = prefix;
+    argv[a++] = owned[nowned++] = cm_xasprintf("%zu", np);
+    for (size_t i = 0; i < np; i++) {
+        json_t *row = json_array_get(pools, i);
+        argv[a++] = json_string_value(json_array_get(row, 0));
+        argv[a++] = owned[nowned++] =
+            cm_xasprintf("%lld", (long long)json_integer_value(json_array_get(row, 1)));
+        argv[a++] = owned[nowned++] =
+            cm_xasprintf("%lld", (long long)json_integer_value(json_array_get(row, 2)));
+    }
+    for (size_t i = 0; i < ns; i++)
+        argv[a++] = json_string_value(json_array_get(sold, i));
+    for (size_t i = 0; i < a; i++)
+        if (argv[i] == NULL) {
+            err = cm_err_protocol;
+            goto fail;
+        }
+    if (cm_redis_eval(c->srv->redis, rsv_lua()->seed, on_seeded, op, 1, (int)a, argv, NULL) !=
+        0) {
+        err = cm_err_closed;
+        goto fail;
+    }
+    op = NULL; /* on_seeded owns it now */
+    goto out;
+fail:
+    finish_seed(c, op->id, err);
+    free(op);
+out:
+    for (size_t i = 0; i < nowned; i++)
+        free(owned[i]);
+    free(owned);
+    free(argv);
+    json_decref(doc);
+}
+
+void rsv_catalog_seed(rsv_catalog_t *c, rsv_event_t *ev, rsv_seed_cb cb, void *arg)
+{
+    entry_t *e = find(c, ev->id);
+    if (e == NULL) {
+        e = add(c, ev->id);
+        e->state = ENTRY_MISSING;
+    }
+    waiter_t *w = cm_xcalloc(1, sizeof(*w));
+    w->seed_cb = cb;
+    w->arg = arg;
+    w->next = e->seed_waiters;
+    e->seed_waiters = w;
+    if (e->seeding)
+        return;
+    e->seeding = 1;
+    seed_op_t *op = cm_xcalloc(1, sizeof(*op));
+    op->c = c;
+    snprintf(op->id, sizeof(op->id), "%s", ev->id);
+    const char *params[1] = {ev->id};
+    if (rsv_pg_query(c->srv->pg, SEED_SQL, 1, params, on_seed_data, op) != 0) {
+        free(op);
+        finish_seed(c, ev->id, cm_err_shutdown);
+    }
+}
+
+/* --- inventory validation ------------------------------------------------------ */
+
+static int get_int(const json_t *body, const char *key, int64_t def, int64_t min, int64_t max,
+                   int64_t *out, char *err, size_t errlen)
+{
+    json_t *v = json_object_get(body, key);
+    if (v == NULL || json_is_null(v)) {
+        *out = def;
+        return 0;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
+        snprintf(err, errlen, "%s must be an integer from %lld to %lld", key, (long long)min,
+                 (long long)max);
+        return -1;
+    }
+    *out = (int64_t)json_integer_value(v);
+    return 0;
+}
+
+static int add_seat(json_t *seats, const char *id, const char *section, int64_t price,
+                    char *err, size_t errlen)
+{
+    if (!cm_parse_ident(id)) {
+        snprintf(err, errlen, "seat id '%.80s' is not 1-64 characters of [A-Za-z0-9._-]", id);
+        return -1;
+    }
+    if (json_array_size(seats) >= MAX_SEATS_PER_EVENT) {
+        snprintf(err, errlen, "more than %d seats", MAX_SEATS_PER_EVENT);
+        return -1;
+    }
+    json_array_append_new(seats, json_pack("[s,s,I]", id, section, (json_int_t)price));
+    return 0;
+}
+
+static int normalise_seats(const json_t *body, json_t *seats, char *err, size_t errlen)
+{
+    json_t *list = json_object_get(body, "seats");
+    if (list && !json_is_array(list)) {
+        snprintf(err, errlen, "seats must be an array");
+        return -1;
+    }
+    size_t i;
+    json_t *s;
+    json_array_foreach(list, i, s)
+    {
+        const char *id = json_string_value(json_object_get(s, "id"));
+        const char *sec = json_string_value(json_object_get(s, "section"));
+        json_t *price = json_object_get(s, "price");
+        if (!json_is_object(s) || id == NULL || sec == NULL || !json_is_integer(price) ||
+            json_integer_value(price) < 0) {
+            snprintf(err, errlen, "seats[%zu] needs id, section (strings) and price (integer >= 0)",
+                     i);
+            return -1;
+        }
+        if (!cm_parse_ident(sec)) {
+            snprintf(err, errlen, "seats[%zu].section is not a valid identifier", i);
+            return -1;
+        }
+        if (add_seat(seats, id, sec, json_integer_value(price), err, errlen))
+            return -1;
+    }
+    list = json_object_get(body, "sections");
+    if (list && !json_is_array(list)) {
+        snprintf(err, errlen, "sections must be an array");
+        return -1;
+    }
+    json_array_foreach(list, i, s)
+    {
+        const char *id = json_string_value(json_object_get(s, "id"));
+        json_t *rows = json_object_get(s, "rows"), *per = json_object_get(s, "seats_per_row");
+        json_t *price = json_object_get(s, "price");
+        if (!json_is_object(s) || id == NULL || !cm_parse_ident(id) || !json_is_integer(rows) ||
+            !json_is_integer(per) || !json_is_integer(price) || json_integer_value(rows) < 1 ||
+            json_integer_value(rows) > 1000 || json_integer_value(per) < 1 ||
+            json_integer_value(per) > 1000 || json_integer_value(price) < 0 ||
+            strlen(id) > CM_IDENT_MAX - 10) {
+            snprintf(err, errlen,
+                     "sections[%zu] needs id (identifier up to 54 chars), rows and "
+                     "seats_per_row (1-1000) and price (integer >= 0)",
+                     i);
+            return -1;
+        }
+        for (json_int_t r = 1; r <= json_integer_value(rows); r++)
+            for (json_int_t n = 1; n <= json_integer_value(per); n++) {
+                char sid[CM_IDENT_MAX + 1];
+                snprintf(sid, sizeof(sid), "%s-%lld-%lld", id, (long long)r, (long long)n);
+                if (add_seat(seats, sid, id, json_integer_value(price), err, errlen))
+                    return -1;
+            }
+    }
+    return 0;
+}
+
+static int cmp_seat_rows(const void *a, const void *b)
+{
+    const json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
+    return strcmp(json_string_value(json_array_get(x, 0)), json_string_value(json_array_get(y, 0)));
+}
+
+static int check_unique(json_t *rows, const char *what, char *err, size_t errlen)
+{
+    size_t n = json_array_size(rows);
+    if (n < 2)
+        return 0;
+    json_t **v = cm_xcalloc(n, sizeof(json_t *));
+    for (size_t i = 0; i < n; i++)
+        v[i] = json_array_get(rows, i);
+    qsort(v, n, sizeof(json_t *), cmp_seat_rows);
+    int rc = 0;
+    for (size_t i = 1; i < n && rc == 0; i++)
+        if (cmp_seat_rows(&v[i - 1], &v[i]) == 0) {
+            snprintf(err, errlen, "%s id '%s' appears twice", what,
+                     json_string_value(json_array_get(v[i], 0)));
+            rc = -1;
+        }
+    free(v);
+    return rc;
+}
+
+json_t *rsv_catalog_normalise(const json_t *body, char *err, size_t errlen)
+{
+    json_t *doc = json_object();
+    json_t *seats = json_array(), *pools = json_array();
+    json_object_set_new(doc, "seats", seats);
+    json_object_set_new(doc, "pools", pools);
+    int64_t ttl, ext, maxhold, perbuyer;
+    const char *cur = "EUR";
+    json_t *c = json_object_get(body, "currency");
+    if (c) {
+        cur = json_string_value(c);
+        if (cur == NULL || strlen(cur) != 3 || cur[0] < 'A' || cur[0] > 'Z' || cur[1] < 'A' ||
+            cur[1] > 'Z' || cur[2] < 'A' || cur[2] > 'Z') {
+            snprintf(err, errlen, "currency must be a three-letter ISO 4217 code");
+            goto err;
+        }
+    }
+    if (get_int(body, "hold_ttl_seconds", 300, 1, 86400, &ttl, err, errlen) ||
+        get_int(body, "checkout_extension_seconds", 300, 0, 86400, &ext, err, errlen) ||
+        get_int(body, "max_hold_seconds", ttl > 900 ? ttl : 900, 1, 86400 * 7, &maxhold, err,
+                errlen) ||
+        get_int(body, "max_per_buyer", 8, 0, 100000, &perbuyer, err, errlen))
+        goto err;
+    if (maxhold < ttl) {
+        snprintf(err, errlen, "max_hold_seconds must be at least hold_ttl_seconds");
+        goto err;
+    }
+    json_object_set_new(doc, "currency", json_string(cur));
+    json_object_set_new(doc, "hold_ttl_seconds", json_integer(ttl));
+    json_object_set_new(doc, "checkout_extension_seconds", json_integer(ext));
+    json_object_set_new(doc, "max_hold_seconds", json_integer(maxhold));
+    json_object_set_new(doc, "max_per_buyer", json_integer(perbuyer));
+    if (normalise_seats(body, seats, err, errlen))
+        goto err;
+    json_t *list = json_object_get(body, "pools");
+    if (list && !json_is_array(list)) {
+        snprintf(err, errlen, "pools must be an array");
+        goto err;
+    }
+    size_t i;
+    json_t *p;
+    json_array_foreach(list, i, p)
+    {
+        const char *id = json_string_value(json_object_get(p, "id"));
+        json_t *capv = json_object_get(p, "capacity"), *price = json_object_get(p, "price");
+        if (!json_is_object(p) || id == NULL || !cm_parse_ident(id) || !json_is_integer(capv) ||
+            json_integer_value(capv) < 1 || json_integer_value(capv) > 1000000 ||
+            !json_is_integer(price) || json_integer_value(price) < 0) {
+            snprintf(err, errlen,
+                     "pools[%zu] needs id (identifier), capacity (1-1000000) and price "
+                     "(integer >= 0)",
+                     i);
+            goto err;
+        }
+        if (json_array_size(pools) >= MAX_POOLS) {
+            snprintf(err, errlen, "more than %d pools", MAX_POOLS);
+            goto err;
+        }
+        json_array_append_new(pools, json_pack("[s,I,I]", id, json_integer_value(capv),
+                                               json_integer_value(price)));
+    }
+    if (json_array_size(seats) == 0 && json_array_size(pools) == 0) {
+        snprintf(err, errlen, "an event needs seats, sections or pools");
+        goto err;
+    }
+    if (check_unique(seats, "seat", err, errlen) || check_unique(pools, "pool", err, errlen))
+        goto err;
+    return doc;
+err:
+    json_decref(doc);
+    return NULL;
+}

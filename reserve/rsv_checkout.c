@@ -1,1 +1,554 @@
-/* placeholder */
+/*
+ * rsv_checkout — see rsv_checkout.h.
+ *
+ * confirm: validate → onsale_checkout_begin (new / resume / busy / done / mismatch)
+ *          → convert.lua (hold alive, owner, amount; seats sold, pool units numbered)
+ *          → onsale_checkout_convert (booking + items under the unique constraint,
+ *            checkout confirmed, response stored) → 201.
+ * A failure after the checkout row exists clears its lease, so the buyer's retry with
+ * the same key can resume at once instead of waiting out the lease.
+ */
+#include "rsv_checkout.h"
+
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cm_err.h"
+#include "cm_log.h"
+#include "cm_mem.h"
+#include "cm_time.h"
+#include "cm_tls.h"
+#include "rsv_auth.h"
+#include "rsv_catalog.h"
+#include "rsv_hold.h"
+#include "rsv_lua.h"
+#include "rsv_server.h"
+
+#define CHECKOUT_ID_MAX 40
+
+typedef struct confirm_op {
+    rsv_req_t r;
+    char hold_id[RSV_HOLD_ID_MAX + 1];
+    char event[CM_IDENT_MAX + 1];
+    char key[CM_IDEM_KEY_MAX + 1];
+    char hash[65];
+    char checkout_id[CHECKOUT_ID_MAX];
+    char booking_id[CHECKOUT_ID_MAX];
+    cm_jwt_claims_t claims;
+    int64_t amount;
+    char currency[4];
+    rsv_event_t *ev;
+    rsv_hold_view_t view;
+    char *ok_body;
+} confirm_op_t;
+
+static void confirm_done(confirm_op_t *op)
+{
+    rsv_event_unref(op->ev);
+    rsv_hold_view_clear(&op->view);
+    free(op->ok_body);
+    free(op);
+}
+
+static void on_lease_cleared(const char *err, const rsv_pg_result_t *res, void *arg)
+{
+    (void)err, (void)res, (void)arg;
+}
+
+/* Answers 503 and frees the checkout's lease so a retry can resume it now. */
+static void confirm_unavailable(confirm_op_t *op, const char *what, const char *err)
+{
+    if (op->checkout_id[0]) {
+        const char *params[1] = {op->checkout_id};
+        if (rsv_pg_query(op->r.srv->pg,
+                         "UPDATE checkouts SET lease_until = NULL WHERE checkout_id = $1", 1,
+                         params, on_lease_cleared, NULL) != 0) {
+            /* shutting down: the lease lapses on its own */
+        }
+    }
+    rsv_reply_unavailable(&op->r, what, err);
+    confirm_done(op);
+}
+
+/* Sends a stored or fresh JSON text as the answer. */
+static void reply_text_json(confirm_op_t *op, int code, const char *text)
+{
+    rsv_reply_text(&op->r, code, "application/json", text, strlen(text));
+}
+
+/* --- finishing without a booking -------------------------------------------------- */
+
+typedef struct finish_op {
+    confirm_op_t *op;
+    int code;
+    char *body;
+} finish_op_t;
+
+static void on_finished(const char *err, const rsv_pg_result_t *res, void *arg)
+{
+    finish_op_t *f = arg;
+    confirm_op_t *op = f->op;
+    if (err) {
+        confirm_unavailable(op, "recording the checkout", err);
+    } else {
+        reply_text_json(op, f->code, f->body);
+        confirm_done(op);
+    }
+    free(f->body);
+    free(f);
+}
+
+/* Ends the checkout in `state` with this answer stored for replays, then answers. */
+static void finish(confirm_op_t *op, const char *state, int code, const char *error,
+                   const char *message, const char *reason)
+{
+    finish_op_t *f = cm_xcalloc(1, sizeof(*f));
+    f->op = op;
+    f->code = code;
+    json_t *b = json_pack("{s:s, s:s, s:s}", "error", error, "message", message,
+                          "checkout_id", op->checkout_id);
+    f->body = json_dumps(b, JSON_COMPACT);
+    json_decref(b);
+    char code_s[8];
+    snprintf(code_s, sizeof(code_s), "%d", code);
+    const char *params[] = {op->checkout_id, state, code_s, f->body, reason};
+    if (rsv_pg_query(op->r.srv->pg, "SELECT onsale_checkout_finish($1, $2, $3, $4, $5)", 5,
+                     params, on_finished, f) != 0) {
+        free(f->body);
+        free(f);
+        confirm_unavailable(op, "recording the checkout", cm_err_shutdown);
+    }
+}
+
+/* --- converting ---------------------------------------------------------------- */
+
+static void on_converted(const char *err, const rsv_pg_result_t *res, void *arg)
+{
+    confirm_op_t *op = arg;
+    rsv_metrics_t *m = &op->r.srv->m;
+    if (err) {
+        cm_log(CM_LOG_WARN, "checkout %s: booking: %s %s", op->checkout_id, err,
+               res ? rsv_pg_result_message(res) : "");
+        confirm_unavailable(op, "booking", err);
+        return;
+    }
+    const char *outcome = rsv_pg_result_value(res, 0, 0);
+    if (strcmp(outcome, "confirmed") == 0) {
+        cm_counter_inc(m->confirmations);
+        double secs = (double)(cm_time_wall_ms() - op->view.created_ms) / 1000.0;
+        cm_histogram_observe(m->hold_to_confirm, secs < 0 ? 0 : secs);
+        reply_text_json(op, 201, op->ok_body);
+        confirm_done(op);
+        return;
+    }
+    if (strcmp(outcome, "taken") == 0) {
+        cm_counter_inc(m->uniqueness_conflicts);
+        cm_log(CM_LOG_WARN, "checkout %s: Postgres refused a unit already booked (Redis had "
+                            "lost it); nothing was booked", op->checkout_id);
+    }
+    /* The function stored the same answer for replays. */
+    json_t *b = strcmp(outcome, "taken") == 0
+                    ? json_pack("{s:s,s:s,s:s}", "error", "seat_unavailable", "message",
+                                "a unit of this hold was already booked", "checkout_id",
+                                op->checkout_id)
+                    : json_pack("{s:s,s:s,s:s}", "error", "sold_out", "message",
+                                "the pool is sold out", "checkout_id", op->checkout_id);
+    rsv_reply_json(&op->r, 409, b);
+    confirm_done(op);
+}
+
+static char *ok_body(confirm_op_t *op)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "checkout_id", json_string(op->checkout_id));
+    json_object_set_new(o, "booking_id", json_string(op->booking_id));
+    json_object_set_new(o, "state", json_string("confirmed"));
+    json_object_set_new(o, "event", json_string(op->event));
+    json_object_set_new(o, "hold_id", json_string(op->hold_id));
+    rsv_hold_json_items(o, &op->view);
+    json_object_set_new(o, "amount", json_integer(op->amount));
+    json_object_set_new(o, "currency", json_string(op->currency));
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
+/* The units as a Postgres text[] literal: {"A-1","A-2"} or {"floor#17","floor#18"}. */
+static char *units_literal(const rsv_hold_view_t *v)
+{
+    size_t cap = 64, len = 0;
+    char *s = cm_xmalloc(cap);
+    s[len++] = '{';
+    for (int64_t i = 0; v->pool[0] && i < v->qty; i++) {
+        char u[96];
+        int n = snprintf(u, sizeof(u), "%s\"%s#%lld\"", i ? "," : "", v->pool,
+                         (long long)(v->first_unit + i));
+        while (len + (size_t)n + 2 > cap)
+            s = cm_xrealloc(s, cap *= 2);
+        memcpy(s + len, u, (size_t)n);
+        len += (size_t)n;
+    }
+    if (!v->pool[0] && v->seats) {
+        size_t need = strlen(v->seats) * 3 + 4;
+        while (len + need > cap)
+            s = cm_xrealloc(s, cap *= 2);
+        s[len++] = '"';
+        for (const char *p = v->seats; *p; p++) {
+            if (*p == ',') {
+                s[len++] = '"';
+                s[len++] = ',';
+                s[len++] = '"';
+            } else {
+                s[len++] = *p; /* identifiers: no quotes or backslashes to escape */
+            }
+        }
+        s[len++] = '"';
+    }
+    s[len++] = '}';
+    s[len] = '\0';
+    return s;
+}
+
+static void on_convert_reply(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    confirm_op_t *op = arg;
+    rsv_metrics_t *m = &op->r.srv->m;
+    if (err || rsv_hold_view_parse(reply, &op->view) != 0) {
+        confirm_unavailable(op, "converting the hold", err ? err : cm_err_protocol);
+        return;
+    }
+    const char *st = op->view.status;
+    if (strcmp(st, "NOTFOUND") == 0) {
+        finish(op, "failed", 404, "unknown_hold", "no such hold of yours", "hold not found");
+        return;
+    }
+    if (strcmp(st, "EXPIRED") == 0) {
+        cm_counter_inc(m->holds_expired);
+        finish(op, "failed", 409, "hold_expired", "the hold expired before it was confirmed",
+               "hold expired before conversion");
+        return;
+    }
+    if (strcmp(st, "CONVERTED") == 0) {
+        finish(op, "failed", 409, "hold_converted",
+               "the hold was already confirmed by another checkout", "hold already converted");
+        return;
+    }
+    if (strcmp(st, "AMOUNT") == 0) {
+        finish(op, "failed", 400, "amount_mismatch",
+               "payment.amount must equal the hold's amount", "amount mismatch");
+        return;
+    }
+    rsv_random_id(op->booking_id, sizeof(op->booking_id), "bk_");
+    op->ok_body = ok_body(op);
+    char *units = units_literal(&op->view);
+    json_t *tb = json_pack("{s:s,s:s,s:s}", "error", "seat_unavailable", "message",
+                           "a unit of this hold was already booked", "checkout_id",
+                           op->checkout_id);
+    char *taken = json_dumps(tb, JSON_COMPACT);
+    json_decref(tb);
+    const char *params[] = {op->checkout_id, op->booking_id, op->view.pool[0] ? op->view.pool : NULL,
+                            units, op->ok_body, taken};
+    int rc = rsv_pg_query(op->r.srv->pg,
+                          "SELECT outcome FROM onsale_checkout_convert($1, $2, $3, $4, $5, $6)",
+                          6, params, on_converted, op);
+    free(units);
+    free(taken);
+    if (rc != 0)
+        confirm_unavailable(op, "booking", cm_err_shutdown);
+}
+
+static void run_convert(confirm_op_t *op)
+{
+    char prefix[96];
+    rsv_key_prefix(op->event, prefix, sizeof(prefix));
+    char *hkey = cm_xasprintf("%sh:%s", prefix, op->hold_id);
+    char keep[24], amount[24];
+    snprintf(keep, sizeof(keep), "%lld", (long long)7 * 86400 * 1000);
+    snprintf(amount, sizeof(amount), "%lld", (long long)op->amount);
+    const char *argv[] = {hkey, prefix, op->hold_id, op->claims.sub, op->checkout_id, keep,
+                          amount};
+    int rc = cm_redis_eval(op->r.srv->redis, rsv_lua()->convert, on_convert_reply, op, 1, 7,
+                           argv, NULL);
+    free(hkey);
+    if (rc != 0)
+        confirm_unavailable(op, "converting the hold", cm_err_closed);
+}
+
+/* --- beginning --------------------------------------------------------------------- */
+
+static void on_begun(const char *err, const rsv_pg_result_t *res, void *arg)
+{
+    confirm_op_t *op = arg;
+    if (err) {
+        cm_log(CM_LOG_WARN, "checkout begin: %s %s", err, res ? rsv_pg_result_message(res) : "");
+        op->checkout_id[0] = '\0';
+        confirm_unavailable(op, "starting the checkout", err);
+        return;
+    }
+    const char *outcome = rsv_pg_result_value(res, 0, 0);
+    snprintf(op->checkout_id, sizeof(op->checkout_id), "%s", rsv_pg_result_value(res, 0, 1));
+    if (strcmp(outcome, "mismatch") == 0) {
+        op->checkout_id[0] = '\0'; /* not ours to touch */
+        rsv_reply_error(&op->r, 422, "idempotency_key_reused",
+                        "this Idempotency-Key was used for a different request", NULL);
+        confirm_done(op);
+    } else if (strcmp(outcome, "busy") == 0) {
+        op->checkout_id[0] = '\0';
+        rsv_reply_error(&op->r, 409, "in_progress",
+                        "a request with this Idempotency-Key is still being processed",
+                        json_pack("{s:s}", "checkout_id", rsv_pg_result_value(res, 0, 1)));
+        confirm_done(op);
+    } else if (strcmp(outcome, "done") == 0) {
+        cm_counter_inc(op->r.srv->m.confirm_replays);
+        int code = atoi(rsv_pg_result_value(res, 0, 3));
+        if (code == 0 || rsv_pg_result_isnull(res, 0, 4)) {
+            confirm_unavailable(op, "replaying the checkout", cm_err_protocol);
+            return;
+        }
+        evhttp_add_header(evhttp_request_get_output_headers(op->r.req), "Idempotent-Replayed",
+                          "true");
+        reply_text_json(op, code == 201 ? 200 : code, rsv_pg_result_value(res, 0, 4));
+        confirm_done(op);
+    } else {
+        run_convert(op);
+    }
+}
+
+static void begin(confirm_op_t *op)
+{
+    char amount[24], lease[24];
+    snprintf(amount, sizeof(amount), "%lld", (long long)op->amount);
+    snprintf(lease, sizeof(lease), "%lld", (long long)op->r.srv->cfg.checkout_lease_s);
+    char new_id[CHECKOUT_ID_MAX];
+    rsv_random_id(new_id, sizeof(new_id), "co_");
+    const char *params[] = {new_id,  op->event,   op->claims.sub, op->key, op->hash,
+                            op->hold_id, amount, op->currency, lease};
+    if (rsv_pg_query(op->r.srv->pg,
+                     "SELECT outcome, checkout_id, state, response_code, response_body "
+                     "FROM onsale_checkout_begin($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                     9, params, on_begun, op) != 0)
+        confirm_unavailable(op, "starting the checkout", cm_err_shutdown);
+}
+
+static void on_confirm_event(rsv_event_t *ev, const char *err, void *arg)
+{
+    confirm_op_t *op = arg;
+    if (err) {
+        rsv_reply_unavailable(&op->r, "loading the event", err);
+        confirm_done(op);
+        return;
+    }
+    if (ev == NULL) {
+        rsv_reply_error(&op->r, 404, "unknown_hold", "no such hold of yours", NULL);
+        confirm_done(op);
+        return;
+    }
+    rsv_event_ref(ev);
+    op->ev = ev;
+    if (op->currency[0] == '\0')
+        snprintf(op->currency, sizeof(op->currency), "%s", ev->currency);
+    else if (strcmp(op->currency, ev->currency) != 0) {
+        rsv_reply_error(&op->r, 400, "invalid_request",
+                        "payment.currency is not the event's currency", NULL);
+        confirm_done(op);
+        return;
+    }
+    begin(op);
+}
+
+/* Validates the confirm body; fills amount/currency. NULL when fine, else the message. */
+static const char *check_confirm_body(confirm_op_t *op, const json_t *body)
+{
+    json_t *pay = json_object_get(body, "payment");
+    if (!json_is_object(pay))
+        return "payment must be an object {amount, currency, source}";
+    json_t *amount = json_object_get(pay, "amount");
+    json_t *cur = json_object_get(pay, "currency");
+    json_t *src = json_object_get(pay, "source");
+    if (!json_is_integer(amount) || json_integer_value(amount) < 0)
+        return "payment.amount must be an integer >= 0 (minor units)";
+    if (!json_is_string(cur) || strlen(json_string_value(cur)) != 3)
+        return "payment.currency must be a three-letter currency code";
+    if (src && !json_is_string(src))
+        return "payment.source must be a string";
+    op->amount = (int64_t)json_integer_value(amount);
+    snprintf(op->currency, sizeof(op->currency), "%s", json_string_value(cur));
+    return NULL;
+}
+
+void rsv_checkout_confirm(rsv_server_t *srv, struct evhttp_request *req, const char *hold_id)
+{
+    confirm_op_t *op = cm_xcalloc(1, sizeof(*op));
+    rsv_req_start(&op->r, srv, req, RSV_EP_CONFIRM);
+    if (rsv_hold_id_event(hold_id, op->event) != 0) {
+        rsv_reply_error(&op->r, 404, "unknown_hold", "no such hold of yours", NULL);
+        confirm_done(op);
+        return;
+    }
+    snprintf(op->hold_id, sizeof(op->hold_id), "%s", hold_id);
+    const char *why = NULL;
+    rsv_auth_result_t a = rsv_auth_check(srv->auth, req, op->event, true, &op->claims, &why);
+    if (a != RSV_AUTH_OK) {
+        rsv_reply_auth(&op->r, a, why);
+        confirm_done(op);
+        return;
+    }
+    const char *key = cm_http_header(req, "Idempotency-Key");
+    if (key == NULL || !cm_parse_idem_key(key)) {
+        rsv_reply_error(&op->r, 400, "invalid_request",
+                        "an Idempotency-Key header of 1-255 visible ASCII characters is required",
+                        NULL);
+        confirm_done(op);
+        return;
+    }
+    snprintf(op->key, sizeof(op->key), "%s", key);
+    json_t *body = cm_http_read_json(req, (size_t)srv->cfg.max_body_bytes, NULL, NULL);
+    if (body == NULL) {
+        rsv_req_replied(&op->r);
+        confirm_done(op);
+        return;
+    }
+    const char *bad = check_confirm_body(op, body);
+    if (bad) {
+        json_decref(body);
+        rsv_reply_error(&op->r, 400, "invalid_request", bad, NULL);
+        confirm_done(op);
+        return;
+    }
+    /* The request's identity: the hold and the body in canonical form. */
+    char *canon = json_dumps(body, JSON_COMPACT | JSON_SORT_KEYS);
+    char *ident = cm_xasprintf("%s\n%s", hold_id, canon);
+    cm_tls_sha256_hex(ident, strlen(ident), op->hash);
+    free(ident);
+    free(canon);
+    json_decref(body);
+    rsv_catalog_get(srv->catalog, op->event, on_confirm_event, op);
+}
+
+/* --- reading checkouts ------------------------------------------------------------ */
+
+typedef struct read_op {
+    rsv_req_t r;
+    cm_jwt_claims_t claims;
+} read_op_t;
+
+static const char CHECKOUT_SQL[] =
+    "SELECT json_build_object('checkout_id', c.checkout_id, 'state', c.state,"
+    " 'event', c.event_id, 'hold_id', c.hold_id, 'booking_id', c.booking_id,"
+    " 'amount', c.amount, 'currency', c.currency, 'buyer', c.buyer,"
+    " 'response_code', c.response_code,"
+    " 'created_at', to_char(c.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'),"
+    " 'updated_at', to_char(c.updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'))::text"
+    " FROM checkouts c WHERE c.checkout_id = $1";
+
+static void on_checkout_row(const char *err, const rsv_pg_result_t *res, void *arg)
+{
+    read_op_t *op = arg;
+    if (err) {
+        rsv_reply_unavailable(&op->r, "reading the checkout", err);
+        free(op);
+        return;
+    }
+    json_t *o = rsv_pg_result_rows(res) == 1
+                    ? json_loads(rsv_pg_result_value(res, 0, 0), 0, NULL)
+                    : NULL;
+    const char *buyer = json_string_value(json_object_get(o, "buyer"));
+    const char *event = json_string_value(json_object_get(o, "event"));
+    if (o == NULL || buyer == NULL || strcmp(buyer, op->claims.sub) != 0 || event == NULL ||
+        strcmp(event, op->claims.evt) != 0) {
+        json_decref(o);
+        rsv_reply_error(&op->r, 404, "unknown_checkout", "no such checkout of yours", NULL);
+    } else {
+        json_object_del(o, "buyer");
+        rsv_reply_json(&op->r, 200, o);
+    }
+    free(op);
+}
+
+void rsv_checkout_get(rsv_server_t *srv, struct evhttp_request *req, const char *checkout_id)
+{
+    read_op_t *op = cm_xcalloc(1, sizeof(*op));
+    rsv_req_start(&op->r, srv, req, RSV_EP_CHECKOUT_GET);
+    const char *why = NULL;
+    rsv_auth_result_t a = rsv_auth_check(srv->auth, req, NULL, true, &op->claims, &why);
+    if (a != RSV_AUTH_OK) {
+        rsv_reply_auth(&op->r, a, why);
+        free(op);
+        return;
+    }
+    const char *params[1] = {checkout_id};
+    if (rsv_pg_query(srv->pg, CHECKOUT_SQL, 1, params, on_checkout_row, op) != 0) {
+        rsv_reply_unavailable(&op->r, "reading the checkout", cm_err_shutdown);
+        free(op);
+    }
+}
+
+static void on_admin_list(const char *err, const rsv_pg_result_t *res, void *arg)
+{
+    rsv_req_t *r = arg;
+    if (err) {
+        rsv_reply_unavailable(r, "listing checkouts", err);
+    } else {
+        const char *text = rsv_pg_result_value(res, 0, 0);
+        rsv_reply_text(r, 200, "application/json", text, strlen(text));
+    }
+    free(r);
+}
+
+void rsv_checkout_admin_list(rsv_server_t *srv, struct evhttp_request *req)
+{
+    rsv_req_t *r = cm_xcalloc(1, sizeof(*r));
+    rsv_req_start(r, srv, req, RSV_EP_ADMIN_CHECKOUTS);
+    struct evkeyvalq q;
+    if (cm_http_query(req, &q) != 0) {
+        rsv_reply_error(r, 400, "invalid_request", "malformed query string", NULL);
+        free(r);
+        return;
+    }
+    const char *state = evhttp_find_header(&q, "state");
+    const char *older = evhttp_find_header(&q, "older_than_seconds");
+    const char *event = evhttp_find_header(&q, "event");
+    const char *limit = evhttp_find_header(&q, "limit");
+    int64_t older_v = 0, limit_v = 100;
+    const char *bad = NULL;
+    if (state && !cm_parse_ident(state))
+        bad = "state must be a checkout state name";
+    else if (event && !cm_parse_ident(event))
+        bad = "event must be an identifier";
+    else if (older && cm_parse_i64(older, 0, 100000000, &older_v) != 0)
+        bad = "older_than_seconds must be an integer >= 0";
+    else if (limit && cm_parse_i64(limit, 1, 1000, &limit_v) != 0)
+        bad = "limit must be an integer from 1 to 1000";
+    if (bad) {
+        evhttp_clear_headers(&q);
+        rsv_reply_error(r, 400, "invalid_request", bad, NULL);
+        free(r);
+        return;
+    }
+    char older_s[24], limit_s[24];
+    snprintf(older_s, sizeof(older_s), "%lld", (long long)older_v);
+    snprintf(limit_s, sizeof(limit_s), "%lld", (long long)limit_v);
+    const char *params[] = {state, older_s, event, limit_s};
+    static const char sql[] =
+        "WITH m AS (SELECT c.* FROM checkouts c"
+        "  WHERE ($1::text IS NULL OR c.state = $1)"
+        "    AND ($1::text IS NOT NULL OR c.state NOT IN ('confirmed','failed','released','refunded'))"
+        "    AND c.updated_at <= now() - make_interval(secs => $2::int)"
+        "    AND ($3::text IS NULL OR c.event_id = $3))"
+        " SELECT json_build_object('count', (SELECT count(*) FROM m),"
+        "  'checkouts', COALESCE((SELECT json_agg(json_build_object('checkout_id', x.checkout_id,"
+        "    'state', x.state, 'event', x.event_id, 'hold_id', x.hold_id, 'buyer', x.buyer,"
+        "    'amount', x.amount, 'currency', x.currency, 'booking_id', x.booking_id,"
+        "    'age_seconds', round(extract(epoch FROM now() - x.created_at)::numeric, 3),"
+        "    'in_state_seconds', round(extract(epoch FROM now() - x.updated_at)::numeric, 3)))"
+        "   FROM (SELECT * FROM m ORDER BY m.updated_at LIMIT $4::int) x), '[]'))::text";
+    int rc = rsv_pg_query(srv->pg, sql, 4, params, on_admin_list, r);
+    evhttp_clear_headers(&q);
+    if (rc != 0) {
+        rsv_reply_unavailable(r, "listing checkouts", cm_err_shutdown);
+        free(r);
+    }
+}

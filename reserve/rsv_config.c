@@ -1,1 +1,56 @@
-/* placeholder */
+/*
+ * rsv_config — every key the reserve reads, with its default, bounds and meaning.
+ * Defaults live only here; deploy/reserve.conf.example mirrors this table.
+ */
+#include "rsv_config.h"
+
+#include <stddef.h>
+
+#define S(f) offsetof(rsv_config_t, f)
+
+const cm_config_opt_t rsv_config_table[] = {
+    {"listen_addr", CM_CFG_STR, S(listen_addr), "127.0.0.1", 0, 0, "IPv4 address to listen on"},
+    {"port", CM_CFG_INT, S(port), "8444", 0, 65535, "TCP port (0 = any free port)"},
+    {"tls_cert", CM_CFG_STR, S(tls_cert), NULL, 0, 0, "PEM certificate chain (ECDSA P-256)"},
+    {"tls_key", CM_CFG_STR, S(tls_key), NULL, 0, 0, "PEM private key of tls_cert"},
+    {"plain_http", CM_CFG_BOOL, S(plain_http), "false", 0, 0,
+     "serve plain HTTP instead of TLS (only behind a trusted hop)"},
+    {"max_connections", CM_CFG_INT, S(max_connections), "4096", 16, 1000000,
+     "open client connections before the listener pauses"},
+    {"max_body_bytes", CM_CFG_INT, S(max_body_bytes), "65536", 1024, 16777216,
+     "largest JSON request body (larger: 413 body_too_large)"},
+    {"max_header_bytes", CM_CFG_INT, S(max_header_bytes), "8192", 1024, 1048576,
+     "largest request line plus headers"},
+    {"idle_timeout_s", CM_CFG_INT, S(idle_timeout_s), "30", 1, 3600,
+     "seconds a connection may stay silent before it is closed"},
+    {"redis_host", CM_CFG_STR, S(redis_host), "127.0.0.1", 0, 0, "Redis IPv4 address"},
+    {"redis_port", CM_CFG_INT, S(redis_port), "6379", 1, 65535, "Redis port"},
+    {"redis_timeout_ms", CM_CFG_INT, S(redis_timeout_ms), "1000", 10, 60000,
+     "deadline of one Redis command"},
+    {"pg_conninfo", CM_CFG_STR, S(pg_conninfo), "host=127.0.0.1 port=5432 dbname=onsale user=onsale",
+     0, 0, "libpq connection string of the system of record"},
+    {"pg_pool_size", CM_CFG_INT, S(pg_pool_size), "8", 1, 256, "Postgres connections"},
+    {"pg_timeout_ms", CM_CFG_INT, S(pg_timeout_ms), "5000", 100, 600000,
+     "deadline of one Postgres statement, queueing included"},
+    {"pg_max_queue", CM_CFG_INT, S(pg_max_queue), "10000", 1, 1000000,
+     "statements waiting for a connection before new ones get 503"},
+    {"admission_keys", CM_CFG_STR, S(admission_keys), NULL, 0, 0,
+     "file with the gateway's admission public keys: a JWKS document or PEM keys"},
+    {"admin_token_file", CM_CFG_STR, S(admin_token_file), NULL, 0, 0,
+     "file holding the operators' bearer token"},
+    {"token_leeway_s", CM_CFG_INT, S(token_leeway_s), "5", 0, 300,
+     "clock skew allowed on admission token exp and nbf"},
+    {"token_cache_size", CM_CFG_INT, S(token_cache_size), "65536", 16, 10000000,
+     "verified admission tokens remembered (one signature check per buyer)"},
+    {"avail_max_age_ms", CM_CFG_INT, S(avail_max_age_ms), "1000", 0, 60000,
+     "how stale the availability and seat map answers may be"},
+    {"catalog_refresh_ms", CM_CFG_INT, S(catalog_refresh_ms), "2000", 100, 600000,
+     "how often a cached event is re-checked against Postgres"},
+    {"checkout_lease_s", CM_CFG_INT, S(checkout_lease_s), "30", 1, 3600,
+     "how long one request owns a checkout before a retry may take it over"},
+    {"hold_record_keep_s", CM_CFG_INT, S(hold_record_keep_s), "3600", 60, 604800,
+     "how long an expired hold is remembered (to answer hold_expired, not unknown_hold)"},
+    {"log_level", CM_CFG_STR, S(log_level), "info", 0, 0, "debug, info, warn or error"},
+};
+
+const size_t rsv_config_table_len = sizeof(rsv_config_table) / sizeof(rsv_config_table[0]);

@@ -1,1 +1,537 @@
-/* placeholder */
+/*
+ * rsv_hold — see rsv_hold.h.
+ *
+ * Taking a hold: validate (identifiers, body, token for this event) → catalog lookup
+ * (in memory: seat ids, prices, the event's TTLs) → one EVALSHA. When Redis answers
+ * NOSEED (first use of the event, or Redis lost its data) the event's state is loaded
+ * from Postgres and the script runs once more.
+ */
+#include "rsv_hold.h"
+
+#include <event2/http.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cm_err.h"
+#include "cm_log.h"
+#include "cm_mem.h"
+#include "rsv_auth.h"
+#include "rsv_catalog.h"
+#include "rsv_lua.h"
+#include "rsv_server.h"
+
+#define MAX_SEATS_PER_HOLD 50
+#define MAX_QUANTITY 100
+
+/* --- views ------------------------------------------------------------------- */
+
+static int64_t reply_i64(const cm_redis_reply_t *r, size_t i)
+{
+    const char *s = cm_redis_reply_str(cm_redis_reply_at(r, i), NULL);
+    return s ? strtoll(s, NULL, 10) : 0;
+}
+
+int rsv_hold_view_parse(const cm_redis_reply_t *reply, rsv_hold_view_t *v)
+{
+    memset(v, 0, sizeof(*v));
+    if (cm_redis_reply_type(reply) != CM_REDIS_ARRAY || cm_redis_reply_count(reply) < 1)
+        return -1;
+    const char *st = cm_redis_reply_str(cm_redis_reply_at(reply, 0), NULL);
+    if (st == NULL)
+        return -1;
+    snprintf(v->status, sizeof(v->status), "%s", st);
+    if (cm_redis_reply_count(reply) < 10)
+        return strcmp(v->status, "NOTFOUND") == 0 || strcmp(v->status, "CONVERTED") == 0 ||
+                       strcmp(v->status, "OK") == 0
+                   ? 0
+                   : -1;
+    v->exp_ms = reply_i64(reply, 1);
+    const char *seats = cm_redis_reply_str(cm_redis_reply_at(reply, 2), NULL);
+    if (seats && *seats)
+        v->seats = cm_xstrdup(seats);
+    snprintf(v->pool, sizeof(v->pool), "%s",
+             cm_redis_reply_str(cm_redis_reply_at(reply, 3), NULL) ?: "");
+    v->qty = reply_i64(reply, 4);
+    v->created_ms = reply_i64(reply, 5);
+    v->cap_ms = reply_i64(reply, 6);
+    v->amount = reply_i64(reply, 7);
+    snprintf(v->checkout, sizeof(v->checkout), "%s",
+             cm_redis_reply_str(cm_redis_reply_at(reply, 8), NULL) ?: "");
+    v->first_unit = reply_i64(reply, 9);
+    return 0;
+}
+
+void rsv_hold_view_clear(rsv_hold_view_t *v)
+{
+    free(v->seats);
+    v->seats = NULL;
+}
+
+int rsv_hold_id_event(const char *hold_id, char event[CM_IDENT_MAX + 1])
+{
+    size_t n = strlen(hold_id);
+    if (n < 34 || n > RSV_HOLD_ID_MAX || hold_id[32] != '.')
+        return -1;
+    for (int i = 0; i < 32; i++) {
+        char c = hold_id[i];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+            return -1;
+    }
+    if (!cm_parse_ident(hold_id + 33))
+        return -1;
+    memcpy(event, hold_id + 33, n - 33 + 1);
+    return 0;
+}
+
+void rsv_hold_json_items(json_t *obj, const rsv_hold_view_t *v)
+{
+    if (v->pool[0]) {
+        json_object_set_new(obj, "pool", json_string(v->pool));
+        json_object_set_new(obj, "quantity", json_integer(v->qty));
+        return;
+    }
+    json_t *arr = json_array();
+    if (v->seats) {
+        char *copy = cm_xstrdup(v->seats), *save = NULL;
+        for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save))
+            json_array_append_new(arr, json_string(t));
+        free(copy);
+    }
+    json_object_set_new(obj, "seats", arr);
+}
+
+static json_t *time_json(int64_t ms)
+{
+    char buf[32];
+    cm_format_rfc3339(ms, buf, sizeof(buf));
+    return json_string(buf);
+}
+
+static json_t *hold_json(const char *hold_id, const char *event, const char *state,
+                         const rsv_hold_view_t *v, const char *currency)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "hold_id", json_string(hold_id));
+    json_object_set_new(o, "event", json_string(event));
+    json_object_set_new(o, "state", json_string(state));
+    rsv_hold_json_items(o, v);
+    json_object_set_new(o, "expires_at", time_json(v->exp_ms));
+    if (v->cap_ms)
+        json_object_set_new(o, "max_expires_at", time_json(v->cap_ms));
+    json_object_set_new(o, "amount", json_integer(v->amount));
+    if (currency)
+        json_object_set_new(o, "currency", json_string(currency));
+    return o;
+}
+
+/* --- taking a hold -------------------------------------------------------------- */
+
+typedef struct create_op {
+    rsv_req_t r;
+    char event[CM_IDENT_MAX + 1];
+    cm_jwt_claims_t claims;
+    json_t *body;
+    rsv_event_t *ev;
+    char hold_id[RSV_HOLD_ID_MAX + 1];
+    const rsv_pool_t *pool;
+    int64_t quantity;
+    int64_t amount;
+    char *seats_csv;
+    int seeded;
+} create_op_t;
+
+static void create_done(create_op_t *op)
+{
+    json_decref(op->body);
+    rsv_event_unref(op->ev);
+    free(op->seats_csv);
+    free(op);
+}
+
+static void run_create(create_op_t *op);
+
+static void on_create_seeded(const char *err, void *arg)
+{
+    create_op_t *op = arg;
+    if (err) {
+        rsv_reply_unavailable(&op->r, "loading the event into Redis", err);
+        create_done(op);
+        return;
+    }
+    run_create(op);
+}
+
+static void on_create_reply(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    create_op_t *op = arg;
+    rsv_metrics_t *m = &op->r.srv->m;
+    if (err || cm_redis_reply_type(reply) != CM_REDIS_ARRAY) {
+        if (!err)
+            cm_log(CM_LOG_ERROR, "hold script: %s", cm_redis_reply_str(reply, NULL) ?: "?");
+        rsv_reply_unavailable(&op->r, "taking the hold", err ? err : cm_err_server);
+        create_done(op);
+        return;
+    }
+    const char *st = cm_redis_reply_str(cm_redis_reply_at(reply, 0), NULL) ?: "";
+    if (strcmp(st, "NOSEED") == 0 && !op->seeded) {
+        op->seeded = 1;
+        rsv_catalog_seed(op->r.srv->catalog, op->ev, on_create_seeded, op);
+        return;
+    }
+    if (strcmp(st, "OK") == 0) {
+        cm_counter_inc(m->holds_taken);
+        rsv_hold_view_t v = {.exp_ms = reply_i64(reply, 1), .amount = op->amount,
+                             .qty = op->quantity};
+        v.cap_ms = 0;
+        if (op->pool)
+            snprintf(v.pool, sizeof(v.pool), "%s", op->pool->id);
+        else
+            v.seats = op->seats_csv;
+        json_t *o = hold_json(op->hold_id, op->event, "held", &v, op->ev->currency);
+        rsv_reply_json(&op->r, 201, o);
+    } else if (strcmp(st, "TAKEN") == 0) {
+        cm_counter_inc(m->hold_conflicts);
+        json_t *seats = json_object_get(op->body, "seats");
+        json_t *un = json_array();
+        for (size_t i = 1; i < cm_redis_reply_count(reply); i++) {
+            long long idx = cm_redis_reply_int(cm_redis_reply_at(reply, i));
+            json_array_append(un, json_array_get(seats, (size_t)(idx - 1)));
+        }
+        rsv_reply_error(&op->r, 409, "seat_unavailable", "a requested seat is held or sold",
+                        json_pack("{s:o}", "unavailable", un));
+    } else if (strcmp(st, "SOLDOUT") == 0) {
+        cm_counter_inc(m->hold_conflicts);
+        rsv_reply_error(&op->r, 409, "sold_out", "the pool has no units left", NULL);
+    } else if (strcmp(st, "INSUFFICIENT") == 0) {
+        cm_counter_inc(m->hold_conflicts);
+        rsv_reply_error(&op->r, 409, "insufficient", "fewer units are left than requested",
+                        json_pack("{s:I}", "available", (json_int_t)reply_i64(reply, 1)));
+    } else if (strcmp(st, "LIMIT") == 0) {
+        cm_counter_inc(m->limit_exceeded);
+        rsv_reply_error(&op->r, 429, "limit_exceeded", "this buyer reached the per-buyer limit",
+                        json_pack("{s:I}", "max_per_buyer", (json_int_t)op->ev->max_per_buyer));
+    } else {
+        cm_log(CM_LOG_ERROR, "hold script answered %s", st);
+        rsv_reply_unavailable(&op->r, "taking the hold", cm_err_protocol);
+    }
+    create_done(op);
+}
+
+static void run_create(create_op_t *op)
+{
+    rsv_server_t *srv = op->r.srv;
+    rsv_event_t *ev = op->ev;
+    char prefix[96];
+    size_t plen = rsv_key_prefix(op->event, prefix, sizeof(prefix));
+    (void)plen;
+    char ttl[24], maxhold[24], limit[24], amount[24], keep[24], qty[24];
+    snprintf(ttl, sizeof(ttl), "%lld", (long long)ev->hold_ttl_s * 1000);
+    snprintf(maxhold, sizeof(maxhold), "%lld", (long long)ev->max_hold_s * 1000);
+    snprintf(limit, sizeof(limit), "%lld", (long long)ev->max_per_buyer);
+    snprintf(amount, sizeof(amount), "%lld", (long long)op->amount);
+    snprintf(keep, sizeof(keep), "%lld", (long long)srv->cfg.hold_record_keep_s * 1000);
+    snprintf(qty, sizeof(qty), "%lld", (long long)op->quantity);
+    char *seed = cm_xasprintf("%sseed", prefix);
+    char *hkey = cm_xasprintf("%sh:%s", prefix, op->hold_id);
+    char *bkey = cm_xasprintf("%sb:%s", prefix, op->claims.sub);
+    int rc;
+    if (op->pool) {
+        char *pkey = cm_xasprintf("%sp:%s", prefix, op->pool->id);
+        char *ekey = cm_xasprintf("%spe:%s", prefix, op->pool->id);
+        const char *argv[] = {seed,     hkey,   bkey,    pkey,          ekey,
+                              op->hold_id, op->claims.sub, ttl, maxhold, limit,
+                              op->pool->id, qty, amount, keep, prefix};
+        rc = cm_redis_eval(srv->redis, rsv_lua()->hold_pool, on_create_reply, op, 5, 15, argv,
+                           NULL);
+        free(pkey);
+        free(ekey);
+    } else {
+        json_t *seats = json_object_get(op->body, "seats");
+        size_t n = json_array_size(seats);
+        const char **argv = cm_xcalloc(3 + n + 8, sizeof(char *));
+        char **keys = cm_xcalloc(n, sizeof(char *));
+        size_t a = 0;
+        argv[a++] = seed;
+        argv[a++] = hkey;
+        argv[a++] = bkey;
+        for (size_t i = 0; i < n; i++)
+            argv[a++] = keys[i] =
+                cm_xasprintf("%ss:%s", prefix, json_string_value(json_array_get(seats, i)));
+        argv[a++] = op->hold_id;
+        argv[a++] = op->claims.sub;
+        argv[a++] = ttl;
+        argv[a++] = maxhold;
+        argv[a++] = limit;
+        argv[a++] = op->seats_csv;
+        argv[a++] = amount;
+        argv[a++] = keep;
+        rc = cm_redis_eval(srv->redis, rsv_lua()->hold_seats, on_create_reply, op, (int)(3 + n),
+                           (int)a, argv, NULL);
+        for (size_t i = 0; i < n; i++)
+            free(keys[i]);
+        free(keys);
+        free(argv);
+    }
+    free(seed);
+    free(hkey);
+    free(bkey);
+    if (rc != 0) {
+        rsv_reply_unavailable(&op->r, "taking the hold", cm_err_closed);
+        create_done(op);
+    }
+}
+
+static void on_create_event(rsv_event_t *ev, const char *err, void *arg)
+{
+    create_op_t *op = arg;
+    if (err) {
+        rsv_reply_unavailable(&op->r, "loading the event", err);
+        create_done(op);
+        return;
+    }
+    if (ev == NULL) {
+        rsv_reply_error(&op->r, 404, "unknown_event", "no such event", NULL);
+        create_done(op);
+        return;
+    }
+    rsv_event_ref(ev);
+    op->ev = ev;
+    json_t *seats = json_object_get(op->body, "seats");
+    if (seats) {
+        json_t *unknown = json_array();
+        size_t i;
+        json_t *s;
+        size_t csvlen = 0;
+        json_array_foreach(seats, i, s)
+        {
+            long idx = rsv_event_seat(ev, json_string_value(s));
+            if (idx < 0)
+                json_array_append(unknown, s);
+            else
+                op->amount += ev->seats[idx].price;
+            csvlen += strlen(json_string_value(s)) + 1;
+        }
+        if (json_array_size(unknown)) {
+            rsv_reply_error(&op->r, 404, "unknown_seat", "no such seat in this event",
+                            json_pack("{s:o}", "unknown", unknown));
+            create_done(op);
+            return;
+        }
+        json_decref(unknown);
+        op->seats_csv = cm_xmalloc(csvlen + 1);
+        op->seats_csv[0] = '\0';
+        json_array_foreach(seats, i, s)
+        {
+            if (i)
+                strcat(op->seats_csv, ",");
+            strcat(op->seats_csv, json_string_value(s));
+        }
+        op->quantity = (int64_t)json_array_size(seats);
+    } else {
+        const char *pool = json_string_value(json_object_get(op->body, "pool"));
+        op->pool = rsv_event_pool(ev, pool);
+        if (op->pool == NULL) {
+            rsv_reply_error(&op->r, 404, "unknown_pool", "no such pool in this event", NULL);
+            create_done(op);
+            return;
+        }
+        op->quantity = (int64_t)json_integer_value(json_object_get(op->body, "quantity"));
+        op->amount = op->pool->price * op->quantity;
+    }
+    run_create(op);
+}
+
+/* Checks the hold request body; NULL when fine, else the message for a 400. */
+static const char *check_body(const json_t *body)
+{
+    json_t *seats = json_object_get(body, "seats");
+    json_t *pool = json_object_get(body, "pool");
+    if ((seats == NULL) == (pool == NULL))
+        return "give either seats (an array of seat ids) or pool and quantity";
+    if (seats) {
+        size_t n = json_array_size(seats);
+        if (!json_is_array(seats) || n == 0 || n > MAX_SEATS_PER_HOLD)
+            return "seats must be an array of 1 to 50 seat ids";
+        for (size_t i = 0; i < n; i++) {
+            const char *s = json_string_value(json_array_get(seats, i));
+            if (s == NULL || !cm_parse_ident(s))
+                return "each seat id must be 1-64 characters of [A-Za-z0-9._-]";
+            for (size_t j = 0; j < i; j++)
+                if (strcmp(s, json_string_value(json_array_get(seats, j))) == 0)
+                    return "a seat appears twice";
+        }
+        return NULL;
+    }
+    const char *p = json_string_value(pool);
+    if (p == NULL || !cm_parse_ident(p))
+        return "pool must be an identifier of 1-64 characters of [A-Za-z0-9._-]";
+    json_t *q = json_object_get(body, "quantity");
+    if (!json_is_integer(q) || json_integer_value(q) < 1 || json_integer_value(q) > MAX_QUANTITY)
+        return "quantity must be an integer from 1 to 100";
+    return NULL;
+}
+
+void rsv_hold_create(rsv_server_t *srv, struct evhttp_request *req, const char *event)
+{
+    create_op_t *op = cm_xcalloc(1, sizeof(*op));
+    rsv_req_start(&op->r, srv, req, RSV_EP_HOLD_CREATE);
+    snprintf(op->event, sizeof(op->event), "%s", event);
+    const char *why = NULL;
+    rsv_auth_result_t a = rsv_auth_check(srv->auth, req, event, false, &op->claims, &why);
+    if (a != RSV_AUTH_OK) {
+        rsv_reply_auth(&op->r, a, why);
+        create_done(op);
+        return;
+    }
+    op->body = cm_http_read_json(req, (size_t)srv->cfg.max_body_bytes, NULL, NULL);
+    if (op->body == NULL) {
+        rsv_req_replied(&op->r);
+        create_done(op);
+        return;
+    }
+    const char *bad = check_body(op->body);
+    if (bad) {
+        rsv_reply_error(&op->r, 400, "invalid_request", bad, NULL);
+        create_done(op);
+        return;
+    }
+    rsv_hex_id(op->hold_id, sizeof(op->hold_id), event);
+    rsv_catalog_get(srv->catalog, event, on_create_event, op);
+}
+
+/* --- operations on an existing hold -------------------------------------------------- */
+
+typedef enum { OP_GET, OP_EXTEND, OP_RELEASE } hold_verb_t;
+
+typedef struct hold_op {
+    rsv_req_t r;
+    hold_verb_t verb;
+    char hold_id[RSV_HOLD_ID_MAX + 1];
+    char event[CM_IDENT_MAX + 1];
+    cm_jwt_claims_t claims;
+    rsv_event_t *ev;
+} hold_op_t;
+
+static void hold_op_done(hold_op_t *op)
+{
+    rsv_event_unref(op->ev);
+    free(op);
+}
+
+static void on_hold_reply(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    hold_op_t *op = arg;
+    rsv_hold_view_t v;
+    if (err || rsv_hold_view_parse(reply, &v) != 0) {
+        if (!err)
+            cm_log(CM_LOG_ERROR, "hold script gave an unexpected reply");
+        rsv_reply_unavailable(&op->r, "reading the hold", err ? err : cm_err_protocol);
+        hold_op_done(op);
+        return;
+    }
+    const char *currency = op->ev ? op->ev->currency : NULL;
+    if (strcmp(v.status, "NOTFOUND") == 0) {
+        rsv_reply_error(&op->r, 404, "unknown_hold", "no such hold of yours", NULL);
+    } else if (strcmp(v.status, "EXPIRED") == 0) {
+        cm_counter_inc(op->r.srv->m.holds_expired);
+        if (op->verb == OP_RELEASE)
+            rsv_reply_empty(&op->r, 204); /* already free: releasing is idempotent */
+        else
+            rsv_reply_error(&op->r, 409, "hold_expired", "the hold has expired", NULL);
+    } else if (strcmp(v.status, "CONVERTED") == 0) {
+        if (op->verb == OP_GET && v.exp_ms) {
+            json_t *o = hold_json(op->hold_id, op->event, "converted", &v, currency);
+            json_object_set_new(o, "checkout_id", json_string(v.checkout));
+            rsv_reply_json(&op->r, 200, o);
+        } else {
+            rsv_reply_error(&op->r, 409, "hold_converted", "the hold was already converted",
+                            NULL);
+        }
+    } else if (op->verb == OP_RELEASE) {
+        cm_counter_inc(op->r.srv->m.holds_released);
+        rsv_reply_empty(&op->r, 204);
+    } else {
+        rsv_reply_json(&op->r, 200, hold_json(op->hold_id, op->event, "held", &v, currency));
+    }
+    rsv_hold_view_clear(&v);
+    hold_op_done(op);
+}
+
+static void run_hold_op(hold_op_t *op)
+{
+    rsv_server_t *srv = op->r.srv;
+    char prefix[96];
+    rsv_key_prefix(op->event, prefix, sizeof(prefix));
+    char *hkey = cm_xasprintf("%sh:%s", prefix, op->hold_id);
+    char ext[24], keep[24];
+    snprintf(ext, sizeof(ext), "%lld", (long long)(op->ev ? op->ev->checkout_extension_s : 0) * 1000);
+    snprintf(keep, sizeof(keep), "%lld", (long long)srv->cfg.hold_record_keep_s * 1000);
+    const char *argv[] = {hkey, prefix, op->hold_id, op->claims.sub, ext, keep};
+    const cm_redis_script_t *s = op->verb == OP_GET      ? rsv_lua()->get
+                                 : op->verb == OP_EXTEND ? rsv_lua()->extend
+                                                         : rsv_lua()->release;
+    int argc = op->verb == OP_EXTEND ? 6 : 4;
+    int rc = cm_redis_eval(srv->redis, s, on_hold_reply, op, 1, argc, argv, NULL);
+    free(hkey);
+    if (rc != 0) {
+        rsv_reply_unavailable(&op->r, "reading the hold", cm_err_closed);
+        hold_op_done(op);
+    }
+}
+
+static void on_hold_event(rsv_event_t *ev, const char *err, void *arg)
+{
+    hold_op_t *op = arg;
+    if (err) {
+        rsv_reply_unavailable(&op->r, "loading the event", err);
+        hold_op_done(op);
+        return;
+    }
+    if (ev == NULL) {
+        rsv_reply_error(&op->r, 404, "unknown_hold", "no such hold of yours", NULL);
+        hold_op_done(op);
+        return;
+    }
+    rsv_event_ref(ev);
+    op->ev = ev;
+    run_hold_op(op);
+}
+
+static void hold_op_start(rsv_server_t *srv, struct evhttp_request *req, const char *hold_id,
+                          hold_verb_t verb, rsv_endpoint_t ep)
+{
+    hold_op_t *op = cm_xcalloc(1, sizeof(*op));
+    rsv_req_start(&op->r, srv, req, ep);
+    op->verb = verb;
+    if (rsv_hold_id_event(hold_id, op->event) != 0) {
+        rsv_reply_error(&op->r, 404, "unknown_hold", "no such hold of yours", NULL);
+        hold_op_done(op);
+        return;
+    }
+    snprintf(op->hold_id, sizeof(op->hold_id), "%s", hold_id);
+    const char *why = NULL;
+    /* The owner's token may have expired while they shop: the hold's life decides. */
+    rsv_auth_result_t a = rsv_auth_check(srv->auth, req, op->event, true, &op->claims, &why);
+    if (a != RSV_AUTH_OK) {
+        rsv_reply_auth(&op->r, a, why);
+        hold_op_done(op);
+        return;
+    }
+    rsv_catalog_get(srv->catalog, op->event, on_hold_event, op);
+}
+
+void rsv_hold_get(rsv_server_t *srv, struct evhttp_request *req, const char *hold_id)
+{
+    hold_op_start(srv, req, hold_id, OP_GET, RSV_EP_HOLD_GET);
+}
+
+void rsv_hold_extend(rsv_server_t *srv, struct evhttp_request *req, const char *hold_id)
+{
+    hold_op_start(srv, req, hold_id, OP_EXTEND, RSV_EP_HOLD_EXTEND);
+}
+
+void rsv_hold_release(rsv_server_t *srv, struct evhttp_request *req, const char *hold_id)
+{
+    hold_op_start(srv, req, hold_id, OP_RELEASE, RSV_EP_HOLD_RELEASE);
+}

@@ -1,1 +1,46 @@
-/* placeholder */
+/*
+ * rsv_lua — see rsv_lua.h. The Lua sources are embedded by CMake (onsale_embed);
+ * the shared prelude is concatenated here so every script carries the same helpers.
+ */
+#include "rsv_lua.h"
+
+#include <stdlib.h>
+
+#include "cm_mem.h"
+
+extern const char rsv_lua_prelude[];
+extern const char rsv_lua_hold_seats[];
+extern const char rsv_lua_hold_pool[];
+extern const char rsv_lua_get[];
+extern const char rsv_lua_extend[];
+extern const char rsv_lua_release[];
+extern const char rsv_lua_convert[];
+extern const char rsv_lua_seed[];
+extern const char rsv_lua_avail[];
+
+static rsv_lua_t scripts;
+static int built;
+
+static cm_redis_script_t *make(const char *name, const char *body)
+{
+    char *src = cm_xasprintf("%s\n%s", rsv_lua_prelude, body);
+    cm_redis_script_t *s = cm_redis_script_new(name, src);
+    free(src);
+    return s;
+}
+
+const rsv_lua_t *rsv_lua(void)
+{
+    if (!built) {
+        scripts.hold_seats = make("hold_seats", rsv_lua_hold_seats);
+        scripts.hold_pool = make("hold_pool", rsv_lua_hold_pool);
+        scripts.get = make("get", rsv_lua_get);
+        scripts.extend = make("extend", rsv_lua_extend);
+        scripts.release = make("release", rsv_lua_release);
+        scripts.convert = make("convert", rsv_lua_convert);
+        scripts.seed = make("seed", rsv_lua_seed);
+        scripts.avail = make("avail", rsv_lua_avail);
+        built = 1;
+    }
+    return &scripts;
+}

@@ -1,1 +1,70 @@
-/* placeholder */
+/*
+ * onsale-reserve — entry point. Loads the configuration, applies the database
+ * migrations (start-up, before the loop), and runs the server.
+ *
+ *   onsale-reserve [--config FILE] [--key=value …]          serve
+ *   onsale-reserve migrate [--config FILE] [--key=value …]  apply migrations and exit
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cm_log.h"
+#include "rsv_config.h"
+#include "rsv_pg.h"
+#include "rsv_server.h"
+
+extern const char *const rsv_migration_names[];
+extern const char *const rsv_migration_sqls[];
+extern const size_t rsv_migration_count;
+
+int main(int argc, char **argv)
+{
+    rsv_config_t cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    char err[512] = "";
+    int pos[4];
+    size_t npos = 0;
+    cm_config_result_t cr = cm_config_load(rsv_config_table, rsv_config_table_len, &cfg,
+                                           RSV_ENV_PREFIX, argc, argv, pos, 4, &npos, err,
+                                           sizeof(err));
+    if (cr == CM_CONFIG_HELP)
+        return 0;
+    if (cr == CM_CONFIG_ERROR) {
+        fprintf(stderr, "onsale-reserve: %s\n", err);
+        return 2;
+    }
+    int rc = 1;
+    cm_log_level_t level = CM_LOG_INFO;
+    if (cm_log_level_parse(cfg.log_level, &level) != 0) {
+        fprintf(stderr, "onsale-reserve: log_level must be debug, info, warn or error\n");
+        goto out;
+    }
+    cm_log_init("reserve", level);
+    cm_log_route_libevent();
+    int migrate_only = npos == 1 && strcmp(argv[pos[0]], "migrate") == 0;
+    if (npos > 0 && !migrate_only) {
+        fprintf(stderr, "onsale-reserve: unknown command '%s' (try --help)\n", argv[pos[0]]);
+        rc = 2;
+        goto out;
+    }
+    if (rsv_pg_migrate(cfg.pg_conninfo, rsv_migration_names, rsv_migration_sqls,
+                       rsv_migration_count, err, sizeof(err)) != 0) {
+        cm_log(CM_LOG_ERROR, "migrations: %s", err);
+        goto out;
+    }
+    if (migrate_only) {
+        cm_log(CM_LOG_INFO, "migrations applied (%zu known)", rsv_migration_count);
+        rc = 0;
+        goto out;
+    }
+    rsv_server_t *srv = rsv_server_new(&cfg, err, sizeof(err));
+    if (srv == NULL) {
+        cm_log(CM_LOG_ERROR, "%s", err);
+        goto out;
+    }
+    rc = rsv_server_run(srv) == 0 ? 0 : 1;
+    rsv_server_free(srv);
+out:
+    cm_config_free(rsv_config_table, rsv_config_table_len, &cfg);
+    return rc;
+}

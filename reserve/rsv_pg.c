@@ -1,1 +1,903 @@
-/* placeholder */
+/*
+ * rsv_pg — the one asynchronous Postgres client: a fixed pool of libpq connections driven
+ * by the event loop; the contract is in rsv_pg.h.
+ *
+ * Runs on the loop thread that owns the event_base and never blocks after the loop
+ * starts (rsv_pg_migrate, at the end, is the one synchronous start-up exception).
+ *
+ * Each connection is a state machine changed only by conn_set_state():
+ *   DOWN --timer--> CONNECTING --PQconnectPoll OK--> IDLE <--query--> BUSY
+ *   any failure --> DOWN (reconnect backoff 100 ms doubling to 2 s); a query deadline on
+ *   a BUSY connection closes it and reopens it at once (libpq 15 has no non-blocking
+ *   cancel, and closing is the one way to stop waiting that never blocks).
+ * One timer per connection serves as the connect deadline (CONNECTING) or the backoff
+ * (DOWN). Sockets are watched with two persistent events (read, write), recreated
+ * whenever libpq's socket may have changed (during connect, PQsocket can change).
+ *
+ * Each query is one heap block (record, params, SQL) with its deadline timer, started at
+ * rsv_pg_query: it waits in a bounded FIFO, runs on one connection, or — when its answer
+ * is already known (queue full, connection broke while sending) — sits "doomed" with its
+ * timer made active, so that every callback comes from the loop and never from inside
+ * rsv_pg_query. Results are gathered until PQgetResult returns NULL; the callback gets
+ * the first error result, else the last one. A statement that outlives its deadline is
+ * also stopped by the server: every pool session runs with statement_timeout a little
+ * over the pool's timeout (a little over, so that our deadline is what callers see).
+ *
+ * User callbacks may re-enter (issue queries, even rsv_pg_free). Every path that runs
+ * one and touches the pool afterwards holds a reference (hold/release); rsv_pg_free
+ * answers everything at once but the pool's memory goes with the last reference.
+ */
+#include "rsv_pg.h"
+
+#include "cm_err.h"
+#include "cm_log.h"
+#include "cm_mem.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+#include <libpq-fe.h>
+
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 2000
+/* pg_advisory_lock key of rsv_pg_migrate: "onsale" as a big-endian integer */
+#define MIGRATE_LOCK_KEY "122520172850277"
+
+enum conn_state { CONN_DOWN, CONN_CONNECTING, CONN_IDLE, CONN_BUSY };
+enum query_state { Q_WAITING, Q_RUNNING, Q_DOOMED };
+
+struct conn;
+
+struct query {
+    struct query *prev, *next; /* in pg->waiting or pg->doomed */
+    rsv_pg_t *pg;
+    struct conn *conn; /* Q_RUNNING: where */
+    enum query_state state;
+    const char *doom;    /* Q_DOOMED: the error the loop will deliver */
+    struct event *timer; /* the deadline; made active by hand when doomed */
+    rsv_pg_cb cb;
+    void *arg;
+    int nparams;
+    const char **params; /* in this block */
+    char *sql;           /* in this block */
+};
+
+struct qlist {
+    struct query *head, *tail;
+    int n;
+};
+
+struct conn {
+    rsv_pg_t *pg;
+    int id;
+    enum conn_state state;
+    PGconn *pq;
+    int fd;
+    struct event *rev, *wev; /* persistent watchers on fd */
+    struct event *timer;     /* connect deadline (CONNECTING) or backoff (DOWN) */
+    int backoff_ms;
+    int quiet;       /* failures already logged at WARN since the last success */
+    struct query *q; /* CONN_BUSY: the query in flight */
+    PGresult *res;   /* the result kept for q */
+};
+
+struct rsv_pg {
+    struct event_base *base;
+    const char **keywords, **values; /* conninfo for PQconnectStartParams, NULL if invalid */
+    char *options;                   /* owned value of the "options" keyword */
+    PQconninfoOption *parsed;
+    int size;
+    int timeout_ms;
+    int max_queue;
+    struct timeval deadline_plain;
+    const struct timeval *deadline; /* timeout_ms, as a common timeout when available */
+    struct conn *conns;
+    struct qlist waiting, doomed;
+    int refs;
+    int closing;
+};
+
+static void conn_start(struct conn *c);
+static void dispatch(rsv_pg_t *pg);
+
+/* ---- lists, references, callbacks ---- */
+
+static void qlist_push(struct qlist *l, struct query *q)
+{
+    q->next = NULL;
+    q->prev = l->tail;
+    if (l->tail != NULL)
+        l->tail->next = q;
+    else
+        l->head = q;
+    l->tail = q;
+    l->n++;
+}
+
+static void qlist_push_front(struct qlist *l, struct query *q)
+{
+    q->prev = NULL;
+    q->next = l->head;
+    if (l->head != NULL)
+        l->head->prev = q;
+    else
+        l->tail = q;
+    l->head = q;
+    l->n++;
+}
+
+static void qlist_del(struct qlist *l, struct query *q)
+{
+    if (q->prev != NULL)
+        q->prev->next = q->next;
+    else
+        l->head = q->next;
+    if (q->next != NULL)
+        q->next->prev = q->prev;
+    else
+        l->tail = q->prev;
+    q->prev = q->next = NULL;
+    l->n--;
+}
+
+static void hold(rsv_pg_t *pg)
+{
+    pg->refs++;
+}
+
+static void destroy(rsv_pg_t *pg)
+{
+    for (int i = 0; i < pg->size; i++)
+        event_free(pg->conns[i].timer);
+    free(pg->conns);
+    free(pg->keywords);
+    free(pg->values);
+    free(pg->options);
+    if (pg->parsed != NULL)
+        PQconninfoFree(pg->parsed);
+    free(pg);
+}
+
+/** Drops a reference. Returns 1 when the caller may go on touching pg, 0 when not. */
+static int release(rsv_pg_t *pg)
+{
+    assert(pg->refs > 0);
+    if (--pg->refs == 0 && pg->closing) {
+        destroy(pg);
+        return 0;
+    }
+    return !pg->closing;
+}
+
+/**
+ * Frees q (which must be in no list and on no connection) and runs its callback.
+ * Returns release()'s verdict on pg.
+ */
+static int notify(rsv_pg_t *pg, struct query *q, const char *err, const PGresult *res)
+{
+    rsv_pg_cb cb = q->cb;
+    void *arg = q->arg;
+
+    event_free(q->timer);
+    free(q);
+    hold(pg);
+    cb(err, res, arg);
+    return release(pg);
+}
+
+/** Schedules q's answer for the loop (never from inside rsv_pg_query). */
+static void doom(rsv_pg_t *pg, struct query *q, const char *err)
+{
+    q->state = Q_DOOMED;
+    q->doom = err;
+    q->conn = NULL;
+    qlist_push(&pg->doomed, q);
+    evtimer_del(q->timer);
+    event_active(q->timer, EV_TIMEOUT, 1);
+}
+
+/* ---- connections ---- */
+
+static const char *state_name(enum conn_state s)
+{
+    switch (s) {
+    case CONN_DOWN:
+        return "down";
+    case CONN_CONNECTING:
+        return "connecting";
+    case CONN_IDLE:
+        return "idle";
+    case CONN_BUSY:
+        return "busy";
+    }
+    return "?";
+}
+
+static void arm_timer(struct conn *c, int ms)
+{
+    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+    evtimer_add(c->timer, &tv);
+}
+
+static void schedule_retry(struct conn *c)
+{
+    if (c->pg->closing || c->pg->keywords == NULL)
+        return;
+    arm_timer(c, c->backoff_ms);
+    c->backoff_ms = c->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : c->backoff_ms * 2;
+}
+
+/** The one place a connection's state changes; arms or clears its timer to match. */
+static void conn_set_state(struct conn *c, enum conn_state s)
+{
+    cm_log(CM_LOG_DEBUG, "postgres conn %d: %s -> %s", c->id, state_name(c->state), state_name(s));
+    if (s == CONN_IDLE && c->state == CONN_CONNECTING) {
+        cm_log(CM_LOG_INFO, "postgres conn %d: connected", c->id);
+        c->backoff_ms = BACKOFF_MIN_MS;
+        c->quiet = 0;
+    }
+    c->state = s;
+    switch (s) {
+    case CONN_DOWN:
+        evtimer_del(c->timer);
+        schedule_retry(c);
+        break;
+    case CONN_CONNECTING:
+        evtimer_del(c->timer);
+        arm_timer(c, c->pg->timeout_ms);
+        break;
+    case CONN_IDLE:
+    case CONN_BUSY:
+        evtimer_del(c->timer);
+        break;
+    }
+}
+
+static void unwatch(struct conn *c)
+{
+    if (c->rev != NULL)
+        event_free(c->rev);
+    if (c->wev != NULL)
+        event_free(c->wev);
+    c->rev = c->wev = NULL;
+    c->fd = -1;
+}
+
+static void on_io(evutil_socket_t fd, short what, void *arg);
+
+/* Watches libpq's socket for reading and/or writing. renew: the socket may have changed. */
+static int watch(struct conn *c, int rd, int wr, int renew)
+{
+    int fd = PQsocket(c->pq);
+
+    if (fd < 0)
+        return -1;
+    if (renew || fd != c->fd) {
+        unwatch(c);
+        c->rev = event_new(c->pg->base, fd, EV_READ | EV_PERSIST, on_io, c);
+        c->wev = event_new(c->pg->base, fd, EV_WRITE | EV_PERSIST, on_io, c);
+        if (c->rev == NULL || c->wev == NULL) {
+            unwatch(c);
+            return -1;
+        }
+        c->fd = fd;
+    }
+    if (rd ? event_add(c->rev, NULL) : event_del(c->rev))
+        return -1;
+    if (wr ? event_add(c->wev, NULL) : event_del(c->wev))
+        return -1;
+    return 0;
+}
+
+static void log_failure(struct conn *c, const char *what, const char *why)
+{
+    size_t len = strlen(why);
+    while (len > 0 && (why[len - 1] == '\n' || why[len - 1] == ' '))
+        len--;
+    cm_log(c->quiet ? CM_LOG_DEBUG : CM_LOG_WARN, "postgres conn %d: %s: %.*s", c->id, what,
+           (int)len, why);
+    c->quiet = 1;
+}
+
+/**
+ * Closes the connection and returns its in-flight query (detached, for the caller to
+ * answer). reopen_now: connect again at once instead of after the backoff.
+ */
+static struct query *conn_drop(struct conn *c, const char *what, const char *why, int reopen_now)
+{
+    struct query *q = c->q;
+
+    log_failure(c, what, why);
+    c->q = NULL;
+    if (q != NULL)
+        q->conn = NULL;
+    unwatch(c);
+    if (c->res != NULL) {
+        PQclear(c->res);
+        c->res = NULL;
+    }
+    if (c->pq != NULL) {
+        PQfinish(c->pq);
+        c->pq = NULL;
+    }
+    conn_set_state(c, CONN_DOWN);
+    if (reopen_now && !c->pg->closing) {
+        evtimer_del(c->timer);
+        conn_start(c);
+    }
+    return q;
+}
+
+/* Answers a query that died with its connection; returns 0 if the pool went away. */
+static int conn_lost(struct conn *c, const char *why)
+{
+    rsv_pg_t *pg = c->pg;
+    struct query *q = conn_drop(c, "connection lost", why, 0);
+
+    if (q == NULL)
+        return 1;
+    return notify(pg, q, cm_err_closed, NULL);
+}
+
+static void on_notice(void *arg, const PGresult *res)
+{
+    struct conn *c = arg;
+    const char *sev = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+    const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+
+    cm_log(sev != NULL && strcmp(sev, "WARNING") == 0 ? CM_LOG_WARN : CM_LOG_DEBUG,
+           "postgres conn %d: %s: %s", c != NULL ? c->id : -1, sev ? sev : "NOTICE",
+           msg ? msg : "");
+}
+
+static void conn_start(struct conn *c)
+{
+    rsv_pg_t *pg = c->pg;
+
+    c->pq = PQconnectStartParams(pg->keywords, pg->values, 0);
+    if (c->pq == NULL || PQstatus(c->pq) == CONNECTION_BAD) {
+        log_failure(c, "cannot connect", c->pq ? PQerrorMessage(c->pq) : "out of memory");
+        if (c->pq != NULL)
+            PQfinish(c->pq);
+        c->pq = NULL;
+        schedule_retry(c);
+        return;
+    }
+    PQsetNoticeReceiver(c->pq, on_notice, c);
+    conn_set_state(c, CONN_CONNECTING);
+    /* libpq: start as if PQconnectPoll had returned PGRES_POLLING_WRITING */
+    if (watch(c, 0, 1, 1) != 0)
+        conn_drop(c, "cannot connect", "cannot watch the socket", 0);
+}
+
+static void connect_step(struct conn *c)
+{
+    switch (PQconnectPoll(c->pq)) {
+    case PGRES_POLLING_READING:
+        if (watch(c, 1, 0, 1) != 0)
+            conn_drop(c, "cannot connect", "cannot watch the socket", 0);
+        return;
+    case PGRES_POLLING_WRITING:
+        if (watch(c, 0, 1, 1) != 0)
+            conn_drop(c, "cannot connect", "cannot watch the socket", 0);
+        return;
+    case PGRES_POLLING_OK:
+        break;
+    default:
+        conn_drop(c, "cannot connect", PQerrorMessage(c->pq), 0);
+        return;
+    }
+    if (PQsetnonblocking(c->pq, 1) != 0 || watch(c, 1, 0, 1) != 0) {
+        conn_drop(c, "cannot connect", PQerrorMessage(c->pq), 0);
+        return;
+    }
+    conn_set_state(c, CONN_IDLE);
+    dispatch(c->pg);
+}
+
+static int is_ok(const PGresult *res)
+{
+    ExecStatusType st = PQresultStatus(res);
+    return st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
+}
+
+/* Keeps the first error result, else the last result. Returns -1 on COPY (unsupported). */
+static int keep_result(struct conn *c, PGresult *res)
+{
+    ExecStatusType st = PQresultStatus(res);
+
+    if (st == PGRES_COPY_IN || st == PGRES_COPY_OUT || st == PGRES_COPY_BOTH) {
+        PQclear(res);
+        return -1;
+    }
+    if (c->res == NULL) {
+        c->res = res;
+    } else if (!is_ok(c->res)) {
+        PQclear(res);
+    } else {
+        PQclear(c->res);
+        c->res = res;
+    }
+    return 0;
+}
+
+/* PQgetResult said NULL: answers the query; the connection goes idle or down. */
+static void finish_query(struct conn *c)
+{
+    rsv_pg_t *pg = c->pg;
+    struct query *q = c->q;
+    PGresult *res = c->res;
+    const char *err;
+
+    c->q = NULL;
+    c->res = NULL;
+    q->conn = NULL;
+    if (PQstatus(c->pq) != CONNECTION_OK) {
+        /* an error result here is the server going away (57P01 …), not our query */
+        if (res != NULL)
+            PQclear(res);
+        res = NULL;
+        err = cm_err_closed;
+        conn_drop(c, "connection lost", PQerrorMessage(c->pq), 0);
+    } else {
+        err = res == NULL ? cm_err_protocol : is_ok(res) ? NULL : cm_err_server;
+        conn_set_state(c, CONN_IDLE);
+        if (watch(c, 1, 0, 0) != 0)
+            conn_drop(c, "connection lost", "cannot watch the socket", 0);
+    }
+    hold(pg);
+    if (notify(pg, q, err, res))
+        dispatch(pg);
+    if (res != NULL)
+        PQclear(res);
+    release(pg);
+}
+
+static void busy_io(struct conn *c, short what)
+{
+    PGconn *pq = c->pq;
+    int flush;
+
+    if ((what & EV_READ) && !PQconsumeInput(pq)) {
+        conn_lost(c, PQerrorMessage(pq));
+        return;
+    }
+    flush = PQflush(pq);
+    if (flush < 0 || watch(c, 1, flush == 1, 0) != 0) {
+        conn_lost(c, PQerrorMessage(pq));
+        return;
+    }
+    while (!PQisBusy(pq)) {
+        PGresult *res = PQgetResult(pq);
+        if (res == NULL) {
+            finish_query(c);
+            return;
+        }
+        if (keep_result(c, res) != 0) {
+            rsv_pg_t *pg = c->pg;
+            struct query *q = conn_drop(c, "protocol", "COPY is not supported", 0);
+            notify(pg, q, cm_err_protocol, NULL);
+            return;
+        }
+    }
+}
+
+static void idle_io(struct conn *c)
+{
+    PGnotify *n;
+
+    /* Nothing is expected while idle: a server going away (EOF, FATAL notice). */
+    if (!PQconsumeInput(c->pq) || PQstatus(c->pq) != CONNECTION_OK) {
+        conn_lost(c, PQerrorMessage(c->pq));
+        return;
+    }
+    while ((n = PQnotifies(c->pq)) != NULL)
+        PQfreemem(n);
+}
+
+static void on_io(evutil_socket_t fd, short what, void *arg)
+{
+    struct conn *c = arg;
+
+    switch (c->state) {
+    case CONN_CONNECTING:
+        connect_step(c);
+        break;
+    case CONN_IDLE:
+        idle_io(c);
+        break;
+    case CONN_BUSY:
+        busy_io(c, what);
+        break;
+    case CONN_DOWN:
+        break;
+    }
+}
+
+static void on_conn_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct conn *c = arg;
+
+    if (c->state == CONN_DOWN)
+        conn_start(c);
+    else if (c->state == CONN_CONNECTING)
+        conn_drop(c, "cannot connect", "connect timed out", 0);
+}
+
+/* ---- queries ---- */
+
+/* Hands q to idle connection c. Returns 0 when sent (or doomed), -1 when c is broken. */
+static int send_query(struct conn *c, struct query *q)
+{
+    rsv_pg_t *pg = c->pg;
+    int ok, flush;
+
+    if (q->nparams == 0)
+        ok = PQsendQuery(c->pq, q->sql);
+    else
+        ok = PQsendQueryParams(c->pq, q->sql, q->nparams, NULL, q->params, NULL, NULL, 0);
+    if (!ok) {
+        if (PQstatus(c->pq) == CONNECTION_OK) { /* libpq refused the query itself */
+            cm_log(CM_LOG_ERROR, "postgres conn %d: cannot send query: %s", c->id,
+                   PQerrorMessage(c->pq));
+            doom(pg, q, cm_err_protocol);
+            return 0;
+        }
+        return -1;
+    }
+    q->state = Q_RUNNING;
+    q->conn = c;
+    c->q = q;
+    conn_set_state(c, CONN_BUSY);
+    flush = PQflush(c->pq);
+    if (flush < 0 || watch(c, 1, flush == 1, 0) != 0) {
+        /* the query may have left: it must not be retried, only answered */
+        q = conn_drop(c, "connection lost", PQerrorMessage(c->pq), 0);
+        doom(pg, q, cm_err_closed);
+    }
+    return 0;
+}
+
+/* Starts waiting queries on idle connections, oldest first. Never calls user code. */
+static void dispatch(rsv_pg_t *pg)
+{
+    for (int i = 0; i < pg->size && pg->waiting.head != NULL && !pg->closing; i++) {
+        struct conn *c = &pg->conns[i];
+        while (c->state == CONN_IDLE && pg->waiting.head != NULL) {
+            struct query *q = pg->waiting.head;
+            qlist_del(&pg->waiting, q);
+            if (send_query(c, q) != 0) {
+                qlist_push_front(&pg->waiting, q); /* never left: safe on another one */
+                conn_drop(c, "connection lost", PQerrorMessage(c->pq), 0);
+            }
+        }
+    }
+}
+
+static void on_query_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct query *q = arg;
+    rsv_pg_t *pg = q->pg;
+    const char *err = cm_err_timeout;
+
+    switch (q->state) {
+    case Q_WAITING:
+        qlist_del(&pg->waiting, q);
+        if (rsv_pg_connected(pg) == 0)
+            err = cm_err_closed; /* it never had a connection to run on */
+        break;
+    case Q_RUNNING:
+        /* the server may still be running it: drop that connection, open a fresh one */
+        conn_drop(q->conn, "query timed out", "closing the connection", 1);
+        break;
+    case Q_DOOMED:
+        qlist_del(&pg->doomed, q);
+        err = q->doom;
+        break;
+    }
+    notify(pg, q, err, NULL);
+}
+
+int rsv_pg_query(rsv_pg_t *pg, const char *sql, int nparams, const char *const *params,
+                 rsv_pg_cb cb, void *arg)
+{
+    size_t size = sizeof(struct query) + (size_t)nparams * sizeof(char *) + strlen(sql) + 1;
+    struct query *q;
+    char *p;
+
+    assert(sql != NULL && cb != NULL && nparams >= 0 && nparams <= 65535);
+    if (pg->closing)
+        return -1;
+    for (int i = 0; i < nparams; i++)
+        if (params[i] != NULL)
+            size += strlen(params[i]) + 1;
+    q = cm_xcalloc(1, size);
+    q->pg = pg;
+    q->cb = cb;
+    q->arg = arg;
+    q->nparams = nparams;
+    q->params = (const char **)(q + 1);
+    p = (char *)(q->params + nparams);
+    for (int i = 0; i < nparams; i++) {
+        if (params[i] == NULL)
+            continue;
+        size_t len = strlen(params[i]) + 1;
+        memcpy(p, params[i], len);
+        q->params[i] = p;
+        p += len;
+    }
+    q->sql = p;
+    memcpy(p, sql, strlen(sql) + 1);
+    q->timer = evtimer_new(pg->base, on_query_timer, q);
+    if (q->timer == NULL) {
+        cm_log(CM_LOG_ERROR, "postgres: cannot create a timer");
+        abort();
+    }
+
+    q->state = Q_WAITING;
+    qlist_push(&pg->waiting, q);
+    evtimer_add(q->timer, pg->deadline);
+    dispatch(pg);
+    if (q->state == Q_WAITING && pg->waiting.n > pg->max_queue) {
+        qlist_del(&pg->waiting, q);
+        doom(pg, q, cm_err_busy);
+    }
+    return 0;
+}
+
+int rsv_pg_connected(const rsv_pg_t *pg)
+{
+    int n = 0;
+    for (int i = 0; i < pg->size; i++)
+        n += pg->conns[i].state == CONN_IDLE || pg->conns[i].state == CONN_BUSY;
+    return n;
+}
+
+/* ---- pool ---- */
+
+/*
+ * Turns conninfo into keyword/value arrays, adding "-c statement_timeout=…" to the
+ * session options so the server also gives up on a statement past its deadline.
+ */
+static int parse_conninfo(rsv_pg_t *pg, const char *conninfo)
+{
+    char *errmsg = NULL;
+    size_t n = 0, i = 0;
+    const char *old_options = NULL;
+
+    pg->parsed = PQconninfoParse(conninfo, &errmsg);
+    if (pg->parsed == NULL) {
+        cm_log(CM_LOG_ERROR, "postgres: invalid conninfo: %s", errmsg ? errmsg : "out of memory");
+        PQfreemem(errmsg);
+        return -1;
+    }
+    for (PQconninfoOption *o = pg->parsed; o->keyword != NULL; o++)
+        n++;
+    pg->keywords = cm_xcalloc(n + 2, sizeof(char *));
+    pg->values = cm_xcalloc(n + 2, sizeof(char *));
+    for (PQconninfoOption *o = pg->parsed; o->keyword != NULL; o++) {
+        if (o->val == NULL)
+            continue;
+        if (strcmp(o->keyword, "options") == 0) {
+            old_options = o->val;
+            continue;
+        }
+        pg->keywords[i] = o->keyword;
+        pg->values[i] = o->val;
+        i++;
+    }
+    /* a margin over our deadline, so that ours fires first and the answer is a timeout */
+    pg->options = cm_xasprintf("%s%s-c statement_timeout=%d", old_options ? old_options : "",
+                               old_options ? " " : "", pg->timeout_ms + pg->timeout_ms / 4 + 100);
+    pg->keywords[i] = "options";
+    pg->values[i] = pg->options;
+    return 0;
+}
+
+rsv_pg_t *rsv_pg_new(struct event_base *base, const char *conninfo, int size, int timeout_ms,
+                     int max_queue)
+{
+    rsv_pg_t *pg = cm_xcalloc(1, sizeof(*pg));
+    struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
+    int valid;
+
+    assert(base != NULL && conninfo != NULL && size > 0 && timeout_ms > 0 && max_queue >= 0);
+    pg->base = base;
+    pg->size = size;
+    pg->timeout_ms = timeout_ms;
+    pg->max_queue = max_queue;
+    pg->deadline_plain = tv;
+    /* every query deadline has the same duration: a common timeout is a FIFO, not a heap */
+    pg->deadline = event_base_init_common_timeout(base, &tv);
+    if (pg->deadline == NULL)
+        pg->deadline = &pg->deadline_plain;
+    valid = parse_conninfo(pg, conninfo) == 0;
+    pg->conns = cm_xcalloc((size_t)size, sizeof(struct conn));
+    for (int i = 0; i < size; i++) {
+        struct conn *c = &pg->conns[i];
+        c->pg = pg;
+        c->id = i;
+        c->fd = -1;
+        c->state = CONN_DOWN;
+        c->backoff_ms = BACKOFF_MIN_MS;
+        c->timer = evtimer_new(base, on_conn_timer, c);
+        if (c->timer == NULL) {
+            cm_log(CM_LOG_ERROR, "postgres: cannot create a timer");
+            abort();
+        }
+        if (valid)
+            conn_start(c);
+    }
+    return pg;
+}
+
+void rsv_pg_free(rsv_pg_t *pg)
+{
+    struct query *q;
+
+    if (pg == NULL || pg->closing)
+        return;
+    pg->closing = 1;
+    hold(pg);
+    for (int i = 0; i < pg->size; i++) {
+        struct conn *c = &pg->conns[i];
+        evtimer_del(c->timer);
+        q = c->q;
+        c->q = NULL;
+        unwatch(c);
+        if (c->res != NULL)
+            PQclear(c->res);
+        c->res = NULL;
+        if (c->pq != NULL)
+            PQfinish(c->pq);
+        c->pq = NULL;
+        conn_set_state(c, CONN_DOWN); /* no reconnect: the pool is closing */
+        if (q != NULL)
+            notify(pg, q, cm_err_shutdown, NULL);
+    }
+    while ((q = pg->waiting.head) != NULL) {
+        qlist_del(&pg->waiting, q);
+        notify(pg, q, cm_err_shutdown, NULL);
+    }
+    while ((q = pg->doomed.head) != NULL) { /* already decided: deliver that answer now */
+        qlist_del(&pg->doomed, q);
+        notify(pg, q, q->doom, NULL);
+    }
+    release(pg);
+}
+
+/* ---- results ---- */
+
+int rsv_pg_result_rows(const rsv_pg_result_t *res)
+{
+    return res != NULL ? PQntuples(res) : 0;
+}
+
+int rsv_pg_result_cols(const rsv_pg_result_t *res)
+{
+    return res != NULL ? PQnfields(res) : 0;
+}
+
+const char *rsv_pg_result_value(const rsv_pg_result_t *res, int row, int col)
+{
+    const char *v;
+
+    if (res == NULL || row < 0 || row >= PQntuples(res) || col < 0 || col >= PQnfields(res))
+        return "";
+    v = PQgetvalue(res, row, col);
+    return v != NULL ? v : "";
+}
+
+int rsv_pg_result_isnull(const rsv_pg_result_t *res, int row, int col)
+{
+    if (res == NULL || row < 0 || row >= PQntuples(res) || col < 0 || col >= PQnfields(res))
+        return 1;
+    return PQgetisnull(res, row, col);
+}
+
+const char *rsv_pg_result_sqlstate(const rsv_pg_result_t *res)
+{
+    const char *s = res != NULL ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+    return s != NULL ? s : "";
+}
+
+const char *rsv_pg_result_message(const rsv_pg_result_t *res)
+{
+    const char *s = res != NULL ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+    return s != NULL ? s : "";
+}
+
+/* ---- migrations (synchronous, start-up only) ---- */
+
+static void set_err(char *err, size_t errlen, const char *what, const char *msg)
+{
+    size_t len = strlen(msg);
+    while (len > 0 && (msg[len - 1] == '\n' || msg[len - 1] == ' '))
+        len--;
+    if (err != NULL && errlen > 0)
+        snprintf(err, errlen, "%s: %.*s", what, (int)len, msg);
+}
+
+/* Runs sql (optionally one parameter); 0 when it succeeded. *out keeps the result. */
+static int run(PGconn *conn, const char *sql, const char *param, PGresult **out, char *err,
+               size_t errlen, const char *what)
+{
+    PGresult *res =
+        param != NULL ? PQexecParams(conn, sql, 1, NULL, &param, NULL, NULL, 0) : PQexec(conn, sql);
+    int ok = res != NULL && is_ok(res);
+
+    if (!ok)
+        set_err(err, errlen, what, res != NULL ? PQresultErrorMessage(res) : PQerrorMessage(conn));
+    if (out != NULL && ok)
+        *out = res;
+    else
+        PQclear(res);
+    return ok ? 0 : -1;
+}
+
+static void on_migrate_notice(void *arg, const PGresult *res)
+{
+    const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+    cm_log(CM_LOG_DEBUG, "postgres migrate: %s", msg ? msg : "");
+}
+
+/* Applies migration i unless it is recorded. 0, or -1 with err set. */
+static int migrate_one(PGconn *conn, const char *name, const char *sql, char *err, size_t errlen)
+{
+    PGresult *res = NULL;
+    int applied;
+
+    if (run(conn, "SELECT 1 FROM schema_migrations WHERE name = $1", name, &res, err, errlen,
+            name) != 0)
+        return -1;
+    applied = PQntuples(res) > 0;
+    PQclear(res);
+    if (applied)
+        return 0;
+    if (run(conn, "BEGIN", NULL, NULL, err, errlen, name) != 0)
+        return -1;
+    if (run(conn, sql, NULL, NULL, err, errlen, name) != 0 ||
+        run(conn, "INSERT INTO schema_migrations (name) VALUES ($1)", name, NULL, err, errlen,
+            name) != 0 ||
+        run(conn, "COMMIT", NULL, NULL, err, errlen, name) != 0) {
+        PQclear(PQexec(conn, "ROLLBACK"));
+        return -1;
+    }
+    cm_log(CM_LOG_INFO, "postgres: applied migration %s", name);
+    return 0;
+}
+
+int rsv_pg_migrate(const char *conninfo, const char *const *names, const char *const *sqls,
+                   size_t n, char *err, size_t errlen)
+{
+    PGconn *conn = PQconnectdb(conninfo);
+    int locked = 0, rc = -1;
+
+    if (conn == NULL || PQstatus(conn) != CONNECTION_OK) {
+        set_err(err, errlen, "connect", conn ? PQerrorMessage(conn) : "out of memory");
+        goto out;
+    }
+    PQsetNoticeReceiver(conn, on_migrate_notice, NULL);
+    /* the lock first: concurrent CREATE TABLE IF NOT EXISTS can still collide */
+    if (run(conn, "SELECT pg_advisory_lock(" MIGRATE_LOCK_KEY ")", NULL, NULL, err, errlen,
+            "advisory lock") != 0)
+        goto out;
+    locked = 1;
+    if (run(conn,
+            "CREATE TABLE IF NOT EXISTS schema_migrations (name text PRIMARY KEY, "
+            "applied_at timestamptz DEFAULT now())",
+            NULL, NULL, err, errlen, "schema_migrations") != 0)
+        goto out;
+    for (size_t i = 0; i < n; i++)
+        if (migrate_one(conn, names[i], sqls[i], err, errlen) != 0)
+            goto out;
+    rc = 0;
+out:
+    if (locked)
+        PQclear(PQexec(conn, "SELECT pg_advisory_unlock(" MIGRATE_LOCK_KEY ")"));
+    PQfinish(conn);
+    return rc;
+}

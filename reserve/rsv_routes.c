@@ -1,1 +1,179 @@
-/* placeholder */
+/*
+ * rsv_routes — maps method + path to a handler (API.md, reserve table).
+ *
+ * Event-loop thread. The path is split into decoded segments once; identifiers are
+ * checked here so handlers receive only well-formed ids. Everything not listed is
+ * 404 not_found, a listed path with another method 405.
+ */
+#include <event2/http.h>
+#include <string.h>
+
+#include "cm_mem.h"
+#include "cm_parse.h"
+#include "rsv_admin.h"
+#include "rsv_avail.h"
+#include "rsv_checkout.h"
+#include "rsv_hold.h"
+#include "rsv_server.h"
+
+#define MAX_SEGS 6
+
+static void reply_simple(rsv_server_t *srv, struct evhttp_request *req, rsv_endpoint_t ep,
+                         int code, const char *error, const char *message)
+{
+    rsv_req_t r;
+    rsv_req_start(&r, srv, req, ep);
+    rsv_reply_error(&r, code, error, message, NULL);
+}
+
+static void health(rsv_server_t *srv, struct evhttp_request *req)
+{
+    rsv_req_t r;
+    rsv_req_start(&r, srv, req, RSV_EP_HEALTH);
+    rsv_reply_json(&r, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+static void ready(rsv_server_t *srv, struct evhttp_request *req)
+{
+    rsv_req_t r;
+    rsv_req_start(&r, srv, req, RSV_EP_READY);
+    int redis = cm_redis_connected(srv->redis);
+    int pg = rsv_pg_connected(srv->pg) > 0;
+    json_t *o = json_pack("{s:s, s:b, s:b}", "status", redis && pg ? "ready" : "unavailable",
+                          "redis", redis, "postgres", pg);
+    if (redis && pg && !srv->draining)
+        rsv_reply_json(&r, 200, o);
+    else
+        rsv_reply_error(&r, 503, "unavailable",
+                        srv->draining ? "shutting down" : "a backing store is unreachable", o);
+}
+
+static void metrics(rsv_server_t *srv, struct evhttp_request *req)
+{
+    rsv_req_t r;
+    rsv_req_start(&r, srv, req, RSV_EP_METRICS);
+    size_t len = 0;
+    char *text = cm_metrics_render(srv->metrics, &len);
+    rsv_reply_text(&r, 200, "text/plain; version=0.0.4", text, len);
+    free(text);
+}
+
+static int method_is(struct evhttp_request *req, enum evhttp_cmd_type t)
+{
+    return evhttp_request_get_command(req) == t;
+}
+
+/* /v1/events/{event}/… */
+static void route_events(rsv_server_t *srv, struct evhttp_request *req, char **seg, int n)
+{
+    if (n != 4) {
+        reply_simple(srv, req, RSV_EP_OTHER, 404, "not_found", "no such endpoint");
+        return;
+    }
+    if (!cm_parse_ident(seg[2])) {
+        reply_simple(srv, req, RSV_EP_OTHER, 400, "invalid_request",
+                     "event ids are 1-64 characters of [A-Za-z0-9._-]");
+        return;
+    }
+    if (strcmp(seg[3], "holds") == 0) {
+        if (method_is(req, EVHTTP_REQ_POST))
+            rsv_hold_create(srv, req, seg[2]);
+        else
+            reply_simple(srv, req, RSV_EP_OTHER, 405, "method_not_allowed", "use POST");
+    } else if (strcmp(seg[3], "availability") == 0 || strcmp(seg[3], "seats") == 0) {
+        if (method_is(req, EVHTTP_REQ_GET))
+            rsv_avail_serve(srv, req, seg[2], strcmp(seg[3], "seats") == 0);
+        else
+            reply_simple(srv, req, RSV_EP_OTHER, 405, "method_not_allowed", "use GET");
+    } else {
+        reply_simple(srv, req, RSV_EP_OTHER, 404, "not_found", "no such endpoint");
+    }
+}
+
+/* /v1/holds/{hold}[/extend|/confirm] */
+static void route_holds(rsv_server_t *srv, struct evhttp_request *req, char **seg, int n)
+{
+    if (n == 3) {
+        if (method_is(req, EVHTTP_REQ_GET))
+            rsv_hold_get(srv, req, seg[2]);
+        else if (method_is(req, EVHTTP_REQ_DELETE))
+            rsv_hold_release(srv, req, seg[2]);
+        else
+            reply_simple(srv, req, RSV_EP_OTHER, 405, "method_not_allowed", "use GET or DELETE");
+        return;
+    }
+    if (n == 4 && (strcmp(seg[3], "extend") == 0 || strcmp(seg[3], "confirm") == 0)) {
+        if (!method_is(req, EVHTTP_REQ_POST))
+            reply_simple(srv, req, RSV_EP_OTHER, 405, "method_not_allowed", "use POST");
+        else if (seg[3][0] == 'e')
+            rsv_hold_extend(srv, req, seg[2]);
+        else
+            rsv_checkout_confirm(srv, req, seg[2]);
+        return;
+    }
+    reply_simple(srv, req, RSV_EP_OTHER, 404, "not_found", "no such endpoint");
+}
+
+static void route_admin(rsv_server_t *srv, struct evhttp_request *req, char **seg, int n)
+{
+    if (!rsv_admin_authorized(srv, req)) {
+        reply_simple(srv, req, RSV_EP_OTHER, 401, "unauthorized",
+                     "an operator bearer token is required");
+        return;
+    }
+    if (n == 3 && strcmp(seg[1], "events") == 0) {
+        if (!cm_parse_ident(seg[2])) {
+            reply_simple(srv, req, RSV_EP_OTHER, 400, "invalid_request",
+                         "event ids are 1-64 characters of [A-Za-z0-9._-]");
+        } else if (method_is(req, EVHTTP_REQ_PUT)) {
+            rsv_admin_event_put(srv, req, seg[2]);
+        } else if (method_is(req, EVHTTP_REQ_GET)) {
+            rsv_admin_event_get(srv, req, seg[2]);
+        } else {
+            reply_simple(srv, req, RSV_EP_OTHER, 405, "method_not_allowed", "use PUT or GET");
+        }
+        return;
+    }
+    if (n == 2 && strcmp(seg[1], "checkouts") == 0) {
+        if (method_is(req, EVHTTP_REQ_GET))
+            rsv_checkout_admin_list(srv, req);
+        else
+            reply_simple(srv, req, RSV_EP_OTHER, 405, "method_not_allowed", "use GET");
+        return;
+    }
+    reply_simple(srv, req, RSV_EP_OTHER, 404, "not_found", "no such endpoint");
+}
+
+void rsv_routes_dispatch(struct evhttp_request *req, void *arg)
+{
+    rsv_server_t *srv = arg;
+    char buf[1024];
+    char *seg[MAX_SEGS];
+    int n = cm_http_path(req, buf, sizeof(buf), seg, MAX_SEGS);
+    if (n < 0) {
+        reply_simple(srv, req, RSV_EP_OTHER, 400, "invalid_request", "malformed path");
+        return;
+    }
+    if (n == 1 && method_is(req, EVHTTP_REQ_GET)) {
+        if (strcmp(seg[0], "healthz") == 0)
+            return health(srv, req);
+        if (strcmp(seg[0], "readyz") == 0)
+            return ready(srv, req);
+        if (strcmp(seg[0], "metrics") == 0)
+            return metrics(srv, req);
+    }
+    if (n >= 2 && strcmp(seg[0], "v1") == 0) {
+        if (strcmp(seg[1], "events") == 0)
+            return route_events(srv, req, seg, n);
+        if (strcmp(seg[1], "holds") == 0 && n >= 3)
+            return route_holds(srv, req, seg, n);
+        if (strcmp(seg[1], "checkouts") == 0 && n == 3) {
+            if (method_is(req, EVHTTP_REQ_GET))
+                return rsv_checkout_get(srv, req, seg[2]);
+            return reply_simple(srv, req, RSV_EP_OTHER, 405, "method_not_allowed", "use GET");
+        }
+    }
+    if (n >= 2 && strcmp(seg[0], "admin") == 0)
+        return route_admin(srv, req, seg, n);
+    reply_simple(srv, req, RSV_EP_OTHER, 404, "not_found", "no such endpoint");
+}

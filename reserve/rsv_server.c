@@ -1,1 +1,371 @@
-/* placeholder */
+/*
+ * rsv_server — builds and runs the reserve process (see rsv_server.h).
+ *
+ * Start-up (before the loop; file reads allowed): keys, admin token, TLS, listener,
+ * Redis and Postgres clients, metrics. Shutdown on SIGTERM/SIGINT: stop accepting,
+ * answer /readyz 503, let in-flight requests finish (bounded to 10 s), then exit the
+ * loop.
+ */
+#include "rsv_server.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cm_err.h"
+#include "cm_jwt.h"
+#include "cm_log.h"
+#include "cm_mem.h"
+#include "cm_time.h"
+#include "cm_tls.h"
+#include "rsv_auth.h"
+#include "rsv_avail.h"
+#include "rsv_catalog.h"
+
+#define DRAIN_LIMIT_NS (10ull * 1000 * 1000 * 1000)
+
+static const char *const endpoint_names[RSV_EP_COUNT] = {
+    "healthz",       "readyz",        "metrics",         "availability",    "seats",
+    "hold_create",   "hold_get",      "hold_extend",     "hold_release",    "confirm",
+    "checkout_get",  "admin_event_put", "admin_event_get", "admin_checkouts", "other",
+};
+
+size_t rsv_key_prefix(const char *event, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "os:{%s}:", event);
+    return n < 0 ? 0 : (size_t)n;
+}
+
+static void random_hex(char *out, size_t nbytes)
+{
+    unsigned char raw[32];
+    static const char hex[] = "0123456789abcdef";
+    cm_tls_random(raw, nbytes);
+    for (size_t i = 0; i < nbytes; i++) {
+        out[2 * i] = hex[raw[i] >> 4];
+        out[2 * i + 1] = hex[raw[i] & 15];
+    }
+    out[2 * nbytes] = '\0';
+}
+
+void rsv_hex_id(char *buf, size_t size, const char *suffix)
+{
+    char hex[33];
+    random_hex(hex, 16);
+    snprintf(buf, size, "%s.%s", hex, suffix);
+}
+
+void rsv_random_id(char *buf, size_t size, const char *prefix)
+{
+    char hex[33];
+    random_hex(hex, 16);
+    snprintf(buf, size, "%s%s", prefix, hex);
+}
+
+/* --- requests ---------------------------------------------------------------------- */
+
+void rsv_req_start(rsv_req_t *r, rsv_server_t *srv, struct evhttp_request *req,
+                   rsv_endpoint_t ep)
+{
+    r->srv = srv;
+    r->req = req;
+    r->ep = ep;
+    r->start_ns = cm_time_mono_ns();
+    srv->inflight++;
+}
+
+void rsv_req_replied(rsv_req_t *r)
+{
+    double secs = (double)(cm_time_mono_ns() - r->start_ns) / 1e9;
+    cm_histogram_observe(r->srv->m.latency[r->ep], secs);
+    r->srv->inflight--;
+    r->req = NULL;
+}
+
+void rsv_reply_json(rsv_req_t *r, int code, json_t *body)
+{
+    cm_http_send_json(r->req, code, body);
+    rsv_req_replied(r);
+}
+
+void rsv_reply_error(rsv_req_t *r, int code, const char *error, const char *message,
+                     json_t *extra)
+{
+    cm_http_send_error(r->req, code, error, message, extra);
+    rsv_req_replied(r);
+}
+
+void rsv_reply_empty(rsv_req_t *r, int code)
+{
+    cm_http_send_empty(r->req, code);
+    rsv_req_replied(r);
+}
+
+void rsv_reply_text(rsv_req_t *r, int code, const char *ctype, const char *body, size_t len)
+{
+    cm_http_send_body(r->req, code, ctype, body, len, false);
+    rsv_req_replied(r);
+}
+
+void rsv_reply_unavailable(rsv_req_t *r, const char *what, const char *err)
+{
+    cm_counter_inc(r->srv->m.backend_errors);
+    char msg[160];
+    snprintf(msg, sizeof(msg), "%s failed (%s); retry shortly", what, err ? err : "error");
+    evhttp_add_header(evhttp_request_get_output_headers(r->req), "Retry-After", "1");
+    rsv_reply_error(r, 503, "unavailable", msg, NULL);
+}
+
+void rsv_reply_auth(rsv_req_t *r, int result, const char *why)
+{
+    if (result == RSV_AUTH_WRONG_EVENT) {
+        rsv_reply_error(r, 403, "wrong_event", "the admission token is for another event",
+                        NULL);
+        return;
+    }
+    cm_counter_inc(r->srv->m.invalid_tokens);
+    cm_log(CM_LOG_DEBUG, "rejected admission token: %s", why ? why : "?");
+    evhttp_add_header(evhttp_request_get_output_headers(r->req), "WWW-Authenticate",
+                      "Bearer error=\"invalid_token\"");
+    rsv_reply_error(r, 401, "invalid_token", "a valid admission token is required", NULL);
+}
+
+bool rsv_admin_authorized(rsv_server_t *srv, struct evhttp_request *req)
+{
+    size_t len = 0;
+    const char *tok = cm_http_bearer(req, &len);
+    size_t want = strlen(srv->admin_token);
+    if (tok == NULL)
+        return false;
+    /* Constant time in the token's content: compare every byte of the expected one. */
+    unsigned char diff = (unsigned char)(len != want);
+    for (size_t i = 0; i < want; i++)
+        diff |= (unsigned char)(srv->admin_token[i] ^ (i < len ? tok[i] : 0));
+    return diff == 0;
+}
+
+/* --- lifecycle ----------------------------------------------------------------------- */
+
+static void register_metrics(rsv_server_t *srv)
+{
+    cm_metrics_t *m = srv->metrics;
+    rsv_metrics_t *x = &srv->m;
+    x->holds_taken = cm_metrics_counter(m, "onsale_reserve_holds_total", "holds taken", NULL);
+    x->hold_conflicts = cm_metrics_counter(m, "onsale_reserve_hold_conflicts_total",
+                                           "hold attempts refused: seat held or sold, pool empty",
+                                           NULL);
+    x->holds_expired = cm_metrics_counter(m, "onsale_reserve_holds_expired_total",
+                                          "operations that found their hold expired", NULL);
+    x->holds_released = cm_metrics_counter(m, "onsale_reserve_holds_released_total",
+                                           "holds released by their owner", NULL);
+    x->limit_exceeded = cm_metrics_counter(m, "onsale_reserve_limit_exceeded_total",
+                                           "hold attempts over max_per_buyer", NULL);
+    x->invalid_tokens = cm_metrics_counter(m, "onsale_reserve_invalid_tokens_total",
+                                           "requests with a missing or invalid admission token",
+                                           NULL);
+    x->uniqueness_conflicts =
+        cm_metrics_counter(m, "onsale_reserve_uniqueness_conflicts_total",
+                           "bookings refused by the Postgres unique constraint", NULL);
+    x->confirmations = cm_metrics_counter(m, "onsale_reserve_confirmations_total",
+                                          "holds converted into bookings", NULL);
+    x->confirm_replays = cm_metrics_counter(m, "onsale_reserve_confirm_replays_total",
+                                            "confirmations answered from a stored result", NULL);
+    x->reseeds = cm_metrics_counter(m, "onsale_reserve_redis_reseeds_total",
+                                    "events whose Redis state was loaded from Postgres", NULL);
+    x->backend_errors = cm_metrics_counter(m, "onsale_reserve_backend_errors_total",
+                                           "requests answered 503 because Redis or Postgres failed",
+                                           NULL);
+    static const double h2c[] = {1, 5, 15, 30, 60, 120, 300, 600, 900, 1800};
+    x->hold_to_confirm = cm_metrics_histogram(m, "onsale_reserve_hold_to_confirm_seconds",
+                                              "time from taking a hold to its confirmation",
+                                              NULL, h2c, sizeof(h2c) / sizeof(h2c[0]));
+    for (int i = 0; i < RSV_EP_COUNT; i++) {
+        char labels[64];
+        snprintf(labels, sizeof(labels), "endpoint=\"%s\"", endpoint_names[i]);
+        x->latency[i] = cm_metrics_histogram(m, "onsale_reserve_request_seconds",
+                                             "request latency by endpoint", labels,
+                                             cm_metrics_latency_bounds,
+                                             cm_metrics_latency_nbounds);
+    }
+}
+
+static double gauge_inflight(void *arg)
+{
+    return ((rsv_server_t *)arg)->inflight;
+}
+
+static double gauge_connections(void *arg)
+{
+    return cm_http_server_connections(((rsv_server_t *)arg)->http);
+}
+
+static double gauge_pg(void *arg)
+{
+    return rsv_pg_connected(((rsv_server_t *)arg)->pg);
+}
+
+static double gauge_redis(void *arg)
+{
+    return cm_redis_connected(((rsv_server_t *)arg)->redis);
+}
+
+/* Start-up only: reads a small file into a trimmed heap string. */
+static char *read_token_file(const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r"); /* blocking-ok: start-up, before the loop */
+    if (f == NULL) {
+        snprintf(err, errlen, "admin_token_file %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    char buf[512];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
+        buf[--n] = '\0';
+    if (n < 16) {
+        snprintf(err, errlen, "admin_token_file %s: the token must be at least 16 characters",
+                 path);
+        return NULL;
+    }
+    return cm_xstrdup(buf);
+}
+
+rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen)
+{
+    rsv_server_t *srv = cm_xcalloc(1, sizeof(*srv));
+    srv->cfg = *cfg;
+    cm_jwt_keyset_t *keys = NULL;
+    if (cfg->admission_keys == NULL || cfg->admin_token_file == NULL) {
+        snprintf(err, errlen, "admission_keys and admin_token_file must be set");
+        goto err;
+    }
+    keys = cm_jwt_keyset_new();
+    if (cm_jwt_keyset_load_file(keys, cfg->admission_keys, err, errlen) != 0)
+        goto err;
+    if (cm_jwt_keyset_count(keys) == 0) {
+        snprintf(err, errlen, "admission_keys %s holds no key", cfg->admission_keys);
+        goto err;
+    }
+    srv->auth = rsv_auth_new(keys, cfg->token_leeway_s, (size_t)cfg->token_cache_size);
+    keys = NULL;
+    srv->admin_token = read_token_file(cfg->admin_token_file, err, errlen);
+    if (srv->admin_token == NULL)
+        goto err;
+    if (!cfg->plain_http) {
+        if (cfg->tls_cert == NULL || cfg->tls_key == NULL) {
+            snprintf(err, errlen, "tls_cert and tls_key must be set (or plain_http = true)");
+            goto err;
+        }
+        srv->tls = cm_tls_server_new(cfg->tls_cert, cfg->tls_key, err, errlen);
+        if (srv->tls == NULL)
+            goto err;
+    }
+    srv->base = event_base_new();
+    if (srv->base == NULL) {
+        snprintf(err, errlen, "event_base_new failed");
+        goto err;
+    }
+    srv->metrics = cm_metrics_new();
+    register_metrics(srv);
+    srv->redis = cm_redis_new(srv->base, cfg->redis_host, (int)cfg->redis_port,
+                              (int)cfg->redis_timeout_ms);
+    srv->pg = rsv_pg_new(srv->base, cfg->pg_conninfo, (int)cfg->pg_pool_size,
+                         (int)cfg->pg_timeout_ms, (int)cfg->pg_max_queue);
+    srv->catalog = rsv_catalog_new(srv);
+    srv->avail = rsv_avail_new(srv);
+    cm_http_limits_t lim = {
+        .max_header_bytes = (size_t)cfg->max_header_bytes,
+        .max_body_bytes = (size_t)cfg->max_body_bytes,
+        .idle_timeout_s = (int)cfg->idle_timeout_s,
+        .max_connections = (int)cfg->max_connections,
+    };
+    srv->http = cm_http_server_new(srv->base, cfg->listen_addr, (int)cfg->port, srv->tls, &lim,
+                                   rsv_routes_dispatch, srv, err, errlen);
+    if (srv->http == NULL)
+        goto err;
+    cm_metrics_gauge_fn(srv->metrics, "onsale_reserve_inflight_requests",
+                        "requests being served", NULL, gauge_inflight, srv);
+    cm_metrics_gauge_fn(srv->metrics, "onsale_reserve_open_connections",
+                        "open client connections", NULL, gauge_connections, srv);
+    cm_metrics_gauge_fn(srv->metrics, "onsale_reserve_postgres_connections",
+                        "Postgres connections up", NULL, gauge_pg, srv);
+    cm_metrics_gauge_fn(srv->metrics, "onsale_reserve_redis_up", "1 while Redis is connected",
+                        NULL, gauge_redis, srv);
+    return srv;
+err:
+    cm_jwt_keyset_free(keys);
+    rsv_server_free(srv);
+    return NULL;
+}
+
+static void on_drain_tick(evutil_socket_t fd, short what, void *arg)
+{
+    rsv_server_t *srv = arg;
+    if (srv->inflight <= 0 || cm_time_mono_ns() - srv->drain_started_ns > DRAIN_LIMIT_NS) {
+        if (srv->inflight > 0)
+            cm_log(CM_LOG_WARN, "shutting down with %d requests still in flight", srv->inflight);
+        event_base_loopexit(srv->base, NULL);
+        return;
+    }
+    struct timeval tv = {0, 50000};
+    evtimer_add(srv->drain_timer, &tv);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    rsv_server_t *srv = arg;
+    if (srv->draining) {
+        event_base_loopexit(srv->base, NULL);
+        return;
+    }
+    cm_log(CM_LOG_INFO, "signal %d: no longer accepting; finishing %d in-flight requests",
+           (int)sig, srv->inflight);
+    srv->draining = true;
+    srv->drain_started_ns = cm_time_mono_ns();
+    cm_http_server_stop_accepting(srv->http);
+    on_drain_tick(-1, 0, srv);
+}
+
+int rsv_server_run(rsv_server_t *srv)
+{
+    signal(SIGPIPE, SIG_IGN);
+    srv->sig_term = evsignal_new(srv->base, SIGTERM, on_signal, srv);
+    srv->sig_int = evsignal_new(srv->base, SIGINT, on_signal, srv);
+    srv->drain_timer = evtimer_new(srv->base, on_drain_tick, srv);
+    event_add(srv->sig_term, NULL);
+    event_add(srv->sig_int, NULL);
+    cm_log(CM_LOG_INFO, "reserve listening on %s://%s:%d", srv->tls ? "https" : "http",
+           srv->cfg.listen_addr, cm_http_server_port(srv->http));
+    int rc = event_base_dispatch(srv->base);
+    cm_log(CM_LOG_INFO, "reserve stopped");
+    return rc < 0 ? -1 : 0;
+}
+
+void rsv_server_free(rsv_server_t *srv)
+{
+    if (srv == NULL)
+        return;
+    cm_http_server_free(srv->http);
+    rsv_avail_free(srv->avail);
+    rsv_catalog_free(srv->catalog);
+    rsv_pg_free(srv->pg);
+    cm_redis_free(srv->redis);
+    rsv_auth_free(srv->auth);
+    if (srv->sig_term)
+        event_free(srv->sig_term);
+    if (srv->sig_int)
+        event_free(srv->sig_int);
+    if (srv->drain_timer)
+        event_free(srv->drain_timer);
+    cm_metrics_free(srv->metrics);
+    if (srv->base)
+        event_base_free(srv->base);
+    cm_tls_free(srv->tls);
+    free(srv->admin_token);
+    free(srv);
+}

@@ -1,0 +1,24 @@
+-- Loads an event's working state from Postgres after Redis lost it (or on first use):
+-- pool counters (capacity minus units booked), the last unit number booked, and a
+-- 'sold' mark on every booked seat. Does nothing if another process seeded first.
+-- KEYS: 1 seed.  ARGV: 1 prefix, 2 pool count, then per pool (id, available, last unit),
+--       then sold seat ids
+-- Reply: 1 seeded, 0 already seeded
+if redis.call('EXISTS', KEYS[1]) == 1 then
+    return 0
+end
+local P = ARGV[1]
+local npools = tonumber(ARGV[2])
+local i = 3
+for _ = 1, npools do
+    redis.call('SET', P .. 'p:' .. ARGV[i], ARGV[i + 1])
+    redis.call('SET', P .. 'pn:' .. ARGV[i], ARGV[i + 2])
+    redis.call('DEL', P .. 'pe:' .. ARGV[i])
+    i = i + 3
+end
+while i <= #ARGV do
+    redis.call('SET', P .. 's:' .. ARGV[i], 'sold')
+    i = i + 1
+end
+redis.call('SET', KEYS[1], '1')
+return 1

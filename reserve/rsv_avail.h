@@ -1,0 +1,26 @@
+/*
+ * rsv_avail — availability counts and the seat map, served from a per-event snapshot.
+ *
+ * Event-loop thread. Answers come from the last snapshot while it is younger than
+ * avail_max_age_ms (API.md allows up to 1 s of lag); an older one is rebuilt once —
+ * MGET over the seat keys in chunks and one small script per pool — while every request
+ * that arrives meanwhile waits for that same rebuild. So the cost of the scan is paid at
+ * most once per second per event, never per request.
+ */
+#ifndef RSV_AVAIL_H
+#define RSV_AVAIL_H
+
+struct evhttp_request;
+typedef struct rsv_server rsv_server_t;
+typedef struct rsv_avail rsv_avail_t;
+
+rsv_avail_t *rsv_avail_new(rsv_server_t *srv);
+void rsv_avail_free(rsv_avail_t *a);
+
+/** GET /v1/events/{event}/availability (seats 0) or /seats (seats 1). */
+void rsv_avail_serve(rsv_server_t *srv, struct evhttp_request *req, const char *event,
+                     int seats);
+/** Forgets an event's snapshot (its inventory changed). */
+void rsv_avail_invalidate(rsv_avail_t *a, const char *event);
+
+#endif

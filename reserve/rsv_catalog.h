@@ -1,0 +1,98 @@
+/*
+ * rsv_catalog — events and their inventory, as this process knows them.
+ *
+ * Postgres is the source; this is a read-through cache on the event-loop thread so
+ * the hot path (take a hold) validates seat ids and reads the event's settings with
+ * no round trip. A cached event is re-checked against Postgres (its version) every
+ * catalog_refresh_ms in the background, so an operator's change made through another
+ * reserve process is seen within that time. Unknown events are remembered briefly so
+ * a flood of bogus ids does not become a flood of queries. Correctness never depends
+ * on this cache: Redis scripts and Postgres constraints decide every sale.
+ *
+ * Also owns the Redis "seed": loading an event's pool counters and sold seats into
+ * Redis from Postgres when Redis does not have them (first use, or after Redis lost
+ * its data).
+ */
+#ifndef RSV_CATALOG_H
+#define RSV_CATALOG_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cm_parse.h"
+
+typedef struct rsv_server rsv_server_t;
+typedef struct rsv_catalog rsv_catalog_t;
+
+typedef struct rsv_section {
+    char id[CM_IDENT_MAX + 1];
+    size_t first, count; /* its seats are seats[first .. first+count) */
+} rsv_section_t;
+
+typedef struct rsv_seat {
+    char *id;
+    int64_t price;
+    uint32_t section; /* index into sections */
+} rsv_seat_t;
+
+typedef struct rsv_pool {
+    char id[CM_IDENT_MAX + 1];
+    int64_t capacity;
+    int64_t price;
+} rsv_pool_t;
+
+typedef struct rsv_event {
+    char id[CM_IDENT_MAX + 1];
+    char currency[4];
+    int64_t hold_ttl_s;
+    int64_t checkout_extension_s;
+    int64_t max_hold_s;
+    int64_t max_per_buyer;
+    int64_t version;
+    rsv_seat_t *seats; /* ordered by section, then id */
+    size_t nseats;
+    rsv_section_t *sections;
+    size_t nsections;
+    rsv_pool_t *pools;
+    size_t npools;
+    uint32_t *index; /* open-addressing hash of seat ids → seats index + 1 */
+    size_t index_mask;
+    int refs;
+} rsv_event_t;
+
+/** ev is NULL when the event does not exist; err non-NULL when Postgres failed. */
+typedef void (*rsv_catalog_cb)(rsv_event_t *ev, const char *err, void *arg);
+
+rsv_catalog_t *rsv_catalog_new(rsv_server_t *srv);
+void rsv_catalog_free(rsv_catalog_t *c);
+
+/**
+ * Finds an event: calls cb at once (before returning) when cached, else after loading it
+ * from Postgres. The event handed to cb is borrowed for the callback; keep it longer
+ * with rsv_event_ref / rsv_event_unref.
+ */
+void rsv_catalog_get(rsv_catalog_t *c, const char *event_id, rsv_catalog_cb cb, void *arg);
+/** Drops the cached copy so the next get reloads it. */
+void rsv_catalog_invalidate(rsv_catalog_t *c, const char *event_id);
+
+void rsv_event_ref(rsv_event_t *ev);
+void rsv_event_unref(rsv_event_t *ev);
+
+/** Index of a seat, or -1. */
+long rsv_event_seat(const rsv_event_t *ev, const char *seat_id);
+/** A pool, or NULL. */
+const rsv_pool_t *rsv_event_pool(const rsv_event_t *ev, const char *pool_id);
+
+/** cb(err) once Redis has the event's working state (seeded from Postgres). */
+typedef void (*rsv_seed_cb)(const char *err, void *arg);
+void rsv_catalog_seed(rsv_catalog_t *c, rsv_event_t *ev, rsv_seed_cb cb, void *arg);
+
+/**
+ * Validates an inventory PUT body (API.md) and normalises it into the document the
+ * Postgres function onsale_event_put takes. Returns NULL with a message in err.
+ * Pure: no I/O.
+ */
+json_t *rsv_catalog_normalise(const json_t *body, char *err, size_t errlen);
+
+#endif

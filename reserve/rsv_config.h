@@ -1,0 +1,47 @@
+/*
+ * rsv_config — the reserve's configuration: one struct, one table (rsv_config.c).
+ * Loaded once at start-up by cm_config (file → ONSALE_RESERVE_* env → argv).
+ */
+#ifndef RSV_CONFIG_H
+#define RSV_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cm_config.h"
+
+typedef struct rsv_config {
+    char *listen_addr;
+    int64_t port;
+    char *tls_cert;
+    char *tls_key;
+    bool plain_http;
+    int64_t max_connections;
+    int64_t max_body_bytes;
+    int64_t max_header_bytes;
+    int64_t idle_timeout_s;
+    char *redis_host;
+    int64_t redis_port;
+    int64_t redis_timeout_ms;
+    char *pg_conninfo;
+    int64_t pg_pool_size;
+    int64_t pg_timeout_ms;
+    int64_t pg_max_queue;
+    char *admission_keys;
+    char *admin_token_file;
+    int64_t token_leeway_s;
+    int64_t token_cache_size;
+    int64_t avail_max_age_ms;
+    int64_t catalog_refresh_ms;
+    int64_t checkout_lease_s;
+    int64_t hold_record_keep_s;
+    char *log_level;
+} rsv_config_t;
+
+extern const cm_config_opt_t rsv_config_table[];
+extern const size_t rsv_config_table_len;
+
+#define RSV_ENV_PREFIX "ONSALE_RESERVE_"
+
+#endif

@@ -1,0 +1,55 @@
+/*
+ * rsv_hold — seat and general-admission holds (DESIGN.md invariants 3, 4, 5).
+ *
+ * HTTP handlers on the event-loop thread. Each hold operation is one Redis script
+ * (reserve/lua/): taking a hold checks every seat, the buyer's limit and sets the
+ * keys in one atomic step; get, extend, release and convert verify the owner and act
+ * in the same step. Expiry is compared with Redis TIME inside the scripts.
+ *
+ * Hold ids are "<32 hex>.<event>": the event travels inside the id, so every key of a
+ * hold can be named (and hash-tagged to the event's slot) without a lookup.
+ */
+#ifndef RSV_HOLD_H
+#define RSV_HOLD_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cm_parse.h"
+#include "cm_redis.h"
+
+struct evhttp_request;
+typedef struct rsv_server rsv_server_t;
+
+#define RSV_HOLD_ID_MAX (32 + 1 + CM_IDENT_MAX)
+
+/** A hold as a script described it (see describe() in lua/prelude.lua). */
+typedef struct rsv_hold_view {
+    char status[16]; /* OK, EXPIRED, CONVERTED, NOTFOUND */
+    int64_t exp_ms, created_ms, cap_ms;
+    int64_t amount;
+    int64_t qty;
+    int64_t first_unit;
+    char pool[CM_IDENT_MAX + 1];
+    char checkout[48];
+    char *seats; /* comma-joined seat ids (heap; rsv_hold_view_clear frees) */
+} rsv_hold_view_t;
+
+/** Parses a script reply. Returns 0, or -1 when the reply is not of that shape. */
+int rsv_hold_view_parse(const cm_redis_reply_t *reply, rsv_hold_view_t *out);
+void rsv_hold_view_clear(rsv_hold_view_t *v);
+
+/** Checks a hold id and extracts its event. Returns 0 or -1 (malformed). */
+int rsv_hold_id_event(const char *hold_id, char event[CM_IDENT_MAX + 1]);
+
+/** Adds seats (array) or pool + quantity from the view to obj. */
+void rsv_hold_json_items(json_t *obj, const rsv_hold_view_t *v);
+
+/* Handlers: each answers req exactly once. */
+void rsv_hold_create(rsv_server_t *srv, struct evhttp_request *req, const char *event);
+void rsv_hold_get(rsv_server_t *srv, struct evhttp_request *req, const char *hold_id);
+void rsv_hold_extend(rsv_server_t *srv, struct evhttp_request *req, const char *hold_id);
+void rsv_hold_release(rsv_server_t *srv, struct evhttp_request *req, const char *hold_id);
+
+#endif

@@ -1,0 +1,129 @@
+/*
+ * rsv_server — the reserve process: its event loop, its clients (Redis, Postgres),
+ * its metrics, and the per-request context every handler builds on.
+ *
+ * Everything here runs on the one event-loop thread. Handlers are asynchronous: each
+ * allocates an operation that embeds rsv_req_t, issues Redis/Postgres calls, and
+ * finishes with exactly one rsv_reply_*; the reply records the endpoint's latency.
+ */
+#ifndef RSV_SERVER_H
+#define RSV_SERVER_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cm_http.h"
+#include "cm_metrics.h"
+#include "cm_redis.h"
+#include "rsv_config.h"
+#include "rsv_pg.h"
+
+struct event_base;
+struct evhttp_request;
+typedef struct rsv_auth rsv_auth_t;
+typedef struct rsv_catalog rsv_catalog_t;
+typedef struct rsv_avail rsv_avail_t;
+
+typedef enum {
+    RSV_EP_HEALTH,
+    RSV_EP_READY,
+    RSV_EP_METRICS,
+    RSV_EP_AVAILABILITY,
+    RSV_EP_SEATS,
+    RSV_EP_HOLD_CREATE,
+    RSV_EP_HOLD_GET,
+    RSV_EP_HOLD_EXTEND,
+    RSV_EP_HOLD_RELEASE,
+    RSV_EP_CONFIRM,
+    RSV_EP_CHECKOUT_GET,
+    RSV_EP_ADMIN_EVENT_PUT,
+    RSV_EP_ADMIN_EVENT_GET,
+    RSV_EP_ADMIN_CHECKOUTS,
+    RSV_EP_OTHER,
+    RSV_EP_COUNT
+} rsv_endpoint_t;
+
+typedef struct rsv_metrics {
+    cm_counter_t *holds_taken;
+    cm_counter_t *hold_conflicts;
+    cm_counter_t *holds_expired;
+    cm_counter_t *holds_released;
+    cm_counter_t *limit_exceeded;
+    cm_counter_t *invalid_tokens;
+    cm_counter_t *uniqueness_conflicts;
+    cm_counter_t *confirmations;
+    cm_counter_t *confirm_replays;
+    cm_counter_t *reseeds;
+    cm_counter_t *backend_errors;
+    cm_histogram_t *hold_to_confirm;
+    cm_histogram_t *latency[RSV_EP_COUNT];
+} rsv_metrics_t;
+
+typedef struct rsv_server {
+    rsv_config_t cfg;
+    struct event_base *base;
+    cm_tls_ctx_t *tls;
+    cm_http_server_t *http;
+    cm_redis_t *redis;
+    rsv_pg_t *pg;
+    cm_metrics_t *metrics;
+    rsv_metrics_t m;
+    rsv_auth_t *auth;
+    rsv_catalog_t *catalog;
+    rsv_avail_t *avail;
+    char *admin_token;
+    struct event *sig_term;
+    struct event *sig_int;
+    struct event *drain_timer;
+    uint64_t drain_started_ns;
+    int inflight;
+    bool draining;
+} rsv_server_t;
+
+/** The request being served: embed it first in each handler's operation struct. */
+typedef struct rsv_req {
+    rsv_server_t *srv;
+    struct evhttp_request *req;
+    uint64_t start_ns;
+    rsv_endpoint_t ep;
+} rsv_req_t;
+
+/** Builds the server from a loaded config (reads keys, binds, connects). NULL + err. */
+rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen);
+/** Runs the loop until SIGTERM/SIGINT and the drain of in-flight requests. */
+int rsv_server_run(rsv_server_t *srv);
+/** Frees everything; the config strings are released by the caller. NULL is fine. */
+void rsv_server_free(rsv_server_t *srv);
+
+/** Starts a request context (counts it in flight). */
+void rsv_req_start(rsv_req_t *r, rsv_server_t *srv, struct evhttp_request *req,
+                   rsv_endpoint_t ep);
+/* Each answers the request, records the latency and ends the request context. */
+void rsv_reply_json(rsv_req_t *r, int code, json_t *body);
+void rsv_reply_error(rsv_req_t *r, int code, const char *error, const char *message,
+                     json_t *extra);
+void rsv_reply_empty(rsv_req_t *r, int code);
+void rsv_reply_text(rsv_req_t *r, int code, const char *ctype, const char *body, size_t len);
+/** 401 invalid_token / 403 wrong_event for a failed rsv_auth_check (counts it). */
+void rsv_reply_auth(rsv_req_t *r, int auth_result, const char *why);
+/** Ends the request context when a cm_http helper already answered. */
+void rsv_req_replied(rsv_req_t *r);
+/** 503 with Retry-After for a Redis/Postgres failure (err from the completion). */
+void rsv_reply_unavailable(rsv_req_t *r, const char *what, const char *err);
+
+/** Routes one request (rsv_routes.c). */
+void rsv_routes_dispatch(struct evhttp_request *req, void *arg);
+
+/** The admin bearer token check (constant time). True when it matches. */
+bool rsv_admin_authorized(rsv_server_t *srv, struct evhttp_request *req);
+
+/** "os:{<event>}:" into buf; returns its length. */
+size_t rsv_key_prefix(const char *event, char *buf, size_t len);
+
+/** Writes "<32 random hex>.<suffix>" into buf (hold ids). */
+void rsv_hex_id(char *buf, size_t size, const char *suffix);
+/** Writes "<prefix><32 random hex>" into buf (checkout and booking ids). */
+void rsv_random_id(char *buf, size_t size, const char *prefix);
+
+#endif
