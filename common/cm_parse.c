@@ -1,1 +1,331 @@
-/* placeholder */
+/*
+ * cm_parse — the pure parsers every untrusted byte passes through first: identifiers,
+ * Idempotency-Keys, RFC 3339 times, integers, booleans, Bearer headers, base64url, hex.
+ *
+ * Any thread; no allocation, no locale, no global state, no libc time functions (the
+ * calendar arithmetic is done here so results never depend on TZ). Every function
+ * reads only the bytes it was given and answers yes/no or fills an out-parameter, which
+ * is what lets the fuzz targets call them directly. Strictness is deliberate: a value
+ * accepted here is one the rest of the code never has to second-guess (no leading
+ * whitespace, no '+' signs, no padding, no non-canonical base64 tail bits).
+ */
+#include "cm_parse.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+static bool is_ident_char(unsigned char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
+}
+
+bool cm_parse_ident_n(const char *s, size_t len)
+{
+    if (s == NULL || len == 0 || len > CM_IDENT_MAX)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        if (!is_ident_char((unsigned char)s[i]))
+            return false;
+    }
+    return true;
+}
+
+bool cm_parse_ident(const char *s)
+{
+    if (s == NULL)
+        return false;
+    /* strnlen bounds the scan: a 10 MB string is rejected after 65 bytes. */
+    size_t len = strnlen(s, CM_IDENT_MAX + 1);
+    return cm_parse_ident_n(s, len);
+}
+
+bool cm_parse_idem_key(const char *s)
+{
+    if (s == NULL)
+        return false;
+    size_t len = strnlen(s, CM_IDEM_KEY_MAX + 1);
+    if (len == 0 || len > CM_IDEM_KEY_MAX)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x21 || c > 0x7e)
+            return false;
+    }
+    return true;
+}
+
+/* Reads exactly n decimal digits at s into *out. */
+static bool digits(const char *s, int n, int *out)
+{
+    int v = 0;
+    for (int i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        v = v * 10 + (s[i] - '0');
+    }
+    *out = v;
+    return true;
+}
+
+static bool is_leap(int64_t y)
+{
+    return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+}
+
+static int days_in_month(int64_t y, int m)
+{
+    static const int mdays[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    return m == 2 && is_leap(y) ? 29 : mdays[m - 1];
+}
+
+/*
+ * Days since 1970-01-01 of a proleptic Gregorian date, and back: the well-known
+ * era-based algorithm (400-year eras of 146097 days, March-based years so the leap
+ * day is the last day of the year). Exact for every int64 day count we can produce.
+ */
+static int64_t days_from_civil(int64_t y, int m, int d)
+{
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    int64_t yoe = y - era * 400;                                   /* [0, 399] */
+    int64_t doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1; /* [0, 365] */
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;           /* [0, 146096] */
+    return era * 146097 + doe - 719468;
+}
+
+static void civil_from_days(int64_t z, int64_t *y, int *m, int *d)
+{
+    z += 719468;
+    int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+    int64_t doe = z - era * 146097;
+    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    int64_t mp = (5 * doy + 2) / 153;
+    *d = (int)(doy - (153 * mp + 2) / 5 + 1);
+    *m = (int)(mp < 10 ? mp + 3 : mp - 9);
+    *y = yoe + era * 400 + (*m <= 2);
+}
+
+int cm_parse_rfc3339(const char *s, int64_t *ms_out)
+{
+    int year, mon, day, hh, mm, ss, off_h = 0, off_m = 0, frac_ms = 0;
+    if (s == NULL || strnlen(s, 20) < 20)
+        return -1;
+    /* "YYYY-MM-DDThh:mm:ss" is fixed width: 19 bytes. */
+    if (!digits(s, 4, &year) || s[4] != '-' || !digits(s + 5, 2, &mon) || s[7] != '-' ||
+        !digits(s + 8, 2, &day) || (s[10] != 'T' && s[10] != 't') || !digits(s + 11, 2, &hh) ||
+        s[13] != ':' || !digits(s + 14, 2, &mm) || s[16] != ':' || !digits(s + 17, 2, &ss))
+        return -1;
+    if (mon < 1 || mon > 12 || day < 1 || day > days_in_month(year, mon) || hh > 23 || mm > 59 ||
+        ss > 59) /* leap second 60 is refused: no operator types one, and it has no epoch ms */
+        return -1;
+    const char *p = s + 19;
+    if (*p == '.') {
+        p++;
+        int n = 0;
+        while (*p >= '0' && *p <= '9') {
+            if (n < 3)
+                frac_ms = frac_ms * 10 + (*p - '0');
+            n++;
+            p++;
+        }
+        if (n == 0 || n > 9)
+            return -1;
+        for (; n < 3; n++)
+            frac_ms *= 10;
+    }
+    int sign = 0;
+    if (*p == 'Z' || *p == 'z') {
+        p++;
+    } else if (*p == '+' || *p == '-') {
+        sign = *p == '+' ? 1 : -1;
+        if (!digits(p + 1, 2, &off_h) || p[3] != ':' || !digits(p + 4, 2, &off_m) || off_h > 23 ||
+            off_m > 59)
+            return -1;
+        p += 6;
+    } else {
+        return -1;
+    }
+    if (*p != '\0')
+        return -1;
+    int64_t secs = days_from_civil(year, mon, day) * 86400 + hh * 3600 + mm * 60 + ss;
+    secs -= sign * (off_h * 3600 + off_m * 60);
+    *ms_out = secs * 1000 + frac_ms;
+    return 0;
+}
+
+size_t cm_format_rfc3339(int64_t ms, char *buf, size_t len)
+{
+    if (buf == NULL || len < 25)
+        return 0;
+    /* floor division, so times before 1970 still print correctly */
+    int64_t secs = ms / 1000, rem = ms % 1000;
+    if (rem < 0) {
+        rem += 1000;
+        secs--;
+    }
+    int64_t days = secs / 86400, sod = secs % 86400;
+    if (sod < 0) {
+        sod += 86400;
+        days--;
+    }
+    int64_t y;
+    int m, d;
+    civil_from_days(days, &y, &m, &d);
+    if (y < 0 || y > 9999)
+        return 0;
+    int n = snprintf(buf, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", (int)y, m, d,
+                     (int)(sod / 3600), (int)(sod / 60 % 60), (int)(sod % 60), (int)rem);
+    return n == 24 ? 24 : 0;
+}
+
+int cm_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out)
+{
+    if (s == NULL)
+        return -1;
+    bool neg = false;
+    if (*s == '-') {
+        neg = true;
+        s++;
+    }
+    if (*s < '0' || *s > '9')
+        return -1;
+    /* Accumulate negatively: -INT64_MIN does not fit, INT64_MIN does. */
+    int64_t v = 0;
+    for (; *s >= '0' && *s <= '9'; s++) {
+        int dgt = *s - '0';
+        if (v < (INT64_MIN + dgt) / 10)
+            return -1;
+        v = v * 10 - dgt;
+    }
+    if (*s != '\0')
+        return -1;
+    if (!neg) {
+        if (v == INT64_MIN)
+            return -1;
+        v = -v;
+    }
+    if (v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int cm_parse_bool(const char *s, bool *out)
+{
+    static const char *const truthy[] = {"true", "yes", "on", "1"};
+    static const char *const falsy[] = {"false", "no", "off", "0"};
+    if (s == NULL)
+        return -1;
+    for (size_t i = 0; i < sizeof(truthy) / sizeof(truthy[0]); i++) {
+        if (strcasecmp(s, truthy[i]) == 0) {
+            *out = true;
+            return 0;
+        }
+        if (strcasecmp(s, falsy[i]) == 0) {
+            *out = false;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+const char *cm_parse_bearer(const char *authz, size_t *len_out)
+{
+    if (authz == NULL || strncasecmp(authz, "Bearer", 6) != 0)
+        return NULL;
+    const char *p = authz + 6;
+    if (*p != ' ')
+        return NULL;
+    while (*p == ' ')
+        p++;
+    size_t len = strcspn(p, " \t");
+    /* trailing blanks are tolerated; a second word is not a token */
+    if (len == 0 || p[len + strspn(p + len, " \t")] != '\0')
+        return NULL;
+    *len_out = len;
+    return p;
+}
+
+static const char b64url_alphabet[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+size_t cm_base64url_encode(const unsigned char *in, size_t n, char *out)
+{
+    size_t o = 0, i = 0;
+    for (; i + 2 < n; i += 3) {
+        unsigned v = (unsigned)in[i] << 16 | (unsigned)in[i + 1] << 8 | in[i + 2];
+        out[o++] = b64url_alphabet[v >> 18];
+        out[o++] = b64url_alphabet[v >> 12 & 63];
+        out[o++] = b64url_alphabet[v >> 6 & 63];
+        out[o++] = b64url_alphabet[v & 63];
+    }
+    if (n - i == 1) {
+        unsigned v = (unsigned)in[i] << 16;
+        out[o++] = b64url_alphabet[v >> 18];
+        out[o++] = b64url_alphabet[v >> 12 & 63];
+    } else if (n - i == 2) {
+        unsigned v = (unsigned)in[i] << 16 | (unsigned)in[i + 1] << 8;
+        out[o++] = b64url_alphabet[v >> 18];
+        out[o++] = b64url_alphabet[v >> 12 & 63];
+        out[o++] = b64url_alphabet[v >> 6 & 63];
+    }
+    out[o] = '\0';
+    return o;
+}
+
+static int b64url_value(unsigned char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '-')
+        return 62;
+    if (c == '_')
+        return 63;
+    return -1;
+}
+
+long cm_base64url_decode(const char *in, size_t n, unsigned char *out, size_t outlen)
+{
+    /* A lone trailing character carries 6 bits: never a whole byte, so never valid. */
+    if (n % 4 == 1)
+        return -1;
+    size_t need = n / 4 * 3 + (n % 4 ? n % 4 - 1 : 0);
+    if (need > outlen || need > (size_t)LONG_MAX)
+        return -1;
+    size_t o = 0;
+    unsigned acc = 0;
+    int bits = 0;
+    for (size_t i = 0; i < n; i++) {
+        int v = b64url_value((unsigned char)in[i]);
+        if (v < 0)
+            return -1;
+        acc = (acc << 6 | (unsigned)v) & 0xffffff;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            out[o++] = (unsigned char)(acc >> bits);
+        }
+    }
+    /* Canonical form only: the unused tail bits must be zero (RFC 4648 section 3.5). */
+    if (bits > 0 && (acc & ((1u << bits) - 1)) != 0)
+        return -1;
+    return (long)o;
+}
+
+void cm_hex_encode(const unsigned char *in, size_t n, char *out)
+{
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = hex[in[i] >> 4];
+        out[2 * i + 1] = hex[in[i] & 15];
+    }
+    out[2 * n] = '\0';
+}

@@ -50,7 +50,8 @@ void cm_redis_free(cm_redis_t *r);
 int cm_redis_connected(const cm_redis_t *r);
 
 /**
- * Sends one command (binary-safe argv). Returns 0 when sent — cb will be called
+ * Sends one command (binary-safe argv; argvlen NULL means every argument is a
+ * NUL-terminated string). Returns 0 when sent — cb will be called
  * exactly once — or -1 when not connected (cb is not called).
  */
 __attribute__((warn_unused_result)) int cm_redis_command(cm_redis_t *r, cm_redis_cb cb, void *arg,

@@ -56,7 +56,7 @@ static const char LOAD_SQL[] =
     "'max_hold_seconds', e.max_hold_seconds, 'max_per_buyer', e.max_per_buyer,"
     "'version', e.version,"
     "'seats', COALESCE((SELECT json_agg(json_build_array(s.seat_id, s.section, s.price)"
-    "  ORDER BY s.section, s.seat_id) FROM seats s"
+    "  ORDER BY s.section, s.ord, s.seat_id) FROM seats s"
     "  WHERE s.event_id = e.event_id AND s.section IS NOT NULL), '[]'),"
     "'pools', COALESCE((SELECT json_agg(json_build_array(p.pool_id, p.capacity, p.price)"
     "  ORDER BY p.pool_id) FROM pools p WHERE p.event_id = e.event_id), '[]'))::text "

@@ -28,7 +28,10 @@
 
 static int64_t reply_i64(const cm_redis_reply_t *r, size_t i)
 {
-    const char *s = cm_redis_reply_str(cm_redis_reply_at(r, i), NULL);
+    const cm_redis_reply_t *e = cm_redis_reply_at(r, i);
+    if (cm_redis_reply_type(e) == CM_REDIS_INT)
+        return cm_redis_reply_int(e);
+    const char *s = cm_redis_reply_str(e, NULL);
     return s ? strtoll(s, NULL, 10) : 0;
 }
 

@@ -32,6 +32,7 @@ CREATE TABLE seats (
     section text,
     pool_id text,
     unit_no integer,
+    ord integer NOT NULL DEFAULT 0, -- position in the operator's list (seat map order)
     price bigint NOT NULL CHECK (price >= 0),
     PRIMARY KEY (event_id, seat_id),
     FOREIGN KEY (event_id, pool_id) REFERENCES pools ON DELETE CASCADE,
@@ -304,8 +305,9 @@ BEGIN
         RETURNING events.version INTO version;
         outcome := 'created';
     END IF;
-    INSERT INTO seats (event_id, seat_id, section, price)
-    SELECT p_event, x->>0, x->>1, (x->>2)::bigint FROM jsonb_array_elements(p_doc->'seats') x;
+    INSERT INTO seats (event_id, seat_id, section, price, ord)
+    SELECT p_event, x->>0, x->>1, (x->>2)::bigint, o
+      FROM jsonb_array_elements(p_doc->'seats') WITH ORDINALITY AS t(x, o);
     INSERT INTO pools (event_id, pool_id, capacity, price)
     SELECT p_event, x->>0, (x->>1)::int, (x->>2)::bigint
       FROM jsonb_array_elements(p_doc->'pools') x;
