@@ -252,7 +252,7 @@ static void run_create(create_op_t *op)
     } else {
         json_t *seats = json_object_get(op->body, "seats");
         size_t n = json_array_size(seats);
-        const char **argv = cm_xcalloc(3 + n + 8, sizeof(char *));
+        const char **argv = cm_xcalloc(3 + n + 9, sizeof(char *));
         char **keys = cm_xcalloc(n, sizeof(char *));
         size_t a = 0;
         argv[a++] = seed;
@@ -269,6 +269,7 @@ static void run_create(create_op_t *op)
         argv[a++] = op->seats_csv;
         argv[a++] = amount;
         argv[a++] = keep;
+        argv[a++] = prefix;
         rc = cm_redis_eval(srv->redis, rsv_lua()->hold_seats, on_create_reply, op, (int)(3 + n),
                            (int)a, argv, NULL);
         for (size_t i = 0; i < n; i++)

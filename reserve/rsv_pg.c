@@ -292,13 +292,31 @@ static int watch(struct conn *c, int rd, int wr, int renew)
     return 0;
 }
 
+/* libpq messages span lines ("…failed\n\tIs the server running…"): log them as one. */
+static void one_line(char *out, size_t outlen, const char *msg)
+{
+    size_t n = 0;
+    int space = 0;
+
+    for (const char *p = msg; *p != '\0' && n + 1 < outlen; p++) {
+        if (*p == '\n' || *p == '\t' || *p == '\r' || *p == ' ') {
+            space = n > 0;
+            continue;
+        }
+        if (space && n + 2 < outlen)
+            out[n++] = ' ';
+        space = 0;
+        out[n++] = *p;
+    }
+    out[n] = '\0';
+}
+
 static void log_failure(struct conn *c, const char *what, const char *why)
 {
-    size_t len = strlen(why);
-    while (len > 0 && (why[len - 1] == '\n' || why[len - 1] == ' '))
-        len--;
-    cm_log(c->quiet ? CM_LOG_DEBUG : CM_LOG_WARN, "postgres conn %d: %s: %.*s", c->id, what,
-           (int)len, why);
+    char line[512];
+
+    one_line(line, sizeof(line), why);
+    cm_log(c->quiet ? CM_LOG_DEBUG : CM_LOG_WARN, "postgres conn %d: %s: %s", c->id, what, line);
     c->quiet = 1;
 }
 
@@ -814,11 +832,11 @@ const char *rsv_pg_result_message(const rsv_pg_result_t *res)
 
 static void set_err(char *err, size_t errlen, const char *what, const char *msg)
 {
-    size_t len = strlen(msg);
-    while (len > 0 && (msg[len - 1] == '\n' || msg[len - 1] == ' '))
-        len--;
+    char line[512];
+
+    one_line(line, sizeof(line), msg);
     if (err != NULL && errlen > 0)
-        snprintf(err, errlen, "%s: %.*s", what, (int)len, msg);
+        snprintf(err, errlen, "%s: %s", what, line);
 }
 
 /* Runs sql (optionally one parameter); 0 when it succeeded. *out keeps the result. */

@@ -48,4 +48,5 @@ h.checkout = ARGV[4]
 redis.call('HSET', KEYS[1], 'state', 'converted', 'checkout', ARGV[4], 'units', h.units or '')
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[5]))
 redis.call('ZADD', P .. 'b:' .. h.buyer, '+inf', member)
+redis.call('ZREM', P .. 'active', h.buyer)
 return describe('OK', h)

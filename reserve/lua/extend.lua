@@ -34,5 +34,6 @@ end
 redis.call('HSET', KEYS[1], 'exp', exp)
 redis.call('PEXPIREAT', KEYS[1], exp + tonumber(ARGV[5]))
 redis.call('ZADD', P .. 'b:' .. h.buyer, 'XX', exp, member)
+redis.call('ZADD', P .. 'active', 'GT', exp, h.buyer)
 h.exp = exp
 return describe('OK', h)

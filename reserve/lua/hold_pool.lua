@@ -35,4 +35,5 @@ redis.call('HSET', KEYS[2], 'buyer', ARGV[2], 'state', 'held', 'exp', exp, 'pool
 redis.call('PEXPIREAT', KEYS[2], exp + tonumber(ARGV[9]))
 redis.call('ZADD', KEYS[5], exp, qty .. ':' .. ARGV[1])
 redis.call('ZADD', KEYS[3], exp, qty .. ':' .. ARGV[1])
+redis.call('ZADD', ARGV[10] .. 'active', 'GT', exp, ARGV[2])
 return {'OK', exp, avail - qty}

@@ -2,7 +2,7 @@
 -- free, the buyer under the limit, then SET NX PX on each seat.
 -- KEYS: 1 seed, 2 hold record, 3 buyer zset, 4.. seat keys
 -- ARGV: 1 hold id, 2 buyer, 3 ttl ms, 4 max hold ms, 5 max per buyer (0 = none),
---       6 seats (comma-joined), 7 amount, 8 record keep ms
+--       6 seats (comma-joined), 7 amount, 8 record keep ms, 9 prefix
 -- Reply: {'OK', exp} | {'TAKEN', i, …} (1-based seat indexes) | {'LIMIT', units} | {'NOSEED'}
 if redis.call('EXISTS', KEYS[1]) == 0 then
     return {'NOSEED'}
@@ -34,4 +34,5 @@ redis.call('HSET', KEYS[2], 'buyer', ARGV[2], 'state', 'held', 'exp', exp, 'seat
            'qty', n, 'created', now, 'cap', now + tonumber(ARGV[4]), 'amount', ARGV[7])
 redis.call('PEXPIREAT', KEYS[2], exp + tonumber(ARGV[8]))
 redis.call('ZADD', KEYS[3], exp, n .. ':' .. ARGV[1])
+redis.call('ZADD', ARGV[9] .. 'active', 'GT', exp, ARGV[2])
 return {'OK', exp}

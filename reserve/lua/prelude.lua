@@ -9,6 +9,9 @@
 --   P..'p:'..pool            pool units available (never below zero)
 --   P..'pe:'..pool           pool holds by expiry: member '<qty>:<hold>', score = expiry
 --   P..'pn:'..pool           last pool unit number handed to a booking
+--   P..'active'              shoppers the gateway admitted: member = visitor, score = when
+--                            their activity lapses; a hold keeps its taker active until it
+--                            expires, a confirmation or release ends the activity
 -- Expiry is decided here, at read time, against Redis TIME: a hold is alive iff
 -- now < exp. Nothing depends on a sweeper.
 local function now_ms()

@@ -23,5 +23,6 @@ else
     end
 end
 redis.call('ZREM', P .. 'b:' .. h.buyer, member)
+redis.call('ZREM', P .. 'active', h.buyer)
 redis.call('DEL', KEYS[1])
 return {'OK'}
