@@ -68,8 +68,7 @@ static void resume_listener(cm_http_server_t *srv)
 }
 
 /* OpenSSL calls this once per SSL object as it is freed (CRYPTO_free_ex_data). */
-static void on_ssl_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl,
-                        void *argp)
+static void on_ssl_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl, void *argp)
 {
     cm_http_server_t *srv = ptr;
     if (srv == NULL)
@@ -125,8 +124,7 @@ static void on_request(struct evhttp_request *req, void *arg)
 
 cm_http_server_t *cm_http_server_new(struct event_base *base, const char *addr, int port,
                                      cm_tls_ctx_t *tls, const cm_http_limits_t *limits,
-                                     cm_http_handler_t handler, void *arg, char *err,
-                                     size_t errlen)
+                                     cm_http_handler_t handler, void *arg, char *err, size_t errlen)
 {
     if (ssl_conn_index < 0)
         ssl_conn_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, on_ssl_free);
@@ -147,8 +145,8 @@ cm_http_server_t *cm_http_server_new(struct event_base *base, const char *addr, 
         goto err;
     }
     srv->listener = evconnlistener_new_bind(
-        base, NULL, NULL, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
-        1024, (struct sockaddr *)&sin, sizeof(sin));
+        base, NULL, NULL, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC, 1024,
+        (struct sockaddr *)&sin, sizeof(sin));
     if (srv->listener == NULL) {
         snprintf(err, errlen, "bind %s:%d: %s", addr, port, strerror(errno));
         goto err;
@@ -156,8 +154,7 @@ cm_http_server_t *cm_http_server_new(struct event_base *base, const char *addr, 
     evconnlistener_set_error_cb(srv->listener, on_listener_error);
     struct sockaddr_in bound;
     socklen_t blen = sizeof(bound);
-    if (getsockname(evconnlistener_get_fd(srv->listener), (struct sockaddr *)&bound, &blen) ==
-        0)
+    if (getsockname(evconnlistener_get_fd(srv->listener), (struct sockaddr *)&bound, &blen) == 0)
         srv->port = ntohs(bound.sin_port);
 
     srv->http = evhttp_new(base);
@@ -343,28 +340,50 @@ json_t *cm_http_read_json(struct evhttp_request *req, size_t max_bytes, const ch
 const char *cm_http_reason(int code)
 {
     switch (code) {
-    case 200: return "OK";
-    case 201: return "Created";
-    case 202: return "Accepted";
-    case 204: return "No Content";
-    case 302: return "Found";
-    case 304: return "Not Modified";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 402: return "Payment Required";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 409: return "Conflict";
-    case 410: return "Gone";
-    case 413: return "Payload Too Large";
-    case 422: return "Unprocessable Entity";
-    case 429: return "Too Many Requests";
-    case 500: return "Internal Server Error";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    default: return "Unknown";
+    case 200:
+        return "OK";
+    case 201:
+        return "Created";
+    case 202:
+        return "Accepted";
+    case 204:
+        return "No Content";
+    case 302:
+        return "Found";
+    case 304:
+        return "Not Modified";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 402:
+        return "Payment Required";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 409:
+        return "Conflict";
+    case 410:
+        return "Gone";
+    case 413:
+        return "Payload Too Large";
+    case 422:
+        return "Unprocessable Entity";
+    case 429:
+        return "Too Many Requests";
+    case 500:
+        return "Internal Server Error";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    default:
+        return "Unknown";
     }
 }
 

@@ -63,8 +63,7 @@ void cm_http_server_free(cm_http_server_t *srv);
  * is too long, has more than maxsegs segments, an empty inner segment, or a segment
  * that decodes to '/' or NUL.
  */
-int cm_http_path(struct evhttp_request *req, char *buf, size_t bufsize, char **segs,
-                 int maxsegs);
+int cm_http_path(struct evhttp_request *req, char *buf, size_t bufsize, char **segs, int maxsegs);
 
 /** A request header (case-insensitive name), or NULL. */
 const char *cm_http_header(struct evhttp_request *req, const char *name);

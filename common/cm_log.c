@@ -41,10 +41,10 @@ void cm_log_write(cm_log_level_t level, const char *fmt, ...)
     struct tm tm;
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
-    int n = snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s[%d] %s: ",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                     tm.tm_sec, ts.tv_nsec / 1000000, progname, (int)getpid(),
-                     level_names[level]);
+    int n = snprintf(line, sizeof(line),
+                     "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s[%d] %s: ", tm.tm_year + 1900,
+                     tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                     ts.tv_nsec / 1000000, progname, (int)getpid(), level_names[level]);
     va_list ap;
     va_start(ap, fmt);
     int m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
@@ -59,8 +59,8 @@ void cm_log_write(cm_log_level_t level, const char *fmt, ...)
 
 static void on_libevent_log(int severity, const char *msg)
 {
-    cm_log_level_t level = severity == EVENT_LOG_DEBUG ? CM_LOG_DEBUG
-                           : severity == EVENT_LOG_MSG ? CM_LOG_INFO
+    cm_log_level_t level = severity == EVENT_LOG_DEBUG  ? CM_LOG_DEBUG
+                           : severity == EVENT_LOG_MSG  ? CM_LOG_INFO
                            : severity == EVENT_LOG_WARN ? CM_LOG_WARN
                                                         : CM_LOG_ERROR;
     cm_log(level, "libevent: %s", msg);

@@ -20,8 +20,7 @@ void cm_log_init(const char *progname, cm_log_level_t level);
 __attribute__((warn_unused_result)) int cm_log_level_parse(const char *s, cm_log_level_t *out);
 
 /** Formats and writes one line; use the cm_log() macro instead. */
-void cm_log_write(cm_log_level_t level, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+void cm_log_write(cm_log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /** Routes libevent's internal warnings through cm_log. */
 void cm_log_route_libevent(void);

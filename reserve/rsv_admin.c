@@ -44,15 +44,14 @@ static void put_reply(put_op_t *op)
                           "max_hold_seconds", "max_per_buyer"};
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
         json_object_set(o, keys[i], json_object_get(op->doc, keys[i]));
-    json_object_set_new(o, "seats", json_integer((json_int_t)json_array_size(
-                                        json_object_get(op->doc, "seats"))));
+    json_object_set_new(
+        o, "seats", json_integer((json_int_t)json_array_size(json_object_get(op->doc, "seats"))));
     json_t *pools = json_array();
     size_t i;
     json_t *p;
-    json_array_foreach(json_object_get(op->doc, "pools"), i, p)
-        json_array_append_new(pools, json_pack("{s:O, s:O, s:O}", "id", json_array_get(p, 0),
-                                               "capacity", json_array_get(p, 1), "price",
-                                               json_array_get(p, 2)));
+    json_array_foreach(json_object_get(op->doc, "pools"), i, p) json_array_append_new(
+        pools, json_pack("{s:O, s:O, s:O}", "id", json_array_get(p, 0), "capacity",
+                         json_array_get(p, 1), "price", json_array_get(p, 2)));
     json_object_set_new(o, "pools", pools);
     rsv_reply_json(&op->r, op->code, o);
     put_done(op);
@@ -62,8 +61,9 @@ static void on_reset(const char *err, const cm_redis_reply_t *reply, void *arg)
 {
     put_op_t *op = arg;
     if (err)
-        cm_log(CM_LOG_WARN, "event %s: dropping its Redis state: %s (it reloads when the seed "
-                            "marker is gone; retry the PUT if this persists)",
+        cm_log(CM_LOG_WARN,
+               "event %s: dropping its Redis state: %s (it reloads when the seed "
+               "marker is gone; retry the PUT if this persists)",
                op->event, err);
     put_reply(op);
 }
@@ -112,8 +112,7 @@ static void on_put(const char *err, const rsv_pg_result_t *res, void *arg)
     rsv_server_t *srv = op->r.srv;
     if (strcmp(op->outcome, "has_sales") == 0) {
         rsv_reply_error(&op->r, 409, "event_has_sales",
-                        "the inventory cannot change once checkouts exist; settings can",
-                        NULL);
+                        "the inventory cannot change once checkouts exist; settings can", NULL);
         put_done(op);
         return;
     }
@@ -163,7 +162,8 @@ static const char GET_SQL[] =
     " 'checkout_extension_seconds', e.checkout_extension_seconds,"
     " 'max_hold_seconds', e.max_hold_seconds, 'max_per_buyer', e.max_per_buyer,"
     " 'version', e.version,"
-    " 'seats', (SELECT count(*) FROM seats s WHERE s.event_id = e.event_id AND s.section IS NOT NULL),"
+    " 'seats', (SELECT count(*) FROM seats s WHERE s.event_id = e.event_id AND s.section IS NOT "
+    "NULL),"
     " 'sections', COALESCE((SELECT json_agg(json_build_object('id', x.section, 'seats', x.n,"
     "     'sold', x.sold) ORDER BY x.section) FROM (SELECT s.section, count(*) n,"
     "     count(b.booking_id) sold FROM seats s LEFT JOIN booking_items b"

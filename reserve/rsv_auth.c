@@ -86,8 +86,8 @@ rsv_auth_result_t rsv_auth_check(rsv_auth_t *a, struct evhttp_request *req, cons
     } else {
         a->verifications++;
         /* exp and nbf are judged again below on every use, cached or not. */
-        cm_jwt_result_t r = cm_jwt_verify(a->keys, tok, len, CM_JWT_AUDIENCE, now, a->leeway,
-                                          claims);
+        cm_jwt_result_t r =
+            cm_jwt_verify(a->keys, tok, len, CM_JWT_AUDIENCE, now, a->leeway, claims);
         if (r != CM_JWT_OK && r != CM_JWT_EXPIRED && r != CM_JWT_NOT_YET_VALID) {
             *why = cm_jwt_result_str(r);
             return RSV_AUTH_INVALID;

@@ -146,11 +146,10 @@ static void build_json(snap_t *s)
         if (avail < 0)
             avail = 0;
         int64_t sold = ev->pools[i].capacity - avail - held;
-        json_array_append_new(pools, json_pack("{s:s, s:I, s:I, s:I, s:I}", "id",
-                                               ev->pools[i].id, "capacity",
-                                               (json_int_t)ev->pools[i].capacity, "available",
-                                               (json_int_t)avail, "held", (json_int_t)held,
-                                               "sold", (json_int_t)(sold < 0 ? 0 : sold)));
+        json_array_append_new(
+            pools, json_pack("{s:s, s:I, s:I, s:I, s:I}", "id", ev->pools[i].id, "capacity",
+                             (json_int_t)ev->pools[i].capacity, "available", (json_int_t)avail,
+                             "held", (json_int_t)held, "sold", (json_int_t)(sold < 0 ? 0 : sold)));
     }
     json_object_set_new(av, "sections", sections);
     json_object_set_new(av, "pools", pools);
@@ -207,9 +206,9 @@ static void on_mget(const char *err, const cm_redis_reply_t *reply, void *arg)
     } else {
         for (size_t i = 0; i < p->count; i++) {
             const char *v = cm_redis_reply_str(cm_redis_reply_at(reply, i), NULL);
-            s->status[p->first + i] = v == NULL                      ? SEAT_AVAILABLE
+            s->status[p->first + i] = v == NULL                    ? SEAT_AVAILABLE
                                       : strncmp(v, "sold", 4) == 0 ? SEAT_SOLD
-                                                                     : SEAT_HELD;
+                                                                   : SEAT_HELD;
         }
     }
     free(p);

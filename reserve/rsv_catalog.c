@@ -18,10 +18,10 @@
 #include "rsv_lua.h"
 #include "rsv_server.h"
 
-#define NEGATIVE_TTL_NS (1000ull * 1000 * 1000)
+#define NEGATIVE_TTL_NS     (1000ull * 1000 * 1000)
 #define MAX_SEATS_PER_EVENT 200000
-#define MAX_SECTIONS 1000
-#define MAX_POOLS 100
+#define MAX_SECTIONS        1000
+#define MAX_POOLS           100
 
 typedef struct waiter {
     struct waiter *next;
@@ -488,8 +488,7 @@ static void on_seed_data(const char *err, const rsv_pg_result_t *res, void *arg)
             err = cm_err_protocol;
             goto fail;
         }
-    if (cm_redis_eval(c->srv->redis, rsv_lua()->seed, on_seeded, op, 1, (int)a, argv, NULL) !=
-        0) {
+    if (cm_redis_eval(c->srv->redis, rsv_lua()->seed, on_seeded, op, 1, (int)a, argv, NULL) != 0) {
         err = cm_err_closed;
         goto fail;
     }
@@ -550,8 +549,8 @@ static int get_int(const json_t *body, const char *key, int64_t def, int64_t min
     return 0;
 }
 
-static int add_seat(json_t *seats, const char *id, const char *section, int64_t price,
-                    char *err, size_t errlen)
+static int add_seat(json_t *seats, const char *id, const char *section, int64_t price, char *err,
+                    size_t errlen)
 {
     if (!cm_parse_ident(id)) {
         snprintf(err, errlen, "seat id '%.80s' is not 1-64 characters of [A-Za-z0-9._-]", id);
@@ -708,8 +707,8 @@ json_t *rsv_catalog_normalise(const json_t *body, char *err, size_t errlen)
             snprintf(err, errlen, "more than %d pools", MAX_POOLS);
             goto err;
         }
-        json_array_append_new(pools, json_pack("[s,I,I]", id, json_integer_value(capv),
-                                               json_integer_value(price)));
+        json_array_append_new(
+            pools, json_pack("[s,I,I]", id, json_integer_value(capv), json_integer_value(price)));
     }
     if (json_array_size(seats) == 0 && json_array_size(pools) == 0) {
         snprintf(err, errlen, "an event needs seats, sections or pools");

@@ -108,15 +108,15 @@ static void finish(confirm_op_t *op, const char *state, int code, const char *er
     finish_op_t *f = cm_xcalloc(1, sizeof(*f));
     f->op = op;
     f->code = code;
-    json_t *b = json_pack("{s:s, s:s, s:s}", "error", error, "message", message,
-                          "checkout_id", op->checkout_id);
+    json_t *b = json_pack("{s:s, s:s, s:s}", "error", error, "message", message, "checkout_id",
+                          op->checkout_id);
     f->body = json_dumps(b, JSON_COMPACT);
     json_decref(b);
     char code_s[8];
     snprintf(code_s, sizeof(code_s), "%d", code);
     const char *params[] = {op->checkout_id, state, code_s, f->body, reason};
-    if (rsv_pg_query(op->r.srv->pg, "SELECT onsale_checkout_finish($1, $2, $3, $4, $5)", 5,
-                     params, on_finished, f) != 0) {
+    if (rsv_pg_query(op->r.srv->pg, "SELECT onsale_checkout_finish($1, $2, $3, $4, $5)", 5, params,
+                     on_finished, f) != 0) {
         free(f->body);
         free(f);
         confirm_unavailable(op, "recording the checkout", cm_err_shutdown);
@@ -146,16 +146,18 @@ static void on_converted(const char *err, const rsv_pg_result_t *res, void *arg)
     }
     if (strcmp(outcome, "taken") == 0) {
         cm_counter_inc(m->uniqueness_conflicts);
-        cm_log(CM_LOG_WARN, "checkout %s: Postgres refused a unit already booked (Redis had "
-                            "lost it); nothing was booked", op->checkout_id);
+        cm_log(CM_LOG_WARN,
+               "checkout %s: Postgres refused a unit already booked (Redis had "
+               "lost it); nothing was booked",
+               op->checkout_id);
     }
     /* The function stored the same answer for replays. */
-    json_t *b = strcmp(outcome, "taken") == 0
-                    ? json_pack("{s:s,s:s,s:s}", "error", "seat_unavailable", "message",
-                                "a unit of this hold was already booked", "checkout_id",
-                                op->checkout_id)
-                    : json_pack("{s:s,s:s,s:s}", "error", "sold_out", "message",
-                                "the pool is sold out", "checkout_id", op->checkout_id);
+    json_t *b =
+        strcmp(outcome, "taken") == 0
+            ? json_pack("{s:s,s:s,s:s}", "error", "seat_unavailable", "message",
+                        "a unit of this hold was already booked", "checkout_id", op->checkout_id)
+            : json_pack("{s:s,s:s,s:s}", "error", "sold_out", "message", "the pool is sold out",
+                        "checkout_id", op->checkout_id);
     rsv_reply_json(&op->r, 409, b);
     confirm_done(op);
 }
@@ -237,23 +239,24 @@ static void on_convert_reply(const char *err, const cm_redis_reply_t *reply, voi
         return;
     }
     if (strcmp(st, "AMOUNT") == 0) {
-        finish(op, "failed", 400, "amount_mismatch",
-               "payment.amount must equal the hold's amount", "amount mismatch");
+        finish(op, "failed", 400, "amount_mismatch", "payment.amount must equal the hold's amount",
+               "amount mismatch");
         return;
     }
     rsv_random_id(op->booking_id, sizeof(op->booking_id), "bk_");
     op->ok_body = ok_body(op);
     char *units = units_literal(&op->view);
-    json_t *tb = json_pack("{s:s,s:s,s:s}", "error", "seat_unavailable", "message",
-                           "a unit of this hold was already booked", "checkout_id",
-                           op->checkout_id);
+    json_t *tb =
+        json_pack("{s:s,s:s,s:s}", "error", "seat_unavailable", "message",
+                  "a unit of this hold was already booked", "checkout_id", op->checkout_id);
     char *taken = json_dumps(tb, JSON_COMPACT);
     json_decref(tb);
-    const char *params[] = {op->checkout_id, op->booking_id, op->view.pool[0] ? op->view.pool : NULL,
-                            units, op->ok_body, taken};
+    const char *params[] = {
+        op->checkout_id, op->booking_id, op->view.pool[0] ? op->view.pool : NULL,
+        units,           op->ok_body,    taken};
     int rc = rsv_pg_query(op->r.srv->pg,
-                          "SELECT outcome FROM onsale_checkout_convert($1, $2, $3, $4, $5, $6)",
-                          6, params, on_converted, op);
+                          "SELECT outcome FROM onsale_checkout_convert($1, $2, $3, $4, $5, $6)", 6,
+                          params, on_converted, op);
     free(units);
     free(taken);
     if (rc != 0)
@@ -268,10 +271,9 @@ static void run_convert(confirm_op_t *op)
     char keep[24], amount[24];
     snprintf(keep, sizeof(keep), "%lld", (long long)7 * 86400 * 1000);
     snprintf(amount, sizeof(amount), "%lld", (long long)op->amount);
-    const char *argv[] = {hkey, prefix, op->hold_id, op->claims.sub, op->checkout_id, keep,
-                          amount};
-    int rc = cm_redis_eval(op->r.srv->redis, rsv_lua()->convert, on_convert_reply, op, 1, 7,
-                           argv, NULL);
+    const char *argv[] = {hkey, prefix, op->hold_id, op->claims.sub, op->checkout_id, keep, amount};
+    int rc =
+        cm_redis_eval(op->r.srv->redis, rsv_lua()->convert, on_convert_reply, op, 1, 7, argv, NULL);
     free(hkey);
     if (rc != 0)
         confirm_unavailable(op, "converting the hold", cm_err_closed);
@@ -324,8 +326,8 @@ static void begin(confirm_op_t *op)
     snprintf(lease, sizeof(lease), "%lld", (long long)op->r.srv->cfg.checkout_lease_s);
     char new_id[CHECKOUT_ID_MAX];
     rsv_random_id(new_id, sizeof(new_id), "co_");
-    const char *params[] = {new_id,  op->event,   op->claims.sub, op->key, op->hash,
-                            op->hold_id, amount, op->currency, lease};
+    const char *params[] = {new_id,      op->event, op->claims.sub, op->key, op->hash,
+                            op->hold_id, amount,    op->currency,   lease};
     if (rsv_pg_query(op->r.srv->pg,
                      "SELECT outcome, checkout_id, state, response_code, response_body "
                      "FROM onsale_checkout_begin($1, $2, $3, $4, $5, $6, $7, $8, $9)",
@@ -441,7 +443,8 @@ static const char CHECKOUT_SQL[] =
     " 'amount', c.amount, 'currency', c.currency, 'buyer', c.buyer,"
     " 'response_code', c.response_code,"
     " 'created_at', to_char(c.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'),"
-    " 'updated_at', to_char(c.updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'))::text"
+    " 'updated_at', to_char(c.updated_at AT TIME ZONE 'UTC', "
+    "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'))::text"
     " FROM checkouts c WHERE c.checkout_id = $1";
 
 static void on_checkout_row(const char *err, const rsv_pg_result_t *res, void *arg)
@@ -452,9 +455,8 @@ static void on_checkout_row(const char *err, const rsv_pg_result_t *res, void *a
         free(op);
         return;
     }
-    json_t *o = rsv_pg_result_rows(res) == 1
-                    ? json_loads(rsv_pg_result_value(res, 0, 0), 0, NULL)
-                    : NULL;
+    json_t *o =
+        rsv_pg_result_rows(res) == 1 ? json_loads(rsv_pg_result_value(res, 0, 0), 0, NULL) : NULL;
     const char *buyer = json_string_value(json_object_get(o, "buyer"));
     const char *event = json_string_value(json_object_get(o, "event"));
     if (o == NULL || buyer == NULL || strcmp(buyer, op->claims.sub) != 0 || event == NULL ||
@@ -535,7 +537,8 @@ void rsv_checkout_admin_list(rsv_server_t *srv, struct evhttp_request *req)
     static const char sql[] =
         "WITH m AS (SELECT c.* FROM checkouts c"
         "  WHERE ($1::text IS NULL OR c.state = $1)"
-        "    AND ($1::text IS NOT NULL OR c.state NOT IN ('confirmed','failed','released','refunded'))"
+        "    AND ($1::text IS NOT NULL OR c.state NOT IN "
+        "('confirmed','failed','released','refunded'))"
         "    AND c.updated_at <= now() - make_interval(secs => $2::int)"
         "    AND ($3::text IS NULL OR c.event_id = $3))"
         " SELECT json_build_object('count', (SELECT count(*) FROM m),"

@@ -22,7 +22,7 @@
 #include "rsv_server.h"
 
 #define MAX_SEATS_PER_HOLD 50
-#define MAX_QUANTITY 100
+#define MAX_QUANTITY       100
 
 /* --- views ------------------------------------------------------------------- */
 
@@ -184,8 +184,8 @@ static void on_create_reply(const char *err, const cm_redis_reply_t *reply, void
     }
     if (strcmp(st, "OK") == 0) {
         cm_counter_inc(m->holds_taken);
-        rsv_hold_view_t v = {.exp_ms = reply_i64(reply, 1), .amount = op->amount,
-                             .qty = op->quantity};
+        rsv_hold_view_t v = {
+            .exp_ms = reply_i64(reply, 1), .amount = op->amount, .qty = op->quantity};
         v.cap_ms = 0;
         if (op->pool)
             snprintf(v.pool, sizeof(v.pool), "%s", op->pool->id);
@@ -242,11 +242,11 @@ static void run_create(create_op_t *op)
     if (op->pool) {
         char *pkey = cm_xasprintf("%sp:%s", prefix, op->pool->id);
         char *ekey = cm_xasprintf("%spe:%s", prefix, op->pool->id);
-        const char *argv[] = {seed,     hkey,   bkey,    pkey,          ekey,
-                              op->hold_id, op->claims.sub, ttl, maxhold, limit,
-                              op->pool->id, qty, amount, keep, prefix};
-        rc = cm_redis_eval(srv->redis, rsv_lua()->hold_pool, on_create_reply, op, 5, 15, argv,
-                           NULL);
+        const char *argv[] = {seed,           hkey, bkey,    pkey,  ekey,         op->hold_id,
+                              op->claims.sub, ttl,  maxhold, limit, op->pool->id, qty,
+                              amount,         keep, prefix};
+        rc =
+            cm_redis_eval(srv->redis, rsv_lua()->hold_pool, on_create_reply, op, 5, 15, argv, NULL);
         free(pkey);
         free(ekey);
     } else {
@@ -449,8 +449,7 @@ static void on_hold_reply(const char *err, const cm_redis_reply_t *reply, void *
             json_object_set_new(o, "checkout_id", json_string(v.checkout));
             rsv_reply_json(&op->r, 200, o);
         } else {
-            rsv_reply_error(&op->r, 409, "hold_converted", "the hold was already converted",
-                            NULL);
+            rsv_reply_error(&op->r, 409, "hold_converted", "the hold was already converted", NULL);
         }
     } else if (op->verb == OP_RELEASE) {
         cm_counter_inc(op->r.srv->m.holds_released);
@@ -469,7 +468,8 @@ static void run_hold_op(hold_op_t *op)
     rsv_key_prefix(op->event, prefix, sizeof(prefix));
     char *hkey = cm_xasprintf("%sh:%s", prefix, op->hold_id);
     char ext[24], keep[24];
-    snprintf(ext, sizeof(ext), "%lld", (long long)(op->ev ? op->ev->checkout_extension_s : 0) * 1000);
+    snprintf(ext, sizeof(ext), "%lld",
+             (long long)(op->ev ? op->ev->checkout_extension_s : 0) * 1000);
     snprintf(keep, sizeof(keep), "%lld", (long long)srv->cfg.hold_record_keep_s * 1000);
     const char *argv[] = {hkey, prefix, op->hold_id, op->claims.sub, ext, keep};
     const cm_redis_script_t *s = op->verb == OP_GET      ? rsv_lua()->get

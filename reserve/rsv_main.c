@@ -24,9 +24,9 @@ int main(int argc, char **argv)
     char err[512] = "";
     int pos[4];
     size_t npos = 0;
-    cm_config_result_t cr = cm_config_load(rsv_config_table, rsv_config_table_len, &cfg,
-                                           RSV_ENV_PREFIX, argc, argv, pos, 4, &npos, err,
-                                           sizeof(err));
+    cm_config_result_t cr =
+        cm_config_load(rsv_config_table, rsv_config_table_len, &cfg, RSV_ENV_PREFIX, argc, argv,
+                       pos, 4, &npos, err, sizeof(err));
     if (cr == CM_CONFIG_HELP)
         return 0;
     if (cr == CM_CONFIG_ERROR) {

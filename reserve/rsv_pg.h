@@ -64,8 +64,9 @@ const char *rsv_pg_result_message(const rsv_pg_result_t *res);
  * once, recorded in table schema_migrations, under an advisory lock so concurrent
  * starters do not race. Returns 0, or -1 with a message in err.
  */
-__attribute__((warn_unused_result)) int rsv_pg_migrate(const char *conninfo, const char *const *names,
-                                                       const char *const *sqls, size_t n,
-                                                       char *err, size_t errlen);
+__attribute__((warn_unused_result)) int rsv_pg_migrate(const char *conninfo,
+                                                       const char *const *names,
+                                                       const char *const *sqls, size_t n, char *err,
+                                                       size_t errlen);
 
 #endif

@@ -18,8 +18,8 @@
 
 #define MAX_SEGS 6
 
-static void reply_simple(rsv_server_t *srv, struct evhttp_request *req, rsv_endpoint_t ep,
-                         int code, const char *error, const char *message)
+static void reply_simple(rsv_server_t *srv, struct evhttp_request *req, rsv_endpoint_t ep, int code,
+                         const char *error, const char *message)
 {
     rsv_req_t r;
     rsv_req_start(&r, srv, req, ep);

@@ -29,9 +29,9 @@
 #define DRAIN_LIMIT_NS (10ull * 1000 * 1000 * 1000)
 
 static const char *const endpoint_names[RSV_EP_COUNT] = {
-    "healthz",       "readyz",        "metrics",         "availability",    "seats",
-    "hold_create",   "hold_get",      "hold_extend",     "hold_release",    "confirm",
-    "checkout_get",  "admin_event_put", "admin_event_get", "admin_checkouts", "other",
+    "healthz",      "readyz",          "metrics",         "availability",    "seats",
+    "hold_create",  "hold_get",        "hold_extend",     "hold_release",    "confirm",
+    "checkout_get", "admin_event_put", "admin_event_get", "admin_checkouts", "other",
 };
 
 size_t rsv_key_prefix(const char *event, char *buf, size_t len)
@@ -68,8 +68,7 @@ void rsv_random_id(char *buf, size_t size, const char *prefix)
 
 /* --- requests ---------------------------------------------------------------------- */
 
-void rsv_req_start(rsv_req_t *r, rsv_server_t *srv, struct evhttp_request *req,
-                   rsv_endpoint_t ep)
+void rsv_req_start(rsv_req_t *r, rsv_server_t *srv, struct evhttp_request *req, rsv_endpoint_t ep)
 {
     r->srv = srv;
     r->req = req;
@@ -92,8 +91,7 @@ void rsv_reply_json(rsv_req_t *r, int code, json_t *body)
     rsv_req_replied(r);
 }
 
-void rsv_reply_error(rsv_req_t *r, int code, const char *error, const char *message,
-                     json_t *extra)
+void rsv_reply_error(rsv_req_t *r, int code, const char *error, const char *message, json_t *extra)
 {
     cm_http_send_error(r->req, code, error, message, extra);
     rsv_req_replied(r);
@@ -123,8 +121,7 @@ void rsv_reply_unavailable(rsv_req_t *r, const char *what, const char *err)
 void rsv_reply_auth(rsv_req_t *r, int result, const char *why)
 {
     if (result == RSV_AUTH_WRONG_EVENT) {
-        rsv_reply_error(r, 403, "wrong_event", "the admission token is for another event",
-                        NULL);
+        rsv_reply_error(r, 403, "wrong_event", "the admission token is for another event", NULL);
         return;
     }
     cm_counter_inc(r->srv->m.invalid_tokens);
@@ -155,18 +152,18 @@ static void register_metrics(rsv_server_t *srv)
     cm_metrics_t *m = srv->metrics;
     rsv_metrics_t *x = &srv->m;
     x->holds_taken = cm_metrics_counter(m, "onsale_reserve_holds_total", "holds taken", NULL);
-    x->hold_conflicts = cm_metrics_counter(m, "onsale_reserve_hold_conflicts_total",
-                                           "hold attempts refused: seat held or sold, pool empty",
-                                           NULL);
+    x->hold_conflicts =
+        cm_metrics_counter(m, "onsale_reserve_hold_conflicts_total",
+                           "hold attempts refused: seat held or sold, pool empty", NULL);
     x->holds_expired = cm_metrics_counter(m, "onsale_reserve_holds_expired_total",
                                           "operations that found their hold expired", NULL);
     x->holds_released = cm_metrics_counter(m, "onsale_reserve_holds_released_total",
                                            "holds released by their owner", NULL);
     x->limit_exceeded = cm_metrics_counter(m, "onsale_reserve_limit_exceeded_total",
                                            "hold attempts over max_per_buyer", NULL);
-    x->invalid_tokens = cm_metrics_counter(m, "onsale_reserve_invalid_tokens_total",
-                                           "requests with a missing or invalid admission token",
-                                           NULL);
+    x->invalid_tokens =
+        cm_metrics_counter(m, "onsale_reserve_invalid_tokens_total",
+                           "requests with a missing or invalid admission token", NULL);
     x->uniqueness_conflicts =
         cm_metrics_counter(m, "onsale_reserve_uniqueness_conflicts_total",
                            "bookings refused by the Postgres unique constraint", NULL);
@@ -176,20 +173,19 @@ static void register_metrics(rsv_server_t *srv)
                                             "confirmations answered from a stored result", NULL);
     x->reseeds = cm_metrics_counter(m, "onsale_reserve_redis_reseeds_total",
                                     "events whose Redis state was loaded from Postgres", NULL);
-    x->backend_errors = cm_metrics_counter(m, "onsale_reserve_backend_errors_total",
-                                           "requests answered 503 because Redis or Postgres failed",
-                                           NULL);
+    x->backend_errors =
+        cm_metrics_counter(m, "onsale_reserve_backend_errors_total",
+                           "requests answered 503 because Redis or Postgres failed", NULL);
     static const double h2c[] = {1, 5, 15, 30, 60, 120, 300, 600, 900, 1800};
     x->hold_to_confirm = cm_metrics_histogram(m, "onsale_reserve_hold_to_confirm_seconds",
-                                              "time from taking a hold to its confirmation",
-                                              NULL, h2c, sizeof(h2c) / sizeof(h2c[0]));
+                                              "time from taking a hold to its confirmation", NULL,
+                                              h2c, sizeof(h2c) / sizeof(h2c[0]));
     for (int i = 0; i < RSV_EP_COUNT; i++) {
         char labels[64];
         snprintf(labels, sizeof(labels), "endpoint=\"%s\"", endpoint_names[i]);
-        x->latency[i] = cm_metrics_histogram(m, "onsale_reserve_request_seconds",
-                                             "request latency by endpoint", labels,
-                                             cm_metrics_latency_bounds,
-                                             cm_metrics_latency_nbounds);
+        x->latency[i] =
+            cm_metrics_histogram(m, "onsale_reserve_request_seconds", "request latency by endpoint",
+                                 labels, cm_metrics_latency_bounds, cm_metrics_latency_nbounds);
     }
 }
 
@@ -272,8 +268,8 @@ rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen)
     }
     srv->metrics = cm_metrics_new();
     register_metrics(srv);
-    srv->redis = cm_redis_new(srv->base, cfg->redis_host, (int)cfg->redis_port,
-                              (int)cfg->redis_timeout_ms);
+    srv->redis =
+        cm_redis_new(srv->base, cfg->redis_host, (int)cfg->redis_port, (int)cfg->redis_timeout_ms);
     srv->pg = rsv_pg_new(srv->base, cfg->pg_conninfo, (int)cfg->pg_pool_size,
                          (int)cfg->pg_timeout_ms, (int)cfg->pg_max_queue);
     srv->catalog = rsv_catalog_new(srv);
@@ -288,14 +284,14 @@ rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen)
                                    rsv_routes_dispatch, srv, err, errlen);
     if (srv->http == NULL)
         goto err;
-    cm_metrics_gauge_fn(srv->metrics, "onsale_reserve_inflight_requests",
-                        "requests being served", NULL, gauge_inflight, srv);
-    cm_metrics_gauge_fn(srv->metrics, "onsale_reserve_open_connections",
-                        "open client connections", NULL, gauge_connections, srv);
+    cm_metrics_gauge_fn(srv->metrics, "onsale_reserve_inflight_requests", "requests being served",
+                        NULL, gauge_inflight, srv);
+    cm_metrics_gauge_fn(srv->metrics, "onsale_reserve_open_connections", "open client connections",
+                        NULL, gauge_connections, srv);
     cm_metrics_gauge_fn(srv->metrics, "onsale_reserve_postgres_connections",
                         "Postgres connections up", NULL, gauge_pg, srv);
-    cm_metrics_gauge_fn(srv->metrics, "onsale_reserve_redis_up", "1 while Redis is connected",
-                        NULL, gauge_redis, srv);
+    cm_metrics_gauge_fn(srv->metrics, "onsale_reserve_redis_up", "1 while Redis is connected", NULL,
+                        gauge_redis, srv);
     return srv;
 err:
     cm_jwt_keyset_free(keys);
@@ -323,8 +319,8 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
         event_base_loopexit(srv->base, NULL);
         return;
     }
-    cm_log(CM_LOG_INFO, "signal %d: no longer accepting; finishing %d in-flight requests",
-           (int)sig, srv->inflight);
+    cm_log(CM_LOG_INFO, "signal %d: no longer accepting; finishing %d in-flight requests", (int)sig,
+           srv->inflight);
     srv->draining = true;
     srv->drain_started_ns = cm_time_mono_ns();
     cm_http_server_stop_accepting(srv->http);

@@ -97,12 +97,10 @@ int rsv_server_run(rsv_server_t *srv);
 void rsv_server_free(rsv_server_t *srv);
 
 /** Starts a request context (counts it in flight). */
-void rsv_req_start(rsv_req_t *r, rsv_server_t *srv, struct evhttp_request *req,
-                   rsv_endpoint_t ep);
+void rsv_req_start(rsv_req_t *r, rsv_server_t *srv, struct evhttp_request *req, rsv_endpoint_t ep);
 /* Each answers the request, records the latency and ends the request context. */
 void rsv_reply_json(rsv_req_t *r, int code, json_t *body);
-void rsv_reply_error(rsv_req_t *r, int code, const char *error, const char *message,
-                     json_t *extra);
+void rsv_reply_error(rsv_req_t *r, int code, const char *error, const char *message, json_t *extra);
 void rsv_reply_empty(rsv_req_t *r, int code);
 void rsv_reply_text(rsv_req_t *r, int code, const char *ctype, const char *body, size_t len);
 /** 401 invalid_token / 403 wrong_event for a failed rsv_auth_check (counts it). */
