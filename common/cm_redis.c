@@ -269,7 +269,7 @@ static void on_reply(redisAsyncContext *ac, void *reply_, void *privdata)
     assert(r != NULL && c->r == r);
     if (reply == NULL) { /* hiredis is tearing the context down */
         r->ac_dying = 1;
-        conn_down(r, ac->errstr != NULL && ac->err ? ac->errstr : "connection closed");
+        conn_down(r, ac->c.err ? ac->c.errstr : "connection closed");
         answer(r, c, cm_err_closed, NULL);
         return;
     }
@@ -314,7 +314,8 @@ static void on_connect(const redisAsyncContext *ac, int status)
         /* hiredis frees ac as soon as we return */
         r->ac = NULL;
         r->ac_dying = 0;
-        conn_down(r, ac->errstr != NULL ? ac->errstr : "connect failed");
+        /* ac->errstr is only filled in after this callback; c.errstr is already set */
+        conn_down(r, ac->c.err ? ac->c.errstr : "connect failed");
         return;
     }
     redisEnableKeepAlive((redisContext *)&ac->c);
@@ -333,7 +334,8 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
         r->ac = NULL;
         r->ac_dying = 0;
     }
-    conn_down(r, status == REDIS_OK ? "closed" : (ac->errstr ? ac->errstr : "error"));
+    assert(r->nzombies == 0); /* every record of ac got its callback before this one */
+    conn_down(r, ac->c.err ? ac->c.errstr : "closed");
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
@@ -486,6 +488,12 @@ static int cmd_send(cm_redis_t *r, struct cmd *c, int argc, const char **argv,
     return 0;
 }
 
+/* argvlen NULL: every argument is a C string (hiredis applies the same rule) */
+static size_t arg_len(const char **argv, const size_t *argvlen, int i)
+{
+    return argvlen != NULL ? argvlen[i] : strlen(argv[i]);
+}
+
 int cm_redis_command(cm_redis_t *r, cm_redis_cb cb, void *arg, int argc, const char **argv,
                      const size_t *argvlen)
 {
@@ -507,9 +515,8 @@ int cm_redis_eval(cm_redis_t *r, const cm_redis_script_t *s, cm_redis_cb cb, voi
     if (!cm_redis_connected(r) || r->ac == NULL || r->ac_dying)
         return -1;
     snprintf(nkeys_str, sizeof(nkeys_str), "%d", nkeys);
-#define ARGLEN(i) (argvlen ? argvlen[i] : strlen(argv[i]))
     for (i = 0; i < argc; i++)
-        total += ARGLEN(i);
+        total += arg_len(argv, argvlen, i);
     total += strlen(nkeys_str);
     /* one block: record, argv[n], argvlen[n], then the bytes of nkeys and the args */
     c = cmd_new(r, cb, arg, n * (sizeof(char *) + sizeof(size_t)) + total);
@@ -527,14 +534,13 @@ int cm_redis_eval(cm_redis_t *r, const cm_redis_script_t *s, cm_redis_cb cb, voi
     c->argv[2] = data;
     c->argvlen[2] = off;
     for (i = 0; i < argc; i++) {
-        size_t len = ARGLEN(i);
+        size_t len = arg_len(argv, argvlen, i);
         if (len > 0)
             memcpy(data + off, argv[i], len);
         c->argv[i + 3] = data + off;
         c->argvlen[i + 3] = len;
         off += len;
     }
-#undef ARGLEN
     return cmd_send(r, c, c->argc, c->argv, c->argvlen);
 }
 

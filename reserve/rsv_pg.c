@@ -843,9 +843,14 @@ static void set_err(char *err, size_t errlen, const char *what, const char *msg)
 static int run(PGconn *conn, const char *sql, const char *param, PGresult **out, char *err,
                size_t errlen, const char *what)
 {
-    PGresult *res =
-        param != NULL ? PQexecParams(conn, sql, 1, NULL, &param, NULL, NULL, 0) : PQexec(conn, sql);
-    int ok = res != NULL && is_ok(res);
+    PGresult *res;
+    int ok;
+
+    if (param != NULL)
+        res = PQexecParams(conn, sql, 1, NULL, &param, NULL, NULL, 0); /* blocking-ok: migrate */
+    else
+        res = PQexec(conn, sql); /* blocking-ok: migrate, start-up only */
+    ok = res != NULL && is_ok(res);
 
     if (!ok)
         set_err(err, errlen, what, res != NULL ? PQresultErrorMessage(res) : PQerrorMessage(conn));
@@ -881,7 +886,7 @@ static int migrate_one(PGconn *conn, const char *name, const char *sql, char *er
         run(conn, "INSERT INTO schema_migrations (name) VALUES ($1)", name, NULL, err, errlen,
             name) != 0 ||
         run(conn, "COMMIT", NULL, NULL, err, errlen, name) != 0) {
-        PQclear(PQexec(conn, "ROLLBACK"));
+        PQclear(PQexec(conn, "ROLLBACK")); /* blocking-ok: migrate, start-up only */
         return -1;
     }
     cm_log(CM_LOG_INFO, "postgres: applied migration %s", name);

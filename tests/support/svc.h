@@ -1,0 +1,56 @@
+/*
+ * svc — real Redis and Postgres servers for tests: each one a private child process on
+ * 127.0.0.1, on a free port, with its data in a fresh temporary directory.
+ *
+ * Synchronous and blocking (fork/exec, waitpid, blocking readiness probes): call these
+ * from test set-up / tear-down or between event-loop runs, never from a loop callback.
+ * Start services before creating threads. Every process started here is killed by the
+ * matching stop function, by an atexit handler if a test forgets (or fails an assertion
+ * and returns), and by the kernel (PR_SET_PDEATHSIG) if the test process dies outright;
+ * each stop kills exactly the pid it started and removes its temporary directory.
+ *
+ * Postgres: initdb runs as user "postgres" when the test runs as root (initdb refuses
+ * root), with trust authentication; superuser "postgres", database "onsale_test", fsync
+ * off. Redis: no persistence, DEBUG enabled (tests use DEBUG SLEEP).
+ */
+#ifndef SVC_H
+#define SVC_H
+
+#define SVC_HOST "127.0.0.1"
+
+typedef struct svc_redis svc_redis_t;
+typedef struct svc_pg svc_pg_t;
+
+/** Starts redis-server and waits until it answers PING. NULL on failure (reason on
+ *  stderr). Free with svc_redis_stop. */
+svc_redis_t *svc_redis_start(void);
+/** Its TCP port on SVC_HOST. */
+int svc_redis_port(const svc_redis_t *s);
+/** Its temporary directory (log: redis.log). */
+const char *svc_redis_dir(const svc_redis_t *s);
+/** Kills the server at once (SIGKILL) and reaps it; the port and directory stay. 0 or -1. */
+int svc_redis_kill(svc_redis_t *s);
+/** Starts it again on the same port after svc_redis_kill; waits for PING. 0 or -1. */
+int svc_redis_restart(svc_redis_t *s);
+/** Kills the server if running, removes its directory, frees s. NULL is fine. */
+void svc_redis_stop(svc_redis_t *s);
+
+/** Runs initdb, starts postgres, waits until it accepts connections and creates
+ *  database onsale_test. Takes a second or two. NULL on failure (reason on stderr). */
+svc_pg_t *svc_pg_start(void);
+/** Its TCP port on SVC_HOST. */
+int svc_pg_port(const svc_pg_t *s);
+/** Its temporary directory (logs: initdb.log, postgres.log). */
+const char *svc_pg_dir(const svc_pg_t *s);
+/** libpq conninfo for database onsale_test: "host=127.0.0.1 port=N dbname=onsale_test
+ *  user=postgres". Valid until svc_pg_stop. */
+const char *svc_pg_conninfo(const svc_pg_t *s);
+/** Immediate shutdown (SIGQUIT to the postmaster: every backend dies, clients see their
+ *  connections drop) and reaps it; the data stays. 0 or -1. */
+int svc_pg_kill(svc_pg_t *s);
+/** Starts it again on the same port and data after svc_pg_kill; waits until ready. */
+int svc_pg_restart(svc_pg_t *s);
+/** Stops the server if running (fast shutdown), removes its directory, frees s. NULL ok. */
+void svc_pg_stop(svc_pg_t *s);
+
+#endif
