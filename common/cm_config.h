@@ -36,8 +36,8 @@ typedef struct cm_config_opt {
 } cm_config_opt_t;
 
 typedef enum {
-    CM_CONFIG_OK = 0,   /* loaded; run */
-    CM_CONFIG_HELP = 1, /* --help was printed; exit 0 */
+    CM_CONFIG_OK = 0,     /* loaded; run */
+    CM_CONFIG_HELP = 1,   /* --help was printed; exit 0 */
     CM_CONFIG_ERROR = -1, /* message in err; exit non-zero */
 } cm_config_result_t;
 
@@ -47,9 +47,8 @@ typedef enum {
  * stored in positional[] (at most npositional; the count in *npos_out, may be NULL).
  */
 cm_config_result_t cm_config_load(const cm_config_opt_t *table, size_t n, void *cfg,
-                                  const char *env_prefix, int argc, char **argv,
-                                  int *positional, size_t npositional, size_t *npos_out,
-                                  char *err, size_t errlen);
+                                  const char *env_prefix, int argc, char **argv, int *positional,
+                                  size_t npositional, size_t *npos_out, char *err, size_t errlen);
 
 /** Prints usage: every key, its type, default, bounds and help, as `--help` does. */
 void cm_config_usage(FILE *out, const char *progname, const cm_config_opt_t *table, size_t n,

@@ -26,7 +26,7 @@ typedef struct cm_jwt_claims {
     char sub[128]; /* visitor id: the buyer */
     char evt[65];  /* event id */
     char jti[65];
-    char kid[65];  /* from the header (filled by verify; sign uses the signer's kid) */
+    char kid[65];          /* from the header (filled by verify; sign uses the signer's kid) */
     int64_t iat, nbf, exp; /* seconds since the epoch */
 } cm_jwt_claims_t;
 
@@ -56,14 +56,12 @@ __attribute__((warn_unused_result)) int cm_jwt_keyset_add_pem(cm_jwt_keyset_t *k
                                                               char *err, size_t errlen);
 
 /** Adds every EC P-256 key of a JWKS document ({"keys":[{kty,crv,x,y,kid},…]}). 0 / -1. */
-__attribute__((warn_unused_result)) int cm_jwt_keyset_add_jwks(cm_jwt_keyset_t *ks,
-                                                               const char *json, size_t len,
-                                                               char *err, size_t errlen);
+__attribute__((warn_unused_result)) int
+cm_jwt_keyset_add_jwks(cm_jwt_keyset_t *ks, const char *json, size_t len, char *err, size_t errlen);
 
 /** Loads a file that is either a JWKS document or one or more PEM keys. 0 / -1. */
-__attribute__((warn_unused_result)) int cm_jwt_keyset_load_file(cm_jwt_keyset_t *ks,
-                                                                const char *path, char *err,
-                                                                size_t errlen);
+__attribute__((warn_unused_result)) int
+cm_jwt_keyset_load_file(cm_jwt_keyset_t *ks, const char *path, char *err, size_t errlen);
 
 /** Number of keys. */
 size_t cm_jwt_keyset_count(const cm_jwt_keyset_t *ks);

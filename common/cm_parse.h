@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CM_IDENT_MAX 64
+#define CM_IDENT_MAX    64
 #define CM_IDEM_KEY_MAX 255
 
 /** True when s is 1–64 characters of [A-Za-z0-9._-] (API.md identifiers). */
