@@ -227,6 +227,14 @@ static void on_convert_reply(const char *err, const cm_redis_reply_t *reply, voi
         finish(op, "failed", 404, "unknown_hold", "no such hold of yours", "hold not found");
         return;
     }
+    if (strcmp(st, "GONE") == 0) {
+        /* No record at all: released, long expired, or lost with Redis. Either way the
+         * buyer does not hold these seats any more. */
+        cm_counter_inc(m->holds_expired);
+        finish(op, "failed", 409, "hold_expired", "the hold no longer exists",
+               "hold record gone (released, expired or lost)");
+        return;
+    }
     if (strcmp(st, "EXPIRED") == 0) {
         cm_counter_inc(m->holds_expired);
         finish(op, "failed", 409, "hold_expired", "the hold expired before it was confirmed",
@@ -381,6 +389,8 @@ static const char *check_confirm_body(confirm_op_t *op, const json_t *body)
     return NULL;
 }
 
+static void on_confirm_auth(rsv_auth_result_t a, const char *why, void *arg);
+
 void rsv_checkout_confirm(rsv_server_t *srv, struct evhttp_request *req, const char *hold_id)
 {
     confirm_op_t *op = cm_xcalloc(1, sizeof(*op));
@@ -391,8 +401,14 @@ void rsv_checkout_confirm(rsv_server_t *srv, struct evhttp_request *req, const c
         return;
     }
     snprintf(op->hold_id, sizeof(op->hold_id), "%s", hold_id);
-    const char *why = NULL;
-    rsv_auth_result_t a = rsv_auth_check(srv->auth, req, op->event, true, &op->claims, &why);
+    rsv_auth_check(srv->auth, req, op->event, true, &op->claims, on_confirm_auth, op);
+}
+
+static void on_confirm_auth(rsv_auth_result_t a, const char *why, void *arg)
+{
+    confirm_op_t *op = arg;
+    rsv_server_t *srv = op->r.srv;
+    struct evhttp_request *req = op->r.req;
     if (a != RSV_AUTH_OK) {
         rsv_reply_auth(&op->r, a, why);
         confirm_done(op);
@@ -422,8 +438,9 @@ void rsv_checkout_confirm(rsv_server_t *srv, struct evhttp_request *req, const c
     }
     /* The request's identity: the hold and the body in canonical form. */
     char *canon = json_dumps(body, JSON_COMPACT | JSON_SORT_KEYS);
-    char *ident = cm_xasprintf("%s\n%s", hold_id, canon);
+    char *ident = cm_xasprintf("%s\n%s", op->hold_id, canon);
     cm_tls_sha256_hex(ident, strlen(ident), op->hash);
+    (void)srv;
     free(ident);
     free(canon);
     json_decref(body);
@@ -435,6 +452,7 @@ void rsv_checkout_confirm(rsv_server_t *srv, struct evhttp_request *req, const c
 typedef struct read_op {
     rsv_req_t r;
     cm_jwt_claims_t claims;
+    char checkout_id[CHECKOUT_ID_MAX];
 } read_op_t;
 
 static const char CHECKOUT_SQL[] =
@@ -470,22 +488,32 @@ static void on_checkout_row(const char *err, const rsv_pg_result_t *res, void *a
     free(op);
 }
 
-void rsv_checkout_get(rsv_server_t *srv, struct evhttp_request *req, const char *checkout_id)
+static void on_read_auth(rsv_auth_result_t a, const char *why, void *arg)
 {
-    read_op_t *op = cm_xcalloc(1, sizeof(*op));
-    rsv_req_start(&op->r, srv, req, RSV_EP_CHECKOUT_GET);
-    const char *why = NULL;
-    rsv_auth_result_t a = rsv_auth_check(srv->auth, req, NULL, true, &op->claims, &why);
+    read_op_t *op = arg;
     if (a != RSV_AUTH_OK) {
         rsv_reply_auth(&op->r, a, why);
         free(op);
         return;
     }
-    const char *params[1] = {checkout_id};
-    if (rsv_pg_query(srv->pg, CHECKOUT_SQL, 1, params, on_checkout_row, op) != 0) {
+    const char *params[1] = {op->checkout_id};
+    if (rsv_pg_query(op->r.srv->pg, CHECKOUT_SQL, 1, params, on_checkout_row, op) != 0) {
         rsv_reply_unavailable(&op->r, "reading the checkout", cm_err_shutdown);
         free(op);
     }
+}
+
+void rsv_checkout_get(rsv_server_t *srv, struct evhttp_request *req, const char *checkout_id)
+{
+    read_op_t *op = cm_xcalloc(1, sizeof(*op));
+    rsv_req_start(&op->r, srv, req, RSV_EP_CHECKOUT_GET);
+    if (strlen(checkout_id) >= sizeof(op->checkout_id)) {
+        rsv_reply_error(&op->r, 404, "unknown_checkout", "no such checkout of yours", NULL);
+        free(op);
+        return;
+    }
+    snprintf(op->checkout_id, sizeof(op->checkout_id), "%s", checkout_id);
+    rsv_auth_check(srv->auth, req, NULL, true, &op->claims, on_read_auth, op);
 }
 
 static void on_admin_list(const char *err, const rsv_pg_result_t *res, void *arg)

@@ -32,11 +32,21 @@ typedef struct rsv_config {
     char *admin_token_file;
     int64_t token_leeway_s;
     int64_t token_cache_size;
+    int64_t verify_threads;
     int64_t avail_max_age_ms;
     int64_t catalog_refresh_ms;
     int64_t checkout_lease_s;
     int64_t hold_record_keep_s;
     char *log_level;
+    char *paysim_url;
+    char *paysim_ca;
+    char *paysim_api_key;
+    int64_t pay_connect_timeout_ms;
+    int64_t pay_timeout_ms;
+    int64_t reconcile_interval_ms;
+    int64_t reconcile_after_s;
+    int64_t reconcile_batch;
+    char *fault;
 } rsv_config_t;
 
 extern const cm_config_opt_t rsv_config_table[];

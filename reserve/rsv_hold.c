@@ -45,8 +45,8 @@ int rsv_hold_view_parse(const cm_redis_reply_t *reply, rsv_hold_view_t *v)
         return -1;
     snprintf(v->status, sizeof(v->status), "%s", st);
     if (cm_redis_reply_count(reply) < 10)
-        return strcmp(v->status, "NOTFOUND") == 0 || strcmp(v->status, "CONVERTED") == 0 ||
-                       strcmp(v->status, "OK") == 0
+        return strcmp(v->status, "NOTFOUND") == 0 || strcmp(v->status, "GONE") == 0 ||
+                       strcmp(v->status, "CONVERTED") == 0 || strcmp(v->status, "OK") == 0
                    ? 0
                    : -1;
     v->exp_ms = reply_i64(reply, 1);
@@ -376,13 +376,11 @@ static const char *check_body(const json_t *body)
     return NULL;
 }
 
-void rsv_hold_create(rsv_server_t *srv, struct evhttp_request *req, const char *event)
+static void on_create_auth(rsv_auth_result_t a, const char *why, void *arg)
 {
-    create_op_t *op = cm_xcalloc(1, sizeof(*op));
-    rsv_req_start(&op->r, srv, req, RSV_EP_HOLD_CREATE);
-    snprintf(op->event, sizeof(op->event), "%s", event);
-    const char *why = NULL;
-    rsv_auth_result_t a = rsv_auth_check(srv->auth, req, event, false, &op->claims, &why);
+    create_op_t *op = arg;
+    rsv_server_t *srv = op->r.srv;
+    struct evhttp_request *req = op->r.req;
     if (a != RSV_AUTH_OK) {
         rsv_reply_auth(&op->r, a, why);
         create_done(op);
@@ -400,8 +398,17 @@ void rsv_hold_create(rsv_server_t *srv, struct evhttp_request *req, const char *
         create_done(op);
         return;
     }
-    rsv_hex_id(op->hold_id, sizeof(op->hold_id), event);
-    rsv_catalog_get(srv->catalog, event, on_create_event, op);
+    rsv_hex_id(op->hold_id, sizeof(op->hold_id), op->event);
+    rsv_catalog_get(srv->catalog, op->event, on_create_event, op);
+}
+
+void rsv_hold_create(rsv_server_t *srv, struct evhttp_request *req, const char *event)
+{
+    create_op_t *op = cm_xcalloc(1, sizeof(*op));
+    rsv_req_start(&op->r, srv, req, RSV_EP_HOLD_CREATE);
+    snprintf(op->event, sizeof(op->event), "%s", event);
+    /* Taking a new hold needs a token that is valid now. */
+    rsv_auth_check(srv->auth, req, event, false, &op->claims, on_create_auth, op);
 }
 
 /* --- operations on an existing hold -------------------------------------------------- */
@@ -435,7 +442,7 @@ static void on_hold_reply(const char *err, const cm_redis_reply_t *reply, void *
         return;
     }
     const char *currency = op->ev ? op->ev->currency : NULL;
-    if (strcmp(v.status, "NOTFOUND") == 0) {
+    if (strcmp(v.status, "NOTFOUND") == 0 || strcmp(v.status, "GONE") == 0) {
         rsv_reply_error(&op->r, 404, "unknown_hold", "no such hold of yours", NULL);
     } else if (strcmp(v.status, "EXPIRED") == 0) {
         cm_counter_inc(op->r.srv->m.holds_expired);
@@ -502,6 +509,17 @@ static void on_hold_event(rsv_event_t *ev, const char *err, void *arg)
     run_hold_op(op);
 }
 
+static void on_hold_auth(rsv_auth_result_t a, const char *why, void *arg)
+{
+    hold_op_t *op = arg;
+    if (a != RSV_AUTH_OK) {
+        rsv_reply_auth(&op->r, a, why);
+        hold_op_done(op);
+        return;
+    }
+    rsv_catalog_get(op->r.srv->catalog, op->event, on_hold_event, op);
+}
+
 static void hold_op_start(rsv_server_t *srv, struct evhttp_request *req, const char *hold_id,
                           hold_verb_t verb, rsv_endpoint_t ep)
 {
@@ -514,15 +532,8 @@ static void hold_op_start(rsv_server_t *srv, struct evhttp_request *req, const c
         return;
     }
     snprintf(op->hold_id, sizeof(op->hold_id), "%s", hold_id);
-    const char *why = NULL;
     /* The owner's token may have expired while they shop: the hold's life decides. */
-    rsv_auth_result_t a = rsv_auth_check(srv->auth, req, op->event, true, &op->claims, &why);
-    if (a != RSV_AUTH_OK) {
-        rsv_reply_auth(&op->r, a, why);
-        hold_op_done(op);
-        return;
-    }
-    rsv_catalog_get(srv->catalog, op->event, on_hold_event, op);
+    rsv_auth_check(srv->auth, req, op->event, true, &op->claims, on_hold_auth, op);
 }
 
 void rsv_hold_get(rsv_server_t *srv, struct evhttp_request *req, const char *hold_id)

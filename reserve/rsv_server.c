@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <event2/event.h>
+#include <event2/thread.h>
 #include <event2/http.h>
 #include <signal.h>
 #include <stdio.h>
@@ -25,6 +26,8 @@
 #include "rsv_auth.h"
 #include "rsv_avail.h"
 #include "rsv_catalog.h"
+#include "rsv_pay.h"
+#include "rsv_reconcile.h"
 
 #define DRAIN_LIMIT_NS (10ull * 1000 * 1000 * 1000)
 
@@ -147,6 +150,48 @@ bool rsv_admin_authorized(rsv_server_t *srv, struct evhttp_request *req)
 
 /* --- lifecycle ----------------------------------------------------------------------- */
 
+static void register_saga_metrics(rsv_server_t *srv)
+{
+    cm_metrics_t *m = srv->metrics;
+    rsv_metrics_t *x = &srv->m;
+    static const char *const outcomes[] = {"paid", "declined", "none", "refunded", "unknown"};
+    static const char *const ops[] = {"charge", "lookup", "refund"};
+    char labels[64];
+    x->saga_transitions = cm_metrics_counter(m, "onsale_reserve_checkout_transitions_total",
+                                             "checkout saga transitions committed", NULL);
+    x->refunds = cm_metrics_counter(m, "onsale_reserve_refunds_total",
+                                    "payments refunded (hold expired or unit taken)", NULL);
+    x->late_payments = cm_metrics_counter(m, "onsale_reserve_late_payments_total",
+                                          "payments that succeeded after their hold expired",
+                                          NULL);
+    x->reconcile_claimed = cm_metrics_counter(m, "onsale_reserve_reconciler_actions_total",
+                                              "reconciler actions", "action=\"claimed\"");
+    x->reconcile_finished = cm_metrics_counter(m, "onsale_reserve_reconciler_actions_total",
+                                               "reconciler actions", "action=\"finished\"");
+    x->reconcile_released = cm_metrics_counter(m, "onsale_reserve_reconciler_actions_total",
+                                               "reconciler actions", "action=\"released\"");
+    x->reconcile_lookups = cm_metrics_counter(m, "onsale_reserve_reconciler_actions_total",
+                                              "reconciler actions", "action=\"lookup\"");
+    for (int i = 0; i < 5; i++) {
+        snprintf(labels, sizeof(labels), "outcome=\"%s\"", outcomes[i]);
+        x->pay_outcomes[i] = cm_metrics_counter(m, "onsale_reserve_payment_outcomes_total",
+                                                "payment provider answers by outcome", labels);
+    }
+    for (int i = 0; i < 3; i++) {
+        snprintf(labels, sizeof(labels), "op=\"%s\"", ops[i]);
+        x->pay_latency[i] = cm_metrics_histogram(m, "onsale_reserve_payment_seconds",
+                                                 "payment provider call latency", labels,
+                                                 cm_metrics_latency_bounds,
+                                                 cm_metrics_latency_nbounds);
+    }
+    for (int i = 0; i < RSV_SAGA_NSTATES; i++) {
+        snprintf(labels, sizeof(labels), "state=\"%s\"", rsv_saga_state_names[i]);
+        x->checkouts_by_state[i] = cm_metrics_gauge(
+            m, "onsale_reserve_checkouts", "checkouts by state (refreshed every few seconds)",
+            labels);
+    }
+}
+
 static void register_metrics(rsv_server_t *srv)
 {
     cm_metrics_t *m = srv->metrics;
@@ -180,6 +225,7 @@ static void register_metrics(rsv_server_t *srv)
     x->hold_to_confirm = cm_metrics_histogram(m, "onsale_reserve_hold_to_confirm_seconds",
                                               "time from taking a hold to its confirmation", NULL,
                                               h2c, sizeof(h2c) / sizeof(h2c[0]));
+    register_saga_metrics(srv);
     for (int i = 0; i < RSV_EP_COUNT; i++) {
         char labels[64];
         snprintf(labels, sizeof(labels), "endpoint=\"%s\"", endpoint_names[i]);
@@ -247,8 +293,6 @@ rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen)
         snprintf(err, errlen, "admission_keys %s holds no key", cfg->admission_keys);
         goto err;
     }
-    srv->auth = rsv_auth_new(keys, cfg->token_leeway_s, (size_t)cfg->token_cache_size);
-    keys = NULL;
     srv->admin_token = read_token_file(cfg->admin_token_file, err, errlen);
     if (srv->admin_token == NULL)
         goto err;
@@ -261,11 +305,16 @@ rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen)
         if (srv->tls == NULL)
             goto err;
     }
+    /* Worker threads (token verification) wake the loop with event_active. */
+    evthread_use_pthreads();
     srv->base = event_base_new();
     if (srv->base == NULL) {
         snprintf(err, errlen, "event_base_new failed");
         goto err;
     }
+    srv->auth = rsv_auth_new(srv->base, keys, cfg->token_leeway_s,
+                             (size_t)cfg->token_cache_size, (int)cfg->verify_threads);
+    keys = NULL;
     srv->metrics = cm_metrics_new();
     register_metrics(srv);
     srv->redis =
@@ -274,6 +323,23 @@ rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen)
                          (int)cfg->pg_timeout_ms, (int)cfg->pg_max_queue);
     srv->catalog = rsv_catalog_new(srv);
     srv->avail = rsv_avail_new(srv);
+    if (cfg->checkout_lease_s * 1000 < cfg->pay_timeout_ms + 5000) {
+        snprintf(err, errlen, "checkout_lease_s must exceed pay_timeout_ms by at least 5 s");
+        goto err;
+    }
+    rsv_pay_config_t pc = {
+        .url = cfg->paysim_url,
+        .ca_file = cfg->paysim_ca,
+        .api_key = cfg->paysim_api_key,
+        .connect_timeout_ms = (int)cfg->pay_connect_timeout_ms,
+        .timeout_ms = (int)cfg->pay_timeout_ms,
+    };
+    srv->pay = rsv_pay_new(srv->base, &pc, err, errlen);
+    if (srv->pay == NULL)
+        goto err;
+    srv->reconcile = rsv_reconcile_new(srv);
+    if (cfg->fault && *cfg->fault)
+        cm_log(CM_LOG_WARN, "fault points armed: %s (tests only)", cfg->fault);
     cm_http_limits_t lim = {
         .max_header_bytes = (size_t)cfg->max_header_bytes,
         .max_body_bytes = (size_t)cfg->max_body_bytes,
@@ -346,12 +412,14 @@ void rsv_server_free(rsv_server_t *srv)
 {
     if (srv == NULL)
         return;
+    rsv_auth_free(srv->auth); /* first: its workers may still answer requests */
+    rsv_reconcile_free(srv->reconcile);
+    rsv_pay_free(srv->pay); /* its callbacks may still record steps: before pg and redis */
     cm_http_server_free(srv->http);
     rsv_avail_free(srv->avail);
     rsv_catalog_free(srv->catalog);
     rsv_pg_free(srv->pg);
     cm_redis_free(srv->redis);
-    rsv_auth_free(srv->auth);
     if (srv->sig_term)
         event_free(srv->sig_term);
     if (srv->sig_int)

@@ -24,6 +24,8 @@ struct evhttp_request;
 typedef struct rsv_auth rsv_auth_t;
 typedef struct rsv_catalog rsv_catalog_t;
 typedef struct rsv_avail rsv_avail_t;
+typedef struct rsv_pay rsv_pay_t;
+typedef struct rsv_reconcile rsv_reconcile_t;
 
 typedef enum {
     RSV_EP_HEALTH,
@@ -58,6 +60,17 @@ typedef struct rsv_metrics {
     cm_counter_t *backend_errors;
     cm_histogram_t *hold_to_confirm;
     cm_histogram_t *latency[RSV_EP_COUNT];
+    /* checkout saga (rsv_reconcile) */
+    cm_counter_t *saga_transitions;
+    cm_counter_t *refunds;
+    cm_counter_t *late_payments;
+    cm_counter_t *reconcile_claimed;
+    cm_counter_t *reconcile_finished;
+    cm_counter_t *reconcile_released;
+    cm_counter_t *reconcile_lookups;
+    cm_counter_t *pay_outcomes[5];     /* by rsv_pay_outcome_t */
+    cm_histogram_t *pay_latency[3];    /* by rsv_pay_op_t */
+    cm_gauge_t *checkouts_by_state[13]; /* by rsv_saga_state_names */
 } rsv_metrics_t;
 
 typedef struct rsv_server {
@@ -72,6 +85,8 @@ typedef struct rsv_server {
     rsv_auth_t *auth;
     rsv_catalog_t *catalog;
     rsv_avail_t *avail;
+    rsv_pay_t *pay;
+    rsv_reconcile_t *reconcile;
     char *admin_token;
     struct event *sig_term;
     struct event *sig_int;

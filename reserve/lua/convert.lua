@@ -7,7 +7,7 @@
 --       (must equal the hold's amount)
 -- Reply: {'OK', exp, seats, pool, qty, created, cap, amount, checkout, units}
 --        | {'EXPIRED', …} | {'CONVERTED', …} (by another checkout) | {'AMOUNT', …}
---        | {'NOTFOUND'}
+--        | {'NOTFOUND'} | {'GONE'}
 local P = ARGV[1]
 local h, st = load_hold(P, ARGV[2], ARGV[3])
 if not h then

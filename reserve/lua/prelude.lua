@@ -56,11 +56,16 @@ local function split(s)
     return out
 end
 
--- Loads a hold record; returns the table, or nil and a status for the caller.
+-- Loads a hold record; returns the table, or nil and a status for the caller:
+-- 'GONE' when no record exists (never made, released, or lost with Redis), 'NOTFOUND'
+-- when it belongs to another buyer (answered like a missing one: nothing leaks).
 local function load_hold(P, hold, buyer)
     local f = redis.call('HMGET', P .. 'h:' .. hold, 'buyer', 'state', 'exp', 'seats', 'pool',
                          'qty', 'created', 'cap', 'amount', 'checkout', 'units')
-    if not f[1] or f[1] ~= buyer then
+    if not f[1] then
+        return nil, 'GONE'
+    end
+    if f[1] ~= buyer then
         return nil, 'NOTFOUND'
     end
     return {buyer = f[1], state = f[2], exp = tonumber(f[3]), seats = f[4], pool = f[5],

@@ -1,6 +1,6 @@
 -- Releases the owner's hold: seats become free and pool units return at once.
 -- KEYS: 1 hold record.  ARGV: 1 prefix, 2 hold id, 3 buyer
--- Reply: {'OK'} (released, or had already expired) | {'CONVERTED'} | {'NOTFOUND'}
+-- Reply: {'OK'} (released, or had already expired) | {'CONVERTED'} | {'NOTFOUND'} | {'GONE'}
 local P = ARGV[1]
 local h, st = load_hold(P, ARGV[2], ARGV[3])
 if not h then

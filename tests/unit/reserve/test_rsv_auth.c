@@ -7,12 +7,15 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include <cmocka.h>
+#include <event2/event.h>
 #include <event2/http.h>
+#include <event2/thread.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 
@@ -50,7 +53,7 @@ static int setup(void **state)
     assert_non_null(f->stranger);
     cm_jwt_keyset_t *ks = cm_jwt_keyset_new();
     assert_int_equal(cm_jwt_keyset_add_pem(ks, NULL, pem, strlen(pem), err, sizeof(err)), 0);
-    f->auth = rsv_auth_new(ks, 0, 64);
+    f->auth = rsv_auth_new(NULL, ks, 0, 64, 0);
     free(pem);
     free(other);
     *state = f;
@@ -83,16 +86,30 @@ static char *token(const cm_jwt_signer_t *s, const char *evt, const char *sub, i
     return t;
 }
 
+typedef struct result {
+    int result;
+    const char *why;
+} result_t;
+
+static void on_result(rsv_auth_result_t r, const char *why, void *arg)
+{
+    result_t *res = arg;
+    res->result = (int)r;
+    res->why = why;
+}
+
 static rsv_auth_result_t check(fixture_t *f, const char *authz, const char *event,
                                bool allow_expired, cm_jwt_claims_t *claims)
 {
     struct evhttp_request *req = evhttp_request_new(NULL, NULL);
     if (authz)
         evhttp_add_header(evhttp_request_get_input_headers(req), "Authorization", authz);
-    const char *why = NULL;
-    rsv_auth_result_t r = rsv_auth_check(f->auth, req, event, allow_expired, claims, &why);
+    result_t res = {-1, NULL};
+    rsv_auth_check(f->auth, req, event, allow_expired, claims, on_result, &res);
     evhttp_request_free(req);
-    return r;
+    /* with no worker threads the answer is synchronous */
+    assert_int_not_equal(res.result, -1);
+    return (rsv_auth_result_t)res.result;
 }
 
 static rsv_auth_result_t check_token(fixture_t *f, const char *tok, const char *event,
@@ -167,6 +184,61 @@ static void a_token_is_verified_once_then_served_from_the_cache(void **state)
     free(t);
 }
 
+typedef struct burst {
+    int answered, ok;
+    struct event_base *base;
+} burst_t;
+
+static void on_burst(rsv_auth_result_t r, const char *why, void *arg)
+{
+    burst_t *b = arg;
+    b->answered++;
+    b->ok += r == RSV_AUTH_OK;
+    if (b->answered == 40)
+        event_base_loopexit(b->base, NULL);
+}
+
+static void worker_threads_verify_off_the_loop_and_answer_on_it(void **state)
+{
+    fixture_t *f = *state;
+    evthread_use_pthreads();
+    burst_t b = {0, 0, event_base_new()};
+    char err[256];
+    char *pem = new_key_pem();
+    cm_jwt_signer_t *signer = cm_jwt_signer_new(NULL, pem, strlen(pem), err, sizeof(err));
+    cm_jwt_keyset_t *ks = cm_jwt_keyset_new();
+    assert_int_equal(cm_jwt_keyset_add_pem(ks, NULL, pem, strlen(pem), err, sizeof(err)), 0);
+    rsv_auth_t *auth = rsv_auth_new(b.base, ks, 0, 64, 2);
+    cm_jwt_claims_t claims[40];
+    struct evhttp_request *reqs[40];
+    for (int i = 0; i < 40; i++) {
+        char sub[16];
+        snprintf(sub, sizeof(sub), "fan-%d", i);
+        /* every fourth token is signed by an untrusted key */
+        char *t = token(i % 4 == 3 ? f->stranger : signer, "e1", sub, 600);
+        char authz[4200];
+        snprintf(authz, sizeof(authz), "Bearer %s", t);
+        free(t);
+        reqs[i] = evhttp_request_new(NULL, NULL);
+        evhttp_add_header(evhttp_request_get_input_headers(reqs[i]), "Authorization", authz);
+        rsv_auth_check(auth, reqs[i], "e1", false, &claims[i], on_burst, &b);
+    }
+    assert_int_equal(b.answered, 0); /* nothing answered inside the calls */
+    struct timeval hard = {5, 0};
+    event_base_loopexit(b.base, &hard);
+    event_base_dispatch(b.base);
+    assert_int_equal(b.answered, 40);
+    assert_int_equal(b.ok, 30);
+    assert_string_equal(claims[0].sub, "fan-0");
+    assert_string_equal(claims[38].sub, "fan-38");
+    for (int i = 0; i < 40; i++)
+        evhttp_request_free(reqs[i]);
+    rsv_auth_free(auth);
+    cm_jwt_signer_free(signer);
+    free(pem);
+    event_base_free(b.base);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -177,6 +249,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(untrusted_missing_and_garbage_tokens_are_invalid, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(a_token_is_verified_once_then_served_from_the_cache, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(worker_threads_verify_off_the_loop_and_answer_on_it, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

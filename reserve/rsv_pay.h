@@ -1,0 +1,103 @@
+/*
+ * rsv_pay — the reserve's client of the payment provider (API.md, "payment provider"):
+ * charge, look a charge up by idempotency key, refund. Asynchronous HTTP(S) on the
+ * event loop (evhttp client over an OpenSSL bufferevent), one connection per call.
+ *
+ * Runs on the event-loop thread that owns the base; never blocks: the provider is named
+ * by an IPv4 literal (no DNS), connects and requests are non-blocking. Every call has two
+ * deadlines — connect (TCP established) and request (the whole exchange); when one
+ * passes the connection is closed and the caller gets RSV_PAY_UNKNOWN with
+ * cm_err_timeout: a charge whose answer never came may or may not have happened, and
+ * only a lookup by its idempotency key may tell. Transport retries are off: the saga
+ * decides what to repeat.
+ *
+ * Idempotency: charges are sent with Idempotency-Key = the checkout id, refunds with
+ * "rf_" + the checkout id (the caller passes them), so repeating any call after a crash
+ * is harmless.
+ */
+#ifndef RSV_PAY_H
+#define RSV_PAY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct event_base;
+typedef struct rsv_pay rsv_pay_t;
+
+#define RSV_PAY_ID_MAX 64
+
+typedef enum {
+    RSV_PAY_PAID,     /* the charge succeeded (id = charge id) */
+    RSV_PAY_DECLINED, /* the charge was refused; no money moved (id = charge id if any) */
+    RSV_PAY_NONE,     /* lookup: the provider has no charge under that key */
+    RSV_PAY_REFUNDED, /* the refund exists (id = refund id) */
+    RSV_PAY_UNKNOWN,  /* no definite answer: timeout, transport error, 5xx, in progress */
+} rsv_pay_outcome_t;
+
+typedef enum { RSV_PAY_OP_CHARGE, RSV_PAY_OP_LOOKUP, RSV_PAY_OP_REFUND } rsv_pay_op_t;
+
+typedef struct rsv_pay_result {
+    rsv_pay_outcome_t outcome;
+    const char *err;         /* NULL when the provider answered, else a cm_err_* */
+    int status;              /* HTTP status, 0 when there was no answer */
+    double seconds;          /* how long the call took */
+    char id[RSV_PAY_ID_MAX]; /* charge or refund id, "" when unknown */
+} rsv_pay_result_t;
+
+/** The result lives only during the callback. Called exactly once, always from the loop. */
+typedef void (*rsv_pay_cb)(const rsv_pay_result_t *res, void *arg);
+
+typedef struct rsv_pay_config {
+    const char *url;     /* http(s)://<IPv4>:<port>[/prefix] */
+    const char *ca_file; /* PEM CA bundle for https (NULL: the system store) */
+    const char *api_key; /* sent as Authorization: Bearer (NULL: none) */
+    int connect_timeout_ms;
+    int timeout_ms;
+} rsv_pay_config_t;
+
+/** A parsed provider URL (rsv_pay_parse_url). */
+typedef struct rsv_pay_url {
+    bool tls;
+    char host[64];
+    int port;
+    char prefix[128]; /* path prefix without the trailing '/', "" for none */
+} rsv_pay_url_t;
+
+/** Parses url. Returns 0, or -1 (not http/https, host not an IPv4 literal, bad port). */
+__attribute__((warn_unused_result)) int rsv_pay_parse_url(const char *url, rsv_pay_url_t *out);
+
+/**
+ * Classifies a provider answer (pure; unit-tested): status 0 = no answer. body may be
+ * NULL. Fills out->outcome and out->id.
+ */
+void rsv_pay_classify(rsv_pay_op_t op, int status, const char *body, size_t len,
+                      rsv_pay_result_t *out);
+
+/**
+ * A client for cfg (strings copied). Start-up only (the CA file is read). NULL with a
+ * message in err.
+ */
+rsv_pay_t *rsv_pay_new(struct event_base *base, const rsv_pay_config_t *cfg, char *err,
+                       size_t errlen);
+/** Closes every call in flight (each callback gets UNKNOWN + cm_err_shutdown), frees. */
+void rsv_pay_free(rsv_pay_t *p);
+/** Calls in flight. */
+int rsv_pay_inflight(const rsv_pay_t *p);
+
+/**
+ * POST /v1/charges {amount, currency, source, metadata:{event, checkout}} with
+ * Idempotency-Key key. Returns 0 (cb will be called) or -1 when shutting down.
+ */
+__attribute__((warn_unused_result)) int rsv_pay_charge(rsv_pay_t *p, const char *key,
+                                                       int64_t amount, const char *currency,
+                                                       const char *source, const char *event,
+                                                       rsv_pay_cb cb, void *arg);
+/** GET /v1/charges?idempotency_key=key: PAID, DECLINED, NONE or UNKNOWN. Same return. */
+__attribute__((warn_unused_result)) int rsv_pay_lookup(rsv_pay_t *p, const char *key, rsv_pay_cb cb,
+                                                       void *arg);
+/** POST /v1/refunds {charge} with Idempotency-Key key: REFUNDED or UNKNOWN. Same return. */
+__attribute__((warn_unused_result)) int
+rsv_pay_refund(rsv_pay_t *p, const char *key, const char *charge_id, rsv_pay_cb cb, void *arg);
+
+#endif

@@ -1,0 +1,776 @@
+/*
+ * rsv_reconcile — see rsv_reconcile.h.
+ *
+ * One drive is one heap block (struct saga) that lives until its callback ran. advance()
+ * is the state machine: it looks at the checkout's state and issues the one operation
+ * that moves it on (a Redis script, a provider call, or a Postgres transition); each
+ * completion records its result with step() and calls advance() again. Steps are
+ * conditional on the state they leave (onsale_saga_step), so when another driver moved
+ * the checkout first the step reports the state it found and the drive continues from
+ * there (or stops at a terminal state with the answer stored there). A drive takes at
+ * most MAX_STEPS steps; every external call has a deadline (Redis, Postgres and rsv_pay
+ * enforce them), so a drive always ends.
+ *
+ * The reconciler timer claims at most reconcile_batch checkouts at a time and keeps at
+ * most that many drives in flight; every few ticks it refreshes the checkouts-by-state
+ * gauges with one GROUP BY.
+ */
+#include "rsv_reconcile.h"
+
+#include <event2/event.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cm_err.h"
+#include "cm_log.h"
+#include "cm_mem.h"
+#include "cm_time.h"
+#include "rsv_lua.h"
+#include "rsv_server.h"
+
+#define MAX_STEPS         24
+#define GAUGE_EVERY_TICKS 5
+
+const char *const rsv_saga_state_names[RSV_SAGA_NSTATES] = {
+    "created", "converting", "hold_extended", "payment_requested", "paid",     "declined", "unknown",
+    "converted", "refunding", "confirmed",   "failed",            "released", "refunded"};
+
+static const char *const TERMINAL[] = {"confirmed", "failed", "released", "refunded"};
+
+bool rsv_saga_terminal(const char *state)
+{
+    for (size_t i = 0; i < sizeof(TERMINAL) / sizeof(TERMINAL[0]); i++)
+        if (strcmp(state, TERMINAL[i]) == 0)
+            return true;
+    return false;
+}
+
+void rsv_reconcile_fault(rsv_server_t *srv, const char *when, const char *state)
+{
+    const char *f = srv->cfg.fault;
+    if (f == NULL || *f == '\0')
+        return;
+    char want[64];
+    int n = snprintf(want, sizeof(want), "%s:%s", when, state);
+    for (const char *p = f; (p = strstr(p, want)) != NULL; p += n) {
+        bool start = p == f || p[-1] == ',';
+        bool end = p[n] == '\0' || p[n] == ',';
+        if (start && end) {
+            cm_log(CM_LOG_WARN, "fault point %s: SIGKILL", want);
+            kill(getpid(), SIGKILL);
+        }
+    }
+}
+
+/* --- one drive ------------------------------------------------------------------------- */
+
+typedef struct saga {
+    rsv_server_t *srv;
+    rsv_saga_row_t row;
+    rsv_saga_mode_t mode;
+    int64_t extension_ms;
+    rsv_hold_view_t view;
+    int steps;
+    rsv_saga_cb cb;
+    void *arg;
+    /* the step in flight */
+    char to[24];
+    int code;
+    char *body;
+} saga_t;
+
+static void advance(saga_t *s);
+static void refund(saga_t *s);
+
+static void saga_end(saga_t *s, const char *err, int code, const char *body, double hold_age)
+{
+    rsv_saga_end_t end = {
+        .err = err, .state = s->row.state, .code = code, .body = body, .hold_age_s = hold_age};
+    s->cb(&end, s->arg);
+    rsv_hold_view_clear(&s->view);
+    free(s->body);
+    free(s);
+}
+
+static void saga_fail(saga_t *s, const char *what, const char *err)
+{
+    cm_log(CM_LOG_WARN, "checkout %s (%s): %s: %s", s->row.id, s->row.state, what,
+           err ? err : "error");
+    saga_end(s, err ? err : cm_err_protocol, 503, NULL, -1);
+}
+
+static char *error_text(const saga_t *s, const char *error, const char *message, json_t *extra)
+{
+    json_t *o = json_pack("{s:s, s:s, s:s}", "error", error, "message", message, "checkout_id",
+                          s->row.id);
+    if (extra) {
+        json_object_update(o, extra);
+        json_decref(extra);
+    }
+    char *t = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return t;
+}
+
+/* --- reading the stored answer after someone else finished --------------------------- */
+
+static void on_row(const char *err, const rsv_pg_result_t *res, void *arg)
+{
+    saga_t *s = arg;
+    if (err || rsv_pg_result_rows(res) != 1) {
+        saga_fail(s, "reading the checkout", err ? err : cm_err_protocol);
+        return;
+    }
+    snprintf(s->row.state, sizeof(s->row.state), "%s", rsv_pg_result_value(res, 0, 0));
+    snprintf(s->row.charge_id, sizeof(s->row.charge_id), "%s", rsv_pg_result_value(res, 0, 3));
+    snprintf(s->row.refund_id, sizeof(s->row.refund_id), "%s", rsv_pg_result_value(res, 0, 4));
+    snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "%s",
+             rsv_pg_result_value(res, 0, 5));
+    if (rsv_saga_terminal(s->row.state)) {
+        int code = atoi(rsv_pg_result_value(res, 0, 1));
+        saga_end(s, NULL, code ? code : 500, rsv_pg_result_value(res, 0, 2), -1);
+        return;
+    }
+    advance(s);
+}
+
+static void reread(saga_t *s)
+{
+    const char *params[] = {s->row.id};
+    if (rsv_pg_query(s->srv->pg,
+                     "SELECT state, response_code, response_body, charge_id, refund_id, "
+                     "refund_reason FROM checkouts WHERE checkout_id = $1",
+                     1, params, on_row, s) != 0)
+        saga_fail(s, "reading the checkout", cm_err_shutdown);
+}
+
+/* --- transitions --------------------------------------------------------------------- */
+
+static void on_step(const char *err, const rsv_pg_result_t *res, void *arg)
+{
+    saga_t *s = arg;
+    if (err || rsv_pg_result_rows(res) != 1) {
+        if (err == cm_err_server)
+            cm_log(CM_LOG_WARN, "checkout %s: step to %s: %s", s->row.id, s->to,
+                   rsv_pg_result_message(res));
+        saga_fail(s, "recording the checkout", err ? err : cm_err_protocol);
+        return;
+    }
+    bool applied = strcmp(rsv_pg_result_value(res, 0, 0), "t") == 0;
+    const char *now = rsv_pg_result_value(res, 0, 1);
+    if (!applied) {
+        /* Another driver moved it first: continue from where it is. */
+        cm_log(CM_LOG_INFO, "checkout %s: wanted %s → %s, found %s", s->row.id, s->row.state,
+               s->to, now);
+        snprintf(s->row.state, sizeof(s->row.state), "%s", now);
+        if (strcmp(s->to, "paid") == 0 && strcmp(now, "released") == 0 && s->row.charge_id[0]) {
+            /* A charge that outlived its checkout (released as unpaid meanwhile): the
+             * money goes back, and the released checkout ends refunded. */
+            cm_counter_inc(s->srv->m.late_payments);
+            snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "hold_expired");
+            refund(s);
+            return;
+        }
+        reread(s);
+        return;
+    }
+    rsv_metrics_t *m = &s->srv->m;
+    cm_counter_inc(m->saga_transitions);
+    snprintf(s->row.state, sizeof(s->row.state), "%s", s->to);
+    rsv_reconcile_fault(s->srv, "after", s->row.state);
+    if (rsv_saga_terminal(s->row.state)) {
+        if (strcmp(s->row.state, "refunded") == 0)
+            cm_counter_inc(m->refunds);
+        saga_end(s, NULL, s->code, s->body, -1);
+        return;
+    }
+    advance(s);
+}
+
+/*
+ * Moves the checkout from its current state (or any of from, NULL-terminated) to `to`,
+ * with the ids and the answer it brings (body is taken; NULL keeps the stored one).
+ * lease_s: renew the lease for that long (0: let it lapse now), -1: keep.
+ */
+static void step(saga_t *s, const char *const *from, const char *to, const char *reason,
+                 int code, char *body, int lease_s)
+{
+    if (++s->steps > MAX_STEPS) {
+        free(body);
+        saga_fail(s, "too many steps", cm_err_protocol);
+        return;
+    }
+    rsv_reconcile_fault(s->srv, "before", to);
+    char froms[160] = "{";
+    if (from == NULL) {
+        snprintf(froms, sizeof(froms), "{%s}", s->row.state);
+    } else {
+        for (size_t i = 0; from[i]; i++) {
+            strncat(froms, from[i], sizeof(froms) - strlen(froms) - 3);
+            strcat(froms, from[i + 1] ? "," : "");
+        }
+        strcat(froms, "}");
+    }
+    snprintf(s->to, sizeof(s->to), "%s", to);
+    free(s->body);
+    s->body = body;
+    s->code = code;
+    char code_s[16], lease[16];
+    snprintf(code_s, sizeof(code_s), "%d", code);
+    snprintf(lease, sizeof(lease), "%d", lease_s);
+    const char *params[] = {s->row.id,
+                            froms,
+                            to,
+                            reason,
+                            s->row.charge_id[0] ? s->row.charge_id : NULL,
+                            s->row.refund_id[0] ? s->row.refund_id : NULL,
+                            s->row.refund_reason[0] ? s->row.refund_reason : NULL,
+                            code ? code_s : NULL,
+                            body,
+                            lease_s >= 0 ? lease : NULL};
+    if (rsv_pg_query(s->srv->pg,
+                     "SELECT applied, state FROM onsale_saga_step($1, $2::text[], $3, $4, $5, "
+                     "$6, $7, $8::int, $9, $10::int)",
+                     10, params, on_step, s) != 0)
+        saga_fail(s, "recording the checkout", cm_err_shutdown);
+}
+
+static int lease_s(const saga_t *s)
+{
+    return (int)s->srv->cfg.checkout_lease_s;
+}
+
+/* --- hold extension (foreground, checkout start) ------------------------------------- */
+
+static void on_extended(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    saga_t *s = arg;
+    rsv_hold_view_clear(&s->view);
+    if (err || rsv_hold_view_parse(reply, &s->view) != 0) {
+        saga_fail(s, "extending the hold", err ? err : cm_err_protocol);
+        return;
+    }
+    const char *st = s->view.status;
+    const char *from[] = {"created", "hold_extended", NULL};
+    if (strcmp(st, "NOTFOUND") == 0) {
+        step(s, from, "failed", "hold not found at checkout start", 404,
+             error_text(s, "unknown_hold", "no such hold of yours", NULL), -1);
+    } else if (strcmp(st, "EXPIRED") == 0) {
+        cm_counter_inc(s->srv->m.holds_expired);
+        step(s, from, "failed", "hold expired before payment", 409,
+             error_text(s, "hold_expired", "the hold expired before it was confirmed", NULL), -1);
+    } else if (strcmp(st, "CONVERTED") == 0) {
+        step(s, from, "failed", "hold already converted", 409,
+             error_text(s, "hold_converted",
+                        "the hold was already confirmed by another checkout", NULL),
+             -1);
+    } else if (s->view.amount != s->row.amount) {
+        step(s, from, "failed", "amount mismatch", 400,
+             error_text(s, "amount_mismatch", "payment.amount must equal the hold's amount",
+                        NULL),
+             -1);
+    } else if (strcmp(s->row.state, "created") == 0) {
+        step(s, NULL, "hold_extended", "hold extended at checkout start", 0, NULL, lease_s(s));
+    } else {
+        step(s, NULL, "payment_requested", "payment requested", 0, NULL, lease_s(s));
+    }
+}
+
+static void extend_hold(saga_t *s)
+{
+    char prefix[96], ext[24], keep[24];
+    rsv_key_prefix(s->row.event, prefix, sizeof(prefix));
+    char *hkey = cm_xasprintf("%sh:%s", prefix, s->row.hold_id);
+    snprintf(ext, sizeof(ext), "%lld", (long long)s->extension_ms);
+    snprintf(keep, sizeof(keep), "%lld", (long long)s->srv->cfg.hold_record_keep_s * 1000);
+    const char *argv[] = {hkey, prefix, s->row.hold_id, s->row.buyer, ext, keep};
+    int rc = cm_redis_eval(s->srv->redis, rsv_lua()->extend, on_extended, s, 1, 6, argv, NULL);
+    free(hkey);
+    if (rc != 0)
+        saga_fail(s, "extending the hold", cm_err_closed);
+}
+
+/* --- payment ------------------------------------------------------------------------- */
+
+static void record_payment(saga_t *s, const rsv_pay_result_t *res)
+{
+    rsv_metrics_t *m = &s->srv->m;
+    const char *from[] = {"payment_requested", "unknown", NULL};
+    switch (res->outcome) {
+    case RSV_PAY_PAID:
+        snprintf(s->row.charge_id, sizeof(s->row.charge_id), "%s", res->id);
+        step(s, from, "paid", "the provider confirmed the charge", 0, NULL, lease_s(s));
+        return;
+    case RSV_PAY_DECLINED:
+        snprintf(s->row.charge_id, sizeof(s->row.charge_id), "%s", res->id);
+        step(s, from, "declined", "the provider declined the charge", 0, NULL, lease_s(s));
+        return;
+    case RSV_PAY_NONE:
+        cm_counter_inc(m->reconcile_released);
+        step(s, from, "released", "the provider has no charge under this checkout's key", 409,
+             error_text(s, "payment_not_completed",
+                        "the payment did not go through; nothing was charged", NULL),
+             -1);
+        return;
+    default:
+        break;
+    }
+    if (strcmp(s->row.state, "payment_requested") == 0) {
+        /* Foreground: the buyer gets 202 and the reconciler takes over (lease lapses). */
+        step(s, NULL, "unknown", res->err ? res->err : "no definite answer from the provider",
+             0, NULL, s->mode == RSV_SAGA_FOREGROUND ? 0 : lease_s(s));
+        return;
+    }
+    char *b = json_dumps(json_pack("{s:s, s:s}", "checkout_id", s->row.id, "state", "pending"),
+                         JSON_COMPACT);
+    saga_end(s, NULL, 202, b, -1); /* stays unknown: asked again later */
+    free(b);
+}
+
+static void on_payment(const rsv_pay_result_t *res, void *arg)
+{
+    saga_t *s = arg;
+    rsv_metrics_t *m = &s->srv->m;
+    cm_counter_inc(m->pay_outcomes[res->outcome]);
+    if (res->outcome == RSV_PAY_PAID)
+        rsv_reconcile_fault(s->srv, "before", "paid");
+    record_payment(s, res);
+}
+
+static void on_pay_timed(const rsv_pay_result_t *res, void *arg, int op)
+{
+    saga_t *s = arg;
+    cm_histogram_observe(s->srv->m.pay_latency[op], res->seconds);
+}
+
+static void on_charge(const rsv_pay_result_t *res, void *arg)
+{
+    on_pay_timed(res, arg, RSV_PAY_OP_CHARGE);
+    on_payment(res, arg);
+}
+
+static void on_lookup(const rsv_pay_result_t *res, void *arg)
+{
+    on_pay_timed(res, arg, RSV_PAY_OP_LOOKUP);
+    on_payment(res, arg);
+}
+
+static void charge(saga_t *s)
+{
+    if (rsv_pay_charge(s->srv->pay, s->row.id, s->row.amount, s->row.currency,
+                       s->row.source[0] ? s->row.source : NULL, s->row.event, on_charge,
+                       s) != 0)
+        saga_fail(s, "charging", cm_err_shutdown);
+}
+
+static void lookup(saga_t *s)
+{
+    cm_counter_inc(s->srv->m.reconcile_lookups);
+    if (rsv_pay_lookup(s->srv->pay, s->row.id, on_lookup, s) != 0)
+        saga_fail(s, "asking the provider", cm_err_shutdown);
+}
+
+/* --- refund -------------------------------------------------------------------------- */
+
+static void on_refund(const rsv_pay_result_t *res, void *arg)
+{
+    saga_t *s = arg;
+    on_pay_timed(res, arg, RSV_PAY_OP_REFUND);
+    if (res->outcome != RSV_PAY_REFUNDED) {
+        cm_log(CM_LOG_WARN, "checkout %s: refund of %s not confirmed (%s, status %d); retried "
+                            "later",
+               s->row.id, s->row.charge_id, res->err ? res->err : "?", res->status);
+        char *b = json_dumps(
+            json_pack("{s:s, s:s}", "checkout_id", s->row.id, "state", "pending"), JSON_COMPACT);
+        saga_end(s, NULL, 202, b, -1);
+        free(b);
+        return;
+    }
+    snprintf(s->row.refund_id, sizeof(s->row.refund_id), "%s", res->id);
+    const char *reason = s->row.refund_reason[0] ? s->row.refund_reason : "hold_expired";
+    const char *msg = strcmp(reason, "hold_expired") == 0
+                          ? "the payment outlived the hold; it was refunded"
+                          : "a unit of this hold was already booked; the payment was refunded";
+    json_t *extra = json_pack("{s:{s:s, s:s, s:I, s:s}}", "refund", "status", "refunded", "id",
+                              res->id, "amount", (json_int_t)s->row.amount, "currency",
+                              s->row.currency);
+    const char *from[] = {"refunding", "released", NULL};
+    step(s, from, "refunded", "payment refunded", 409, error_text(s, reason, msg, extra), -1);
+}
+
+static void refund(saga_t *s)
+{
+    char key[RSV_CHECKOUT_ID_MAX + 4];
+    snprintf(key, sizeof(key), "rf_%s", s->row.id);
+    if (rsv_pay_refund(s->srv->pay, key, s->row.charge_id, on_refund, s) != 0)
+        saga_fail(s, "refunding", cm_err_shutdown);
+}
+
+/* --- conversion ---------------------------------------------------------------------- */
+
+static char *ok_body(const saga_t *s, const char *booking_id)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "checkout_id", json_string(s->row.id));
+    json_object_set_new(o, "booking_id", json_string(booking_id));
+    json_object_set_new(o, "state", json_string("confirmed"));
+    json_object_set_new(o, "event", json_string(s->row.event));
+    json_object_set_new(o, "hold_id", json_string(s->row.hold_id));
+    rsv_hold_json_items(o, &s->view);
+    json_object_set_new(o, "amount", json_integer(s->row.amount));
+    json_object_set_new(o, "currency", json_string(s->row.currency));
+    json_object_set_new(o, "charge_id", json_string(s->row.charge_id));
+    char *t = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return t;
+}
+
+/* The units as a Postgres text[] literal (identifiers: nothing to escape). */
+static char *units_literal(const rsv_hold_view_t *v)
+{
+    size_t cap = 64 + (v->seats ? strlen(v->seats) * 3 : 0) + (size_t)v->qty * 80;
+    char *out = cm_xmalloc(cap);
+    size_t len = 0;
+    out[len++] = '{';
+    if (v->pool[0]) {
+        for (int64_t i = 0; i < v->qty; i++)
+            len += (size_t)snprintf(out + len, cap - len, "%s\"%s#%lld\"", i ? "," : "", v->pool,
+                                    (long long)(v->first_unit + i));
+    } else if (v->seats) {
+        out[len++] = '"';
+        for (const char *p = v->seats; *p; p++) {
+            if (*p == ',') {
+                memcpy(out + len, "\",\"", 3);
+                len += 3;
+            } else {
+                out[len++] = *p;
+            }
+        }
+        out[len++] = '"';
+    }
+    out[len++] = '}';
+    out[len] = '\0';
+    return out;
+}
+
+static void on_booked(const char *err, const rsv_pg_result_t *res, void *arg)
+{
+    saga_t *s = arg;
+    if (err || rsv_pg_result_rows(res) != 1) {
+        if (err == cm_err_server)
+            cm_log(CM_LOG_WARN, "checkout %s: booking: %s", s->row.id,
+                   rsv_pg_result_message(res));
+        saga_fail(s, "booking", err ? err : cm_err_protocol);
+        return;
+    }
+    const char *outcome = rsv_pg_result_value(res, 0, 0);
+    if (strcmp(outcome, "converted") == 0) {
+        snprintf(s->row.state, sizeof(s->row.state), "converted");
+        cm_counter_inc(s->srv->m.saga_transitions);
+        rsv_reconcile_fault(s->srv, "after", "converted");
+    } else if (strcmp(outcome, "refunding") == 0) {
+        cm_counter_inc(s->srv->m.uniqueness_conflicts);
+        snprintf(s->row.state, sizeof(s->row.state), "refunding");
+        snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "seat_unavailable");
+        cm_counter_inc(s->srv->m.saga_transitions);
+        rsv_reconcile_fault(s->srv, "after", "refunding");
+    } else {
+        reread(s);
+        return;
+    }
+    advance(s);
+}
+
+static void on_converted(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    saga_t *s = arg;
+    rsv_hold_view_clear(&s->view);
+    if (err || rsv_hold_view_parse(reply, &s->view) != 0) {
+        saga_fail(s, "converting the hold", err ? err : cm_err_protocol);
+        return;
+    }
+    if (strcmp(s->view.status, "OK") != 0) {
+        /* The payment outlived the hold (or the hold is gone): it goes back. */
+        cm_counter_inc(s->srv->m.late_payments);
+        snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "hold_expired");
+        step(s, NULL, "refunding", "paid, but the hold had expired at conversion: refund", 0,
+             NULL, lease_s(s));
+        return;
+    }
+    char booking[RSV_CHECKOUT_ID_MAX];
+    rsv_random_id(booking, sizeof(booking), "bk_");
+    char *units = units_literal(&s->view);
+    char *body = ok_body(s, booking);
+    const char *params[] = {s->row.id, booking, s->view.pool[0] ? s->view.pool : NULL, units,
+                            body};
+    rsv_reconcile_fault(s->srv, "before", "converted");
+    int rc = rsv_pg_query(s->srv->pg,
+                          "SELECT outcome, booking_id FROM onsale_saga_book($1, $2, $3, "
+                          "$4::text[], $5)",
+                          5, params, on_booked, s);
+    free(units);
+    free(body);
+    if (rc != 0)
+        saga_fail(s, "booking", cm_err_shutdown);
+}
+
+static void convert(saga_t *s)
+{
+    char prefix[96], keep[24], amount[24];
+    rsv_key_prefix(s->row.event, prefix, sizeof(prefix));
+    char *hkey = cm_xasprintf("%sh:%s", prefix, s->row.hold_id);
+    snprintf(keep, sizeof(keep), "%lld", (long long)7 * 86400 * 1000);
+    snprintf(amount, sizeof(amount), "%lld", (long long)s->row.amount);
+    const char *argv[] = {hkey, prefix, s->row.hold_id, s->row.buyer, s->row.id, keep, amount};
+    int rc = cm_redis_eval(s->srv->redis, rsv_lua()->convert, on_converted, s, 1, 7, argv, NULL);
+    free(hkey);
+    if (rc != 0)
+        saga_fail(s, "converting the hold", cm_err_closed);
+}
+
+/* --- the state machine --------------------------------------------------------------- */
+
+static void on_confirm_body(const char *err, const rsv_pg_result_t *res, void *arg)
+{
+    saga_t *s = arg;
+    if (err || rsv_pg_result_rows(res) != 1) {
+        saga_fail(s, "reading the booking", err ? err : cm_err_protocol);
+        return;
+    }
+    /* converted → confirmed keeps the 201 answer the booking step stored. */
+    char *body = cm_xstrdup(rsv_pg_result_value(res, 0, 0));
+    step(s, NULL, "confirmed", "booking confirmed", 201, body, -1);
+}
+
+static void advance(saga_t *s)
+{
+    const char *st = s->row.state;
+    bool fg = s->mode == RSV_SAGA_FOREGROUND;
+    if (rsv_saga_terminal(st)) {
+        reread(s);
+    } else if (strcmp(st, "created") == 0 || strcmp(st, "hold_extended") == 0) {
+        if (fg) {
+            extend_hold(s);
+        } else {
+            cm_counter_inc(s->srv->m.reconcile_released);
+            step(s, NULL, "released", "abandoned before payment was requested", 409,
+                 error_text(s, "payment_not_completed",
+                            "the checkout was abandoned before payment; nothing was charged",
+                            NULL),
+                 -1);
+        }
+    } else if (strcmp(st, "payment_requested") == 0 || strcmp(st, "unknown") == 0 ||
+               strcmp(st, "converting") == 0) {
+        /* Foreground repeats the charge (same key: the provider answers the original);
+         * the reconciler only asks, so a buyer who walked away is never charged late. */
+        if (fg)
+            charge(s);
+        else
+            lookup(s);
+    } else if (strcmp(st, "paid") == 0) {
+        convert(s);
+    } else if (strcmp(st, "declined") == 0) {
+        step(s, NULL, "failed", "payment declined", 402,
+             error_text(s, "payment_declined",
+                        "the payment was declined; the hold stays until it expires", NULL),
+             -1);
+    } else if (strcmp(st, "converted") == 0) {
+        const char *params[] = {s->row.id};
+        if (rsv_pg_query(s->srv->pg, "SELECT response_body FROM checkouts WHERE checkout_id = $1",
+                         1, params, on_confirm_body, s) != 0)
+            saga_fail(s, "reading the booking", cm_err_shutdown);
+    } else if (strcmp(st, "refunding") == 0) {
+        refund(s);
+    } else {
+        saga_fail(s, "unknown checkout state", cm_err_protocol);
+    }
+}
+
+void rsv_reconcile_drive(rsv_server_t *srv, const rsv_saga_row_t *row, rsv_saga_mode_t mode,
+                         int64_t extension_ms, rsv_saga_cb cb, void *arg)
+{
+    saga_t *s = cm_xcalloc(1, sizeof(*s));
+    s->srv = srv;
+    s->row = *row;
+    s->mode = mode;
+    s->extension_ms = extension_ms;
+    s->cb = cb;
+    s->arg = arg;
+    if (rsv_saga_terminal(s->row.state))
+        reread(s); /* answers from the loop, with the stored answer */
+    else
+        advance(s);
+}
+
+/* --- the reconciler ------------------------------------------------------------------ */
+
+struct rsv_reconcile {
+    rsv_server_t *srv;
+    struct event *timer;
+    int running;
+    bool claiming;
+    bool closing;
+    uint64_t ticks;
+};
+
+static void reconcile_release(rsv_reconcile_t *r)
+{
+    if (r->closing && r->running == 0 && !r->claiming)
+        free(r);
+}
+
+static void on_reconciled(const rsv_saga_end_t *end, void *arg)
+{
+    rsv_reconcile_t *r = arg;
+    rsv_server_t *srv = r->srv;
+    r->running--;
+    if (end->err == NULL && rsv_saga_terminal(end->state))
+        cm_counter_inc(srv->m.reconcile_finished);
+    cm_log(CM_LOG_INFO, "reconciler: checkout now %s%s%s", end->state, end->err ? ": " : "",
+           end->err ? end->err : "");
+    reconcile_release(r);
+}
+
+static void on_deferred(const char *err, const rsv_pg_result_t *res, void *arg)
+{
+    (void)err, (void)res, (void)arg;
+}
+
+/* A drive that stopped short of a terminal state gets its lease shortened so it is
+ * tried again after a back-off (attempts seconds, capped at 30). */
+typedef struct bg {
+    rsv_reconcile_t *r;
+    char id[RSV_CHECKOUT_ID_MAX];
+    int attempts;
+} bg_t;
+
+static void on_bg_end(const rsv_saga_end_t *end, void *arg)
+{
+    bg_t *b = arg;
+    rsv_reconcile_t *r = b->r;
+    if (!rsv_saga_terminal(end->state) && !r->closing) {
+        char retry[16];
+        snprintf(retry, sizeof(retry), "%d", b->attempts < 30 ? b->attempts : 30);
+        const char *params[] = {b->id, retry};
+        if (rsv_pg_query(r->srv->pg, "SELECT onsale_reconcile_defer($1, $2::int)", 2, params,
+                         on_deferred, NULL) != 0) {
+            /* shutting down: the lease lapses on its own */
+        }
+    }
+    free(b);
+    on_reconciled(end, r);
+}
+
+static void on_claimed(const char *err, const rsv_pg_result_t *res, void *arg)
+{
+    rsv_reconcile_t *r = arg;
+    r->claiming = false;
+    if (err) {
+        cm_log(CM_LOG_DEBUG, "reconciler: claim: %s", err);
+        reconcile_release(r);
+        return;
+    }
+    int n = rsv_pg_result_rows(res);
+    for (int i = 0; i < n && !r->closing; i++) {
+        rsv_saga_row_t row;
+        memset(&row, 0, sizeof(row));
+#define COL(field, c) snprintf(row.field, sizeof(row.field), "%s", rsv_pg_result_value(res, i, c))
+        COL(id, 0);
+        COL(state, 1);
+        COL(event, 2);
+        COL(buyer, 3);
+        COL(hold_id, 4);
+        COL(currency, 6);
+        COL(charge_id, 7);
+        COL(refund_id, 8);
+        COL(refund_reason, 9);
+        COL(source, 10);
+#undef COL
+        row.amount = strtoll(rsv_pg_result_value(res, i, 5), NULL, 10);
+        bg_t *b = cm_xcalloc(1, sizeof(*b));
+        b->r = r;
+        snprintf(b->id, sizeof(b->id), "%s", row.id);
+        b->attempts = atoi(rsv_pg_result_value(res, i, 11));
+        r->running++;
+        cm_counter_inc(r->srv->m.reconcile_claimed);
+        cm_log(CM_LOG_INFO, "reconciler: checkout %s in %s (attempt %d)", row.id, row.state,
+               b->attempts);
+        rsv_reconcile_drive(r->srv, &row, RSV_SAGA_BACKGROUND, 0, on_bg_end, b);
+    }
+    reconcile_release(r);
+}
+
+static void on_state_counts(const char *err, const rsv_pg_result_t *res, void *arg)
+{
+    rsv_server_t *srv = arg;
+    if (err)
+        return;
+    for (int k = 0; k < RSV_SAGA_NSTATES; k++)
+        cm_gauge_set(srv->m.checkouts_by_state[k], 0);
+    for (int i = 0; i < rsv_pg_result_rows(res); i++) {
+        const char *st = rsv_pg_result_value(res, i, 0);
+        for (int k = 0; k < RSV_SAGA_NSTATES; k++)
+            if (strcmp(st, rsv_saga_state_names[k]) == 0)
+                cm_gauge_set(srv->m.checkouts_by_state[k],
+                             strtod(rsv_pg_result_value(res, i, 1), NULL));
+    }
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    rsv_reconcile_t *r = arg;
+    rsv_server_t *srv = r->srv;
+    if (r->closing || srv->draining)
+        return;
+    if (++r->ticks % GAUGE_EVERY_TICKS == 1) {
+        if (rsv_pg_query(srv->pg, "SELECT state, count(*) FROM checkouts GROUP BY state", 0,
+                         NULL, on_state_counts, srv) != 0) {
+            /* shutting down */
+        }
+    }
+    int room = (int)srv->cfg.reconcile_batch - r->running;
+    if (r->claiming || room <= 0 || rsv_pg_connected(srv->pg) == 0)
+        return;
+    char after[16], lease[16], limit[16];
+    snprintf(after, sizeof(after), "%lld", (long long)srv->cfg.reconcile_after_s);
+    snprintf(lease, sizeof(lease), "%lld", (long long)srv->cfg.checkout_lease_s);
+    snprintf(limit, sizeof(limit), "%d", room);
+    const char *params[] = {after, lease, limit};
+    r->claiming = true;
+    if (rsv_pg_query(srv->pg,
+                     "SELECT checkout_id, state, event_id, buyer, hold_id, amount, currency, "
+                     "charge_id, refund_id, refund_reason, payment_source, attempts "
+                     "FROM onsale_reconcile_claim($1::int, $2::int, $3::int)",
+                     3, params, on_claimed, r) != 0)
+        r->claiming = false;
+}
+
+rsv_reconcile_t *rsv_reconcile_new(rsv_server_t *srv)
+{
+    rsv_reconcile_t *r = cm_xcalloc(1, sizeof(*r));
+    r->srv = srv;
+    r->timer = event_new(srv->base, -1, EV_PERSIST, on_tick, r);
+    int64_t ms = srv->cfg.reconcile_interval_ms;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    event_add(r->timer, &tv);
+    return r;
+}
+
+int rsv_reconcile_running(const rsv_reconcile_t *r)
+{
+    return r ? r->running : 0;
+}
+
+void rsv_reconcile_free(rsv_reconcile_t *r)
+{
+    if (r == NULL)
+        return;
+    event_free(r->timer);
+    r->timer = NULL;
+    r->closing = true;
+    reconcile_release(r);
+}
