@@ -1,0 +1,185 @@
+"""Hostile and broken input: malformed JSON, wrong types, bad identifiers, an oversized
+body, slow clients. Never a crash or a hang; the service keeps serving others."""
+
+import time
+import urllib.parse
+
+import stack
+
+
+def setUpModule():
+    stack.module_stack("input")
+
+
+SEATS = [{"id": f"A-{i}", "section": "A", "price": 12000} for i in range(1, 5)]
+POOLS = [{"id": "floor", "capacity": 10, "price": 6000}]
+
+
+class BadInput(stack.ReserveTestCase):
+    def setUp(self):
+        super().setUp()
+        self.ev = self.new_event(seats=SEATS, pools=POOLS, max_per_buyer=0)
+        self.tok = self.S.token(self.ev, "fuzzer")
+        self.path = f"/v1/events/{self.ev}/holds"
+
+    def post_raw(self, raw, path=None, token=None):
+        return self.c.post(path or self.path, raw=raw, token=token or self.tok)
+
+    def check_all(self, cases, status, error):
+        failures = []
+        for name, r in cases:
+            if (r.status, r.err) != (status, error) or not isinstance(
+                    (r.json or {}).get("message"), str):
+                failures.append(f"{name}: expected {status} {error} with a message, got {r!r}")
+        self.assertEqual(failures, [], "\n".join(failures))
+
+    def assert_all_free(self):
+        other = self.S.token(self.ev, "checker")
+        self.hold(self.ev, other, seats=[s["id"] for s in SEATS])
+
+    def test_malformed_json_and_wrong_types_are_400(self):
+        raws = {
+            "truncated JSON": b'{"seats":["A-1"',
+            "not JSON": b"seats=A-1",
+            "empty body": b"",
+            "JSON null": b"null",
+            "JSON array": b'["A-1"]',
+            "JSON string": b'"A-1"',
+            "trailing garbage": b'{"seats":["A-1"]} x',
+            "invalid UTF-8": b'{"seats":["A-\xff"]}',
+        }
+        bodies = {
+            "seats as string": {"seats": "A-1"},
+            "seats as object": {"seats": {"A-1": True}},
+            "seat as number": {"seats": [1]},
+            "seat as null": {"seats": [None]},
+            "quantity as string": {"pool": "floor", "quantity": "2"},
+            "quantity as float": {"pool": "floor", "quantity": 1.5},
+            "quantity as bool": {"pool": "floor", "quantity": True},
+            "quantity 0": {"pool": "floor", "quantity": 0},
+            "quantity -1": {"pool": "floor", "quantity": -1},
+            "pool without quantity": {"pool": "floor"},
+            "pool as number": {"pool": 7, "quantity": 1},
+            "both seats and pool": {"seats": ["A-1"], "pool": "floor", "quantity": 1},
+            "empty seats": {"seats": []},
+            "duplicate seats": {"seats": ["A-1", "A-1"]},
+            "neither seats nor pool": {"quantity": 1},
+            "empty object": {},
+        }
+        cases = [(n, self.post_raw(b)) for n, b in raws.items()]
+        cases += [(n, self.c.post(self.path, b, token=self.tok)) for n, b in bodies.items()]
+        self.check_all(cases, 400, "invalid_request")
+        self.assert_all_free()
+
+    def test_unknown_seat_pool_event_are_404(self):
+        r = self.c.post(self.path, {"seats": ["A-1", "Z-99"]}, token=self.tok)
+        self.assertStatus(r, 404, "unknown_seat")
+        r = self.c.post(self.path, {"pool": "balcony", "quantity": 1}, token=self.tok)
+        self.assertStatus(r, 404, "unknown_pool")
+        ghost = stack.new_id("ghost")
+        r = self.c.post(f"/v1/events/{ghost}/holds", {"seats": ["A-1"]},
+                        token=self.S.token(ghost, "fan"))
+        self.assertStatus(r, 404, "unknown_event")
+        self.assertStatus(self.c.get(f"/v1/events/{ghost}/availability"), 404, "unknown_event")
+        self.assertStatus(self.c.get(f"/v1/events/{ghost}/seats"), 404, "unknown_event")
+        self.assert_all_free()   # A-1 was not half-held by the unknown_seat request
+
+    def test_unknown_fields_are_ignored(self):
+        r = self.c.post(self.path, {"seats": ["A-2"], "comment": "hi", "x": [1, {"y": None}]},
+                        token=self.tok)
+        self.assertStatus(r, 201)
+
+    def test_bad_identifiers_in_body_are_400(self):
+        bad = ["A" * 65, "a/b", "é", "A 1", "", "A-1\u0000", "../A-1", "A-1;DROP"]
+        cases = [(f"seat {b!r}", self.c.post(self.path, {"seats": [b]}, token=self.tok))
+                 for b in bad]
+        cases += [(f"pool {b!r}", self.c.post(self.path, {"pool": b, "quantity": 1},
+                                              token=self.tok)) for b in bad]
+        # 64 characters is still a well-formed identifier (just an unknown one).
+        r = self.c.post(self.path, {"seats": ["A" * 64]}, token=self.tok)
+        self.assertStatus(r, 404, "unknown_seat", msg="64-character seat id:")
+        self.check_all(cases, 400, "invalid_request")
+
+    def test_bad_identifiers_in_path_are_400_or_404(self):
+        failures = []
+        for bad in ["e" * 65, "a/b", "év", "a b", "a\u0000b"]:
+            enc = urllib.parse.quote(bad, safe="")
+            tok = self.S.sign(dict(self.S.claims(self.ev, "fuzzer"), evt=bad))
+            for method, path, t in (("POST", f"/v1/events/{enc}/holds", tok),
+                                    ("GET", f"/v1/events/{enc}/availability", None),
+                                    ("GET", f"/v1/events/{enc}/seats", None),
+                                    ("GET", f"/v1/holds/{enc}", self.tok),
+                                    ("POST", f"/v1/holds/{enc}/extend", self.tok),
+                                    ("DELETE", f"/v1/holds/{enc}", self.tok)):
+                body = {"seats": ["A-1"]} if path.endswith("/holds") else None
+                r = self.c.request(method, path, body=body, token=t)
+                if r.status not in (400, 404) or not isinstance(r.json, dict) or not r.err:
+                    failures.append(f"{method} {path}: expected 400 or 404 with a JSON "
+                                    f"error, got {r!r}")
+        self.assertEqual(failures, [], "\n".join(failures))
+
+    def test_10mb_body_is_413(self):
+        r = self.S.oversized(self.path, self.tok, 10 * 1024 * 1024)
+        self.assertEqual(r.status, 413, f"10 MB body: expected 413, got {r!r} after "
+                         f"sending {r.sent} bytes of body")
+        self.assertStatus(self.c.get("/healthz"), 200)
+
+    def test_deeply_nested_json(self):
+        r = self.post_raw(b'{"seats":' + b"[" * 5000 + b"]" * 5000 + b"}")
+        self.assertIn(r.status, (400, 413), f"deeply nested JSON: {r!r}")
+        self.assertStatus(self.c.get("/healthz"), 200)
+
+
+class SlowClients(stack.ReserveTestCase):
+    def test_slowloris_does_not_block_others(self):
+        ev = self.new_event(seats=SEATS, max_per_buyer=0)
+        tok = self.S.token(ev, "patient")
+        slow = []
+        try:
+            for _ in range(16):     # TLS up, half a request header, then silence
+                s = self.S.raw_tls()
+                s.sendall(f"POST /v1/events/{ev}/holds HTTP/1.1\r\nHost: x\r\n"
+                          f"Authorization: Bearer {tok[:20]}".encode())
+                slow.append(s)
+            for _ in range(4):      # headers complete, body promised but not sent
+                s = self.S.raw_tls()
+                s.sendall(f"POST /v1/events/{ev}/holds HTTP/1.1\r\nHost: x\r\n"
+                          f"Authorization: Bearer {tok}\r\nContent-Length: 100\r\n\r\n"
+                          f'{{"seats":'.encode())
+                slow.append(s)
+            for _ in range(4):      # TLS up, nothing sent
+                slow.append(self.S.raw_tls())
+            for _ in range(4):      # TCP only, no TLS handshake
+                slow.append(self.S.raw_tls(handshake=False))
+            for _ in range(2):      # half a TLS ClientHello
+                s = self.S.raw_tls(handshake=False)
+                s.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")
+                slow.append(s)
+
+            # Others are served meanwhile (a blocked server would time these out).
+            quick = self.S.client(timeout=5)
+            try:
+                for _ in range(3):
+                    self.assertStatus(quick.get("/healthz"), 200)
+                    self.assertStatus(quick.get(f"/v1/events/{ev}/availability"), 200)
+                    time.sleep(0.5)
+                r = quick.post(f"/v1/events/{ev}/holds", {"seats": ["A-1"]}, token=tok)
+                self.assertStatus(r, 201, msg="hold while slow clients hang:")
+                fresh = self.S.client(timeout=5)
+                self.assertStatus(fresh.get("/healthz"), 200, msg="new connection:")
+                fresh.close()
+            finally:
+                quick.close()
+        finally:
+            for s in slow:
+                s.close()
+
+
+class ZzAfterAbuse(stack.ReserveTestCase):
+    """Runs last in this module (unittest orders classes by name)."""
+
+    def test_still_healthy_and_serving(self):
+        ev = self.new_event(seats=SEATS, max_per_buyer=0)
+        self.assertStatus(self.c.get("/healthz"), 200)
+        self.assertEqual(self.c.get("/healthz").json, {"status": "ok"})
+        self.hold(ev, self.S.token(ev, "normal"), seats=["A-1"])

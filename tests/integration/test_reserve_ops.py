@@ -1,0 +1,82 @@
+"""Operator surface: /healthz, /readyz and the Prometheus metrics DESIGN.md promises."""
+
+import uuid
+
+import stack
+from stack import metric_sum
+
+
+def setUpModule():
+    stack.module_stack("ops")
+
+
+SEATS = [{"id": f"A-{i}", "section": "A", "price": 12000} for i in range(1, 5)]
+
+COUNTERS = ["onsale_reserve_holds_total", "onsale_reserve_hold_conflicts_total",
+            "onsale_reserve_invalid_tokens_total", "onsale_reserve_confirmations_total",
+            "onsale_reserve_uniqueness_conflicts_total"]
+HISTOGRAMS = ["onsale_reserve_hold_to_confirm_seconds", "onsale_reserve_request_seconds"]
+
+
+class HealthAndMetrics(stack.ReserveTestCase):
+    def test_healthz_readyz(self):
+        h = self.c.get("/healthz")
+        self.assertStatus(h, 200)
+        self.assertEqual(h.json, {"status": "ok"}, repr(h))
+        self.assertStatus(self.c.get("/readyz"), 200)
+
+    def test_metrics_after_traffic(self):
+        m0 = self.S.metrics()
+        ev = self.new_event(seats=SEATS, max_per_buyer=4)
+        t1, t2 = self.S.token(ev, "m1"), self.S.token(ev, "m2")
+        h = self.hold(ev, t1, seats=["A-1"])
+        self.assertIn("no-store", h.header("cache-control") or "",
+                      f"hold answer without Cache-Control: no-store: {h.headers}")
+        self.hold(ev, t2, seats=["A-2"])
+        self.assertStatus(self.c.post(f"/v1/events/{ev}/holds", {"seats": ["A-1"]}, token=t2),
+                          409, "seat_unavailable")
+        self.assertStatus(self.c.post(f"/v1/events/{ev}/holds", {"seats": ["A-3"]},
+                                      token="not.a.token"), 401, "invalid_token")
+        r = self.c.post(f"/v1/holds/{h.json['hold_id']}/confirm",
+                        {"payment": {"amount": h.json["amount"], "currency": "EUR",
+                                     "source": "tok_visa"}},
+                        token=t1, headers={"Idempotency-Key": uuid.uuid4().hex})
+        self.assertStatus(r, 201)
+
+        resp = self.c.get("/metrics")
+        self.assertStatus(resp, 200)
+        self.assertTrue((resp.header("content-type") or "").startswith("text/plain"),
+                        f"/metrics content-type: {resp.headers}")
+        m = stack.parse_metrics(resp.body.decode())
+        text = resp.body.decode()
+        missing = [n for n in COUNTERS if n not in m]
+        missing += [f"{n}_{s}" for n in HISTOGRAMS for s in ("bucket", "sum", "count")
+                    if f"{n}_{s}" not in m]
+        self.assertEqual(missing, [], f"missing series in /metrics:\n{text[:3000]}")
+        for n in COUNTERS + HISTOGRAMS:
+            self.assertIn(f"# TYPE {n} ", text, f"no TYPE line for {n}")
+
+        def delta(name):
+            return metric_sum(m, name) - metric_sum(m0, name)
+
+        self.assertGreaterEqual(delta("onsale_reserve_holds_total"), 2)
+        self.assertGreaterEqual(delta("onsale_reserve_hold_conflicts_total"), 1)
+        self.assertGreaterEqual(delta("onsale_reserve_invalid_tokens_total"), 1)
+        self.assertGreaterEqual(delta("onsale_reserve_confirmations_total"), 1)
+        self.assertGreaterEqual(delta("onsale_reserve_hold_to_confirm_seconds_count"), 1)
+        self.assertGreaterEqual(metric_sum(m, "onsale_reserve_uniqueness_conflicts_total"), 0)
+
+        inf = [v for labels, v in m["onsale_reserve_hold_to_confirm_seconds_bucket"]
+               if labels.get("le") == "+Inf"]
+        self.assertTrue(inf, "hold_to_confirm histogram has no le=\"+Inf\" bucket")
+        self.assertEqual(sum(inf), metric_sum(m, "onsale_reserve_hold_to_confirm_seconds_count"))
+
+        endpoints = {labels.get("endpoint")
+                     for labels, _ in m["onsale_reserve_request_seconds_count"]}
+        self.assertNotIn(None, endpoints,
+                         "onsale_reserve_request_seconds series without an endpoint label")
+        self.assertGreaterEqual(len(endpoints), 2,
+                                f"request latency not split per endpoint: {endpoints}")
+        served = sum(v for _, v in m["onsale_reserve_request_seconds_count"]) - sum(
+            v for _, v in m0.get("onsale_reserve_request_seconds_count", []))
+        self.assertGreaterEqual(served, 5, "request histogram did not count the requests")
