@@ -7,6 +7,9 @@
  *            checkout confirmed, response stored) → 201.
  * A failure after the checkout row exists clears its lease, so the buyer's retry with
  * the same key can resume at once instead of waiting out the lease.
+ *
+ * The payment step (charge between begin and convert, refund when the conversion
+ * fails) slots in after onsale_checkout_begin; see deploy/sql for the states.
  */
 #include "rsv_checkout.h"
 
