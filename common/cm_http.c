@@ -6,7 +6,9 @@
  * where TLS is attached and the connection counted; the count goes down in the SSL
  * ex_data free hook, which OpenSSL calls exactly once when evhttp frees the
  * connection (and with it the bufferevent and the SSL). That is the one place that
- * sees every close, whatever the reason.
+ * sees every close, whatever the reason. libevent may free a connection's bufferevent
+ * after the server itself is gone (deferred frees at event_base_free), so the count
+ * lives in a small reference-counted tracker that each SSL holds, not in the server.
  */
 #include "cm_http.h"
 
@@ -34,8 +36,15 @@
  * above it evhttp refuses them itself (status 413, its own body) before reading. */
 #define TRANSPORT_BODY_CAP_MIN (1024 * 1024)
 
+/* Shared by the server and each live SSL; freed by whichever lets go last. */
+typedef struct tracker {
+    cm_http_server_t *srv; /* NULL once the server is freed */
+    int refs;
+} tracker_t;
+
 struct cm_http_server {
     struct event_base *base;
+    tracker_t *tracker;
     struct evhttp *http;
     struct evconnlistener *listener;
     struct event *resume_timer;
@@ -70,12 +79,17 @@ static void resume_listener(cm_http_server_t *srv)
 /* OpenSSL calls this once per SSL object as it is freed (CRYPTO_free_ex_data). */
 static void on_ssl_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl, void *argp)
 {
-    cm_http_server_t *srv = ptr;
-    if (srv == NULL)
+    tracker_t *t = ptr;
+    if (t == NULL)
         return;
-    srv->connections--;
-    if (srv->connections < srv->max_connections)
-        resume_listener(srv);
+    cm_http_server_t *srv = t->srv;
+    if (srv) {
+        srv->connections--;
+        if (srv->connections < srv->max_connections)
+            resume_listener(srv);
+    }
+    if (--t->refs == 0)
+        free(t);
 }
 
 static struct bufferevent *on_new_bev(struct event_base *base, void *arg)
@@ -86,7 +100,8 @@ static struct bufferevent *on_new_bev(struct event_base *base, void *arg)
     SSL *ssl = SSL_new(srv->tls);
     if (ssl == NULL)
         return NULL;
-    SSL_set_ex_data(ssl, ssl_conn_index, srv);
+    SSL_set_ex_data(ssl, ssl_conn_index, srv->tracker);
+    srv->tracker->refs++;
     srv->connections++;
     if (srv->connections >= srv->max_connections)
         pause_listener(srv);
@@ -130,6 +145,9 @@ cm_http_server_t *cm_http_server_new(struct event_base *base, const char *addr, 
         ssl_conn_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, on_ssl_free);
 
     cm_http_server_t *srv = cm_xcalloc(1, sizeof(*srv));
+    srv->tracker = cm_xcalloc(1, sizeof(tracker_t));
+    srv->tracker->srv = srv;
+    srv->tracker->refs = 1;
     srv->base = base;
     srv->tls = tls;
     srv->handler = handler;
@@ -214,6 +232,9 @@ void cm_http_server_free(cm_http_server_t *srv)
         evconnlistener_free(srv->listener);
     if (srv->resume_timer)
         event_free(srv->resume_timer);
+    srv->tracker->srv = NULL;
+    if (--srv->tracker->refs == 0)
+        free(srv->tracker);
     free(srv);
 }
 
