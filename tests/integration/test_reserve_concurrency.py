@@ -1,6 +1,7 @@
 """Invariants 1–3 under real concurrency: one seat, one GA pool, overlapping multi-seat
 holds. Every burst opens all its TLS connections first, then fires every request."""
 
+import os
 import collections
 import threading
 import time
@@ -35,8 +36,11 @@ class OneSeatThousandBuyers(stack.ReserveTestCase):
 
         # Every answer, winner's and losers', within 1 s of its send (answered at once,
         # no waiting), measured from the write to the full response.
-        slow = sorted((r.latency for r in res if r.latency >= 1.0), reverse=True)
-        self.assertEqual(slow, [], f"{len(slow)} answers took ≥ 1 s: {summary}")
+        # The sanitizer build (several times slower by design) checks memory safety
+        # here, not latency; the bound holds for the build that ships.
+        if os.environ.get("ONSALE_SANITIZE") != "1":
+            slow = sorted((r.latency for r in res if r.latency >= 1.0), reverse=True)
+            self.assertEqual(slow, [], f"{len(slow)} answers took ≥ 1 s: {summary}")
 
         i, w = won[0]
         self.assertEqual(w.json.get("seats"), ["A-1"], repr(w))
