@@ -21,7 +21,7 @@
 #include "cm_http.h"
 #include "cm_mem.h"
 
-#define TOKEN_MAX 4096
+#define TOKEN_MAX   4096
 #define MAX_THREADS 16
 
 typedef struct slot {
@@ -120,8 +120,8 @@ static void complete(rsv_auth_t *a, job_t *j)
 
 static void verify(const rsv_auth_t *a, job_t *j)
 {
-    j->result = cm_jwt_verify(a->keys, j->token, j->len, CM_JWT_AUDIENCE, j->now, a->leeway,
-                              &j->claims);
+    j->result =
+        cm_jwt_verify(a->keys, j->token, j->len, CM_JWT_AUDIENCE, j->now, a->leeway, &j->claims);
 }
 
 static void *worker(void *arg)

@@ -49,7 +49,9 @@ static char *pem_of(EVP_PKEY *pk, bool private_key)
                                  : PEM_write_bio_PUBKEY(bio, pk),
                      1);
     long n = BIO_get_mem_data(bio, &data);
-    char *out = strndup(data, (size_t)n);
+    char *out = malloc((size_t)n + 1); /* BIO memory is not NUL-terminated */
+    memcpy(out, data, (size_t)n);
+    out[n] = '\0';
     BIO_free(bio);
     return out;
 }

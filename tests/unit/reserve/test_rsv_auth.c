@@ -35,7 +35,9 @@ static char *new_key_pem(void)
     PEM_write_bio_PrivateKey(b, k, NULL, NULL, 0, NULL, NULL);
     char *data = NULL;
     long n = BIO_get_mem_data(b, &data);
-    char *pem = strndup(data, (size_t)n);
+    char *pem = malloc((size_t)n + 1); /* BIO memory is not NUL-terminated */
+    memcpy(pem, data, (size_t)n);
+    pem[n] = '\0';
     BIO_free(b);
     EVP_PKEY_free(k);
     return pem;
