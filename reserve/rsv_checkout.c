@@ -1,15 +1,14 @@
 /*
  * rsv_checkout — see rsv_checkout.h.
  *
- * confirm: validate → onsale_checkout_begin (new / resume / busy / done / mismatch)
- *          → convert.lua (hold alive, owner, amount; seats sold, pool units numbered)
- *          → onsale_checkout_convert (booking + items under the unique constraint,
- *            checkout confirmed, response stored) → 201.
- * A failure after the checkout row exists clears its lease, so the buyer's retry with
- * the same key can resume at once instead of waiting out the lease.
- *
- * The payment step (charge between begin and convert, refund when the conversion
- * fails) slots in after onsale_checkout_begin; see deploy/sql for the states.
+ * confirm: validate → onsale_saga_begin (new / resume / busy / done / mismatch) → the
+ * saga (rsv_reconcile_drive, foreground: extend the hold, charge with the checkout id
+ * as Idempotency-Key, convert or refund; one committed transition per step) → the
+ * answer it ends with: 201 confirmed, 402 declined, 409 hold_expired with the refund,
+ * 202 pending when the payment outcome is not known yet (the reconciler finishes it).
+ * Any answer but 503 for a terminal checkout is stored and replayed for the same key.
+ * A failure or a pending end clears the checkout's lease, so the buyer's retry with the
+ * same key (or the reconciler) can resume at once instead of waiting out the lease.
  */
 #include "rsv_checkout.h"
 
@@ -27,10 +26,10 @@
 #include "rsv_auth.h"
 #include "rsv_catalog.h"
 #include "rsv_hold.h"
-#include "rsv_lua.h"
+#include "rsv_reconcile.h"
 #include "rsv_server.h"
 
-#define CHECKOUT_ID_MAX 40
+#define CHECKOUT_ID_MAX RSV_CHECKOUT_ID_MAX
 
 typedef struct confirm_op {
     rsv_req_t r;
@@ -39,20 +38,16 @@ typedef struct confirm_op {
     char key[CM_IDEM_KEY_MAX + 1];
     char hash[65];
     char checkout_id[CHECKOUT_ID_MAX];
-    char booking_id[CHECKOUT_ID_MAX];
     cm_jwt_claims_t claims;
     int64_t amount;
     char currency[4];
+    char source[128];
     rsv_event_t *ev;
-    rsv_hold_view_t view;
-    char *ok_body;
 } confirm_op_t;
 
 static void confirm_done(confirm_op_t *op)
 {
     rsv_event_unref(op->ev);
-    rsv_hold_view_clear(&op->view);
-    free(op->ok_body);
     free(op);
 }
 
@@ -61,17 +56,24 @@ static void on_lease_cleared(const char *err, const rsv_pg_result_t *res, void *
     (void)err, (void)res, (void)arg;
 }
 
+/* Lets the checkout's lease lapse now, so a retry (or the reconciler) may resume it. */
+static void clear_lease(confirm_op_t *op)
+{
+    if (op->checkout_id[0] == '\0')
+        return;
+    const char *params[1] = {op->checkout_id};
+    if (rsv_pg_query(op->r.srv->pg,
+                     "UPDATE checkouts SET lease_until = NULL WHERE checkout_id = $1 AND state "
+                     "NOT IN ('confirmed','failed','released','refunded')",
+                     1, params, on_lease_cleared, NULL) != 0) {
+        /* shutting down: the lease lapses on its own */
+    }
+}
+
 /* Answers 503 and frees the checkout's lease so a retry can resume it now. */
 static void confirm_unavailable(confirm_op_t *op, const char *what, const char *err)
 {
-    if (op->checkout_id[0]) {
-        const char *params[1] = {op->checkout_id};
-        if (rsv_pg_query(op->r.srv->pg,
-                         "UPDATE checkouts SET lease_until = NULL WHERE checkout_id = $1", 1,
-                         params, on_lease_cleared, NULL) != 0) {
-            /* shutting down: the lease lapses on its own */
-        }
-    }
+    clear_lease(op);
     rsv_reply_unavailable(&op->r, what, err);
     confirm_done(op);
 }
@@ -82,212 +84,29 @@ static void reply_text_json(confirm_op_t *op, int code, const char *text)
     rsv_reply_text(&op->r, code, "application/json", text, strlen(text));
 }
 
-/* --- finishing without a booking -------------------------------------------------- */
+/* --- the saga ---------------------------------------------------------------------- */
 
-typedef struct finish_op {
-    confirm_op_t *op;
-    int code;
-    char *body;
-} finish_op_t;
-
-static void on_finished(const char *err, const rsv_pg_result_t *res, void *arg)
-{
-    finish_op_t *f = arg;
-    confirm_op_t *op = f->op;
-    if (err) {
-        confirm_unavailable(op, "recording the checkout", err);
-    } else {
-        reply_text_json(op, f->code, f->body);
-        confirm_done(op);
-    }
-    free(f->body);
-    free(f);
-}
-
-/* Ends the checkout in `state` with this answer stored for replays, then answers. */
-static void finish(confirm_op_t *op, const char *state, int code, const char *error,
-                   const char *message, const char *reason)
-{
-    finish_op_t *f = cm_xcalloc(1, sizeof(*f));
-    f->op = op;
-    f->code = code;
-    json_t *b = json_pack("{s:s, s:s, s:s}", "error", error, "message", message, "checkout_id",
-                          op->checkout_id);
-    f->body = json_dumps(b, JSON_COMPACT);
-    json_decref(b);
-    char code_s[8];
-    snprintf(code_s, sizeof(code_s), "%d", code);
-    const char *params[] = {op->checkout_id, state, code_s, f->body, reason};
-    if (rsv_pg_query(op->r.srv->pg, "SELECT onsale_checkout_finish($1, $2, $3, $4, $5)", 5, params,
-                     on_finished, f) != 0) {
-        free(f->body);
-        free(f);
-        confirm_unavailable(op, "recording the checkout", cm_err_shutdown);
-    }
-}
-
-/* --- converting ---------------------------------------------------------------- */
-
-static void on_converted(const char *err, const rsv_pg_result_t *res, void *arg)
+static void on_saga_end(const rsv_saga_end_t *end, void *arg)
 {
     confirm_op_t *op = arg;
     rsv_metrics_t *m = &op->r.srv->m;
-    if (err) {
-        cm_log(CM_LOG_WARN, "checkout %s: booking: %s %s", op->checkout_id, err,
-               res ? rsv_pg_result_message(res) : "");
-        confirm_unavailable(op, "booking", err);
+    if (end->err) {
+        confirm_unavailable(op, "the checkout", end->err);
         return;
     }
-    const char *outcome = rsv_pg_result_value(res, 0, 0);
-    if (strcmp(outcome, "confirmed") == 0) {
+    if (!rsv_saga_terminal(end->state))
+        clear_lease(op); /* pending: the reconciler (or a retry) finishes it */
+    if (strcmp(end->state, "confirmed") == 0) {
         cm_counter_inc(m->confirmations);
-        double secs = (double)(cm_time_wall_ms() - op->view.created_ms) / 1000.0;
-        cm_histogram_observe(m->hold_to_confirm, secs < 0 ? 0 : secs);
-        reply_text_json(op, 201, op->ok_body);
-        confirm_done(op);
-        return;
+        if (end->hold_age_s >= 0)
+            cm_histogram_observe(m->hold_to_confirm, end->hold_age_s);
     }
-    if (strcmp(outcome, "taken") == 0) {
-        cm_counter_inc(m->uniqueness_conflicts);
-        cm_log(CM_LOG_WARN,
-               "checkout %s: Postgres refused a unit already booked (Redis had "
-               "lost it); nothing was booked",
-               op->checkout_id);
+    if (end->body == NULL || end->code == 0) {
+        rsv_reply_unavailable(&op->r, "the checkout", cm_err_protocol);
+    } else {
+        reply_text_json(op, end->code, end->body);
     }
-    /* The function stored the same answer for replays. */
-    json_t *b =
-        strcmp(outcome, "taken") == 0
-            ? json_pack("{s:s,s:s,s:s}", "error", "seat_unavailable", "message",
-                        "a unit of this hold was already booked", "checkout_id", op->checkout_id)
-            : json_pack("{s:s,s:s,s:s}", "error", "sold_out", "message", "the pool is sold out",
-                        "checkout_id", op->checkout_id);
-    rsv_reply_json(&op->r, 409, b);
     confirm_done(op);
-}
-
-static char *ok_body(confirm_op_t *op)
-{
-    json_t *o = json_object();
-    json_object_set_new(o, "checkout_id", json_string(op->checkout_id));
-    json_object_set_new(o, "booking_id", json_string(op->booking_id));
-    json_object_set_new(o, "state", json_string("confirmed"));
-    json_object_set_new(o, "event", json_string(op->event));
-    json_object_set_new(o, "hold_id", json_string(op->hold_id));
-    rsv_hold_json_items(o, &op->view);
-    json_object_set_new(o, "amount", json_integer(op->amount));
-    json_object_set_new(o, "currency", json_string(op->currency));
-    char *s = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    return s;
-}
-
-/* The units as a Postgres text[] literal: {"A-1","A-2"} or {"floor#17","floor#18"}. */
-static char *units_literal(const rsv_hold_view_t *v)
-{
-    size_t cap = 64, len = 0;
-    char *s = cm_xmalloc(cap);
-    s[len++] = '{';
-    for (int64_t i = 0; v->pool[0] && i < v->qty; i++) {
-        char u[96];
-        int n = snprintf(u, sizeof(u), "%s\"%s#%lld\"", i ? "," : "", v->pool,
-                         (long long)(v->first_unit + i));
-        while (len + (size_t)n + 2 > cap)
-            s = cm_xrealloc(s, cap *= 2);
-        memcpy(s + len, u, (size_t)n);
-        len += (size_t)n;
-    }
-    if (!v->pool[0] && v->seats) {
-        size_t need = strlen(v->seats) * 3 + 4;
-        while (len + need > cap)
-            s = cm_xrealloc(s, cap *= 2);
-        s[len++] = '"';
-        for (const char *p = v->seats; *p; p++) {
-            if (*p == ',') {
-                s[len++] = '"';
-                s[len++] = ',';
-                s[len++] = '"';
-            } else {
-                s[len++] = *p; /* identifiers: no quotes or backslashes to escape */
-            }
-        }
-        s[len++] = '"';
-    }
-    s[len++] = '}';
-    s[len] = '\0';
-    return s;
-}
-
-static void on_convert_reply(const char *err, const cm_redis_reply_t *reply, void *arg)
-{
-    confirm_op_t *op = arg;
-    rsv_metrics_t *m = &op->r.srv->m;
-    if (err || rsv_hold_view_parse(reply, &op->view) != 0) {
-        confirm_unavailable(op, "converting the hold", err ? err : cm_err_protocol);
-        return;
-    }
-    const char *st = op->view.status;
-    if (strcmp(st, "NOTFOUND") == 0) {
-        finish(op, "failed", 404, "unknown_hold", "no such hold of yours", "hold not found");
-        return;
-    }
-    if (strcmp(st, "GONE") == 0) {
-        /* No record at all: released, long expired, or lost with Redis. Either way the
-         * buyer does not hold these seats any more. */
-        cm_counter_inc(m->holds_expired);
-        finish(op, "failed", 409, "hold_expired", "the hold no longer exists",
-               "hold record gone (released, expired or lost)");
-        return;
-    }
-    if (strcmp(st, "EXPIRED") == 0) {
-        cm_counter_inc(m->holds_expired);
-        finish(op, "failed", 409, "hold_expired", "the hold expired before it was confirmed",
-               "hold expired before conversion");
-        return;
-    }
-    if (strcmp(st, "CONVERTED") == 0) {
-        finish(op, "failed", 409, "hold_converted",
-               "the hold was already confirmed by another checkout", "hold already converted");
-        return;
-    }
-    if (strcmp(st, "AMOUNT") == 0) {
-        finish(op, "failed", 400, "amount_mismatch", "payment.amount must equal the hold's amount",
-               "amount mismatch");
-        return;
-    }
-    rsv_random_id(op->booking_id, sizeof(op->booking_id), "bk_");
-    op->ok_body = ok_body(op);
-    char *units = units_literal(&op->view);
-    json_t *tb =
-        json_pack("{s:s,s:s,s:s}", "error", "seat_unavailable", "message",
-                  "a unit of this hold was already booked", "checkout_id", op->checkout_id);
-    char *taken = json_dumps(tb, JSON_COMPACT);
-    json_decref(tb);
-    const char *params[] = {
-        op->checkout_id, op->booking_id, op->view.pool[0] ? op->view.pool : NULL,
-        units,           op->ok_body,    taken};
-    int rc = rsv_pg_query(op->r.srv->pg,
-                          "SELECT outcome FROM onsale_checkout_convert($1, $2, $3, $4, $5, $6)", 6,
-                          params, on_converted, op);
-    free(units);
-    free(taken);
-    if (rc != 0)
-        confirm_unavailable(op, "booking", cm_err_shutdown);
-}
-
-static void run_convert(confirm_op_t *op)
-{
-    char prefix[96];
-    rsv_key_prefix(op->event, prefix, sizeof(prefix));
-    char *hkey = cm_xasprintf("%sh:%s", prefix, op->hold_id);
-    char keep[24], amount[24];
-    snprintf(keep, sizeof(keep), "%lld", (long long)7 * 86400 * 1000);
-    snprintf(amount, sizeof(amount), "%lld", (long long)op->amount);
-    const char *argv[] = {hkey, prefix, op->hold_id, op->claims.sub, op->checkout_id, keep, amount};
-    int rc =
-        cm_redis_eval(op->r.srv->redis, rsv_lua()->convert, on_convert_reply, op, 1, 7, argv, NULL);
-    free(hkey);
-    if (rc != 0)
-        confirm_unavailable(op, "converting the hold", cm_err_closed);
 }
 
 /* --- beginning --------------------------------------------------------------------- */
@@ -318,6 +137,7 @@ static void on_begun(const char *err, const rsv_pg_result_t *res, void *arg)
         cm_counter_inc(op->r.srv->m.confirm_replays);
         int code = atoi(rsv_pg_result_value(res, 0, 3));
         if (code == 0 || rsv_pg_result_isnull(res, 0, 4)) {
+            op->checkout_id[0] = '\0';
             confirm_unavailable(op, "replaying the checkout", cm_err_protocol);
             return;
         }
@@ -326,7 +146,25 @@ static void on_begun(const char *err, const rsv_pg_result_t *res, void *arg)
         reply_text_json(op, code == 201 ? 200 : code, rsv_pg_result_value(res, 0, 4));
         confirm_done(op);
     } else {
-        run_convert(op);
+        /* new or resumed: drive the saga from the state Postgres has. */
+        if (strcmp(outcome, "new") == 0)
+            rsv_reconcile_fault(op->r.srv, "after", "created");
+        rsv_saga_row_t row;
+        memset(&row, 0, sizeof(row));
+        snprintf(row.id, sizeof(row.id), "%s", op->checkout_id);
+        snprintf(row.state, sizeof(row.state), "%s", rsv_pg_result_value(res, 0, 2));
+        snprintf(row.event, sizeof(row.event), "%s", op->event);
+        snprintf(row.buyer, sizeof(row.buyer), "%s", op->claims.sub);
+        snprintf(row.hold_id, sizeof(row.hold_id), "%s", op->hold_id);
+        row.amount = op->amount;
+        snprintf(row.currency, sizeof(row.currency), "%s", op->currency);
+        snprintf(row.source, sizeof(row.source), "%s", op->source);
+        snprintf(row.charge_id, sizeof(row.charge_id), "%s", rsv_pg_result_value(res, 0, 5));
+        snprintf(row.refund_id, sizeof(row.refund_id), "%s", rsv_pg_result_value(res, 0, 6));
+        snprintf(row.refund_reason, sizeof(row.refund_reason), "%s",
+                 rsv_pg_result_value(res, 0, 7));
+        rsv_reconcile_drive(op->r.srv, &row, RSV_SAGA_FOREGROUND,
+                            op->ev->checkout_extension_s * 1000, on_saga_end, op);
     }
 }
 
@@ -338,11 +176,12 @@ static void begin(confirm_op_t *op)
     char new_id[CHECKOUT_ID_MAX];
     rsv_random_id(new_id, sizeof(new_id), "co_");
     const char *params[] = {new_id,      op->event, op->claims.sub, op->key, op->hash,
-                            op->hold_id, amount,    op->currency,   lease};
+                            op->hold_id, amount,    op->currency,   lease,   op->source};
     if (rsv_pg_query(op->r.srv->pg,
-                     "SELECT outcome, checkout_id, state, response_code, response_body "
-                     "FROM onsale_checkout_begin($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                     9, params, on_begun, op) != 0)
+                     "SELECT outcome, checkout_id, state, response_code, response_body, "
+                     "charge_id, refund_id, refund_reason "
+                     "FROM onsale_saga_begin($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                     10, params, on_begun, op) != 0)
         confirm_unavailable(op, "starting the checkout", cm_err_shutdown);
 }
 
@@ -387,8 +226,11 @@ static const char *check_confirm_body(confirm_op_t *op, const json_t *body)
         return "payment.currency must be a three-letter currency code";
     if (src && !json_is_string(src))
         return "payment.source must be a string";
+    if (src && strlen(json_string_value(src)) >= sizeof(op->source))
+        return "payment.source is too long";
     op->amount = (int64_t)json_integer_value(amount);
     snprintf(op->currency, sizeof(op->currency), "%s", json_string_value(cur));
+    snprintf(op->source, sizeof(op->source), "%s", src ? json_string_value(src) : "");
     return NULL;
 }
 
@@ -462,7 +304,9 @@ static const char CHECKOUT_SQL[] =
     "SELECT json_build_object('checkout_id', c.checkout_id, 'state', c.state,"
     " 'event', c.event_id, 'hold_id', c.hold_id, 'booking_id', c.booking_id,"
     " 'amount', c.amount, 'currency', c.currency, 'buyer', c.buyer,"
-    " 'response_code', c.response_code,"
+    " 'response_code', c.response_code, 'charge_id', c.charge_id,"
+    " 'refund', CASE WHEN c.refund_id IS NULL THEN NULL ELSE json_build_object("
+    "   'status', 'refunded', 'id', c.refund_id, 'reason', c.refund_reason) END,"
     " 'created_at', to_char(c.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'),"
     " 'updated_at', to_char(c.updated_at AT TIME ZONE 'UTC', "
     "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'))::text"

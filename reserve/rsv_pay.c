@@ -2,12 +2,13 @@
  * rsv_pay — see rsv_pay.h.
  *
  * Shape: each call is one heap block (struct call) owning an evhttp connection, its
- * request, and two timers (connect check, overall deadline). The connection is created
- * with evhttp_connection_free_on_completion, so when evhttp finishes the request (answer
- * or failure) it frees the connection itself after our callback; when a deadline passes
- * first we free the connection ourselves, which drops the request without running its
- * callback (libevent 2.1: evhttp_connection_free frees queued requests silently). Either
- * way the call's callback runs exactly once and nothing late touches freed memory.
+ * request, and two timers (connect check, overall deadline). When evhttp finishes the
+ * request (answer or failure) the connection is freed from a zero-delay event after our
+ * callback returned (evhttp still uses it until then; free_on_completion does not cover
+ * connect failures in libevent 2.1); when a deadline passes first we free the connection
+ * at once, which drops the request without running its callback (libevent 2.1:
+ * evhttp_connection_free frees queued requests silently). Either way the call's callback
+ * runs exactly once and nothing late touches freed memory.
  *
  * Library rules relied on: an SSL* given to bufferevent_openssl_socket_new(…,
  * BEV_OPT_CLOSE_ON_FREE) belongs to the bufferevent even when that call fails, and the
@@ -66,6 +67,9 @@ struct rsv_pay {
     int connect_timeout_ms, timeout_ms;
     call_t *calls;
     int inflight;
+    struct evhttp_connection **dead; /* finished calls' connections, freed by reaper */
+    size_t ndead, capdead;
+    struct event *reaper;
     bool closing;
 };
 
@@ -229,6 +233,15 @@ static void on_connect_check(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* Frees the connections of finished calls (from the loop, after evhttp let go). */
+static void on_reap(evutil_socket_t fd, short what, void *arg)
+{
+    rsv_pay_t *p = arg;
+    for (size_t i = 0; i < p->ndead; i++)
+        evhttp_connection_free(p->dead[i]);
+    p->ndead = 0;
+}
+
 /* evhttp's completion: an answer, or req NULL / status 0 on a transport failure. */
 static void on_done(struct evhttp_request *req, void *arg)
 {
@@ -248,7 +261,14 @@ static void on_done(struct evhttp_request *req, void *arg)
         if (res.outcome == RSV_PAY_UNKNOWN)
             res.err = status >= 500 ? cm_err_server : cm_err_protocol;
     }
-    /* The connection frees itself after we return (free_on_completion). */
+    /* evhttp still uses the connection until we return: free it from the loop. */
+    rsv_pay_t *p = c->p;
+    if (p->ndead == p->capdead) {
+        p->capdead = p->capdead ? p->capdead * 2 : 16;
+        p->dead = cm_xrealloc(p->dead, p->capdead * sizeof(*p->dead));
+    }
+    p->dead[p->ndead++] = c->conn;
+    event_active(p->reaper, EV_TIMEOUT, 0);
     c->conn = NULL;
     call_finish(c, &res);
 }
@@ -297,7 +317,6 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
     struct timeval dt = {p->timeout_ms / 1000, (p->timeout_ms % 1000) * 1000};
     evtimer_add(c->connect_timer, &ct);
     evtimer_add(c->deadline, &dt);
-    evhttp_connection_free_on_completion(c->conn);
     bool finished = false;
     c->finished = &finished;
     struct evhttp_request *req = c->req;
@@ -312,9 +331,8 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-static int start_call(rsv_pay_t *p, rsv_pay_op_t op, enum evhttp_cmd_type method,
-                      const char *path, const char *key, const char *body, rsv_pay_cb cb,
-                      void *arg)
+static int start_call(rsv_pay_t *p, rsv_pay_op_t op, enum evhttp_cmd_type method, const char *path,
+                      const char *key, const char *body, rsv_pay_cb cb, void *arg)
 {
     if (p->closing)
         return -1;
@@ -358,9 +376,9 @@ static int start_call(rsv_pay_t *p, rsv_pay_op_t op, enum evhttp_cmd_type method
 int rsv_pay_charge(rsv_pay_t *p, const char *key, int64_t amount, const char *currency,
                    const char *source, const char *event, rsv_pay_cb cb, void *arg)
 {
-    json_t *o = json_pack("{s:I, s:s, s:s, s:{s:s, s:s}}", "amount", (json_int_t)amount,
-                          "currency", currency, "source", source ? source : "tok_visa",
-                          "metadata", "event", event, "checkout", key);
+    json_t *o = json_pack("{s:I, s:s, s:s, s:{s:s, s:s}}", "amount", (json_int_t)amount, "currency",
+                          currency, "source", source ? source : "tok_visa", "metadata", "event",
+                          event, "checkout", key);
     char *body = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     int rc = start_call(p, RSV_PAY_OP_CHARGE, EVHTTP_REQ_POST, "/v1/charges", key, body, cb, arg);
@@ -378,8 +396,7 @@ int rsv_pay_lookup(rsv_pay_t *p, const char *key, rsv_pay_cb cb, void *arg)
     return rc;
 }
 
-int rsv_pay_refund(rsv_pay_t *p, const char *key, const char *charge_id, rsv_pay_cb cb,
-                   void *arg)
+int rsv_pay_refund(rsv_pay_t *p, const char *key, const char *charge_id, rsv_pay_cb cb, void *arg)
 {
     json_t *o = json_pack("{s:s}", "charge", charge_id);
     char *body = json_dumps(o, JSON_COMPACT);
@@ -410,6 +427,7 @@ rsv_pay_t *rsv_pay_new(struct event_base *base, const rsv_pay_config_t *cfg, cha
     }
     if (cfg->api_key)
         p->auth = cm_xasprintf("Bearer %s", cfg->api_key);
+    p->reaper = event_new(base, -1, 0, on_reap, p);
     return p;
 err:
     rsv_pay_free(p);
@@ -428,6 +446,10 @@ void rsv_pay_free(rsv_pay_t *p)
     p->closing = true;
     while (p->calls)
         fail_call(p->calls, cm_err_shutdown);
+    on_reap(-1, 0, p);
+    free(p->dead);
+    if (p->reaper)
+        event_free(p->reaper);
     cm_tls_free(p->tls);
     free(p->auth);
     free(p);

@@ -36,8 +36,9 @@
 #define GAUGE_EVERY_TICKS 5
 
 const char *const rsv_saga_state_names[RSV_SAGA_NSTATES] = {
-    "created", "converting", "hold_extended", "payment_requested", "paid",     "declined", "unknown",
-    "converted", "refunding", "confirmed",   "failed",            "released", "refunded"};
+    "created",  "converting", "hold_extended", "payment_requested", "paid",
+    "declined", "unknown",    "converted",     "refunding",         "confirmed",
+    "failed",   "released",   "refunded"};
 
 static const char *const TERMINAL[] = {"confirmed", "failed", "released", "refunded"};
 
@@ -103,10 +104,20 @@ static void saga_fail(saga_t *s, const char *what, const char *err)
     saga_end(s, err ? err : cm_err_protocol, 503, NULL, -1);
 }
 
+/* Stops short of a terminal state: 202 pending for the buyer. */
+static void end_pending(saga_t *s)
+{
+    json_t *o = json_pack("{s:s, s:s}", "checkout_id", s->row.id, "state", "pending");
+    char *b = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    saga_end(s, NULL, 202, b, -1);
+    free(b);
+}
+
 static char *error_text(const saga_t *s, const char *error, const char *message, json_t *extra)
 {
-    json_t *o = json_pack("{s:s, s:s, s:s}", "error", error, "message", message, "checkout_id",
-                          s->row.id);
+    json_t *o =
+        json_pack("{s:s, s:s, s:s}", "error", error, "message", message, "checkout_id", s->row.id);
     if (extra) {
         json_object_update(o, extra);
         json_decref(extra);
@@ -164,8 +175,8 @@ static void on_step(const char *err, const rsv_pg_result_t *res, void *arg)
     const char *now = rsv_pg_result_value(res, 0, 1);
     if (!applied) {
         /* Another driver moved it first: continue from where it is. */
-        cm_log(CM_LOG_INFO, "checkout %s: wanted %s → %s, found %s", s->row.id, s->row.state,
-               s->to, now);
+        cm_log(CM_LOG_INFO, "checkout %s: wanted %s → %s, found %s", s->row.id, s->row.state, s->to,
+               now);
         snprintf(s->row.state, sizeof(s->row.state), "%s", now);
         if (strcmp(s->to, "paid") == 0 && strcmp(now, "released") == 0 && s->row.charge_id[0]) {
             /* A charge that outlived its checkout (released as unpaid meanwhile): the
@@ -185,7 +196,14 @@ static void on_step(const char *err, const rsv_pg_result_t *res, void *arg)
     if (rsv_saga_terminal(s->row.state)) {
         if (strcmp(s->row.state, "refunded") == 0)
             cm_counter_inc(m->refunds);
-        saga_end(s, NULL, s->code, s->body, -1);
+        double age = -1;
+        if (strcmp(s->row.state, "confirmed") == 0 && s->view.created_ms > 0)
+            age = (double)(cm_time_wall_ms() - s->view.created_ms) / 1000.0;
+        saga_end(s, NULL, s->code, s->body, age);
+        return;
+    }
+    if (strcmp(s->row.state, "unknown") == 0) {
+        end_pending(s); /* asked again later (reconciler) or by the buyer's retry */
         return;
     }
     advance(s);
@@ -196,8 +214,8 @@ static void on_step(const char *err, const rsv_pg_result_t *res, void *arg)
  * with the ids and the answer it brings (body is taken; NULL keeps the stored one).
  * lease_s: renew the lease for that long (0: let it lapse now), -1: keep.
  */
-static void step(saga_t *s, const char *const *from, const char *to, const char *reason,
-                 int code, char *body, int lease_s)
+static void step(saga_t *s, const char *const *from, const char *to, const char *reason, int code,
+                 char *body, int lease_s)
 {
     if (++s->steps > MAX_STEPS) {
         free(body);
@@ -259,19 +277,20 @@ static void on_extended(const char *err, const cm_redis_reply_t *reply, void *ar
     if (strcmp(st, "NOTFOUND") == 0) {
         step(s, from, "failed", "hold not found at checkout start", 404,
              error_text(s, "unknown_hold", "no such hold of yours", NULL), -1);
-    } else if (strcmp(st, "EXPIRED") == 0) {
+    } else if (strcmp(st, "EXPIRED") == 0 || strcmp(st, "GONE") == 0) {
         cm_counter_inc(s->srv->m.holds_expired);
         step(s, from, "failed", "hold expired before payment", 409,
              error_text(s, "hold_expired", "the hold expired before it was confirmed", NULL), -1);
     } else if (strcmp(st, "CONVERTED") == 0) {
         step(s, from, "failed", "hold already converted", 409,
-             error_text(s, "hold_converted",
-                        "the hold was already confirmed by another checkout", NULL),
+             error_text(s, "hold_converted", "the hold was already confirmed by another checkout",
+                        NULL),
              -1);
+    } else if (strcmp(st, "OK") != 0) {
+        saga_fail(s, "extending the hold", cm_err_protocol);
     } else if (s->view.amount != s->row.amount) {
         step(s, from, "failed", "amount mismatch", 400,
-             error_text(s, "amount_mismatch", "payment.amount must equal the hold's amount",
-                        NULL),
+             error_text(s, "amount_mismatch", "payment.amount must equal the hold's amount", NULL),
              -1);
     } else if (strcmp(s->row.state, "created") == 0) {
         step(s, NULL, "hold_extended", "hold extended at checkout start", 0, NULL, lease_s(s));
@@ -321,14 +340,11 @@ static void record_payment(saga_t *s, const rsv_pay_result_t *res)
     }
     if (strcmp(s->row.state, "payment_requested") == 0) {
         /* Foreground: the buyer gets 202 and the reconciler takes over (lease lapses). */
-        step(s, NULL, "unknown", res->err ? res->err : "no definite answer from the provider",
-             0, NULL, s->mode == RSV_SAGA_FOREGROUND ? 0 : lease_s(s));
+        step(s, NULL, "unknown", res->err ? res->err : "no definite answer from the provider", 0,
+             NULL, s->mode == RSV_SAGA_FOREGROUND ? 0 : lease_s(s));
         return;
     }
-    char *b = json_dumps(json_pack("{s:s, s:s}", "checkout_id", s->row.id, "state", "pending"),
-                         JSON_COMPACT);
-    saga_end(s, NULL, 202, b, -1); /* stays unknown: asked again later */
-    free(b);
+    end_pending(s); /* stays unknown: asked again later */
 }
 
 static void on_payment(const rsv_pay_result_t *res, void *arg)
@@ -362,8 +378,7 @@ static void on_lookup(const rsv_pay_result_t *res, void *arg)
 static void charge(saga_t *s)
 {
     if (rsv_pay_charge(s->srv->pay, s->row.id, s->row.amount, s->row.currency,
-                       s->row.source[0] ? s->row.source : NULL, s->row.event, on_charge,
-                       s) != 0)
+                       s->row.source[0] ? s->row.source : NULL, s->row.event, on_charge, s) != 0)
         saga_fail(s, "charging", cm_err_shutdown);
 }
 
@@ -381,13 +396,11 @@ static void on_refund(const rsv_pay_result_t *res, void *arg)
     saga_t *s = arg;
     on_pay_timed(res, arg, RSV_PAY_OP_REFUND);
     if (res->outcome != RSV_PAY_REFUNDED) {
-        cm_log(CM_LOG_WARN, "checkout %s: refund of %s not confirmed (%s, status %d); retried "
-                            "later",
+        cm_log(CM_LOG_WARN,
+               "checkout %s: refund of %s not confirmed (%s, status %d); retried "
+               "later",
                s->row.id, s->row.charge_id, res->err ? res->err : "?", res->status);
-        char *b = json_dumps(
-            json_pack("{s:s, s:s}", "checkout_id", s->row.id, "state", "pending"), JSON_COMPACT);
-        saga_end(s, NULL, 202, b, -1);
-        free(b);
+        end_pending(s);
         return;
     }
     snprintf(s->row.refund_id, sizeof(s->row.refund_id), "%s", res->id);
@@ -395,9 +408,9 @@ static void on_refund(const rsv_pay_result_t *res, void *arg)
     const char *msg = strcmp(reason, "hold_expired") == 0
                           ? "the payment outlived the hold; it was refunded"
                           : "a unit of this hold was already booked; the payment was refunded";
-    json_t *extra = json_pack("{s:{s:s, s:s, s:I, s:s}}", "refund", "status", "refunded", "id",
-                              res->id, "amount", (json_int_t)s->row.amount, "currency",
-                              s->row.currency);
+    json_t *extra =
+        json_pack("{s:{s:s, s:s, s:I, s:s}}", "refund", "status", "refunded", "id", res->id,
+                  "amount", (json_int_t)s->row.amount, "currency", s->row.currency);
     const char *from[] = {"refunding", "released", NULL};
     step(s, from, "refunded", "payment refunded", 409, error_text(s, reason, msg, extra), -1);
 }
@@ -462,8 +475,7 @@ static void on_booked(const char *err, const rsv_pg_result_t *res, void *arg)
     saga_t *s = arg;
     if (err || rsv_pg_result_rows(res) != 1) {
         if (err == cm_err_server)
-            cm_log(CM_LOG_WARN, "checkout %s: booking: %s", s->row.id,
-                   rsv_pg_result_message(res));
+            cm_log(CM_LOG_WARN, "checkout %s: booking: %s", s->row.id, rsv_pg_result_message(res));
         saga_fail(s, "booking", err ? err : cm_err_protocol);
         return;
     }
@@ -497,16 +509,15 @@ static void on_converted(const char *err, const cm_redis_reply_t *reply, void *a
         /* The payment outlived the hold (or the hold is gone): it goes back. */
         cm_counter_inc(s->srv->m.late_payments);
         snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "hold_expired");
-        step(s, NULL, "refunding", "paid, but the hold had expired at conversion: refund", 0,
-             NULL, lease_s(s));
+        step(s, NULL, "refunding", "paid, but the hold had expired at conversion: refund", 0, NULL,
+             lease_s(s));
         return;
     }
     char booking[RSV_CHECKOUT_ID_MAX];
     rsv_random_id(booking, sizeof(booking), "bk_");
     char *units = units_literal(&s->view);
     char *body = ok_body(s, booking);
-    const char *params[] = {s->row.id, booking, s->view.pool[0] ? s->view.pool : NULL, units,
-                            body};
+    const char *params[] = {s->row.id, booking, s->view.pool[0] ? s->view.pool : NULL, units, body};
     rsv_reconcile_fault(s->srv, "before", "converted");
     int rc = rsv_pg_query(s->srv->pg,
                           "SELECT outcome, booking_id FROM onsale_saga_book($1, $2, $3, "
@@ -559,8 +570,7 @@ static void advance(saga_t *s)
             cm_counter_inc(s->srv->m.reconcile_released);
             step(s, NULL, "released", "abandoned before payment was requested", 409,
                  error_text(s, "payment_not_completed",
-                            "the checkout was abandoned before payment; nothing was charged",
-                            NULL),
+                            "the checkout was abandoned before payment; nothing was charged", NULL),
                  -1);
         }
     } else if (strcmp(st, "payment_requested") == 0 || strcmp(st, "unknown") == 0 ||
@@ -727,8 +737,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     if (r->closing || srv->draining)
         return;
     if (++r->ticks % GAUGE_EVERY_TICKS == 1) {
-        if (rsv_pg_query(srv->pg, "SELECT state, count(*) FROM checkouts GROUP BY state", 0,
-                         NULL, on_state_counts, srv) != 0) {
+        if (rsv_pg_query(srv->pg, "SELECT state, count(*) FROM checkouts GROUP BY state", 0, NULL,
+                         on_state_counts, srv) != 0) {
             /* shutting down */
         }
     }

@@ -162,8 +162,7 @@ static void register_saga_metrics(rsv_server_t *srv)
     x->refunds = cm_metrics_counter(m, "onsale_reserve_refunds_total",
                                     "payments refunded (hold expired or unit taken)", NULL);
     x->late_payments = cm_metrics_counter(m, "onsale_reserve_late_payments_total",
-                                          "payments that succeeded after their hold expired",
-                                          NULL);
+                                          "payments that succeeded after their hold expired", NULL);
     x->reconcile_claimed = cm_metrics_counter(m, "onsale_reserve_reconciler_actions_total",
                                               "reconciler actions", "action=\"claimed\"");
     x->reconcile_finished = cm_metrics_counter(m, "onsale_reserve_reconciler_actions_total",
@@ -179,16 +178,15 @@ static void register_saga_metrics(rsv_server_t *srv)
     }
     for (int i = 0; i < 3; i++) {
         snprintf(labels, sizeof(labels), "op=\"%s\"", ops[i]);
-        x->pay_latency[i] = cm_metrics_histogram(m, "onsale_reserve_payment_seconds",
-                                                 "payment provider call latency", labels,
-                                                 cm_metrics_latency_bounds,
-                                                 cm_metrics_latency_nbounds);
+        x->pay_latency[i] = cm_metrics_histogram(
+            m, "onsale_reserve_payment_seconds", "payment provider call latency", labels,
+            cm_metrics_latency_bounds, cm_metrics_latency_nbounds);
     }
     for (int i = 0; i < RSV_SAGA_NSTATES; i++) {
         snprintf(labels, sizeof(labels), "state=\"%s\"", rsv_saga_state_names[i]);
-        x->checkouts_by_state[i] = cm_metrics_gauge(
-            m, "onsale_reserve_checkouts", "checkouts by state (refreshed every few seconds)",
-            labels);
+        x->checkouts_by_state[i] =
+            cm_metrics_gauge(m, "onsale_reserve_checkouts",
+                             "checkouts by state (refreshed every few seconds)", labels);
     }
 }
 
@@ -312,8 +310,8 @@ rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen)
         snprintf(err, errlen, "event_base_new failed");
         goto err;
     }
-    srv->auth = rsv_auth_new(srv->base, keys, cfg->token_leeway_s,
-                             (size_t)cfg->token_cache_size, (int)cfg->verify_threads);
+    srv->auth = rsv_auth_new(srv->base, keys, cfg->token_leeway_s, (size_t)cfg->token_cache_size,
+                             (int)cfg->verify_threads);
     keys = NULL;
     srv->metrics = cm_metrics_new();
     register_metrics(srv);

@@ -68,8 +68,8 @@ typedef struct rsv_metrics {
     cm_counter_t *reconcile_finished;
     cm_counter_t *reconcile_released;
     cm_counter_t *reconcile_lookups;
-    cm_counter_t *pay_outcomes[5];     /* by rsv_pay_outcome_t */
-    cm_histogram_t *pay_latency[3];    /* by rsv_pay_op_t */
+    cm_counter_t *pay_outcomes[5];      /* by rsv_pay_outcome_t */
+    cm_histogram_t *pay_latency[3];     /* by rsv_pay_op_t */
     cm_gauge_t *checkouts_by_state[13]; /* by rsv_saga_state_names */
 } rsv_metrics_t;
 

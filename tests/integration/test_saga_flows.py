@@ -1,0 +1,293 @@
+"""Checkout saga (issue 4, DESIGN.md invariants 6-8): every branch driven from the payment
+simulator — success, decline, payment slower than the hold (refund + 409 hold_expired),
+provider timeout (202, then the reconciler resolves it both ways) — and double submit.
+
+The reserve runs with short payment deadlines and an eager reconciler (saga_env()); the
+simulator's per-request sources pick the branch (loadgen/paysim/ps_core.h), so tests do
+not depend on its global settings.
+
+Also the shared helpers of the other test_saga_* modules.
+"""
+
+import json
+import os
+import ssl
+import time
+import uuid
+import http.client
+
+import stack
+from stack import summarize, wait_for
+
+PAY_TIMEOUT_MS = 1500   # reserve's provider deadline
+PAYSIM_LATE_MS = 2500   # simulator: a "late"/"lost" answer comes after this
+LEASE_S = 7             # checkout lease (must exceed the provider deadline by 5 s)
+TERMINAL = {"confirmed", "failed", "released", "refunded"}
+
+
+def saga_env(s):
+    """Reserve and simulator settings for saga tests, on top of the stack's."""
+    return {
+        "ONSALE_RESERVE_PAYSIM_URL": f"https://127.0.0.1:{s.paysim_port}",
+        "ONSALE_RESERVE_PAYSIM_CA": os.path.join(s.state, "ca.pem"),
+        "ONSALE_RESERVE_PAY_TIMEOUT_MS": str(PAY_TIMEOUT_MS),
+        "ONSALE_RESERVE_PAY_CONNECT_TIMEOUT_MS": "500",
+        "ONSALE_RESERVE_CHECKOUT_LEASE_S": str(LEASE_S),
+        "ONSALE_RESERVE_RECONCILE_AFTER_S": "1",
+        "ONSALE_RESERVE_RECONCILE_INTERVAL_MS": "200",
+        "ONSALE_PAYSIM_LEDGER_FILE": os.path.join(s.state, "paysim-ledger.jsonl"),
+        "ONSALE_PAYSIM_TIMEOUT_MS": str(PAYSIM_LATE_MS),
+        "ONSALE_PAYSIM_LATENCY_MIN_MS": "5",
+        "ONSALE_PAYSIM_LATENCY_MAX_MS": "30",
+    }
+
+
+def saga_stack(name):
+    """stack.module_stack with saga_env() in the environment of every service. (Until
+    deploy/onsale wires paysim_url/paysim_ca itself, the environment carries them.)"""
+    orig = stack.Stack.env
+
+    def env(self):
+        e = orig(self)
+        e.update(saga_env(self))
+        return e
+
+    stack.Stack.env = env
+    try:
+        s = stack.module_stack(name)
+    finally:
+        pass
+    return s
+
+
+class Paysim:
+    """The simulator's API over HTTPS with the stack's CA."""
+
+    def __init__(self, s):
+        self.s = s
+
+    def request(self, method, path, body=None, headers=None):
+        ctx = ssl.create_default_context(cafile=os.path.join(self.s.state, "ca.pem"))
+        c = http.client.HTTPSConnection("127.0.0.1", self.s.paysim_port, context=ctx, timeout=10)
+        try:
+            h = {"Content-Type": "application/json"}
+            h.update(headers or {})
+            c.request(method, path, body=json.dumps(body) if body is not None else None, headers=h)
+            r = c.getresponse()
+            data = r.read()
+            return r.status, (json.loads(data) if data else None)
+        finally:
+            c.close()
+
+    def ledger(self, event):
+        st, doc = self.request("GET", f"/v1/ledger?event={event}")
+        assert st == 200, (st, doc)
+        return doc
+
+    def settings(self, **kw):
+        st, doc = self.request("PATCH", "/v1/settings", kw)
+        assert st == 200, (st, doc)
+        return doc
+
+
+def payment(amount, source="tok_visa"):
+    return {"payment": {"amount": amount, "currency": "EUR", "source": source}}
+
+
+class SagaCase(stack.ReserveTestCase):
+    @property
+    def pay(self):
+        return Paysim(self.S)
+
+    def confirm_src(self, hold, token, source, key=None, client=None):
+        key = key or uuid.uuid4().hex
+        c = client or self.c
+        return c.post(f"/v1/holds/{hold['hold_id']}/confirm", payment(hold["amount"], source),
+                      token=token, headers={"Idempotency-Key": key})
+
+    def checkout_state(self, cid):
+        return self.S.sql_value(f"select state from checkouts where checkout_id = '{cid}'")
+
+    def wait_terminal(self, cids, timeout=60):
+        ids = ",".join(f"'{c}'" for c in cids)
+
+        def done():
+            rows = self.S.sql(f"select checkout_id, state from checkouts "
+                              f"where checkout_id in ({ids})")
+            return len(rows) == len(cids) and all(r[1] in TERMINAL for r in rows) and rows
+        return dict(wait_for(done, timeout, interval=0.25, what=f"checkouts {cids} terminal"))
+
+    def transitions(self, cid):
+        return [tuple(r) for r in self.S.sql(
+            f"select coalesce(from_state,''), to_state from checkout_transitions "
+            f"where checkout_id = '{cid}' order by id")]
+
+    def audit_event(self, ev):
+        """Every checkout of ev against Postgres and the simulator's ledger: terminal, and
+        exactly one of {one charge, one booking} / {charge refunded, no booking} /
+        {no charge, no booking}. Returns {checkout_id: outcome}."""
+        led = self.pay.ledger(ev)
+        charges = {}
+        for ch in led["charges"]:
+            charges.setdefault(ch["idempotency_key"], []).append(ch)
+        refunds = {}
+        for rf in led["refunds"]:
+            refunds.setdefault(rf["charge"], []).append(rf)
+        rows = self.S.sql(f"select c.checkout_id, c.state, coalesce(c.charge_id,''), "
+                          f"(select count(*) from bookings b where b.checkout_id = c.checkout_id) "
+                          f"from checkouts c where c.event_id = '{ev}'")
+        out = {}
+        for cid, state, charge_id, nbook in rows:
+            nbook = int(nbook)
+            self.assertIn(state, TERMINAL, f"checkout {cid} not terminal: {state}")
+            chs = charges.get(cid, [])
+            self.assertLessEqual(len(chs), 1, f"{cid}: more than one charge record {chs}")
+            ok = [c for c in chs if c["status"] == "succeeded"]
+            rfs = refunds.get(ok[0]["id"], []) if ok else []
+            self.assertLessEqual(len(rfs), 1, f"{cid}: double refund {rfs}")
+            if ok and not rfs:
+                outcome = "charged+booked"
+                self.assertEqual((nbook, state), (1, "confirmed"), f"{cid}: paid, not booked")
+                self.assertEqual(charge_id, ok[0]["id"], cid)
+            elif ok and rfs:
+                outcome = "refunded"
+                self.assertEqual((nbook, state), (0, "refunded"), f"{cid}: refunded, booked?")
+                self.assertFalse(False)
+            else:
+                outcome = "nothing"
+                self.assertEqual(nbook, 0, f"{cid}: booked without a charge")
+                self.assertIn(state, ("failed", "released"), cid)
+            out[cid] = outcome
+        return out
+
+
+def setUpModule():
+    saga_stack("saga")
+
+
+SEATS = [{"id": f"A-{i}", "section": "A", "price": 12000} for i in range(1, 21)]
+
+
+class Branches(SagaCase):
+    def test_success_books_and_charges_once(self):
+        ev = self.new_event(seats=SEATS, max_per_buyer=4)
+        t = self.S.token(ev, "payer")
+        h = self.hold(ev, t, seats=["A-1"]).json
+        r = self.confirm_src(h, t, "tok_visa")
+        self.assertStatus(r, 201)
+        cid = r.json["checkout_id"]
+        self.assertEqual(r.json["state"], "confirmed")
+        self.assertEqual(self.transitions(cid), [
+            ("", "created"), ("created", "hold_extended"),
+            ("hold_extended", "payment_requested"), ("payment_requested", "paid"),
+            ("paid", "converted"), ("converted", "confirmed")])
+        g = self.c.get(f"/v1/checkouts/{cid}", token=t)
+        self.assertStatus(g, 200)
+        self.assertEqual(g.json["state"], "confirmed")
+        self.assertEqual(self.audit_event(ev), {cid: "charged+booked"})
+
+    def test_decline_answers_402_and_the_hold_stays(self):
+        ev = self.new_event(seats=SEATS, max_per_buyer=4)
+        t = self.S.token(ev, "declined")
+        h = self.hold(ev, t, seats=["A-2"]).json
+        r = self.confirm_src(h, t, "tok_chargeDeclined")
+        self.assertStatus(r, 402, "payment_declined")
+        g = self.c.get(f"/v1/holds/{h['hold_id']}", token=t)
+        self.assertStatus(g, 200, msg="the hold stays after a decline:")
+        self.assertEqual(self.checkout_state(r.json["checkout_id"]), "failed")
+        # Another card on the same hold works.
+        r2 = self.confirm_src(h, t, "tok_visa")
+        self.assertStatus(r2, 201)
+        self.assertEqual(sorted(self.audit_event(ev).values()), ["charged+booked", "nothing"])
+
+    def test_payment_slower_than_the_hold_is_refunded(self):
+        ev = self.new_event(seats=SEATS, max_per_buyer=4, hold_ttl_seconds=1,
+                            checkout_extension_seconds=0, max_hold_seconds=1)
+        t, t2 = self.S.token(ev, "slowpay"), self.S.token(ev, "other")
+        h = self.hold(ev, t, seats=["A-3"]).json
+        r = self.confirm_src(h, t, "tok_sim_delay_1300")
+        self.assertStatus(r, 409, "hold_expired")
+        self.assertEqual(r.json["refund"]["status"], "refunded", repr(r))
+        self.assertTrue(r.json["refund"]["id"].startswith("re_"), repr(r))
+        cid = r.json["checkout_id"]
+        self.assertEqual(self.checkout_state(cid), "refunded")
+        self.assertEqual(self.S.sql_value(
+            f"select count(*) from bookings where event_id = '{ev}'"), "0")
+        # The seat is free for others.
+        self.hold(ev, t2, seats=["A-3"])
+        self.assertEqual(self.audit_event(ev), {cid: "refunded"})
+        # Replay answers the same refund.
+        again = self.confirm_src(h, t, "tok_sim_delay_1300", key=None)
+        self.assertIn(again.status, (409,), repr(again))
+
+    def test_timeout_charge_happened_then_reconciler_books(self):
+        ev = self.new_event(seats=SEATS, max_per_buyer=4)
+        t = self.S.token(ev, "late")
+        h = self.hold(ev, t, seats=["A-4"]).json
+        r = self.confirm_src(h, t, "tok_sim_late")
+        self.assertStatus(r, 202)
+        self.assertEqual(r.json["state"], "pending")
+        cid = r.json["checkout_id"]
+        self.assertEqual(self.wait_terminal([cid])[cid], "confirmed")
+        self.assertEqual(self.audit_event(ev), {cid: "charged+booked"})
+        self.assertIn(("unknown", "paid"), self.transitions(cid))
+
+    def test_timeout_charge_happened_hold_gone_then_refunded(self):
+        ev = self.new_event(seats=SEATS, max_per_buyer=4, hold_ttl_seconds=1,
+                            checkout_extension_seconds=0, max_hold_seconds=1)
+        t = self.S.token(ev, "late2")
+        h = self.hold(ev, t, seats=["A-5"]).json
+        r = self.confirm_src(h, t, "tok_sim_late")
+        self.assertStatus(r, 202)
+        cid = r.json["checkout_id"]
+        self.assertEqual(self.wait_terminal([cid])[cid], "refunded")
+        self.assertEqual(self.audit_event(ev), {cid: "refunded"})
+
+    def test_timeout_no_charge_then_released(self):
+        ev = self.new_event(seats=SEATS, max_per_buyer=4)
+        t = self.S.token(ev, "lost")
+        h = self.hold(ev, t, seats=["A-6"]).json
+        r = self.confirm_src(h, t, "tok_sim_lost")
+        self.assertStatus(r, 202)
+        cid = r.json["checkout_id"]
+        self.assertEqual(self.wait_terminal([cid])[cid], "released")
+        self.assertEqual(self.audit_event(ev), {cid: "nothing"})
+        g = self.c.get(f"/v1/checkouts/{cid}", token=t)
+        self.assertEqual(g.json["state"], "released", repr(g))
+
+    def test_admin_lists_stuck_checkouts_and_metrics(self):
+        r = self.S.admin("GET", "/admin/checkouts?state=unknown&older_than_seconds=60")
+        self.assertStatus(r, 200)
+        self.assertIn("count", r.json)
+        m = self.S.metrics()
+        for name in ("onsale_reserve_checkout_transitions_total", "onsale_reserve_refunds_total",
+                     "onsale_reserve_payment_seconds_count", "onsale_reserve_checkouts",
+                     "onsale_reserve_reconciler_actions_total"):
+            self.assertIn(name, m, name)
+
+
+class DoubleSubmit(SagaCase):
+    def test_same_confirm_10x_concurrently_then_replay_one_charge_one_booking(self):
+        ev = self.new_event(seats=SEATS, max_per_buyer=4)
+        t = self.S.token(ev, "clicker")
+        h = self.hold(ev, t, seats=["A-7"]).json
+        key = uuid.uuid4().hex
+        req = self.S.req("POST", f"/v1/holds/{h['hold_id']}/confirm", token=t,
+                         body=payment(h["amount"], "tok_sim_delay_300"),
+                         headers={"Idempotency-Key": key})
+        res = self.S.burst([req] * 10)
+        summary = summarize(res)
+        self.assertEqual(sum(r.status == 201 for r in res), 1, summary)
+        self.assertTrue(all(r.status == 201 or (r.status == 409 and r.err == "in_progress")
+                            for r in res), summary)
+        first = next(r for r in res if r.status == 201)
+        again = self.c.post(f"/v1/holds/{h['hold_id']}/confirm",
+                            payment(h["amount"], "tok_sim_delay_300"), token=t,
+                            headers={"Idempotency-Key": key})
+        self.assertStatus(again, 200)
+        self.assertEqual(again.json, first.json)
+        led = self.pay.ledger(ev)
+        self.assertEqual(len(led["charges"]), 1, led)
+        self.assertEqual(self.S.sql_value(
+            f"select count(*) from bookings where event_id = '{ev}'"), "1")
+        self.assertEqual(self.audit_event(ev), {first.json["checkout_id"]: "charged+booked"})
