@@ -1,0 +1,214 @@
+/*
+ * gw_admin — see gw_admin.h.
+ *
+ * PUT/PATCH: body validated field by field in C (gw_settings_parse), merged and checked
+ * across fields in settings.lua, then the room is listed in GW_ROOMS_KEY (a separate
+ * command: the set is not in the room's hash slot) and refreshed for the answer.
+ */
+#include "gw_admin.h"
+
+#include <event2/http.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cm_err.h"
+#include "cm_log.h"
+#include "cm_mem.h"
+#include "cm_tls.h"
+#include "gw_lua.h"
+#include "gw_settings.h"
+
+typedef struct admin_op {
+    gw_req_t r;
+    char event[CM_IDENT_MAX + 1];
+    int code;
+} admin_op_t;
+
+static admin_op_t *op_new(gw_server_t *srv, struct evhttp_request *req, const char *event)
+{
+    admin_op_t *op = cm_xcalloc(1, sizeof(*op));
+    gw_req_start(&op->r, srv, req, GW_EP_ADMIN);
+    snprintf(op->event, sizeof(op->event), "%s", event ? event : "");
+    op->code = 200;
+    return op;
+}
+
+static json_t *stats_json(const gw_room_t *room)
+{
+    double rate = gw_watermark_rate(room);
+    int64_t q = gw_watermark_queue_size(room);
+    int64_t eta = gw_watermark_eta_s(q, rate);
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:o, s:b}", "queue_size",
+                     (json_int_t)q, "admitted_total", (json_int_t)room->claimed, "active",
+                     (json_int_t)room->active, "watermark", (json_int_t)room->wm, "numbers_issued",
+                     (json_int_t)room->n, "prequeue_size", (json_int_t)room->prequeue, "noshows",
+                     (json_int_t)room->noshows, "joins_per_second", room->join_rate,
+                     "admissions_per_second", room->claim_rate, "passes_per_second",
+                     room->pass_rate, "eta_last_seconds", eta < 0 ? json_null() : json_integer(eta),
+                     "opened", room->opened);
+}
+
+json_t *gw_admin_room_json(const gw_room_t *room)
+{
+    json_t *o = gw_settings_json(&room->s);
+    json_object_set_new(o, "event", json_string(room->event));
+    json_object_set_new(o, "stats", stats_json(room));
+    return o;
+}
+
+static void on_refreshed(const char *err, gw_room_t *room, void *arg)
+{
+    admin_op_t *op = arg;
+    if (err != NULL)
+        gw_reply_unavailable(&op->r, "reading the waiting room", err);
+    else if (room == NULL)
+        gw_reply_error(&op->r, 404, "unknown_event", "no waiting room for this event", NULL);
+    else
+        gw_reply_json(&op->r, op->code, gw_admin_room_json(room));
+    free(op);
+}
+
+static void on_listed(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    admin_op_t *op = arg;
+    if (err != NULL) {
+        gw_reply_unavailable(&op->r, "listing the waiting room", err);
+        free(op);
+        return;
+    }
+    gw_watermark_refresh(op->r.srv, op->event, on_refreshed, op);
+}
+
+static void on_settings(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    admin_op_t *op = arg;
+    gw_server_t *srv = op->r.srv;
+    const char *what = NULL;
+    if (err == NULL && cm_redis_reply_type(reply) == CM_REDIS_ARRAY &&
+        cm_redis_reply_count(reply) >= 1)
+        what = cm_redis_reply_str(cm_redis_reply_at(reply, 0), NULL);
+    if (what == NULL) {
+        if (err == NULL && cm_redis_reply_type(reply) == CM_REDIS_ERROR)
+            cm_log(CM_LOG_WARN, "settings %s: %s", op->event, cm_redis_reply_str(reply, NULL));
+        gw_reply_unavailable(&op->r, "saving the settings", err ? err : cm_err_protocol);
+        free(op);
+        return;
+    }
+    if (strcmp(what, "invalid") == 0) {
+        const char *msg = cm_redis_reply_str(cm_redis_reply_at(reply, 1), NULL);
+        gw_reply_error(&op->r, 400, "invalid_request", msg ? msg : "invalid settings", NULL);
+        free(op);
+        return;
+    }
+    if (strcmp(what, "unknown") == 0) {
+        gw_reply_error(&op->r, 404, "unknown_event", "no waiting room for this event", NULL);
+        free(op);
+        return;
+    }
+    op->code = strcmp(what, "created") == 0 ? 201 : 200;
+    cm_log(CM_LOG_INFO, "waiting room %s %s", op->event, what);
+    const char *argv[] = {"SADD", GW_ROOMS_KEY, op->event};
+    if (cm_redis_command(srv->redis, on_listed, op, 3, argv, NULL) != 0) {
+        gw_reply_unavailable(&op->r, "listing the waiting room", cm_err_closed);
+        free(op);
+    }
+}
+
+void gw_admin_event_write(gw_server_t *srv, struct evhttp_request *req, const char *event,
+                          bool partial)
+{
+    admin_op_t *op = op_new(srv, req, event);
+    json_t *body = cm_http_read_json(req, (size_t)srv->cfg.max_body_bytes, NULL, NULL);
+    if (body == NULL) {
+        gw_req_replied(&op->r);
+        free(op);
+        return;
+    }
+    gw_setting_kv_t kv[GW_SETTINGS_MAX_FIELDS];
+    char err[256];
+    int n = gw_settings_parse(body, partial, kv, err, sizeof(err));
+    json_decref(body);
+    if (n < 0) {
+        gw_reply_error(&op->r, 400, "invalid_request", err, NULL);
+        free(op);
+        return;
+    }
+    char kq[96], gen[21];
+    uint64_t g;
+    cm_tls_random(&g, sizeof(g));
+    g = (g >> 11) | 1; /* 53 bits: exact in Lua numbers and JSON; never 0 */
+    gw_settings_gen_text(g, gen);
+    gw_key_queue(event, kq, sizeof(kq));
+    const char *argv[3 + 2 * GW_SETTINGS_MAX_FIELDS];
+    int argc = 0;
+    argv[argc++] = kq;
+    argv[argc++] = partial ? "patch" : "put";
+    argv[argc++] = gen;
+    for (int i = 0; i < n; i++) {
+        argv[argc++] = kv[i].name;
+        argv[argc++] = kv[i].value;
+    }
+    if (cm_redis_eval(srv->redis, gw_lua()->settings, on_settings, op, 1, argc, argv, NULL) != 0) {
+        gw_reply_unavailable(&op->r, "saving the settings", cm_err_closed);
+        free(op);
+    }
+}
+
+void gw_admin_event_get(gw_server_t *srv, struct evhttp_request *req, const char *event)
+{
+    admin_op_t *op = op_new(srv, req, event);
+    gw_watermark_refresh(srv, event, on_refreshed, op);
+}
+
+static void on_deleted(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    admin_op_t *op = arg;
+    if (err != NULL || cm_redis_reply_type(reply) != CM_REDIS_INT) {
+        gw_reply_unavailable(&op->r, "deleting the waiting room", err ? err : cm_err_protocol);
+    } else if (cm_redis_reply_int(reply) == 0) {
+        gw_reply_error(&op->r, 404, "unknown_event", "no waiting room for this event", NULL);
+    } else {
+        gw_watermark_forget(op->r.srv, op->event);
+        cm_log(CM_LOG_INFO, "waiting room %s deleted", op->event);
+        gw_reply_json(&op->r, 200, json_pack("{s:s, s:b}", "event", op->event, "deleted", 1));
+    }
+    free(op);
+}
+
+static void on_unlisted(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    admin_op_t *op = arg;
+    char kq[96];
+    gw_key_queue(op->event, kq, sizeof(kq));
+    const char *argv[] = {kq};
+    if (err != NULL ||
+        cm_redis_eval(op->r.srv->redis, gw_lua()->remove, on_deleted, op, 1, 1, argv, NULL) != 0) {
+        gw_reply_unavailable(&op->r, "deleting the waiting room", err ? err : cm_err_closed);
+        free(op);
+    }
+}
+
+void gw_admin_event_delete(gw_server_t *srv, struct evhttp_request *req, const char *event)
+{
+    admin_op_t *op = op_new(srv, req, event);
+    const char *argv[] = {"SREM", GW_ROOMS_KEY, event};
+    if (cm_redis_command(srv->redis, on_unlisted, op, 3, argv, NULL) != 0) {
+        gw_reply_unavailable(&op->r, "deleting the waiting room", cm_err_closed);
+        free(op);
+    }
+}
+
+void gw_admin_events_list(gw_server_t *srv, struct evhttp_request *req)
+{
+    gw_req_t r;
+    gw_req_start(&r, srv, req, GW_EP_ADMIN);
+    size_t n;
+    gw_room_t **rooms = gw_watermark_all(srv, &n);
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) {
+        if (rooms[i]->present)
+            json_array_append_new(arr, gw_admin_room_json(rooms[i]));
+    }
+    gw_reply_json(&r, 200, json_pack("{s:o}", "events", arr));
+}

@@ -1,0 +1,32 @@
+/*
+ * gw_admin — the operators' API for waiting rooms (API.md: PUT/PATCH/GET/DELETE
+ * /admin/events/{event}, GET /admin/events). The caller has checked the admin token.
+ *
+ * Writes go through settings.lua / delete.lua (atomic per room) and then refresh this
+ * gateway's cache at once; every other gateway picks the change up on its next tick
+ * (≤ 250 ms). Loop thread only.
+ */
+#ifndef GW_ADMIN_H
+#define GW_ADMIN_H
+
+#include <jansson.h>
+
+#include "gw_server.h"
+#include "gw_watermark.h"
+
+struct evhttp_request;
+
+/** PUT (partial false) or PATCH (partial true) /admin/events/{event}. */
+void gw_admin_event_write(gw_server_t *srv, struct evhttp_request *req, const char *event,
+                          bool partial);
+/** GET /admin/events/{event}: settings plus live stats. */
+void gw_admin_event_get(gw_server_t *srv, struct evhttp_request *req, const char *event);
+/** DELETE /admin/events/{event}. */
+void gw_admin_event_delete(gw_server_t *srv, struct evhttp_request *req, const char *event);
+/** GET /admin/events: every waiting room this gateway knows, with stats. */
+void gw_admin_events_list(gw_server_t *srv, struct evhttp_request *req);
+
+/** A room as the admin API shows it: event, settings, stats (new reference). */
+json_t *gw_admin_room_json(const gw_room_t *room);
+
+#endif

@@ -1,0 +1,313 @@
+/*
+ * gw_admit — see gw_admit.h.
+ *
+ * The cache: chained hash on (room generation, number) with FIFO eviction (a ring of
+ * entry slots, the oldest overwritten first). Admissions are written once and never
+ * change, so there is nothing to invalidate; an expired one is answered as expired.
+ */
+#include "gw_admit.h"
+
+#include <event2/http.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cm_err.h"
+#include "cm_log.h"
+#include "cm_mem.h"
+#include "cm_time.h"
+#include "cm_tls.h"
+#include "gw_lua.h"
+#include "gw_page.h"
+#include "gw_queue.h"
+#include "gw_signer.h"
+
+typedef struct entry {
+    struct entry *next; /* bucket chain */
+    bool used;
+    uint64_t gen, num;
+    char event[CM_IDENT_MAX + 1];
+    int64_t exp;
+    char *token;
+} entry_t;
+
+struct gw_admit {
+    entry_t *entries;
+    entry_t **buckets;
+    size_t size, nbuckets, ring;
+};
+
+typedef struct admit_op {
+    gw_req_t r;
+    gw_room_t *room;
+    gw_ticket_t t;
+    char ticket[GW_TICKET_MAX_LEN];
+    int code;
+    bool page;
+    cm_jwt_claims_t claims;
+    uint64_t sign_start_ns;
+} admit_op_t;
+
+gw_admit_t *gw_admit_new(size_t size)
+{
+    gw_admit_t *a = cm_xcalloc(1, sizeof(*a));
+    a->size = size;
+    a->nbuckets = 16;
+    while (a->nbuckets < size)
+        a->nbuckets <<= 1;
+    a->entries = cm_xcalloc(size, sizeof(entry_t));
+    a->buckets = cm_xcalloc(a->nbuckets, sizeof(entry_t *));
+    return a;
+}
+
+void gw_admit_free(gw_admit_t *a)
+{
+    if (a == NULL)
+        return;
+    for (size_t i = 0; i < a->size; i++)
+        free(a->entries[i].token);
+    free(a->entries);
+    free(a->buckets);
+    free(a);
+}
+
+static size_t bucket_of(const gw_admit_t *a, uint64_t gen, uint64_t num)
+{
+    uint64_t h = (gen ^ (num * 0x9e3779b97f4a7c15ull)) * 0xff51afd7ed558ccdull;
+    return (size_t)(h >> 17) & (a->nbuckets - 1);
+}
+
+static entry_t *lookup(gw_admit_t *a, uint64_t gen, uint64_t num, const char *event)
+{
+    for (entry_t *e = a->buckets[bucket_of(a, gen, num)]; e; e = e->next) {
+        if (e->gen == gen && e->num == num && strcmp(e->event, event) == 0)
+            return e;
+    }
+    return NULL;
+}
+
+static void unlink_entry(gw_admit_t *a, entry_t *e)
+{
+    entry_t **pp = &a->buckets[bucket_of(a, e->gen, e->num)];
+    while (*pp && *pp != e)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = e->next;
+    free(e->token);
+    e->token = NULL;
+    e->used = false;
+}
+
+/* Stores the token (taking it); returns the cached entry. */
+static entry_t *insert(gw_admit_t *a, uint64_t gen, uint64_t num, const char *event, int64_t exp,
+                       char *token)
+{
+    entry_t *e = lookup(a, gen, num, event);
+    if (e) {
+        free(token);
+        return e;
+    }
+    e = &a->entries[a->ring];
+    a->ring = (a->ring + 1) % a->size;
+    if (e->used)
+        unlink_entry(a, e);
+    e->used = true;
+    e->gen = gen;
+    e->num = num;
+    snprintf(e->event, sizeof(e->event), "%s", event);
+    e->exp = exp;
+    e->token = token;
+    size_t b = bucket_of(a, gen, num);
+    e->next = a->buckets[b];
+    a->buckets[b] = e;
+    return e;
+}
+
+static const char *redirect_of(gw_server_t *srv, const gw_room_t *room)
+{
+    return room->s.redirect_url[0] ? room->s.redirect_url : srv->cfg.reserve_url;
+}
+
+/* The queue page (no-JavaScript fans reach admission through it too). */
+static void reply_page(gw_req_t *r, gw_room_t *room, const char *state, int64_t position,
+                       const entry_t *e)
+{
+    gw_page_info_t info = {
+        .event = room->event,
+        .state = state,
+        .position = position,
+        .queue_size = gw_watermark_queue_size(room),
+        .eta_seconds = position > 0 ? 0 : -1,
+        .poll_after_ms = r->srv->cfg.poll_min_ms,
+        .admission_token = e ? e->token : NULL,
+        .redirect_url = redirect_of(r->srv, room),
+    };
+    gw_page_queue(r->req, &info);
+    gw_req_replied(r);
+}
+
+static void reply_admitted(gw_req_t *r, gw_room_t *room, const char *ticket, const entry_t *e,
+                           int code, bool page)
+{
+    if (page) {
+        gw_queue_set_cookie(r, room->event, ticket);
+        reply_page(r, room, "admitted", 0, e);
+        return;
+    }
+    char exp[32];
+    cm_format_rfc3339(e->exp * 1000, exp, sizeof(exp));
+    json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "event", room->event, "state",
+                          "admitted", "ticket", ticket, "admission_token", e->token, "expires_at",
+                          exp, "redirect_url", redirect_of(r->srv, room));
+    gw_queue_set_cookie(r, room->event, ticket);
+    gw_reply_json(r, code, o);
+}
+
+static void reply_expired(gw_req_t *r)
+{
+    gw_reply_error(r, 410, "admission_expired",
+                   "this ticket's admission has expired; join the queue again", NULL);
+}
+
+/* A number at the front that may not claim yet (max_active reached, or a race with the
+ * watermark): keep it polling at the front. */
+static void reply_front(gw_req_t *r, gw_room_t *room, const char *ticket, int code, bool page)
+{
+    if (page) {
+        gw_queue_set_cookie(r, room->event, ticket);
+        reply_page(r, room, "queued", 1, NULL);
+        return;
+    }
+    json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I}", "event", room->event, "state",
+                          "queued", "ticket", ticket, "position", (json_int_t)1, "queue_size",
+                          (json_int_t)gw_watermark_queue_size(room), "eta_seconds", (json_int_t)0,
+                          "poll_after_ms", (json_int_t)r->srv->cfg.poll_min_ms);
+    gw_queue_set_cookie(r, room->event, ticket);
+    gw_reply_json(r, code, o);
+}
+
+static void op_free(admit_op_t *op)
+{
+    free(op);
+}
+
+static void on_signed(const char *err, char *token, void *arg)
+{
+    admit_op_t *op = arg;
+    gw_server_t *srv = op->r.srv;
+    cm_histogram_observe(srv->m.sign_seconds,
+                         (double)(cm_time_mono_ns() - op->sign_start_ns) / 1e9);
+    if (err != NULL) {
+        gw_reply_unavailable(&op->r, "signing the admission token", err);
+        op_free(op);
+        return;
+    }
+    entry_t *e =
+        insert(srv->admit, op->room->s.gen, op->t.num, op->room->event, op->claims.exp, token);
+    reply_admitted(&op->r, op->room, op->ticket, e, op->code, op->page);
+    op_free(op);
+}
+
+/* rec = "<iat>:<exp>:<jti>" */
+static int parse_record(const char *rec, cm_jwt_claims_t *c)
+{
+    int64_t iat, exp;
+    char jti[65];
+    if (rec == NULL || sscanf(rec, "%" SCNd64 ":%" SCNd64 ":%64s", &iat, &exp, jti) != 3)
+        return -1;
+    c->iat = iat;
+    c->nbf = iat;
+    c->exp = exp;
+    snprintf(c->jti, sizeof(c->jti), "%s", jti);
+    return 0;
+}
+
+static void on_admit(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    admit_op_t *op = arg;
+    gw_server_t *srv = op->r.srv;
+    if (err == NULL &&
+        (cm_redis_reply_type(reply) != CM_REDIS_ARRAY || cm_redis_reply_count(reply) < 1))
+        err = cm_err_protocol;
+    if (err != NULL) {
+        if (reply && cm_redis_reply_type(reply) == CM_REDIS_ERROR)
+            cm_log(CM_LOG_WARN, "admit: %s", cm_redis_reply_str(reply, NULL));
+        gw_reply_unavailable(&op->r, "admission", err);
+        op_free(op);
+        return;
+    }
+    const char *what = cm_redis_reply_str(cm_redis_reply_at(reply, 0), NULL);
+    const char *rec = cm_redis_reply_count(reply) > 1
+                          ? cm_redis_reply_str(cm_redis_reply_at(reply, 1), NULL)
+                          : NULL;
+    if (what && (strcmp(what, "new") == 0 || strcmp(what, "existing") == 0)) {
+        if (parse_record(rec, &op->claims) != 0) {
+            gw_reply_unavailable(&op->r, "admission record", cm_err_protocol);
+            op_free(op);
+            return;
+        }
+        if (op->claims.exp <= cm_time_wall_ms() / 1000) {
+            reply_expired(&op->r);
+            op_free(op);
+            return;
+        }
+        cm_counter_inc(what[0] == 'n' ? srv->m.admissions : srv->m.readmissions);
+        snprintf(op->claims.iss, sizeof(op->claims.iss), "%s", srv->cfg.issuer);
+        snprintf(op->claims.sub, sizeof(op->claims.sub), "%s", op->t.visitor);
+        snprintf(op->claims.evt, sizeof(op->claims.evt), "%s", op->room->event);
+        op->sign_start_ns = cm_time_mono_ns();
+        gw_signer_submit(srv->pool, &op->claims, on_signed, op);
+        return;
+    }
+    if (what && (strcmp(what, "wait") == 0 || strcmp(what, "not_yet") == 0))
+        reply_front(&op->r, op->room, op->ticket, op->code, op->page);
+    else if (what && strcmp(what, "sold_out") == 0 && op->page)
+        reply_page(&op->r, op->room, "sold_out", -1, NULL);
+    else if (what && strcmp(what, "sold_out") == 0)
+        gw_reply_error(&op->r, 410, "sold_out", "this event is sold out", NULL);
+    else if (what && strcmp(what, "closed") == 0 && op->page)
+        reply_page(&op->r, op->room, "closed", -1, NULL);
+    else if (what && strcmp(what, "closed") == 0)
+        gw_reply_error(&op->r, 410, "closed", "this waiting room is closed", NULL);
+    else
+        gw_reply_error(&op->r, 401, "invalid_ticket",
+                       "the ticket belongs to a waiting room that no longer exists", NULL);
+    op_free(op);
+}
+
+void gw_admit_serve(gw_req_t *r, gw_room_t *room, const gw_ticket_t *t, const char *ticket_text,
+                    int code, bool page)
+{
+    gw_server_t *srv = r->srv;
+    entry_t *e = lookup(srv->admit, room->s.gen, t->num, room->event);
+    if (e != NULL) {
+        if (e->exp <= cm_time_wall_ms() / 1000) {
+            reply_expired(r);
+            return;
+        }
+        cm_counter_inc(srv->m.readmissions);
+        reply_admitted(r, room, ticket_text, e, code, page);
+        return;
+    }
+    admit_op_t *op = cm_xcalloc(1, sizeof(*op));
+    op->r = *r;
+    op->room = room;
+    op->t = *t;
+    op->code = code;
+    op->page = page;
+    snprintf(op->ticket, sizeof(op->ticket), "%s", ticket_text);
+    char kq[96], ka[96], gen[21], num[24], jti[33];
+    unsigned char raw[16];
+    gw_key_queue(room->event, kq, sizeof(kq));
+    gw_key_active(room->event, ka, sizeof(ka));
+    gw_settings_gen_text(room->s.gen, gen);
+    snprintf(num, sizeof(num), "%" PRIu64, t->num);
+    cm_tls_random(raw, sizeof(raw));
+    cm_hex_encode(raw, sizeof(raw), jti);
+    const char *argv[] = {kq, ka, gen, num, t->visitor, jti};
+    if (cm_redis_eval(srv->redis, gw_lua()->admit, on_admit, op, 2, 6, argv, NULL) != 0) {
+        gw_reply_unavailable(&op->r, "admission", cm_err_closed);
+        op_free(op);
+    }
+}

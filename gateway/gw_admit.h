@@ -1,0 +1,37 @@
+/*
+ * gw_admit — turning a passed queue number into its admission token.
+ *
+ * The first poll at or below the watermark runs admit.lua, which records the admission
+ * (iat, exp, jti) once per number and adds the fan to the active set; the claims are
+ * then signed on the signer's threads and the token kept in an in-memory cache, so
+ * repeated polls of the same ticket get the very same token without Redis or signing.
+ * Another gateway asked for the same ticket finds the same record in Redis and signs the
+ * same claims (same jti; ECDSA signatures differ byte-wise but carry the same claims).
+ *
+ * Loop thread only (the signer calls back on it).
+ */
+#ifndef GW_ADMIT_H
+#define GW_ADMIT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "gw_server.h"
+#include "gw_ticket.h"
+#include "gw_watermark.h"
+
+/** An empty token cache holding at most size admissions. NULL never. */
+gw_admit_t *gw_admit_new(size_t size);
+/** Frees the cache (the server frees the signer and Redis first). NULL is fine. */
+void gw_admit_free(gw_admit_t *a);
+
+/**
+ * Answers r (started by the caller) for ticket t, whose number is at or below room's
+ * watermark: from the cache at once, else after Redis and the signer. code is the
+ * status of a success (200, or 201 for a fresh join); ticket_text is echoed in the body.
+ * page true answers with the HTML queue page (gw_page) instead of JSON.
+ */
+void gw_admit_serve(gw_req_t *r, gw_room_t *room, const gw_ticket_t *t, const char *ticket_text,
+                    int code, bool page);
+
+#endif

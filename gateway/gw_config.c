@@ -1,0 +1,62 @@
+/*
+ * gw_config — every key the gateway reads, with its default, bounds and meaning.
+ * Defaults live only here; deploy/gateway.conf.example mirrors this table.
+ */
+#include "gw_config.h"
+
+#include <stddef.h>
+
+#define S(f) offsetof(gw_config_t, f)
+
+const cm_config_opt_t gw_config_table[] = {
+    {"listen_addr", CM_CFG_STR, S(listen_addr), "127.0.0.1", 0, 0, "IPv4 address to listen on"},
+    {"port", CM_CFG_INT, S(port), "8443", 0, 65535, "TCP port (0 = any free port)"},
+    {"tls_cert", CM_CFG_STR, S(tls_cert), NULL, 0, 0, "PEM certificate chain (ECDSA P-256)"},
+    {"tls_key", CM_CFG_STR, S(tls_key), NULL, 0, 0, "PEM private key of tls_cert"},
+    {"plain_http", CM_CFG_BOOL, S(plain_http), "false", 0, 0,
+     "serve plain HTTP instead of TLS (only behind a trusted hop)"},
+    {"max_connections", CM_CFG_INT, S(max_connections), "16384", 16, 1000000,
+     "open client connections before the listener pauses"},
+    {"max_body_bytes", CM_CFG_INT, S(max_body_bytes), "16384", 1024, 16777216,
+     "largest JSON request body (larger: 413 body_too_large)"},
+    {"max_header_bytes", CM_CFG_INT, S(max_header_bytes), "8192", 1024, 1048576,
+     "largest request line plus headers"},
+    {"idle_timeout_s", CM_CFG_INT, S(idle_timeout_s), "60", 1, 3600,
+     "seconds a connection may stay silent before it is closed"},
+    {"redis_host", CM_CFG_STR, S(redis_host), "127.0.0.1", 0, 0, "Redis IPv4 address"},
+    {"redis_port", CM_CFG_INT, S(redis_port), "6379", 1, 65535, "Redis port"},
+    {"redis_timeout_ms", CM_CFG_INT, S(redis_timeout_ms), "1000", 10, 60000,
+     "deadline of one Redis command"},
+    {"signing_keys", CM_CFG_STR, S(signing_keys), NULL, 0, 0,
+     "comma-separated EC P-256 private key PEM files; the last signs, all are published "
+     "in the JWKS (rotate: append a new key, drop an old one after admission_ttl)"},
+    {"ticket_secret_file", CM_CFG_STR, S(ticket_secret_file), NULL, 0, 0,
+     "file holding the queue-ticket HMAC secret (at least 32 characters; the same on "
+     "every gateway)"},
+    {"admin_token_file", CM_CFG_STR, S(admin_token_file), NULL, 0, 0,
+     "file holding the operators' bearer token"},
+    {"issuer", CM_CFG_STR, S(issuer), "onsale-gateway", 0, 0, "iss claim of admission tokens"},
+    {"reserve_url", CM_CFG_STR, S(reserve_url), "https://127.0.0.1:8444", 0, 0,
+     "where admitted fans go when a room sets no redirect_url"},
+    {"join_rate_per_ip", CM_CFG_INT, S(join_rate_per_ip), "60", 0, 1000000,
+     "new joins per minute from one client address (0 = unlimited)"},
+    {"join_burst_per_ip", CM_CFG_INT, S(join_burst_per_ip), "20", 1, 1000000,
+     "joins one client address may make at once before join_rate_per_ip applies"},
+    {"rate_limit_table_size", CM_CFG_INT, S(rate_limit_table_size), "65536", 16, 10000000,
+     "client addresses tracked by the join limit (idle ones are forgotten first)"},
+    {"tick_ms", CM_CFG_INT, S(tick_ms), "200", 10, 250,
+     "period of the watermark timer: advance in Redis and refresh the cached watermark"},
+    {"signer_threads", CM_CFG_INT, S(signer_threads), "2", 1, 64,
+     "worker threads that sign admission tokens off the event loop"},
+    {"signer_queue", CM_CFG_INT, S(signer_queue), "20000", 16, 10000000,
+     "admission tokens waiting to be signed before new admissions get 503"},
+    {"admission_cache_size", CM_CFG_INT, S(admission_cache_size), "200000", 16, 100000000,
+     "signed admission tokens kept in memory for repeated polls"},
+    {"poll_min_ms", CM_CFG_INT, S(poll_min_ms), "1000", 100, 600000,
+     "poll_after_ms told to fans at the front of the queue"},
+    {"poll_max_ms", CM_CFG_INT, S(poll_max_ms), "30000", 100, 3600000,
+     "poll_after_ms told to fans far back in the queue"},
+    {"log_level", CM_CFG_STR, S(log_level), "info", 0, 0, "debug, info, warn or error"},
+};
+
+const size_t gw_config_table_len = sizeof(gw_config_table) / sizeof(gw_config_table[0]);

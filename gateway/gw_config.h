@@ -1,0 +1,49 @@
+/*
+ * gw_config — the gateway's configuration: one struct, one table (gw_config.c).
+ * Loaded once at start-up by cm_config (file → ONSALE_GATEWAY_* env → argv).
+ */
+#ifndef GW_CONFIG_H
+#define GW_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cm_config.h"
+
+typedef struct gw_config {
+    char *listen_addr;
+    int64_t port;
+    char *tls_cert;
+    char *tls_key;
+    bool plain_http;
+    int64_t max_connections;
+    int64_t max_body_bytes;
+    int64_t max_header_bytes;
+    int64_t idle_timeout_s;
+    char *redis_host;
+    int64_t redis_port;
+    int64_t redis_timeout_ms;
+    char *signing_keys;
+    char *ticket_secret_file;
+    char *admin_token_file;
+    char *issuer;
+    char *reserve_url;
+    int64_t join_rate_per_ip;
+    int64_t join_burst_per_ip;
+    int64_t rate_limit_table_size;
+    int64_t tick_ms;
+    int64_t signer_threads;
+    int64_t signer_queue;
+    int64_t admission_cache_size;
+    int64_t poll_min_ms;
+    int64_t poll_max_ms;
+    char *log_level;
+} gw_config_t;
+
+extern const cm_config_opt_t gw_config_table[];
+extern const size_t gw_config_table_len;
+
+#define GW_ENV_PREFIX "ONSALE_GATEWAY_"
+
+#endif

@@ -1,0 +1,92 @@
+/*
+ * gw_limit — see gw_limit.h. Open addressing on a 64-bit FNV-1a hash of the address
+ * text, at most PROBES slots looked at per call.
+ */
+#include "gw_limit.h"
+
+#include <stdlib.h>
+
+#include "cm_mem.h"
+
+#define PROBES 8
+
+typedef struct slot {
+    uint64_t key; /* 0 = free */
+    double tokens;
+    int64_t last_ms;
+} slot_t;
+
+struct gw_limit {
+    double per_ms, burst;
+    size_t mask;
+    slot_t *slots;
+};
+
+gw_limit_t *gw_limit_new(int64_t per_minute, int64_t burst, size_t size)
+{
+    gw_limit_t *l = cm_xcalloc(1, sizeof(*l));
+    size_t cap = 16;
+    while (cap < size * 2)
+        cap <<= 1;
+    l->mask = cap - 1;
+    l->per_ms = (double)per_minute / 60000.0;
+    l->burst = burst > 0 ? (double)burst : 1;
+    l->slots = per_minute > 0 ? cm_xcalloc(cap, sizeof(slot_t)) : NULL;
+    return l;
+}
+
+void gw_limit_free(gw_limit_t *l)
+{
+    if (l == NULL)
+        return;
+    free(l->slots);
+    free(l);
+}
+
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h ? h : 1;
+}
+
+int gw_limit_take(gw_limit_t *l, const char *addr, int64_t now_ms)
+{
+    if (l->slots == NULL)
+        return 0;
+    uint64_t key = fnv1a(addr);
+    slot_t *s = NULL, *oldest = NULL;
+    for (size_t i = 0; i < PROBES; i++) {
+        slot_t *c = &l->slots[(key + i) & l->mask];
+        if (c->key == key) {
+            s = c;
+            break;
+        }
+        if (c->key == 0) {
+            if (oldest == NULL || oldest->key != 0)
+                oldest = c;
+            continue;
+        }
+        if (oldest == NULL || (oldest->key != 0 && c->last_ms < oldest->last_ms))
+            oldest = c;
+    }
+    if (s == NULL) {
+        s = oldest;
+        s->key = key;
+        s->tokens = l->burst;
+        s->last_ms = now_ms;
+    }
+    if (now_ms > s->last_ms) {
+        s->tokens += (double)(now_ms - s->last_ms) * l->per_ms;
+        if (s->tokens > l->burst)
+            s->tokens = l->burst;
+        s->last_ms = now_ms;
+    }
+    if (s->tokens >= 1.0) {
+        s->tokens -= 1.0;
+        return 0;
+    }
+    int wait = (int)((1.0 - s->tokens) / l->per_ms / 1000.0) + 1;
+    return wait;
+}

@@ -1,0 +1,25 @@
+/*
+ * gw_limit — the per-client join limit: a token bucket per client address (rate per
+ * minute, burst), in a fixed-size table so an address flood cannot grow memory. When
+ * the probed slots are all taken, the one idle longest is reused (forgetting an idle
+ * client only ever lets it in earlier). Pure: time is passed in; loop thread only.
+ */
+#ifndef GW_LIMIT_H
+#define GW_LIMIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct gw_limit gw_limit_t;
+
+/** per_minute 0 = unlimited. size: addresses tracked. NULL never. */
+gw_limit_t *gw_limit_new(int64_t per_minute, int64_t burst, size_t size);
+void gw_limit_free(gw_limit_t *l);
+
+/**
+ * Takes one token for addr at now_ms. Returns 0 when allowed, else the seconds after
+ * which a token will be there (for Retry-After, at least 1).
+ */
+int gw_limit_take(gw_limit_t *l, const char *addr, int64_t now_ms);
+
+#endif

@@ -1,0 +1,23 @@
+/*
+ * gw_lua — the gateway's Redis scripts, compiled into the binary from gateway/lua/
+ * (each prefixed with prelude.lua, which documents the key layout). Registered once;
+ * see each script for its KEYS, ARGV and reply.
+ */
+#ifndef GW_LUA_H
+#define GW_LUA_H
+
+#include "cm_redis.h"
+
+typedef struct gw_lua {
+    cm_redis_script_t *join;
+    cm_redis_script_t *lookup;
+    cm_redis_script_t *advance;
+    cm_redis_script_t *admit;
+    cm_redis_script_t *settings;
+    cm_redis_script_t *remove;
+} gw_lua_t;
+
+/** The scripts (built on first call, on the loop thread; live for the process). */
+const gw_lua_t *gw_lua(void);
+
+#endif

@@ -1,0 +1,545 @@
+/*
+ * gw_page — see gw_page.h.
+ *
+ * Templating is deliberately tiny: `{{name}}` (lower-case letters, digits and '_')
+ * is replaced by the HTML-escaped value of that variable, anything else is copied
+ * verbatim. Every value is escaped, including the ones we compute ourselves, so there is
+ * one rule to check and no "trusted" channel for markup. The template keeps placeholders
+ * out of <script> and <style>: the page's script reads the state from data-* attributes,
+ * where HTML escaping is the whole story. An unknown name is copied through unchanged so
+ * a typo shows on the page (and fails the unit test) instead of vanishing.
+ *
+ * The template is scanned per request (~20 KB, a few dozen placeholders): this page is
+ * fetched once per fan and per no-JS refresh, not per status poll, so a pre-split
+ * template would buy nothing measurable.
+ *
+ * Runs on the event-loop thread; the render itself is pure and reentrant.
+ */
+#include "gw_page.h"
+
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "cm_http.h"
+#include "cm_mem.h"
+#include "cm_parse.h"
+
+/* The embedded pages (onsale_embed in gateway/CMakeLists.txt). */
+extern const char gw_www_queue_html[];
+extern const char gw_www_dashboard_html[];
+
+#define MAX_NAME        32
+#define MAX_POSITION    1000000000000000LL /* 1e15: far beyond any queue, no overflow below */
+#define DASHBOARD_CACHE "public, max-age=300"
+#define CSP                                                                                        \
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "                  \
+    "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'self'; "              \
+    "frame-ancestors 'none'"
+
+/* --- a growable byte buffer ---------------------------------------------------------- */
+
+typedef struct buf {
+    char *p;
+    size_t len, cap;
+} buf_t;
+
+static void buf_reserve(buf_t *b, size_t more)
+{
+    if (b->len + more + 1 <= b->cap)
+        return;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + more + 1)
+        cap *= 2;
+    b->p = cm_xrealloc(b->p, cap);
+    b->cap = cap;
+}
+
+static void buf_add(buf_t *b, const char *s, size_t n)
+{
+    buf_reserve(b, n);
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void buf_adds(buf_t *b, const char *s)
+{
+    buf_add(b, s, strlen(s));
+}
+
+/* The five characters that matter in text and in quoted attribute values. */
+static void buf_add_escaped(buf_t *b, const char *s)
+{
+    for (const char *run = s;; s++) {
+        const char *rep = NULL;
+        switch (*s) {
+        case '&':
+            rep = "&amp;";
+            break;
+        case '<':
+            rep = "&lt;";
+            break;
+        case '>':
+            rep = "&gt;";
+            break;
+        case '"':
+            rep = "&quot;";
+            break;
+        case '\'':
+            rep = "&#39;";
+            break;
+        case '\0':
+            buf_add(b, run, (size_t)(s - run));
+            return;
+        default:
+            continue;
+        }
+        buf_add(b, run, (size_t)(s - run));
+        buf_adds(b, rep);
+        run = s + 1;
+    }
+}
+
+/* --- values ---------------------------------------------------------------------------- */
+
+/*
+ * The page's states: the six of gw_page_info_t.state, then the ones only an answer
+ * (gw_page_render_answer) leads to, which share the page's error section.
+ */
+typedef enum {
+    ST_NEW = 0,
+    ST_QUEUED,
+    ST_PREQUEUE,
+    ST_ADMITTED,
+    ST_SOLD_OUT,
+    ST_CLOSED,
+    ST_UNKNOWN,     /* 404 unknown_event */
+    ST_EXPIRED,     /* 410 admission_expired */
+    ST_UNAVAILABLE, /* 503, or anything unexpected: try again shortly */
+    ST_BUSY,        /* 429 rate_limited: try again after Retry-After */
+    ST_COUNT
+} page_state_t;
+
+#define ST_SECTIONS ST_UNKNOWN /* states below this one have a section of their own */
+
+static const struct {
+    const char *name, *title;
+    bool refreshing; /* the page asks again by itself */
+    const char *error_text;
+} states[ST_COUNT] = {
+    [ST_NEW] = {"new", "Joining the queue", true, ""},
+    [ST_QUEUED] = {"queued", "You are in the queue", true, ""},
+    [ST_PREQUEUE] = {"prequeue", "The sale has not started yet", true, ""},
+    [ST_ADMITTED] = {"admitted", "It is your turn", false, ""},
+    [ST_SOLD_OUT] = {"sold_out", "Sold out", false, ""},
+    [ST_CLOSED] = {"closed", "This sale is closed", false, ""},
+    [ST_UNKNOWN] = {"unknown", "No such waiting room", false,
+                    "There is no waiting room at this address. Please check the link you "
+                    "followed."},
+    [ST_EXPIRED] = {"expired", "Your turn has expired", false,
+                    "Your turn came, but the access it gave you has expired. Please contact "
+                    "the organiser if you still want to buy."},
+    [ST_UNAVAILABLE] = {"unavailable", "Please wait a moment", true,
+                        "The waiting room is very busy right now. This page tries again by "
+                        "itself in a few seconds; please keep it open."},
+    [ST_BUSY] = {"busy", "Please wait a moment", true,
+                 "Many people are arriving from your network at once. This page gets you a "
+                 "place in a moment; please keep it open."},
+};
+
+/* One of the six caller-facing states; anything else is "new". */
+static page_state_t parse_state(const char *s)
+{
+    for (int i = 0; s != NULL && i < ST_SECTIONS; i++)
+        if (strcmp(s, states[i].name) == 0)
+            return (page_state_t)i;
+    return ST_NEW;
+}
+
+/* "1234567" → "1,234,567"; negative (unknown) → an em dash. */
+static void group_digits(int64_t n, char *out, size_t outlen)
+{
+    if (n < 0) {
+        snprintf(out, outlen, "\xe2\x80\x94");
+        return;
+    }
+    char digits[24];
+    int nd = snprintf(digits, sizeof(digits), "%" PRId64, n);
+    size_t o = 0;
+    for (int i = 0; i < nd && o + 2 < outlen; i++) {
+        if (i > 0 && (nd - i) % 3 == 0)
+            out[o++] = ',';
+        out[o++] = digits[i];
+    }
+    out[o] = '\0';
+}
+
+/* The wording of the page script's etaText(); keep the two in step. */
+static void eta_text(int64_t s, char *out, size_t outlen)
+{
+    if (s < 0) {
+        snprintf(out, outlen, "calculating\xe2\x80\xa6");
+    } else if (s < 60) {
+        snprintf(out, outlen, "under a minute");
+    } else if (s < 3600) {
+        int64_t m = (s + 59) / 60;
+        snprintf(out, outlen, "about %" PRId64 " minute%s", m, m == 1 ? "" : "s");
+    } else {
+        int64_t h = s / 3600, m = (s % 3600 + 59) / 60;
+        if (m == 60) {
+            h++;
+            m = 0;
+        }
+        if (m)
+            snprintf(out, outlen, "about %" PRId64 " h %" PRId64 " min", h, m);
+        else
+            snprintf(out, outlen, "about %" PRId64 " h", h);
+    }
+}
+
+static int64_t clamp64(int64_t v, int64_t lo, int64_t hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* Seconds until the no-JS page asks again: poll_after_ms rounded up, within bounds. */
+static int64_t refresh_seconds(page_state_t st, int64_t poll_after_ms)
+{
+    if (!states[st].refreshing)
+        return 3600;
+    if (poll_after_ms <= 0)
+        return st == ST_NEW ? 2 : 5;
+    int64_t ms = clamp64(poll_after_ms, 1, GW_PAGE_MAX_REFRESH_S * 1000);
+    return (ms + 999) / 1000;
+}
+
+static bool url_allowed(const char *u)
+{
+    if (u == NULL)
+        return false;
+    if (strncasecmp(u, "https://", 8) != 0 && strncasecmp(u, "http://", 7) != 0 && u[0] != '/')
+        return false;
+    for (const unsigned char *p = (const unsigned char *)u; *p; p++)
+        if (*p <= 0x20 || *p == 0x7f)
+            return false;
+    return true;
+}
+
+char *gw_page_forward_url(const char *redirect_url, const char *admission_token)
+{
+    if (!url_allowed(redirect_url))
+        return NULL;
+    const char *hash = strchr(redirect_url, '#');
+    size_t base = hash ? (size_t)(hash - redirect_url) : strlen(redirect_url);
+    buf_t b = {0};
+    buf_add(&b, redirect_url, base);
+    if (admission_token != NULL && admission_token[0] != '\0') {
+        buf_adds(&b, memchr(redirect_url, '?', base) ? "&" : "?");
+        buf_adds(&b, "admission_token=");
+        static const char hex[] = "0123456789ABCDEF";
+        for (const unsigned char *p = (const unsigned char *)admission_token; *p; p++) {
+            /* RFC 3986 unreserved stay; a JWT is made of nothing else */
+            if ((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
+                *p == '-' || *p == '_' || *p == '.' || *p == '~') {
+                buf_add(&b, (const char *)p, 1);
+            } else {
+                char pct[3] = {'%', hex[*p >> 4], hex[*p & 15]};
+                buf_add(&b, pct, 3);
+            }
+        }
+    }
+    if (hash)
+        buf_adds(&b, hash);
+    if (b.p == NULL) /* redirect_url "" is refused above; keep the contract anyway */
+        b.p = cm_xstrdup("");
+    return b.p;
+}
+
+/* Every value the template may name, formatted. */
+typedef struct vars {
+    char position[24], queue_size[24], eta_seconds[24], poll_after_ms[24], opens_at_ms[24];
+    char position_text[40], queue_size_text[40], eta_text[48], status_text[160];
+    char progress[8], from[24], refresh_text[40], opens_at[32], opens_at_text[40];
+    char *refresh;  /* heap: may hold the forward URL */
+    char *redirect; /* heap or NULL */
+} vars_t;
+
+typedef struct var {
+    const char *name;
+    const char *value;
+} var_t;
+
+static void compute(const gw_page_info_t *in, page_state_t st, vars_t *v)
+{
+    int64_t pos = clamp64(in->position, -1, MAX_POSITION);
+    snprintf(v->position, sizeof(v->position), "%" PRId64, pos);
+    snprintf(v->queue_size, sizeof(v->queue_size), "%" PRId64, in->queue_size);
+    snprintf(v->eta_seconds, sizeof(v->eta_seconds), "%" PRId64, in->eta_seconds);
+    snprintf(v->poll_after_ms, sizeof(v->poll_after_ms), "%" PRId64, in->poll_after_ms);
+    snprintf(v->opens_at_ms, sizeof(v->opens_at_ms), "%" PRId64, in->opens_at_ms);
+    group_digits(pos < 1 ? -1 : pos, v->position_text, sizeof(v->position_text));
+    /* a size sampled a moment before the position was: the line includes this fan */
+    group_digits(in->queue_size >= 0 && in->queue_size < pos ? pos : in->queue_size,
+                 v->queue_size_text, sizeof(v->queue_size_text));
+    eta_text(in->eta_seconds, v->eta_text, sizeof(v->eta_text));
+    snprintf(v->status_text, sizeof(v->status_text),
+             "You are number %s in line. Estimated wait: %s.", v->position_text, v->eta_text);
+
+    /* Progress: the share of the line that was ahead of you (as first seen) now gone. */
+    int64_t from = 0, pct = 0;
+    if (st == ST_QUEUED && pos >= 1) {
+        from = clamp64(in->first_position, pos, MAX_POSITION);
+        pct = (from - pos) * 100 / from;
+    } else if (st == ST_ADMITTED) {
+        pct = 100;
+    }
+    snprintf(v->progress, sizeof(v->progress), "%" PRId64, clamp64(pct, 0, 100));
+    snprintf(v->from, sizeof(v->from), "%" PRId64, from);
+
+    v->opens_at[0] = v->opens_at_text[0] = '\0';
+    if (in->opens_at_ms > 0 && cm_format_rfc3339(in->opens_at_ms, v->opens_at, 25) == 24) {
+        /* "2026-12-01T10:00:00.000Z" → "2026-12-01 10:00 UTC" */
+        snprintf(v->opens_at_text, sizeof(v->opens_at_text), "%.10s %.5s UTC", v->opens_at,
+                 v->opens_at + 11);
+    } else {
+        v->opens_at[0] = '\0';
+        snprintf(v->opens_at_text, sizeof(v->opens_at_text), "soon");
+    }
+
+    v->redirect =
+        st == ST_ADMITTED ? gw_page_forward_url(in->redirect_url, in->admission_token) : NULL;
+    int64_t every = refresh_seconds(st, in->poll_after_ms);
+    switch (st) {
+    case ST_ADMITTED:
+        v->refresh = v->redirect ? cm_xasprintf("0;url=%s", v->redirect) : cm_xstrdup("3600");
+        break;
+    case ST_QUEUED:
+        /* relative: the same path, keeping the progress baseline */
+        v->refresh = cm_xasprintf("%" PRId64 ";url=?from=%" PRId64, every, from);
+        break;
+    default: /* the same URL again: every is 3600 for a state that does not refresh */
+        v->refresh = cm_xasprintf("%" PRId64, every);
+        break;
+    }
+    if (every == 1)
+        snprintf(v->refresh_text, sizeof(v->refresh_text), "second");
+    else
+        snprintf(v->refresh_text, sizeof(v->refresh_text), "%" PRId64 " seconds", every);
+}
+
+static const char *lookup(const var_t *vars, size_t n, const char *name, size_t len)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strlen(vars[i].name) == len && memcmp(vars[i].name, name, len) == 0)
+            return vars[i].value;
+    return NULL;
+}
+
+static bool name_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+static void expand(buf_t *out, const char *tpl, const var_t *vars, size_t nvars)
+{
+    const char *p = tpl;
+    for (;;) {
+        const char *open = strstr(p, "{{");
+        if (open == NULL)
+            break;
+        const char *name = open + 2, *e = name;
+        while (e - name <= MAX_NAME && name_char(*e))
+            e++;
+        const char *val = NULL;
+        if (e > name && e[0] == '}' && e[1] == '}')
+            val = lookup(vars, nvars, name, (size_t)(e - name));
+        if (val == NULL) { /* not a placeholder of ours: copy "{{" and go on */
+            buf_add(out, p, (size_t)(name - p));
+            p = name;
+            continue;
+        }
+        buf_add(out, p, (size_t)(open - p));
+        buf_add_escaped(out, val);
+        p = e + 2;
+    }
+    buf_adds(out, p);
+}
+
+static char *render(const gw_page_info_t *info, page_state_t st, size_t *len)
+{
+    vars_t v;
+    compute(info, st, &v);
+    const char *hidden[ST_SECTIONS];
+    for (int i = 0; i < ST_SECTIONS; i++)
+        hidden[i] = i == (int)st ? "" : "hidden";
+
+    const var_t vars[] = {
+        {"event", info->event ? info->event : ""},
+        {"state", states[st].name},
+        {"title", states[st].title},
+        {"position", v.position},
+        {"queue_size", v.queue_size},
+        {"eta_seconds", v.eta_seconds},
+        {"poll_after_ms", v.poll_after_ms},
+        {"opens_at_ms", v.opens_at_ms},
+        {"position_text", v.position_text},
+        {"queue_size_text", v.queue_size_text},
+        {"eta_text", v.eta_text},
+        {"status_text", v.status_text},
+        {"progress", v.progress},
+        {"from", v.from},
+        {"opens_at", v.opens_at},
+        {"opens_at_text", v.opens_at_text},
+        {"refresh", v.refresh},
+        {"refresh_text", v.refresh_text},
+        {"redirect", v.redirect ? v.redirect : ""},
+        {"hidden_redirect", v.redirect ? "" : "hidden"},
+        {"hidden_refresh_note", states[st].refreshing ? "" : "hidden"},
+        {"hidden_new", hidden[ST_NEW]},
+        {"hidden_queued", hidden[ST_QUEUED]},
+        {"hidden_prequeue", hidden[ST_PREQUEUE]},
+        {"hidden_admitted", hidden[ST_ADMITTED]},
+        {"hidden_sold_out", hidden[ST_SOLD_OUT]},
+        {"hidden_closed", hidden[ST_CLOSED]},
+        {"hidden_error", st >= ST_SECTIONS ? "" : "hidden"},
+        {"error_text", states[st].error_text},
+    };
+    buf_t out = {0};
+    buf_reserve(&out, strlen(gw_www_queue_html) + 1024);
+    expand(&out, gw_www_queue_html, vars, sizeof(vars) / sizeof(vars[0]));
+    free(v.refresh);
+    free(v.redirect);
+    if (len)
+        *len = out.len;
+    return out.p;
+}
+
+char *gw_page_render_queue(const gw_page_info_t *info, size_t *len)
+{
+    return render(info, parse_state(info->state), len);
+}
+
+static const char *jstr(const json_t *o, const char *key)
+{
+    return json_string_value(json_object_get(o, key));
+}
+
+static int64_t jint(const json_t *o, const char *key, int64_t dflt)
+{
+    const json_t *v = json_object_get(o, key);
+    return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
+}
+
+char *gw_page_render_answer(const char *event, int code, const json_t *body, int64_t first_position,
+                            int *page_code, size_t *len)
+{
+    gw_page_info_t in = {.event = event,
+                         .position = -1,
+                         .queue_size = -1,
+                         .eta_seconds = -1,
+                         .first_position = first_position};
+    page_state_t st = ST_UNAVAILABLE;
+    int out_code = 503;
+    const char *state = jstr(body, "state"), *error = jstr(body, "error");
+    if (code >= 200 && code < 300 && state != NULL) {
+        st = parse_state(state);
+        out_code = 200;
+        in.position = jint(body, "position", -1);
+        in.queue_size = jint(body, "queue_size", -1);
+        in.eta_seconds = jint(body, "eta_seconds", -1);
+        in.poll_after_ms = jint(body, "poll_after_ms", 0);
+        const char *opens = jstr(body, "opens_at");
+        if (opens == NULL || cm_parse_rfc3339(opens, &in.opens_at_ms) != 0)
+            in.opens_at_ms = 0;
+        in.admission_token = jstr(body, "admission_token");
+        in.redirect_url = jstr(body, "redirect_url");
+    } else if (error != NULL && (strcmp(error, "sold_out") == 0 || strcmp(error, "closed") == 0)) {
+        st = error[0] == 's' ? ST_SOLD_OUT : ST_CLOSED;
+        out_code = 200; /* a clear page, not an error */
+    } else if (error != NULL && strcmp(error, "admission_expired") == 0) {
+        st = ST_EXPIRED;
+        out_code = 200;
+    } else if (error != NULL && strcmp(error, "unknown_event") == 0) {
+        st = ST_UNKNOWN;
+        out_code = 404;
+    } else if (error != NULL && strcmp(error, "invalid_ticket") == 0) {
+        st = ST_NEW; /* the script takes a place again */
+        out_code = 200;
+    } else if (code == 429) {
+        st = ST_BUSY;
+        out_code = 429;
+        in.poll_after_ms = 1000 * clamp64(jint(body, "retry_after_seconds", 2), 1, 600);
+    } else {
+        in.poll_after_ms = 5000;
+    }
+    if (page_code)
+        *page_code = out_code;
+    return render(&in, st, len);
+}
+
+/* --- replies ----------------------------------------------------------------------------- */
+
+static void security_headers(struct evhttp_request *req)
+{
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    evhttp_add_header(h, "Content-Security-Policy", CSP);
+    evhttp_add_header(h, "X-Content-Type-Options", "nosniff");
+    evhttp_add_header(h, "X-Frame-Options", "DENY");
+    evhttp_add_header(h, "Referrer-Policy", "no-referrer");
+}
+
+/* The page's own ?from=<n> (see gw_page_info_t.first_position), or 0. */
+static int64_t query_from(struct evhttp_request *req)
+{
+    struct evkeyvalq q;
+    int64_t from = 0;
+    if (cm_http_query(req, &q) == 0) {
+        const char *s = evhttp_find_header(&q, "from");
+        if (s == NULL || cm_parse_i64(s, 1, MAX_POSITION, &from) != 0)
+            from = 0;
+    }
+    evhttp_clear_headers(&q);
+    return from;
+}
+
+void gw_page_queue(struct evhttp_request *req, const gw_page_info_t *info)
+{
+    gw_page_info_t page = *info;
+    int64_t from = query_from(req);
+    if (from > page.first_position)
+        page.first_position = from;
+    size_t len = 0;
+    char *html = gw_page_render_queue(&page, &len);
+    security_headers(req);
+    cm_http_send_body(req, 200, "text/html; charset=utf-8", html, len, false);
+    free(html);
+}
+
+void gw_page_queue_answer(struct evhttp_request *req, int code, json_t *body)
+{
+    char buf[1024], *seg[4];
+    int n = cm_http_path(req, buf, sizeof(buf), seg, 4);
+    const char *event = n >= 2 ? seg[1] : "";
+    int page_code = 200;
+    size_t len = 0;
+    char *html = gw_page_render_answer(event, code, body, query_from(req), &page_code, &len);
+    if (body)
+        json_decref(body);
+    security_headers(req);
+    cm_http_send_body(req, page_code, "text/html; charset=utf-8", html, len, false);
+    free(html);
+}
+
+void gw_page_dashboard(struct evhttp_request *req)
+{
+    security_headers(req);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Cache-Control", DASHBOARD_CACHE);
+    cm_http_send_body(req, 200, "text/html; charset=utf-8", gw_www_dashboard_html,
+                      strlen(gw_www_dashboard_html), true);
+}

@@ -1,0 +1,98 @@
+/*
+ * gw_page — the two HTML pages of the gateway: the fan's queue page (GET /q/{event})
+ * and the operator dashboard (GET /admin/).
+ *
+ * Both pages are self-contained files under gateway/www/, compiled into the binary
+ * (onsale_embed). The queue page is a template: the request's state is filled into
+ * double-brace placeholders, every value HTML-escaped, so the page is complete without
+ * JavaScript (a <noscript> meta refresh re-requests it at poll_after_ms) and the script
+ * starts from the same state. The dashboard is static; its data comes from the admin API.
+ *
+ * Runs on the event-loop thread of the request; the render is a pure function
+ * (reentrant, no I/O) so it is unit-tested without a loop.
+ */
+#ifndef GW_PAGE_H
+#define GW_PAGE_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct evhttp_request;
+
+/*
+ * What the queue page shows. Strings are borrowed for the duration of the call; NULL is
+ * the same as "". Negative numbers mean "unknown" (shown as a dash or "calculating…").
+ */
+typedef struct gw_page_info {
+    const char *event; /* the event id of the path */
+    const char *state; /* "queued" | "prequeue" | "admitted" | "sold_out" | "closed" | "new";
+                          anything else renders as "new" (the script then asks the API) */
+    int64_t position, queue_size, eta_seconds, poll_after_ms;
+    int64_t opens_at_ms;                        /* prequeue: the opening, Unix ms; 0 = unknown */
+    const char *admission_token, *redirect_url; /* admitted: where to forward the fan */
+    /*
+     * Optional (0 = unknown): the position the fan first saw, the baseline of the
+     * progress bar. gw_page_queue() takes the larger of this and the page's own `?from=`
+     * query parameter, which the page carries across reloads; callers can leave it 0.
+     */
+    int64_t first_position;
+} gw_page_info_t;
+
+/** Longest meta-refresh / poll interval the page uses, in seconds. */
+#define GW_PAGE_MAX_REFRESH_S 600
+
+/**
+ * Renders the queue page for info into a new NUL-terminated heap string (the caller
+ * frees it); its length, without the NUL, in *len. Never fails (allocation aborts).
+ */
+char *gw_page_render_queue(const gw_page_info_t *info, size_t *len);
+
+/**
+ * Builds the URL the fan is forwarded to once admitted: redirect_url with
+ * `admission_token=<token>` appended to its query (before any #fragment), the token
+ * percent-encoded. Returns a new heap string, or NULL when redirect_url is not an
+ * absolute http(s) URL or a path starting with '/' (or holds spaces or control bytes),
+ * so an operator's typo can never become a javascript: link.
+ */
+char *gw_page_forward_url(const char *redirect_url, const char *admission_token);
+
+/**
+ * Answers req with the rendered queue page: 200 text/html, Cache-Control: no-store, plus
+ * security headers (CSP, nosniff, no-referrer, no framing). Reads `?from=` from req (see
+ * first_position). Sends exactly one reply.
+ */
+void gw_page_queue(struct evhttp_request *req, const gw_page_info_t *info);
+
+/**
+ * The queue page for an answer of the JSON API: code and body are what a join or status
+ * poll of event would have sent (a join/status body, or an {"error": …} body). Mapping:
+ * 2xx with "state" → that state's page (200); 410 sold_out / closed → that page (200, a
+ * clear message, not an error); 410 admission_expired → "expired" (200); 404
+ * unknown_event → "unknown" (404); 401 invalid_ticket → "new", the script joins again
+ * (200); 429 → "busy", asking again after retry_after_seconds (429); anything else →
+ * "unavailable", asking again in 5 s (503). The status to send is stored in *page_code.
+ * Pure; returns a new heap string, its length in *len.
+ */
+char *gw_page_render_answer(const char *event, int code, const json_t *body, int64_t first_position,
+                            int *page_code, size_t *len);
+
+/**
+ * Answers req (GET /q/{event}) with gw_page_render_answer() of code and body: the
+ * browser-facing twin of cm_http_send_json/_error for the queue endpoints, so GET of the
+ * page can run the join path and have its answer rendered instead of sent as JSON. The
+ * event comes from the request path, the progress baseline from `?from=`; headers already
+ * added to the reply (Set-Cookie, Retry-After) are kept. body is stolen (NULL is fine).
+ * Sends exactly one reply.
+ */
+void gw_page_queue_answer(struct evhttp_request *req, int code, json_t *body);
+
+/**
+ * Answers req with the operator dashboard: 200 text/html, cacheable for a few minutes,
+ * same security headers. The page holds no data and asks for the admin token itself,
+ * so it can be served without admin auth (the API calls it makes need the token).
+ * Sends exactly one reply.
+ */
+void gw_page_dashboard(struct evhttp_request *req);
+
+#endif

@@ -1,0 +1,463 @@
+/*
+ * gw_queue — see gw_queue.h.
+ *
+ * One operation type (place_op_t) carries a join or a status poll through its awaits:
+ * the join script, a refresh of a room this gateway has not cached yet, and the
+ * pre-queue lookup. `answer` is the decision every path ends in.
+ */
+#include "gw_queue.h"
+
+#include <event2/http.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cm_err.h"
+#include "cm_log.h"
+#include "cm_mem.h"
+#include "cm_parse.h"
+#include "cm_time.h"
+#include "cm_tls.h"
+#include "gw_admit.h"
+#include "gw_limit.h"
+#include "gw_lua.h"
+#include "gw_page.h"
+#include "gw_ticket.h"
+#include "gw_watermark.h"
+
+typedef struct place_op {
+    gw_req_t r;
+    char event[CM_IDENT_MAX + 1];
+    gw_ticket_t t;
+    char ticket[GW_TICKET_MAX_LEN];
+    int code;
+    bool looked_up; /* the pre-queue lookup was done once already */
+    bool page;      /* answer with the HTML queue page (GET /q/{event}), not JSON */
+    bool fresh;     /* page without a usable ticket: the page starts a join itself */
+} place_op_t;
+
+static void answer(place_op_t *op, gw_room_t *room);
+
+static uint32_t rnd32(void)
+{
+    uint32_t v;
+    cm_tls_random(&v, sizeof(v));
+    return v;
+}
+
+void gw_queue_set_cookie(gw_req_t *r, const char *event, const char *ticket)
+{
+    char cookie[GW_TICKET_MAX_LEN + 2 * CM_IDENT_MAX + 128];
+    snprintf(cookie, sizeof(cookie),
+             GW_COOKIE_PREFIX "%s=%s; HttpOnly; Secure; SameSite=Lax; Path=/q/%s; Max-Age=86400",
+             event, ticket, event);
+    evhttp_add_header(evhttp_request_get_output_headers(r->req), "Set-Cookie", cookie);
+}
+
+static place_op_t *op_new(gw_server_t *srv, struct evhttp_request *req, gw_endpoint_t ep,
+                          const char *event)
+{
+    place_op_t *op = cm_xcalloc(1, sizeof(*op));
+    gw_req_start(&op->r, srv, req, ep);
+    snprintf(op->event, sizeof(op->event), "%s", event);
+    op->code = 200;
+    return op;
+}
+
+/*
+ * The request's ticket: Bearer first, else the cookie. Returns 1 with op->t and
+ * op->ticket filled, 0 when there is none, -1 when one was given and does not verify
+ * (from_bearer tells which: a bad cookie may be stale, a bad Bearer is an error).
+ */
+static int read_ticket(place_op_t *op, bool *from_bearer)
+{
+    gw_server_t *srv = op->r.srv;
+    size_t len = 0;
+    const char *text = cm_http_bearer(op->r.req, &len);
+    *from_bearer = text != NULL;
+    if (text == NULL) {
+        const char *cookie = cm_http_header(op->r.req, "Cookie");
+        text = cookie ? gw_ticket_from_cookie(cookie, op->event, &len) : NULL;
+    }
+    if (text == NULL)
+        return 0;
+    if (len >= sizeof(op->ticket) || gw_ticket_decode(srv->ticket_secret, srv->ticket_secret_len,
+                                                      op->event, text, len, &op->t) != 0)
+        return -1;
+    memcpy(op->ticket, text, len);
+    op->ticket[len] = '\0';
+    return 1;
+}
+
+/* The queue page for op's room; state and numbers as gw_page_info_t describes. */
+static void reply_page(place_op_t *op, gw_room_t *room, const char *state, int64_t position,
+                       int64_t eta, int64_t poll)
+{
+    gw_page_info_t info = {
+        .event = op->event,
+        .state = state,
+        .position = position,
+        .queue_size = room ? gw_watermark_queue_size(room) : -1,
+        .eta_seconds = eta,
+        .poll_after_ms = poll,
+        .opens_at_ms = room ? room->s.opens_at : 0,
+    };
+    if (!op->fresh && op->ticket[0])
+        gw_queue_set_cookie(&op->r, op->event, op->ticket);
+    gw_page_queue(op->r.req, &info);
+    gw_req_replied(&op->r);
+    free(op);
+}
+
+static void reply_invalid_ticket(place_op_t *op, const char *why)
+{
+    if (op->page) { /* a stale or foreign cookie: start afresh */
+        op->fresh = true;
+        reply_page(op, gw_watermark_room(op->r.srv, op->event), "new", -1, -1,
+                   op->r.srv->cfg.poll_min_ms);
+        return;
+    }
+    cm_counter_inc(op->r.srv->m.rejected_tickets);
+    gw_reply_error(&op->r, 401, "invalid_ticket", why, NULL);
+    free(op);
+}
+
+static void reply_prequeue(place_op_t *op, gw_room_t *room)
+{
+    gw_server_t *srv = op->r.srv;
+    int64_t now = gw_watermark_now_ms(room), until = room->s.opens_at - now;
+    int64_t poll;
+    if (until > srv->cfg.poll_max_ms)
+        poll = gw_watermark_poll_ms(0, 0, srv->cfg.poll_max_ms, srv->cfg.poll_max_ms, rnd32());
+    else
+        poll = (until > 0 ? until : 0) + 100 + (int64_t)(rnd32() % 2000); /* spread the opening */
+    char opens[32] = "";
+    cm_format_rfc3339(room->s.opens_at, opens, sizeof(opens));
+    if (op->page) {
+        reply_page(op, room, "prequeue", -1, -1, poll);
+        return;
+    }
+    json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I}", "event", room->event, "state",
+                          "prequeue", "opens_at", opens, "ticket", op->ticket, "poll_after_ms",
+                          (json_int_t)poll, "prequeue_size", (json_int_t)room->prequeue);
+    gw_queue_set_cookie(&op->r, room->event, op->ticket);
+    gw_reply_json(&op->r, op->code, o);
+    free(op);
+}
+
+static void reply_queued(place_op_t *op, gw_room_t *room)
+{
+    gw_server_t *srv = op->r.srv;
+    int64_t position = (int64_t)op->t.num - room->wm;
+    double rate = gw_watermark_rate(room);
+    int64_t eta = gw_watermark_eta_s(position, rate);
+    int64_t poll =
+        gw_watermark_poll_ms(position, rate, srv->cfg.poll_min_ms, srv->cfg.poll_max_ms, rnd32());
+    if (op->page) {
+        reply_page(op, room, "queued", position, eta, poll);
+        return;
+    }
+    json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:I, s:o, s:I, s:b}", "event", room->event, "state",
+                          "queued", "ticket", op->ticket, "position", (json_int_t)position,
+                          "queue_size", (json_int_t)gw_watermark_queue_size(room), "eta_seconds",
+                          eta < 0 ? json_null() : json_integer(eta), "poll_after_ms",
+                          (json_int_t)poll, "paused", room->s.paused);
+    gw_queue_set_cookie(&op->r, room->event, op->ticket);
+    gw_reply_json(&op->r, op->code, o);
+    free(op);
+}
+
+static void on_lookup(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    place_op_t *op = arg;
+    gw_server_t *srv = op->r.srv;
+    gw_room_t *room = gw_watermark_room(srv, op->event);
+    const char *what = NULL;
+    if (err == NULL && cm_redis_reply_type(reply) == CM_REDIS_ARRAY &&
+        cm_redis_reply_count(reply) >= 1)
+        what = cm_redis_reply_str(cm_redis_reply_at(reply, 0), NULL);
+    if (what == NULL || room == NULL) {
+        if (room == NULL && err == NULL) {
+            gw_reply_error(&op->r, 404, "unknown_event", "no waiting room for this event", NULL);
+            free(op);
+            return;
+        }
+        gw_reply_unavailable(&op->r, "the pre-queue lookup", err ? err : cm_err_protocol);
+        free(op);
+        return;
+    }
+    if (strcmp(what, "number") == 0) {
+        op->t.num = (uint64_t)cm_redis_reply_int(cm_redis_reply_at(reply, 1));
+        op->t.iat = gw_watermark_now_ms(room) / 1000;
+        if (gw_ticket_encode(srv->ticket_secret, srv->ticket_secret_len, op->event, &op->t,
+                             op->ticket, sizeof(op->ticket)) == 0) {
+            gw_reply_unavailable(&op->r, "issuing a ticket", cm_err_protocol);
+            free(op);
+            return;
+        }
+        room->opened = true;
+        answer(op, room);
+    } else if (strcmp(what, "prequeue") == 0) {
+        room->opened = false;
+        reply_prequeue(op, room);
+    } else if (strcmp(what, "missing") == 0) {
+        reply_invalid_ticket(op, "this pre-queue ticket has no place in the queue");
+    } else {
+        gw_reply_error(&op->r, 404, "unknown_event", "no waiting room for this event", NULL);
+        free(op);
+    }
+}
+
+static void lookup_number(place_op_t *op)
+{
+    char kq[96], seed[16];
+    gw_key_queue(op->event, kq, sizeof(kq));
+    gw_random_seed(seed);
+    const char *argv[] = {kq, op->t.visitor, seed};
+    op->looked_up = true;
+    if (cm_redis_eval(op->r.srv->redis, gw_lua()->lookup, on_lookup, op, 1, 3, argv, NULL) != 0) {
+        gw_reply_unavailable(&op->r, "the pre-queue lookup", cm_err_closed);
+        free(op);
+    }
+}
+
+static void answer(place_op_t *op, gw_room_t *room)
+{
+    if (op->fresh) {
+        reply_page(op, room, "new", -1, -1, op->r.srv->cfg.poll_min_ms);
+        return;
+    }
+    if (op->t.gen != room->s.gen) {
+        reply_invalid_ticket(op, "the ticket belongs to an earlier waiting room of this event");
+        return;
+    }
+    if (op->t.num == 0) {
+        if (!room->opened && !op->looked_up && gw_watermark_now_ms(room) < room->s.opens_at) {
+            reply_prequeue(op, room);
+            return;
+        }
+        if (op->looked_up) { /* opened on our clock, not yet on Redis's */
+            reply_prequeue(op, room);
+            return;
+        }
+        lookup_number(op);
+        return;
+    }
+    if ((int64_t)op->t.num <= room->wm) {
+        gw_req_t r = op->r;
+        char ticket[GW_TICKET_MAX_LEN];
+        gw_ticket_t t = op->t;
+        memcpy(ticket, op->ticket, sizeof(ticket));
+        int code = op->code;
+        bool page = op->page;
+        free(op);
+        gw_admit_serve(&r, room, &t, ticket, code, page);
+        return;
+    }
+    if (op->page && (room->s.sold_out ||
+                     (room->s.closes_at > 0 && gw_watermark_now_ms(room) >= room->s.closes_at))) {
+        reply_page(op, room, room->s.sold_out ? "sold_out" : "closed", -1, -1,
+                   op->r.srv->cfg.poll_max_ms);
+        return;
+    }
+    if (room->s.sold_out) {
+        gw_reply_error(&op->r, 410, "sold_out", "this event is sold out", NULL);
+        free(op);
+        return;
+    }
+    if (room->s.closes_at > 0 && gw_watermark_now_ms(room) >= room->s.closes_at) {
+        gw_reply_error(&op->r, 410, "closed", "this waiting room is closed", NULL);
+        free(op);
+        return;
+    }
+    reply_queued(op, room);
+}
+
+static void on_room(const char *err, gw_room_t *room, void *arg)
+{
+    place_op_t *op = arg;
+    if (err != NULL) {
+        gw_reply_unavailable(&op->r, "loading the waiting room", err);
+        free(op);
+        return;
+    }
+    if (room == NULL) {
+        gw_reply_error(&op->r, 404, "unknown_event", "no waiting room for this event", NULL);
+        free(op);
+        return;
+    }
+    answer(op, room);
+}
+
+/* answer() once the room is cached (a refresh first if this gateway has not seen it). */
+static void answer_with_room(place_op_t *op)
+{
+    gw_room_t *room = gw_watermark_room(op->r.srv, op->event);
+    if (room != NULL)
+        answer(op, room);
+    else
+        gw_watermark_refresh(op->r.srv, op->event, on_room, op);
+}
+
+void gw_queue_status(gw_server_t *srv, struct evhttp_request *req, const char *event)
+{
+    place_op_t *op = op_new(srv, req, GW_EP_STATUS, event);
+    cm_counter_inc(srv->m.status_polls);
+    bool bearer;
+    int got = read_ticket(op, &bearer);
+    if (got <= 0) {
+        reply_invalid_ticket(op, got == 0 ? "a queue ticket is required (join first)"
+                                          : "the queue ticket is not valid for this event");
+        return;
+    }
+    answer_with_room(op);
+}
+
+static void on_join(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    place_op_t *op = arg;
+    gw_server_t *srv = op->r.srv;
+    const char *what = NULL;
+    if (err == NULL && cm_redis_reply_type(reply) == CM_REDIS_ARRAY &&
+        cm_redis_reply_count(reply) >= 1)
+        what = cm_redis_reply_str(cm_redis_reply_at(reply, 0), NULL);
+    if (what == NULL) {
+        if (err == NULL && cm_redis_reply_type(reply) == CM_REDIS_ERROR)
+            cm_log(CM_LOG_WARN, "join: %s", cm_redis_reply_str(reply, NULL));
+        gw_reply_unavailable(&op->r, "joining the queue", err ? err : cm_err_protocol);
+        free(op);
+        return;
+    }
+    if (strcmp(what, "queued") == 0 || strcmp(what, "prequeue") == 0) {
+        const char *gen = cm_redis_reply_str(cm_redis_reply_at(reply, 1), NULL);
+        if (gen == NULL || gw_settings_gen_parse(gen, &op->t.gen) != 0) {
+            gw_reply_unavailable(&op->r, "joining the queue", cm_err_protocol);
+            free(op);
+            return;
+        }
+        op->t.num = (uint64_t)cm_redis_reply_int(cm_redis_reply_at(reply, 2));
+        op->t.iat = cm_redis_reply_int(cm_redis_reply_at(reply, 3)) / 1000;
+        if (gw_ticket_encode(srv->ticket_secret, srv->ticket_secret_len, op->event, &op->t,
+                             op->ticket, sizeof(op->ticket)) == 0) {
+            gw_reply_unavailable(&op->r, "issuing a ticket", cm_err_protocol);
+            free(op);
+            return;
+        }
+        cm_counter_inc(srv->m.joins);
+        op->code = 201;
+        /* A prequeue ticket whose room has just opened must not be looked up before the
+         * join has even been answered: report the pre-queue; the next poll exchanges it. */
+        op->looked_up = op->t.num == 0;
+        answer_with_room(op);
+        return;
+    }
+    if (op->page && strcmp(what, "unknown") != 0) {
+        /* sold out, closed, not open yet: the page says so (no place was taken) */
+        const char *state = strcmp(what, "sold_out") == 0 ? "sold_out"
+                            : strcmp(what, "closed") == 0 ? "closed"
+                                                          : "new";
+        op->fresh = true;
+        reply_page(op, gw_watermark_room(srv, op->event), state, -1, -1, srv->cfg.poll_max_ms);
+        return;
+    }
+    if (strcmp(what, "unknown") == 0) {
+        gw_reply_error(&op->r, 404, "unknown_event", "no waiting room for this event", NULL);
+    } else if (strcmp(what, "sold_out") == 0) {
+        gw_reply_error(&op->r, 410, "sold_out", "this event is sold out", NULL);
+    } else if (strcmp(what, "closed") == 0) {
+        gw_reply_error(&op->r, 410, "closed", "this waiting room is closed", NULL);
+    } else if (strcmp(what, "not_open") == 0) {
+        char when[32] = "";
+        const char *ms = cm_redis_reply_str(cm_redis_reply_at(reply, 1), NULL);
+        int64_t v = 0;
+        if (ms && cm_parse_i64(ms, 0, INT64_MAX, &v) == 0)
+            cm_format_rfc3339(v, when, sizeof(when));
+        gw_reply_error(&op->r, 409, "not_open", "the waiting room does not accept fans yet",
+                       json_pack("{s:s}", "prequeue_at", when));
+    } else {
+        gw_reply_unavailable(&op->r, "joining the queue", cm_err_protocol);
+    }
+    free(op);
+}
+
+static const char *peer_of(struct evhttp_request *req)
+{
+    struct evhttp_connection *conn = evhttp_request_get_connection(req);
+    const char *addr = NULL;
+    ev_uint16_t port = 0;
+    if (conn)
+        evhttp_connection_get_peer(conn, (char **)&addr, &port);
+    return addr ? addr : "?";
+}
+
+/* A new place: the per-address limit, then join.lua. */
+static void take_place(place_op_t *op)
+{
+    gw_server_t *srv = op->r.srv;
+    struct evhttp_request *req = op->r.req;
+    int wait = gw_limit_take(srv->limit, peer_of(req), cm_time_mono_ns() / 1000000);
+    if (wait > 0) {
+        cm_counter_inc(srv->m.rate_limited);
+        if (op->page) { /* the page's script retries the join and sees the 429 itself */
+            op->fresh = true;
+            reply_page(op, gw_watermark_room(srv, op->event), "new", -1, -1, (int64_t)wait * 1000);
+            return;
+        }
+        char ra[16];
+        snprintf(ra, sizeof(ra), "%d", wait);
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", ra);
+        gw_reply_error(&op->r, 429, "rate_limited", "too many joins from this address; retry later",
+                       json_pack("{s:i}", "retry_after_seconds", wait));
+        free(op);
+        return;
+    }
+    memset(&op->t, 0, sizeof(op->t));
+    gw_ticket_new_visitor(op->t.visitor);
+    char kq[96], seed[16];
+    gw_key_queue(op->event, kq, sizeof(kq));
+    gw_random_seed(seed);
+    const char *argv[] = {kq, op->t.visitor, seed};
+    if (cm_redis_eval(srv->redis, gw_lua()->join, on_join, op, 1, 3, argv, NULL) != 0) {
+        gw_reply_unavailable(&op->r, "joining the queue", cm_err_closed);
+        free(op);
+    }
+}
+
+void gw_queue_page(gw_server_t *srv, struct evhttp_request *req, const char *event)
+{
+    place_op_t *op = op_new(srv, req, GW_EP_PAGE, event);
+    op->page = true;
+    bool bearer;
+    int got = read_ticket(op, &bearer);
+    gw_room_t *room = gw_watermark_room(srv, event);
+    if (got > 0 && (room == NULL || room->s.gen == op->t.gen)) {
+        answer_with_room(op);
+        return;
+    }
+    /* No usable ticket: the first visit takes a place, so the page works without
+     * JavaScript (the cookie makes reloads idempotent). */
+    op->ticket[0] = '\0';
+    take_place(op);
+}
+
+void gw_queue_join(gw_server_t *srv, struct evhttp_request *req, const char *event)
+{
+    place_op_t *op = op_new(srv, req, GW_EP_JOIN, event);
+    bool bearer;
+    int got = read_ticket(op, &bearer);
+    if (got < 0 && bearer) {
+        reply_invalid_ticket(op, "the queue ticket is not valid for this event");
+        return;
+    }
+    if (got > 0) {
+        gw_room_t *room = gw_watermark_room(srv, event);
+        if (room == NULL || room->s.gen == op->t.gen || bearer) {
+            cm_counter_inc(srv->m.rejoins);
+            answer_with_room(op); /* the same place, never a better one */
+            return;
+        }
+        /* a cookie of an earlier room of this event: take a new place */
+    }
+    take_place(op);
+}

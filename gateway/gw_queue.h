@@ -1,0 +1,36 @@
+/*
+ * gw_queue — joining a waiting room and asking where one stands (API.md: POST
+ * /q/{event}/join, GET /q/{event}/status).
+ *
+ * A join without a valid ticket takes a new place in Redis (join.lua: INCR after the
+ * opening, the pre-queue before it) and gets a signed ticket; a join or a status poll
+ * with a valid ticket is answered from the ticket and the cached watermark alone — no
+ * Redis — until the number is passed, when gw_admit takes over. A pre-queue ticket is
+ * exchanged once for a numbered one after the opening (one Redis lookup).
+ *
+ * Loop thread only.
+ */
+#ifndef GW_QUEUE_H
+#define GW_QUEUE_H
+
+#include "gw_server.h"
+
+struct evhttp_request;
+
+/** POST /q/{event}/join (event already checked as an identifier). */
+void gw_queue_join(gw_server_t *srv, struct evhttp_request *req, const char *event);
+
+/** GET /q/{event}/status. */
+void gw_queue_status(gw_server_t *srv, struct evhttp_request *req, const char *event);
+
+/**
+ * GET /q/{event}: the queue page (gw_page) for the ticket in the cookie — the same
+ * decisions as a status poll, so a fan without JavaScript advances to admission by
+ * meta refresh alone. Without a usable ticket the page starts as "new".
+ */
+void gw_queue_page(gw_server_t *srv, struct evhttp_request *req, const char *event);
+
+/** Adds the ticket cookie (HttpOnly; Secure; SameSite=Lax; Path=/q/<event>) to the reply. */
+void gw_queue_set_cookie(gw_req_t *r, const char *event, const char *ticket);
+
+#endif

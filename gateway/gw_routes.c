@@ -1,0 +1,192 @@
+/*
+ * gw_routes — maps method + path to a handler (API.md, gateway table).
+ *
+ * Event-loop thread. The path is split into decoded segments once; event ids are
+ * checked here so handlers receive only well-formed ids. Everything not listed is 404
+ * not_found, a listed path with another method 405.
+ */
+#include <event2/bufferevent.h>
+#include <event2/http.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <string.h>
+
+#include "cm_parse.h"
+#include "gw_admin.h"
+#include "gw_page.h"
+#include "gw_queue.h"
+#include "gw_server.h"
+
+#define MAX_SEGS 5
+
+static void reply_simple(gw_server_t *srv, struct evhttp_request *req, gw_endpoint_t ep, int code,
+                         const char *error, const char *message)
+{
+    gw_req_t r;
+    gw_req_start(&r, srv, req, ep);
+    gw_reply_error(&r, code, error, message, NULL);
+}
+
+static int method_is(struct evhttp_request *req, enum evhttp_cmd_type t)
+{
+    return evhttp_request_get_command(req) == t;
+}
+
+static void health(gw_server_t *srv, struct evhttp_request *req)
+{
+    gw_req_t r;
+    gw_req_start(&r, srv, req, GW_EP_HEALTH);
+    gw_reply_json(&r, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+static void ready(gw_server_t *srv, struct evhttp_request *req)
+{
+    gw_req_t r;
+    gw_req_start(&r, srv, req, GW_EP_READY);
+    int redis = cm_redis_connected(srv->redis);
+    json_t *o = json_pack("{s:s, s:b}", "status", redis ? "ready" : "unavailable", "redis", redis);
+    if (redis && !srv->draining)
+        gw_reply_json(&r, 200, o);
+    else
+        gw_reply_error(&r, 503, "unavailable",
+                       srv->draining ? "shutting down" : "Redis is unreachable", o);
+}
+
+static void metrics(gw_server_t *srv, struct evhttp_request *req)
+{
+    gw_req_t r;
+    gw_req_start(&r, srv, req, GW_EP_METRICS);
+    size_t len = 0;
+    char *text = cm_metrics_render(srv->metrics, &len);
+    gw_reply_text(&r, 200, "text/plain; version=0.0.4", text, len);
+    free(text);
+}
+
+static void jwks(gw_server_t *srv, struct evhttp_request *req)
+{
+    gw_req_t r;
+    gw_req_start(&r, srv, req, GW_EP_JWKS);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Cache-Control",
+                      "public, max-age=60");
+    cm_http_send_body(req, 200, "application/jwk-set+json", srv->jwks, strlen(srv->jwks), true);
+    gw_req_replied(&r);
+}
+
+/* GET /admin/: the dashboard holds no data and asks for the token itself (gw_page.h). */
+static void dashboard(gw_server_t *srv, struct evhttp_request *req)
+{
+    gw_req_t r;
+    gw_req_start(&r, srv, req, GW_EP_DASHBOARD);
+    gw_page_dashboard(req);
+    gw_req_replied(&r);
+}
+
+/* /q/{event}[/join|/status] */
+static void route_queue(gw_server_t *srv, struct evhttp_request *req, char **seg, int n)
+{
+    if (n < 2 || n > 3) {
+        reply_simple(srv, req, GW_EP_OTHER, 404, "not_found", "no such endpoint");
+        return;
+    }
+    if (!cm_parse_ident(seg[1])) {
+        reply_simple(srv, req, GW_EP_OTHER, 400, "invalid_request",
+                     "event ids are 1-64 characters of [A-Za-z0-9._-]");
+        return;
+    }
+    if (n == 2) {
+        if (method_is(req, EVHTTP_REQ_GET) || method_is(req, EVHTTP_REQ_HEAD))
+            gw_queue_page(srv, req, seg[1]);
+        else
+            reply_simple(srv, req, GW_EP_OTHER, 405, "method_not_allowed", "use GET");
+    } else if (strcmp(seg[2], "join") == 0) {
+        if (method_is(req, EVHTTP_REQ_POST))
+            gw_queue_join(srv, req, seg[1]);
+        else
+            reply_simple(srv, req, GW_EP_OTHER, 405, "method_not_allowed", "use POST");
+    } else if (strcmp(seg[2], "status") == 0) {
+        if (method_is(req, EVHTTP_REQ_GET))
+            gw_queue_status(srv, req, seg[1]);
+        else
+            reply_simple(srv, req, GW_EP_OTHER, 405, "method_not_allowed", "use GET");
+    } else {
+        reply_simple(srv, req, GW_EP_OTHER, 404, "not_found", "no such endpoint");
+    }
+}
+
+static void route_admin(gw_server_t *srv, struct evhttp_request *req, char **seg, int n)
+{
+    if (n == 1) {
+        if (method_is(req, EVHTTP_REQ_GET))
+            dashboard(srv, req);
+        else
+            reply_simple(srv, req, GW_EP_OTHER, 405, "method_not_allowed", "use GET");
+        return;
+    }
+    if (!gw_admin_authorized(srv, req)) {
+        reply_simple(srv, req, GW_EP_ADMIN, 401, "unauthorized",
+                     "an operator bearer token is required");
+        return;
+    }
+    if (strcmp(seg[1], "events") != 0 || n > 3) {
+        reply_simple(srv, req, GW_EP_OTHER, 404, "not_found", "no such endpoint");
+        return;
+    }
+    if (n == 2) {
+        if (method_is(req, EVHTTP_REQ_GET))
+            gw_admin_events_list(srv, req);
+        else
+            reply_simple(srv, req, GW_EP_OTHER, 405, "method_not_allowed", "use GET");
+        return;
+    }
+    if (!cm_parse_ident(seg[2])) {
+        reply_simple(srv, req, GW_EP_ADMIN, 400, "invalid_request",
+                     "event ids are 1-64 characters of [A-Za-z0-9._-]");
+        return;
+    }
+    switch (evhttp_request_get_command(req)) {
+    case EVHTTP_REQ_PUT:
+        gw_admin_event_write(srv, req, seg[2], false);
+        break;
+    case EVHTTP_REQ_PATCH:
+        gw_admin_event_write(srv, req, seg[2], true);
+        break;
+    case EVHTTP_REQ_GET:
+        gw_admin_event_get(srv, req, seg[2]);
+        break;
+    case EVHTTP_REQ_DELETE:
+        gw_admin_event_delete(srv, req, seg[2]);
+        break;
+    default:
+        reply_simple(srv, req, GW_EP_OTHER, 405, "method_not_allowed",
+                     "use PUT, PATCH, GET or DELETE");
+    }
+}
+
+void gw_routes_dispatch(struct evhttp_request *req, void *arg)
+{
+    gw_server_t *srv = arg;
+    char buf[1024];
+    char *seg[MAX_SEGS];
+    int n = cm_http_path(req, buf, sizeof(buf), seg, MAX_SEGS);
+    if (n < 0) {
+        reply_simple(srv, req, GW_EP_OTHER, 400, "invalid_request", "malformed path");
+        return;
+    }
+    if (n == 1 && method_is(req, EVHTTP_REQ_GET)) {
+        if (strcmp(seg[0], "healthz") == 0)
+            return health(srv, req);
+        if (strcmp(seg[0], "readyz") == 0)
+            return ready(srv, req);
+        if (strcmp(seg[0], "metrics") == 0)
+            return metrics(srv, req);
+    }
+    if (n == 2 && strcmp(seg[0], ".well-known") == 0 && strcmp(seg[1], "jwks.json") == 0 &&
+        method_is(req, EVHTTP_REQ_GET))
+        return jwks(srv, req);
+    if (n >= 1 && strcmp(seg[0], "q") == 0)
+        return route_queue(srv, req, seg, n);
+    if (n >= 1 && strcmp(seg[0], "admin") == 0)
+        return route_admin(srv, req, seg, n);
+    reply_simple(srv, req, GW_EP_OTHER, 404, "not_found", "no such endpoint");
+}

@@ -1,0 +1,435 @@
+/*
+ * gw_server — builds and runs the gateway process (see gw_server.h).
+ *
+ * Start-up (before the loop; file reads allowed): signing keys and JWKS, ticket secret,
+ * admin token, TLS, listener, Redis client, signer threads, metrics, the watermark
+ * timer. Shutdown on SIGTERM/SIGINT: stop accepting, answer /readyz 503, let in-flight
+ * requests finish (bounded to 10 s), then exit the loop. Teardown fails whatever still
+ * waits on Redis or the signer with 503 before the connections are closed.
+ */
+#include "gw_server.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/thread.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cm_err.h"
+#include "cm_log.h"
+#include "cm_mem.h"
+#include "cm_time.h"
+#include "cm_tls.h"
+#include "gw_admit.h"
+#include "gw_limit.h"
+#include "gw_signer.h"
+#include "gw_ticket.h"
+#include "gw_watermark.h"
+
+#define DRAIN_LIMIT_NS (10ull * 1000 * 1000 * 1000)
+#define MAX_KEY_FILES  16
+
+static const char *const endpoint_names[GW_EP_COUNT] = {
+    "healthz", "readyz", "metrics", "jwks", "page", "join", "status", "admin", "dashboard", "other",
+};
+
+size_t gw_key_queue(const char *event, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "os:{%s}:q:", event);
+    return n < 0 ? 0 : (size_t)n;
+}
+
+size_t gw_key_active(const char *event, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "os:{%s}:active", event);
+    return n < 0 ? 0 : (size_t)n;
+}
+
+void gw_random_seed(char out[16])
+{
+    uint32_t v;
+    cm_tls_random(&v, sizeof(v));
+    snprintf(out, 16, "%" PRIu32, (v & 0x7fffffff) | 1);
+}
+
+/* --- requests ---------------------------------------------------------------------- */
+
+void gw_req_start(gw_req_t *r, gw_server_t *srv, struct evhttp_request *req, gw_endpoint_t ep)
+{
+    r->srv = srv;
+    r->req = req;
+    r->ep = ep;
+    r->start_ns = cm_time_mono_ns();
+    srv->inflight++;
+}
+
+void gw_req_replied(gw_req_t *r)
+{
+    double secs = (double)(cm_time_mono_ns() - r->start_ns) / 1e9;
+    cm_histogram_observe(r->srv->m.latency[r->ep], secs);
+    r->srv->inflight--;
+    r->req = NULL;
+}
+
+void gw_reply_json(gw_req_t *r, int code, json_t *body)
+{
+    cm_http_send_json(r->req, code, body);
+    gw_req_replied(r);
+}
+
+void gw_reply_error(gw_req_t *r, int code, const char *error, const char *message, json_t *extra)
+{
+    cm_http_send_error(r->req, code, error, message, extra);
+    gw_req_replied(r);
+}
+
+void gw_reply_text(gw_req_t *r, int code, const char *ctype, const char *body, size_t len)
+{
+    cm_http_send_body(r->req, code, ctype, body, len, false);
+    gw_req_replied(r);
+}
+
+void gw_reply_unavailable(gw_req_t *r, const char *what, const char *err)
+{
+    cm_counter_inc(r->srv->m.backend_errors);
+    char msg[160];
+    snprintf(msg, sizeof(msg), "%s failed (%s); retry shortly", what, err ? err : "error");
+    gw_reply_error(r, 503, "unavailable", msg, NULL);
+}
+
+bool gw_admin_authorized(gw_server_t *srv, struct evhttp_request *req)
+{
+    size_t len = 0;
+    const char *tok = cm_http_bearer(req, &len);
+    if (tok == NULL)
+        return false;
+    /* Compare digests: constant time in both the content and the length of the token. */
+    char got[65], want[65];
+    cm_tls_sha256_hex(tok, len, got);
+    cm_tls_sha256_hex(srv->admin_token, strlen(srv->admin_token), want);
+    unsigned char diff = 0;
+    for (size_t i = 0; i < 64; i++)
+        diff |= (unsigned char)(got[i] ^ want[i]);
+    return diff == 0;
+}
+
+/* --- start-up ---------------------------------------------------------------------- */
+
+static void register_metrics(gw_server_t *srv)
+{
+    cm_metrics_t *m = srv->metrics;
+    gw_metrics_t *x = &srv->m;
+    x->joins = cm_metrics_counter(m, "onsale_gateway_joins_total",
+                                  "new places handed out (queue and pre-queue)", NULL);
+    x->rejoins = cm_metrics_counter(m, "onsale_gateway_rejoins_total",
+                                    "joins answered with the place of a valid ticket", NULL);
+    x->status_polls =
+        cm_metrics_counter(m, "onsale_gateway_status_polls_total", "status polls received", NULL);
+    x->admissions = cm_metrics_counter(m, "onsale_gateway_admissions_total",
+                                       "admissions claimed through this gateway (first JWT)", NULL);
+    x->readmissions = cm_metrics_counter(m, "onsale_gateway_readmissions_total",
+                                         "polls answered with an admission already issued", NULL);
+    x->rejected_tickets =
+        cm_metrics_counter(m, "onsale_gateway_rejected_tickets_total",
+                           "requests with a missing or invalid queue ticket", NULL);
+    x->rate_limited = cm_metrics_counter(m, "onsale_gateway_rate_limited_total",
+                                         "joins refused by the per-address limit", NULL);
+    x->backend_errors = cm_metrics_counter(m, "onsale_gateway_backend_errors_total",
+                                           "requests answered 503 (Redis or signer failure)", NULL);
+    x->advance_runs = cm_metrics_counter(m, "onsale_gateway_watermark_advances_total",
+                                         "runs of the watermark advance script", NULL);
+    x->advance_errors = cm_metrics_counter(m, "onsale_gateway_watermark_errors_total",
+                                           "failed runs of the watermark advance script", NULL);
+    x->sign_seconds = cm_metrics_histogram(
+        m, "onsale_gateway_sign_seconds", "queueing plus ES256 signing of one admission token",
+        NULL, cm_metrics_latency_bounds, cm_metrics_latency_nbounds);
+    for (int i = 0; i < GW_EP_COUNT; i++) {
+        char labels[64];
+        snprintf(labels, sizeof(labels), "endpoint=\"%s\"", endpoint_names[i]);
+        x->latency[i] =
+            cm_metrics_histogram(m, "onsale_gateway_request_seconds", "request latency by endpoint",
+                                 labels, cm_metrics_latency_bounds, cm_metrics_latency_nbounds);
+    }
+}
+
+static double gauge_inflight(void *arg)
+{
+    return ((gw_server_t *)arg)->inflight;
+}
+
+static double gauge_connections(void *arg)
+{
+    return cm_http_server_connections(((gw_server_t *)arg)->http);
+}
+
+static double gauge_redis(void *arg)
+{
+    return cm_redis_connected(((gw_server_t *)arg)->redis);
+}
+
+static double gauge_signer(void *arg)
+{
+    return (double)gw_signer_pending(((gw_server_t *)arg)->pool);
+}
+
+/* Start-up only: a whole small file into a heap buffer (NUL-terminated), length in *len. */
+static char *read_file(const char *what, const char *path, size_t max, size_t *len, char *err,
+                       size_t errlen)
+{
+    FILE *f = fopen(path, "rb"); /* blocking-ok: start-up, before the loop */
+    if (f == NULL) {
+        snprintf(err, errlen, "%s %s: %s", what, path, strerror(errno));
+        return NULL;
+    }
+    char *buf = cm_xmalloc(max + 1);
+    size_t n = fread(buf, 1, max + 1, f);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad || n > max) {
+        snprintf(err, errlen, "%s %s: %s", what, path, bad ? "read error" : "file too large");
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+/* A secret/token file, trailing whitespace trimmed, at least min characters. */
+static char *read_secret(const char *what, const char *path, size_t min, size_t *len, char *err,
+                         size_t errlen)
+{
+    size_t n = 0;
+    char *s = read_file(what, path, 4096, &n, err, errlen);
+    if (s == NULL)
+        return NULL;
+    while (n && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' ' || s[n - 1] == '\t'))
+        s[--n] = '\0';
+    if (n < min) {
+        snprintf(err, errlen, "%s %s: must hold at least %zu characters", what, path, min);
+        free(s);
+        return NULL;
+    }
+    *len = n;
+    return s;
+}
+
+/* signing_keys: every file into the JWKS; the last one becomes the signer. */
+static int load_keys(gw_server_t *srv, char *err, size_t errlen)
+{
+    int rc = -1;
+    char *list = cm_xstrdup(srv->cfg.signing_keys), *save = NULL, *pem = NULL;
+    cm_jwt_keyset_t *ks = cm_jwt_keyset_new();
+    int nkeys = 0;
+    for (char *p = strtok_r(list, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+        while (*p == ' ')
+            p++;
+        size_t plen = strlen(p);
+        while (plen && p[plen - 1] == ' ')
+            p[--plen] = '\0';
+        if (plen == 0)
+            continue;
+        if (++nkeys > MAX_KEY_FILES) {
+            snprintf(err, errlen, "signing_keys: at most %d keys", MAX_KEY_FILES);
+            goto out;
+        }
+        size_t len = 0;
+        free(pem);
+        pem = read_file("signing key", p, 65536, &len, err, errlen);
+        if (pem == NULL)
+            goto out;
+        char why[256];
+        if (cm_jwt_keyset_add_pem(ks, NULL, pem, len, why, sizeof(why)) != 0) {
+            snprintf(err, errlen, "signing key %s: %s", p, why);
+            goto out;
+        }
+        cm_jwt_signer_free(srv->signer);
+        srv->signer = cm_jwt_signer_new(NULL, pem, len, why, sizeof(why));
+        if (srv->signer == NULL) {
+            snprintf(err, errlen, "signing key %s: %s", p, why);
+            goto out;
+        }
+    }
+    if (srv->signer == NULL) {
+        snprintf(err, errlen, "signing_keys names no key file");
+        goto out;
+    }
+    srv->jwks = cm_jwt_keyset_jwks(ks);
+    cm_log(CM_LOG_INFO, "signing admissions with kid %s (%d key(s) published)",
+           cm_jwt_signer_kid(srv->signer), nkeys);
+    rc = 0;
+out:
+    if (pem) {
+        memset(pem, 0, strlen(pem));
+        free(pem);
+    }
+    cm_jwt_keyset_free(ks);
+    free(list);
+    return rc;
+}
+
+static int load_secrets(gw_server_t *srv, char *err, size_t errlen)
+{
+    const gw_config_t *cfg = &srv->cfg;
+    if (cfg->signing_keys == NULL || cfg->ticket_secret_file == NULL ||
+        cfg->admin_token_file == NULL) {
+        snprintf(err, errlen, "signing_keys, ticket_secret_file and admin_token_file must be set");
+        return -1;
+    }
+    if (load_keys(srv, err, errlen) != 0)
+        return -1;
+    size_t n = 0;
+    srv->ticket_secret = (unsigned char *)read_secret("ticket_secret_file", cfg->ticket_secret_file,
+                                                      GW_TICKET_SECRET_MIN, &n, err, errlen);
+    if (srv->ticket_secret == NULL)
+        return -1;
+    srv->ticket_secret_len = n;
+    srv->admin_token = read_secret("admin_token_file", cfg->admin_token_file, 16, &n, err, errlen);
+    return srv->admin_token == NULL ? -1 : 0;
+}
+
+gw_server_t *gw_server_new(const gw_config_t *cfg, char *err, size_t errlen)
+{
+    gw_server_t *srv = cm_xcalloc(1, sizeof(*srv));
+    srv->cfg = *cfg;
+    if (load_secrets(srv, err, errlen) != 0)
+        goto err;
+    if (!cfg->plain_http) {
+        if (cfg->tls_cert == NULL || cfg->tls_key == NULL) {
+            snprintf(err, errlen, "tls_cert and tls_key must be set (or plain_http = true)");
+            goto err;
+        }
+        srv->tls = cm_tls_server_new(cfg->tls_cert, cfg->tls_key, err, errlen);
+        if (srv->tls == NULL)
+            goto err;
+    }
+    /* Signer threads wake the loop with event_active: libevent's locks must be on. */
+    if (evthread_use_pthreads() != 0) {
+        snprintf(err, errlen, "evthread_use_pthreads failed");
+        goto err;
+    }
+    srv->base = event_base_new();
+    if (srv->base == NULL) {
+        snprintf(err, errlen, "event_base_new failed");
+        goto err;
+    }
+    srv->metrics = cm_metrics_new();
+    register_metrics(srv);
+    srv->rooms = gw_rooms_new();
+    srv->admit = gw_admit_new((size_t)cfg->admission_cache_size);
+    srv->limit = gw_limit_new(cfg->join_rate_per_ip, cfg->join_burst_per_ip,
+                              (size_t)cfg->rate_limit_table_size);
+    srv->pool =
+        gw_signer_new(srv->base, srv->signer, (int)cfg->signer_threads, (size_t)cfg->signer_queue);
+    if (srv->pool == NULL) {
+        snprintf(err, errlen, "cannot start the signer threads");
+        goto err;
+    }
+    srv->redis =
+        cm_redis_new(srv->base, cfg->redis_host, (int)cfg->redis_port, (int)cfg->redis_timeout_ms);
+    cm_http_limits_t lim = {
+        .max_header_bytes = (size_t)cfg->max_header_bytes,
+        .max_body_bytes = (size_t)cfg->max_body_bytes,
+        .idle_timeout_s = (int)cfg->idle_timeout_s,
+        .max_connections = (int)cfg->max_connections,
+    };
+    srv->http = cm_http_server_new(srv->base, cfg->listen_addr, (int)cfg->port, srv->tls, &lim,
+                                   gw_routes_dispatch, srv, err, errlen);
+    if (srv->http == NULL)
+        goto err;
+    cm_metrics_gauge_fn(srv->metrics, "onsale_gateway_inflight_requests", "requests being served",
+                        NULL, gauge_inflight, srv);
+    cm_metrics_gauge_fn(srv->metrics, "onsale_gateway_open_connections", "open client connections",
+                        NULL, gauge_connections, srv);
+    cm_metrics_gauge_fn(srv->metrics, "onsale_gateway_redis_up", "1 while Redis is connected", NULL,
+                        gauge_redis, srv);
+    cm_metrics_gauge_fn(srv->metrics, "onsale_gateway_signer_pending",
+                        "admission tokens queued or being signed", NULL, gauge_signer, srv);
+    gw_watermark_start(srv);
+    return srv;
+err:
+    gw_server_free(srv);
+    return NULL;
+}
+
+/* --- run / shutdown ---------------------------------------------------------------- */
+
+static void on_drain_tick(evutil_socket_t fd, short what, void *arg)
+{
+    gw_server_t *srv = arg;
+    if (srv->inflight <= 0 || cm_time_mono_ns() - srv->drain_started_ns > DRAIN_LIMIT_NS) {
+        if (srv->inflight > 0)
+            cm_log(CM_LOG_WARN, "shutting down with %d requests still in flight", srv->inflight);
+        event_base_loopexit(srv->base, NULL);
+        return;
+    }
+    struct timeval tv = {0, 50000};
+    evtimer_add(srv->drain_timer, &tv);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    gw_server_t *srv = arg;
+    if (srv->draining) {
+        event_base_loopexit(srv->base, NULL);
+        return;
+    }
+    cm_log(CM_LOG_INFO, "signal %d: no longer accepting; finishing %d in-flight requests", (int)sig,
+           srv->inflight);
+    srv->draining = true;
+    srv->drain_started_ns = cm_time_mono_ns();
+    cm_http_server_stop_accepting(srv->http);
+    on_drain_tick(-1, 0, srv);
+}
+
+int gw_server_run(gw_server_t *srv)
+{
+    signal(SIGPIPE, SIG_IGN);
+    srv->sig_term = evsignal_new(srv->base, SIGTERM, on_signal, srv);
+    srv->sig_int = evsignal_new(srv->base, SIGINT, on_signal, srv);
+    srv->drain_timer = evtimer_new(srv->base, on_drain_tick, srv);
+    event_add(srv->sig_term, NULL);
+    event_add(srv->sig_int, NULL);
+    cm_log(CM_LOG_INFO, "gateway listening on %s://%s:%d", srv->tls ? "https" : "http",
+           srv->cfg.listen_addr, cm_http_server_port(srv->http));
+    int rc = event_base_dispatch(srv->base);
+    cm_log(CM_LOG_INFO, "gateway stopped");
+    return rc < 0 ? -1 : 0;
+}
+
+void gw_server_free(gw_server_t *srv)
+{
+    if (srv == NULL)
+        return;
+    /* Waiters first (they answer 503 on still-open connections), then the connections. */
+    cm_redis_free(srv->redis);
+    gw_signer_free(srv->pool);
+    cm_http_server_free(srv->http);
+    if (srv->tick)
+        event_free(srv->tick);
+    if (srv->sig_term)
+        event_free(srv->sig_term);
+    if (srv->sig_int)
+        event_free(srv->sig_int);
+    if (srv->drain_timer)
+        event_free(srv->drain_timer);
+    gw_admit_free(srv->admit);
+    gw_limit_free(srv->limit);
+    gw_rooms_free(srv->rooms);
+    cm_metrics_free(srv->metrics);
+    if (srv->base)
+        event_base_free(srv->base);
+    cm_tls_free(srv->tls);
+    cm_jwt_signer_free(srv->signer);
+    free(srv->jwks);
+    if (srv->ticket_secret) {
+        memset(srv->ticket_secret, 0, srv->ticket_secret_len);
+        free(srv->ticket_secret);
+    }
+    free(srv->admin_token);
+    free(srv);
+}

@@ -1,0 +1,127 @@
+/*
+ * gw_server — the gateway process: its event loop, Redis client, signing keys, metrics,
+ * timers, and the per-request context every handler builds on.
+ *
+ * Everything here runs on the one event-loop thread except the signer's workers
+ * (gw_signer). Handlers are asynchronous: each that waits on Redis or the signer
+ * allocates an operation embedding gw_req_t and finishes with exactly one gw_reply_*;
+ * the reply records the endpoint's latency.
+ */
+#ifndef GW_SERVER_H
+#define GW_SERVER_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cm_http.h"
+#include "cm_jwt.h"
+#include "cm_metrics.h"
+#include "cm_redis.h"
+#include "gw_config.h"
+
+struct event;
+struct event_base;
+struct evhttp_request;
+typedef struct gw_signer gw_signer_t;
+typedef struct gw_limit gw_limit_t;
+typedef struct gw_admit gw_admit_t;
+typedef struct gw_rooms gw_rooms_t;
+
+typedef enum {
+    GW_EP_HEALTH,
+    GW_EP_READY,
+    GW_EP_METRICS,
+    GW_EP_JWKS,
+    GW_EP_PAGE,
+    GW_EP_JOIN,
+    GW_EP_STATUS,
+    GW_EP_ADMIN,
+    GW_EP_DASHBOARD,
+    GW_EP_OTHER,
+    GW_EP_COUNT
+} gw_endpoint_t;
+
+typedef struct gw_metrics {
+    cm_counter_t *joins;   /* new places handed out (queue + pre-queue) */
+    cm_counter_t *rejoins; /* joins answered from a valid ticket */
+    cm_counter_t *status_polls;
+    cm_counter_t *admissions;   /* first claims (JWT issued) made through this gateway */
+    cm_counter_t *readmissions; /* repeated polls answered with the same admission */
+    cm_counter_t *rejected_tickets;
+    cm_counter_t *rate_limited;
+    cm_counter_t *backend_errors;
+    cm_counter_t *advance_runs;
+    cm_counter_t *advance_errors;
+    cm_histogram_t *sign_seconds; /* queueing + signing of one admission token */
+    cm_histogram_t *latency[GW_EP_COUNT];
+} gw_metrics_t;
+
+typedef struct gw_server {
+    gw_config_t cfg;
+    struct event_base *base;
+    cm_tls_ctx_t *tls;
+    cm_http_server_t *http;
+    cm_redis_t *redis;
+    cm_metrics_t *metrics;
+    gw_metrics_t m;
+    unsigned char *ticket_secret;
+    size_t ticket_secret_len;
+    char *admin_token;
+    cm_jwt_signer_t *signer; /* the active (last) signing key */
+    char *jwks;              /* every configured key, public halves */
+    gw_signer_t *pool;
+    gw_admit_t *admit;
+    gw_limit_t *limit;
+    gw_rooms_t *rooms;
+    struct event *tick;
+    struct event *sig_term;
+    struct event *sig_int;
+    struct event *drain_timer;
+    uint64_t drain_started_ns;
+    int inflight;
+    bool draining;
+} gw_server_t;
+
+/** The request being served: embed it first in each handler's operation struct. */
+typedef struct gw_req {
+    gw_server_t *srv;
+    struct evhttp_request *req;
+    uint64_t start_ns;
+    gw_endpoint_t ep;
+} gw_req_t;
+
+/** Builds the server from a loaded config (reads keys and secrets, binds, connects). */
+gw_server_t *gw_server_new(const gw_config_t *cfg, char *err, size_t errlen);
+/** Runs the loop until SIGTERM/SIGINT and the drain of in-flight requests. */
+int gw_server_run(gw_server_t *srv);
+/** Frees everything; the config strings are released by the caller. NULL is fine. */
+void gw_server_free(gw_server_t *srv);
+
+/** Starts a request context (counts it in flight). */
+void gw_req_start(gw_req_t *r, gw_server_t *srv, struct evhttp_request *req, gw_endpoint_t ep);
+/** Ends the request context when a cm_http helper already answered. */
+void gw_req_replied(gw_req_t *r);
+/* Each answers the request, records the latency and ends the request context. */
+void gw_reply_json(gw_req_t *r, int code, json_t *body);
+void gw_reply_error(gw_req_t *r, int code, const char *error, const char *message, json_t *extra);
+void gw_reply_text(gw_req_t *r, int code, const char *ctype, const char *body, size_t len);
+/** 503 with Retry-After for a Redis/signer failure (err from the completion). */
+void gw_reply_unavailable(gw_req_t *r, const char *what, const char *err);
+
+/** Routes one request (gw_routes.c). */
+void gw_routes_dispatch(struct evhttp_request *req, void *arg);
+
+/** The admin bearer token check (constant time). True when it matches. */
+bool gw_admin_authorized(gw_server_t *srv, struct evhttp_request *req);
+
+/** "os:{<event>}:q:" and "os:{<event>}:active" into buf; return the length. */
+size_t gw_key_queue(const char *event, char *buf, size_t len);
+size_t gw_key_active(const char *event, char *buf, size_t len);
+/** The Redis set listing every waiting room (discovery only; never used in a script). */
+#define GW_ROOMS_KEY "os:gateway:rooms"
+
+/** A random seed for a script's shuffle, as decimal text (31 bits). */
+void gw_random_seed(char out[16]);
+
+#endif

@@ -1,0 +1,235 @@
+/*
+ * gw_settings — see gw_settings.h. Every rule of a field sits in its row of `fields`:
+ * its JSON type, bounds, and how it is written for Redis.
+ */
+#include "gw_settings.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cm_parse.h"
+
+typedef enum { F_INT, F_BOOL, F_TIME, F_MODE, F_URL } ftype_t;
+
+typedef struct field {
+    const char *name;
+    ftype_t type;
+    int64_t min, max;
+    const char *def; /* Redis text of the default; NULL = unset */
+} field_t;
+
+#define DAY_S 86400
+
+static const field_t fields[] = {
+    {"rate_per_minute", F_INT, 1, 10000000, NULL},
+    {"max_active", F_INT, 0, 100000000, "0"},
+    {"paused", F_BOOL, 0, 0, "0"},
+    {"sold_out", F_BOOL, 0, 0, "0"},
+    {"prequeue_at", F_TIME, 0, 0, NULL},
+    {"opens_at", F_TIME, 0, 0, NULL},
+    {"closes_at", F_TIME, 0, 0, NULL},
+    {"mode", F_MODE, 0, 0, "random_at_open"},
+    {"admission_ttl_seconds", F_INT, 10, DAY_S, "600"},
+    {"noshow_grace_seconds", F_INT, 1, 3600, "20"},
+    {"redirect_url", F_URL, 0, 0, NULL},
+};
+#define NFIELDS (sizeof(fields) / sizeof(fields[0]))
+
+void gw_settings_defaults(gw_settings_t *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->admission_ttl_seconds = 600;
+    s->noshow_grace_seconds = 20;
+}
+
+static bool url_ok(const char *u)
+{
+    if (strncmp(u, "https://", 8) != 0 && strncmp(u, "http://", 7) != 0)
+        return false;
+    for (const char *p = u; *p; p++) {
+        if ((unsigned char)*p <= 0x20 || (unsigned char)*p >= 0x7f || *p == '"' || *p == '<' ||
+            *p == '>' || *p == '\\')
+            return false;
+    }
+    return true;
+}
+
+/* One present field → its Redis text in out. 0, or -1 with a message. */
+static int parse_field(const field_t *f, const json_t *v, char *out, size_t outlen, char *err,
+                       size_t errlen)
+{
+    if (json_is_null(v) && (f->type == F_TIME || f->type == F_URL)) {
+        out[0] = '\0'; /* explicit null unsets an optional field */
+        return 0;
+    }
+    switch (f->type) {
+    case F_INT:
+        if (!json_is_integer(v) || json_integer_value(v) < f->min ||
+            json_integer_value(v) > f->max) {
+            snprintf(err, errlen, "%s must be an integer in [%" PRId64 ", %" PRId64 "]", f->name,
+                     f->min, f->max);
+            return -1;
+        }
+        snprintf(out, outlen, "%" PRId64, (int64_t)json_integer_value(v));
+        return 0;
+    case F_BOOL:
+        if (!json_is_boolean(v)) {
+            snprintf(err, errlen, "%s must be true or false", f->name);
+            return -1;
+        }
+        snprintf(out, outlen, "%d", json_is_true(v) ? 1 : 0);
+        return 0;
+    case F_TIME: {
+        int64_t ms;
+        if (!json_is_string(v) || cm_parse_rfc3339(json_string_value(v), &ms) != 0 || ms <= 0) {
+            snprintf(err, errlen, "%s must be an RFC 3339 time such as 2026-12-01T10:00:00Z",
+                     f->name);
+            return -1;
+        }
+        snprintf(out, outlen, "%" PRId64, ms);
+        return 0;
+    }
+    case F_MODE:
+        if (!json_is_string(v) || (strcmp(json_string_value(v), "fifo") != 0 &&
+                                   strcmp(json_string_value(v), "random_at_open") != 0)) {
+            snprintf(err, errlen, "mode must be \"fifo\" or \"random_at_open\"");
+            return -1;
+        }
+        snprintf(out, outlen, "%s", json_string_value(v));
+        return 0;
+    case F_URL:
+        if (!json_is_string(v) || json_string_length(v) >= outlen ||
+            !url_ok(json_string_value(v))) {
+            snprintf(err, errlen,
+                     "redirect_url must be an http(s) URL of printable ASCII under %zu bytes",
+                     outlen);
+            return -1;
+        }
+        snprintf(out, outlen, "%s", json_string_value(v));
+        return 0;
+    }
+    return -1;
+}
+
+int gw_settings_parse(const json_t *body, bool partial, gw_setting_kv_t *kv, char *err,
+                      size_t errlen)
+{
+    int n = 0;
+    if (!json_is_object(body)) {
+        snprintf(err, errlen, "the body must be a JSON object");
+        return -1;
+    }
+    for (size_t i = 0; i < NFIELDS; i++) {
+        const field_t *f = &fields[i];
+        const json_t *v = json_object_get(body, f->name);
+        if (v == NULL) {
+            if (partial)
+                continue;
+            if (strcmp(f->name, "rate_per_minute") == 0) {
+                snprintf(err, errlen, "rate_per_minute is required");
+                return -1;
+            }
+            kv[n].name = f->name;
+            snprintf(kv[n].value, sizeof(kv[n].value), "%s", f->def ? f->def : "");
+            n++;
+            continue;
+        }
+        if (parse_field(f, v, kv[n].value, sizeof(kv[n].value), err, errlen) != 0)
+            return -1;
+        kv[n].name = f->name;
+        n++;
+    }
+    if (partial && n == 0) {
+        snprintf(err, errlen,
+                 "no known setting in the body (rate_per_minute, max_active, "
+                 "paused, opens_at, …)");
+        return -1;
+    }
+    return n;
+}
+
+static int64_t to_i64(const char *v, int64_t dflt)
+{
+    int64_t x;
+    return cm_parse_i64(v, INT64_MIN, INT64_MAX, &x) == 0 ? x : dflt;
+}
+
+int gw_settings_gen_parse(const char *s, uint64_t *out)
+{
+    char *end;
+    if (s == NULL || *s < '0' || *s > '9')
+        return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end != '\0')
+        return -1;
+    *out = v;
+    return 0;
+}
+
+void gw_settings_gen_text(uint64_t gen, char out[21])
+{
+    snprintf(out, 21, "%" PRIu64, gen);
+}
+
+void gw_settings_set(gw_settings_t *s, const char *name, const char *v)
+{
+    if (strcmp(name, "rate_per_minute") == 0)
+        s->rate_per_minute = to_i64(v, 0);
+    else if (strcmp(name, "max_active") == 0)
+        s->max_active = to_i64(v, 0);
+    else if (strcmp(name, "paused") == 0)
+        s->paused = strcmp(v, "1") == 0;
+    else if (strcmp(name, "sold_out") == 0)
+        s->sold_out = strcmp(v, "1") == 0;
+    else if (strcmp(name, "mode") == 0)
+        s->fifo = strcmp(v, "fifo") == 0;
+    else if (strcmp(name, "prequeue_at") == 0)
+        s->prequeue_at = to_i64(v, 0);
+    else if (strcmp(name, "opens_at") == 0)
+        s->opens_at = to_i64(v, 0);
+    else if (strcmp(name, "closes_at") == 0)
+        s->closes_at = to_i64(v, 0);
+    else if (strcmp(name, "admission_ttl_seconds") == 0)
+        s->admission_ttl_seconds = to_i64(v, 600);
+    else if (strcmp(name, "noshow_grace_seconds") == 0)
+        s->noshow_grace_seconds = to_i64(v, 20);
+    else if (strcmp(name, "redirect_url") == 0)
+        snprintf(s->redirect_url, sizeof(s->redirect_url), "%s", v);
+    else if (strcmp(name, "gen") == 0) {
+        if (gw_settings_gen_parse(v, &s->gen) != 0)
+            s->gen = 0;
+    } else if (strcmp(name, "created_ms") == 0)
+        s->created_ms = to_i64(v, 0);
+    else if (strcmp(name, "updated_ms") == 0)
+        s->updated_ms = to_i64(v, 0);
+}
+
+static json_t *time_json(int64_t ms)
+{
+    char buf[32];
+    if (ms <= 0 || cm_format_rfc3339(ms, buf, sizeof(buf)) == 0)
+        return json_null();
+    return json_string(buf);
+}
+
+json_t *gw_settings_json(const gw_settings_t *s)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "rate_per_minute", json_integer(s->rate_per_minute));
+    json_object_set_new(o, "max_active", json_integer(s->max_active));
+    json_object_set_new(o, "paused", json_boolean(s->paused));
+    json_object_set_new(o, "sold_out", json_boolean(s->sold_out));
+    json_object_set_new(o, "mode", json_string(s->fifo ? "fifo" : "random_at_open"));
+    json_object_set_new(o, "prequeue_at", time_json(s->prequeue_at));
+    json_object_set_new(o, "opens_at", time_json(s->opens_at));
+    json_object_set_new(o, "closes_at", time_json(s->closes_at));
+    json_object_set_new(o, "admission_ttl_seconds", json_integer(s->admission_ttl_seconds));
+    json_object_set_new(o, "noshow_grace_seconds", json_integer(s->noshow_grace_seconds));
+    json_object_set_new(o, "redirect_url",
+                        s->redirect_url[0] ? json_string(s->redirect_url) : json_null());
+    json_object_set_new(o, "created_at", time_json(s->created_ms));
+    json_object_set_new(o, "updated_at", time_json(s->updated_ms));
+    return o;
+}

@@ -1,0 +1,63 @@
+/*
+ * gw_settings — a waiting room's settings: validation of PUT/PATCH bodies (API.md) and
+ * conversion between the JSON the operators see and the flat Redis hash the scripts
+ * read (times as epoch milliseconds, booleans as 0/1).
+ *
+ * Pure functions, no event loop: unit-tested on their own. Field-by-field checks live
+ * here; checks across fields (prequeue_at <= opens_at < closes_at) are repeated by
+ * settings.lua on the merged result, where concurrent PATCHes meet.
+ */
+#ifndef GW_SETTINGS_H
+#define GW_SETTINGS_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define GW_SETTINGS_MAX_FIELDS 16
+#define GW_URL_MAX             512
+
+typedef struct gw_settings {
+    int64_t rate_per_minute;
+    int64_t max_active; /* 0 = unlimited */
+    bool paused;
+    bool sold_out;
+    bool fifo;                                /* mode "fifo"; false = "random_at_open" */
+    int64_t prequeue_at, opens_at, closes_at; /* epoch ms; 0 = unset */
+    int64_t admission_ttl_seconds;
+    int64_t noshow_grace_seconds;
+    char redirect_url[GW_URL_MAX]; /* "" = the gateway's reserve_url */
+    uint64_t gen;                  /* room generation (from Redis) */
+    int64_t created_ms, updated_ms;
+} gw_settings_t;
+
+/** One field for settings.lua: name and value text ("" = unset). */
+typedef struct gw_setting_kv {
+    const char *name;
+    char value[GW_URL_MAX];
+} gw_setting_kv_t;
+
+/** Table defaults (a room whose hash lacks a field behaves like this). */
+void gw_settings_defaults(gw_settings_t *s);
+
+/**
+ * Validates a PUT (partial false: rate_per_minute required, every absent field reset to
+ * its default) or PATCH (partial true: only the fields present change) body. Unknown
+ * fields are ignored. Returns the number of fields written to kv (at most
+ * GW_SETTINGS_MAX_FIELDS), or -1 with a message for a 400 in err.
+ */
+int gw_settings_parse(const json_t *body, bool partial, gw_setting_kv_t *kv, char *err,
+                      size_t errlen);
+
+/** Applies one field of the Redis hash (unknown names and malformed values ignored). */
+void gw_settings_set(gw_settings_t *s, const char *name, const char *value);
+
+/** The settings as API.md shows them (RFC 3339 times, null when unset). New reference. */
+json_t *gw_settings_json(const gw_settings_t *s);
+
+/** The decimal text of a room generation and back (0 / -1). */
+void gw_settings_gen_text(uint64_t gen, char out[21]);
+__attribute__((warn_unused_result)) int gw_settings_gen_parse(const char *s, uint64_t *out);
+
+#endif

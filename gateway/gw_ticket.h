@@ -1,0 +1,62 @@
+/*
+ * gw_ticket — signed queue tickets: a fan's place in one waiting room.
+ *
+ * A ticket binds (room generation, event, visitor id, queue number, issued-at) under
+ * HMAC-SHA256 with the gateways' shared secret; it is the compact base64url text of
+ * version ‖ gen ‖ number ‖ iat ‖ visitor ‖ mac. The event is not carried but is part of
+ * the MAC input, so a ticket of another event never verifies. Number 0 means "in the
+ * pre-queue" (the number is given at the opening). Pure functions, no event loop: safe
+ * from any thread.
+ */
+#ifndef GW_TICKET_H
+#define GW_TICKET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define GW_TICKET_MAX_LEN    128 /* text form, NUL included */
+#define GW_VISITOR_LEN       32  /* visitor id: 16 random bytes as lower-case hex */
+#define GW_TICKET_SECRET_MIN 32  /* bytes of secret we accept */
+#define GW_COOKIE_PREFIX     "onsale_q_"
+
+typedef struct gw_ticket {
+    uint64_t gen;                     /* the room's generation (changes when re-created) */
+    uint64_t num;                     /* queue number; 0 = pre-queue */
+    int64_t iat;                      /* issued at, epoch seconds */
+    char visitor[GW_VISITOR_LEN + 1]; /* lower-case hex */
+} gw_ticket_t;
+
+/** HMAC-SHA256 of msg under key into out (32 bytes). */
+void gw_ticket_hmac(const void *key, size_t keylen, const void *msg, size_t n,
+                    unsigned char out[32]);
+
+/**
+ * Writes the ticket's text (NUL-terminated) into out. Returns its length, or 0 when the
+ * visitor id is malformed or out is too small (GW_TICKET_MAX_LEN always suffices).
+ */
+size_t gw_ticket_encode(const unsigned char *secret, size_t secretlen, const char *event,
+                        const gw_ticket_t *t, char *out, size_t outlen);
+
+/**
+ * Verifies text (len bytes, need not be NUL-terminated) as a ticket of event: format,
+ * version and MAC (constant-time compare). Returns 0 and fills *out, or -1.
+ */
+__attribute__((warn_unused_result)) int gw_ticket_decode(const unsigned char *secret,
+                                                         size_t secretlen, const char *event,
+                                                         const char *text, size_t len,
+                                                         gw_ticket_t *out);
+
+/**
+ * Finds the value of cookie "onsale_q_<event>" in a Cookie header. Returns a pointer into
+ * header and its length in *len, or NULL.
+ */
+const char *gw_ticket_from_cookie(const char *header, const char *event, size_t *len);
+
+/** A fresh random visitor id (GW_VISITOR_LEN hex characters and a NUL). */
+void gw_ticket_new_visitor(char out[GW_VISITOR_LEN + 1]);
+
+/** True when s is exactly GW_VISITOR_LEN lower-case hex characters. */
+bool gw_ticket_visitor_ok(const char *s);
+
+#endif

@@ -1,0 +1,308 @@
+/*
+ * gw_watermark — see gw_watermark.h.
+ *
+ * The tick: SMEMBERS of the room set (to learn rooms created through other gateways),
+ * then one advance.lua per room not already waiting for an answer. A Redis outage only
+ * freezes the caches (polls keep their last watermark, admissions fail with 503); the
+ * next successful tick catches up, since the script accrues from Redis-side time.
+ */
+#include "gw_watermark.h"
+
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cm_err.h"
+#include "cm_log.h"
+#include "cm_mem.h"
+#include "cm_time.h"
+#include "gw_lua.h"
+#include "gw_server.h"
+
+#define RATE_WINDOW_MS  10000
+#define SAMPLE_EVERY_MS 250
+
+struct gw_rooms {
+    gw_room_t **v;
+    size_t n, cap;
+};
+
+typedef struct refresh_op {
+    gw_server_t *srv;
+    char event[CM_IDENT_MAX + 1];
+    gw_room_cb cb;
+    void *arg;
+} refresh_op_t;
+
+gw_rooms_t *gw_rooms_new(void)
+{
+    return cm_xcalloc(1, sizeof(gw_rooms_t));
+}
+
+void gw_rooms_free(gw_rooms_t *t)
+{
+    if (t == NULL)
+        return;
+    for (size_t i = 0; i < t->n; i++)
+        free(t->v[i]);
+    free(t->v);
+    free(t);
+}
+
+static gw_room_t *find(gw_rooms_t *t, const char *event)
+{
+    for (size_t i = 0; i < t->n; i++) {
+        if (strcmp(t->v[i]->event, event) == 0)
+            return t->v[i];
+    }
+    return NULL;
+}
+
+static gw_room_t *find_or_add(gw_server_t *srv, const char *event)
+{
+    gw_rooms_t *t = srv->rooms;
+    gw_room_t *r = find(t, event);
+    if (r)
+        return r;
+    if (t->n == t->cap) {
+        t->cap = t->cap ? t->cap * 2 : 16;
+        t->v = cm_xrealloc(t->v, t->cap * sizeof(*t->v));
+    }
+    r = cm_xcalloc(1, sizeof(*r));
+    snprintf(r->event, sizeof(r->event), "%s", event);
+    gw_settings_defaults(&r->s);
+    char labels[96];
+    snprintf(labels, sizeof(labels), "event=\"%s\"", event);
+    cm_metrics_t *m = srv->metrics;
+    r->g_queue =
+        cm_metrics_gauge(m, "onsale_gateway_queue_size",
+                         "fans waiting (numbered and not let in, plus the pre-queue)", labels);
+    r->g_wm =
+        cm_metrics_gauge(m, "onsale_gateway_watermark", "highest queue number let in", labels);
+    r->g_n = cm_metrics_gauge(m, "onsale_gateway_numbers_issued", "highest queue number handed out",
+                              labels);
+    r->g_claimed =
+        cm_metrics_gauge(m, "onsale_gateway_admissions_claimed",
+                         "passed numbers that claimed their admission (all gateways)", labels);
+    r->g_active = cm_metrics_gauge(m, "onsale_gateway_active_shoppers",
+                                   "admitted fans still shopping", labels);
+    r->g_noshows = cm_metrics_gauge(m, "onsale_gateway_noshows",
+                                    "passed numbers that never claimed within the grace", labels);
+    t->v[t->n++] = r;
+    return r;
+}
+
+gw_room_t *gw_watermark_room(gw_server_t *srv, const char *event)
+{
+    gw_room_t *r = find(srv->rooms, event);
+    return r && r->present ? r : NULL;
+}
+
+gw_room_t **gw_watermark_all(gw_server_t *srv, size_t *n)
+{
+    *n = srv->rooms->n;
+    return srv->rooms->v;
+}
+
+void gw_watermark_forget(gw_server_t *srv, const char *event)
+{
+    gw_room_t *r = find(srv->rooms, event);
+    if (r)
+        r->present = false;
+}
+
+int64_t gw_watermark_now_ms(const gw_room_t *room)
+{
+    return cm_time_wall_ms() + room->clock_offset_ms;
+}
+
+int64_t gw_watermark_queue_size(const gw_room_t *room)
+{
+    int64_t q = room->n - room->wm;
+    return (q > 0 ? q : 0) + room->prequeue;
+}
+
+double gw_watermark_rate(const gw_room_t *room)
+{
+    if (room->s.paused || room->s.sold_out)
+        return 0;
+    if (room->nsamples >= 4 && room->pass_rate > 0)
+        return room->pass_rate;
+    return (double)room->s.rate_per_minute / 60.0;
+}
+
+int64_t gw_watermark_eta_s(int64_t position, double rate_per_s)
+{
+    if (rate_per_s <= 0)
+        return -1;
+    if (position <= 0)
+        return 0;
+    return (int64_t)((double)position / rate_per_s + 0.999);
+}
+
+int64_t gw_watermark_poll_ms(int64_t position, double rate_per_s, int64_t min_ms, int64_t max_ms,
+                             uint32_t rnd)
+{
+    double base = (double)max_ms;
+    if (rate_per_s > 0)
+        base = (double)position / rate_per_s * 1000.0 / 10.0;
+    if (base < (double)min_ms)
+        base = (double)min_ms;
+    if (base > (double)max_ms)
+        base = (double)max_ms;
+    double jitter = 0.8 + 0.4 * ((double)(rnd % 10001) / 10000.0);
+    int64_t ms = (int64_t)(base * jitter);
+    return ms < 100 ? 100 : ms;
+}
+
+void gw_watermark_sample(gw_room_t *room, uint64_t mono_ms)
+{
+    if (room->nsamples > 0) {
+        const gw_sample_t *last = &room->samples[(room->head + GW_SAMPLES - 1) % GW_SAMPLES];
+        if (mono_ms - last->mono_ms < SAMPLE_EVERY_MS)
+            return;
+    }
+    room->samples[room->head] = (gw_sample_t){mono_ms, room->wm, room->n, room->claimed};
+    room->head = (room->head + 1) % GW_SAMPLES;
+    if (room->nsamples < GW_SAMPLES)
+        room->nsamples++;
+    /* oldest sample inside the window */
+    const gw_sample_t *now = &room->samples[(room->head + GW_SAMPLES - 1) % GW_SAMPLES];
+    const gw_sample_t *old = now;
+    for (size_t i = 1; i < room->nsamples; i++) {
+        const gw_sample_t *s = &room->samples[(room->head + GW_SAMPLES - 1 - i) % GW_SAMPLES];
+        if (now->mono_ms - s->mono_ms > RATE_WINDOW_MS)
+            break;
+        old = s;
+    }
+    double dt = (double)(now->mono_ms - old->mono_ms) / 1000.0;
+    if (dt <= 0)
+        return;
+    room->pass_rate = (double)(now->wm - old->wm) / dt;
+    room->join_rate = (double)(now->n - old->n) / dt;
+    room->claim_rate = (double)(now->claimed - old->claimed) / dt;
+}
+
+/* Applies an advance.lua answer {1, now, wm, n, claimed, active, noshows, opened, prequeue,
+ * cfg pairs…}. Returns false when the room does not exist. */
+static bool apply(gw_room_t *r, const cm_redis_reply_t *reply)
+{
+    size_t n = cm_redis_reply_count(reply);
+    if (cm_redis_reply_type(reply) != CM_REDIS_ARRAY || n < 1 ||
+        cm_redis_reply_int(cm_redis_reply_at(reply, 0)) != 1 || n < 9) {
+        r->present = false;
+        return false;
+    }
+    int64_t v[9];
+    for (size_t i = 0; i < 9; i++)
+        v[i] = cm_redis_reply_int(cm_redis_reply_at(reply, i));
+    r->clock_offset_ms = v[1] - cm_time_wall_ms();
+    r->wm = v[2];
+    r->n = v[3];
+    r->claimed = v[4];
+    r->active = v[5];
+    r->noshows = v[6];
+    r->opened = v[7] == 1;
+    r->prequeue = v[8];
+    gw_settings_defaults(&r->s);
+    for (size_t i = 9; i + 1 < n; i += 2) {
+        const char *k = cm_redis_reply_str(cm_redis_reply_at(reply, i), NULL);
+        const char *val = cm_redis_reply_str(cm_redis_reply_at(reply, i + 1), NULL);
+        if (k && val)
+            gw_settings_set(&r->s, k, val);
+    }
+    r->present = true;
+    gw_watermark_sample(r, cm_time_mono_ns() / 1000000);
+    cm_gauge_set(r->g_queue, (double)gw_watermark_queue_size(r));
+    cm_gauge_set(r->g_wm, (double)r->wm);
+    cm_gauge_set(r->g_n, (double)r->n);
+    cm_gauge_set(r->g_claimed, (double)r->claimed);
+    cm_gauge_set(r->g_active, (double)r->active);
+    cm_gauge_set(r->g_noshows, (double)r->noshows);
+    return true;
+}
+
+static void on_advance(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    refresh_op_t *op = arg;
+    gw_server_t *srv = op->srv;
+    gw_room_t *r = find_or_add(srv, op->event);
+    r->refreshing = false;
+    const char *why = err;
+    if (err == NULL && cm_redis_reply_type(reply) == CM_REDIS_ERROR) {
+        cm_log(CM_LOG_WARN, "advance %s: %s", op->event, cm_redis_reply_str(reply, NULL));
+        why = cm_err_server;
+    }
+    if (why != NULL) {
+        cm_counter_inc(srv->m.advance_errors);
+        if (op->cb)
+            op->cb(why, NULL, op->arg);
+    } else {
+        bool exists = apply(r, reply);
+        if (op->cb)
+            op->cb(NULL, exists ? r : NULL, op->arg);
+    }
+    free(op);
+}
+
+void gw_watermark_refresh(gw_server_t *srv, const char *event, gw_room_cb cb, void *arg)
+{
+    refresh_op_t *op = cm_xcalloc(1, sizeof(*op));
+    op->srv = srv;
+    snprintf(op->event, sizeof(op->event), "%s", event);
+    op->cb = cb;
+    op->arg = arg;
+    char kq[96], ka[96], seed[16];
+    gw_key_queue(event, kq, sizeof(kq));
+    gw_key_active(event, ka, sizeof(ka));
+    gw_random_seed(seed);
+    const char *argv[] = {kq, ka, seed};
+    cm_counter_inc(srv->m.advance_runs);
+    if (cm_redis_eval(srv->redis, gw_lua()->advance, on_advance, op, 2, 3, argv, NULL) != 0) {
+        cm_counter_inc(srv->m.advance_errors);
+        if (cb)
+            cb(cm_err_closed, NULL, arg);
+        free(op);
+        return;
+    }
+    gw_room_t *r = find(srv->rooms, event);
+    if (r)
+        r->refreshing = true;
+}
+
+static void on_members(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    gw_server_t *srv = arg;
+    if (err != NULL || cm_redis_reply_type(reply) != CM_REDIS_ARRAY)
+        return;
+    for (size_t i = 0; i < cm_redis_reply_count(reply); i++) {
+        const char *ev = cm_redis_reply_str(cm_redis_reply_at(reply, i), NULL);
+        if (ev && cm_parse_ident(ev))
+            find_or_add(srv, ev);
+    }
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    gw_server_t *srv = arg;
+    if (cm_redis_connected(srv->redis)) {
+        const char *argv[] = {"SMEMBERS", GW_ROOMS_KEY};
+        if (cm_redis_command(srv->redis, on_members, srv, 2, argv, NULL) != 0)
+            cm_log(CM_LOG_DEBUG, "tick: Redis is down");
+        gw_rooms_t *t = srv->rooms;
+        for (size_t i = 0; i < t->n; i++) {
+            if (!t->v[i]->refreshing)
+                gw_watermark_refresh(srv, t->v[i]->event, NULL, NULL);
+        }
+    }
+    struct timeval tv = {0, (suseconds_t)srv->cfg.tick_ms * 1000};
+    evtimer_add(srv->tick, &tv);
+}
+
+void gw_watermark_start(gw_server_t *srv)
+{
+    srv->tick = evtimer_new(srv->base, on_tick, srv);
+    struct timeval tv = {0, 1000};
+    evtimer_add(srv->tick, &tv);
+}

@@ -1,0 +1,93 @@
+/*
+ * gw_watermark — each gateway's cached view of every waiting room, and the timer that
+ * advances the watermarks.
+ *
+ * Every tick_ms (≤ 250 ms) the timer runs advance.lua once per known room: the script
+ * moves the room's watermark by the time elapsed since anyone last did (idempotent, no
+ * leader, N gateways admit at the configured rate in total) and returns the room's
+ * settings and counters, which become this gateway's cache. Status polls read only the
+ * cache, so they never wait on Redis; a settings change reaches every gateway within
+ * one tick. Rooms are discovered through the GW_ROOMS_KEY set.
+ *
+ * Loop thread only. Rooms are never freed before the server is: a deleted room is only
+ * marked absent, so operations in flight may keep a room pointer across an await.
+ */
+#ifndef GW_WATERMARK_H
+#define GW_WATERMARK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cm_metrics.h"
+#include "cm_parse.h"
+#include "gw_settings.h"
+
+typedef struct gw_server gw_server_t;
+
+#define GW_SAMPLES 64
+
+typedef struct gw_sample {
+    uint64_t mono_ms;
+    int64_t wm, n, claimed;
+} gw_sample_t;
+
+typedef struct gw_room {
+    char event[CM_IDENT_MAX + 1];
+    bool present;    /* the room exists in Redis (as of the last refresh) */
+    bool refreshing; /* an advance is in flight */
+    gw_settings_t s;
+    bool opened;             /* the pre-queue has been numbered */
+    int64_t wm;              /* highest number let in */
+    int64_t n;               /* highest number handed out */
+    int64_t claimed;         /* admissions claimed (JWT issued), all gateways */
+    int64_t active;          /* active shoppers */
+    int64_t noshows;         /* passed numbers that never claimed */
+    int64_t prequeue;        /* fans in the pre-queue */
+    int64_t clock_offset_ms; /* Redis TIME − this host's wall clock */
+    gw_sample_t samples[GW_SAMPLES];
+    size_t nsamples, head;
+    double pass_rate, join_rate, claim_rate; /* per second over the last ~10 s */
+    cm_gauge_t *g_queue, *g_wm, *g_n, *g_claimed, *g_active, *g_noshows;
+} gw_room_t;
+
+typedef struct gw_rooms gw_rooms_t;
+
+gw_rooms_t *gw_rooms_new(void);
+/** Frees every room. */
+void gw_rooms_free(gw_rooms_t *t);
+
+/** The cached room of event if it is known to exist, else NULL. */
+gw_room_t *gw_watermark_room(gw_server_t *srv, const char *event);
+/** Every room ever seen (present or not); count in *n. The array is borrowed. */
+gw_room_t **gw_watermark_all(gw_server_t *srv, size_t *n);
+/** Marks the room absent (after DELETE). */
+void gw_watermark_forget(gw_server_t *srv, const char *event);
+
+/** err NULL: room is the refreshed room, or NULL when the event has no waiting room. */
+typedef void (*gw_room_cb)(const char *err, gw_room_t *room, void *arg);
+/** Runs advance.lua for event now and refreshes its cache; cb (may be NULL) after. */
+void gw_watermark_refresh(gw_server_t *srv, const char *event, gw_room_cb cb, void *arg);
+/** Starts the periodic timer (loop thread; before dispatch). */
+void gw_watermark_start(gw_server_t *srv);
+
+/** Now on Redis's clock, estimated from this host's (ms since the epoch). */
+int64_t gw_watermark_now_ms(const gw_room_t *room);
+/** Fans waiting (numbered, not yet let in) plus the pre-queue. */
+int64_t gw_watermark_queue_size(const gw_room_t *room);
+/** Admission rate used for ETAs: measured passes/s, else the configured rate; 0 paused. */
+double gw_watermark_rate(const gw_room_t *room);
+
+/* --- pure estimators (unit-tested) --- */
+
+/** Seconds until position reaches the front at rate_per_s; -1 when unknown (rate 0). */
+int64_t gw_watermark_eta_s(int64_t position, double rate_per_s);
+/**
+ * poll_after_ms for a fan at position: about a tenth of the expected wait, clamped to
+ * [min_ms, max_ms], with ±20% jitter from rnd, so a long queue does not poll in step.
+ */
+int64_t gw_watermark_poll_ms(int64_t position, double rate_per_s, int64_t min_ms, int64_t max_ms,
+                             uint32_t rnd);
+/** Records a sample (at most one per 250 ms) and recomputes the room's rates. */
+void gw_watermark_sample(gw_room_t *room, uint64_t mono_ms);
+
+#endif

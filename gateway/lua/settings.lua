@@ -1,0 +1,54 @@
+-- settings: create/replace (PUT) or change (PATCH) a waiting room's settings.
+-- KEYS[1] = P; ARGV[1] = 'put' | 'patch', ARGV[2] = a new random gen (used on creation),
+-- then field/value pairs already validated one by one by the gateway ('' = unset).
+-- Checks what depends on several fields (prequeue_at <= opens_at < closes_at) against
+-- the merged result, so concurrent PATCHes of different fields cannot combine into an
+-- invalid room. Returns {'created'|'replaced'|'patched', cfg pairs...} |
+-- {'unknown'} (PATCH of a missing room) | {'invalid', message}.
+local P = KEYS[1]
+local mode = ARGV[1]
+local cur = load_cfg(P)
+if mode == 'patch' and not cur then
+    return {'unknown'}
+end
+local new = {}
+if mode == 'patch' then
+    for k, v in pairs(cur) do
+        new[k] = v
+    end
+end
+for i = 3, #ARGV, 2 do
+    if ARGV[i + 1] == '' then
+        new[ARGV[i]] = nil
+    else
+        new[ARGV[i]] = ARGV[i + 1]
+    end
+end
+local pre, opens, closes = tonumber(new.prequeue_at), tonumber(new.opens_at),
+                           tonumber(new.closes_at)
+if pre and not opens then
+    return {'invalid', 'prequeue_at needs opens_at'}
+end
+if pre and pre > opens then
+    return {'invalid', 'prequeue_at must not be after opens_at'}
+end
+if opens and closes and closes <= opens then
+    return {'invalid', 'closes_at must be after opens_at'}
+end
+local now = now_ms()
+new.gen = (cur and cur.gen) or ARGV[2]
+new.created_ms = (cur and cur.created_ms) or tostring(now)
+new.updated_ms = tostring(now)
+local flat = {}
+for k, v in pairs(new) do
+    flat[#flat + 1] = k
+    flat[#flat + 1] = v
+end
+redis.call('DEL', P .. 'cfg')
+redis.call('HSET', P .. 'cfg', unpack(flat))
+local outcome = 'patched'
+if mode == 'put' then
+    outcome = cur and 'replaced' or 'created'
+end
+table.insert(flat, 1, outcome)
+return flat

@@ -1,0 +1,428 @@
+#!/usr/bin/env bash
+# loadgen/bench/bench_gateway.sh — the gateway measured side by side with nginx (issue 3).
+#
+# In one run, on a private stack (deploy/onsale up in a temporary state dir, free ports)
+# and a private nginx (generated config in the same temp dir, the stack's server cert):
+#
+#   status   wrk, keep-alive TLS, GET /q/E/status with valid tickets (from real joins,
+#            rotating; Authorization: Bearer) on a paused room, so every answer is the
+#            "queued" hot path: ticket HMAC + cached watermark, no Redis
+#     vs     nginx over TLS answering the same path with a fixed JSON body — the very
+#            bytes of one of the gateway's status answers
+#   joins    wrk, keep-alive TLS, POST /q/E/join without a ticket (a new place each:
+#            Redis INCR script + a signed ticket)
+#     vs     nginx answering the same POST with the bytes of one of the gateway's joins
+#   tls      wrk with `Connection: close`: every request a new TCP connection and a full
+#            TLS handshake (wrk does not resume sessions) plus one status poll
+#     vs     nginx, the same
+#
+# The same wrk script, threads, connections and duration drive both sides of each pair.
+# Each pair runs REPS times, ours then nginx, so both see the same machine; the table
+# gives every repetition, the medians and the ratios against the targets of issue 3
+# (status ≥ 0.8× nginx with p99 < 10 ms; joins ≥ 0.3× nginx; new TLS connections ≥ 0.8×
+# nginx). Ratios, not absolute figures, are the result.
+#
+# nginx runs NGINX_WORKERS worker processes (default 1: one event loop against the
+# gateway's one event loop; --nginx-workers auto gives it every core).
+#
+# Usage: loadgen/bench/bench_gateway.sh [--skip-build] [--reps N] [--duration S]
+#            [--connections C] [--threads T] [--tickets N] [--nginx-workers W|auto] [--keep]
+# Environment: ONSALE_BUILD (build dir, default <checkout>/build), ONSALE_SKIP_BUILD=1.
+# Needs: wrk, nginx, curl, openssl, python3, a build with gateway/onsale-gateway.
+# Exit status: 0 measured (whatever the verdicts), 1 the benchmark could not run.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
+LIB=$ROOT/loadgen/bench/gateway
+PROG=bench_gateway
+
+REPS=3
+DURATION=10   # seconds per measured run
+CONNS=50      # concurrent connections, ours and nginx alike
+THREADS=2     # wrk threads
+TICKETS=5000  # distinct tickets rotating in the status runs
+NGINX_WORKERS=1
+SKIP_BUILD=${ONSALE_SKIP_BUILD:-0}
+KEEP=0
+BUILD=${ONSALE_BUILD:-$ROOT/build}
+
+usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; }
+
+while (($#)); do
+    case $1 in
+    --skip-build) SKIP_BUILD=1 ;;
+    --reps) REPS=${2:?}; shift ;;
+    --duration) DURATION=${2:?}; shift ;;
+    --connections) CONNS=${2:?}; shift ;;
+    --threads) THREADS=${2:?}; shift ;;
+    --tickets) TICKETS=${2:?}; shift ;;
+    --nginx-workers) NGINX_WORKERS=${2:?}; shift ;;
+    --keep) KEEP=1 ;;
+    -h | --help) usage; exit 0 ;;
+    *) printf '%s: unknown argument %s (try --help)\n' "$PROG" "$1" >&2; exit 1 ;;
+    esac
+    shift
+done
+for v in REPS DURATION CONNS THREADS TICKETS; do
+    [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { printf '%s: %s must be a positive integer\n' "$PROG" "$v" >&2; exit 1; }
+done
+((DURATION <= 120)) || { printf '%s: --duration is at most 120 s\n' "$PROG" >&2; exit 1; }
+((REPS <= 9)) || { printf '%s: --reps is at most 9\n' "$PROG" >&2; exit 1; }
+[[ $NGINX_WORKERS == auto || $NGINX_WORKERS =~ ^[1-9][0-9]?$ ]] ||
+    { printf '%s: --nginx-workers is a number or auto\n' "$PROG" >&2; exit 1; }
+((CONNS >= THREADS)) || THREADS=$CONNS
+
+say() { printf '[%s %s] %s\n' "$PROG" "$(date +%T)" "$*" >&2; }
+die() {
+    printf '%s: error: %s\n' "$PROG" "$*" >&2
+    exit 1
+}
+
+for c in wrk nginx curl openssl python3 timeout awk; do
+    command -v "$c" >/dev/null 2>&1 || die "'$c' not found (apt-get install wrk nginx-light curl openssl python3)"
+done
+NGINX=$(command -v nginx)
+
+# ---------------------------------------------------------------------------------------
+# the stack and nginx, and cleaning both up whatever happens
+
+WORK=$(mktemp -d /tmp/onsale-gwbench.XXXXXX)
+chmod 755 "$WORK" # Postgres runs as user postgres when we are root: it must enter it
+STATE=$WORK/state
+OUT=$WORK/out
+NGX=$WORK/nginx
+mkdir -p "$OUT" "$NGX/tmp"
+cd "$WORK" # nothing below writes into the caller's directory
+STACK_UP=0
+NGINX_PID=
+GLOG=$STATE/log/gateway.log
+
+onsale() {
+    # join_rate_per_ip=0: every join of the benchmark comes from 127.0.0.1
+    ONSALE_STATE=$STATE ONSALE_BUILD=$BUILD ONSALE_SKIP_DEPS=1 ONSALE_SKIP_BUILD=1 ONSALE_SEED=0 \
+        ONSALE_RESERVE_PORT=$P_RESERVE ONSALE_REDIS_PORT=$P_REDIS ONSALE_PG_PORT=$P_PG \
+        ONSALE_GATEWAY_PORT=$P_GATEWAY ONSALE_PAYSIM_PORT=$P_PAYSIM \
+        ONSALE_GATEWAY_JOIN_RATE_PER_IP=0 \
+        timeout -k 10 240 "$ROOT/deploy/onsale" "$@"
+}
+
+# shellcheck disable=SC2317 # invoked by the EXIT trap
+cleanup() {
+    local rc=$? i
+    trap - EXIT INT TERM
+    if [[ -n $NGINX_PID ]]; then
+        kill -QUIT "$NGINX_PID" 2>/dev/null || true
+        for ((i = 0; i < 50; i++)); do
+            kill -0 "$NGINX_PID" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -KILL "$NGINX_PID" 2>/dev/null || true
+    fi
+    if ((rc != 0)) && [[ -s $GLOG ]]; then
+        printf -- '--- tail of the gateway log (%s) ---\n' "$GLOG" >&2
+        tail -n 20 "$GLOG" >&2 || true
+    fi
+    if ((STACK_UP)); then
+        say "stopping the stack"
+        onsale down >>"$OUT/stack.log" 2>&1 || say "warning: deploy/onsale down failed (see $OUT/stack.log)"
+    fi
+    if ((KEEP)); then
+        say "kept $WORK (state, logs, wrk outputs, nginx.conf)"
+    else
+        rm -rf "$WORK"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Six distinct free loopback ports (bound together, so no two are equal).
+pick_ports() {
+    read -r P_RESERVE P_REDIS P_PG P_GATEWAY P_PAYSIM P_NGINX < <(python3 -c '
+import socket
+ss = [socket.socket() for _ in range(6)]
+for s in ss:
+    s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in ss])')
+}
+
+if ((SKIP_BUILD)); then
+    say "not building (--skip-build): using $BUILD"
+else
+    say "building $BUILD (deploy/onsale build)"
+    ONSALE_BUILD=$BUILD timeout 1800 "$ROOT/deploy/onsale" build >"$OUT/build.log" 2>&1 ||
+        { tail -n 30 "$OUT/build.log" >&2; die "build failed (log above)"; }
+fi
+[[ -x $BUILD/gateway/onsale-gateway ]] || die "$BUILD has no gateway/onsale-gateway"
+
+for attempt in 1 2 3; do
+    pick_ports
+    say "starting the stack in $STATE (gateway :$P_GATEWAY, redis :$P_REDIS)"
+    STACK_UP=1
+    if onsale up >>"$OUT/stack.log" 2>&1; then break; fi
+    onsale down >>"$OUT/stack.log" 2>&1 || true
+    STACK_UP=0
+    grep -q 'already in use' "$OUT/stack.log" && ((attempt < 3)) && continue
+    tail -n 30 "$OUT/stack.log" >&2
+    die "deploy/onsale up failed"
+done
+[[ -s $STATE/run/gateway.pid ]] || die "deploy/onsale up did not start the gateway (see $OUT/stack.log)"
+GW=https://127.0.0.1:$P_GATEWAY
+NG=https://127.0.0.1:$P_NGINX
+CA=$STATE/ca.pem
+GATEWAY_PID=$(cat "$STATE/run/gateway.pid")
+GLOG_START=$(stat -c %s "$GLOG" 2>/dev/null || echo 0)
+
+# ---------------------------------------------------------------------------------------
+# helpers
+
+gateway_alive() {
+    [[ -r /proc/$GATEWAY_PID/cmdline ]] && tr '\0' ' ' <"/proc/$GATEWAY_PID/cmdline" | grep -q onsale-gateway
+}
+check_alive() { gateway_alive || die "the gateway (pid $GATEWAY_PID) died during $1"; }
+
+# cpu_ticks PID…: user+system clock ticks the processes have used so far.
+cpu_ticks() {
+    local p t=0 v
+    for p in "$@"; do
+        v=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$p/stat" 2>/dev/null || echo 0)
+        t=$((t + v))
+    done
+    echo "$t"
+}
+# cpu_pct TICKS_BEFORE TICKS_AFTER SECONDS: percent of one core.
+cpu_pct() { awk -v a="$1" -v b="$2" -v s="$3" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.0f", (s > 0 ? (b - a) / hz / s * 100 : 0) }'; }
+
+# admin METHOD PATH [JSON]: the gateway's admin API (token on curl's stdin config, so it
+# never shows in ps). Prints the status; the body goes to $OUT/admin_body.
+admin() {
+    printf 'header = "Authorization: Bearer %s"\n' "$(cat "$STATE/admin-token")" |
+        curl -s -K - -o "$OUT/admin_body" -w '%{http_code}' --max-time 30 --cacert "$CA" \
+            -X "$1" -H 'Content-Type: application/json' ${3:+--data-binary "$3"} "$GW$2" || true
+}
+
+# room EVENT: a paused FIFO waiting room (nobody is admitted: status polls stay "queued").
+room() {
+    local code
+    code=$(admin PUT "/admin/events/$1" '{"rate_per_minute":60,"max_active":0,"paused":true,"mode":"fifo"}')
+    [[ $code == 200 || $code == 201 ]] ||
+        die "PUT /admin/events/$1 answered '$code': $(head -c 300 "$OUT/admin_body" 2>/dev/null)"
+}
+
+# field FILE KEY: KEY=value from the RESULT line of a wrk output.
+field() { sed -n 's/^RESULT //p' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+
+# wrk_run OUTFILE URL SCRIPT ARGS…: one measured, bounded wrk run.
+wrk_run() {
+    local out=$1 url=$2 script=$3
+    shift 3
+    timeout -k 10 -s INT $((DURATION + 60)) wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" \
+        --timeout 5s --latency -s "$LIB/$script" "$url" -- "$@" >"$out" 2>&1 || true
+    grep -q '^RESULT ' "$out" || { cat "$out" >&2; die "wrk ($script against $url) printed no result"; }
+}
+
+# note_anomalies LABEL FILE OK: remembers unexpected answers and socket errors of a run.
+note_anomalies() {
+    local label=$1 f=$2 ok=$3 codes errs
+    codes=$(field "$f" codes)
+    errs="connect $(field "$f" connect_errors), read $(field "$f" read_errors), write $(field "$f" write_errors), timeouts $(field "$f" timeouts)"
+    if [[ $codes != "$ok":* || $codes == *,* || $errs != "connect 0, read 0, write 0, timeouts 0" ]]; then
+        printf '%s: answers %s; socket errors: %s\n' "$label" "$codes" "$errs" >>"$OUT/anomalies"
+        sed -n 's/^SAMPLE /    e.g. /p' "$f" >>"$OUT/anomalies"
+    fi
+}
+
+# median V…
+median() {
+    printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END {
+        printf "%s", (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
+ms() { awk -v u="$1" 'BEGIN { printf "%.2f", u / 1000 }'; }
+
+# tls_params PORT: the negotiated protocol and cipher (for the record).
+tls_params() {
+    openssl s_client -connect "127.0.0.1:$1" -CAfile "$CA" -brief </dev/null 2>&1 |
+        awk -F': ' '/^Protocol version/ { p = $2 } /^Ciphersuite/ { c = $2 } END { print p, c }'
+}
+
+: >"$OUT/anomalies"
+
+# ---------------------------------------------------------------------------------------
+# waiting rooms, tickets, and the bodies nginx will serve
+
+EV_S=bench-status
+EV_J=bench-join
+room "$EV_S"
+room "$EV_J"
+say "joining $EV_S $TICKETS times for the status runs' tickets"
+timeout 300 python3 "$LIB/tickets.py" --port "$P_GATEWAY" --ca "$CA" --event "$EV_S" \
+    --count "$TICKETS" --sample "$OUT/join_body" >"$OUT/tickets" ||
+    die "joining $EV_S failed (is join_rate_per_ip=0 honoured? see above)"
+first=$(head -n 1 "$OUT/tickets")
+code=$(printf 'header = "Authorization: Bearer %s"\n' "$first" |
+    curl -s -K - -o "$OUT/status_body" -w '%{http_code}' --max-time 10 --cacert "$CA" \
+        "$GW/q/$EV_S/status") || true
+[[ $code == 200 ]] || die "GET /q/$EV_S/status answered '$code': $(head -c 300 "$OUT/status_body")"
+grep -q '"state":"queued"' "$OUT/status_body" ||
+    die "the status answer is not 'queued': $(head -c 300 "$OUT/status_body")"
+
+# nginx_str FILE: the file as an nginx single-quoted string (refuses what needs escaping).
+nginx_str() {
+    local s
+    s=$(tr -d '\n' <"$1")
+    [[ $s != *"'"* && $s != *'\'* && $s != *'$'* ]] || die "$1 holds characters nginx would interpret"
+    printf "'%s'" "$s"
+}
+
+cat >"$NGX/nginx.conf" <<EOF
+# generated by bench_gateway.sh: the reference server of the gateway benchmark
+daemon off;
+master_process on;
+worker_processes $NGINX_WORKERS;
+pid $NGX/nginx.pid;
+error_log $NGX/error.log warn;
+events { worker_connections 8192; }
+http {
+    access_log off;
+    server_tokens off;
+    keepalive_timeout 60s;
+    keepalive_requests 100000000;
+    client_body_temp_path $NGX/tmp/body;
+    proxy_temp_path $NGX/tmp/proxy;
+    fastcgi_temp_path $NGX/tmp/fastcgi;
+    uwsgi_temp_path $NGX/tmp/uwsgi;
+    scgi_temp_path $NGX/tmp/scgi;
+    ssl_session_cache shared:bench:10m;
+    ssl_session_tickets on;
+    server {
+        listen 127.0.0.1:$P_NGINX ssl;
+        ssl_certificate $STATE/server.pem;
+        ssl_certificate_key $STATE/server-key.pem;
+        ssl_protocols TLSv1.2 TLSv1.3;
+        default_type application/json;
+        add_header Cache-Control no-store;
+        location = /q/$EV_S/status { return 200 $(nginx_str "$OUT/status_body"); }
+        location = /q/$EV_J/join { return 201 $(nginx_str "$OUT/join_body"); }
+        location / { return 404; }
+    }
+}
+EOF
+"$NGINX" -t -c "$NGX/nginx.conf" -p "$NGX" -e "$NGX/error.log" >"$OUT/nginx-t.log" 2>&1 ||
+    { cat "$OUT/nginx-t.log" >&2; die "nginx -t refused the generated config"; }
+(
+    cd /
+    exec setsid "$NGINX" -c "$NGX/nginx.conf" -p "$NGX" -e "$NGX/error.log"
+) </dev/null >>"$OUT/nginx.out" 2>&1 &
+NGINX_PID=$!
+for ((i = 0; i < 100; i++)); do
+    code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 --cacert "$CA" "$NG/q/$EV_S/status") || true
+    [[ $code == 200 ]] && break
+    kill -0 "$NGINX_PID" 2>/dev/null || { cat "$NGX/error.log" >&2; die "nginx exited"; }
+    sleep 0.1
+done
+[[ $code == 200 ]] || die "nginx did not answer on :$P_NGINX"
+mapfile -t NGINX_WORKER_PIDS < <(pgrep -P "$NGINX_PID")
+say "nginx on :$P_NGINX (master $NGINX_PID, workers ${NGINX_WORKER_PIDS[*]})"
+GW_TLS=$(tls_params "$P_GATEWAY")
+NG_TLS=$(tls_params "$P_NGINX")
+
+# ---------------------------------------------------------------------------------------
+# the measurements
+
+# measure KIND REP SIDE URL SCRIPT OK ARGS…: one run; sets RPS/P50/P99/CPU of KIND.SIDE[REP]
+declare -A RPS P50 P99 CPU
+measure() {
+    local kind=$1 r=$2 side=$3 url=$4 script=$5 ok=$6 f c0 c1 dur pids
+    shift 6
+    f=$OUT/$kind.$side.$r
+    if [[ $side == gw ]]; then pids=("$GATEWAY_PID"); else pids=("${NGINX_WORKER_PIDS[@]}"); fi
+    say "$kind $r/$REPS: $([[ $side == gw ]] && echo gateway || echo nginx), wrk -t$THREADS -c$CONNS -d${DURATION}s"
+    c0=$(cpu_ticks "${pids[@]}")
+    wrk_run "$f" "$url" "$script" "$@"
+    c1=$(cpu_ticks "${pids[@]}")
+    [[ $side == gw ]] && check_alive "the $kind run"
+    dur=$(field "$f" duration_us)
+    RPS[$kind.$side.$r]=$(awk -v ok="$(field "$f" ok)" -v d="$dur" 'BEGIN { printf "%.0f", ok / (d / 1e6) }')
+    P50[$kind.$side.$r]=$(ms "$(field "$f" p50_us)")
+    P99[$kind.$side.$r]=$(ms "$(field "$f" p99_us)")
+    CPU[$kind.$side.$r]=$(cpu_pct "$c0" "$c1" "$(awk -v d="$dur" 'BEGIN { print d / 1e6 }')")
+    note_anomalies "$kind $side run $r" "$f" "$ok"
+}
+
+T_START=$SECONDS
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+for ((r = 1; r <= REPS; r++)); do
+    measure status "$r" gw "$GW" status.lua 200 "/q/$EV_S/status" "$OUT/tickets"
+    measure status "$r" ng "$NG" status.lua 200 "/q/$EV_S/status" "$OUT/tickets"
+done
+for ((r = 1; r <= REPS; r++)); do
+    measure joins "$r" gw "$GW" join.lua 201 "/q/$EV_J/join"
+    measure joins "$r" ng "$NG" join.lua 201 "/q/$EV_J/join"
+done
+for ((r = 1; r <= REPS; r++)); do
+    measure tls "$r" gw "$GW" status.lua 200 "/q/$EV_S/status" "$OUT/tickets" close
+    measure tls "$r" ng "$NG" status.lua 200 "/q/$EV_S/status" "$OUT/tickets" close
+done
+ELAPSED=$((SECONDS - T_START))
+check_alive "the benchmark"
+tail -c "+$((GLOG_START + 1))" "$GLOG" >"$OUT/gateway-run.log" 2>/dev/null || true
+LOG_WARN=$(grep -c ' warn: ' "$OUT/gateway-run.log" || true)
+LOG_ERR=$(grep -Ec ' (error|fatal|crit): ' "$OUT/gateway-run.log" || true)
+
+# ---------------------------------------------------------------------------------------
+# the table
+
+verdict() { awk -v v="$1" -v op="$2" -v t="$3" 'BEGIN { ok = op == ">=" ? v >= t : v < t; print (ok ? "PASS" : "FAIL") }'; }
+
+declare -A MED
+printf '\nonsale gateway vs nginx — %s, %d cores, load before %s\n' "$(date -u +%FT%TZ)" "$(nproc)" "$LOAD_START"
+printf 'wrk -t%d -c%d -d%ds, keep-alive unless noted, %d repetitions (ours, then nginx); nginx %s worker(s)\n' \
+    "$THREADS" "$CONNS" "$DURATION" "$REPS" "$NGINX_WORKERS"
+printf 'TLS: gateway %s; nginx %s\n' "$GW_TLS" "$NG_TLS"
+printf 'status: %d distinct tickets, paused room (every answer "queued"), body %d bytes on both sides\n\n' \
+    "$TICKETS" "$(wc -c <"$OUT/status_body")"
+for kind in status joins tls; do
+    case $kind in
+    status) title="GET /q/E/status, valid tickets" ;;
+    joins) title="POST /q/E/join, a new place each" ;;
+    tls) title="new TLS connections (Connection: close, one status poll each)" ;;
+    esac
+    printf '%s\n' "$title"
+    printf '  %-6s %10s %8s %8s %5s | %10s %8s %8s %5s | %6s\n' rep 'gw req/s' 'p50 ms' 'p99 ms' 'cpu%' \
+        'nginx r/s' 'p50 ms' 'p99 ms' 'cpu%' ratio
+    for side in gw ng; do
+        for m in RPS P50 P99; do
+            vals=()
+            for ((r = 1; r <= REPS; r++)); do
+                ref="$m[$kind.$side.$r]"
+                vals+=("${!ref}")
+            done
+            MED[$m.$kind.$side]=$(median "${vals[@]}")
+        done
+    done
+    for ((r = 1; r <= REPS; r++)); do
+        printf '  %-6s %10s %8s %8s %5s | %10s %8s %8s %5s | %6s\n' "$r" \
+            "${RPS[$kind.gw.$r]}" "${P50[$kind.gw.$r]}" "${P99[$kind.gw.$r]}" "${CPU[$kind.gw.$r]}" \
+            "${RPS[$kind.ng.$r]}" "${P50[$kind.ng.$r]}" "${P99[$kind.ng.$r]}" "${CPU[$kind.ng.$r]}" \
+            "$(ratio "${RPS[$kind.gw.$r]}" "${RPS[$kind.ng.$r]}")"
+    done
+    printf '  %-6s %10s %8s %8s %5s | %10s %8s %8s %5s | %6s\n\n' median \
+        "${MED[RPS.$kind.gw]}" "${MED[P50.$kind.gw]}" "${MED[P99.$kind.gw]}" '' \
+        "${MED[RPS.$kind.ng]}" "${MED[P50.$kind.ng]}" "${MED[P99.$kind.ng]}" '' \
+        "$(ratio "${MED[RPS.$kind.gw]}" "${MED[RPS.$kind.ng]}")"
+done
+
+R_STATUS=$(ratio "${MED[RPS.status.gw]}" "${MED[RPS.status.ng]}")
+R_JOINS=$(ratio "${MED[RPS.joins.gw]}" "${MED[RPS.joins.ng]}")
+R_TLS=$(ratio "${MED[RPS.tls.gw]}" "${MED[RPS.tls.ng]}")
+printf 'targets (issue 3), on medians:\n'
+printf '  status polls  %5s× nginx (≥ 0.80)  %s;  p99 %s ms (< 10)  %s\n' "$R_STATUS" \
+    "$(verdict "$R_STATUS" '>=' 0.8)" "${MED[P99.status.gw]}" "$(verdict "${MED[P99.status.gw]}" '<' 10)"
+printf '  joins         %5s× nginx (≥ 0.30)  %s\n' "$R_JOINS" "$(verdict "$R_JOINS" '>=' 0.3)"
+printf '  new TLS conns %5s× nginx (≥ 0.80)  %s\n' "$R_TLS" "$(verdict "$R_TLS" '>=' 0.8)"
+printf '\nmeasured in %d s; gateway log during the runs: %s warnings, %s errors\n' "$ELAPSED" "$LOG_WARN" "$LOG_ERR"
+if [[ -s $OUT/anomalies ]]; then
+    printf 'anomalies (answers other than the expected status, socket errors):\n'
+    sed 's/^/  /' "$OUT/anomalies"
+fi

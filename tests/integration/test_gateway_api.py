@@ -1,0 +1,339 @@
+"""Gateway API: operator auth and settings validation, queue tickets that cannot be
+forged or moved (DESIGN.md invariant 10), the admission JWT checked by an independent
+implementation (python3-jwt) against the JWKS and accepted by reserve (invariant 9), the
+same admission for repeated polls, the per-address join limit, sold out / closed."""
+
+import json
+import time
+
+import gwstack
+import stack
+from gwstack import ticket_fields, ticket_number
+
+
+def setUpModule():
+    gwstack.module_stack("gw-api", gateways=1)
+
+
+class Ops(gwstack.GatewayTestCase):
+    def test_health_ready_metrics_jwks(self):
+        self.assertStatus(self.c.get("/healthz"), 200)
+        self.assertStatus(self.c.get("/readyz"), 200)
+        m = self.c.get("/metrics")
+        self.assertStatus(m, 200)
+        for name in ("onsale_gateway_joins_total", "onsale_gateway_status_polls_total",
+                     "onsale_gateway_admissions_total", "onsale_gateway_rejected_tickets_total",
+                     "onsale_gateway_request_seconds_bucket"):
+            self.assertIn(name, m.body.decode(), name)
+        keys = gwstack.jwks_keys(self.GS.g)["keys"]
+        self.assertEqual(len(keys), 1, keys)
+        for f in ("kty", "crv", "x", "y", "kid", "alg", "use"):
+            self.assertIn(f, keys[0])
+        self.assertEqual((keys[0]["kty"], keys[0]["crv"], keys[0]["alg"]), ("EC", "P-256", "ES256"))
+        self.assertEqual(keys[0]["kid"], self.GS.S.kid, "JWKS kid differs from onsale-token's")
+
+    def test_unknown_paths(self):
+        self.assertStatus(self.c.get("/nope"), 404, "not_found")
+        self.assertStatus(self.c.get("/q/bad%20id/status"), 400, "invalid_request")
+        self.assertStatus(self.c.post("/q/nonexistent-room/join"), 404, "unknown_event")
+        self.assertStatus(self.c.get("/q/e/join"), 405, "method_not_allowed")
+
+
+class AdminAuth(gwstack.GatewayTestCase):
+    def test_admin_without_or_with_wrong_token_is_401(self):
+        ev = self.new_room(rate_per_minute=60)
+        calls = [("GET", "/admin/events"), ("GET", f"/admin/events/{ev}"),
+                 ("PUT", f"/admin/events/{ev}"), ("PATCH", f"/admin/events/{ev}"),
+                 ("DELETE", f"/admin/events/{ev}")]
+        good = self.GS.S.admin_token
+        for method, path in calls:
+            for token in (None, "wrong-token-wrong-token", good[:-1], good + "x", ""):
+                r = self.c.request(method, path, body={"rate_per_minute": 1}, token=token)
+                self.assertStatus(r, 401, "unauthorized", msg=f"{method} {path} token={token!r}:")
+        # and nothing changed
+        r = self.GS.admin("GET", f"/admin/events/{ev}")
+        self.assertStatus(r, 200)
+        self.assertEqual(r.json["rate_per_minute"], 60)
+
+
+class Settings(gwstack.GatewayTestCase):
+    def test_put_get_patch_delete(self):
+        ev = gwstack.new_id()
+        r = self.GS.admin("PUT", f"/admin/events/{ev}",
+                          {"rate_per_minute": 120, "max_active": 7, "mode": "fifo",
+                           "admission_ttl_seconds": 300, "redirect_url": "https://shop.example/x"})
+        self.assertStatus(r, 201)
+        for k, v in (("rate_per_minute", 120), ("max_active", 7), ("mode", "fifo"),
+                     ("paused", False), ("admission_ttl_seconds", 300)):
+            self.assertEqual(r.json[k], v, r)
+        for k in ("queue_size", "admitted_total", "active", "watermark", "joins_per_second",
+                  "admissions_per_second", "eta_last_seconds"):
+            self.assertIn(k, r.json["stats"], r)
+        self.assertStatus(self.GS.admin("PUT", f"/admin/events/{ev}", {"rate_per_minute": 60}), 200)
+        p = self.patch(ev, paused=True)
+        self.assertTrue(p["paused"])
+        self.assertEqual(p["rate_per_minute"], 60)
+        self.assertEqual(p["mode"], "random_at_open", "PUT replaces: absent fields reset")
+        lst = self.GS.admin("GET", "/admin/events")
+        self.assertStatus(lst, 200)
+        self.assertIn(ev, [e["event"] for e in lst.json["events"]])
+        self.assertStatus(self.GS.admin("DELETE", f"/admin/events/{ev}"), 200)
+        self.assertStatus(self.GS.admin("GET", f"/admin/events/{ev}"), 404, "unknown_event")
+        self.assertStatus(self.GS.admin("DELETE", f"/admin/events/{ev}"), 404, "unknown_event")
+        self.assertStatus(self.GS.admin("PATCH", f"/admin/events/{ev}", {"paused": False}), 404,
+                          "unknown_event")
+
+    def test_malformed_json_and_bad_settings_are_400(self):
+        ev = self.new_room(rate_per_minute=60)
+        raws = [b"{", b"[1,2]", b"not json", b'{"rate_per_minute": 1,}', b"\xff\xfe"]
+        for raw in raws:
+            for method in ("PUT", "PATCH"):
+                r = self.GS.admin(method, f"/admin/events/{ev}", raw=raw)
+                self.assertStatus(r, 400, "invalid_request", msg=f"{method} {raw!r}:")
+        bad = [{}, {"rate_per_minute": 0}, {"rate_per_minute": "6000"},
+               {"rate_per_minute": 10, "max_active": -1}, {"rate_per_minute": 10, "paused": "no"},
+               {"rate_per_minute": 10, "mode": "lottery"},
+               {"rate_per_minute": 10, "opens_at": "soon"},
+               {"rate_per_minute": 10, "admission_ttl_seconds": 0},
+               {"rate_per_minute": 10, "redirect_url": "javascript:alert(1)"},
+               {"rate_per_minute": 10, "opens_at": "2030-01-01T10:00:00Z",
+                "closes_at": "2030-01-01T09:00:00Z"},
+               {"rate_per_minute": 10, "prequeue_at": "2030-01-01T10:00:00Z"},
+               {"rate_per_minute": 10, "opens_at": "2030-01-01T10:00:00Z",
+                "prequeue_at": "2030-01-01T11:00:00Z"}]
+        for body in bad:
+            r = self.GS.admin("PUT", f"/admin/events/{ev}", body)
+            self.assertStatus(r, 400, "invalid_request", msg=f"PUT {body}:")
+        # cross-field check against the stored settings on PATCH
+        self.patch(ev, opens_at="2030-01-01T10:00:00Z")
+        r = self.GS.admin("PATCH", f"/admin/events/{ev}", {"closes_at": "2029-01-01T00:00:00Z"})
+        self.assertStatus(r, 400, "invalid_request")
+        self.assertStatus(self.GS.admin("PUT", "/admin/events/bad%20id", {"rate_per_minute": 1}),
+                          400, "invalid_request")
+        r = self.GS.admin("GET", f"/admin/events/{ev}")
+        self.assertEqual(r.json["rate_per_minute"], 60, "a refused write changed the room")
+
+
+class Tickets(gwstack.GatewayTestCase):
+    def test_forged_altered_other_event_tickets_are_401(self):
+        ev = self.new_room(rate_per_minute=1, paused=True)
+        ev2 = self.new_room(rate_per_minute=1, paused=True)
+        self.join(ev)
+        t = self.join(ev).json["ticket"]  # number 2: there is a better place to steal
+        self.assertEqual(ticket_number(t), 2)
+        self.assertStatus(self.status(ev, t), 200)
+        flipped = [t[:i] + ("A" if t[i] != "A" else "B") + t[i + 1:] for i in range(0, len(t) - 1, 7)]
+        gen, num, iat, visitor = ticket_fields(t)
+        import base64
+        import struct
+        raw = bytearray(gwstack.b64url_decode(t))
+        raw[9:17] = struct.pack(">Q", 1)  # a better place, same MAC
+        better = base64.urlsafe_b64encode(bytes(raw)).rstrip(b"=").decode()
+        forged = [better, "x" * len(t), t[:-3], t + "AA", "", "Bearer"] + flipped
+        for f in forged:
+            r = self.status(ev, f)
+            self.assertStatus(r, 401, "invalid_ticket", msg=f"forged {f!r}:")
+            r = self.c.post(f"/q/{ev}/join", token=f) if f else None
+            if r is not None:
+                self.assertStatus(r, 401, "invalid_ticket", msg=f"join with forged {f!r}:")
+        # another event's ticket
+        self.assertStatus(self.status(ev2, t), 401, "invalid_ticket")
+        self.assertStatus(self.c.post(f"/q/{ev2}/join", token=t), 401, "invalid_ticket")
+        # no ticket at all
+        self.assertStatus(self.c.get(f"/q/{ev}/status"), 401, "invalid_ticket")
+
+    def test_rejoin_returns_the_same_place(self):
+        ev = self.new_room(rate_per_minute=1, paused=True)
+        first = self.join(ev)
+        t = first.json["ticket"]
+        self.join(ev)  # someone else behind
+        again = self.c.post(f"/q/{ev}/join", token=t)
+        self.assertStatus(again, 200)
+        self.assertEqual(again.json["ticket"], t)
+        self.assertEqual(again.json["position"], first.json["position"])
+        # the cookie works like the Bearer ticket, and carries the browser attributes
+        cookie = first.header("set-cookie")
+        self.assertIsNotNone(cookie)
+        for attr in ("HttpOnly", "Secure", "SameSite=Lax", f"Path=/q/{ev}"):
+            self.assertIn(attr, cookie)
+        self.assertTrue(cookie.startswith(f"onsale_q_{ev}={t};"), cookie)
+        r = self.c.post(f"/q/{ev}/join", headers={"Cookie": f"onsale_q_{ev}={t}"})
+        self.assertStatus(r, 200)
+        self.assertEqual(ticket_number(r.json["ticket"]), ticket_number(t))
+        r = self.c.get(f"/q/{ev}/status", headers={"Cookie": f"a=b; onsale_q_{ev}={t}"})
+        self.assertStatus(r, 200)
+        self.assertEqual(r.json["position"], first.json["position"])
+        for f in ("event", "state", "ticket", "position", "queue_size", "eta_seconds",
+                  "poll_after_ms"):
+            self.assertIn(f, r.json)
+        self.assertEqual(r.json["state"], "queued")
+
+    def test_ticket_of_a_deleted_and_recreated_room_is_401(self):
+        ev = self.new_room(rate_per_minute=1, paused=True)
+        t = self.join(ev).json["ticket"]
+        self.assertStatus(self.GS.admin("DELETE", f"/admin/events/{ev}"), 200)
+        r = self.GS.admin("PUT", f"/admin/events/{ev}", {"rate_per_minute": 1, "paused": True})
+        self.assertStatus(r, 201)
+        self.assertStatus(self.status(ev, t), 401, "invalid_ticket")
+
+
+class Admission(gwstack.GatewayTestCase):
+    def admitted(self, ev, ticket, timeout=10):
+        def poll():
+            r = self.status(ev, ticket)
+            return r if r.status == 200 and r.json.get("state") == "admitted" else None
+        return stack.wait_for(poll, timeout, interval=0.1, what="admission")
+
+    def test_admission_jwt_verifies_against_jwks_and_reserve_accepts_it(self):
+        import jwt  # python3-jwt, an independent ES256 implementation
+        ev = gwstack.new_id("adm")
+        seats = [{"id": f"A-{i}", "section": "A", "price": 5000} for i in range(1, 4)]
+        self.GS.S.create_event(ev, seats=seats, hold_ttl_seconds=60,
+                               checkout_extension_seconds=60, max_hold_seconds=300,
+                               max_per_buyer=2)
+        r = self.GS.admin("PUT", f"/admin/events/{ev}",
+                          {"rate_per_minute": 600, "admission_ttl_seconds": 120})
+        self.assertStatus(r, 201)
+        j = self.join(ev)
+        t = j.json["ticket"]
+        before = time.time()
+        a = self.admitted(ev, t)
+        tok = a.json["admission_token"]
+        for f in ("admission_token", "expires_at", "redirect_url"):
+            self.assertIn(f, a.json)
+
+        jwks = gwstack.jwks_keys(self.GS.g)
+        hdr = jwt.get_unverified_header(tok)
+        self.assertEqual(hdr["alg"], "ES256")
+        self.assertEqual(hdr.get("typ"), "JWT")
+        key = next(k for k in jwks["keys"] if k["kid"] == hdr["kid"])
+        pub = jwt.PyJWK(key).key
+        claims = jwt.decode(tok, pub, algorithms=["ES256"], audience="onsale-reserve",
+                            options={"require": ["iss", "aud", "sub", "exp", "iat", "nbf", "jti"]})
+        _, _, _, visitor = ticket_fields(t)
+        self.assertEqual(claims["iss"], "onsale-gateway")
+        self.assertEqual(claims["aud"], "onsale-reserve")
+        self.assertEqual(claims["sub"], visitor)
+        self.assertEqual(claims["evt"], ev)
+        self.assertEqual(claims["nbf"], claims["iat"])
+        self.assertEqual(claims["exp"] - claims["iat"], 120)
+        self.assertLessEqual(abs(claims["iat"] - before), 5)
+        with self.assertRaises(jwt.InvalidSignatureError):
+            jwt.decode(tok[:-4] + ("AAAA" if tok[-4:] != "AAAA" else "BBBB"), pub,
+                       algorithms=["ES256"], audience="onsale-reserve")
+
+        # the same ticket polled again: the same admission
+        for _ in range(3):
+            again = self.status(ev, t)
+            self.assertStatus(again, 200)
+            self.assertEqual(again.json["admission_token"], tok)
+        rejoin = self.c.post(f"/q/{ev}/join", token=t)
+        self.assertEqual(rejoin.json["admission_token"], tok)
+        # recorded once in Redis: a second gateway (no cache) signs the same claims
+        g2 = self.GS.add_gateway(gwstack.new_id("g"))
+        c2 = g2.client()
+        try:
+            other = self.status(ev, t, client=c2)
+        finally:
+            c2.close()
+            g2.stop()
+            self.GS.gateways.remove(g2)
+        self.assertStatus(other, 200)
+        c_other = jwt.decode(other.json["admission_token"], pub, algorithms=["ES256"],
+                             audience="onsale-reserve")
+        self.assertEqual(c_other, claims, "another gateway issued another admission")
+
+        # reserve accepts it
+        rc = self.GS.S.client()
+        try:
+            h = rc.post(f"/v1/events/{ev}/holds", {"seats": ["A-1"]}, token=tok)
+        finally:
+            rc.close()
+        self.assertStatus(h, 201, msg="reserve hold with the gateway's admission token:")
+        st = self.GS.admin("GET", f"/admin/events/{ev}").json["stats"]
+        self.assertEqual(st["admitted_total"], 1)
+        self.assertGreaterEqual(st["active"], 1)
+
+
+class Limits(gwstack.GatewayTestCase):
+    def test_per_address_join_limit_429_with_retry_after(self):
+        g = self.GS.add_gateway(gwstack.new_id("lim"), join_rate_per_ip=6, join_burst_per_ip=3)
+        try:
+            ev = self.new_room(rate_per_minute=1, paused=True)
+            c = g.client()
+            try:
+                codes = [c.post(f"/q/{ev}/join") for _ in range(5)]
+                self.assertEqual([r.status for r in codes[:3]], [201] * 3, codes)
+                r = codes[3]
+                self.assertStatus(r, 429, "rate_limited")
+                self.assertGreaterEqual(int(r.header("retry-after")), 1)
+                # a fan with a ticket is never limited: rejoin answers from the ticket
+                self.assertStatus(c.post(f"/q/{ev}/join", token=codes[0].json["ticket"]), 200)
+            finally:
+                c.close()
+        finally:
+            g.stop()
+            self.GS.gateways.remove(g)
+
+    def test_sold_out_and_closed_are_410(self):
+        ev = self.new_room(rate_per_minute=60, paused=True)
+        t = self.join(ev).json["ticket"]
+        self.patch(ev, sold_out=True)
+        self.assertStatus(self.c.post(f"/q/{ev}/join"), 410, "sold_out")
+        stack.wait_for(lambda: self.status(ev, t).status == 410, 2, what="status 410 sold_out")
+        self.assertStatus(self.status(ev, t), 410, "sold_out")
+        now = time.time()
+        ev2 = self.new_room(rate_per_minute=60, opens_at=gwstack.rfc3339(now - 60),
+                            closes_at=gwstack.rfc3339(now - 1))
+        self.assertStatus(self.c.post(f"/q/{ev2}/join"), 410, "closed")
+
+    def test_body_too_large(self):
+        ev = self.new_room(rate_per_minute=60)
+        big = json.dumps({"rate_per_minute": 1, "pad": "x" * 40000}).encode()
+        r = self.GS.admin("PUT", f"/admin/events/{ev}", raw=big)
+        self.assertStatus(r, 413, "body_too_large")
+
+
+class Page(gwstack.GatewayTestCase):
+    """The queue page route (the page itself is tested in a browser elsewhere): the first
+    visit takes a place (so the page works without JavaScript), and later visits make the
+    same decisions as a status poll, from the cookie."""
+
+    def test_page_takes_a_place_and_follows_the_cookie(self):
+        ev = self.new_room(rate_per_minute=600, paused=True)
+        r = self.c.get(f"/q/{ev}")
+        self.assertStatus(r, 200)
+        self.assertTrue(r.header("content-type").startswith("text/html"), r)
+        cookie = r.header("set-cookie")
+        self.assertIsNotNone(cookie, "the first visit took no place")
+        self.assertTrue(cookie.startswith(f"onsale_q_{ev}="), cookie)
+        t = cookie.split(";", 1)[0].split("=", 1)[1]
+        self.assertEqual(ticket_number(t), 1)
+        hdr = {"Cookie": f"onsale_q_{ev}={t}"}
+        again = self.c.get(f"/q/{ev}", headers=hdr)  # a reload keeps the place
+        self.assertStatus(again, 200)
+        self.assertEqual(ticket_number(again.header("set-cookie").split(";", 1)[0]
+                                       .split("=", 1)[1]), 1)
+        self.assertEqual(self.join(ev).json["position"], 2)
+        self.patch(ev, paused=False)
+
+        def admitted():
+            s = self.status(ev, t)
+            return s.json.get("admission_token") if s.status == 200 else None
+        tok = stack.wait_for(admitted, 10, interval=0.1, what="admission")
+        p = self.c.get(f"/q/{ev}", headers=hdr)
+        self.assertStatus(p, 200)
+        self.assertIn(tok.encode(), p.body, "the page does not carry the same admission")
+        # a forged cookie is simply a new visitor
+        f = self.c.get(f"/q/{ev}", headers={"Cookie": f"onsale_q_{ev}=forged"})
+        self.assertStatus(f, 200)
+        self.assertEqual(ticket_number(f.header("set-cookie").split(";", 1)[0].split("=", 1)[1]),
+                         3)
+        ev2 = self.new_room(rate_per_minute=1, paused=True, sold_out=True)
+        s2 = self.c.get(f"/q/{ev2}")
+        self.assertStatus(s2, 200)
+        self.assertIsNone(s2.header("set-cookie"), "a sold-out room handed out a place")
+        self.assertStatus(self.c.get("/q/no-such-room"), 404, "unknown_event")
+        d = self.c.get("/admin/")
+        self.assertStatus(d, 200)
+        self.assertTrue(d.header("content-type").startswith("text/html"), d)

@@ -1,0 +1,132 @@
+"""The queue page in a real headless browser (issue 3).
+
+Brings up a private stack (stack.py: deploy/onsale up with its own ONSALE_STATE and ports,
+the gateway included), creates a waiting room with a few fans already in line, and runs
+tests/integration/browser/queue_page.mjs: Debian's chromium, driven by playwright-core,
+opens GET /q/{event} over HTTPS (the stack's dev CA trusted through a private NSS
+database), checks that the position and the progress bar are shown, and waits — touching
+nothing — until the page advances by itself to admission and forwards to the room's
+redirect_url with the admission token. The same again with JavaScript off, where the
+server-rendered page and its meta refresh must get there alone.
+
+Screenshots: tests/integration/browser/out/ (queue.png, queue-phone.png, admitted.png,
+landed.png, and the -nojs variants; failure*.png when a check fails). Git-ignored.
+
+Skipped (with the reason) only when chromium, node, or the browser test's node_modules
+(`npm install` in tests/integration/browser) are missing.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import unittest
+
+import stack
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BROWSER_DIR = os.path.join(HERE, "browser")
+SCRIPT = os.path.join(BROWSER_DIR, "queue_page.mjs")
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+NODE = shutil.which("node") or shutil.which("nodejs")
+
+AHEAD = 5               # fans already in line when the browser arrives
+RATE_PER_MINUTE = 30    # so the browser waits about AHEAD * 2 s at the front
+NODE_TIMEOUT = 150      # the node script's own bound is --timeout below
+PAGE_TIMEOUT = 90
+
+
+def _skip_reason():
+    if not os.access(CHROMIUM, os.X_OK):
+        return f"no chromium at {CHROMIUM} (apt-get install chromium)"
+    if NODE is None:
+        return "node is not installed (apt-get install nodejs npm)"
+    if not os.path.isdir(os.path.join(BROWSER_DIR, "node_modules", "playwright-core")):
+        return ("playwright-core is not installed: run `npm install` in "
+                "tests/integration/browser (it never downloads a browser; chromium comes "
+                "from Debian)")
+    return None
+
+
+SKIP = _skip_reason()
+
+
+def setUpModule():
+    if SKIP:
+        raise unittest.SkipTest(SKIP)
+    stack.module_stack("browser")
+
+
+class QueuePageInBrowser(unittest.TestCase):
+    maxDiff = 4000
+
+    @property
+    def S(self):
+        return stack._CURRENT
+
+    def gateway(self):
+        return stack.Client(self.S.gateway_port, self.S.ctx)
+
+    def room(self, prefix):
+        """A FIFO waiting room, open now, with AHEAD fans in line; returns (event,
+        redirect_url)."""
+        ev = stack.new_id(prefix)
+        redirect = f"https://shop.onsale.test/checkout?ev={ev}"
+        c = self.gateway()
+        try:
+            r = c.put(f"/admin/events/{ev}", {"rate_per_minute": RATE_PER_MINUTE,
+                                              "max_active": 0, "mode": "fifo",
+                                              "redirect_url": redirect},
+                      token=self.S.admin_token)
+            self.assertIn(r.status, (200, 201), f"PUT /admin/events/{ev}: {r!r}")
+        finally:
+            c.close()
+        for i in range(AHEAD):
+            c = self.gateway()  # a connection (and no cookie) per fan
+            try:
+                r = c.post(f"/q/{ev}/join", {})
+                self.assertEqual(r.status, 201, f"join {i + 1} of the fans ahead: {r!r}")
+                self.assertEqual(r.json.get("state"), "queued", f"join {i + 1}: {r!r}")
+            finally:
+                c.close()
+        return ev, redirect
+
+    def run_browser(self, ev, redirect, mode):
+        args = [NODE, SCRIPT, "--url", f"https://127.0.0.1:{self.S.gateway_port}",
+                "--event", ev, "--ca", self.S.ca, "--redirect", redirect, "--mode", mode,
+                "--timeout", str(PAGE_TIMEOUT), "--chromium", CHROMIUM]
+        p = subprocess.run(args, cwd=BROWSER_DIR, capture_output=True, timeout=NODE_TIMEOUT,
+                           stdin=subprocess.DEVNULL)
+        out = p.stdout.decode("utf-8", "replace").strip()
+        err = p.stderr.decode("utf-8", "replace").strip()
+        try:
+            result = json.loads(out.splitlines()[-1]) if out else None
+        except ValueError:
+            result = None
+        if p.returncode == 2 and result is None:
+            self.fail(f"the browser test could not run: {err or out}")
+        self.assertIsNotNone(result, f"no result from the browser test: {out}\n{err}")
+        failed = [c for c in result.get("checks", []) if not c.get("ok")]
+        self.assertTrue(result.get("ok"),
+                        f"{mode}: {result.get('error')}\nfailed: {failed}\n"
+                        f"seen: {result.get('seen')}\nstderr: {err[-2000:]}")
+        return result
+
+    def test_queue_page_advances_and_redirects(self):
+        ev, redirect = self.room("br-js")
+        res = self.run_browser(ev, redirect, "js")
+        self.assertEqual(res["tls"], "ca", "the dev CA was not trusted; certificate errors were ignored")
+        self.assertTrue(res["tls_verified"])
+        self.assertGreaterEqual(int(res["first"]["position"].replace(",", "")), 1)
+        self.assertGreaterEqual(res["polls"], 1)
+        self.assertTrue(os.path.exists(os.path.join(BROWSER_DIR, "out", "queue.png")))
+
+    def test_queue_page_without_javascript(self):
+        ev, redirect = self.room("br-nojs")
+        res = self.run_browser(ev, redirect, "nojs")
+        self.assertGreaterEqual(res["page_loads"], 2)
+        self.assertTrue(os.path.exists(os.path.join(BROWSER_DIR, "out", "queue-nojs.png")))
+
+
+if __name__ == "__main__":
+    unittest.main()

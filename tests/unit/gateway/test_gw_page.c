@@ -1,0 +1,435 @@
+/*
+ * Unit tests for gateway/gw_page.c: the queue page template filled for each state,
+ * HTML escaping of every value, the forward URL (query joining, fragment, percent
+ * encoding, refused schemes), the no-JS meta refresh and the progress baseline.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gw_page.h"
+
+static char *render(const gw_page_info_t *info)
+{
+    size_t len = 0;
+    char *html = gw_page_render_queue(info, &len);
+    assert_non_null(html);
+    assert_int_equal(len, strlen(html));
+    /* every placeholder filled, whatever the state */
+    if (strstr(html, "{{") != NULL)
+        fail_msg("unfilled placeholder near: %.60s", strstr(html, "{{"));
+    return html;
+}
+
+static void assert_has(const char *html, const char *needle)
+{
+    if (strstr(html, needle) == NULL)
+        fail_msg("page lacks: %s", needle);
+}
+
+static void assert_lacks(const char *html, const char *needle)
+{
+    if (strstr(html, needle) != NULL)
+        fail_msg("page unexpectedly has: %s", needle);
+}
+
+/* True when <section id="s-<state>" …> carries the hidden attribute. */
+static bool section_hidden(const char *html, const char *state)
+{
+    char id[48];
+    snprintf(id, sizeof(id), "id=\"s-%s\"", state);
+    const char *p = strstr(html, id);
+    if (p == NULL)
+        fail_msg("no section %s", id);
+    const char *end = strchr(p, '>');
+    const char *h = strstr(p, " hidden");
+    return h != NULL && h < end;
+}
+
+static void assert_only_visible(const char *html, const char *state)
+{
+    static const char *const all[] = {"new",      "queued",   "prequeue",
+                                      "admitted", "sold_out", "closed"};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+        bool want_hidden = strcmp(all[i], state) != 0;
+        if (section_hidden(html, all[i]) != want_hidden)
+            fail_msg("section %s should be %s", all[i], want_hidden ? "hidden" : "shown");
+    }
+}
+
+static void test_queued(void **s)
+{
+    (void)s;
+    gw_page_info_t in = {.event = "e1",
+                         .state = "queued",
+                         .position = 1234,
+                         .queue_size = 50210,
+                         .eta_seconds = 62,
+                         .poll_after_ms = 5000,
+                         .first_position = 2000};
+    char *html = render(&in);
+    assert_only_visible(html, "queued");
+    assert_has(html, "data-state=\"queued\"");
+    assert_has(html, "data-position=\"1234\"");
+    assert_has(html, "data-queue-size=\"50210\"");
+    assert_has(html, "<dd id=\"position\">1,234</dd>");
+    assert_has(html, "<dd id=\"queue-size\">50,210</dd>");
+    assert_has(html, "about 2 minutes");
+    assert_has(html, "You are number 1,234 in line.");
+    /* (2000 - 1234) / 2000 = 38.3 % */
+    assert_has(html, "aria-valuenow=\"38\"");
+    assert_has(html, "width: 38%");
+    assert_has(html, "data-from=\"2000\"");
+    /* no-JS: re-request after poll_after_ms, keeping the baseline */
+    assert_has(html, "<meta http-equiv=\"refresh\" content=\"5;url=?from=2000\">");
+    assert_has(html, "<title>You are in the queue · e1</title>");
+    free(html);
+}
+
+static void test_progress_baseline(void **s)
+{
+    (void)s;
+    /* first visit: the baseline is the current position, progress 0 */
+    gw_page_info_t in = {.event = "e1", .state = "queued", .position = 500, .queue_size = 900};
+    char *html = render(&in);
+    assert_has(html, "aria-valuenow=\"0\"");
+    assert_has(html, "data-from=\"500\"");
+    free(html);
+    /* a baseline below the position (forged ?from=) is raised to it */
+    in.first_position = 3;
+    html = render(&in);
+    assert_has(html, "data-from=\"500\"");
+    assert_has(html, "aria-valuenow=\"0\"");
+    free(html);
+    /* at the front */
+    in.position = 1;
+    in.first_position = 100;
+    html = render(&in);
+    assert_has(html, "aria-valuenow=\"99\"");
+    free(html);
+}
+
+static void test_escaping(void **s)
+{
+    (void)s;
+    gw_page_info_t in = {.event = "<script>alert(\"x\")</script>&'",
+                         .state = "queued",
+                         .position = 1,
+                         .queue_size = 1,
+                         .eta_seconds = 0,
+                         .poll_after_ms = 1000};
+    char *html = render(&in);
+    assert_lacks(html, "<script>alert");
+    assert_has(html, "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;&#39;");
+    assert_has(html, "data-event=\"&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;&#39;\"");
+    free(html);
+
+    gw_page_info_t adm = {.event = "e1",
+                          .state = "admitted",
+                          .admission_token = "a.b\"<c",
+                          .redirect_url = "https://shop.example/buy?x=1&y=\"2\""};
+    html = render(&adm);
+    /* the token is percent-encoded in the URL, the URL escaped in the attribute */
+    assert_has(html, "href=\"https://shop.example/buy?x=1&amp;y=&quot;2&quot;&amp;admission_token="
+                     "a.b%22%3Cc\"");
+    assert_lacks(html, "y=\"2\"");
+    free(html);
+}
+
+static void test_admitted(void **s)
+{
+    (void)s;
+    gw_page_info_t in = {.event = "e1",
+                         .state = "admitted",
+                         .admission_token = "eyJ.eyJ.sig",
+                         .redirect_url = "https://shop.example/checkout"};
+    char *html = render(&in);
+    assert_only_visible(html, "admitted");
+    assert_has(html, "content=\"0;url=https://shop.example/checkout?admission_token=eyJ.eyJ.sig\"");
+    assert_has(html, "data-redirect=\"https://shop.example/checkout?admission_token=eyJ.eyJ.sig\"");
+    assert_has(html, "<p id=\"continue\" >");
+    assert_has(html, "aria-valuenow=\"100\"");
+    free(html);
+
+    /* a javascript: URL is never linked: no forward, the link paragraph hidden */
+    in.redirect_url = "javascript:alert(1)";
+    html = render(&in);
+    assert_lacks(html, "=\"javascript:");
+    assert_lacks(html, "url=javascript:");
+    assert_has(html, "<p id=\"continue\" hidden>");
+    assert_has(html, "data-redirect=\"\"");
+    assert_has(html, "content=\"3600\"");
+    free(html);
+}
+
+static void test_forward_url(void **s)
+{
+    (void)s;
+    char *u = gw_page_forward_url("https://a.example/x", "t.o-k_e~n");
+    assert_string_equal(u, "https://a.example/x?admission_token=t.o-k_e~n");
+    free(u);
+    u = gw_page_forward_url("https://a.example/x?ev=1", "tok");
+    assert_string_equal(u, "https://a.example/x?ev=1&admission_token=tok");
+    free(u);
+    u = gw_page_forward_url("/checkout#pay", "tok");
+    assert_string_equal(u, "/checkout?admission_token=tok#pay");
+    free(u);
+    u = gw_page_forward_url("HTTP://a.example/?q#f?g", "a b+/=");
+    assert_string_equal(u, "HTTP://a.example/?q&admission_token=a%20b%2B%2F%3D#f?g");
+    free(u);
+    u = gw_page_forward_url("https://a.example/", NULL);
+    assert_string_equal(u, "https://a.example/");
+    free(u);
+    assert_null(gw_page_forward_url(NULL, "tok"));
+    assert_null(gw_page_forward_url("", "tok"));
+    assert_null(gw_page_forward_url("javascript:alert(1)", "tok"));
+    assert_null(gw_page_forward_url("data:text/html,x", "tok"));
+    assert_null(gw_page_forward_url("shop.example/x", "tok"));
+    assert_null(gw_page_forward_url("https://a.example/x y", "tok"));
+    assert_null(gw_page_forward_url("https://a.example/\nx", "tok"));
+}
+
+static void test_prequeue(void **s)
+{
+    (void)s;
+    gw_page_info_t in = {.event = "e1",
+                         .state = "prequeue",
+                         .position = -1,
+                         .queue_size = -1,
+                         .eta_seconds = -1,
+                         .poll_after_ms = 10000,
+                         .opens_at_ms = 1796119200000LL}; /* 2026-12-01T10:00:00Z */
+    char *html = render(&in);
+    assert_only_visible(html, "prequeue");
+    assert_has(html, "datetime=\"2026-12-01T10:00:00.000Z\"");
+    assert_has(html, ">2026-12-01 10:00 UTC</time>");
+    assert_has(html, "data-opens-at=\"1796119200000\"");
+    assert_has(html, "content=\"10\"");
+    assert_has(html, "data-from=\"0\"");
+    free(html);
+
+    in.opens_at_ms = 0;
+    html = render(&in);
+    assert_has(html, ">soon</time>");
+    free(html);
+}
+
+static void test_terminal_and_unknown(void **s)
+{
+    (void)s;
+    gw_page_info_t in = {.event = "e1", .state = "sold_out"};
+    char *html = render(&in);
+    assert_only_visible(html, "sold_out");
+    assert_has(html, "<h1 id=\"title\">Sold out</h1>");
+    assert_has(html, "content=\"3600\"");
+    assert_has(html, "<p hidden>JavaScript is off");
+    free(html);
+
+    in.state = "closed";
+    html = render(&in);
+    assert_only_visible(html, "closed");
+    free(html);
+
+    /* unknown or NULL state: the page starts as "new" and the script asks the API */
+    in.state = "bogus";
+    html = render(&in);
+    assert_only_visible(html, "new");
+    assert_has(html, "data-state=\"new\"");
+    assert_has(html, "content=\"2\"");
+    assert_has(html, "<p >JavaScript is off: this page reloads by itself every 2 seconds.");
+    free(html);
+    in.state = "queued";
+    in.position = 9;
+    in.queue_size = 4; /* sampled before this fan joined */
+    in.poll_after_ms = 800;
+    html = render(&in);
+    assert_has(html, "<dd id=\"queue-size\">9</dd>");
+    assert_has(html, "reloads by itself every second.");
+    free(html);
+    in.state = NULL;
+    in.event = NULL;
+    html = render(&in);
+    assert_only_visible(html, "new");
+    assert_has(html, "data-event=\"\"");
+    free(html);
+}
+
+static void test_eta_and_refresh_bounds(void **s)
+{
+    (void)s;
+    static const struct {
+        int64_t eta;
+        const char *text;
+    } cases[] = {
+        {-1, "calculating\xe2\x80\xa6"},
+        {0, "under a minute"},
+        {59, "under a minute"},
+        {60, "about 1 minute<"},
+        {61, "about 2 minutes"},
+        {3599, "about 60 minutes"},
+        {3600, "about 1 h<"},
+        {3601, "about 1 h 1 min"},
+        {7199, "about 2 h<"},
+        {5400, "about 1 h 30 min"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        gw_page_info_t in = {.event = "e1",
+                             .state = "queued",
+                             .position = 7,
+                             .queue_size = 7,
+                             .eta_seconds = cases[i].eta,
+                             .poll_after_ms = 1};
+        char *html = render(&in);
+        assert_has(html, cases[i].text);
+        /* 1 ms rounds up to 1 s */
+        assert_has(html, "content=\"1;url=?from=7\"");
+        free(html);
+    }
+    gw_page_info_t big = {.event = "e1",
+                          .state = "queued",
+                          .position = 1000000,
+                          .queue_size = 1234567890,
+                          .poll_after_ms = INT64_MAX};
+    char *html = render(&big);
+    assert_has(html, "content=\"600;url=?from=1000000\"");
+    assert_has(html, ">1,234,567,890<");
+    assert_has(html, ">1,000,000<");
+    free(html);
+}
+
+static char *answer(int code, const char *json, int *page_code)
+{
+    json_error_t e;
+    json_t *body = json ? json_loads(json, 0, &e) : NULL;
+    if (json && body == NULL)
+        fail_msg("bad test JSON: %s", e.text);
+    size_t len = 0;
+    char *html = gw_page_render_answer("e1", code, body, 0, page_code, &len);
+    json_decref(body);
+    assert_non_null(html);
+    assert_int_equal(len, strlen(html));
+    if (strstr(html, "{{") != NULL)
+        fail_msg("unfilled placeholder near: %.60s", strstr(html, "{{"));
+    return html;
+}
+
+/* The JSON answers of join/status, as the page renders them for GET /q/{event}. */
+static void test_answers(void **s)
+{
+    (void)s;
+    int code = 0;
+    char *html = answer(201,
+                        "{\"event\":\"e1\",\"state\":\"queued\",\"ticket\":\"t\",\"position\":1234,"
+                        "\"queue_size\":50210,\"eta_seconds\":null,\"poll_after_ms\":5000}",
+                        &code);
+    assert_int_equal(code, 200);
+    assert_only_visible(html, "queued");
+    assert_has(html, "<dd id=\"position\">1,234</dd>");
+    assert_has(html, "calculating\xe2\x80\xa6"); /* eta null */
+    assert_has(html, "content=\"5;url=?from=1234\"");
+    assert_has(html, "<section id=\"s-error\" aria-labelledby=\"title\" hidden>");
+    free(html);
+
+    html = answer(200,
+                  "{\"event\":\"e1\",\"state\":\"prequeue\",\"opens_at\":\"2026-12-01T10:00:00Z\","
+                  "\"ticket\":\"t\",\"poll_after_ms\":10000}",
+                  &code);
+    assert_int_equal(code, 200);
+    assert_only_visible(html, "prequeue");
+    assert_has(html, "data-opens-at=\"1796119200000\"");
+    free(html);
+
+    html = answer(200,
+                  "{\"event\":\"e1\",\"state\":\"admitted\",\"admission_token\":\"h.c.s\","
+                  "\"expires_at\":\"x\",\"redirect_url\":\"https://r.example/buy\"}",
+                  &code);
+    assert_int_equal(code, 200);
+    assert_only_visible(html, "admitted");
+    assert_has(html, "content=\"0;url=https://r.example/buy?admission_token=h.c.s\"");
+    free(html);
+
+    html = answer(410, "{\"error\":\"sold_out\",\"message\":\"m\"}", &code);
+    assert_int_equal(code, 200);
+    assert_only_visible(html, "sold_out");
+    free(html);
+    html = answer(410, "{\"error\":\"closed\",\"message\":\"m\"}", &code);
+    assert_int_equal(code, 200);
+    assert_only_visible(html, "closed");
+    free(html);
+}
+
+static void assert_error_page(const char *html, const char *state, const char *text)
+{
+    char attr[64];
+    snprintf(attr, sizeof(attr), "data-state=\"%s\"", state);
+    assert_has(html, attr);
+    assert_has(html, "<section id=\"s-error\" aria-labelledby=\"title\" >");
+    assert_has(html, text);
+    assert_true(section_hidden(html, "queued"));
+    assert_true(section_hidden(html, "new"));
+}
+
+static void test_error_answers(void **s)
+{
+    (void)s;
+    int code = 0;
+    char *html = answer(404, "{\"error\":\"unknown_event\",\"message\":\"m\"}", &code);
+    assert_int_equal(code, 404);
+    assert_error_page(html, "unknown", "There is no waiting room at this address.");
+    assert_has(html, "content=\"3600\"");
+    free(html);
+
+    html = answer(410, "{\"error\":\"admission_expired\",\"message\":\"m\"}", &code);
+    assert_int_equal(code, 200);
+    assert_error_page(html, "expired", "has expired");
+    free(html);
+
+    html = answer(429, "{\"error\":\"rate_limited\",\"message\":\"m\",\"retry_after_seconds\":7}",
+                  &code);
+    assert_int_equal(code, 429);
+    assert_error_page(html, "busy", "arriving from your network");
+    assert_has(html, "content=\"7\"");
+    assert_has(html, "data-poll=\"7000\"");
+    free(html);
+
+    html = answer(503, "{\"error\":\"unavailable\",\"message\":\"m\"}", &code);
+    assert_int_equal(code, 503);
+    assert_error_page(html, "unavailable", "tries again by itself");
+    assert_has(html, "content=\"5\"");
+    free(html);
+
+    html = answer(200, NULL, &code);
+    assert_int_equal(code, 503);
+    assert_error_page(html, "unavailable", "tries again");
+    free(html);
+
+    /* a stale ticket: the page starts over and the script joins */
+    html = answer(401, "{\"error\":\"invalid_ticket\",\"message\":\"m\"}", &code);
+    assert_int_equal(code, 200);
+    assert_only_visible(html, "new");
+    free(html);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_queued),
+        cmocka_unit_test(test_progress_baseline),
+        cmocka_unit_test(test_escaping),
+        cmocka_unit_test(test_admitted),
+        cmocka_unit_test(test_forward_url),
+        cmocka_unit_test(test_prequeue),
+        cmocka_unit_test(test_terminal_and_unknown),
+        cmocka_unit_test(test_eta_and_refresh_bounds),
+        cmocka_unit_test(test_answers),
+        cmocka_unit_test(test_error_answers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

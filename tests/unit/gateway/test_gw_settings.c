@@ -1,0 +1,134 @@
+/*
+ * Unit tests for gateway/gw_settings.c: PUT/PATCH bodies are validated field by field
+ * (400 material never reaches Redis), defaults fill a PUT, and the Redis hash form
+ * converts back to what API.md shows.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#include "gw_settings.h"
+
+static int parse(const char *json, bool partial, gw_setting_kv_t *kv, char *err)
+{
+    json_error_t je;
+    json_t *doc = json_loads(json, 0, &je);
+    assert_non_null(doc);
+    int n = gw_settings_parse(doc, partial, kv, err, 256);
+    json_decref(doc);
+    return n;
+}
+
+static const char *value_of(const gw_setting_kv_t *kv, int n, const char *name)
+{
+    for (int i = 0; i < n; i++) {
+        if (strcmp(kv[i].name, name) == 0)
+            return kv[i].value;
+    }
+    return NULL;
+}
+
+static void test_put_fills_defaults(void **state)
+{
+    gw_setting_kv_t kv[GW_SETTINGS_MAX_FIELDS];
+    char err[256];
+    int n = parse("{\"rate_per_minute\":6000,\"unknown\":1}", false, kv, err);
+    assert_true(n > 5);
+    assert_string_equal(value_of(kv, n, "rate_per_minute"), "6000");
+    assert_string_equal(value_of(kv, n, "max_active"), "0");
+    assert_string_equal(value_of(kv, n, "paused"), "0");
+    assert_string_equal(value_of(kv, n, "mode"), "random_at_open");
+    assert_string_equal(value_of(kv, n, "admission_ttl_seconds"), "600");
+    assert_string_equal(value_of(kv, n, "opens_at"), "");
+    assert_null(value_of(kv, n, "unknown"));
+}
+
+static void test_put_requires_rate(void **state)
+{
+    gw_setting_kv_t kv[GW_SETTINGS_MAX_FIELDS];
+    char err[256];
+    assert_int_equal(parse("{\"max_active\":5}", false, kv, err), -1);
+    assert_non_null(strstr(err, "rate_per_minute"));
+}
+
+static void test_patch_only_given_fields(void **state)
+{
+    gw_setting_kv_t kv[GW_SETTINGS_MAX_FIELDS];
+    char err[256];
+    int n = parse("{\"paused\":true,\"opens_at\":\"2026-12-01T10:00:00Z\"}", true, kv, err);
+    assert_int_equal(n, 2);
+    assert_string_equal(value_of(kv, n, "paused"), "1");
+    assert_string_equal(value_of(kv, n, "opens_at"), "1796119200000");
+    n = parse("{\"closes_at\":null}", true, kv, err);
+    assert_int_equal(n, 1);
+    assert_string_equal(value_of(kv, n, "closes_at"), "");
+    assert_int_equal(parse("{\"nothing\":1}", true, kv, err), -1);
+}
+
+static void test_bad_values(void **state)
+{
+    static const char *const bad[] = {
+        "{\"rate_per_minute\":0}",
+        "{\"rate_per_minute\":-5}",
+        "{\"rate_per_minute\":\"100\"}",
+        "{\"rate_per_minute\":1.5}",
+        "{\"max_active\":-1}",
+        "{\"paused\":\"yes\"}",
+        "{\"paused\":1}",
+        "{\"mode\":\"lottery\"}",
+        "{\"opens_at\":\"tomorrow\"}",
+        "{\"opens_at\":12345}",
+        "{\"admission_ttl_seconds\":1}",
+        "{\"redirect_url\":\"javascript:alert(1)\"}",
+        "{\"redirect_url\":\"https://x/<script>\"}",
+        "{\"noshow_grace_seconds\":0}",
+    };
+    gw_setting_kv_t kv[GW_SETTINGS_MAX_FIELDS];
+    char err[256];
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        err[0] = '\0';
+        if (parse(bad[i], true, kv, err) != -1)
+            fail_msg("accepted %s", bad[i]);
+        assert_true(strlen(err) > 0);
+    }
+}
+
+static void test_redis_form_round_trip(void **state)
+{
+    gw_settings_t s;
+    gw_settings_defaults(&s);
+    gw_settings_set(&s, "rate_per_minute", "1200");
+    gw_settings_set(&s, "max_active", "50");
+    gw_settings_set(&s, "paused", "1");
+    gw_settings_set(&s, "mode", "fifo");
+    gw_settings_set(&s, "opens_at", "1796119200000");
+    gw_settings_set(&s, "gen", "123456789");
+    gw_settings_set(&s, "junk", "x");
+    assert_int_equal(s.rate_per_minute, 1200);
+    assert_int_equal(s.max_active, 50);
+    assert_true(s.paused);
+    assert_true(s.fifo);
+    assert_true(s.gen == 123456789u);
+    json_t *o = gw_settings_json(&s);
+    assert_string_equal(json_string_value(json_object_get(o, "opens_at")),
+                        "2026-12-01T10:00:00.000Z");
+    assert_true(json_is_null(json_object_get(o, "closes_at")));
+    assert_string_equal(json_string_value(json_object_get(o, "mode")), "fifo");
+    assert_true(json_is_true(json_object_get(o, "paused")));
+    json_decref(o);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_put_fills_defaults),      cmocka_unit_test(test_put_requires_rate),
+        cmocka_unit_test(test_patch_only_given_fields), cmocka_unit_test(test_bad_values),
+        cmocka_unit_test(test_redis_form_round_trip),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

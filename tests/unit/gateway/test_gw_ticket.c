@@ -1,0 +1,174 @@
+/*
+ * Unit tests for gateway/gw_ticket.c: queue tickets round-trip, and every forged,
+ * altered or misdirected ticket is refused (DESIGN.md invariant 10). The HMAC helper is
+ * checked against RFC 4231 test case 2, so the MAC is the real HMAC-SHA256.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#include "cm_parse.h"
+#include "gw_ticket.h"
+
+static const unsigned char secret[] = "0123456789abcdef0123456789abcdef-test-secret";
+#define SLEN (sizeof(secret) - 1)
+
+static gw_ticket_t sample(void)
+{
+    gw_ticket_t t = {.gen = 0x1234567890abcull, .num = 4711, .iat = 1800000000};
+    snprintf(t.visitor, sizeof(t.visitor), "%s", "00112233445566778899aabbccddeeff");
+    return t;
+}
+
+static void test_hmac_rfc4231_case2(void **state)
+{
+    unsigned char mac[32];
+    char hex[65];
+    gw_ticket_hmac("Jefe", 4, "what do ya want for nothing?", 28, mac);
+    cm_hex_encode(mac, 32, hex);
+    assert_string_equal(hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+}
+
+static void test_round_trip(void **state)
+{
+    gw_ticket_t t = sample(), got;
+    char text[GW_TICKET_MAX_LEN];
+    size_t n = gw_ticket_encode(secret, SLEN, "e1", &t, text, sizeof(text));
+    assert_true(n > 0 && n < GW_TICKET_MAX_LEN);
+    assert_int_equal(strlen(text), n);
+    for (size_t i = 0; i < n; i++) /* cookie- and header-safe base64url */
+        assert_non_null(
+            strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_", text[i]));
+    assert_int_equal(gw_ticket_decode(secret, SLEN, "e1", text, n, &got), 0);
+    assert_true(got.gen == t.gen && got.num == t.num && got.iat == t.iat);
+    assert_string_equal(got.visitor, t.visitor);
+}
+
+static void test_prequeue_number_zero(void **state)
+{
+    gw_ticket_t t = sample(), got;
+    t.num = 0;
+    char text[GW_TICKET_MAX_LEN];
+    size_t n = gw_ticket_encode(secret, SLEN, "e1", &t, text, sizeof(text));
+    assert_int_equal(gw_ticket_decode(secret, SLEN, "e1", text, n, &got), 0);
+    assert_true(got.num == 0);
+}
+
+static void test_other_event_refused(void **state)
+{
+    gw_ticket_t t = sample(), got;
+    char text[GW_TICKET_MAX_LEN];
+    size_t n = gw_ticket_encode(secret, SLEN, "e1", &t, text, sizeof(text));
+    assert_int_equal(gw_ticket_decode(secret, SLEN, "e2", text, n, &got), -1);
+    assert_int_equal(gw_ticket_decode(secret, SLEN, "e1x", text, n, &got), -1);
+}
+
+static void test_other_secret_refused(void **state)
+{
+    gw_ticket_t t = sample(), got;
+    char text[GW_TICKET_MAX_LEN];
+    size_t n = gw_ticket_encode(secret, SLEN, "e1", &t, text, sizeof(text));
+    static const unsigned char other[] = "another-secret-another-secret-another";
+    assert_int_equal(gw_ticket_decode(other, sizeof(other) - 1, "e1", text, n, &got), -1);
+}
+
+/* Flipping any single character (a better number, another visitor, a forged MAC) fails. */
+static void test_every_altered_character_refused(void **state)
+{
+    gw_ticket_t t = sample(), got;
+    char text[GW_TICKET_MAX_LEN];
+    size_t n = gw_ticket_encode(secret, SLEN, "e1", &t, text, sizeof(text));
+    for (size_t i = 0; i < n; i++) {
+        char copy[GW_TICKET_MAX_LEN];
+        memcpy(copy, text, n + 1);
+        copy[i] = copy[i] == 'A' ? 'B' : 'A';
+        /* the last character carries only 2 meaningful bits: some flips decode equal */
+        if (i == n - 1)
+            continue;
+        assert_int_equal(gw_ticket_decode(secret, SLEN, "e1", copy, n, &got), -1);
+    }
+}
+
+static void test_malformed_refused(void **state)
+{
+    gw_ticket_t got;
+    char text[GW_TICKET_MAX_LEN];
+    gw_ticket_t t = sample();
+    size_t n = gw_ticket_encode(secret, SLEN, "e1", &t, text, sizeof(text));
+    assert_int_equal(gw_ticket_decode(secret, SLEN, "e1", "", 0, &got), -1);
+    assert_int_equal(gw_ticket_decode(secret, SLEN, "e1", text, n - 1, &got), -1);
+    char longer[GW_TICKET_MAX_LEN + 2];
+    snprintf(longer, sizeof(longer), "%sA", text);
+    assert_int_equal(gw_ticket_decode(secret, SLEN, "e1", longer, n + 1, &got), -1);
+    char bad[GW_TICKET_MAX_LEN];
+    memcpy(bad, text, n + 1);
+    bad[5] = '=';
+    assert_int_equal(gw_ticket_decode(secret, SLEN, "e1", bad, n, &got), -1);
+    /* a well-formed ticket whose bytes are random is refused by the MAC */
+    memset(bad, 'Q', n);
+    assert_int_equal(gw_ticket_decode(secret, SLEN, "e1", bad, n, &got), -1);
+}
+
+static void test_encode_refuses_bad_visitor(void **state)
+{
+    gw_ticket_t t = sample();
+    char text[GW_TICKET_MAX_LEN];
+    snprintf(t.visitor, sizeof(t.visitor), "%s", "not-hex");
+    assert_int_equal(gw_ticket_encode(secret, SLEN, "e1", &t, text, sizeof(text)), 0);
+    t = sample();
+    assert_int_equal(gw_ticket_encode(secret, SLEN, "e1", &t, text, 10), 0);
+}
+
+static void test_cookie_parse(void **state)
+{
+    size_t len = 0;
+    const char *v = gw_ticket_from_cookie("a=1; onsale_q_e1=TICKET; b=2", "e1", &len);
+    assert_non_null(v);
+    assert_int_equal(len, 6);
+    assert_memory_equal(v, "TICKET", 6);
+    v = gw_ticket_from_cookie("onsale_q_e10=X; onsale_q_e1=Y", "e1", &len);
+    assert_non_null(v);
+    assert_int_equal(len, 1);
+    assert_int_equal(v[0], 'Y');
+    v = gw_ticket_from_cookie("onsale_q_e1=\"Z\"", "e1", &len);
+    assert_non_null(v);
+    assert_int_equal(len, 1);
+    assert_int_equal(v[0], 'Z');
+    assert_null(gw_ticket_from_cookie("onsale_q_e2=X", "e1", &len));
+    assert_null(gw_ticket_from_cookie("", "e1", &len));
+    assert_null(gw_ticket_from_cookie("xonsale_q_e1=X", "e1", &len));
+}
+
+static void test_new_visitor(void **state)
+{
+    char a[GW_VISITOR_LEN + 1], b[GW_VISITOR_LEN + 1];
+    gw_ticket_new_visitor(a);
+    gw_ticket_new_visitor(b);
+    assert_true(gw_ticket_visitor_ok(a));
+    assert_true(gw_ticket_visitor_ok(b));
+    assert_string_not_equal(a, b);
+    assert_false(gw_ticket_visitor_ok("00112233445566778899AABBCCDDEEFF"));
+    assert_false(gw_ticket_visitor_ok("0011"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hmac_rfc4231_case2),
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_prequeue_number_zero),
+        cmocka_unit_test(test_other_event_refused),
+        cmocka_unit_test(test_other_secret_refused),
+        cmocka_unit_test(test_every_altered_character_refused),
+        cmocka_unit_test(test_malformed_refused),
+        cmocka_unit_test(test_encode_refuses_bad_visitor),
+        cmocka_unit_test(test_cookie_parse),
+        cmocka_unit_test(test_new_visitor),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
