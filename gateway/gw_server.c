@@ -8,6 +8,7 @@
  * waits on Redis or the signer with 503 before the connections are closed.
  */
 #include "gw_server.h"
+#include "gw_page.h"
 
 #include <errno.h>
 #include <event2/event.h>
@@ -77,13 +78,25 @@ void gw_req_replied(gw_req_t *r)
 
 void gw_reply_json(gw_req_t *r, int code, json_t *body)
 {
-    cm_http_send_json(r->req, code, body);
+    if (r->ep == GW_EP_PAGE && code >= 400)
+        gw_page_queue_answer(r->req, code, body); /* a browser gets a page, not JSON */
+    else
+        cm_http_send_json(r->req, code, body);
     gw_req_replied(r);
 }
 
 void gw_reply_error(gw_req_t *r, int code, const char *error, const char *message, json_t *extra)
 {
-    cm_http_send_error(r->req, code, error, message, extra);
+    if (r->ep == GW_EP_PAGE) {
+        json_t *body = json_pack("{s:s, s:s}", "error", error, "message", message);
+        if (extra) {
+            json_object_update(body, extra);
+            json_decref(extra);
+        }
+        gw_page_queue_answer(r->req, code, body);
+    } else {
+        cm_http_send_error(r->req, code, error, message, extra);
+    }
     gw_req_replied(r);
 }
 
