@@ -175,8 +175,7 @@ cm_http_server_t *cm_http_server_new(struct event_base *base, const char *addr, 
      * split over two segments waits for the client's delayed ACK (~40 ms). Accepted
      * sockets inherit the option from the listener on Linux. */
     int one = 1;
-    setsockopt(evconnlistener_get_fd(srv->listener), IPPROTO_TCP, TCP_NODELAY, &one,
-               sizeof(one));
+    setsockopt(evconnlistener_get_fd(srv->listener), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     struct sockaddr_in bound;
     socklen_t blen = sizeof(bound);
     if (getsockname(evconnlistener_get_fd(srv->listener), (struct sockaddr *)&bound, &blen) == 0)
