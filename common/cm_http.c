@@ -108,7 +108,7 @@ static struct bufferevent *on_new_bev(struct event_base *base, void *arg)
         pause_listener(srv);
     /* The bufferevent owns ssl from here on, even if this call fails. */
     return bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_ACCEPTING,
-                                          BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+                                          BEV_OPT_CLOSE_ON_FREE);
 }
 
 static void on_resume_timer(evutil_socket_t fd, short what, void *arg)
