@@ -7,11 +7,10 @@
  */
 #include <event2/bufferevent.h>
 #include <event2/http.h>
-#include <netinet/in.h>
 #include <stdlib.h>
-#include <sys/socket.h>
 #include <string.h>
 
+#include "cm_drain.h"
 #include "cm_parse.h"
 #include "gw_admin.h"
 #include "gw_page.h"
@@ -46,11 +45,11 @@ static void ready(gw_server_t *srv, struct evhttp_request *req)
     gw_req_start(&r, srv, req, GW_EP_READY);
     int redis = cm_redis_connected(srv->redis);
     json_t *o = json_pack("{s:s, s:b}", "status", redis ? "ready" : "unavailable", "redis", redis);
-    if (redis && !srv->draining)
+    if (redis && !cm_drain_draining(srv->drain))
         gw_reply_json(&r, 200, o);
     else
         gw_reply_error(&r, 503, "unavailable",
-                       srv->draining ? "shutting down" : "Redis is unreachable", o);
+                       cm_drain_draining(srv->drain) ? "shutting down" : "Redis is unreachable", o);
 }
 
 static void metrics(gw_server_t *srv, struct evhttp_request *req)

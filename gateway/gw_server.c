@@ -15,11 +15,11 @@
 #include <event2/http.h>
 #include <event2/thread.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cm_drain.h"
 #include "cm_err.h"
 #include "cm_log.h"
 #include "cm_mem.h"
@@ -371,47 +371,10 @@ err:
 
 /* --- run / shutdown ---------------------------------------------------------------- */
 
-static void on_drain_tick(evutil_socket_t fd, short what, void *arg)
-{
-    gw_server_t *srv = arg;
-    if (srv->inflight <= 0 || cm_time_mono_ns() - srv->drain_started_ns > DRAIN_LIMIT_NS) {
-        if (srv->inflight > 0)
-            cm_log(CM_LOG_WARN, "shutting down with %d requests still in flight", srv->inflight);
-        event_base_loopexit(srv->base, NULL);
-        return;
-    }
-    struct timeval tv = {0, 50000};
-    evtimer_add(srv->drain_timer, &tv);
-}
-
-static void on_signal(evutil_socket_t sig, short what, void *arg)
-{
-    gw_server_t *srv = arg;
-    if (srv->draining) {
-        event_base_loopexit(srv->base, NULL);
-        return;
-    }
-    cm_log(CM_LOG_INFO, "signal %d: no longer accepting; finishing %d in-flight requests", (int)sig,
-           srv->inflight);
-    srv->draining = true;
-    srv->drain_started_ns = cm_time_mono_ns();
-    cm_http_server_stop_accepting(srv->http);
-    on_drain_tick(-1, 0, srv);
-}
-
 int gw_server_run(gw_server_t *srv)
 {
-    signal(SIGPIPE, SIG_IGN);
-    srv->sig_term = evsignal_new(srv->base, SIGTERM, on_signal, srv);
-    srv->sig_int = evsignal_new(srv->base, SIGINT, on_signal, srv);
-    srv->drain_timer = evtimer_new(srv->base, on_drain_tick, srv);
-    event_add(srv->sig_term, NULL);
-    event_add(srv->sig_int, NULL);
-    cm_log(CM_LOG_INFO, "gateway listening on %s://%s:%d", srv->tls ? "https" : "http",
-           srv->cfg.listen_addr, cm_http_server_port(srv->http));
-    int rc = event_base_dispatch(srv->base);
-    cm_log(CM_LOG_INFO, "gateway stopped");
-    return rc < 0 ? -1 : 0;
+    srv->drain = cm_drain_new(srv->base, srv->http, "gateway", &srv->inflight, DRAIN_LIMIT_NS);
+    return cm_drain_run(srv->drain);
 }
 
 void gw_server_free(gw_server_t *srv)
@@ -424,12 +387,7 @@ void gw_server_free(gw_server_t *srv)
     cm_http_server_free(srv->http);
     if (srv->tick)
         event_free(srv->tick);
-    if (srv->sig_term)
-        event_free(srv->sig_term);
-    if (srv->sig_int)
-        event_free(srv->sig_int);
-    if (srv->drain_timer)
-        event_free(srv->drain_timer);
+    cm_drain_free(srv->drain);
     gw_admit_free(srv->admit);
     gw_limit_free(srv->limit);
     gw_rooms_free(srv->rooms);

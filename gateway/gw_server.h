@@ -75,12 +75,8 @@ typedef struct gw_server {
     gw_limit_t *limit;
     gw_rooms_t *rooms;
     struct event *tick;
-    struct event *sig_term;
-    struct event *sig_int;
-    struct event *drain_timer;
-    uint64_t drain_started_ns;
+    struct cm_drain *drain; /* SIGTERM: stop accepting, finish in-flight requests */
     int inflight;
-    bool draining;
 } gw_server_t;
 
 /** The request being served: embed it first in each handler's operation struct. */

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cm_drain.h"
 #include "cm_err.h"
 #include "cm_log.h"
 #include "cm_mem.h"
@@ -734,7 +735,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     rsv_reconcile_t *r = arg;
     rsv_server_t *srv = r->srv;
-    if (r->closing || srv->draining)
+    if (r->closing || cm_drain_draining(srv->drain))
         return;
     if (++r->ticks % GAUGE_EVERY_TICKS == 1) {
         if (rsv_pg_query(srv->pg, "SELECT state, count(*) FROM checkouts GROUP BY state", 0, NULL,

@@ -8,6 +8,7 @@
 #include <event2/http.h>
 #include <string.h>
 
+#include "cm_drain.h"
 #include "cm_mem.h"
 #include "cm_parse.h"
 #include "rsv_admin.h"
@@ -41,11 +42,12 @@ static void ready(rsv_server_t *srv, struct evhttp_request *req)
     int pg = rsv_pg_connected(srv->pg) > 0;
     json_t *o = json_pack("{s:s, s:b, s:b}", "status", redis && pg ? "ready" : "unavailable",
                           "redis", redis, "postgres", pg);
-    if (redis && pg && !srv->draining)
+    if (redis && pg && !cm_drain_draining(srv->drain))
         rsv_reply_json(&r, 200, o);
     else
-        rsv_reply_error(&r, 503, "unavailable",
-                        srv->draining ? "shutting down" : "a backing store is unreachable", o);
+        rsv_reply_error(
+            &r, 503, "unavailable",
+            cm_drain_draining(srv->drain) ? "shutting down" : "a backing store is unreachable", o);
 }
 
 static void metrics(rsv_server_t *srv, struct evhttp_request *req)

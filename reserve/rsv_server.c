@@ -12,11 +12,11 @@
 #include <event2/event.h>
 #include <event2/thread.h>
 #include <event2/http.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cm_drain.h"
 #include "cm_err.h"
 #include "cm_jwt.h"
 #include "cm_log.h"
@@ -363,47 +363,10 @@ err:
     return NULL;
 }
 
-static void on_drain_tick(evutil_socket_t fd, short what, void *arg)
-{
-    rsv_server_t *srv = arg;
-    if (srv->inflight <= 0 || cm_time_mono_ns() - srv->drain_started_ns > DRAIN_LIMIT_NS) {
-        if (srv->inflight > 0)
-            cm_log(CM_LOG_WARN, "shutting down with %d requests still in flight", srv->inflight);
-        event_base_loopexit(srv->base, NULL);
-        return;
-    }
-    struct timeval tv = {0, 50000};
-    evtimer_add(srv->drain_timer, &tv);
-}
-
-static void on_signal(evutil_socket_t sig, short what, void *arg)
-{
-    rsv_server_t *srv = arg;
-    if (srv->draining) {
-        event_base_loopexit(srv->base, NULL);
-        return;
-    }
-    cm_log(CM_LOG_INFO, "signal %d: no longer accepting; finishing %d in-flight requests", (int)sig,
-           srv->inflight);
-    srv->draining = true;
-    srv->drain_started_ns = cm_time_mono_ns();
-    cm_http_server_stop_accepting(srv->http);
-    on_drain_tick(-1, 0, srv);
-}
-
 int rsv_server_run(rsv_server_t *srv)
 {
-    signal(SIGPIPE, SIG_IGN);
-    srv->sig_term = evsignal_new(srv->base, SIGTERM, on_signal, srv);
-    srv->sig_int = evsignal_new(srv->base, SIGINT, on_signal, srv);
-    srv->drain_timer = evtimer_new(srv->base, on_drain_tick, srv);
-    event_add(srv->sig_term, NULL);
-    event_add(srv->sig_int, NULL);
-    cm_log(CM_LOG_INFO, "reserve listening on %s://%s:%d", srv->tls ? "https" : "http",
-           srv->cfg.listen_addr, cm_http_server_port(srv->http));
-    int rc = event_base_dispatch(srv->base);
-    cm_log(CM_LOG_INFO, "reserve stopped");
-    return rc < 0 ? -1 : 0;
+    srv->drain = cm_drain_new(srv->base, srv->http, "reserve", &srv->inflight, DRAIN_LIMIT_NS);
+    return cm_drain_run(srv->drain);
 }
 
 void rsv_server_free(rsv_server_t *srv)
@@ -418,12 +381,7 @@ void rsv_server_free(rsv_server_t *srv)
     rsv_catalog_free(srv->catalog);
     rsv_pg_free(srv->pg);
     cm_redis_free(srv->redis);
-    if (srv->sig_term)
-        event_free(srv->sig_term);
-    if (srv->sig_int)
-        event_free(srv->sig_int);
-    if (srv->drain_timer)
-        event_free(srv->drain_timer);
+    cm_drain_free(srv->drain);
     cm_metrics_free(srv->metrics);
     if (srv->base)
         event_base_free(srv->base);

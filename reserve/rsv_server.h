@@ -88,12 +88,8 @@ typedef struct rsv_server {
     rsv_pay_t *pay;
     rsv_reconcile_t *reconcile;
     char *admin_token;
-    struct event *sig_term;
-    struct event *sig_int;
-    struct event *drain_timer;
-    uint64_t drain_started_ns;
+    struct cm_drain *drain; /* SIGTERM: stop accepting, finish in-flight requests */
     int inflight;
-    bool draining;
 } rsv_server_t;
 
 /** The request being served: embed it first in each handler's operation struct. */
