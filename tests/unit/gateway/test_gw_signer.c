@@ -50,7 +50,9 @@ static int setup(void **state)
     assert_int_equal(PEM_write_bio_PrivateKey(b, key, NULL, NULL, 0, NULL, NULL), 1);
     char *data;
     long n = BIO_get_mem_data(b, &data);
-    f->pem = strndup(data, (size_t)n);
+    f->pem = malloc((size_t)n + 1); /* BIO memory is not NUL-terminated */
+    memcpy(f->pem, data, (size_t)n);
+    f->pem[n] = '\0';
     BIO_free(b);
     EVP_PKEY_free(key);
     char err[256];
