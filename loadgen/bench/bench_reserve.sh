@@ -1,0 +1,547 @@
+#!/usr/bin/env bash
+# loadgen/bench/bench_reserve.sh — the reserve measured side by side with its own backends.
+#
+# In one run, on a private stack (deploy/onsale up in a temporary state dir, free ports):
+#
+#   holds    wrk, C keep-alive TLS connections, POST /v1/events/E/holds for one seat,
+#            every seat asked for once, tokens rotating over many buyers (holds.lua)
+#     vs     redis-benchmark SET k v NX PX 60000 on the same Redis, same concurrency
+#   confirms wrk, C connections, POST /v1/holds/H/confirm, each pre-created hold (one buyer
+#            each) confirmed once with its own Idempotency-Key (mkholds.lua, confirm.lua)
+#     vs     pgbench, same Postgres, C clients: one transaction inserting a checkout, a
+#            booking and a booking item under the unique keys (reserve/pg_*.sql)
+#   also     the reserve's GET /healthz on the same connections (its transport floor),
+#            each buyer's first hold (token not cached yet) and the first hold on a
+#            fresh event — reported apart, not in the ratios
+#
+# Each pair runs REPS times, ours then the reference, so both see the same machine; the
+# table at the end gives every repetition, the medians, the spread ((max-min)/median —
+# how noisy the machine was) and the ratios against the targets of issue 2 (holds ≥ 0.5×
+# Redis SET NX PX with p99 < 20 ms; confirms ≥ 0.5× pgbench). Ratios, not absolute
+# times, are the result: absolute figures depend on whatever else the machine is doing.
+#
+# Usage: loadgen/bench/bench_reserve.sh [--skip-build] [--reps N] [--duration S]
+#                                       [--connections C] [--keep]
+# Environment: ONSALE_BUILD (build dir, default <checkout>/build), ONSALE_SKIP_BUILD=1
+# (same as --skip-build), BENCH_HOLD_TOKENS (buyers rotating in the hold run, 5000),
+# BENCH_PYTHON (a python3 with python3-cryptography), BENCH_PAYSIM_LATENCY_MS (the payment
+# simulator's charge latency during the run, 0; it defaults to 20-80 ms on its own).
+# Needs: wrk, redis-benchmark, redis-cli, pgbench, psql, curl, python3 + cryptography.
+# Exit status: 0 measured (whatever the verdicts), 1 the benchmark could not run.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
+LIB=$ROOT/loadgen/bench/reserve
+PROG=bench_reserve
+
+REPS=3
+DURATION=10       # seconds per measured run
+CONNS=50          # concurrent connections / clients, ours and reference alike
+THREADS=2         # wrk threads, pgbench -j
+HOLD_TOKENS=${BENCH_HOLD_TOKENS:-5000}
+# The payment simulator's charge latency (it defaults to 20-80 ms). The confirm target
+# compares the reserve's own work with Postgres, so the provider answers at once unless
+# asked otherwise; its journal fsync stays on.
+PAYSIM_LATENCY=${BENCH_PAYSIM_LATENCY_MS:-0}
+HOLD_SEATS=199800 # per hold-run event (the reserve takes up to 200,000 seats an event)
+RB_REQUESTS=200000
+RB_KEYSPACE=1000000
+PRE_CONNS=100     # connections used to pre-create holds (not measured)
+PRE_LIMIT=120     # seconds pre-creating one batch of holds may take
+CALIB_HOLDS=3000  # holds for the confirm warm-up that sizes the measured batches
+CALIB_SECONDS=3
+FLOOR_SECONDS=5   # GET /healthz run per repetition (the transport floor)
+SKIP_BUILD=${ONSALE_SKIP_BUILD:-0}
+KEEP=0
+BUILD=${ONSALE_BUILD:-$ROOT/build}
+
+usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; }
+
+while (($#)); do
+    case $1 in
+    --skip-build) SKIP_BUILD=1 ;;
+    --reps) REPS=${2:?}; shift ;;
+    --duration) DURATION=${2:?}; shift ;;
+    --connections) CONNS=${2:?}; shift ;;
+    --keep) KEEP=1 ;;
+    -h | --help) usage; exit 0 ;;
+    *) printf '%s: unknown argument %s (try --help)\n' "$PROG" "$1" >&2; exit 1 ;;
+    esac
+    shift
+done
+[[ $PAYSIM_LATENCY =~ ^[0-9]+$ ]] || { printf '%s: BENCH_PAYSIM_LATENCY_MS must be a number of ms\n' "$PROG" >&2; exit 1; }
+for v in REPS DURATION CONNS HOLD_TOKENS; do
+    [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { printf '%s: %s must be a positive integer\n' "$PROG" "$v" >&2; exit 1; }
+done
+((CONNS >= THREADS)) || THREADS=$CONNS
+
+say() { printf '[%s %s] %s\n' "$PROG" "$(date +%T)" "$*" >&2; }
+die() {
+    printf '%s: error: %s\n' "$PROG" "$*" >&2
+    exit 1
+}
+
+for c in wrk redis-benchmark redis-cli pgbench psql curl timeout awk; do
+    command -v "$c" >/dev/null 2>&1 || die "'$c' not found (wrk, redis-tools, postgresql-contrib, curl)"
+done
+PY=
+for p in ${BENCH_PYTHON:-} /usr/bin/python3 python3; do
+    if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import cryptography' 2>/dev/null; then
+        PY=$p
+        break
+    fi
+done
+[[ -n $PY ]] || die "no python3 with the cryptography module (apt-get install python3-cryptography)"
+
+# ---------------------------------------------------------------------------------------
+# the stack, and cleaning it up whatever happens
+
+WORK=$(mktemp -d /tmp/onsale-bench.XXXXXX)
+chmod 755 "$WORK" # Postgres runs as user postgres when we are root: it must enter it
+STATE=$WORK/state
+OUT=$WORK/out
+mkdir -p "$OUT"
+cd "$WORK" # nothing below writes into the caller's directory
+STACK_UP=0
+BG_PID=
+RLOG=$STATE/log/reserve.log
+
+onsale() {
+    ONSALE_STATE=$STATE ONSALE_BUILD=$BUILD ONSALE_SKIP_DEPS=1 ONSALE_SKIP_BUILD=1 ONSALE_SEED=0 \
+        ONSALE_RESERVE_PORT=$P_RESERVE ONSALE_REDIS_PORT=$P_REDIS ONSALE_PG_PORT=$P_PG \
+        ONSALE_GATEWAY_PORT=$P_GATEWAY ONSALE_PAYSIM_PORT=$P_PAYSIM \
+        ONSALE_PAYSIM_LATENCY_MIN_MS=$PAYSIM_LATENCY ONSALE_PAYSIM_LATENCY_MAX_MS=$PAYSIM_LATENCY \
+        timeout -k 10 240 "$ROOT/deploy/onsale" "$@"
+}
+
+# shellcheck disable=SC2317 # invoked by the EXIT trap
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    if [[ -n $BG_PID ]]; then kill -INT "$BG_PID" 2>/dev/null || true; fi
+    if ((rc != 0)) && [[ -s $RLOG ]]; then
+        printf -- '--- tail of the reserve log (%s) ---\n' "$RLOG" >&2
+        tail -n 20 "$RLOG" >&2 || true
+    fi
+    if ((STACK_UP)); then
+        say "stopping the stack"
+        onsale down >>"$OUT/stack.log" 2>&1 || say "warning: deploy/onsale down failed (see $OUT/stack.log)"
+    fi
+    if ((KEEP)); then
+        say "kept $WORK (state, logs, wrk outputs)"
+    else
+        rm -rf "$WORK"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Five distinct free loopback ports (bound together, so no two are equal).
+pick_ports() {
+    read -r P_RESERVE P_REDIS P_PG P_GATEWAY P_PAYSIM < <("$PY" -c '
+import socket
+ss = [socket.socket() for _ in range(5)]
+for s in ss:
+    s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in ss])')
+}
+
+if ((SKIP_BUILD)); then
+    say "not building (--skip-build): using $BUILD"
+else
+    say "building $BUILD (deploy/onsale build)"
+    ONSALE_BUILD=$BUILD timeout 1800 "$ROOT/deploy/onsale" build >"$OUT/build.log" 2>&1 ||
+        { tail -n 30 "$OUT/build.log" >&2; die "build failed (log above)"; }
+fi
+TOKEN_BIN=$BUILD/loadgen/onsale-token
+[[ -x $BUILD/reserve/onsale-reserve && -x $TOKEN_BIN ]] || die "$BUILD has no onsale-reserve/onsale-token"
+
+STACK_NOTE=
+for attempt in 1 2 3; do
+    pick_ports
+    URL=https://127.0.0.1:$P_RESERVE
+    say "starting the stack in $STATE (reserve :$P_RESERVE, redis :$P_REDIS, postgres :$P_PG)"
+    STACK_UP=1
+    if onsale up >>"$OUT/stack.log" 2>&1; then break; fi
+    # `up` starts the reserve before the gateway: a gateway that fails to start does
+    # not concern this benchmark, as long as the reserve answers /readyz.
+    if [[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 5 --cacert "$STATE/ca.pem" \
+        "$URL/readyz" 2>/dev/null) == 200 ]]; then
+        STACK_NOTE="deploy/onsale up failed after the reserve was ready; went on without it: $(grep 'error:' "$OUT/stack.log" | tail -n 1)"
+        say "warning: $STACK_NOTE"
+        break
+    fi
+    onsale down >>"$OUT/stack.log" 2>&1 || true
+    STACK_UP=0
+    grep -q 'already in use' "$OUT/stack.log" && ((attempt < 3)) && continue
+    tail -n 30 "$OUT/stack.log" >&2
+    die "deploy/onsale up failed"
+done
+RESERVE_PID=$(cat "$STATE/run/reserve.pid")
+REDIS_PID=$(cat "$STATE/run/redis.pid")
+PAYSIM_PID=$(cat "$STATE/run/paysim.pid" 2>/dev/null || echo 0) # 0: not running
+RLOG_START=$(stat -c %s "$RLOG")
+
+# ---------------------------------------------------------------------------------------
+# helpers
+
+reserve_alive() {
+    [[ -r /proc/$RESERVE_PID/cmdline ]] && tr '\0' ' ' <"/proc/$RESERVE_PID/cmdline" | grep -q onsale-reserve
+}
+check_alive() { reserve_alive || die "the reserve (pid $RESERVE_PID) died during $1"; }
+
+# cpu_ticks PID: user+system clock ticks the process has used so far.
+cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+# cpu_pct TICKS_BEFORE TICKS_AFTER SECONDS: percent of one core.
+cpu_pct() { awk -v a="$1" -v b="$2" -v s="$3" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.0f", (s > 0 ? (b - a) / hz / s * 100 : 0) }'; }
+
+# admin_put EVENT JSON: creates the event (admin token passed on curl's stdin config).
+admin_put() {
+    local code
+    code=$(printf 'header = "Authorization: Bearer %s"\n' "$(cat "$STATE/admin-token")" |
+        curl -s -K - -o "$OUT/admin_body" -w '%{http_code}' --max-time 120 --cacert "$STATE/ca.pem" \
+            -X PUT -H 'Content-Type: application/json' --data-binary "$2" "$URL/admin/events/$1") || true
+    [[ $code == 201 || $code == 200 ]] ||
+        die "PUT /admin/events/$1 answered '$code': $(head -c 300 "$OUT/admin_body" 2>/dev/null)"
+}
+
+# event_json SEATS: sections S0, S1, … of 200 rows x 200 seats (common.lua names them).
+event_json() {
+    awk -v n="$1" 'BEGIN {
+        per = 200 * 200; printf "{\"sections\":["
+        for (k = 0; k * per < n; k++) {
+            left = n - k * per; rows = left >= per ? 200 : int((left + 199) / 200)
+            printf "%s{\"id\":\"S%d\",\"rows\":%d,\"seats_per_row\":200,\"price\":2500}", k ? "," : "", k, rows
+        }
+        printf "],\"currency\":\"EUR\",\"hold_ttl_seconds\":600,\"max_per_buyer\":0}"
+    }'
+}
+
+# mint EVENT SUB COUNT FILE: COUNT admission tokens for EVENT, subs SUB-1..SUB-COUNT.
+mint() {
+    local tpl
+    tpl=$("$TOKEN_BIN" --key "$STATE/keys/admission-1.pem" --event "$1" --sub "$2-template") ||
+        die "onsale-token failed"
+    "$PY" "$LIB/mint_tokens.py" --key "$STATE/keys/admission-1.pem" --template "$tpl" \
+        --event "$1" --sub "$2" --count "$3" >"$4" || die "minting tokens failed"
+    [[ $(wc -l <"$4") -eq $3 ]] || die "minted $(wc -l <"$4") tokens, wanted $3"
+}
+
+# field FILE KEY: KEY=value from the RESULT line of a wrk output.
+field() { sed -n 's/^RESULT //p' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+
+# wrk_run OUTFILE SECONDS SCRIPT ARGS…: one measured wrk run (bounded), ours.
+wrk_run() {
+    local out=$1 secs=$2 script=$3
+    shift 3
+    timeout -k 10 -s INT $((secs + 60)) wrk -t"$THREADS" -c"$CONNS" -d"${secs}s" --timeout 5s \
+        --latency -s "$LIB/$script" "$URL" -- "$@" >"$out" 2>&1 || true
+    grep -q '^RESULT ' "$out" || { cat "$out" >&2; die "wrk ($script) printed no result"; }
+}
+
+# precreate EVENT N TOKENS OUTFILE [CONNECTIONS]: N holds, seat i held by token line i+1;
+# writes hold_id<TAB>token<TAB>amount lines. Sets PRE_GOT to how many it got; wrk's
+# output (RESULT) is in $OUT/pre.EVENT.wrk.
+precreate() {
+    local ev=$1 n=$2 tokens=$3 dest=$4 conns=${5:-$PRE_CONNS} pre=$OUT/pre.$1 i
+    rm -f "$pre".*
+    wrk -t"$THREADS" -c"$conns" -d"${PRE_LIMIT}s" --timeout 5s -s "$LIB/mkholds.lua" "$URL" \
+        -- "$tokens" "$ev" "$n" "$THREADS" "$pre" >"$pre.wrk" 2>&1 &
+    BG_PID=$!
+    for ((i = 0; i < PRE_LIMIT * 10; i++)); do
+        local done_files=("$pre".done.*)
+        [[ -e ${done_files[0]} && ${#done_files[@]} -ge $THREADS ]] && break
+        kill -0 "$BG_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -INT "$BG_PID" 2>/dev/null || true
+    wait "$BG_PID" || true
+    BG_PID=
+    check_alive "pre-creating holds"
+    cat "$pre".[0-9]* >"$dest" 2>/dev/null || : >"$dest"
+    local got
+    got=$(wc -l <"$dest")
+    PRE_GOT=$got
+    if ((got < n)); then
+        say "warning: pre-creating $n holds on $ev gave $got; answers: $(field "$pre.wrk" codes)"
+        sed -n 's/^SAMPLE /  /p' "$pre.wrk" >&2
+        printf '%s\n' "$ev: $((n - got)) of $n hold requests failed: $(field "$pre.wrk" codes)" >>"$OUT/anomalies"
+    fi
+    ((got > 0)) || die "could not pre-create any hold on $ev"
+}
+
+# note_anomalies LABEL FILE: remembers non-201 answers and socket errors of a wrk run.
+note_anomalies() {
+    local label=$1 f=$2 codes errs
+    codes=$(field "$f" codes)
+    errs="connect $(field "$f" connect_errors), read $(field "$f" read_errors), write $(field "$f" write_errors), timeouts $(field "$f" timeouts)"
+    if [[ $codes != 201:* || $codes == *,* || $errs != "connect 0, read 0, write 0, timeouts 0" ]]; then
+        printf '%s: answers %s; socket errors: %s\n' "$label" "$codes" "$errs" >>"$OUT/anomalies"
+        sed -n 's/^SAMPLE /    e.g. /p' "$f" >>"$OUT/anomalies"
+    fi
+    if [[ $(field "$f" exhausted) != 0 ]]; then
+        printf '%s: INVALID, ran out of %s before the end (fallback GET /healthz counted above)\n' \
+            "$label" "$3" >>"$OUT/anomalies"
+    fi
+}
+
+# ms FILE KEY: a µs field of a RESULT line in ms.
+ms() { awk -v u="$(field "$1" "$2")" 'BEGIN { printf "%.2f", u / 1000 }'; }
+
+# first_hold EVENT SEAT_INDEX: one hold by a buyer of its own; prints its time in ms.
+first_hold() {
+    local tok out
+    tok=$("$TOKEN_BIN" --key "$STATE/keys/admission-1.pem" --event "$1" --sub bench-first) ||
+        die "onsale-token failed"
+    out=$(printf 'header = "Authorization: Bearer %s"\n' "$tok" |
+        curl -s -K - -o "$OUT/first_body" -w '%{http_code} %{time_total}' --max-time 30 \
+            --cacert "$STATE/ca.pem" -H 'Content-Type: application/json' \
+            --data-binary "{\"seats\":[\"$(seat_id "$2")\"]}" "$URL/v1/events/$1/holds") || true
+    [[ $out == 201\ * ]] || die "first hold on $1 answered '$out': $(head -c 300 "$OUT/first_body")"
+    awk -v t="${out#* }" 'BEGIN { printf "%.0f", t * 1000 }'
+}
+
+# seat_id INDEX: the seat's name (common.lua's seat_id).
+seat_id() { awk -v i="$1" 'BEGIN { s = int(i / 40000); j = i % 40000; printf "S%d-%d-%d", s, int(j / 200) + 1, j % 200 + 1 }'; }
+
+# stats V…: "median min max spread%" of the values.
+stats() {
+    printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END {
+        m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+        printf "%s %s %s %.0f\n", m, v[1], v[NR], (m > 0 ? (v[NR] - v[1]) / m * 100 : 0) }'
+}
+fmt() { awk -v v="$1" -v d="${2:-0}" 'BEGIN { printf "%.*f", d, v }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", (b > 0 ? a / b : 0) }'; }
+
+: >"$OUT/anomalies"
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+T_START=$SECONDS
+
+# ---------------------------------------------------------------------------------------
+# 1. holds vs Redis SET NX PX
+
+declare -a H_RPS H_P50 H_P99 H_WP99 H_CPU H_NON R_RPS R_P50 R_P99 R_CPU HR_RATIO
+declare -a K_RPS K_P50 K_P99 K_CPU K_FIRST F_RPS HF_RATIO
+for ((r = 1; r <= REPS; r++)); do
+    ev=bench-h$r
+    say "holds $r/$REPS: event $ev ($HOLD_SEATS seats), $HOLD_TOKENS buyers' tokens"
+    admin_put "$ev" "$(event_json "$HOLD_SEATS")"
+    mint "$ev" "hbuyer$r" "$HOLD_TOKENS" "$OUT/tokens.$ev"
+    # The first hold on a new event waits while the reserve loads it: time it alone.
+    K_FIRST[r]=$(first_hold "$ev" "$((HOLD_SEATS - 1))")
+    # Every buyer's first hold (token not yet cached): seats 0..T-1, one per token.
+    say "holds $r/$REPS: first use of each of the $HOLD_TOKENS tokens (not the measured run)"
+    c0=$(cpu_ticks "$RESERVE_PID")
+    precreate "$ev" "$HOLD_TOKENS" "$OUT/tokens.$ev" "$OUT/cold-holds.$ev" "$CONNS"
+    c1=$(cpu_ticks "$RESERVE_PID")
+    f=$OUT/pre.$ev.wrk
+    K_CPU[r]=$(cpu_pct "$c0" "$c1" "$(awk -v d="$(field "$f" span_us)" 'BEGIN { print d / 1e6 }')")
+    K_RPS[r]=$(awk -v ok="$(field "$f" ok)" -v d="$(field "$f" span_us)" 'BEGIN { printf "%.1f", (d > 0 ? ok / (d / 1e6) : 0) }')
+    K_P50[r]=$(ms "$f" p50_us) K_P99[r]=$(ms "$f" p99_us)
+
+    say "holds $r/$REPS: reserve, wrk -t$THREADS -c$CONNS -d${DURATION}s, seats $HOLD_TOKENS.. with the same tokens"
+    c0=$(cpu_ticks "$RESERVE_PID")
+    wrk_run "$OUT/holds.$r" "$DURATION" holds.lua "$OUT/tokens.$ev" "$ev" "$HOLD_TOKENS" "$((HOLD_SEATS - 1))" "$THREADS"
+    c1=$(cpu_ticks "$RESERVE_PID")
+    check_alive "the hold run"
+    f=$OUT/holds.$r
+    dur=$(field "$f" duration_us)
+    H_RPS[r]=$(awk -v ok="$(field "$f" ok)" -v d="$dur" 'BEGIN { printf "%.1f", ok / (d / 1e6) }')
+    H_P50[r]=$(ms "$f" p50_us) H_P99[r]=$(ms "$f" p99_us) H_WP99[r]=$(ms "$f" wrk_p99_us)
+    H_NON[r]=$(($(field "$f" requests) - $(field "$f" ok)))
+    H_CPU[r]=$(cpu_pct "$c0" "$c1" "$(awk -v d="$dur" 'BEGIN { print d / 1e6 }')")
+    note_anomalies "holds run $r" "$f" seats
+
+    say "holds $r/$REPS: reserve GET /healthz floor, wrk -t$THREADS -c$CONNS -d${FLOOR_SECONDS}s"
+    timeout -k 10 -s INT $((FLOOR_SECONDS + 60)) wrk -t"$THREADS" -c"$CONNS" -d"${FLOOR_SECONDS}s" \
+        --timeout 5s -s "$LIB/healthz.lua" "$URL" >"$OUT/healthz.$r" 2>&1 || true
+    grep -q '^RESULT ' "$OUT/healthz.$r" || { cat "$OUT/healthz.$r" >&2; die "wrk (healthz.lua) printed no result"; }
+    check_alive "the /healthz run"
+    F_RPS[r]=$(awk -v ok="$(field "$OUT/healthz.$r" ok)" -v d="$(field "$OUT/healthz.$r" duration_us)" 'BEGIN { printf "%.1f", ok / (d / 1e6) }')
+    HF_RATIO[r]=$(ratio "${H_RPS[r]}" "${F_RPS[r]}")
+
+    say "holds $r/$REPS: redis-benchmark -c $CONNS -n $RB_REQUESTS SET NX PX"
+    c0=$(cpu_ticks "$REDIS_PID")
+    t0=$(date +%s.%N)
+    timeout -k 10 120 redis-benchmark -h 127.0.0.1 -p "$P_REDIS" -c "$CONNS" -n "$RB_REQUESTS" \
+        -r "$RB_KEYSPACE" --csv SET 'bench:key:__rand_int__' v NX PX 60000 >"$OUT/redis.$r" 2>&1 ||
+        { cat "$OUT/redis.$r" >&2; die "redis-benchmark failed"; }
+    t1=$(date +%s.%N)
+    c1=$(cpu_ticks "$REDIS_PID")
+    line=$(grep '^"SET' "$OUT/redis.$r" | tr -d '"') || die "redis-benchmark printed no result"
+    IFS=, read -r _ rps _ _ p50 _ p99 _ <<<"$line"
+    R_RPS[r]=$rps R_P50[r]=$p50 R_P99[r]=$p99
+    R_CPU[r]=$(cpu_pct "$c0" "$c1" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')")
+    HR_RATIO[r]=$(ratio "${H_RPS[r]}" "${R_RPS[r]}")
+done
+
+# ---------------------------------------------------------------------------------------
+# 2. confirms vs pgbench
+
+PSQL=(psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$P_PG" -U onsale -d onsale)
+PGCONNECT_TIMEOUT=5 timeout 60 "${PSQL[@]}" -f "$LIB/pg_tables.sql" >"$OUT/pg_tables.log" 2>&1 ||
+    { cat "$OUT/pg_tables.log" >&2; die "creating the bench_* tables failed"; }
+
+# Warm-up that also sizes the batches: a short confirm run on CALIB_HOLDS holds.
+say "confirms: warm-up (${CALIB_SECONDS}s on $CALIB_HOLDS holds) to size the batches"
+ev=bench-c0
+admin_put "$ev" "$(event_json "$CALIB_HOLDS")"
+mint "$ev" cbuyer0 "$CALIB_HOLDS" "$OUT/tokens.$ev"
+precreate "$ev" "$CALIB_HOLDS" "$OUT/tokens.$ev" "$OUT/holds-list.$ev"
+wrk_run "$OUT/confirm.0" "$CALIB_SECONDS" confirm.lua "$OUT/holds-list.$ev" "$THREADS"
+check_alive "the confirm warm-up"
+note_anomalies "confirm warm-up" "$OUT/confirm.0" holds
+RATE_EST=$(awk -v ok="$(field "$OUT/confirm.0" ok)" -v d="$(field "$OUT/confirm.0" duration_us)" \
+    -v ex="$(field "$OUT/confirm.0" exhausted)" 'BEGIN { r = ok / (d / 1e6); if (ex > 0) r *= 2; printf "%.0f", (r < 50 ? 50 : r) }')
+
+declare -a C_RPS C_P50 C_P99 C_WP99 C_CPU C_PCPU C_TPC C_NON C_N G_TPS G_LAT G_FAIL CG_RATIO
+for ((r = 1; r <= REPS; r++)); do
+    n=$(awk -v e="$RATE_EST" -v d="$DURATION" -v max="$HOLD_SEATS" 'BEGIN { n = int(e * d * 1.5) + 500; print (n > max ? max : n) }')
+    ev=bench-c$r
+    say "confirms $r/$REPS: event $ev, pre-creating $n holds (one buyer each; ~${RATE_EST}/s expected)"
+    admin_put "$ev" "$(event_json "$n")"
+    mint "$ev" "cbuyer$r" "$n" "$OUT/tokens.$ev"
+    precreate "$ev" "$n" "$OUT/tokens.$ev" "$OUT/holds-list.$ev"
+    C_N[r]=$PRE_GOT
+
+    say "confirms $r/$REPS: reserve, wrk -t$THREADS -c$CONNS -d${DURATION}s"
+    c0=$(cpu_ticks "$RESERVE_PID") p0=$(cpu_ticks "$PAYSIM_PID")
+    wrk_run "$OUT/confirm.$r" "$DURATION" confirm.lua "$OUT/holds-list.$ev" "$THREADS"
+    c1=$(cpu_ticks "$RESERVE_PID") p1=$(cpu_ticks "$PAYSIM_PID")
+    check_alive "the confirm run"
+    dur=$(field "$OUT/confirm.$r" duration_us)
+    C_RPS[r]=$(awk -v ok="$(field "$OUT/confirm.$r" ok)" -v d="$dur" 'BEGIN { printf "%.1f", ok / (d / 1e6) }')
+    C_P50[r]=$(ms "$OUT/confirm.$r" p50_us) C_P99[r]=$(ms "$OUT/confirm.$r" p99_us)
+    C_WP99[r]=$(ms "$OUT/confirm.$r" wrk_p99_us)
+    C_NON[r]=$(($(field "$OUT/confirm.$r" requests) - $(field "$OUT/confirm.$r" ok)))
+    C_CPU[r]=$(cpu_pct "$c0" "$c1" "$(awk -v d="$dur" 'BEGIN { print d / 1e6 }')")
+    C_PCPU[r]=$(cpu_pct "$p0" "$p1" "$(awk -v d="$dur" 'BEGIN { print d / 1e6 }')")
+    note_anomalies "confirm run $r" "$OUT/confirm.$r" holds
+    C_TPC[r]=$(PGCONNECT_TIMEOUT=5 timeout 30 "${PSQL[@]}" -A -t -c "SELECT round(count(*)::numeric /
+        greatest(count(DISTINCT t.checkout_id), 1), 1) FROM checkout_transitions t JOIN checkouts c
+        USING (checkout_id) WHERE c.event_id = '$ev'" 2>/dev/null) || C_TPC[r]='?'
+    [[ -n ${C_TPC[r]} ]] || C_TPC[r]='?'
+    RATE_EST=$(awk -v a="$RATE_EST" -v b="${C_RPS[r]}" 'BEGIN { printf "%.0f", (b > a ? b : a) }')
+
+    say "confirms $r/$REPS: pgbench -c $CONNS -j $THREADS -T $DURATION (pg_confirm.sql)"
+    timeout -k 10 $((DURATION + 60)) pgbench -n -h 127.0.0.1 -p "$P_PG" -U onsale -c "$CONNS" \
+        -j "$THREADS" -T "$DURATION" -D run="$r" -D n=0 -f "$LIB/pg_confirm.sql" onsale \
+        >"$OUT/pgbench.$r" 2>&1 || { tail -n 20 "$OUT/pgbench.$r" >&2; die "pgbench failed"; }
+    G_TPS[r]=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' "$OUT/pgbench.$r")
+    G_LAT[r]=$(sed -n 's/^latency average = \([0-9.]*\) ms/\1/p' "$OUT/pgbench.$r")
+    G_FAIL[r]=$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' "$OUT/pgbench.$r")
+    [[ -n ${G_TPS[r]} ]] || { cat "$OUT/pgbench.$r" >&2; die "pgbench printed no tps"; }
+    CG_RATIO[r]=$(ratio "${C_RPS[r]}" "${G_TPS[r]}")
+done
+ELAPSED=$((SECONDS - T_START))
+
+# ---------------------------------------------------------------------------------------
+# the reserve's own account of the run
+
+check_alive "the benchmark"
+tail -c "+$((RLOG_START + 1))" "$RLOG" >"$OUT/reserve-run.log" 2>/dev/null || true
+LOG_WARN=$(grep -c ' warn: ' "$OUT/reserve-run.log" || true)
+LOG_ERR=$(grep -Ec ' (error|fatal|crit): ' "$OUT/reserve-run.log" || true)
+curl -s --max-time 5 --cacert "$STATE/ca.pem" "$URL/metrics" >"$OUT/metrics" 2>/dev/null || true
+metric() { awk -v m="$1" '$1 == m { printf "%.0f", $2 }' "$OUT/metrics"; }
+
+# ---------------------------------------------------------------------------------------
+# the table
+
+verdict() { awk -v v="$1" -v op="$2" -v t="$3" 'BEGIN { ok = op == ">=" ? v >= t : v < t; print (ok ? "PASS" : "FAIL") }'; }
+row() { printf '%-7s' "$1"; shift; printf ' %10s' "$@"; printf '\n'; }
+sum_line() { # sum_line ARRAY-NAME…: a "median" row and a "spread" row over the arrays
+    local a ref med spread meds=() spreads=()
+    for a in "$@"; do
+        ref="${a}[@]"
+        read -r med _ _ spread < <(stats "${!ref}")
+        meds+=("$(fmt "$med" 2)")
+        spreads+=("$spread%")
+    done
+    row median "${meds[@]}"
+    row spread "${spreads[@]}"
+}
+
+read -r h_med _ _ _ < <(stats "${H_RPS[@]}")
+read -r r_med _ _ _ < <(stats "${R_RPS[@]}")
+read -r hp99_med _ _ _ < <(stats "${H_P99[@]}")
+read -r hr_med _ _ _ < <(stats "${HR_RATIO[@]}")
+read -r c_med _ _ _ < <(stats "${C_RPS[@]}")
+read -r g_med _ _ _ < <(stats "${G_TPS[@]}")
+read -r cg_med _ _ _ < <(stats "${CG_RATIO[@]}")
+
+REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+git -C "$ROOT" diff --quiet HEAD -- common reserve deploy 2>/dev/null || REV="$REV+local changes"
+printf '\n=== onsale reserve benchmark: %s, %s cores, tree %s, build %s\n' "$(date -u +%FT%TZ)" "$(nproc)" "$REV" "$BUILD"
+printf '    %s connections (wrk -t%s, pgbench -j%s), %s s per run, %s repetitions (ours, then the reference)\n' \
+    "$CONNS" "$THREADS" "$THREADS" "$DURATION" "$REPS"
+printf '    load average at start %s, at end %s; spread = (max - min) / median over the repetitions\n' \
+    "$LOAD_START" "$(cut -d' ' -f1-3 /proc/loadavg)"
+printf '    services running: %s\n' "$(ONSALE_STATE=$STATE "$ROOT/deploy/onsale" status 2>/dev/null |
+    awk '$2 == "running" { printf "%s%s", n++ ? ", " : "", $1 }')"
+[[ -z $STACK_NOTE ]] || printf '    note: %s\n' "$STACK_NOTE"
+
+printf '\nHOLDS  reserve: POST /v1/events/E/holds, 1 seat, every seat once, %s buyers rotating (tokens cached)\n' "$HOLD_TOKENS"
+printf '       redis:   redis-benchmark SET bench:key:<rand> v NX PX 60000, -r %s, same Redis\n' "$RB_KEYSPACE"
+row rep 'rsv 201/s' 'p50 ms' 'p99 ms' 'wrk p99*' 'non-201' 'rsv cpu%' 'redis/s' 'p50 ms' 'p99 ms' 'rds cpu%' ratio
+for ((r = 1; r <= REPS; r++)); do
+    row "$r" "$(fmt "${H_RPS[r]}")" "${H_P50[r]}" "${H_P99[r]}" "${H_WP99[r]}" "${H_NON[r]}" "${H_CPU[r]}" \
+        "$(fmt "${R_RPS[r]}")" "${R_P50[r]}" "${R_P99[r]}" "${R_CPU[r]}" "${HR_RATIO[r]}"
+done
+sum_line H_RPS H_P50 H_P99 H_WP99 H_NON H_CPU R_RPS R_P50 R_P99 R_CPU HR_RATIO
+printf '\nFLOOR  the reserve'"'"'s GET /healthz on the same kind of connections (%s s): how much of a hold is transport\n' "$FLOOR_SECONDS"
+row rep 'healthz/s' 'holds/hz'
+for ((r = 1; r <= REPS; r++)); do row "$r" "$(fmt "${F_RPS[r]}")" "${HF_RATIO[r]}"; done
+sum_line F_RPS HF_RATIO
+
+printf '\nFIRST USES (not in the ratio): each buyer'"'"'s first hold, token not yet cached, %s connections;\n' "$CONNS"
+printf '       and the very first hold on the freshly created event (%s seats), alone\n' "$HOLD_SEATS"
+row rep 'holds/s' 'p50 ms' 'p99 ms' 'rsv cpu%' '1st hold ms'
+for ((r = 1; r <= REPS; r++)); do
+    row "$r" "$(fmt "${K_RPS[r]}")" "${K_P50[r]}" "${K_P99[r]}" "${K_CPU[r]}" "${K_FIRST[r]}"
+done
+sum_line K_RPS K_P50 K_P99 K_CPU K_FIRST
+
+printf '\nCONFIRMS reserve: POST /v1/holds/H/confirm, each pre-created hold once, one buyer per hold\n'
+if ((PAYSIM_PID)); then
+    printf '         (payment simulator in the path, charge latency %s ms: BENCH_PAYSIM_LATENCY_MS)\n' "$PAYSIM_LATENCY"
+fi
+printf '         pgbench: BEGIN; INSERT checkout; INSERT booking; INSERT booking item; END (bench_* tables)\n'
+row rep 'rsv 201/s' 'p50 ms' 'p99 ms' 'wrk p99*' 'non-201' 'rsv cpu%' 'pay cpu%' 'steps/cf' 'holds' 'pg tps' 'pg avg ms' 'pg failed' ratio
+for ((r = 1; r <= REPS; r++)); do
+    row "$r" "$(fmt "${C_RPS[r]}")" "${C_P50[r]}" "${C_P99[r]}" "${C_WP99[r]}" "${C_NON[r]}" "${C_CPU[r]}" \
+        "${C_PCPU[r]}" "${C_TPC[r]}" "${C_N[r]}" "$(fmt "${G_TPS[r]}")" "${G_LAT[r]}" "${G_FAIL[r]:-?}" "${CG_RATIO[r]}"
+done
+sum_line C_RPS C_P50 C_P99 C_WP99 C_NON C_CPU C_PCPU C_TPC C_N G_TPS G_LAT G_FAIL CG_RATIO
+printf '\np50/p99: each request timed by the Lua script; * wrk p99: wrk'"'"'s own figure, inflated by its\n'
+printf 'coordinated-omission correction (loadgen/bench/reserve/common.lua says how); cpu%%: of one core;\n'
+printf 'steps/cf: checkout_transitions rows per confirmed checkout (the saga'"'"'s committed steps).\n'
+
+printf '\nRESULT (medians)\n'
+printf '  holds:    reserve %s/s vs Redis SET NX PX %s/s  ratio %s  (target >= 0.50: %s)\n' \
+    "$(fmt "$h_med")" "$(fmt "$r_med")" "$(fmt "$hr_med" 3)" "$(verdict "$hr_med" '>=' 0.5)"
+printf '            hold p99 %s ms  (target < 20 ms: %s)\n' "$(fmt "$hp99_med" 2)" "$(verdict "$hp99_med" '<' 20)"
+printf '  confirms: reserve %s/s vs pgbench %s tps  ratio %s  (target >= 0.50: %s)\n' \
+    "$(fmt "$c_med")" "$(fmt "$g_med")" "$(fmt "$cg_med" 3)" "$(verdict "$cg_med" '>=' 0.5)"
+printf '  (ratio of medians: holds %s, confirms %s)\n' "$(ratio "$h_med" "$r_med")" "$(ratio "$c_med" "$g_med")"
+
+printf '\nRESERVE during the run (%s s): alive; log: %s warn, %s error lines' "$ELAPSED" "$LOG_WARN" "$LOG_ERR"
+printf '; metrics: holds %s, conflicts %s, confirmations %s, invalid tokens %s, backend errors %s, uniqueness conflicts %s\n' \
+    "$(metric onsale_reserve_holds_total)" "$(metric onsale_reserve_hold_conflicts_total)" \
+    "$(metric onsale_reserve_confirmations_total)" "$(metric onsale_reserve_invalid_tokens_total)" \
+    "$(metric onsale_reserve_backend_errors_total)" "$(metric onsale_reserve_uniqueness_conflicts_total)"
+if ((LOG_WARN + LOG_ERR > 0)); then
+    printf '  most frequent warn/error messages (timestamps and ids stripped):\n'
+    grep -E ' (warn|error|fatal|crit): ' "$OUT/reserve-run.log" |
+        sed -E 's/^[^ ]+ reserve\[[0-9]+\] //; s/[0-9a-f]{16,}/<id>/g; s/[0-9]+/<n>/g' |
+        sort | uniq -c | sort -rn | head -n 5 | sed 's/^/  /'
+fi
+if [[ -s $OUT/anomalies ]]; then
+    printf 'ANOMALIES\n'
+    sed 's/^/  /' "$OUT/anomalies"
+else
+    printf 'ANOMALIES none: every measured request answered 201, no socket errors, no batch ran dry\n'
+fi
+((KEEP)) && printf 'outputs kept in %s\n' "$OUT"
+exit 0
