@@ -177,6 +177,37 @@ class RedisLoss(stack.ReserveTestCase):
             f"select count(*) from booking_items where event_id = '{ev}'"), "1")
         self.assert_no_half_written(ev)
 
+    def test_stale_redis_restore_postgres_constraint_refuses_second_booking(self):
+        """Redis restored from a snapshot older than a sale: the event looks loaded (its
+        seed marker is back) but the sold mark is not, so Redis lets a second buyer hold
+        the sold seat. Postgres' UNIQUE (event_id, seat_id) must refuse the booking and
+        the second buyer's payment must go back."""
+        ev = self.new_event(seats=SEATS, max_per_buyer=4)
+        t1, t2 = self.S.token(ev, "sold-to"), self.S.token(ev, "stale-view")
+        h1 = self.hold(ev, t1, seats=["A-4"])
+        c1 = self.confirm(h1.json["hold_id"], t1, h1.json["amount"])
+        self.assertStatus(c1, 201)
+        before = stack.metric_sum(self.S.metrics(),
+                                  "onsale_reserve_uniqueness_conflicts_total")
+        self.assertEqual(self.S.redis("FLUSHALL"), "OK")
+        self.assertEqual(self.S.redis("SET", "os:{%s}:seed" % ev, "1"), "OK")
+        h2 = self.c.post(f"/v1/events/{ev}/holds", {"seats": ["A-4"]}, token=t2)
+        self.assertStatus(h2, 201, msg="the stale Redis lets the sold seat be held:")
+        c2 = self.confirm(h2.json["hold_id"], t2, h2.json["amount"])
+        self.assertEqual(c2.status, 409, repr(c2))
+        self.assertIn(c2.err, ("hold_expired", "seat_unavailable"), repr(c2))
+        self.assertEqual(self.S.sql(
+            f"select seat_id, booking_id from booking_items where event_id = '{ev}'"),
+            [["A-4", c1.json["booking_id"]]])
+        self.assertEqual(self.S.sql_value(
+            f"select count(*) from bookings where event_id = '{ev}'"), "1")
+        self.assert_no_half_written(ev)
+        state = self.S.sql_value(
+            f"select state from checkouts where event_id = '{ev}' and buyer = 'stale-view'")
+        self.assertIn(state, ("refunded", "failed"), "the refused checkout ended terminal")
+        after = stack.metric_sum(self.S.metrics(), "onsale_reserve_uniqueness_conflicts_total")
+        self.assertEqual(after - before, 1, "one booking refused by the unique constraint")
+
     def test_pool_counter_reseeded_after_flushall(self):
         ev = self.new_event(pools=[{"id": "floor", "capacity": 3, "price": 6000}],
                             max_per_buyer=4)
