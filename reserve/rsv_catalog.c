@@ -76,7 +76,9 @@ static const char SEED_SQL[] =
     "  FROM pools p WHERE p.event_id = $1), '[]'),"
     "'sold', COALESCE((SELECT json_agg(b.seat_id) FROM booking_items b JOIN seats s"
     "   ON s.event_id = b.event_id AND s.seat_id = b.seat_id"
-    "   WHERE b.event_id = $1 AND s.section IS NOT NULL), '[]'))::text";
+    "   WHERE b.event_id = $1 AND s.section IS NOT NULL), '[]'),"
+    "'buyers', COALESCE((SELECT json_agg(json_build_array(b.buyer, b.booking_id,"
+    "   b.quantity::text)) FROM bookings b WHERE b.event_id = $1), '[]'))::text";
 
 /* --- events ------------------------------------------------------------------ */
 
@@ -462,10 +464,12 @@ static void on_seed_data(const char *err, const rsv_pg_result_t *res, void *arg)
     }
     json_t *pools = json_object_get(doc, "pools");
     json_t *sold = json_object_get(doc, "sold");
+    json_t *buyers = json_object_get(doc, "buyers");
     size_t np = json_array_size(pools), ns = json_array_size(sold);
-    size_t argc = 1 + 2 + np * 3 + ns;
+    size_t nb = json_array_size(buyers);
+    size_t argc = 1 + 2 + np * 3 + 1 + ns + nb * 3;
     argv = cm_xcalloc(argc, sizeof(char *));
-    owned = cm_xcalloc(np * 2 + 2, sizeof(char *));
+    owned = cm_xcalloc(np * 2 + 3, sizeof(char *));
     char prefix[96];
     rsv_key_prefix(op->id, prefix, sizeof(prefix));
     char *seed_key = owned[nowned++] = cm_xasprintf("%sseed", prefix);
@@ -481,8 +485,14 @@ static void on_seed_data(const char *err, const rsv_pg_result_t *res, void *arg)
         argv[a++] = owned[nowned++] =
             cm_xasprintf("%lld", (long long)json_integer_value(json_array_get(row, 2)));
     }
+    argv[a++] = owned[nowned++] = cm_xasprintf("%zu", ns);
     for (size_t i = 0; i < ns; i++)
         argv[a++] = json_string_value(json_array_get(sold, i));
+    for (size_t i = 0; i < nb; i++) {
+        json_t *row = json_array_get(buyers, i);
+        for (size_t k = 0; k < 3; k++)
+            argv[a++] = json_string_value(json_array_get(row, k));
+    }
     for (size_t i = 0; i < a; i++)
         if (argv[i] == NULL) {
             err = cm_err_protocol;

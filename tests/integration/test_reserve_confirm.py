@@ -208,6 +208,16 @@ class RedisLoss(stack.ReserveTestCase):
         after = stack.metric_sum(self.S.metrics(), "onsale_reserve_uniqueness_conflicts_total")
         self.assertEqual(after - before, 1, "one booking refused by the unique constraint")
 
+    def test_per_buyer_limit_counts_purchases_after_flushall(self):
+        ev = self.new_event(seats=SEATS, max_per_buyer=2)
+        t = self.S.token(ev, "collector")
+        h = self.hold(ev, t, seats=["A-1", "A-2"])
+        self.assertStatus(self.confirm(h.json["hold_id"], t, h.json["amount"]), 201)
+        self.assertEqual(self.S.redis("FLUSHALL"), "OK")
+        r = self.c.post(f"/v1/events/{ev}/holds", {"seats": ["A-3"]}, token=t)
+        self.assertStatus(r, 429, "limit_exceeded", msg="a third seat after FLUSHALL:")
+        self.hold(ev, self.S.token(ev, "someone-else"), seats=["A-3"])
+
     def test_pool_counter_reseeded_after_flushall(self):
         ev = self.new_event(pools=[{"id": "floor", "capacity": 3, "price": 6000}],
                             max_per_buyer=4)
