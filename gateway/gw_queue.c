@@ -158,11 +158,16 @@ static void reply_queued(place_op_t *op, gw_room_t *room)
         reply_page(op, room, "queued", position, eta, poll);
         return;
     }
-    json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:I, s:o, s:I, s:b}", "event", room->event, "state",
-                          "queued", "ticket", op->ticket, "position", (json_int_t)position,
-                          "queue_size", (json_int_t)gw_watermark_queue_size(room), "eta_seconds",
-                          eta < 0 ? json_null() : json_integer(eta), "poll_after_ms",
-                          (json_int_t)poll, "paused", room->s.paused);
+    /* The cached count of numbers lags joins by up to one tick; this fan's own number
+     * proves the line is at least as long as their position. */
+    int64_t queue_size = gw_watermark_queue_size(room);
+    if (queue_size < position)
+        queue_size = position;
+    json_t *o =
+        json_pack("{s:s, s:s, s:s, s:I, s:I, s:o, s:I, s:b}", "event", room->event, "state",
+                  "queued", "ticket", op->ticket, "position", (json_int_t)position, "queue_size",
+                  (json_int_t)queue_size, "eta_seconds", eta < 0 ? json_null() : json_integer(eta),
+                  "poll_after_ms", (json_int_t)poll, "paused", room->s.paused);
     gw_queue_set_cookie(&op->r, room->event, op->ticket);
     gw_reply_json(&op->r, op->code, o);
     free(op);

@@ -167,6 +167,9 @@ class Tickets(gwstack.GatewayTestCase):
                   "poll_after_ms"):
             self.assertIn(f, r.json)
         self.assertEqual(r.json["state"], "queued")
+        # the line is at least as long as this fan's place, even right after the join
+        self.assertGreaterEqual(first.json["queue_size"], first.json["position"], first)
+        self.assertGreaterEqual(r.json["queue_size"], r.json["position"], r)
 
     def test_ticket_of_a_deleted_and_recreated_room_is_401(self):
         ev = self.new_room(rate_per_minute=1, paused=True)
