@@ -896,7 +896,7 @@ static int migrate_one(PGconn *conn, const char *name, const char *sql, char *er
 int rsv_pg_migrate(const char *conninfo, const char *const *names, const char *const *sqls,
                    size_t n, char *err, size_t errlen)
 {
-    PGconn *conn = PQconnectdb(conninfo);
+    PGconn *conn = PQconnectdb(conninfo); /* blocking-ok: migrate, start-up only */
     int locked = 0, rc = -1;
 
     if (conn == NULL || PQstatus(conn) != CONNECTION_OK) {
@@ -920,7 +920,8 @@ int rsv_pg_migrate(const char *conninfo, const char *const *names, const char *c
     rc = 0;
 out:
     if (locked)
-        PQclear(PQexec(conn, "SELECT pg_advisory_unlock(" MIGRATE_LOCK_KEY ")"));
+        PQclear(PQexec(conn, "SELECT pg_advisory_unlock(" MIGRATE_LOCK_KEY
+                             ")")); /* blocking-ok: migrate */
     PQfinish(conn);
     return rc;
 }
