@@ -561,6 +561,15 @@ cm_redis_script_t *cm_redis_script_new(const char *name, const char *source)
     return s;
 }
 
+cm_redis_script_t *cm_redis_script_with_prelude(const char *name, const char *prelude,
+                                                const char *body)
+{
+    char *src = cm_xasprintf("%s\n%s", prelude, body);
+    cm_redis_script_t *s = cm_redis_script_new(name, src);
+    free(src);
+    return s;
+}
+
 void cm_redis_script_free(cm_redis_script_t *s)
 {
     if (s == NULL)

@@ -60,6 +60,9 @@ __attribute__((warn_unused_result)) int cm_redis_command(cm_redis_t *r, cm_redis
 
 /** A script: its source is kept and its SHA1 computed once. Lives for the process. */
 cm_redis_script_t *cm_redis_script_new(const char *name, const char *source);
+/** A script made of a shared prelude (helper functions) followed by body. */
+cm_redis_script_t *cm_redis_script_with_prelude(const char *name, const char *prelude,
+                                                const char *body);
 void cm_redis_script_free(cm_redis_script_t *s);
 
 /**

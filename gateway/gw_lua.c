@@ -4,10 +4,6 @@
  */
 #include "gw_lua.h"
 
-#include <stdlib.h>
-
-#include "cm_mem.h"
-
 extern const char gw_lua_prelude[];
 extern const char gw_lua_join[];
 extern const char gw_lua_lookup[];
@@ -21,10 +17,7 @@ static int built;
 
 static cm_redis_script_t *make(const char *name, const char *body)
 {
-    char *src = cm_xasprintf("%s\n%s", gw_lua_prelude, body);
-    cm_redis_script_t *s = cm_redis_script_new(name, src);
-    free(src);
-    return s;
+    return cm_redis_script_with_prelude(name, gw_lua_prelude, body);
 }
 
 const gw_lua_t *gw_lua(void)

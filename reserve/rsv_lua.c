@@ -4,10 +4,6 @@
  */
 #include "rsv_lua.h"
 
-#include <stdlib.h>
-
-#include "cm_mem.h"
-
 extern const char rsv_lua_prelude[];
 extern const char rsv_lua_hold_seats[];
 extern const char rsv_lua_hold_pool[];
@@ -23,10 +19,7 @@ static int built;
 
 static cm_redis_script_t *make(const char *name, const char *body)
 {
-    char *src = cm_xasprintf("%s\n%s", rsv_lua_prelude, body);
-    cm_redis_script_t *s = cm_redis_script_new(name, src);
-    free(src);
-    return s;
+    return cm_redis_script_with_prelude(name, rsv_lua_prelude, body);
 }
 
 const rsv_lua_t *rsv_lua(void)
