@@ -414,3 +414,14 @@ char *cm_metrics_render(const cm_metrics_t *m, size_t *len)
         *len = b.len;
     return b.p;
 }
+
+void cm_metrics_endpoint_latency(cm_metrics_t *m, const char *name, const char *help,
+                                 const char *const *endpoints, size_t n, cm_histogram_t **out)
+{
+    for (size_t i = 0; i < n; i++) {
+        char labels[128];
+        snprintf(labels, sizeof(labels), "endpoint=\"%s\"", endpoints[i]);
+        out[i] = cm_metrics_histogram(m, name, help, labels, cm_metrics_latency_bounds,
+                                      cm_metrics_latency_nbounds);
+    }
+}

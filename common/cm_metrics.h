@@ -39,6 +39,13 @@ void cm_metrics_gauge_fn(cm_metrics_t *m, const char *name, const char *help, co
 cm_histogram_t *cm_metrics_histogram(cm_metrics_t *m, const char *name, const char *help,
                                      const char *labels, const double *bounds, size_t nbounds);
 
+/**
+ * One latency histogram per endpoint: series name{endpoint="<endpoints[i]>"} with the
+ * latency buckets below, stored in out[i].
+ */
+void cm_metrics_endpoint_latency(cm_metrics_t *m, const char *name, const char *help,
+                                 const char *const *endpoints, size_t n, cm_histogram_t **out);
+
 /** Latency buckets in seconds, 0.5 ms … 10 s, for request histograms. */
 extern const double cm_metrics_latency_bounds[];
 extern const size_t cm_metrics_latency_nbounds;

@@ -160,13 +160,8 @@ static void register_metrics(gw_server_t *srv)
     x->sign_seconds = cm_metrics_histogram(
         m, "onsale_gateway_sign_seconds", "queueing plus ES256 signing of one admission token",
         NULL, cm_metrics_latency_bounds, cm_metrics_latency_nbounds);
-    for (int i = 0; i < GW_EP_COUNT; i++) {
-        char labels[64];
-        snprintf(labels, sizeof(labels), "endpoint=\"%s\"", endpoint_names[i]);
-        x->latency[i] =
-            cm_metrics_histogram(m, "onsale_gateway_request_seconds", "request latency by endpoint",
-                                 labels, cm_metrics_latency_bounds, cm_metrics_latency_nbounds);
-    }
+    cm_metrics_endpoint_latency(m, "onsale_gateway_request_seconds", "request latency by endpoint",
+                                endpoint_names, GW_EP_COUNT, x->latency);
 }
 
 static double gauge_inflight(void *arg)

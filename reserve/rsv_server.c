@@ -224,13 +224,8 @@ static void register_metrics(rsv_server_t *srv)
                                               "time from taking a hold to its confirmation", NULL,
                                               h2c, sizeof(h2c) / sizeof(h2c[0]));
     register_saga_metrics(srv);
-    for (int i = 0; i < RSV_EP_COUNT; i++) {
-        char labels[64];
-        snprintf(labels, sizeof(labels), "endpoint=\"%s\"", endpoint_names[i]);
-        x->latency[i] =
-            cm_metrics_histogram(m, "onsale_reserve_request_seconds", "request latency by endpoint",
-                                 labels, cm_metrics_latency_bounds, cm_metrics_latency_nbounds);
-    }
+    cm_metrics_endpoint_latency(m, "onsale_reserve_request_seconds", "request latency by endpoint",
+                                endpoint_names, RSV_EP_COUNT, x->latency);
 }
 
 static double gauge_inflight(void *arg)

@@ -175,6 +175,26 @@ static void test_family_order_with_mixed_registration(void **state)
     cm_metrics_free(m);
 }
 
+static void test_endpoint_latency(void **state)
+{
+    (void)state;
+    cm_metrics_t *m = cm_metrics_new();
+    static const char *const eps[] = {"hold", "confirm"};
+    cm_histogram_t *h[2];
+    cm_metrics_endpoint_latency(m, "x_request_seconds", "latency", eps, 2, h);
+    assert_ptr_not_equal(h[0], h[1]);
+    cm_histogram_observe(h[1], 0.002);
+    assert_int_equal(cm_histogram_count(h[0]), 0);
+    assert_int_equal(cm_histogram_count(h[1]), 1);
+    size_t len = 0;
+    char *text = cm_metrics_render(m, &len);
+    assert_non_null(strstr(text, "x_request_seconds_count{endpoint=\"hold\"} 0\n"));
+    assert_non_null(strstr(text, "x_request_seconds_count{endpoint=\"confirm\"} 1\n"));
+    assert_non_null(strstr(text, "x_request_seconds_bucket{endpoint=\"confirm\",le=\"+Inf\"} 1\n"));
+    free(text);
+    cm_metrics_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -184,6 +204,7 @@ int main(void)
         cmocka_unit_test(test_histogram),
         cmocka_unit_test(test_latency_bounds),
         cmocka_unit_test(test_family_order_with_mixed_registration),
+        cmocka_unit_test(test_endpoint_latency),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
