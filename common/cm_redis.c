@@ -33,6 +33,7 @@
  * everything at once but the memory of r goes only when the last reference is dropped.
  */
 #include "cm_redis.h"
+#include "cm_redis_cluster.h"
 
 #include "cm_err.h"
 #include "cm_log.h"
@@ -94,8 +95,9 @@ struct cm_redis {
     int quiet; /* connection failures already logged at WARN */
     struct cmd *head, *tail;
     size_t nzombies;
-    int refs;    /* paths that will touch r after a user callback */
-    int closing; /* cm_redis_free was called */
+    int refs;                    /* paths that will touch r after a user callback */
+    int closing;                 /* cm_redis_free was called */
+    struct cm_redis_cluster *cl; /* cluster mode: every call goes there; the rest is unused */
 };
 
 static void conn_start(cm_redis_t *r);
@@ -431,8 +433,34 @@ cm_redis_t *cm_redis_new(struct event_base *base, const char *host, int port, in
     return r;
 }
 
+cm_redis_t *cm_redis_new_cluster(struct event_base *base, const char *seeds, int timeout_ms)
+{
+    struct cm_redis_cluster *cl = cm_redis_cluster_new(base, seeds, timeout_ms);
+    cm_redis_t *r;
+
+    if (cl == NULL)
+        return NULL;
+    r = cm_xcalloc(1, sizeof(*r));
+    r->base = base;
+    r->cl = cl;
+    return r;
+}
+
+cm_redis_t *cm_redis_open(struct event_base *base, const char *host, int port,
+                          const char *cluster_seeds, int timeout_ms)
+{
+    if (cluster_seeds != NULL && cluster_seeds[0] != '\0')
+        return cm_redis_new_cluster(base, cluster_seeds, timeout_ms);
+    return cm_redis_new(base, host, port, timeout_ms);
+}
+
 void cm_redis_free(cm_redis_t *r)
 {
+    if (r != NULL && r->cl != NULL) { /* the cluster keeps its own references */
+        cm_redis_cluster_free(r->cl);
+        free(r);
+        return;
+    }
     if (r == NULL || r->closing)
         return;
     r->closing = 1;
@@ -451,6 +479,8 @@ void cm_redis_free(cm_redis_t *r)
 
 int cm_redis_connected(const cm_redis_t *r)
 {
+    if (r->cl != NULL)
+        return cm_redis_cluster_connected(r->cl);
     return !r->closing && r->state == CONN_UP;
 }
 
@@ -498,6 +528,8 @@ int cm_redis_command(cm_redis_t *r, cm_redis_cb cb, void *arg, int argc, const c
                      const size_t *argvlen)
 {
     assert(cb != NULL && argc > 0 && argv != NULL);
+    if (r->cl != NULL)
+        return cm_redis_cluster_send(r->cl, NULL, cb, arg, 0, argc, argv, argvlen);
     if (!cm_redis_connected(r) || r->ac == NULL || r->ac_dying)
         return -1;
     return cmd_send(r, cmd_new(r, cb, arg, 0), argc, argv, argvlen);
@@ -512,6 +544,8 @@ int cm_redis_eval(cm_redis_t *r, const cm_redis_script_t *s, cm_redis_cb cb, voi
     struct cmd *c;
 
     assert(s != NULL && cb != NULL && argc >= 0 && nkeys >= 0 && nkeys <= argc);
+    if (r->cl != NULL)
+        return cm_redis_cluster_send(r->cl, s, cb, arg, nkeys, argc, argv, argvlen);
     if (!cm_redis_connected(r) || r->ac == NULL || r->ac_dying)
         return -1;
     snprintf(nkeys_str, sizeof(nkeys_str), "%d", nkeys);
@@ -570,6 +604,11 @@ cm_redis_script_t *cm_redis_script_with_prelude(const char *name, const char *pr
     return s;
 }
 
+const char *cm_redis_script_name(const cm_redis_script_t *s)
+{
+    return s->name;
+}
+
 void cm_redis_script_free(cm_redis_script_t *s)
 {
     if (s == NULL)
@@ -625,4 +664,23 @@ const cm_redis_reply_t *cm_redis_reply_at(const cm_redis_reply_t *r, size_t i)
     if (r->type != REDIS_REPLY_ARRAY || i >= r->elements)
         return NULL;
     return r->element[i];
+}
+
+cm_redis_reply_t *cm_redis_reply_parse(const char *buf, size_t len)
+{
+    redisReader *rd = redisReaderCreate();
+    void *reply = NULL;
+
+    if (rd == NULL)
+        return NULL;
+    if (redisReaderFeed(rd, buf, len) != REDIS_OK || redisReaderGetReply(rd, &reply) != REDIS_OK)
+        reply = NULL;
+    redisReaderFree(rd);
+    return reply;
+}
+
+void cm_redis_reply_free(cm_redis_reply_t *reply)
+{
+    if (reply != NULL)
+        freeReplyObject(reply);
 }

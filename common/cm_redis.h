@@ -12,6 +12,15 @@
  * NOSCRIPT answer (Redis restarted or flushed its script cache) is retried
  * transparently with EVAL, so callers never see it.
  *
+ * Cluster mode (cm_redis_new_cluster) keeps the same contract over a Redis Cluster: the
+ * slot map comes from CLUSTER SHARDS (Redis 7.0), each command goes to the master of the
+ * CRC16 slot of its first key (its {hash tag} when it has one) over one connection per
+ * node, MOVED refreshes the map and resends, ASK sends ASKING and resends once, and
+ * TRYAGAIN / CLUSTERDOWN or a node that is down are retried with backoff within the
+ * command's deadline. A command that was sent is never resent after its connection
+ * dropped (it may have run): the caller gets cm_err_closed as in single-node mode.
+ * Cluster code lives in cm_redis_cluster.c.
+ *
  * Only this module includes hiredis. A reply handed to a callback lives only during
  * that callback (hiredis frees it afterwards): copy what you keep.
  */
@@ -44,6 +53,17 @@ typedef void (*cm_redis_cb)(const char *err, const cm_redis_reply_t *reply, void
 /** Starts connecting to host:port (an IP address; no DNS). timeout_ms bounds connect
  *  and each command. NULL never. */
 cm_redis_t *cm_redis_new(struct event_base *base, const char *host, int port, int timeout_ms);
+/**
+ * Cluster mode: seeds is "ip:port[,ip:port…]" (IP addresses, at most 16). The client asks
+ * a connected seed for CLUSTER SHARDS, connects to every master, and refreshes the map
+ * every second and on MOVED / lost nodes. cm_redis_connected() is 1 once every slot has
+ * a master and each such master's connection is up. NULL when seeds does not parse.
+ */
+cm_redis_t *cm_redis_new_cluster(struct event_base *base, const char *seeds, int timeout_ms);
+/** cluster_seeds NULL or "": cm_redis_new(host, port); else cm_redis_new_cluster(seeds)
+ *  (host and port unused). NULL when the seeds do not parse. */
+cm_redis_t *cm_redis_open(struct event_base *base, const char *host, int port,
+                          const char *cluster_seeds, int timeout_ms);
 /** Fails every pending callback with cm_err_shutdown, then frees. NULL is fine. */
 void cm_redis_free(cm_redis_t *r);
 /** 1 while the connection is up. */
@@ -63,6 +83,8 @@ cm_redis_script_t *cm_redis_script_new(const char *name, const char *source);
 /** A script made of a shared prelude (helper functions) followed by body. */
 cm_redis_script_t *cm_redis_script_with_prelude(const char *name, const char *prelude,
                                                 const char *body);
+/** The name given at creation (for logs). */
+const char *cm_redis_script_name(const cm_redis_script_t *s);
 void cm_redis_script_free(cm_redis_script_t *s);
 
 /**
@@ -82,5 +104,51 @@ long long cm_redis_reply_int(const cm_redis_reply_t *r);
 const char *cm_redis_reply_str(const cm_redis_reply_t *r, size_t *len);
 size_t cm_redis_reply_count(const cm_redis_reply_t *r);
 const cm_redis_reply_t *cm_redis_reply_at(const cm_redis_reply_t *r, size_t i);
+
+/* ---- Cluster routing: pure functions (no I/O), unit-tested ---- */
+
+#define CM_REDIS_SLOTS 16384
+
+/** CRC16-CCITT (XMODEM), the checksum Redis Cluster hashes keys with. */
+uint16_t cm_redis_crc16(const void *buf, size_t len);
+/** The hash slot of a key: CRC16 of its hash tag (the bytes between the first '{' and
+ *  the next '}', when not empty) or of the whole key, modulo 16384. */
+unsigned cm_redis_key_slot(const char *key, size_t len);
+
+typedef enum {
+    CM_REDIS_REDIR_NONE = 0, /* not a cluster error */
+    CM_REDIS_REDIR_MOVED,    /* slot lives elsewhere for good: update the map, resend */
+    CM_REDIS_REDIR_ASK,      /* slot migrating: ASKING + resend there once */
+    CM_REDIS_REDIR_TRYAGAIN, /* multi-key command during a migration: retry later */
+    CM_REDIS_REDIR_DOWN,     /* CLUSTERDOWN: retry later */
+} cm_redis_redir_t;
+
+/**
+ * Classifies an error reply's text ("MOVED 3999 127.0.0.1:6381", "ASK …", "TRYAGAIN …",
+ * "CLUSTERDOWN …"). For MOVED / ASK fills *slot, host (NUL-terminated, empty when the
+ * server sent no endpoint — then it is the node that answered) and *port; a MOVED or ASK
+ * that does not parse is CM_REDIS_REDIR_NONE.
+ */
+cm_redis_redir_t cm_redis_redirect_parse(const char *err, size_t len, unsigned *slot, char *host,
+                                         size_t hostlen, int *port);
+
+/** One range of slots and the address of the master serving it. */
+typedef struct {
+    unsigned start, end; /* inclusive */
+    char host[64];
+    int port;
+} cm_redis_range_t;
+
+/**
+ * Reads a CLUSTER SHARDS reply (RESP2 flat maps) into at most max ranges, one per slot
+ * range, each with its shard's master (role "master"; a shard without one is skipped).
+ * Returns the number of ranges, or -1 when the reply is not shaped like one.
+ */
+int cm_redis_shards_parse(const cm_redis_reply_t *reply, cm_redis_range_t *out, int max);
+
+/** Parses one RESP2 reply from bytes (tests and fuzzing); NULL when incomplete/invalid.
+ *  Free with cm_redis_reply_free. */
+cm_redis_reply_t *cm_redis_reply_parse(const char *buf, size_t len);
+void cm_redis_reply_free(cm_redis_reply_t *reply);
 
 #endif

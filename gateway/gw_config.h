@@ -23,6 +23,7 @@ typedef struct gw_config {
     int64_t idle_timeout_s;
     char *redis_host;
     int64_t redis_port;
+    char *redis_cluster; /* NULL: single node */
     int64_t redis_timeout_ms;
     char *signing_keys;
     char *ticket_secret_file;

@@ -337,8 +337,12 @@ gw_server_t *gw_server_new(const gw_config_t *cfg, char *err, size_t errlen)
         snprintf(err, errlen, "cannot start the signer threads");
         goto err;
     }
-    srv->redis =
-        cm_redis_new(srv->base, cfg->redis_host, (int)cfg->redis_port, (int)cfg->redis_timeout_ms);
+    srv->redis = cm_redis_open(srv->base, cfg->redis_host, (int)cfg->redis_port, cfg->redis_cluster,
+                               (int)cfg->redis_timeout_ms);
+    if (srv->redis == NULL) {
+        snprintf(err, errlen, "redis_cluster: expected ip:port[,ip:port...]");
+        goto err;
+    }
     cm_http_limits_t lim = {
         .max_header_bytes = (size_t)cfg->max_header_bytes,
         .max_body_bytes = (size_t)cfg->max_body_bytes,

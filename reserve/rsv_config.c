@@ -25,6 +25,9 @@ const cm_config_opt_t rsv_config_table[] = {
      "seconds a connection may stay silent before it is closed"},
     {"redis_host", CM_CFG_STR, S(redis_host), "127.0.0.1", 0, 0, "Redis IPv4 address"},
     {"redis_port", CM_CFG_INT, S(redis_port), "6379", 1, 65535, "Redis port"},
+    {"redis_cluster", CM_CFG_STR, S(redis_cluster), NULL, 0, 0,
+     "Redis Cluster seed nodes ip:port[,ip:port...]; when set, redis_host/redis_port are "
+     "unused and the slot map comes from CLUSTER SHARDS"},
     {"redis_timeout_ms", CM_CFG_INT, S(redis_timeout_ms), "1000", 10, 60000,
      "deadline of one Redis command"},
     {"pg_conninfo", CM_CFG_STR, S(pg_conninfo),

@@ -310,8 +310,12 @@ rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen)
     keys = NULL;
     srv->metrics = cm_metrics_new();
     register_metrics(srv);
-    srv->redis =
-        cm_redis_new(srv->base, cfg->redis_host, (int)cfg->redis_port, (int)cfg->redis_timeout_ms);
+    srv->redis = cm_redis_open(srv->base, cfg->redis_host, (int)cfg->redis_port, cfg->redis_cluster,
+                               (int)cfg->redis_timeout_ms);
+    if (srv->redis == NULL) {
+        snprintf(err, errlen, "redis_cluster: expected ip:port[,ip:port...]");
+        goto err;
+    }
     srv->pg = rsv_pg_new(srv->base, cfg->pg_conninfo, (int)cfg->pg_pool_size,
                          (int)cfg->pg_timeout_ms, (int)cfg->pg_max_queue);
     srv->catalog = rsv_catalog_new(srv);

@@ -25,6 +25,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,7 +35,7 @@
 
 #define READY_TIMEOUT_MS 30000
 #define STOP_TIMEOUT_MS  10000
-#define MAX_SERVICES     16
+#define MAX_SERVICES     24
 
 enum svc_kind { SVC_REDIS, SVC_PG };
 
@@ -42,6 +43,7 @@ struct svc {
     enum svc_kind kind;
     pid_t pid; /* 0 when not running */
     int port;
+    int bus_port; /* Redis Cluster bus port; 0 for a plain server */
     char dir[256];
     char conninfo[160];
     char bindir[200];
@@ -303,10 +305,34 @@ static int redis_launch(struct svc *s)
                     "yes",
                     "--logfile",
                     "",
+                    NULL, /* cluster mode: the arguments below take these places */
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
                     NULL};
+    char bus[16], nodes_conf[64];
     long until = now_ms() + READY_TIMEOUT_MS;
 
     snprintf(port, sizeof(port), "%d", s->port);
+    if (s->bus_port > 0) {
+        int i = 19;
+        snprintf(bus, sizeof(bus), "%d", s->bus_port);
+        snprintf(nodes_conf, sizeof(nodes_conf), "nodes-%d.conf", s->port);
+        argv[i++] = "--cluster-enabled";
+        argv[i++] = "yes";
+        argv[i++] = "--cluster-port";
+        argv[i++] = bus;
+        argv[i++] = "--cluster-config-file";
+        argv[i++] = nodes_conf;
+        argv[i++] = "--cluster-node-timeout";
+        argv[i++] = "1000";
+    }
     snprintf(log, sizeof(log), "%s/redis.log", s->dir);
     s->pid = spawn(argv, log, 0, 0, 0);
     if (s->pid < 0) {
@@ -385,6 +411,182 @@ void svc_redis_stop(svc_redis_t *r)
     rm_rf(r->s.dir);
     registry_del(&r->s);
     free(r);
+}
+
+/* ---- Redis Cluster ---- */
+
+struct svc_redis_cluster {
+    int n;
+    svc_redis_t *node[SVC_CLUSTER_MAX];
+};
+
+/* Sends one inline command to 127.0.0.1:port and reads its answer into buf; -1 on error. */
+static int redis_ask(int port, const char *cmd, char *buf, size_t len)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    struct timeval tv = {.tv_sec = 2};
+    size_t got = 0;
+    ssize_t n;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    if (fd < 0)
+        return -1;
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+        write(fd, cmd, strlen(cmd)) != (ssize_t)strlen(cmd)) {
+        close(fd);
+        return -1;
+    }
+    /* a bulk reply of INFO-like text: read until the peer pauses */
+    while (got + 1 < len && (n = read(fd, buf + got, len - 1 - got)) > 0) {
+        got += (size_t)n;
+        if (got > 2 && buf[got - 2] == '\r' && buf[got - 1] == '\n')
+            break;
+    }
+    buf[got] = '\0';
+    close(fd);
+    return got > 0 ? 0 : -1;
+}
+
+static int cluster_settled(svc_redis_cluster_t *c)
+{
+    char buf[8192];
+    int masters = 0;
+
+    for (int i = 0; i < c->n; i++) {
+        if (c->node[i]->s.pid <= 0)
+            continue;
+        if (redis_ask(c->node[i]->s.port, "CLUSTER INFO\r\n", buf, sizeof(buf)) != 0 ||
+            strstr(buf, "cluster_state:ok") == NULL)
+            return 0;
+        if (redis_ask(c->node[i]->s.port, "INFO replication\r\n", buf, sizeof(buf)) != 0)
+            return 0;
+        if (strstr(buf, "role:master") != NULL)
+            masters++;
+        else if (strstr(buf, "master_link_status:up") == NULL)
+            return 0;
+    }
+    return masters > 0;
+}
+
+svc_redis_cluster_t *svc_redis_cluster_start(int masters, int replicas)
+{
+    svc_redis_cluster_t *c = calloc(1, sizeof(*c));
+    char *argv[4 + SVC_CLUSTER_MAX + 4];
+    char addr[SVC_CLUSTER_MAX][32], reps[8], log[400];
+    int a = 0, status = 0;
+    long until;
+    pid_t pid;
+
+    if (c == NULL || masters < 1 || masters * (1 + replicas) > SVC_CLUSTER_MAX) {
+        free(c);
+        return NULL;
+    }
+    c->n = masters * (1 + replicas);
+    for (int i = 0; i < c->n; i++) {
+        svc_redis_t *r = calloc(1, sizeof(*r));
+        struct svc *s;
+        int attempt;
+
+        if (r == NULL)
+            goto err;
+        c->node[i] = r;
+        s = &r->s;
+        s->kind = SVC_REDIS;
+        if (make_dir(s, "redis-cluster") != 0)
+            goto err;
+        registry_add(s);
+        for (attempt = 0; attempt < 5; attempt++) {
+            s->port = free_port();
+            s->bus_port = free_port();
+            if (s->port > 0 && s->bus_port > 0 && s->port != s->bus_port && redis_launch(s) == 0)
+                break;
+        }
+        if (attempt == 5) {
+            print_log(s->dir, "redis.log");
+            goto err;
+        }
+        snprintf(addr[i], sizeof(addr[i]), SVC_HOST ":%d", s->port);
+    }
+    argv[a++] = "/usr/bin/redis-cli";
+    argv[a++] = "--cluster";
+    argv[a++] = "create";
+    for (int i = 0; i < c->n; i++)
+        argv[a++] = addr[i];
+    snprintf(reps, sizeof(reps), "%d", replicas);
+    argv[a++] = "--cluster-replicas";
+    argv[a++] = reps;
+    argv[a++] = "--cluster-yes";
+    argv[a] = NULL;
+    snprintf(log, sizeof(log), "%s/cluster-create.log", c->node[0]->s.dir);
+    pid = spawn(argv, log, 0, 0, 0);
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+        WEXITSTATUS(status) != 0) {
+        print_log(c->node[0]->s.dir, "cluster-create.log");
+        fprintf(stderr, "svc: redis-cli --cluster create failed\n");
+        goto err;
+    }
+    until = now_ms() + READY_TIMEOUT_MS;
+    while (!cluster_settled(c)) {
+        if (now_ms() >= until) {
+            fprintf(stderr, "svc: the Redis Cluster did not settle\n");
+            goto err;
+        }
+        sleep_ms(50);
+    }
+    return c;
+err:
+    svc_redis_cluster_stop(c);
+    return NULL;
+}
+
+int svc_redis_cluster_size(const svc_redis_cluster_t *c)
+{
+    return c->n;
+}
+
+int svc_redis_cluster_port(const svc_redis_cluster_t *c, int i)
+{
+    return c->node[i]->s.port;
+}
+
+int svc_redis_cluster_is_master(const svc_redis_cluster_t *c, int i)
+{
+    char buf[4096];
+    return c->node[i]->s.pid > 0 &&
+           redis_ask(c->node[i]->s.port, "INFO replication\r\n", buf, sizeof(buf)) == 0 &&
+           strstr(buf, "role:master") != NULL;
+}
+
+int svc_redis_cluster_kill(svc_redis_cluster_t *c, int i)
+{
+    return svc_redis_kill(c->node[i]);
+}
+
+int svc_redis_cluster_restart(svc_redis_cluster_t *c, int i)
+{
+    return svc_redis_restart(c->node[i]);
+}
+
+int svc_redis_cluster_wait_ok(svc_redis_cluster_t *c, int timeout_ms)
+{
+    long until = now_ms() + timeout_ms;
+    while (!cluster_settled(c)) {
+        if (now_ms() >= until)
+            return -1;
+        sleep_ms(50);
+    }
+    return 0;
+}
+
+void svc_redis_cluster_stop(svc_redis_cluster_t *c)
+{
+    if (c == NULL)
+        return;
+    for (int i = 0; i < c->n; i++)
+        svc_redis_stop(c->node[i]);
+    free(c);
 }
 
 /* ---- Postgres ---- */

@@ -35,6 +35,24 @@ int svc_redis_restart(svc_redis_t *s);
 /** Kills the server if running, removes its directory, frees s. NULL is fine. */
 void svc_redis_stop(svc_redis_t *s);
 
+/* Redis Cluster: masters × (1 + replicas) cluster-enabled servers (node timeout 1 s,
+ * no persistence), joined by `redis-cli --cluster create`;
+ * start returns once every node reports cluster_state:ok and every replica's link is up. */
+#define SVC_CLUSTER_MAX 12
+typedef struct svc_redis_cluster svc_redis_cluster_t;
+svc_redis_cluster_t *svc_redis_cluster_start(int masters, int replicas);
+int svc_redis_cluster_size(const svc_redis_cluster_t *c);
+/** Port of node i (0 ≤ i < size) on SVC_HOST. */
+int svc_redis_cluster_port(const svc_redis_cluster_t *c, int i);
+/** 1 when node i is running and reports role:master. */
+int svc_redis_cluster_is_master(const svc_redis_cluster_t *c, int i);
+/** SIGKILL node i / start it again on its port and data. 0 or -1. */
+int svc_redis_cluster_kill(svc_redis_cluster_t *c, int i);
+int svc_redis_cluster_restart(svc_redis_cluster_t *c, int i);
+/** Waits until every running node reports cluster_state:ok and replicas are linked. */
+int svc_redis_cluster_wait_ok(svc_redis_cluster_t *c, int timeout_ms);
+void svc_redis_cluster_stop(svc_redis_cluster_t *c);
+
 /** Runs initdb, starts postgres, waits until it accepts connections and creates
  *  database onsale_test. Takes a second or two. NULL on failure (reason on stderr). */
 svc_pg_t *svc_pg_start(void);

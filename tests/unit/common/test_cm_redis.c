@@ -595,6 +595,426 @@ static void test_server_loss_fails_pending_then_reconnects(void **state)
     assert_true(run_until(f->base, is_connected, f->r, HARD_MS));
 }
 
+/* ---- cluster routing: pure functions ---- */
+
+static void test_crc16_and_key_slots(void **state)
+{
+    (void)state;
+    assert_int_equal(cm_redis_crc16("123456789", 9), 0x31C3); /* the XMODEM check value */
+    assert_int_equal(cm_redis_key_slot("foo", 3), 12182);     /* CLUSTER KEYSLOT foo */
+    assert_int_equal(cm_redis_key_slot("", 0), 0);
+    /* a hash tag: only the bytes between the first '{' and the next '}' count */
+    assert_int_equal(cm_redis_key_slot("{user1000}.following", 20),
+                     cm_redis_key_slot("user1000", 8));
+    assert_int_equal(cm_redis_key_slot("{user1000}.followers", 20),
+                     cm_redis_key_slot("{user1000}.following", 20));
+    assert_int_equal(cm_redis_key_slot("foo{bar}{zap}", 13), cm_redis_key_slot("bar", 3));
+    assert_int_equal(cm_redis_key_slot("foo{{bar}}zap", 13), cm_redis_key_slot("{bar", 4));
+    /* an empty tag or no closing brace: the whole key */
+    assert_int_equal(cm_redis_key_slot("foo{}{bar}", 10), cm_redis_crc16("foo{}{bar}", 10) & 16383);
+    assert_int_equal(cm_redis_key_slot("foo{bar", 7), cm_redis_crc16("foo{bar", 7) & 16383);
+    /* binary-safe: a NUL inside the key is part of it */
+    assert_int_not_equal(cm_redis_key_slot("a\0b", 3), cm_redis_key_slot("a", 1));
+}
+
+static cm_redis_redir_t redir(const char *text, unsigned *slot, char *host, int *port)
+{
+    return cm_redis_redirect_parse(text, strlen(text), slot, host, 64, port);
+}
+
+static void test_redirect_parse(void **state)
+{
+    unsigned slot = 0;
+    char host[64];
+    int port = 0;
+
+    (void)state;
+    assert_int_equal(redir("MOVED 3999 127.0.0.1:6381", &slot, host, &port), CM_REDIS_REDIR_MOVED);
+    assert_int_equal(slot, 3999);
+    assert_string_equal(host, "127.0.0.1");
+    assert_int_equal(port, 6381);
+    assert_int_equal(redir("ASK 16383 ::1:7000", &slot, host, &port), CM_REDIS_REDIR_ASK);
+    assert_int_equal(slot, 16383);
+    assert_string_equal(host, "::1");
+    assert_int_equal(port, 7000);
+    /* no endpoint: the node that answered */
+    assert_int_equal(redir("MOVED 0 :6380", &slot, host, &port), CM_REDIS_REDIR_MOVED);
+    assert_string_equal(host, "");
+    assert_int_equal(port, 6380);
+    assert_int_equal(
+        redir("TRYAGAIN Multiple keys request during rehashing of slot", &slot, host, &port),
+        CM_REDIS_REDIR_TRYAGAIN);
+    assert_int_equal(redir("CLUSTERDOWN The cluster is down", &slot, host, &port),
+                     CM_REDIS_REDIR_DOWN);
+    /* anything malformed is an ordinary error, never a redirection to nowhere */
+    static const char *bad[] = {"MOVED",
+                                "MOVED 16384 127.0.0.1:1",
+                                "MOVED x 1.2.3.4:5",
+                                "MOVED 1 1.2.3.4",
+                                "MOVED 1 1.2.3.4:0",
+                                "MOVED 1 1.2.3.4:65536",
+                                "MOVED 1 h:6x",
+                                "ASK 1  h:6",
+                                "MOVED 123456 h:1",
+                                "ERR wrong",
+                                "NOSCRIPT No matching script",
+                                "MOVED 1 h:1 extra"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_int_equal(redir(bad[i], &slot, host, &port), CM_REDIS_REDIR_NONE);
+    /* a host longer than the buffer is refused, not truncated */
+    assert_int_equal(cm_redis_redirect_parse("MOVED 1 abcdefgh:1", 18, &slot, host, 4, &port),
+                     CM_REDIS_REDIR_NONE);
+}
+
+/* RESP2 text of a CLUSTER SHARDS answer: shard 1 has two ranges, its master online and a
+ * replica; shard 2's old master failed and its replica took over (both say so). */
+static const char shards_resp[] =
+    "*2\r\n"
+    "*4\r\n$5\r\nslots\r\n*4\r\n:0\r\n:5460\r\n:10923\r\n:10923\r\n$5\r\nnodes\r\n*2\r\n"
+    "*8\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$4\r\nport\r\n:7001\r\n$4\r\nrole\r\n$7\r\nreplica\r\n"
+    "$6\r\nhealth\r\n$6\r\nonline\r\n"
+    "*8\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$4\r\nport\r\n:7000\r\n$4\r\nrole\r\n$6\r\nmaster\r\n"
+    "$6\r\nhealth\r\n$6\r\nonline\r\n"
+    "*4\r\n$5\r\nslots\r\n*2\r\n:5461\r\n:10922\r\n$5\r\nnodes\r\n*2\r\n"
+    "*8\r\n$2\r\nip\r\n$9\r\n127.0.0.2\r\n$4\r\nport\r\n:7002\r\n$4\r\nrole\r\n$6\r\nmaster\r\n"
+    "$6\r\nhealth\r\n$6\r\nfailed\r\n"
+    "*8\r\n$2\r\nip\r\n$9\r\n127.0.0.3\r\n$4\r\nport\r\n:7003\r\n$4\r\nrole\r\n$6\r\nmaster\r\n"
+    "$6\r\nhealth\r\n$6\r\nonline\r\n";
+
+static void test_shards_parse(void **state)
+{
+    cm_redis_range_t rg[8];
+    cm_redis_reply_t *reply = cm_redis_reply_parse(shards_resp, sizeof(shards_resp) - 1);
+
+    (void)state;
+    assert_non_null(reply);
+    assert_int_equal(cm_redis_shards_parse(reply, rg, 8), 3);
+    assert_int_equal(rg[0].start, 0);
+    assert_int_equal(rg[0].end, 5460);
+    assert_string_equal(rg[0].host, "127.0.0.1");
+    assert_int_equal(rg[0].port, 7000); /* the master, not the replica listed first */
+    assert_int_equal(rg[1].start, 10923);
+    assert_int_equal(rg[1].end, 10923);
+    assert_int_equal(rg[1].port, 7000);
+    assert_int_equal(rg[2].start, 5461);
+    assert_string_equal(rg[2].host, "127.0.0.3"); /* the online master wins */
+    assert_int_equal(rg[2].port, 7003);
+    /* more ranges than room: refused as a whole */
+    assert_int_equal(cm_redis_shards_parse(reply, rg, 2), -1);
+    cm_redis_reply_free(reply);
+
+    /* not a shards answer */
+    static const char *bad[] = {
+        "-ERR unknown command\r\n",
+        ":1\r\n",
+        "*1\r\n:1\r\n",
+        "*1\r\n*2\r\n$5\r\nslots\r\n*1\r\n:0\r\n", /* odd slots */
+        /* end before start, past 16383 */
+        "*1\r\n*4\r\n$5\r\nslots\r\n*2\r\n:5\r\n:4\r\n"
+        "$5\r\nnodes\r\n*1\r\n*6\r\n$2\r\nip\r\n$1\r\nh\r\n$4\r\nport\r\n:1\r\n$4\r\nrole\r\n$"
+        "6\r\nmaster\r\n",
+        "*1\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:16384\r\n"
+        "$5\r\nnodes\r\n*1\r\n*6\r\n$2\r\nip\r\n$1\r\nh\r\n$4\r\nport\r\n:1\r\n$4\r\nrole\r\n$"
+        "6\r\nmaster\r\n",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        reply = cm_redis_reply_parse(bad[i], strlen(bad[i]));
+        assert_non_null(reply);
+        assert_int_equal(cm_redis_shards_parse(reply, rg, 8), -1);
+        cm_redis_reply_free(reply);
+    }
+    /* a shard whose nodes list has no master serves nothing (its slots wait for one) */
+    reply = cm_redis_reply_parse(
+        "*1\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:9\r\n$5\r\nnodes\r\n*0\r\n",
+        strlen("*1\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:9\r\n$5\r\nnodes\r\n*0\r\n"));
+    assert_int_equal(cm_redis_shards_parse(reply, rg, 8), 0);
+    cm_redis_reply_free(reply);
+    assert_null(cm_redis_reply_parse("*2\r\n:1\r\n", 8)); /* incomplete */
+}
+
+/* ---- cluster mode against a real 3-master / 3-replica Redis Cluster ---- */
+
+static svc_redis_cluster_t *cluster;
+
+static int cluster_group_setup(void **state)
+{
+    cm_log_init("test_cm_redis", CM_LOG_WARN);
+    cluster = svc_redis_cluster_start(3, 1);
+    return cluster == NULL ? -1 : 0;
+}
+
+static int cluster_group_teardown(void **state)
+{
+    svc_redis_cluster_stop(cluster);
+    cluster = NULL;
+    return 0;
+}
+
+static int cluster_setup(void **state)
+{
+    static struct fx f;
+    char seed[32];
+
+    /* one seed is enough: the rest of the cluster comes from CLUSTER SHARDS */
+    snprintf(seed, sizeof(seed), SVC_HOST ":%d", svc_redis_cluster_port(cluster, 0));
+    f.base = event_base_new();
+    f.r = cm_redis_new_cluster(f.base, seed, TIMEOUT_MS);
+    if (f.r == NULL || !run_until(f.base, is_connected, f.r, HARD_MS))
+        return -1;
+    *state = &f;
+    return 0;
+}
+
+/* One command straight to node i (a plain client), answer copied into res. */
+static void node_command(struct fx *f, int i, struct result *res, int argc, const char **argv)
+{
+    struct fx nf = {
+        f->base, cm_redis_new(f->base, SVC_HOST, svc_redis_cluster_port(cluster, i), TIMEOUT_MS)};
+    assert_true(run_until(f->base, is_connected, nf.r, HARD_MS));
+    command(&nf, res, argc, argv);
+    cm_redis_free(nf.r);
+}
+
+/* Value of field in node i's INFO section (0 when absent). */
+static long long info_count(struct fx *f, int i, const char *section, const char *field)
+{
+    struct result res;
+    const char *p;
+
+    node_command(f, i, &res, 2, (const char *[]){"INFO", section});
+    res.str[sizeof(res.str) - 1] = '\0';
+    p = strstr(res.str, field);
+    return p != NULL ? strtoll(p + strlen(field) + 1, NULL, 10) : 0;
+}
+
+static long long errorstat(struct fx *f, int i, const char *what)
+{
+    char field[64];
+    struct result res;
+    const char *p;
+
+    snprintf(field, sizeof(field), "errorstat_%s:count=", what);
+    node_command(f, i, &res, 2, (const char *[]){"INFO", "errorstats"});
+    res.str[sizeof(res.str) - 1] = '\0';
+    p = strstr(res.str, field);
+    return p != NULL ? strtoll(p + strlen(field), NULL, 10) : 0;
+}
+
+/* The node that serves key: the master that answers GET without a MOVED. */
+static int owner_of(struct fx *f, const char *key)
+{
+    for (int i = 0; i < svc_redis_cluster_size(cluster); i++) {
+        struct result res;
+        if (!svc_redis_cluster_is_master(cluster, i))
+            continue;
+        node_command(f, i, &res, 2, (const char *[]){"GET", key});
+        if (res.type != CM_REDIS_ERROR)
+            return i;
+    }
+    return -1;
+}
+
+/* Any other master than i. */
+static int other_master(int i)
+{
+    for (int j = 0; j < svc_redis_cluster_size(cluster); j++)
+        if (j != i && svc_redis_cluster_is_master(cluster, j))
+            return j;
+    return -1;
+}
+
+static void node_id(struct fx *f, int i, char *id)
+{
+    struct result res;
+    node_command(f, i, &res, 2, (const char *[]){"CLUSTER", "MYID"});
+    assert_int_equal(res.len, 40);
+    memcpy(id, res.str, 40);
+    id[40] = '\0';
+}
+
+/* Tells every master that slot belongs to the node whose id is given. */
+static void assign_slot(struct fx *f, unsigned slot, const char *id)
+{
+    char s[16];
+    snprintf(s, sizeof(s), "%u", slot);
+    for (int i = 0; i < svc_redis_cluster_size(cluster); i++) {
+        struct result res;
+        if (!svc_redis_cluster_is_master(cluster, i))
+            continue;
+        node_command(f, i, &res, 5, (const char *[]){"CLUSTER", "SETSLOT", s, "NODE", id});
+        assert_int_equal(res.type, CM_REDIS_STATUS);
+    }
+}
+
+static void test_cluster_routes_by_slot(void **state)
+{
+    struct fx *f = *state;
+    long long moved_before = 0, moved_after = 0, keys = 0;
+    struct result res[64];
+    char keyv[64][32];
+    int n = svc_redis_cluster_size(cluster);
+
+    for (int i = 0; i < n; i++)
+        moved_before += errorstat(f, i, "MOVED");
+    /* 64 keys spread over every master; each goes straight to its owner */
+    memset(res, 0, sizeof(res));
+    for (int k = 0; k < 64; k++) {
+        snprintf(keyv[k], sizeof(keyv[k]), "route:%d", k);
+        const char *argv[] = {"SET", keyv[k], keyv[k]};
+        assert_int_equal(cm_redis_command(f->r, on_result, &res[k], 3, argv, NULL), 0);
+    }
+    assert_true(wait_calls(f->base, res, 64));
+    for (int k = 0; k < 64; k++) {
+        assert_null(res[k].err);
+        assert_string_equal(res[k].str, "OK");
+    }
+    for (int i = 0; i < n; i++) {
+        moved_after += errorstat(f, i, "MOVED");
+        if (svc_redis_cluster_is_master(cluster, i)) {
+            long long here = info_count(f, i, "keyspace", "keys");
+            assert_true(here > 0); /* every master got some */
+            keys += here;
+        }
+    }
+    assert_true(keys >= 64);
+    assert_int_equal(moved_after, moved_before); /* the map was right: no redirection */
+
+    /* a script with {tag} keys runs on the tag's node; NOSCRIPT there is handled */
+    cm_redis_script_t *sc = cm_redis_script_new("t", "return redis.call('GET', KEYS[1])");
+    struct result r1 = {0};
+    assert_int_equal(
+        cm_redis_eval(f->r, sc, on_result, &r1, 1, 1, (const char *[]){"route:7"}, NULL), 0);
+    assert_true(wait_calls(f->base, &r1, 1));
+    assert_null(r1.err);
+    assert_string_equal(r1.str, "route:7");
+    cm_redis_script_free(sc);
+
+    /* a command without a key goes to any master */
+    struct result pong;
+    command(f, &pong, 1, (const char *[]){"PING"});
+    assert_string_equal(pong.str, "PONG");
+}
+
+static void test_cluster_follows_moved(void **state)
+{
+    struct fx *f = *state;
+    const char *key = "moved:{m1}";
+    unsigned slot = cm_redis_key_slot(key, strlen(key));
+    struct result res;
+    char to_id[41];
+    int from, to;
+    long long moved_before;
+
+    from = owner_of(f, key);
+    to = other_master(from);
+    assert_true(from >= 0 && to >= 0);
+    node_id(f, to, to_id);
+    moved_before = errorstat(f, from, "MOVED");
+    assign_slot(f, slot, to_id); /* the client's map is now stale for this slot */
+    command(f, &res, 3, (const char *[]){"SET", key, "v"});
+    assert_string_equal(res.str, "OK");
+    assert_true(errorstat(f, from, "MOVED") > moved_before); /* it was redirected… */
+    assert_int_equal(owner_of(f, key), to);                  /* …and the write is there */
+    command(f, &res, 2, (const char *[]){"GET", key});
+    assert_string_equal(res.str, "v");
+}
+
+static void test_cluster_follows_ask(void **state)
+{
+    struct fx *f = *state;
+    const char *key = "ask:{a1}";
+    unsigned slot = cm_redis_key_slot(key, strlen(key));
+    char s[16], from_id[41], to_id[41];
+    struct result res;
+    int from, to;
+    long long ask_before;
+
+    from = owner_of(f, key);
+    to = other_master(from);
+    node_id(f, from, from_id);
+    node_id(f, to, to_id);
+    snprintf(s, sizeof(s), "%u", slot);
+    /* slot migrating from → to; the key is not on `from`, so `from` answers ASK */
+    node_command(f, to, &res, 5, (const char *[]){"CLUSTER", "SETSLOT", s, "IMPORTING", from_id});
+    assert_int_equal(res.type, CM_REDIS_STATUS);
+    node_command(f, from, &res, 5, (const char *[]){"CLUSTER", "SETSLOT", s, "MIGRATING", to_id});
+    assert_int_equal(res.type, CM_REDIS_STATUS);
+    ask_before = errorstat(f, from, "ASK");
+    command(f, &res, 3, (const char *[]){"SET", key, "w"});
+    assert_string_equal(res.str, "OK"); /* ASKING + SET on `to` */
+    assert_true(errorstat(f, from, "ASK") > ask_before);
+    assign_slot(f, slot, to_id); /* finish the migration */
+    assert_int_equal(owner_of(f, key), to);
+    command(f, &res, 2, (const char *[]){"GET", key});
+    assert_string_equal(res.str, "w");
+}
+
+struct retry_get {
+    struct fx *f;
+    const char *key;
+    struct result res;
+    int ok;
+};
+
+/* Issues GET key whenever the previous one failed; ok once one answered a value. */
+static int got_value(void *arg)
+{
+    struct retry_get *g = arg;
+
+    if (g->ok)
+        return 1;
+    if (g->res.calls == 1 && g->res.err == NULL && g->res.type == CM_REDIS_STR) {
+        g->ok = 1;
+        return 1;
+    }
+    if (g->res.calls == 1 || g->res.calls == -1) {
+        memset(&g->res, 0, sizeof(g->res));
+        if (cm_redis_command(g->f->r, on_result, &g->res, 2, (const char *[]){"GET", g->key},
+                             NULL) != 0)
+            g->res.calls = -1; /* not sent: try again on the next tick */
+    }
+    return 0;
+}
+
+static void test_cluster_master_failover(void **state)
+{
+    struct fx *f = *state;
+    const char *key = "failover:{f1}";
+    struct result res;
+    int master;
+
+    command(f, &res, 3, (const char *[]){"SET", key, "kept"});
+    master = owner_of(f, key);
+    assert_true(master >= 0);
+    node_command(f, master, &res, 3, (const char *[]){"WAIT", "1", "2000"});
+    assert_int_equal(res.ival, 1); /* its replica has the write */
+    assert_int_equal(svc_redis_cluster_kill(cluster, master), 0);
+    /* the client goes on asking; the replica is promoted within the failover time */
+    struct retry_get g = {.f = f, .key = key};
+    g.res.calls = -1;
+    assert_true(run_until(f->base, got_value, &g, 20000));
+    assert_string_equal(g.res.str, "kept");
+    assert_true(run_until(f->base, is_connected, f->r, HARD_MS)); /* map has a master again */
+    /* the old master comes back as a replica; the cluster settles */
+    assert_int_equal(svc_redis_cluster_restart(cluster, master), 0);
+    assert_int_equal(svc_redis_cluster_wait_ok(cluster, 20000), 0);
+    command(f, &res, 2, (const char *[]){"GET", key});
+    assert_string_equal(res.str, "kept");
+}
+
+static void test_cluster_bad_seeds(void **state)
+{
+    struct event_base *base = event_base_new();
+    static const char *bad[] = {"",      "127.0.0.1",       "127.0.0.1:",   "127.0.0.1:0",
+                                ":6379", "127.0.0.1:70000", "127.0.0.1:1,", "127.0.0.1:x"};
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_null(cm_redis_new_cluster(base, bad[i], 100));
+    assert_int_equal(events_left(base), 0);
+    event_base_free(base);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -609,5 +1029,21 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_server_loss_fails_pending_then_reconnects, setup,
                                         teardown),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    const struct CMUnitTest pure[] = {
+        cmocka_unit_test(test_crc16_and_key_slots),
+        cmocka_unit_test(test_redirect_parse),
+        cmocka_unit_test(test_shards_parse),
+        cmocka_unit_test(test_cluster_bad_seeds),
+    };
+    const struct CMUnitTest clustered[] = {
+        cmocka_unit_test_setup_teardown(test_cluster_routes_by_slot, cluster_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cluster_follows_moved, cluster_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cluster_follows_ask, cluster_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cluster_master_failover, cluster_setup, teardown),
+    };
+    int failed = cmocka_run_group_tests_name("pure", pure, NULL, NULL);
+    failed += cmocka_run_group_tests_name("single", tests, group_setup, group_teardown);
+    failed += cmocka_run_group_tests_name("cluster", clustered, cluster_group_setup,
+                                          cluster_group_teardown);
+    return failed;
 }
