@@ -1,38 +1,39 @@
 /*
  * cm_jwt — admission tokens: ES256 signing (gateway) and pinned verification (reserve).
  *
- * Owns the keyset (public keys by kid, each kept as its JWK coordinates and as the
- * SubjectPublicKeyInfo PEM that libjwt wants) and the signer (one private key as PEM).
- * Both are built once at start-up and read-only afterwards, so verify and sign are
- * safe from any thread with no locking.
+ * Owns the keyset (public keys by kid, each parsed once into an EVP_PKEY and kept with
+ * its JWK coordinates) and the signer (one private EVP_PKEY and the base64url header it
+ * always writes). The keys are read-only after start-up; what several threads touch at
+ * once is each key's pool of EVP_PKEY_CTXs (sign or verify already initialised, reused
+ * for every call — the way `openssl speed` drives ECDSA), taken and returned under a
+ * mutex held for a pointer swap only. A keyset is reference-counted (atomic) so a key
+ * reload can swap it under readers.
  *
- * Why verify does work libjwt could do: libjwt 1.10 takes the algorithm from the
- * token's own header and uses whatever key bytes it is given accordingly — hand it
- * the public PEM and a header saying HS256 and it computes an HMAC keyed with that
- * PEM, the classic algorithm-confusion forgery. So the header is decoded and judged
- * here first (alg must be exactly "ES256", kid must name a key we hold), every segment
- * must be canonical base64url, and only then does libjwt see the token and the one
- * key chosen for it; its idea of the algorithm is checked again afterwards. The
- * claims are read from the verified payload with jansson, strictly typed, rather than
- * through libjwt's getters, which cannot tell a missing claim from a mistyped one.
- *
- * libjwt 1.10.2 (OpenSSL backend) writes and reads the JOSE signature form, raw
- * R||S (64 bytes for P-256), so tokens interoperate with other JOSE libraries.
- * OpenSSL is used here only through EVP: key parsing, the JWK x/y coordinates, the
- * RFC 7638 thumbprint that serves as the default kid.
+ * Why the work is done here rather than in a JWT library: the header must be judged
+ * before any key is touched (alg exactly "ES256", kid naming a key we hold) — libjwt
+ * 1.10 took the algorithm from the token's own header, so a public PEM and "HS256"
+ * made an HMAC forgery possible, and it re-parsed the PEM key on every call (~1,600
+ * signatures/s). Here the only algorithm there is, is ES256: the signing input is hashed
+ * with SHA-256 and the digest signed or verified with EVP_PKEY_sign/verify; the JOSE
+ * signature form is raw R||S (64 bytes for P-256), converted from and to DER with
+ * ECDSA_SIG, so tokens interoperate with other JOSE libraries. Every segment must be
+ * canonical base64url; claims are read with jansson, strictly typed.
  */
 #define _GNU_SOURCE /* memmem */
 #include "cm_jwt.h"
 
 #include <jansson.h>
-#include <jwt.h>
 #include <openssl/bio.h>
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
+#include <openssl/ec.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/param_build.h>
 #include <openssl/pem.h>
+#include <openssl/sha.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,24 +48,89 @@
 #define COORD_LEN           32            /* P-256 coordinate */
 #define COORD_B64_LEN       43            /* base64url of 32 bytes, no padding */
 #define KEYFILE_MAX         (1024 * 1024) /* a key file or JWKS document */
+#define SIG_LEN             64            /* JOSE ES256 signature: R || S */
+#define SIG_B64_LEN         86
+#define SIG_DER_MAX         80 /* DER ECDSA-Sig-Value for P-256: at most 72 */
+#define POOL_MAX            64 /* idle contexts kept per key */
+
+/* Initialised EVP_PKEY_CTXs of one key, for one operation (sign or verify). */
+typedef struct ctx_pool {
+    pthread_mutex_t mu;
+    EVP_PKEY_CTX *idle[POOL_MAX];
+    int n;
+    bool sign;
+} ctx_pool_t;
 
 typedef struct jwk {
     char kid[sizeof(((cm_jwt_claims_t *)0)->kid)];
     char x[COORD_B64_LEN + 1], y[COORD_B64_LEN + 1];
-    char *pem; /* public key, NUL-terminated */
-    size_t pem_len;
+    EVP_PKEY *pk; /* public key */
+    ctx_pool_t *pool;
 } jwk_t;
 
 struct cm_jwt_keyset {
+    atomic_int refs;
     jwk_t *keys;
     size_t n;
 };
 
 struct cm_jwt_signer {
     char kid[sizeof(((cm_jwt_claims_t *)0)->kid)];
-    char *pem; /* private key (PKCS#8), NUL-terminated; scrubbed on free */
-    size_t pem_len;
+    EVP_PKEY *pk; /* private key */
+    ctx_pool_t *pool;
+    char *header_b64; /* base64url of {"alg":"ES256","typ":"JWT","kid":…} */
+    size_t header_b64_len;
 };
+
+/* ---- context pools ---- */
+
+static ctx_pool_t *pool_new(bool sign)
+{
+    ctx_pool_t *p = cm_xcalloc(1, sizeof(*p));
+    pthread_mutex_init(&p->mu, NULL);
+    p->sign = sign;
+    return p;
+}
+
+static void pool_free(ctx_pool_t *p)
+{
+    if (p == NULL)
+        return;
+    for (int i = 0; i < p->n; i++)
+        EVP_PKEY_CTX_free(p->idle[i]);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+/* An initialised context for pk: an idle one, or a new one. NULL on an OpenSSL error. */
+static EVP_PKEY_CTX *pool_take(ctx_pool_t *p, EVP_PKEY *pk)
+{
+    EVP_PKEY_CTX *ctx = NULL;
+    pthread_mutex_lock(&p->mu);
+    if (p->n > 0)
+        ctx = p->idle[--p->n];
+    pthread_mutex_unlock(&p->mu);
+    if (ctx != NULL)
+        return ctx;
+    ctx = EVP_PKEY_CTX_new_from_pkey(NULL, pk, NULL);
+    if (ctx == NULL || (p->sign ? EVP_PKEY_sign_init(ctx) : EVP_PKEY_verify_init(ctx)) != 1) {
+        EVP_PKEY_CTX_free(ctx);
+        ERR_clear_error();
+        return NULL;
+    }
+    return ctx;
+}
+
+static void pool_put(ctx_pool_t *p, EVP_PKEY_CTX *ctx)
+{
+    pthread_mutex_lock(&p->mu);
+    if (p->n < POOL_MAX) {
+        p->idle[p->n++] = ctx;
+        ctx = NULL;
+    }
+    pthread_mutex_unlock(&p->mu);
+    EVP_PKEY_CTX_free(ctx);
+}
 
 /* ---- keys: PEM, EVP and JWK coordinates ---- */
 
@@ -162,27 +228,6 @@ out:
     return pk;
 }
 
-/* Writes pk as PEM (public SubjectPublicKeyInfo, or PKCS#8 private) to a heap string. */
-static char *pkey_to_pem(EVP_PKEY *pk, bool private_key, size_t *len_out)
-{
-    char *pem = NULL, *data;
-    BIO *bio = BIO_new(BIO_s_mem());
-    if (bio == NULL)
-        goto out;
-    int ok = private_key ? PEM_write_bio_PrivateKey(bio, pk, NULL, NULL, 0, NULL, NULL)
-                         : PEM_write_bio_PUBKEY(bio, pk);
-    long n = BIO_get_mem_data(bio, &data);
-    if (ok != 1 || n <= 0)
-        goto out;
-    pem = cm_xstrndup(data, (size_t)n);
-    *len_out = (size_t)n;
-    OPENSSL_cleanse(data, (size_t)n);
-out:
-    BIO_free(bio);
-    ERR_clear_error();
-    return pem;
-}
-
 /* RFC 7638: base64url(SHA-256 of the canonical JWK: required members, sorted, no spaces). */
 static int thumbprint(const char *x, const char *y, char *kid, size_t kidlen)
 {
@@ -202,15 +247,25 @@ static int thumbprint(const char *x, const char *y, char *kid, size_t kidlen)
 
 cm_jwt_keyset_t *cm_jwt_keyset_new(void)
 {
-    return cm_xcalloc(1, sizeof(cm_jwt_keyset_t));
+    cm_jwt_keyset_t *ks = cm_xcalloc(1, sizeof(cm_jwt_keyset_t));
+    atomic_init(&ks->refs, 1);
+    return ks;
+}
+
+cm_jwt_keyset_t *cm_jwt_keyset_ref(cm_jwt_keyset_t *ks)
+{
+    atomic_fetch_add_explicit(&ks->refs, 1, memory_order_relaxed);
+    return ks;
 }
 
 void cm_jwt_keyset_free(cm_jwt_keyset_t *ks)
 {
-    if (ks == NULL)
+    if (ks == NULL || atomic_fetch_sub_explicit(&ks->refs, 1, memory_order_acq_rel) != 1)
         return;
-    for (size_t i = 0; i < ks->n; i++)
-        free(ks->keys[i].pem);
+    for (size_t i = 0; i < ks->n; i++) {
+        pool_free(ks->keys[i].pool);
+        EVP_PKEY_free(ks->keys[i].pk);
+    }
     free(ks->keys);
     free(ks);
 }
@@ -227,6 +282,11 @@ static const jwk_t *find_kid(const cm_jwt_keyset_t *ks, const char *kid)
             return &ks->keys[i];
     }
     return NULL;
+}
+
+bool cm_jwt_keyset_has_kid(const cm_jwt_keyset_t *ks, const char *kid)
+{
+    return find_kid(ks, kid) != NULL;
 }
 
 /* Adds the public half of pk under kid (NULL: thumbprint). The same key under the same
@@ -257,11 +317,13 @@ static int keyset_add_pkey(cm_jwt_keyset_t *ks, const char *kid, EVP_PKEY *pk, c
         snprintf(err, errlen, "two different keys share kid '%s'", k.kid);
         return -1;
     }
-    k.pem = pkey_to_pem(pk, false, &k.pem_len);
-    if (k.pem == NULL) {
-        snprintf(err, errlen, "cannot encode the public key");
+    /* Only the public half is kept, whatever pk held. */
+    k.pk = pkey_from_coords(k.x, k.y);
+    if (k.pk == NULL) {
+        snprintf(err, errlen, "cannot rebuild the public key");
         return -1;
     }
+    k.pool = pool_new(false);
     ks->keys = cm_xrealloc(ks->keys, (ks->n + 1) * sizeof(*ks->keys));
     ks->keys[ks->n++] = k;
     return 0;
@@ -444,6 +506,10 @@ const char *cm_jwt_result_str(cm_jwt_result_t r)
         return "not_yet_valid";
     case CM_JWT_EXPIRED:
         return "expired";
+    case CM_JWT_BAD_ISSUER:
+        return "bad_issuer";
+    case CM_JWT_TOO_LONG:
+        return "lifetime_too_long";
     }
     return "unknown";
 }
@@ -539,23 +605,41 @@ static bool audience_ok(json_t *claims, const char *audience)
     return false;
 }
 
-/* After the signature: audience, claim types, then time. */
-static cm_jwt_result_t judge_claims(json_t *claims, const char *audience, int64_t now_s,
-                                    int64_t leeway_s, cm_jwt_claims_t *out)
+/* Before the signature: every claim we read has its type (a mistyped token is malformed). */
+static bool read_claims(json_t *claims, cm_jwt_claims_t *out)
 {
-    if (!audience_ok(claims, audience))
+    return copy_str(claims, "iss", out->iss, sizeof(out->iss), false) &&
+           copy_str(claims, "sub", out->sub, sizeof(out->sub), true) &&
+           copy_str(claims, "evt", out->evt, sizeof(out->evt), true) &&
+           copy_str(claims, "jti", out->jti, sizeof(out->jti), true) &&
+           copy_int(claims, "iat", &out->iat, false) && copy_int(claims, "nbf", &out->nbf, false) &&
+           copy_int(claims, "exp", &out->exp, true);
+}
+
+/* After the signature: audience, issuer, lifetime, then time. */
+static cm_jwt_result_t judge_claims(json_t *claims, const cm_jwt_policy_t *pol, int64_t now_s,
+                                    cm_jwt_claims_t *out)
+{
+    int64_t leeway_s = pol->leeway_s;
+    if (!audience_ok(claims, pol->audience ? pol->audience : CM_JWT_AUDIENCE))
         return CM_JWT_BAD_AUDIENCE;
-    if (!copy_str(claims, "iss", out->iss, sizeof(out->iss), false) ||
-        !copy_str(claims, "sub", out->sub, sizeof(out->sub), true) ||
-        !copy_str(claims, "evt", out->evt, sizeof(out->evt), true) ||
-        !copy_str(claims, "jti", out->jti, sizeof(out->jti), true) ||
-        !copy_int(claims, "iat", &out->iat, false) || !copy_int(claims, "nbf", &out->nbf, false) ||
-        !copy_int(claims, "exp", &out->exp, true))
-        return CM_JWT_MALFORMED;
+    if (pol->issuer != NULL &&
+        (json_object_get(claims, "iss") == NULL || strcmp(out->iss, pol->issuer) != 0))
+        return CM_JWT_BAD_ISSUER;
     if (leeway_s < 0)
         leeway_s = 0;
     if (leeway_s > 86400)
         leeway_s = 86400;
+    if (pol->max_lifetime_s > 0) {
+        if (json_object_get(claims, "iat") == NULL)
+            return CM_JWT_MALFORMED;
+        /* claims are any int64: subtract without overflow */
+        int64_t life, left;
+        if (__builtin_sub_overflow(out->exp, out->iat, &life) || life < 0 ||
+            life > pol->max_lifetime_s || __builtin_sub_overflow(out->exp, now_s, &left) ||
+            left > pol->max_lifetime_s + leeway_s)
+            return CM_JWT_TOO_LONG;
+    }
     if (json_object_get(claims, "nbf") != NULL && now_s + leeway_s < out->nbf)
         return CM_JWT_NOT_YET_VALID;
     if (now_s - leeway_s >= out->exp)
@@ -563,53 +647,78 @@ static cm_jwt_result_t judge_claims(json_t *claims, const char *audience, int64_
     return CM_JWT_OK;
 }
 
-cm_jwt_result_t cm_jwt_verify(const cm_jwt_keyset_t *ks, const char *token, size_t len,
-                              const char *audience, int64_t now_s, int64_t leeway_s,
-                              cm_jwt_claims_t *out)
+/* The JOSE signature (64 raw bytes, R || S) checked over input with key. */
+static bool signature_ok(const jwk_t *key, const char *input, size_t input_len, const char *sig_b64,
+                         size_t sig_b64_len)
 {
+    unsigned char raw[SIG_LEN], der[SIG_DER_MAX], digest[SHA256_DIGEST_LENGTH];
+    unsigned char *p = der;
+    bool ok = false;
+    ECDSA_SIG *sig = NULL;
+    BIGNUM *r = NULL, *s = NULL;
+    EVP_PKEY_CTX *ctx = NULL;
+    if (sig_b64_len != SIG_B64_LEN ||
+        cm_base64url_decode(sig_b64, sig_b64_len, raw, sizeof(raw)) != SIG_LEN)
+        goto out;
+    sig = ECDSA_SIG_new();
+    r = BN_bin2bn(raw, SIG_LEN / 2, NULL);
+    s = BN_bin2bn(raw + SIG_LEN / 2, SIG_LEN / 2, NULL);
+    if (sig == NULL || r == NULL || s == NULL || ECDSA_SIG_set0(sig, r, s) != 1)
+        goto out;
+    r = s = NULL; /* owned by sig now */
+    int derlen = i2d_ECDSA_SIG(sig, &p);
+    if (derlen <= 0 || derlen > (int)sizeof(der) ||
+        SHA256((const unsigned char *)input, input_len, digest) == NULL ||
+        (ctx = pool_take(key->pool, key->pk)) == NULL)
+        goto out;
+    ok = EVP_PKEY_verify(ctx, der, (size_t)derlen, digest, sizeof(digest)) == 1;
+    pool_put(key->pool, ctx);
+out:
+    BN_free(r);
+    BN_free(s);
+    ECDSA_SIG_free(sig);
+    ERR_clear_error();
+    return ok;
+}
+
+cm_jwt_result_t cm_jwt_verify(const cm_jwt_keyset_t *ks, const char *token, size_t len,
+                              const cm_jwt_policy_t *policy, int64_t now_s, cm_jwt_claims_t *out)
+{
+    static const cm_jwt_policy_t defaults = {0};
     cm_jwt_result_t r = CM_JWT_MALFORMED;
-    char buf[TOKEN_MAX + 1];
     json_t *hdr = NULL, *claims = NULL;
-    jwt_t *jwt = NULL;
     const jwk_t *key = NULL;
+    const cm_jwt_policy_t *pol = policy ? policy : &defaults;
     memset(out, 0, sizeof(*out));
     if (token == NULL || len == 0 || len > TOKEN_MAX)
         goto out;
-    memcpy(buf, token, len);
-    buf[len] = '\0';
     /* header.payload.signature, each canonical base64url (no NUL, no fourth part) */
-    char *dot1 = memchr(buf, '.', len);
-    char *dot2 = dot1 ? memchr(dot1 + 1, '.', len - (size_t)(dot1 + 1 - buf)) : NULL;
+    const char *dot1 = memchr(token, '.', len);
+    const char *dot2 = dot1 ? memchr(dot1 + 1, '.', len - (size_t)(dot1 + 1 - token)) : NULL;
     if (dot2 == NULL)
         goto out;
-    size_t hlen = (size_t)(dot1 - buf), plen = (size_t)(dot2 - dot1 - 1);
-    size_t slen = len - (size_t)(dot2 + 1 - buf);
+    size_t hlen = (size_t)(dot1 - token), plen = (size_t)(dot2 - dot1 - 1);
+    size_t slen = len - (size_t)(dot2 + 1 - token);
     /* a NUL or a third dot fails the alphabet check of its segment */
-    if (hlen == 0 || plen == 0 || !is_b64url_segment(buf, hlen) ||
+    if (hlen == 0 || plen == 0 || !is_b64url_segment(token, hlen) ||
         !is_b64url_segment(dot1 + 1, plen) || !is_b64url_segment(dot2 + 1, slen) ||
-        (hdr = segment_json(buf, hlen)) == NULL)
+        (hdr = segment_json(token, hlen)) == NULL)
         goto out;
+    /* the header decides nothing: ES256 or nothing, and a key we hold */
     if ((r = judge_header(ks, hdr, &key, out)) != CM_JWT_OK)
         goto out;
-    if ((claims = segment_json(dot1 + 1, plen)) == NULL) {
+    if ((claims = segment_json(dot1 + 1, plen)) == NULL || !read_claims(claims, out)) {
         r = CM_JWT_MALFORMED;
         goto out;
     }
-    /* only now does libjwt see the token, with the one key the header earned */
-    if (jwt_decode(&jwt, buf, (const unsigned char *)key->pem, (int)key->pem_len) != 0 ||
-        jwt == NULL) {
+    if (!signature_ok(key, token, (size_t)(dot2 - token), dot2 + 1, slen)) {
         r = CM_JWT_BAD_SIGNATURE;
         goto out;
     }
-    if (jwt_get_alg(jwt) != JWT_ALG_ES256) {
-        r = CM_JWT_BAD_ALG;
-        goto out;
-    }
-    r = judge_claims(claims, audience ? audience : CM_JWT_AUDIENCE, now_s, leeway_s, out);
+    r = judge_claims(claims, pol, now_s, out);
 out:
     if (r != CM_JWT_OK && r != CM_JWT_EXPIRED)
         memset(out, 0, sizeof(*out));
-    jwt_free(jwt);
     json_decref(claims);
     json_decref(hdr);
     return r;
@@ -640,12 +749,25 @@ cm_jwt_signer_t *cm_jwt_signer_new(const char *kid, const char *pem, size_t len,
     }
     if (kid != NULL)
         strcpy(s->kid, kid);
-    /* normalised to PKCS#8 so libjwt always reads the same form */
-    s->pem = pkey_to_pem(pk, true, &s->pem_len);
-    if (s->pem == NULL) {
-        snprintf(err, errlen, "cannot encode the private key");
+    /* The header never changes: encoded once (jansson escapes the kid). */
+    json_t *hdr = json_pack("{s:s, s:s, s:s}", "alg", "ES256", "typ", "JWT", "kid", s->kid);
+    char *text = json_dumps(hdr, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(hdr);
+    if (text == NULL)
+        abort(); /* only fails on out-of-memory */
+    s->header_b64 = cm_xmalloc(4 * (strlen(text) / 3 + 1) + 1);
+    s->header_b64_len =
+        cm_base64url_encode((const unsigned char *)text, strlen(text), s->header_b64);
+    free(text);
+    s->pool = pool_new(true);
+    EVP_PKEY_CTX *probe = pool_take(s->pool, pk);
+    if (probe == NULL) {
+        snprintf(err, errlen, "OpenSSL cannot sign with this key");
         goto err;
     }
+    pool_put(s->pool, probe);
+    s->pk = pk;
+    pk = NULL;
     goto out;
 err:
     cm_jwt_signer_free(s);
@@ -659,9 +781,9 @@ void cm_jwt_signer_free(cm_jwt_signer_t *s)
 {
     if (s == NULL)
         return;
-    if (s->pem != NULL)
-        OPENSSL_cleanse(s->pem, s->pem_len);
-    free(s->pem);
+    pool_free(s->pool);
+    EVP_PKEY_free(s->pk); /* OpenSSL clears private key material on free */
+    free(s->header_b64);
     free(s);
 }
 
@@ -670,27 +792,60 @@ const char *cm_jwt_signer_kid(const cm_jwt_signer_t *s)
     return s->kid;
 }
 
+/* The claims as compact JSON into buf; its length, or 0 when it does not fit. */
+static size_t claims_json(const cm_jwt_claims_t *c, const char *audience, char *buf, size_t cap)
+{
+    json_t *o = json_object();
+    if (c->iss[0] != '\0')
+        json_object_set_new(o, "iss", json_string(c->iss));
+    json_object_set_new(o, "aud", json_string(audience));
+    json_object_set_new(o, "sub", json_string(c->sub));
+    json_object_set_new(o, "evt", json_string(c->evt));
+    json_object_set_new(o, "jti", json_string(c->jti));
+    json_object_set_new(o, "iat", json_integer(c->iat));
+    json_object_set_new(o, "nbf", json_integer(c->nbf));
+    json_object_set_new(o, "exp", json_integer(c->exp));
+    size_t n = json_dumpb(o, buf, cap, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(o);
+    return n <= cap ? n : 0;
+}
+
 char *cm_jwt_sign(const cm_jwt_signer_t *s, const cm_jwt_claims_t *c, const char *audience)
 {
-    char *out = NULL, *tok = NULL;
-    jwt_t *jwt = NULL;
-    if (c->sub[0] == '\0' || c->evt[0] == '\0' || c->jti[0] == '\0' || jwt_new(&jwt) != 0)
-        goto out;
-    /* libjwt adds "alg" and "typ":"JWT" itself */
-    if (jwt_add_header(jwt, "kid", s->kid) != 0 ||
-        (c->iss[0] != '\0' && jwt_add_grant(jwt, "iss", c->iss) != 0) ||
-        jwt_add_grant(jwt, "aud", audience ? audience : CM_JWT_AUDIENCE) != 0 ||
-        jwt_add_grant(jwt, "sub", c->sub) != 0 || jwt_add_grant(jwt, "evt", c->evt) != 0 ||
-        jwt_add_grant(jwt, "jti", c->jti) != 0 || jwt_add_grant_int(jwt, "iat", c->iat) != 0 ||
-        jwt_add_grant_int(jwt, "nbf", c->nbf) != 0 || jwt_add_grant_int(jwt, "exp", c->exp) != 0)
-        goto out;
-    if (jwt_set_alg(jwt, JWT_ALG_ES256, (const unsigned char *)s->pem, (int)s->pem_len) != 0)
-        goto out;
-    tok = jwt_encode_str(jwt); /* malloc'd by libjwt 1.10 (no custom allocator) */
-    if (tok != NULL)
-        out = cm_xstrdup(tok);
-out:
+    char payload[SEGMENT_DECODED_MAX];
+    unsigned char digest[SHA256_DIGEST_LENGTH], der[SIG_DER_MAX], raw[SIG_LEN];
+    size_t derlen = sizeof(der), plen;
+    char *tok = NULL;
+    ECDSA_SIG *sig = NULL;
+    EVP_PKEY_CTX *ctx = NULL;
+    if (c->sub[0] == '\0' || c->evt[0] == '\0' || c->jti[0] == '\0' ||
+        (plen = claims_json(c, audience ? audience : CM_JWT_AUDIENCE, payload, sizeof(payload))) ==
+            0)
+        return NULL;
+    /* header.payload, then '.' and the 86-character signature */
+    size_t cap = s->header_b64_len + 1 + 4 * (plen / 3 + 1) + 1 + SIG_B64_LEN + 1;
+    tok = cm_xmalloc(cap);
+    memcpy(tok, s->header_b64, s->header_b64_len);
+    size_t n = s->header_b64_len;
+    tok[n++] = '.';
+    n += cm_base64url_encode((const unsigned char *)payload, plen, tok + n);
+    const unsigned char *p = der;
+    if (SHA256((const unsigned char *)tok, n, digest) == NULL ||
+        (ctx = pool_take(s->pool, s->pk)) == NULL)
+        goto err;
+    int ok = EVP_PKEY_sign(ctx, der, &derlen, digest, sizeof(digest));
+    pool_put(s->pool, ctx);
+    if (ok != 1 || (sig = d2i_ECDSA_SIG(NULL, &p, (long)derlen)) == NULL ||
+        BN_bn2binpad(ECDSA_SIG_get0_r(sig), raw, SIG_LEN / 2) != SIG_LEN / 2 ||
+        BN_bn2binpad(ECDSA_SIG_get0_s(sig), raw + SIG_LEN / 2, SIG_LEN / 2) != SIG_LEN / 2)
+        goto err;
+    tok[n++] = '.';
+    cm_base64url_encode(raw, sizeof(raw), tok + n);
+    ECDSA_SIG_free(sig);
+    return tok;
+err:
+    ECDSA_SIG_free(sig);
+    ERR_clear_error();
     free(tok);
-    jwt_free(jwt); /* scrubs its copy of the key */
-    return out;
+    return NULL;
 }

@@ -4,13 +4,21 @@
  * Verification pins the algorithm: a token whose header says anything but ES256
  * (none, HS256 keyed with the public key PEM, RS256, …) is rejected before any key
  * is used, and the key is chosen by `kid` from a keyset of EC P-256 public keys
- * only. libjwt does the signature and base64url work; OpenSSL EC calls are used
- * only to turn keys into JWKS and back. Pure functions: no event loop, safe from
- * any thread once the keyset or signer is built (they are read-only afterwards).
+ * only. Keys are parsed once into EVP_PKEYs; signing and verifying go through
+ * OpenSSL's EVP_PKEY_sign/verify on the SHA-256 digest of the signing input, with the
+ * JOSE raw R||S signature converted to and from DER; the header and claims are JSON
+ * (jansson) in base64url (cm_parse). libjwt is not used.
+ *
+ * Threads: pure functions with no event loop. A keyset or signer is built on one
+ * thread; afterwards every function taking it as const may be called from any number
+ * of threads at once (each key keeps a small mutex-protected pool of EVP_PKEY_CTXs, so
+ * concurrent callers never share one). A keyset is reference-counted so workers can
+ * share it and a reload can replace it while verifications still use the old one.
  */
 #ifndef CM_JWT_H
 #define CM_JWT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,10 +47,24 @@ typedef enum {
     CM_JWT_BAD_AUDIENCE,  /* aud missing or not the expected audience */
     CM_JWT_NOT_YET_VALID, /* nbf (minus leeway) is in the future */
     CM_JWT_EXPIRED,       /* exp (plus leeway) has passed — claims are still filled */
+    CM_JWT_BAD_ISSUER,    /* iss missing or not the expected issuer */
+    CM_JWT_TOO_LONG,      /* exp - iat (or exp - now) exceeds the maximum lifetime */
 } cm_jwt_result_t;
 
-/** Empty keyset; NULL never (aborts on OOM). */
+/** What a verifier accepts. */
+typedef struct cm_jwt_policy {
+    const char *audience;   /* aud must contain it; NULL = CM_JWT_AUDIENCE */
+    const char *issuer;     /* iss must equal it; NULL = not checked */
+    int64_t leeway_s;       /* clock skew allowed on nbf and exp (clamped to 0..86400) */
+    int64_t max_lifetime_s; /* > 0: iat is required and exp - iat may not exceed it, nor
+                               exp - now exceed it plus the leeway; 0 = unlimited */
+} cm_jwt_policy_t;
+
+/** Empty keyset with one reference; NULL never (aborts on OOM). */
 cm_jwt_keyset_t *cm_jwt_keyset_new(void);
+/** Another reference to ks (any thread); returns ks. */
+cm_jwt_keyset_t *cm_jwt_keyset_ref(cm_jwt_keyset_t *ks);
+/** Drops one reference (any thread); the last one frees. NULL is fine. */
 void cm_jwt_keyset_free(cm_jwt_keyset_t *ks);
 
 /**
@@ -66,18 +88,22 @@ cm_jwt_keyset_load_file(cm_jwt_keyset_t *ks, const char *path, char *err, size_t
 /** Number of keys. */
 size_t cm_jwt_keyset_count(const cm_jwt_keyset_t *ks);
 
+/** Whether ks holds a key under kid. */
+bool cm_jwt_keyset_has_kid(const cm_jwt_keyset_t *ks, const char *kid);
+
 /** The keyset as a JWKS document (kty, crv, x, y, kid, alg, use); caller frees. */
 char *cm_jwt_keyset_jwks(const cm_jwt_keyset_t *ks);
 
 /**
- * Verifies token (len bytes, need not be NUL-terminated) against ks: alg pinned to
- * ES256, key by kid, signature, aud == audience, nbf and exp against now_s with
- * leeway_s. On CM_JWT_OK and CM_JWT_EXPIRED every claim in *out is filled (sub, evt
- * and jti must be present and non-empty or the token is CM_JWT_MALFORMED).
+ * Verifies token (len bytes, need not be NUL-terminated) against ks, in this order:
+ * shape and alg pinned to ES256 (header only), key by kid, claim types, signature, then
+ * the policy: aud, iss, lifetime, nbf and exp against now_s. On CM_JWT_OK and
+ * CM_JWT_EXPIRED every claim in *out is filled (sub, evt and jti must be present and
+ * non-empty or the token is CM_JWT_MALFORMED); on anything else *out is zeroed.
+ * Any thread (see the top of this file).
  */
 cm_jwt_result_t cm_jwt_verify(const cm_jwt_keyset_t *ks, const char *token, size_t len,
-                              const char *audience, int64_t now_s, int64_t leeway_s,
-                              cm_jwt_claims_t *out);
+                              const cm_jwt_policy_t *policy, int64_t now_s, cm_jwt_claims_t *out);
 
 /** A short snake_case reason for logs and metrics labels ("bad_alg", "expired", …). */
 const char *cm_jwt_result_str(cm_jwt_result_t r);
@@ -93,8 +119,8 @@ const char *cm_jwt_signer_kid(const cm_jwt_signer_t *s);
 
 /**
  * Signs claims (iss, sub, evt, jti, iat, nbf, exp; kid from the signer) with ES256 and
- * aud = audience. Returns a heap string the caller frees, or NULL on failure.
- * Thread-safe for concurrent calls on one signer.
+ * aud = audience (NULL = CM_JWT_AUDIENCE). Returns a heap string the caller frees, or
+ * NULL on failure (an empty sub, evt or jti). Any thread, concurrently on one signer.
  */
 char *cm_jwt_sign(const cm_jwt_signer_t *s, const cm_jwt_claims_t *claims, const char *audience);
 

@@ -120,8 +120,8 @@ static void complete(rsv_auth_t *a, job_t *j)
 
 static void verify(const rsv_auth_t *a, job_t *j)
 {
-    j->result =
-        cm_jwt_verify(a->keys, j->token, j->len, CM_JWT_AUDIENCE, j->now, a->leeway, &j->claims);
+    cm_jwt_policy_t pol = {.leeway_s = a->leeway};
+    j->result = cm_jwt_verify(a->keys, j->token, j->len, &pol, j->now, &j->claims);
 }
 
 static void *worker(void *arg)

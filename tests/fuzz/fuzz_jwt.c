@@ -34,8 +34,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (keys == NULL)
         init();
     cm_jwt_claims_t c;
-    cm_jwt_result_t r =
-        cm_jwt_verify(keys, (const char *)data, size, CM_JWT_AUDIENCE, 1800000000, 5, &c);
+    static const cm_jwt_policy_t pol = {
+        .issuer = "onsale-gateway", .leeway_s = 5, .max_lifetime_s = 86400};
+    cm_jwt_result_t r = cm_jwt_verify(keys, (const char *)data, size, &pol, 1800000000, &c);
     CHECK(r != CM_JWT_OK && r != CM_JWT_EXPIRED);
     (void)cm_jwt_result_str(r);
     return 0;

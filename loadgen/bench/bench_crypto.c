@@ -1,0 +1,161 @@
+/*
+ * onsale-bench-crypto — admission-token signing and verification per core, as the
+ * gateway and the reserve run them (cm_jwt_sign, cm_jwt_verify: JSON, base64url, SHA-256,
+ * ECDSA P-256 and the JOSE signature form), for loadgen/bench/bench_crypto.sh to put
+ * beside `openssl speed ecdsap256`.
+ *
+ * T threads, each looping for the given (wall) seconds; prints one line per operation:
+ * "sign <ops per CPU second> <threads>" and "verify <ops per CPU second> <threads>".
+ * Every operation's result is checked, so a broken signer cannot look fast.
+ *
+ * Usage: onsale-bench-crypto [--seconds S] [--threads T]
+ */
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cm_jwt.h"
+
+#define NOW 1800000000LL
+
+typedef struct run {
+    const cm_jwt_signer_t *signer;
+    const cm_jwt_keyset_t *ks;
+    const char *token; /* for verify */
+    double seconds;
+    int verify;
+    uint64_t ops;
+    double cpu; /* this thread's CPU seconds over the loop */
+    int failed;
+} run_t;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static cm_jwt_claims_t claims_for(uint64_t i)
+{
+    cm_jwt_claims_t c = {.iat = NOW, .nbf = NOW, .exp = NOW + 600};
+    snprintf(c.iss, sizeof(c.iss), "onsale-gateway");
+    snprintf(c.sub, sizeof(c.sub), "v-%016llx", (unsigned long long)i);
+    snprintf(c.evt, sizeof(c.evt), "bench-event");
+    snprintf(c.jti, sizeof(c.jti), "%032llx", (unsigned long long)i);
+    return c;
+}
+
+static void *loop(void *arg)
+{
+    run_t *r = arg;
+    static const cm_jwt_policy_t pol = {
+        .issuer = "onsale-gateway", .leeway_s = 5, .max_lifetime_s = 86400};
+    size_t toklen = r->token ? strlen(r->token) : 0;
+    double end = now_s() + r->seconds, cpu0 = cpu_s();
+    while (!r->failed) {
+        for (int k = 0; k < 64; k++, r->ops++) {
+            if (r->verify) {
+                cm_jwt_claims_t out;
+                if (cm_jwt_verify(r->ks, r->token, toklen, &pol, NOW + 1, &out) != CM_JWT_OK)
+                    r->failed = 1;
+            } else {
+                cm_jwt_claims_t c = claims_for(r->ops);
+                char *t = cm_jwt_sign(r->signer, &c, NULL);
+                if (t == NULL)
+                    r->failed = 1;
+                free(t);
+            }
+        }
+        if (now_s() >= end)
+            break;
+    }
+    r->cpu = cpu_s() - cpu0;
+    return NULL;
+}
+
+/* Operations per CPU second (a core's worth), as `openssl speed` counts them (it divides
+ * by CPU time too, unless -elapsed), so a shared machine does not skew the ratio;
+ * -1 on a failure. */
+static double measure(const run_t *proto, int nthreads)
+{
+    run_t runs[64];
+    pthread_t th[64];
+    for (int i = 0; i < nthreads; i++) {
+        runs[i] = *proto;
+        if (pthread_create(&th[i], NULL, loop, &runs[i]) != 0)
+            return -1;
+    }
+    uint64_t ops = 0;
+    double cpu = 0;
+    int failed = 0;
+    for (int i = 0; i < nthreads; i++) {
+        pthread_join(th[i], NULL);
+        ops += runs[i].ops;
+        cpu += runs[i].cpu;
+        failed |= runs[i].failed;
+    }
+    return failed || cpu <= 0 ? -1 : (double)ops / cpu;
+}
+
+int main(int argc, char **argv)
+{
+    double seconds = 3;
+    int threads = 1;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc)
+            seconds = atof(argv[++i]);
+        else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: onsale-bench-crypto [--seconds S] [--threads T]\n");
+            return 2;
+        }
+    }
+    if (seconds <= 0 || seconds > 600 || threads < 1 || threads > 64) {
+        fprintf(stderr, "onsale-bench-crypto: --seconds 0..600, --threads 1..64\n");
+        return 2;
+    }
+    char err[256];
+    EVP_PKEY *k = EVP_EC_gen("P-256");
+    BIO *b = BIO_new(BIO_s_mem());
+    char *pem = NULL;
+    if (k == NULL || b == NULL || PEM_write_bio_PrivateKey(b, k, NULL, NULL, 0, NULL, NULL) != 1)
+        return 1;
+    long n = BIO_get_mem_data(b, &pem);
+    cm_jwt_signer_t *signer = cm_jwt_signer_new(NULL, pem, (size_t)n, err, sizeof(err));
+    cm_jwt_keyset_t *ks = cm_jwt_keyset_new();
+    if (signer == NULL || cm_jwt_keyset_add_pem(ks, NULL, pem, (size_t)n, err, sizeof(err)) != 0) {
+        fprintf(stderr, "onsale-bench-crypto: %s\n", err);
+        return 1;
+    }
+    cm_jwt_claims_t c = claims_for(0);
+    char *token = cm_jwt_sign(signer, &c, NULL);
+    run_t proto = {.signer = signer, .ks = ks, .token = token, .seconds = seconds};
+    double sign = measure(&proto, threads);
+    proto.verify = 1;
+    double verify = measure(&proto, threads);
+    if (token == NULL || sign < 0 || verify < 0) {
+        fprintf(stderr, "onsale-bench-crypto: a signature failed to sign or verify\n");
+        return 1;
+    }
+    printf("sign %.1f %d\nverify %.1f %d\n", sign, threads, verify, threads);
+    free(token);
+    cm_jwt_keyset_free(ks);
+    cm_jwt_signer_free(signer);
+    BIO_free(b);
+    EVP_PKEY_free(k);
+    return 0;
+}
