@@ -201,7 +201,7 @@ cm_http_server_t *cm_http_server_new(struct event_base *base, const char *addr, 
     evhttp_set_timeout(srv->http, limits->idle_timeout_s > 0 ? limits->idle_timeout_s : 30);
     evhttp_set_allowed_methods(srv->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
                                               EVHTTP_REQ_PATCH | EVHTTP_REQ_DELETE |
-                                              EVHTTP_REQ_HEAD);
+                                              EVHTTP_REQ_HEAD | EVHTTP_REQ_OPTIONS);
     srv->resume_timer = evtimer_new(base, on_resume_timer, srv);
     return srv;
 err:
@@ -375,6 +375,8 @@ const char *cm_http_reason(int code)
         return "Accepted";
     case 204:
         return "No Content";
+    case 301:
+        return "Moved Permanently";
     case 302:
         return "Found";
     case 304:

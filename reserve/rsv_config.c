@@ -76,6 +76,12 @@ const cm_config_opt_t rsv_config_table[] = {
      "checkouts the reconciler drives at once"},
     {"fault", CM_CFG_STR, S(fault), NULL, 0, 0,
      "tests only: after:<state>|before:<state>[,...] SIGKILLs the process at that step"},
+    {"cors_origins", CM_CFG_STR, S(cors_origins), "", 0, 0,
+     "storefront origins allowed to call the buyer API from a browser (CORS): "
+     "https://host[:port], separated by commas; no wildcard"},
+    {"shop_queue_url", CM_CFG_STR, S(shop_queue_url), "", 0, 0,
+     "waiting-room page the storefront sends a fan back to; {event} is replaced by the "
+     "event id (empty: no link)"},
 };
 
 const size_t rsv_config_table_len = sizeof(rsv_config_table) / sizeof(rsv_config_table[0]);

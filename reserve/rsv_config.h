@@ -48,6 +48,8 @@ typedef struct rsv_config {
     int64_t reconcile_after_s;
     int64_t reconcile_batch;
     char *fault;
+    char *cors_origins;
+    char *shop_queue_url;
 } rsv_config_t;
 
 extern const cm_config_opt_t rsv_config_table[];

@@ -14,8 +14,10 @@
 #include "rsv_admin.h"
 #include "rsv_avail.h"
 #include "rsv_checkout.h"
+#include "rsv_cors.h"
 #include "rsv_hold.h"
 #include "rsv_server.h"
+#include "rsv_shop.h"
 
 #define MAX_SEGS 6
 
@@ -164,6 +166,10 @@ void rsv_routes_dispatch(struct evhttp_request *req, void *arg)
         if (strcmp(seg[0], "metrics") == 0)
             return metrics(srv, req);
     }
+    if (rsv_shop_serve(srv, req, seg, n))
+        return;
+    if (n >= 1 && strcmp(seg[0], "v1") == 0 && rsv_cors_handle(srv->cors, req))
+        return; /* a CORS preflight */
     if (n >= 2 && strcmp(seg[0], "v1") == 0) {
         if (strcmp(seg[1], "events") == 0)
             return route_events(srv, req, seg, n);

@@ -26,6 +26,7 @@
 #include "rsv_auth.h"
 #include "rsv_avail.h"
 #include "rsv_catalog.h"
+#include "rsv_cors.h"
 #include "rsv_pay.h"
 #include "rsv_reconcile.h"
 
@@ -289,6 +290,9 @@ rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen)
     srv->admin_token = read_token_file(cfg->admin_token_file, err, errlen);
     if (srv->admin_token == NULL)
         goto err;
+    srv->cors = rsv_cors_new(cfg->cors_origins, err, errlen);
+    if (srv->cors == NULL)
+        goto err;
     if (!cfg->plain_http) {
         if (cfg->tls_cert == NULL || cfg->tls_key == NULL) {
             snprintf(err, errlen, "tls_cert and tls_key must be set (or plain_http = true)");
@@ -385,6 +389,7 @@ void rsv_server_free(rsv_server_t *srv)
     if (srv->base)
         event_base_free(srv->base);
     cm_tls_free(srv->tls);
+    rsv_cors_free(srv->cors);
     free(srv->admin_token);
     free(srv);
 }

@@ -26,6 +26,7 @@ typedef struct rsv_catalog rsv_catalog_t;
 typedef struct rsv_avail rsv_avail_t;
 typedef struct rsv_pay rsv_pay_t;
 typedef struct rsv_reconcile rsv_reconcile_t;
+typedef struct rsv_cors rsv_cors_t;
 
 typedef enum {
     RSV_EP_HEALTH,
@@ -87,6 +88,7 @@ typedef struct rsv_server {
     rsv_avail_t *avail;
     rsv_pay_t *pay;
     rsv_reconcile_t *reconcile;
+    rsv_cors_t *cors; /* storefront origins of the buyer API (rsv_cors.h) */
     char *admin_token;
     struct cm_drain *drain; /* SIGTERM: stop accepting, finish in-flight requests */
     int inflight;

@@ -1,0 +1,89 @@
+/*
+ * rsv_shop — see rsv_shop.h.
+ *
+ * Three files and a config document: a table, not a file system, so no path can reach
+ * anything else. /shop (no slash) redirects to /shop/ so the page's relative URLs
+ * resolve under it.
+ */
+#include "rsv_shop.h"
+
+#include <event2/http.h>
+#include <jansson.h>
+#include <string.h>
+
+#include "rsv_server.h"
+
+/* The embedded files (onsale_embed in reserve/CMakeLists.txt). */
+extern const char rsv_www_shop_html[];
+extern const char rsv_www_shop_css[];
+extern const char rsv_www_shop_js[];
+
+#define CSP                                                                                        \
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "                \
+    "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+#define STATIC_CACHE "public, max-age=60"
+
+static const struct {
+    const char *name;
+    const char *ctype;
+    const char *body;
+} files[] = {
+    {"index.html", "text/html; charset=utf-8", rsv_www_shop_html},
+    {"shop.css", "text/css; charset=utf-8", rsv_www_shop_css},
+    {"shop.js", "text/javascript; charset=utf-8", rsv_www_shop_js},
+};
+
+static void security_headers(struct evhttp_request *req)
+{
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    evhttp_add_header(h, "Content-Security-Policy", CSP);
+    evhttp_add_header(h, "X-Content-Type-Options", "nosniff");
+    evhttp_add_header(h, "Referrer-Policy", "no-referrer");
+    evhttp_add_header(h, "X-Frame-Options", "DENY");
+}
+
+static void config_json(rsv_server_t *srv, rsv_req_t *r)
+{
+    const char *q = srv->cfg.shop_queue_url;
+    security_headers(r->req);
+    rsv_reply_json(r, 200, json_pack("{s:s?}", "queue_url", q && *q ? q : NULL));
+}
+
+bool rsv_shop_serve(rsv_server_t *srv, struct evhttp_request *req, char **seg, int n)
+{
+    if (n < 1 || n > 2 || strcmp(seg[0], "shop") != 0)
+        return false;
+    rsv_req_t r;
+    rsv_req_start(&r, srv, req, RSV_EP_OTHER);
+    enum evhttp_cmd_type m = evhttp_request_get_command(req);
+    if (m != EVHTTP_REQ_GET && m != EVHTTP_REQ_HEAD) {
+        rsv_reply_error(&r, 405, "method_not_allowed", "use GET", NULL);
+        return true;
+    }
+    const char *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
+    if (n == 1 && strcmp(path, "/shop") == 0) {
+        /* keep the query (?event=…); the fragment never reaches the server */
+        const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+        char loc[1200];
+        snprintf(loc, sizeof(loc), "/shop/%s%s", query ? "?" : "", query ? query : "");
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Location", loc);
+        rsv_reply_error(&r, 301, "moved", "the storefront is at /shop/", NULL);
+        return true;
+    }
+    const char *name = n == 1 ? "index.html" : seg[1];
+    if (strcmp(name, "config.json") == 0) {
+        config_json(srv, &r);
+        return true;
+    }
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        if (strcmp(name, files[i].name) != 0)
+            continue;
+        security_headers(req);
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Cache-Control", STATIC_CACHE);
+        cm_http_send_body(req, 200, files[i].ctype, files[i].body, strlen(files[i].body), true);
+        rsv_req_replied(&r);
+        return true;
+    }
+    rsv_reply_error(&r, 404, "not_found", "no such storefront file", NULL);
+    return true;
+}

@@ -1,0 +1,637 @@
+/*
+ * The reference storefront (shop.html): seat map and GA pools with live availability,
+ * an all-or-nothing hold, its countdown and extension at checkout, payment through the
+ * provider (simulator test cards), the booking — and every error a buyer can meet, as a
+ * message with the next step.
+ *
+ * The admission token comes from the waiting room in the URL fragment, is kept in
+ * sessionStorage (this tab only) and sent only in the Authorization header of calls to
+ * the buyer API of this origin. It never goes into a URL query, a cookie or a log.
+ */
+(function () {
+  'use strict';
+
+  var POLL_MS = 3000;            /* availability refresh (answers may lag up to 1 s) */
+  var CHECKOUT_POLL_MS = 2000;   /* while a payment is pending */
+  var SLOW_CARD_MS = 12000;      /* longer than the reserve's default provider timeout */
+  var KEY = 'onsale.admission.';
+
+  var ev = null, token = null, claims = null, queueUrl = null;
+  var seats = {}, seatEls = {}, sectionsBuilt = false, pools = [];
+  var selected = [];             /* seat ids, in the order picked */
+  var hold = null;               /* the hold answer (201) */
+  var clockSkew = 0;             /* server time - local time, ms (from the Date header) */
+  var pollTimer = null, tickTimer = null, lastSpoken = null;
+  var extended = false, paying = false, payKey = null, paySource = null;
+
+  function $(id) { return document.getElementById(id); }
+  function show(id) {
+    ['s-loading', 's-gate', 's-pick', 's-hold', 's-done'].forEach(function (s) { $(s).hidden = s !== id; });
+  }
+
+  /* ---- the admission token ---- */
+  function b64json(s) {
+    s = s.replace(/-/g, '+').replace(/_/g, '/');
+    while (s.length % 4) s += '=';
+    return JSON.parse(decodeURIComponent(Array.prototype.map.call(atob(s), function (c) {
+      return '%' + ('00' + c.charCodeAt(0).toString(16)).slice(-2);
+    }).join('')));
+  }
+  function readClaims(t) {
+    try { return b64json(t.split('.')[1]); } catch (e) { return null; }
+  }
+  function takeToken() {
+    var params = new URLSearchParams(location.search);
+    ev = params.get('event');
+    var frag = new URLSearchParams(location.hash.replace(/^#/, ''));
+    var t = frag.get('admission_token');
+    if (t) {
+      var c = readClaims(t);
+      if (!ev && c && typeof c.evt === 'string') ev = c.evt;
+      if (ev) { try { sessionStorage.setItem(KEY + ev, t); } catch (e) { /* private mode */ } }
+      token = t;
+      /* out of the address bar (and history) at once */
+      try { history.replaceState(null, '', location.pathname + location.search); } catch (e) { /* ignore */ }
+    } else if (ev) {
+      try { token = sessionStorage.getItem(KEY + ev); } catch (e) { token = null; }
+    }
+    claims = token ? readClaims(token) : null;
+    if (!ev && claims && typeof claims.evt === 'string') ev = claims.evt;
+  }
+  function forgetToken() {
+    token = null;
+    try { if (ev) sessionStorage.removeItem(KEY + ev); } catch (e) { /* ignore */ }
+  }
+
+  /* ---- formatting ---- */
+  function money(amount, currency) {
+    if (typeof amount !== 'number') return '—';
+    try {
+      return new Intl.NumberFormat('en-GB', { style: 'currency', currency: currency || 'EUR' }).format(amount / 100);
+    } catch (e) { return (amount / 100).toFixed(2) + ' ' + (currency || ''); }
+  }
+  function clock(ms) {
+    var d = new Date(ms - clockSkew);
+    return d.toLocaleTimeString('en-GB', { hour: '2-digit', minute: '2-digit', second: '2-digit' });
+  }
+  function mmss(s) {
+    s = Math.max(0, Math.ceil(s));
+    return Math.floor(s / 60) + ':' + ('0' + (s % 60)).slice(-2);
+  }
+  function itemsText(h) {
+    if (h.pool) return h.quantity + ' × ' + h.pool;
+    return (h.seats || []).join(', ');
+  }
+  function seatLabel(id) {
+    var m = /^([^-]+)-(\d+)-(\d+)$/.exec(id);
+    return m ? 'Section ' + m[1] + ', row ' + m[2] + ', seat ' + m[3] : id;
+  }
+
+  /* ---- messages: what happened, and what to do next ---- */
+  function alertBox(text, next, actions, kind) {
+    $('alert-text').textContent = text;
+    $('alert-next').textContent = next || '';
+    var box = $('alert-actions');
+    box.textContent = '';
+    (actions || []).forEach(function (a) {
+      var el;
+      if (a.href) { el = document.createElement('a'); el.href = a.href; el.className = 'button'; }
+      else { el = document.createElement('button'); el.type = 'button'; el.addEventListener('click', a.run); }
+      el.textContent = a.label;
+      box.appendChild(el);
+    });
+    $('alert').className = 'alert' + (kind === 'info' ? ' info' : '');
+    $('alert').hidden = false;
+    $('alert').focus();
+  }
+  function clearAlert() { $('alert').hidden = true; }
+  function queueLink() {
+    return queueUrl ? [{ label: 'Back to the waiting room', href: queueUrl }] : [];
+  }
+
+  /* The answers every call can meet; returns true when it handled one. */
+  function commonError(res) {
+    var j = res.json || {};
+    if (res.status === 0) {
+      alertBox('The ticket service could not be reached.', 'Check your connection; your place is kept. Try again in a moment.',
+        [{ label: 'Try again', run: function () { clearAlert(); refresh(); } }]);
+      return true;
+    }
+    if (res.status === 401) {
+      forgetToken();
+      stopPolling();
+      alertBox('Your admission has expired.', 'Admissions are valid for a limited time. Rejoin the waiting room to get a new one.', queueLink());
+      gate();
+      return true;
+    }
+    if (res.status === 403) {
+      alertBox('Your admission is for another event.', 'Open the waiting room of this event to be admitted to it.', queueLink());
+      return true;
+    }
+    if (res.status === 503 || res.status === 429 && j.error !== 'limit_exceeded') {
+      alertBox('The ticket service is very busy right now.', 'Nothing was lost. Wait a few seconds and try again.', []);
+      return true;
+    }
+    if (res.status === 404 && j.error === 'unknown_event') {
+      stopPolling();
+      alertBox('This event is not on sale here.', 'Check the link you followed, or go back to the waiting room.', queueLink());
+      return true;
+    }
+    return false;
+  }
+
+  /* ---- the buyer API ---- */
+  function api(method, path, body, headers) {
+    var h = { 'Accept': 'application/json' };
+    if (token) h.Authorization = 'Bearer ' + token;
+    var opts = { method: method, headers: h, cache: 'no-store', credentials: 'omit' };
+    if (body !== undefined) { h['Content-Type'] = 'application/json'; opts.body = JSON.stringify(body); }
+    Object.keys(headers || {}).forEach(function (k) { h[k] = headers[k]; });
+    return fetch(path, opts).then(function (r) {
+      var date = Date.parse(r.headers.get('Date') || '');
+      if (!isNaN(date)) clockSkew = date - Date.now();
+      return r.text().then(function (t) {
+        var j = null;
+        try { j = JSON.parse(t); } catch (e) { j = null; }
+        return { status: r.status, json: j };
+      });
+    }, function () { return { status: 0, json: null }; });
+  }
+  function evPath(rest) { return '/v1/events/' + encodeURIComponent(ev) + rest; }
+  function holdPath(rest) { return '/v1/holds/' + encodeURIComponent(hold.hold_id) + (rest || ''); }
+
+  /* ---- seat map and pools ---- */
+  function buildSections(list) {
+    var box = $('sections'), bySection = {}, order = [];
+    list.forEach(function (s) {
+      if (!bySection[s.section]) { bySection[s.section] = []; order.push(s.section); }
+      bySection[s.section].push(s);
+    });
+    box.textContent = '';
+    order.forEach(function (sec) {
+      var wrap = document.createElement('div');
+      var h = document.createElement('h3');
+      h.className = 'section-h';
+      h.id = 'sec-' + sec;
+      h.appendChild(document.createTextNode('Section ' + sec));
+      var price = document.createElement('span');
+      price.id = 'sec-price-' + sec;
+      h.appendChild(price);
+      var grid = document.createElement('div');
+      grid.className = 'grid';
+      grid.setAttribute('role', 'group');
+      grid.setAttribute('aria-labelledby', 'sec-' + sec);
+      var rows = {}, rowOrder = [];
+      bySection[sec].forEach(function (s) {
+        var m = /^[^-]+-(\d+)-\d+$/.exec(s.id), r = m ? m[1] : '';
+        if (!rows[r]) { rows[r] = []; rowOrder.push(r); }
+        rows[r].push(s);
+      });
+      var first = true;
+      rowOrder.forEach(function (r) {
+        var row = document.createElement('div');
+        row.className = 'row';
+        var rl = document.createElement('span');
+        rl.className = 'rl';
+        rl.textContent = r ? 'Row ' + r : '';
+        rl.setAttribute('aria-hidden', 'true');
+        row.appendChild(rl);
+        rows[r].forEach(function (s) {
+          var b = document.createElement('button');
+          b.type = 'button';
+          b.className = 'seat';
+          b.dataset.seat = s.id;
+          var n = /-(\d+)$/.exec(s.id);
+          b.textContent = n ? n[1] : s.id;
+          b.tabIndex = first ? 0 : -1;
+          first = false;
+          b.addEventListener('click', function () { toggleSeat(s.id); });
+          b.addEventListener('keydown', seatKey);
+          seatEls[s.id] = b;
+          row.appendChild(b);
+        });
+        grid.appendChild(row);
+      });
+      wrap.appendChild(h);
+      wrap.appendChild(grid);
+      box.appendChild(wrap);
+      var p = bySection[sec][0].price;
+      price.textContent = typeof p === 'number' ? money(p, currencyGuess) + ' per seat' : '';
+    });
+    sectionsBuilt = true;
+  }
+  var currencyGuess = 'EUR';
+
+  /* Arrow keys move between seats of a section (one tab stop per section). */
+  function seatKey(e) {
+    var b = e.currentTarget, row = b.parentNode, target = null;
+    var idx = Array.prototype.indexOf.call(row.querySelectorAll('.seat'), b);
+    if (e.key === 'ArrowRight') target = b.nextElementSibling;
+    else if (e.key === 'ArrowLeft') target = b.previousElementSibling;
+    else if (e.key === 'ArrowDown' || e.key === 'ArrowUp') {
+      var other = e.key === 'ArrowDown' ? row.nextElementSibling : row.previousElementSibling;
+      if (other) {
+        var list = other.querySelectorAll('.seat');
+        target = list[Math.min(idx, list.length - 1)];
+      }
+    } else if (e.key === 'Home') target = row.querySelector('.seat');
+    else if (e.key === 'End') { var all = row.querySelectorAll('.seat'); target = all[all.length - 1]; }
+    else return;
+    e.preventDefault();
+    if (target && target.classList.contains('seat')) {
+      b.tabIndex = -1;
+      target.tabIndex = 0;
+      target.focus();
+    }
+  }
+
+  function renderSeat(id) {
+    var s = seats[id], b = seatEls[id];
+    if (!s || !b) return;
+    var mine = selected.indexOf(id) >= 0;
+    var taken = s.status !== 'available' && !mine;
+    b.classList.toggle('held', s.status === 'held' && !mine);
+    b.classList.toggle('sold', s.status === 'sold' && !mine);
+    b.setAttribute('aria-pressed', String(mine));
+    b.setAttribute('aria-disabled', String(taken));
+    b.setAttribute('aria-label', seatLabel(id) + (taken ? ', ' + s.status : mine ? ', selected' : ', available') +
+      (typeof s.price === 'number' ? ', ' + money(s.price, currencyGuess) : ''));
+  }
+
+  function toggleSeat(id) {
+    var s = seats[id];
+    var i = selected.indexOf(id);
+    if (i >= 0) selected.splice(i, 1);
+    else if (s && s.status === 'available') selected.push(id);
+    else return;
+    renderSeat(id);
+    renderCart();
+  }
+
+  function renderCart() {
+    var total = 0;
+    selected.forEach(function (id) { total += seats[id] && seats[id].price || 0; });
+    $('cart-text').textContent = selected.length
+      ? selected.length + (selected.length === 1 ? ' seat: ' : ' seats: ') + selected.join(', ') + ' — ' + money(total, currencyGuess)
+      : 'No seat selected.';
+    $('hold-btn').disabled = selected.length === 0;
+    $('clear-btn').disabled = selected.length === 0;
+  }
+
+  function renderPools(list) {
+    var box = $('pools');
+    $('pools-box').hidden = list.length === 0;
+    list.forEach(function (p) {
+      var row = $('pool-' + p.id);
+      if (!row) {
+        row = document.createElement('div');
+        row.className = 'pool';
+        row.id = 'pool-' + p.id;
+        var name = document.createElement('span');
+        name.className = 'name';
+        name.textContent = p.id;
+        var left = document.createElement('span');
+        left.id = 'pool-left-' + p.id;
+        var lab = document.createElement('label');
+        lab.textContent = 'Tickets ';
+        lab.htmlFor = 'pool-q-' + p.id;
+        var q = document.createElement('input');
+        q.type = 'number';
+        q.min = '1';
+        q.step = '1';
+        q.value = '1';
+        q.id = 'pool-q-' + p.id;
+        q.inputMode = 'numeric';
+        var b = document.createElement('button');
+        b.type = 'button';
+        b.id = 'pool-btn-' + p.id;
+        b.textContent = 'Hold';
+        b.setAttribute('aria-describedby', 'pool-left-' + p.id);
+        b.addEventListener('click', function () { holdPool(p.id); });
+        row.appendChild(name);
+        row.appendChild(left);
+        row.appendChild(lab);
+        row.appendChild(q);
+        row.appendChild(b);
+        box.appendChild(row);
+      }
+      $('pool-left-' + p.id).textContent = p.available > 0 ? p.available + ' of ' + p.capacity + ' left' : 'sold out';
+      $('pool-btn-' + p.id).disabled = !(p.available > 0);
+      $('pool-q-' + p.id).max = String(Math.max(1, p.available));
+    });
+  }
+
+  function loadSeats() {
+    return api('GET', evPath('/seats')).then(function (res) {
+      if (res.status !== 200) return res;
+      var list = res.json && res.json.seats || [];
+      list.forEach(function (s) { seats[s.id] = s; });
+      if (!sectionsBuilt) buildSections(list);
+      /* someone else took a seat you had picked: drop it and say so */
+      var lost = selected.filter(function (id) { return seats[id] && seats[id].status !== 'available'; });
+      if (lost.length && !hold) {
+        selected = selected.filter(function (id) { return lost.indexOf(id) < 0; });
+        alertBox(plural(lost, 'was', 'were') + ' just taken by another fan.', 'Pick another seat; the rest of your choice is kept.', [], 'info');
+      }
+      Object.keys(seatEls).forEach(renderSeat);
+      renderCart();
+      return res;
+    });
+  }
+  function loadAvailability() {
+    return api('GET', evPath('/availability')).then(function (res) {
+      if (res.status === 200 && res.json) { pools = res.json.pools || []; renderPools(pools); }
+      return res;
+    });
+  }
+  function refresh() {
+    clearTimeout(pollTimer);
+    if (!token) return Promise.resolve();
+    return Promise.all([loadSeats(), loadAvailability()]).then(function (rs) {
+      var bad = rs.filter(function (r) { return r.status !== 200; })[0];
+      if (bad) { if (!commonError(bad)) alertBox('The seat map could not be loaded (' + bad.status + ').', 'Try again in a moment.', []); }
+      else if ($('s-loading').hidden === false) show('s-pick');
+      if (!bad || bad.status === 0 || bad.status === 503 || bad.status === 429) pollTimer = setTimeout(refresh, bad ? 3 * POLL_MS : POLL_MS);
+    });
+  }
+  function stopPolling() { clearTimeout(pollTimer); pollTimer = null; }
+  function plural(list, one, many) {
+    return (list.length === 1 ? 'Seat ' + list[0] + ' ' + one : 'Seats ' + list.join(', ') + ' ' + many);
+  }
+
+  /* ---- taking a hold ---- */
+  function takeHold(body, what) {
+    clearAlert();
+    $('hold-btn').disabled = true;
+    return api('POST', evPath('/holds'), body).then(function (res) {
+      var j = res.json || {};
+      renderCart();
+      if (res.status === 201) { startHold(j); return; }
+      if (res.status === 409 && j.error === 'seat_unavailable') {
+        var un = j.unavailable || [];
+        un.forEach(function (id) { if (seats[id]) seats[id].status = 'held'; });
+        selected = selected.filter(function (id) { return un.indexOf(id) < 0; });
+        Object.keys(seatEls).forEach(renderSeat);
+        renderCart();
+        alertBox(plural(un, 'was', 'were') + ' just taken by another fan, so nothing was held.',
+          'Holds are all or nothing. Pick another seat' + (selected.length ? ' (your other choices are kept)' : '') + ' and press “Hold selected seats” again.', []);
+        refresh();
+        return;
+      }
+      if (res.status === 409 && j.error === 'sold_out') {
+        alertBox(what + ' is sold out.', 'Choose seats or another ticket type.', []);
+        refresh();
+        return;
+      }
+      if (res.status === 409 && j.error === 'insufficient') {
+        alertBox('Only ' + j.available + ' ' + what + ' ticket' + (j.available === 1 ? ' is' : 's are') + ' left.', 'Lower the number of tickets and try again.', []);
+        refresh();
+        return;
+      }
+      if (res.status === 429 && j.error === 'limit_exceeded') {
+        alertBox('You can buy at most ' + j.max_per_buyer + ' tickets for this event.', 'Choose fewer tickets (tickets you already hold or bought count too).', []);
+        return;
+      }
+      if (res.status === 404 && (j.error === 'unknown_seat' || j.error === 'unknown_pool')) {
+        alertBox('That ticket no longer exists.', 'The seat map was reloaded; choose again.', []);
+        sectionsBuilt = false;
+        refresh();
+        return;
+      }
+      if (!commonError(res)) alertBox('The hold failed (' + res.status + (j.error ? ' ' + j.error : '') + ').', 'Try again.', []);
+    });
+  }
+  function holdSeats() { if (selected.length) takeHold({ seats: selected.slice() }, 'The seat'); }
+  function holdPool(id) {
+    var q = parseInt($('pool-q-' + id).value, 10);
+    if (!(q >= 1)) { alertBox('Enter how many tickets you want.', 'A whole number, 1 or more.', []); $('pool-q-' + id).focus(); return; }
+    takeHold({ pool: id, quantity: q }, id);
+  }
+
+  /* ---- the hold and its countdown ---- */
+  function startHold(h) {
+    hold = h;
+    extended = false;
+    payKey = null;
+    if (h.currency) currencyGuess = h.currency;
+    stopPolling();
+    $('hold-items').textContent = itemsText(h);
+    $('hold-amount').textContent = money(h.amount, h.currency);
+    $('pay-amount').textContent = money(h.amount, h.currency);
+    $('pay-form').hidden = true;
+    $('hold-actions').hidden = false;
+    $('checkout-btn').disabled = false;
+    $('release-btn').disabled = false;
+    $('pay-status').textContent = '';
+    show('s-hold');
+    lastSpoken = null;
+    tick();
+    $('hold-h').tabIndex = -1;
+    $('hold-h').focus();
+  }
+  function remaining() {
+    return hold ? (Date.parse(hold.expires_at) - (Date.now() + clockSkew)) / 1000 : 0;
+  }
+  function tick() {
+    clearTimeout(tickTimer);
+    if (!hold) return;
+    var s = remaining();
+    $('countdown').textContent = mmss(s);
+    $('countdown').classList.toggle('low', s < 60);
+    /* screen readers hear the time at each whole minute and in the last 30 and 10 s */
+    var mark = s > 60 ? Math.ceil(s / 60) + ' min' : s > 30 ? '1 min' : s > 10 ? '30 s' : '10 s';
+    if (mark !== lastSpoken) {
+      lastSpoken = mark;
+      $('countdown-live').textContent = 'Your seats are held for ' + (s > 60 ? Math.ceil(s / 60) + ' more minutes.' : 'less than ' + mark.replace('min', 'minute').replace('s', 'seconds') + '.');
+    }
+    if (s <= 0) { expired(); return; }
+    tickTimer = setTimeout(tick, 250);
+  }
+  function expired() {
+    if (paying) return;   /* the confirm answer decides (hold_expired + refund) */
+    var what = hold ? itemsText(hold) : '';
+    endHold();
+    alertBox('Your hold on ' + what + ' expired.', 'The tickets went back on sale. Choose again — they may still be available.', []);
+  }
+  function endHold() {
+    hold = null;
+    paying = false;
+    clearTimeout(tickTimer);
+    selected = [];
+    show('s-pick');
+    renderCart();
+    refresh();
+  }
+
+  function checkout() {
+    clearAlert();
+    $('checkout-btn').disabled = true;
+    api('POST', holdPath('/extend')).then(function (res) {
+      var j = res.json || {};
+      $('checkout-btn').disabled = false;
+      if (res.status === 200 && j.expires_at) {
+        hold.expires_at = j.expires_at;
+        extended = true;
+        lastSpoken = null;
+        tick();
+        $('hold-actions').hidden = true;
+        $('pay-form').hidden = false;
+        $('countdown-help').textContent = 'Extended for checkout, until ' + clock(Date.parse(j.expires_at)) + '.';
+        var first = document.querySelector('#pay-form input[name=card]:checked');
+        if (first) first.focus();
+        return;
+      }
+      holdGone(res) || commonError(res) ||
+        alertBox('The checkout could not start (' + res.status + ').', 'Try again.', []);
+    });
+  }
+  /* 404 unknown_hold / 409 hold_expired on an existing hold */
+  function holdGone(res) {
+    var j = res.json || {};
+    if (res.status === 409 && j.error === 'hold_expired' || res.status === 404 && j.error === 'unknown_hold') {
+      var what = hold ? itemsText(hold) : '';
+      endHold();
+      alertBox('Your hold on ' + what + ' has expired.', 'The tickets went back on sale. Choose again.', []);
+      return true;
+    }
+    return false;
+  }
+  function release() {
+    $('release-btn').disabled = true;
+    api('DELETE', holdPath()).then(function (res) {
+      if (res.status === 200 || res.status === 204 || holdGone(res)) {
+        if (hold) endHold();
+        return;
+      }
+      $('release-btn').disabled = false;
+      commonError(res) || alertBox('The hold could not be released (' + res.status + ').', 'It will expire by itself; you can also try again.', []);
+    });
+  }
+
+  /* ---- payment ---- */
+  function newKey() {
+    if (window.crypto && crypto.randomUUID) return crypto.randomUUID();
+    var a = new Uint8Array(16);
+    crypto.getRandomValues(a);
+    return Array.prototype.map.call(a, function (b) { return ('0' + b.toString(16)).slice(-2); }).join('');
+  }
+  function pay(e) {
+    e.preventDefault();
+    if (paying || !hold) return;
+    var card = document.querySelector('#pay-form input[name=card]:checked').value;
+    var source = card === 'slow' ? 'tok_sim_delay_' + SLOW_CARD_MS : card;
+    if (source !== paySource || !payKey) { payKey = newKey(); paySource = source; }
+    paying = true;
+    clearAlert();
+    $('pay-btn').disabled = true;
+    $('pay-status').textContent = 'Paying ' + money(hold.amount, hold.currency) + '…';
+    confirm();
+  }
+  function confirm() {
+    api('POST', holdPath('/confirm'), { payment: { amount: hold.amount, currency: hold.currency, source: paySource } },
+      { 'Idempotency-Key': payKey }).then(onConfirm);
+  }
+  function onConfirm(res) {
+    var j = res.json || {};
+    if (res.status === 201 || res.status === 200 && j.booking_id) { booked(j); return; }
+    if (res.status === 202 || res.status === 409 && j.error === 'in_progress') {
+      $('pay-status').textContent = 'Your bank is taking longer than usual. Please wait — we keep checking, and you will not be charged twice.';
+      setTimeout(function () { pollCheckout(j.checkout_id); }, CHECKOUT_POLL_MS);
+      return;
+    }
+    paying = false;
+    $('pay-btn').disabled = false;
+    $('pay-status').textContent = '';
+    if (res.status === 402) {
+      payKey = null;   /* the next attempt is a new purchase attempt */
+      alertBox('Your card was declined. Nothing was charged.',
+        'Your seats stay held until ' + clock(Date.parse(hold.expires_at)) + '. Choose another card and pay again.', []);
+      return;
+    }
+    if (res.status === 409 && j.refund) {
+      var what = itemsText(hold);
+      endHold();
+      alertBox(j.error === 'hold_expired'
+        ? 'Your hold on ' + what + ' ran out before the payment completed.'
+        : 'A ticket of your hold was booked by someone else before your payment completed.',
+        'Your payment of ' + money(j.refund.amount, j.refund.currency) + ' was refunded (refund ' + j.refund.id + '). Choose again.', []);
+      return;
+    }
+    if (res.status === 409 && j.error === 'hold_converted') {
+      alertBox('These tickets are already booked.', 'Check your bookings; nothing more was charged.', []);
+      return;
+    }
+    if (res.status === 400 && j.error === 'amount_mismatch') {
+      alertBox('The price changed.', 'Release the hold and choose again to see the current price.', []);
+      return;
+    }
+    if (res.status === 422) { payKey = null; }
+    holdGone(res) || commonError(res) ||
+      alertBox('The payment failed (' + res.status + (j.error ? ' ' + j.error : '') + ').', 'Nothing was booked. Try again.', []);
+  }
+  function pollCheckout(id) {
+    if (!id) { confirm(); return; }
+    api('GET', '/v1/checkouts/' + encodeURIComponent(id)).then(function (res) {
+      var st = res.json && res.json.state;
+      if (res.status === 200 && ['confirmed', 'refunded', 'released', 'failed', 'converted'].indexOf(st) >= 0) {
+        confirm();   /* the same key replays the final answer, booking id included */
+        return;
+      }
+      if (res.status === 200 || res.status === 0 || res.status === 503) {
+        /* still pending: asking again with the same key resumes it; never a second charge */
+        confirm();
+        return;
+      }
+      paying = false;
+      $('pay-btn').disabled = false;
+      commonError(res) || alertBox('The payment status is unknown (' + res.status + ').', 'Do not pay again; reload this page in a minute.', []);
+    });
+  }
+  function booked(j) {
+    paying = false;
+    hold = null;
+    clearTimeout(tickTimer);
+    $('done-booking').textContent = j.booking_id;
+    $('done-items').textContent = itemsText(j);
+    $('done-amount').textContent = money(j.amount, j.currency);
+    $('pay-status').textContent = '';
+    $('pay-btn').disabled = false;
+    clearAlert();
+    show('s-done');
+    $('done-h').tabIndex = -1;
+    $('done-h').focus();
+  }
+
+  /* ---- start ---- */
+  function gate() {
+    if (queueUrl) $('gate-link').href = queueUrl; else $('gate-link').hidden = true;
+    show('s-gate');
+  }
+  function start() {
+    takeToken();
+    $('ev-name').textContent = ev || 'tickets';
+    document.title = 'onsale · ' + (ev || 'tickets');
+    $('hold-btn').addEventListener('click', holdSeats);
+    $('clear-btn').addEventListener('click', function () {
+      var was = selected;
+      selected = [];
+      was.forEach(renderSeat);
+      renderCart();
+    });
+    $('checkout-btn').addEventListener('click', checkout);
+    $('release-btn').addEventListener('click', release);
+    $('pay-form').addEventListener('submit', pay);
+    $('again-btn').addEventListener('click', function () { clearAlert(); selected = []; show('s-pick'); refresh(); });
+    $('slow-s').textContent = String(SLOW_CARD_MS / 1000);
+    fetch('config.json', { cache: 'no-store', credentials: 'omit' }).then(function (r) { return r.json(); })
+      .catch(function () { return {}; }).then(function (cfg) {
+        if (cfg && typeof cfg.queue_url === 'string' && ev) queueUrl = cfg.queue_url.replace('{event}', encodeURIComponent(ev));
+        if (!ev || !token) { gate(); return; }
+        if (claims && typeof claims.exp === 'number')
+          $('who').textContent = 'Admitted' + (claims.sub ? ' as ' + claims.sub : '') + ' · admission valid until ' +
+            new Date(claims.exp * 1000).toLocaleTimeString('en-GB', { hour: '2-digit', minute: '2-digit' });
+        refresh();
+      });
+  }
+  start();
+})();
