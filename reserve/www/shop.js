@@ -149,7 +149,8 @@
     Object.keys(headers || {}).forEach(function (k) { h[k] = headers[k]; });
     return fetch(path, opts).then(function (r) {
       var date = Date.parse(r.headers.get('Date') || '');
-      if (!isNaN(date)) clockSkew = date - Date.now();
+      /* the Date header has whole seconds: correct only a real clock difference */
+      if (!isNaN(date)) clockSkew = Math.abs(date - Date.now()) > 2000 ? date - Date.now() : 0;
       return r.text().then(function (t) {
         var j = null;
         try { j = JSON.parse(t); } catch (e) { j = null; }
@@ -438,11 +439,12 @@
     var s = remaining();
     $('countdown').textContent = mmss(s);
     $('countdown').classList.toggle('low', s < 60);
-    /* screen readers hear the time at each whole minute and in the last 30 and 10 s */
-    var mark = s > 60 ? Math.ceil(s / 60) + ' min' : s > 30 ? '1 min' : s > 10 ? '30 s' : '10 s';
+    /* screen readers hear the time left at each whole minute, then at 30 and 10 seconds */
+    var mark = s > 60 ? 'about ' + Math.round(s / 60) + (Math.round(s / 60) === 1 ? ' minute' : ' minutes')
+      : s > 30 ? 'less than a minute' : s > 10 ? 'less than 30 seconds' : 'less than 10 seconds';
     if (mark !== lastSpoken) {
       lastSpoken = mark;
-      $('countdown-live').textContent = 'Your seats are held for ' + (s > 60 ? Math.ceil(s / 60) + ' more minutes.' : 'less than ' + mark.replace('min', 'minute').replace('s', 'seconds') + '.');
+      $('countdown-live').textContent = 'Your seats are held for ' + mark + '.';
     }
     if (s <= 0) { expired(); return; }
     tickTimer = setTimeout(tick, 250);
