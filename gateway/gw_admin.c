@@ -16,6 +16,7 @@
 #include "cm_log.h"
 #include "cm_mem.h"
 #include "cm_tls.h"
+#include "gw_keys.h"
 #include "gw_lua.h"
 #include "gw_settings.h"
 
@@ -134,22 +135,22 @@ void gw_admin_event_write(gw_server_t *srv, struct evhttp_request *req, const ch
         free(op);
         return;
     }
-    char kq[96], gen[21];
+    char gen[21];
     uint64_t g;
     cm_tls_random(&g, sizeof(g));
     g = (g >> 11) | 1; /* 53 bits: exact in Lua numbers and JSON; never 0 */
     gw_settings_gen_text(g, gen);
-    gw_key_queue(event, kq, sizeof(kq));
-    const char *argv[3 + 2 * GW_SETTINGS_MAX_FIELDS];
-    int argc = 0;
-    argv[argc++] = kq;
+    gw_keys_t keys;
+    const char *argv[GW_K_COUNT + 2 + 2 * GW_SETTINGS_MAX_FIELDS];
+    int argc = gw_keys_argv(event, &keys, argv);
     argv[argc++] = partial ? "patch" : "put";
     argv[argc++] = gen;
     for (int i = 0; i < n; i++) {
         argv[argc++] = kv[i].name;
         argv[argc++] = kv[i].value;
     }
-    if (cm_redis_eval(srv->redis, gw_lua()->settings, on_settings, op, 1, argc, argv, NULL) != 0) {
+    if (cm_redis_eval(srv->redis, gw_lua()->settings, on_settings, op, GW_K_COUNT, argc, argv,
+                      NULL) != 0) {
         gw_reply_unavailable(&op->r, "saving the settings", cm_err_closed);
         free(op);
     }
@@ -179,11 +180,11 @@ static void on_deleted(const char *err, const cm_redis_reply_t *reply, void *arg
 static void on_unlisted(const char *err, const cm_redis_reply_t *reply, void *arg)
 {
     admin_op_t *op = arg;
-    char kq[96];
-    gw_key_queue(op->event, kq, sizeof(kq));
-    const char *argv[] = {kq};
-    if (err != NULL ||
-        cm_redis_eval(op->r.srv->redis, gw_lua()->remove, on_deleted, op, 1, 1, argv, NULL) != 0) {
+    gw_keys_t keys;
+    const char *argv[GW_K_COUNT];
+    int argc = gw_keys_argv(op->event, &keys, argv);
+    if (err != NULL || cm_redis_eval(op->r.srv->redis, gw_lua()->remove, on_deleted, op, GW_K_COUNT,
+                                     argc, argv, NULL) != 0) {
         gw_reply_unavailable(&op->r, "deleting the waiting room", err ? err : cm_err_closed);
         free(op);
     }

@@ -18,6 +18,7 @@
 #include "cm_mem.h"
 #include "cm_time.h"
 #include "cm_tls.h"
+#include "gw_keys.h"
 #include "gw_lua.h"
 #include "gw_page.h"
 #include "gw_queue.h"
@@ -297,16 +298,21 @@ void gw_admit_serve(gw_req_t *r, gw_room_t *room, const gw_ticket_t *t, const ch
     op->code = code;
     op->page = page;
     snprintf(op->ticket, sizeof(op->ticket), "%s", ticket_text);
-    char kq[96], ka[96], gen[21], num[24], jti[33];
+    char gen[21], num[24], jti[33];
     unsigned char raw[16];
-    gw_key_queue(room->event, kq, sizeof(kq));
-    gw_key_active(room->event, ka, sizeof(ka));
+    gw_keys_t keys;
+    const char *argv[GW_K_COUNT + 4];
+    int argc = gw_keys_argv(room->event, &keys, argv);
     gw_settings_gen_text(room->s.gen, gen);
     snprintf(num, sizeof(num), "%" PRIu64, t->num);
     cm_tls_random(raw, sizeof(raw));
     cm_hex_encode(raw, sizeof(raw), jti);
-    const char *argv[] = {kq, ka, gen, num, t->visitor, jti};
-    if (cm_redis_eval(srv->redis, gw_lua()->admit, on_admit, op, 2, 6, argv, NULL) != 0) {
+    argv[argc++] = gen;
+    argv[argc++] = num;
+    argv[argc++] = t->visitor;
+    argv[argc++] = jti;
+    if (cm_redis_eval(srv->redis, gw_lua()->admit, on_admit, op, GW_K_COUNT, argc, argv, NULL) !=
+        0) {
         gw_reply_unavailable(&op->r, "admission", cm_err_closed);
         op_free(op);
     }

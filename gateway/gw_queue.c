@@ -20,6 +20,7 @@
 #include "cm_time.h"
 #include "cm_tls.h"
 #include "gw_admit.h"
+#include "gw_keys.h"
 #include "gw_limit.h"
 #include "gw_lua.h"
 #include "gw_page.h"
@@ -44,6 +45,14 @@ static uint32_t rnd32(void)
     uint32_t v;
     cm_tls_random(&v, sizeof(v));
     return v;
+}
+
+/* A random integer below 2^53 as decimal text (exact as a Lua number and a zset score). */
+static void random_score(char out[24])
+{
+    uint64_t v;
+    cm_tls_random(&v, sizeof(v));
+    snprintf(out, 24, "%" PRIu64, v >> 11);
 }
 
 void gw_queue_set_cookie(gw_req_t *r, const char *event, const char *ticket)
@@ -154,6 +163,8 @@ static void reply_queued(place_op_t *op, gw_room_t *room)
     int64_t eta = gw_watermark_eta_s(position, rate);
     int64_t poll =
         gw_watermark_poll_ms(position, rate, srv->cfg.poll_min_ms, srv->cfg.poll_max_ms, rnd32());
+    poll = gw_watermark_poll_cap(poll, position, room->s.rate_per_minute,
+                                 room->s.noshow_grace_seconds);
     if (op->page) {
         reply_page(op, room, "queued", position, eta, poll);
         return;
@@ -206,8 +217,6 @@ static void on_lookup(const char *err, const cm_redis_reply_t *reply, void *arg)
     } else if (strcmp(what, "prequeue") == 0) {
         room->opened = false;
         reply_prequeue(op, room);
-    } else if (strcmp(what, "missing") == 0) {
-        reply_invalid_ticket(op, "this pre-queue ticket has no place in the queue");
     } else {
         gw_reply_error(&op->r, 404, "unknown_event", "no waiting room for this event", NULL);
         free(op);
@@ -216,12 +225,16 @@ static void on_lookup(const char *err, const cm_redis_reply_t *reply, void *arg)
 
 static void lookup_number(place_op_t *op)
 {
-    char kq[96], seed[16];
-    gw_key_queue(op->event, kq, sizeof(kq));
-    gw_random_seed(seed);
-    const char *argv[] = {kq, op->t.visitor, seed};
+    gw_keys_t keys;
+    char score[24];
+    const char *argv[GW_K_COUNT + 2];
+    int argc = gw_keys_argv(op->event, &keys, argv);
+    random_score(score);
+    argv[argc++] = op->t.visitor;
+    argv[argc++] = score;
     op->looked_up = true;
-    if (cm_redis_eval(op->r.srv->redis, gw_lua()->lookup, on_lookup, op, 1, 3, argv, NULL) != 0) {
+    if (cm_redis_eval(op->r.srv->redis, gw_lua()->lookup, on_lookup, op, GW_K_COUNT, argc, argv,
+                      NULL) != 0) {
         gw_reply_unavailable(&op->r, "the pre-queue lookup", cm_err_closed);
         free(op);
     }
@@ -237,6 +250,7 @@ static void answer(place_op_t *op, gw_room_t *room)
         reply_invalid_ticket(op, "the ticket belongs to an earlier waiting room of this event");
         return;
     }
+    gw_watermark_saw_number(room, op->t.gen, op->t.num);
     if (op->t.num == 0) {
         if (!room->opened && !op->looked_up && gw_watermark_now_ms(room) < room->s.opens_at) {
             reply_prequeue(op, room);
@@ -372,6 +386,15 @@ static void on_join(const char *err, const cm_redis_reply_t *reply, void *arg)
         gw_reply_error(&op->r, 410, "sold_out", "this event is sold out", NULL);
     } else if (strcmp(what, "closed") == 0) {
         gw_reply_error(&op->r, 410, "closed", "this waiting room is closed", NULL);
+    } else if (strcmp(what, "prequeue_full") == 0) {
+        char when[32] = "";
+        const char *ms = cm_redis_reply_str(cm_redis_reply_at(reply, 1), NULL);
+        int64_t v = 0;
+        if (ms && cm_parse_i64(ms, 0, INT64_MAX, &v) == 0 && v > 0)
+            cm_format_rfc3339(v, when, sizeof(when));
+        gw_reply_error(&op->r, 409, "prequeue_full",
+                       "the pre-queue is full; join again once the waiting room opens",
+                       json_pack("{s:s}", "opens_at", when));
     } else if (strcmp(what, "not_open") == 0) {
         char when[32] = "";
         const char *ms = cm_redis_reply_str(cm_redis_reply_at(reply, 1), NULL);
@@ -419,11 +442,14 @@ static void take_place(place_op_t *op)
     }
     memset(&op->t, 0, sizeof(op->t));
     gw_ticket_new_visitor(op->t.visitor);
-    char kq[96], seed[16];
-    gw_key_queue(op->event, kq, sizeof(kq));
-    gw_random_seed(seed);
-    const char *argv[] = {kq, op->t.visitor, seed};
-    if (cm_redis_eval(srv->redis, gw_lua()->join, on_join, op, 1, 3, argv, NULL) != 0) {
+    gw_keys_t keys;
+    char score[24];
+    const char *argv[GW_K_COUNT + 2];
+    int argc = gw_keys_argv(op->event, &keys, argv);
+    random_score(score);
+    argv[argc++] = op->t.visitor;
+    argv[argc++] = score;
+    if (cm_redis_eval(srv->redis, gw_lua()->join, on_join, op, GW_K_COUNT, argc, argv, NULL) != 0) {
         gw_reply_unavailable(&op->r, "joining the queue", cm_err_closed);
         free(op);
     }

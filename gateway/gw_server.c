@@ -38,25 +38,6 @@ static const char *const endpoint_names[GW_EP_COUNT] = {
     "healthz", "readyz", "metrics", "jwks", "page", "join", "status", "admin", "dashboard", "other",
 };
 
-size_t gw_key_queue(const char *event, char *buf, size_t len)
-{
-    int n = snprintf(buf, len, "os:{%s}:q:", event);
-    return n < 0 ? 0 : (size_t)n;
-}
-
-size_t gw_key_active(const char *event, char *buf, size_t len)
-{
-    int n = snprintf(buf, len, "os:{%s}:active", event);
-    return n < 0 ? 0 : (size_t)n;
-}
-
-void gw_random_seed(char out[16])
-{
-    uint32_t v;
-    cm_tls_random(&v, sizeof(v));
-    snprintf(out, 16, "%" PRIu32, (v & 0x7fffffff) | 1);
-}
-
 /* --- requests ---------------------------------------------------------------------- */
 
 void gw_req_start(gw_req_t *r, gw_server_t *srv, struct evhttp_request *req, gw_endpoint_t ep)

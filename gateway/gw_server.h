@@ -111,13 +111,6 @@ void gw_routes_dispatch(struct evhttp_request *req, void *arg);
 /** The admin bearer token check (constant time). True when it matches. */
 bool gw_admin_authorized(gw_server_t *srv, struct evhttp_request *req);
 
-/** "os:{<event>}:q:" and "os:{<event>}:active" into buf; return the length. */
-size_t gw_key_queue(const char *event, char *buf, size_t len);
-size_t gw_key_active(const char *event, char *buf, size_t len);
-/** The Redis set listing every waiting room (discovery only; never used in a script). */
-#define GW_ROOMS_KEY "os:gateway:rooms"
-
-/** A random seed for a script's shuffle, as decimal text (31 bits). */
-void gw_random_seed(char out[16]);
+#include "gw_keys.h" /* the Redis key schema (GW_ROOMS_KEY, each room's keys) */
 
 #endif

@@ -33,6 +33,7 @@ static const field_t fields[] = {
     {"mode", F_MODE, 0, 0, "random_at_open"},
     {"admission_ttl_seconds", F_INT, 10, DAY_S, "600"},
     {"noshow_grace_seconds", F_INT, 1, 3600, "20"},
+    {"max_prequeue", F_INT, 1, 100000000, "1000000"},
     {"redirect_url", F_URL, 0, 0, NULL},
 };
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
@@ -42,6 +43,7 @@ void gw_settings_defaults(gw_settings_t *s)
     memset(s, 0, sizeof(*s));
     s->admission_ttl_seconds = 600;
     s->noshow_grace_seconds = 20;
+    s->max_prequeue = 1000000;
 }
 
 static bool url_ok(const char *u)
@@ -195,6 +197,8 @@ void gw_settings_set(gw_settings_t *s, const char *name, const char *v)
         s->admission_ttl_seconds = to_i64(v, 600);
     else if (strcmp(name, "noshow_grace_seconds") == 0)
         s->noshow_grace_seconds = to_i64(v, 20);
+    else if (strcmp(name, "max_prequeue") == 0)
+        s->max_prequeue = to_i64(v, 1000000);
     else if (strcmp(name, "redirect_url") == 0)
         snprintf(s->redirect_url, sizeof(s->redirect_url), "%s", v);
     else if (strcmp(name, "gen") == 0) {
@@ -227,6 +231,7 @@ json_t *gw_settings_json(const gw_settings_t *s)
     json_object_set_new(o, "closes_at", time_json(s->closes_at));
     json_object_set_new(o, "admission_ttl_seconds", json_integer(s->admission_ttl_seconds));
     json_object_set_new(o, "noshow_grace_seconds", json_integer(s->noshow_grace_seconds));
+    json_object_set_new(o, "max_prequeue", json_integer(s->max_prequeue));
     json_object_set_new(o, "redirect_url",
                         s->redirect_url[0] ? json_string(s->redirect_url) : json_null());
     json_object_set_new(o, "created_at", time_json(s->created_ms));

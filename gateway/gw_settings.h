@@ -27,6 +27,7 @@ typedef struct gw_settings {
     int64_t prequeue_at, opens_at, closes_at; /* epoch ms; 0 = unset */
     int64_t admission_ttl_seconds;
     int64_t noshow_grace_seconds;
+    int64_t max_prequeue;          /* fans the pre-queue holds; later joins wait for the opening */
     char redirect_url[GW_URL_MAX]; /* "" = the gateway's reserve_url */
     uint64_t gen;                  /* room generation (from Redis) */
     int64_t created_ms, updated_ms;

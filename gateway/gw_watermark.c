@@ -2,13 +2,16 @@
  * gw_watermark — see gw_watermark.h.
  *
  * The tick: SMEMBERS of the room set (to learn rooms created through other gateways),
- * then one advance.lua per room not already waiting for an answer. A Redis outage only
+ * then one advance.lua per room not already waiting for an answer; every
+ * RELIST_TICKS ticks the rooms this gateway knows are re-added to the set (it is the one
+ * key outside an event's hash slot, so it may be lost on its own). A Redis outage only
  * freezes the caches (polls keep their last watermark, admissions fail with 503); the
  * next successful tick catches up, since the script accrues from Redis-side time.
  */
 #include "gw_watermark.h"
 
 #include <event2/event.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,15 +20,20 @@
 #include "cm_log.h"
 #include "cm_mem.h"
 #include "cm_time.h"
+#include "gw_keys.h"
 #include "gw_lua.h"
 #include "gw_server.h"
 
 #define RATE_WINDOW_MS  10000
 #define SAMPLE_EVERY_MS 250
+#define RELIST_TICKS    25
+#define ADVANCE_HEAD    10 /* advance.lua's reply before the settings pairs */
+#define RESTORE_ARGS    5  /* advance.lua's ARGV before the settings pairs */
 
 struct gw_rooms {
     gw_room_t **v;
     size_t n, cap;
+    unsigned ticks;
 };
 
 typedef struct refresh_op {
@@ -34,6 +42,15 @@ typedef struct refresh_op {
     gw_room_cb cb;
     void *arg;
 } refresh_op_t;
+
+static void clear_raw(gw_room_t *r)
+{
+    for (size_t i = 0; i < r->ncfg_raw; i++)
+        free(r->cfg_raw[i]);
+    free(r->cfg_raw);
+    r->cfg_raw = NULL;
+    r->ncfg_raw = 0;
+}
 
 gw_rooms_t *gw_rooms_new(void)
 {
@@ -44,8 +61,10 @@ void gw_rooms_free(gw_rooms_t *t)
 {
     if (t == NULL)
         return;
-    for (size_t i = 0; i < t->n; i++)
+    for (size_t i = 0; i < t->n; i++) {
+        clear_raw(t->v[i]);
         free(t->v[i]);
+    }
     free(t->v);
     free(t);
 }
@@ -108,8 +127,19 @@ gw_room_t **gw_watermark_all(gw_server_t *srv, size_t *n)
 void gw_watermark_forget(gw_server_t *srv, const char *event)
 {
     gw_room_t *r = find(srv->rooms, event);
-    if (r)
-        r->present = false;
+    if (r == NULL)
+        return;
+    r->present = false;
+    clear_raw(r);
+    r->s.gen = 0;
+    r->wm = r->n = r->n_seen = r->claimed = 0;
+    r->opened = false;
+}
+
+void gw_watermark_saw_number(gw_room_t *room, uint64_t gen, uint64_t num)
+{
+    if (gen == room->s.gen && (int64_t)num > room->n_seen)
+        room->n_seen = (int64_t)num;
 }
 
 int64_t gw_watermark_now_ms(const gw_room_t *room)
@@ -156,6 +186,16 @@ int64_t gw_watermark_poll_ms(int64_t position, double rate_per_s, int64_t min_ms
     return ms < 100 ? 100 : ms;
 }
 
+int64_t gw_watermark_poll_cap(int64_t poll_ms, int64_t position, int64_t rate_per_minute,
+                              int64_t grace_seconds)
+{
+    double passed_meanwhile = (double)rate_per_minute / 60000.0 * (double)poll_ms;
+    int64_t cap = grace_seconds * 1000 / 2;
+    if ((double)position <= passed_meanwhile + 1 && poll_ms > cap)
+        return cap < 100 ? 100 : cap;
+    return poll_ms;
+}
+
 void gw_watermark_sample(gw_room_t *room, uint64_t mono_ms)
 {
     if (room->nsamples > 0) {
@@ -185,17 +225,23 @@ void gw_watermark_sample(gw_room_t *room, uint64_t mono_ms)
 }
 
 /* Applies an advance.lua answer {1, now, wm, n, claimed, active, noshows, opened, prequeue,
- * cfg pairs…}. Returns false when the room does not exist. */
+ * restored, cfg pairs…}. Returns false when the room does not exist (then this gateway
+ * forgets it: it was deleted, or this gateway never knew it). */
 static bool apply(gw_room_t *r, const cm_redis_reply_t *reply)
 {
     size_t n = cm_redis_reply_count(reply);
     if (cm_redis_reply_type(reply) != CM_REDIS_ARRAY || n < 1 ||
-        cm_redis_reply_int(cm_redis_reply_at(reply, 0)) != 1 || n < 9) {
+        cm_redis_reply_int(cm_redis_reply_at(reply, 0)) != 1 || n < ADVANCE_HEAD) {
+        if (cm_redis_reply_type(reply) == CM_REDIS_ARRAY && n >= 1 &&
+            cm_redis_reply_int(cm_redis_reply_at(reply, 0)) == 0) {
+            clear_raw(r);
+            r->s.gen = 0;
+        }
         r->present = false;
         return false;
     }
-    int64_t v[9];
-    for (size_t i = 0; i < 9; i++)
+    int64_t v[ADVANCE_HEAD];
+    for (size_t i = 0; i < ADVANCE_HEAD; i++)
         v[i] = cm_redis_reply_int(cm_redis_reply_at(reply, i));
     r->clock_offset_ms = v[1] - cm_time_wall_ms();
     r->wm = v[2];
@@ -205,13 +251,21 @@ static bool apply(gw_room_t *r, const cm_redis_reply_t *reply)
     r->noshows = v[6];
     r->opened = v[7] == 1;
     r->prequeue = v[8];
+    r->restored = v[9] == 1;
     gw_settings_defaults(&r->s);
-    for (size_t i = 9; i + 1 < n; i += 2) {
+    clear_raw(r);
+    r->cfg_raw = cm_xcalloc(n - ADVANCE_HEAD + 1, sizeof(char *));
+    for (size_t i = ADVANCE_HEAD; i + 1 < n; i += 2) {
         const char *k = cm_redis_reply_str(cm_redis_reply_at(reply, i), NULL);
         const char *val = cm_redis_reply_str(cm_redis_reply_at(reply, i + 1), NULL);
-        if (k && val)
+        if (k && val) {
             gw_settings_set(&r->s, k, val);
+            r->cfg_raw[r->ncfg_raw++] = cm_xstrdup(k);
+            r->cfg_raw[r->ncfg_raw++] = cm_xstrdup(val);
+        }
     }
+    if (r->n_seen < r->n)
+        r->n_seen = r->n;
     r->present = true;
     gw_watermark_sample(r, cm_time_mono_ns() / 1000000);
     cm_gauge_set(r->g_queue, (double)gw_watermark_queue_size(r));
@@ -222,6 +276,8 @@ static bool apply(gw_room_t *r, const cm_redis_reply_t *reply)
     cm_gauge_set(r->g_noshows, (double)r->noshows);
     return true;
 }
+
+static void relist(gw_server_t *srv);
 
 static void on_advance(const char *err, const cm_redis_reply_t *reply, void *arg)
 {
@@ -240,6 +296,13 @@ static void on_advance(const char *err, const cm_redis_reply_t *reply, void *arg
             op->cb(why, NULL, op->arg);
     } else {
         bool exists = apply(r, reply);
+        if (exists && r->restored) {
+            cm_log(CM_LOG_WARN,
+                   "waiting room %s was missing from Redis: written back from this gateway's "
+                   "memory (watermark %" PRId64 ", last number %" PRId64 ")",
+                   r->event, r->wm, r->n);
+            relist(srv);
+        }
         if (op->cb)
             op->cb(NULL, exists ? r : NULL, op->arg);
     }
@@ -253,22 +316,63 @@ void gw_watermark_refresh(gw_server_t *srv, const char *event, gw_room_cb cb, vo
     snprintf(op->event, sizeof(op->event), "%s", event);
     op->cb = cb;
     op->arg = arg;
-    char kq[96], ka[96], seed[16];
-    gw_key_queue(event, kq, sizeof(kq));
-    gw_key_active(event, ka, sizeof(ka));
-    gw_random_seed(seed);
-    const char *argv[] = {kq, ka, seed};
+    gw_room_t *r = find(srv->rooms, event);
+    size_t npairs = r && r->s.gen != 0 ? r->ncfg_raw : 0;
+    const char **argv = cm_xcalloc(GW_K_COUNT + RESTORE_ARGS + npairs, sizeof(char *));
+    gw_keys_t keys;
+    int argc = gw_keys_argv(event, &keys, argv);
+    char gen[21] = "", wm[24] = "0", n[24] = "0", claimed[24] = "0";
+    if (npairs > 0) {
+        gw_settings_gen_text(r->s.gen, gen);
+        snprintf(wm, sizeof(wm), "%" PRId64, r->wm);
+        snprintf(n, sizeof(n), "%" PRId64, r->n_seen > r->n ? r->n_seen : r->n);
+        snprintf(claimed, sizeof(claimed), "%" PRId64, r->claimed);
+    }
+    argv[argc++] = gen;
+    argv[argc++] = wm;
+    argv[argc++] = n;
+    argv[argc++] = claimed;
+    argv[argc++] = r && r->opened ? "1" : "0";
+    for (size_t i = 0; i < npairs; i++)
+        argv[argc++] = r->cfg_raw[i];
     cm_counter_inc(srv->m.advance_runs);
-    if (cm_redis_eval(srv->redis, gw_lua()->advance, on_advance, op, 2, 3, argv, NULL) != 0) {
+    int rc =
+        cm_redis_eval(srv->redis, gw_lua()->advance, on_advance, op, GW_K_COUNT, argc, argv, NULL);
+    free(argv);
+    if (rc != 0) {
         cm_counter_inc(srv->m.advance_errors);
         if (cb)
             cb(cm_err_closed, NULL, arg);
         free(op);
         return;
     }
-    gw_room_t *r = find(srv->rooms, event);
     if (r)
         r->refreshing = true;
+}
+
+static void on_relisted(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    (void)reply;
+    (void)arg;
+    if (err != NULL)
+        cm_log(CM_LOG_DEBUG, "re-listing the waiting rooms: %s", err);
+}
+
+/* SADD of every room this gateway knows to exist (discovery heals after a loss). */
+static void relist(gw_server_t *srv)
+{
+    gw_rooms_t *t = srv->rooms;
+    const char **argv = cm_xcalloc(t->n + 2, sizeof(char *));
+    int argc = 0;
+    argv[argc++] = "SADD";
+    argv[argc++] = GW_ROOMS_KEY;
+    for (size_t i = 0; i < t->n; i++) {
+        if (t->v[i]->present)
+            argv[argc++] = t->v[i]->event;
+    }
+    if (argc > 2 && cm_redis_command(srv->redis, on_relisted, NULL, argc, argv, NULL) != 0)
+        cm_log(CM_LOG_DEBUG, "re-listing the waiting rooms: Redis is down");
+    free(argv);
 }
 
 static void on_members(const char *err, const cm_redis_reply_t *reply, void *arg)
@@ -291,6 +395,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         if (cm_redis_command(srv->redis, on_members, srv, 2, argv, NULL) != 0)
             cm_log(CM_LOG_DEBUG, "tick: Redis is down");
         gw_rooms_t *t = srv->rooms;
+        if (++t->ticks % RELIST_TICKS == 0)
+            relist(srv);
         for (size_t i = 0; i < t->n; i++) {
             if (!t->v[i]->refreshing)
                 gw_watermark_refresh(srv, t->v[i]->event, NULL, NULL);

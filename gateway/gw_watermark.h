@@ -9,6 +9,13 @@
  * cache, so they never wait on Redis; a settings change reaches every gateway within
  * one tick. Rooms are discovered through the GW_ROOMS_KEY set.
  *
+ * Redis losing its data (invariant 12): every advance also carries what this gateway
+ * knows of the room — its settings hash as last read, the highest watermark, the highest
+ * number issued or seen in a verified ticket, the claimed count — and advance.lua writes
+ * back whatever Redis lacks (max of what any gateway knew). Fans' numbers live in their
+ * signed tickets, so every fan keeps their place. A room deleted through the API leaves
+ * a tombstone, so it is not written back.
+ *
  * Loop thread only. Rooms are never freed before the server is: a deleted room is only
  * marked absent, so operations in flight may keep a room pointer across an await.
  */
@@ -44,6 +51,10 @@ typedef struct gw_room {
     int64_t noshows;         /* passed numbers that never claimed */
     int64_t prequeue;        /* fans in the pre-queue */
     int64_t clock_offset_ms; /* Redis TIME − this host's wall clock */
+    int64_t n_seen;          /* highest number issued here or seen in a verified ticket */
+    char **cfg_raw;          /* the settings hash as Redis last returned it (pairs) */
+    size_t ncfg_raw;
+    bool restored; /* the last advance wrote the room back (Redis had lost it) */
     gw_sample_t samples[GW_SAMPLES];
     size_t nsamples, head;
     double pass_rate, join_rate, claim_rate; /* per second over the last ~10 s */
@@ -60,7 +71,7 @@ void gw_rooms_free(gw_rooms_t *t);
 gw_room_t *gw_watermark_room(gw_server_t *srv, const char *event);
 /** Every room ever seen (present or not); count in *n. The array is borrowed. */
 gw_room_t **gw_watermark_all(gw_server_t *srv, size_t *n);
-/** Marks the room absent (after DELETE). */
+/** Marks the room absent and forgets what it knew of it (after DELETE). */
 void gw_watermark_forget(gw_server_t *srv, const char *event);
 
 /** err NULL: room is the refreshed room, or NULL when the event has no waiting room. */
@@ -69,6 +80,9 @@ typedef void (*gw_room_cb)(const char *err, gw_room_t *room, void *arg);
 void gw_watermark_refresh(gw_server_t *srv, const char *event, gw_room_cb cb, void *arg);
 /** Starts the periodic timer (loop thread; before dispatch). */
 void gw_watermark_start(gw_server_t *srv);
+
+/** Records a verified ticket's number of the room's current generation (loop thread). */
+void gw_watermark_saw_number(gw_room_t *room, uint64_t gen, uint64_t num);
 
 /** Now on Redis's clock, estimated from this host's (ms since the epoch). */
 int64_t gw_watermark_now_ms(const gw_room_t *room);
@@ -87,6 +101,14 @@ int64_t gw_watermark_eta_s(int64_t position, double rate_per_s);
  */
 int64_t gw_watermark_poll_ms(int64_t position, double rate_per_s, int64_t min_ms, int64_t max_ms,
                              uint32_t rnd);
+/**
+ * poll_ms capped so that a fan the watermark may pass before their next poll comes
+ * back within half the no-show grace (else an honest fan would be counted a no-show and
+ * their slot passed again): applies when position <= what the configured rate passes
+ * in poll_ms, even while paused (a resume may pass them at once).
+ */
+int64_t gw_watermark_poll_cap(int64_t poll_ms, int64_t position, int64_t rate_per_minute,
+                              int64_t grace_seconds);
 /** Records a sample (at most one per 250 ms) and recomputes the room's rates. */
 void gw_watermark_sample(gw_room_t *room, uint64_t mono_ms);
 

@@ -1,19 +1,26 @@
 -- admit: a number at or below the watermark claims its admission, once.
--- KEYS[1] = P, KEYS[2] = A; ARGV[1] = gen (the ticket's room), ARGV[2] = number,
--- ARGV[3] = visitor id, ARGV[4] = jti to use if this is the first claim.
+-- KEYS: the room's keys (prelude.lua). ARGV[1] = gen (the ticket's room), ARGV[2] =
+-- number, ARGV[3] = visitor id, ARGV[4] = jti to use if this is the first claim.
 -- The first claim records '<iat>:<exp>:<jti>' (iat = Redis TIME, exp = iat +
 -- admission_ttl_seconds), marks the number claimed, and adds the visitor to the active
 -- set until exp; every later claim returns the same record, so the same ticket always
 -- gets the same admission.
--- Returns {'new', rec} | {'existing', rec} | {'not_yet'} | {'wait'} (a late claimer and
--- max_active is reached) | {'unknown'} | {'sold_out'} | {'closed'}.
-local P, A = KEYS[1], KEYS[2]
-local c = load_cfg(P)
+--
+-- Invariant 11 is enforced here, where admissions happen: every first claim takes a token
+-- from the room's claim bucket, which fills at rate_per_minute while admissions flow and
+-- holds at most one second's worth. So claims in any window of T seconds stay within
+-- rate * T / 60 + rate / 60, however the fans poll, however many numbers no-show
+-- compensation passed, across all gateways. A number that finds the bucket empty is told
+-- to wait (it polls again soon) and marked as having come (K.sb), so it is not a no-show.
+-- Exempt: numbers at or below rwm, let in before Redis lost its data (see advance.lua).
+-- Returns {'new', rec} | {'existing', rec} | {'not_yet'} | {'wait'} (the bucket is empty,
+-- or a late claimer and max_active is reached) | {'unknown'} | {'sold_out'} | {'closed'}.
+local c = load_cfg()
 if not c or c.gen ~= ARGV[1] then
     return {'unknown'}
 end
 local number = tonumber(ARGV[2])
-local rec = redis.call('HGET', P .. 'adm', number)
+local rec = redis.call('HGET', K.adm, number)
 if rec then
     return {'existing', rec}
 end
@@ -24,26 +31,40 @@ end
 if c.closes_at and now >= num(c.closes_at, 0) then
     return {'closed'}
 end
-local st = hgetall(P .. 'st')
+local st = hgetall(K.st)
 if number > num(st.wm, 0) then
     return {'not_yet'}
 end
+redis.call('SETBIT', K.sb, number, 1)
 local rhi, maxa = num(st.rhi, 0), num(c.max_active, 0)
 local late = number <= rhi
 if late and maxa > 0 then
     local pending = num(st.inb, 0) - num(st.inc, 0)
-    if active_count(A, now) + pending >= maxa then
+    if active_count(now) + pending >= maxa then
         return {'wait'}
     end
+end
+if number > num(st.rwm, 0) then
+    local rate = num(c.rate_per_minute, 0)
+    local cap = math.max(1, rate / 60)
+    local tok, since = num(st.ctok, cap), num(st.clast, now)
+    if flowing(c, st, now) and now > since then
+        tok = math.min(cap, tok + rate * (now - since) / 60000)
+    end
+    if tok < 1 then
+        redis.call('HSET', K.st, 'ctok', tok, 'clast', now)
+        return {'wait'}
+    end
+    redis.call('HSET', K.st, 'ctok', tok - 1, 'clast', now)
 end
 local iat = math.floor(now / 1000)
 local exp = iat + num(c.admission_ttl_seconds, 600)
 rec = iat .. ':' .. exp .. ':' .. ARGV[4]
-redis.call('HSET', P .. 'adm', number, rec)
-redis.call('SETBIT', P .. 'cb', number, 1)
+redis.call('HSET', K.adm, number, rec)
+redis.call('SETBIT', K.cb, number, 1)
 if not late then
-    redis.call('HINCRBY', P .. 'st', 'inc', 1)
+    redis.call('HINCRBY', K.st, 'inc', 1)
 end
-redis.call('HINCRBY', P .. 'st', 'claimed', 1)
-redis.call('ZADD', A, 'GT', exp * 1000, ARGV[3])
+redis.call('HINCRBY', K.st, 'claimed', 1)
+redis.call('ZADD', K.active, 'GT', exp * 1000, ARGV[3])
 return {'new', rec}

@@ -1,38 +1,81 @@
 -- advance: run by every gateway's timer (any number of gateways, no leader). Idempotent:
 -- admissions accrue from the time elapsed since the last advance by anyone, so N gateways
 -- pass rate_per_minute numbers in total, not N times it.
--- KEYS[1] = P, KEYS[2] = A; ARGV[1] = random seed (for the opening).
+-- KEYS: the room's keys (prelude.lua).
+-- ARGV: what this gateway knows of the room, so that Redis losing its data (FLUSHALL, a
+-- failover to a lagging replica, a restart from an old file) loses no fan's place:
+--   [1] gen of the room as this gateway last saw it ('' = none), [2] the highest
+--   watermark it saw, [3] the highest queue number it saw (issued, or in a verified
+--   ticket), [4] admissions claimed, [5] opened (0/1), [6..] the room's settings as
+--   field/value pairs ('' = none).
+-- Recovery, all idempotent (max of what any gateway knew):
+--   * the room's hash is missing but a gateway holds it (and no tombstone says the room
+--     was deleted): its settings are written back, gen included, so every ticket still
+--     verifies and the operator's settings are intact;
+--   * the watermark, the last number and the claimed count never go below what a
+--     gateway saw; numbers at or below a watermark restored this way (rwm) were let in
+--     before the loss, so their claims after it are not new admissions.
 --
 -- Outflow control, in order:
---   1. batches passed more than noshow_grace_seconds ago are retired: their numbers that
---      never claimed an admission are no-shows, and their slots are granted again, so the
---      claimed flow (not the passed flow) tracks the rate;
+--   1. batches passed more than noshow_grace_seconds ago are retired: their numbers whose
+--      fans never came for the admission are no-shows, and their slots are passed again,
+--      so the claimed flow (not the passed flow) tracks the rate;
 --   2. credit accrues rate_per_minute * elapsed while open, not paused, not closed, not
 --      sold out (capped at one second's worth, so an empty queue banks no burst);
 --   3. passes = floor(credit), at most the fans waiting, and with max_active > 0 at most
 --      max_active - active - (passed numbers still inside their grace and unclaimed).
--- Returns {1, now, wm, n, claimed, active, noshows, opened, prequeue, cfg...} (cfg as
--- flat field/value pairs), or {0} when the room does not exist.
-local P, A = KEYS[1], KEYS[2]
-local c = load_cfg(P)
-if not c then
-    return {0}
-end
+-- Claims themselves are metered by admit.lua's claim bucket (invariant 11).
+-- Returns {1, now, wm, n, claimed, active, noshows, opened, prequeue, restored, cfg...}
+-- (cfg as flat field/value pairs), or {0} when the room does not exist.
+local gen = ARGV[1]
+local c = load_cfg()
 local now = now_ms()
-local st = hgetall(P .. 'st')
-open_room(P, c, st, now, ARGV[1])
+local restored = 0
+if not c then
+    if gen == '' or #ARGV < 7 or redis.call('GET', K.gone) == gen then
+        return {0}
+    end
+    local flat = {}
+    for i = 6, #ARGV do
+        flat[#flat + 1] = ARGV[i]
+    end
+    redis.call('HSET', K.cfg, unpack(flat))
+    redis.call('HSET', K.st, 'last', now, 'credit', 0)
+    c = load_cfg()
+    restored = 1
+end
+local st = hgetall(K.st)
+if c.gen == gen then
+    local wmf, nf, clf = num(ARGV[2], 0), num(ARGV[3], 0), num(ARGV[4], 0)
+    if ARGV[5] == '1' and st.opened ~= '1' then
+        st.opened = '1'
+        redis.call('HSET', K.st, 'opened', 1)
+    end
+    if num(st.wm, 0) < wmf then
+        st.wm, st.rwm = wmf, math.max(num(st.rwm, 0), wmf)
+        redis.call('HSET', K.st, 'wm', st.wm, 'rwm', st.rwm)
+    end
+    if num(st.claimed, 0) < clf then
+        st.claimed = clf
+        redis.call('HSET', K.st, 'claimed', clf)
+    end
+    if num(redis.call('GET', K.n), 0) < nf then
+        redis.call('SET', K.n, nf)
+    end
+end
+open_room(c, st, now)
 local wm, credit = num(st.wm, 0), num(st.credit, 0)
 local last = num(st.last, now)
 local inb, inc, rhi = num(st.inb, 0), num(st.inc, 0), num(st.rhi, 0)
 local noshows, claimed = num(st.noshows, 0), num(st.claimed, 0)
-local n = num(redis.call('GET', P .. 'n'), 0)
+local n = num(redis.call('GET', K.n), 0)
 local rate = num(c.rate_per_minute, 0)
 local cap = math.max(1, rate / 60)
 
 local grace = num(c.noshow_grace_seconds, 20) * 1000
 local back = 0
 for _ = 1, 200 do
-    local b = redis.call('LINDEX', P .. 'wb', 0)
+    local b = redis.call('LINDEX', K.wb, 0)
     if not b then
         break
     end
@@ -41,18 +84,17 @@ for _ = 1, 200 do
     if now - t < grace then
         break
     end
-    redis.call('LPOP', P .. 'wb')
-    local got = redis.call('BITCOUNT', P .. 'cb', lo, hi, 'BIT')
+    redis.call('LPOP', K.wb)
+    local came = redis.call('BITCOUNT', K.sb, lo, hi, 'BIT')
+    local got = redis.call('BITCOUNT', K.cb, lo, hi, 'BIT')
     local size = hi - lo + 1
     inb, inc, rhi = inb - size, inc - got, hi
-    noshows = noshows + size - got
-    back = back + size - got
+    noshows = noshows + size - came
+    back = back + size - came
 end
 
-local active = active_count(A, now)
-local flowing = st.opened == '1' and c.paused ~= '1' and c.sold_out ~= '1' and
-                    not (c.closes_at and now >= num(c.closes_at, 0))
-if flowing then
+local active = active_count(now)
+if flowing(c, st, now) then
     local dt = now - last
     if dt > 0 then
         credit = math.min(credit + rate * dt / 60000, cap)
@@ -64,17 +106,20 @@ if flowing then
         passes = math.min(passes, maxa - active - (inb - inc))
     end
     if passes > 0 then
-        redis.call('RPUSH', P .. 'wb', now .. ':' .. (wm + 1) .. ':' .. (wm + passes))
+        redis.call('RPUSH', K.wb, now .. ':' .. (wm + 1) .. ':' .. (wm + passes))
         wm, credit, inb = wm + passes, credit - passes, inb + passes
     end
     credit = math.min(credit, cap)
 else
     credit = 0
 end
-redis.call('HSET', P .. 'st', 'wm', wm, 'last', now, 'credit', credit, 'inb', inb, 'inc', inc,
+redis.call('HSET', K.st, 'wm', wm, 'last', now, 'credit', credit, 'inb', inb, 'inc', inc,
            'rhi', rhi, 'noshows', noshows)
-local out = {1, now, wm, n, claimed, active, noshows, num(st.opened, 0),
-             redis.call('LLEN', P .. 'pre')}
+local pre = 0
+if st.opened ~= '1' then
+    pre = redis.call('ZCARD', K.pre)
+end
+local out = {1, now, wm, n, claimed, active, noshows, num(st.opened, 0), pre, restored}
 for k, v in pairs(c) do
     out[#out + 1] = k
     out[#out + 1] = v

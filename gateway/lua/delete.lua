@@ -1,7 +1,12 @@
 -- delete: removes a waiting room and its queue state (not the active set, which reserve
--- shares). KEYS[1] = P. Returns 1 when the room existed, else 0.
-local P = KEYS[1]
-local existed = redis.call('EXISTS', P .. 'cfg')
-redis.call('DEL', P .. 'cfg', P .. 'n', P .. 'st', P .. 'wb', P .. 'pre', P .. 'pn', P .. 'cb',
-           P .. 'adm')
-return existed
+-- shares), and leaves a tombstone (its gen, for a day) so that no gateway still holding
+-- the room in memory writes it back (advance.lua's recovery). UNLINK: a large pre-queue
+-- or admission hash is freed off the main thread.
+-- KEYS: the room's keys (prelude.lua). Returns 1 when the room existed, else 0.
+local gen = redis.call('HGET', K.cfg, 'gen')
+redis.call('UNLINK', K.cfg, K.n, K.st, K.wb, K.pre, K.pl, K.cb, K.sb, K.adm)
+if not gen then
+    return 0
+end
+redis.call('SET', K.gone, gen, 'EX', 86400)
+return 1

@@ -1,8 +1,11 @@
--- join: KEYS[1] = P; ARGV[1] = visitor id, ARGV[2] = random seed (for the opening).
+-- join: a new place. KEYS: the room's keys (prelude.lua). ARGV[1] = visitor id,
+-- ARGV[2] = a random integer below 2^53 (the visitor's order in a random_at_open
+-- pre-queue; drawn by the gateway, never by the fan).
+-- Before the opening the visitor enters the pre-queue (at most max_prequeue members);
+-- after it, the next number.
 -- Returns {'queued', gen, number, now} | {'prequeue', gen, 0, now} | {'unknown'} |
--- {'sold_out'} | {'closed'} | {'not_open', prequeue_at}.
-local P = KEYS[1]
-local c = load_cfg(P)
+-- {'sold_out'} | {'closed'} | {'not_open', prequeue_at} | {'prequeue_full', opens_at}.
+local c = load_cfg()
 if not c then
     return {'unknown'}
 end
@@ -16,10 +19,17 @@ end
 if c.prequeue_at and now < num(c.prequeue_at, 0) then
     return {'not_open', c.prequeue_at}
 end
-local st = hgetall(P .. 'st')
-open_room(P, c, st, now, ARGV[2])
+local st = hgetall(K.st)
+open_room(c, st, now)
 if st.opened ~= '1' then
-    redis.call('RPUSH', P .. 'pre', ARGV[1])
+    if redis.call('ZCARD', K.pre) >= num(c.max_prequeue, 1000000) then
+        return {'prequeue_full', c.opens_at or '0'}
+    end
+    local score = ARGV[2]
+    if c.mode == 'fifo' then
+        score = redis.call('HINCRBY', K.st, 'pseq', 1)
+    end
+    redis.call('ZADD', K.pre, 'NX', score, ARGV[1])
     return {'prequeue', c.gen, 0, now}
 end
-return {'queued', c.gen, redis.call('INCR', P .. 'n'), now}
+return {'queued', c.gen, redis.call('INCR', K.n), now}

@@ -1,20 +1,37 @@
--- Shared by every gateway script (prepended at load time). Key layout, one hash slot per
--- event ({event} tag), so each script stays atomic under Redis Cluster too:
---   P = 'os:{<event>}:q:'   prefix passed by the caller as KEYS[1]
---   P..'cfg'   hash: the waiting room's settings (API.md names; times in epoch ms)
---              plus gen (random id of this room's life), created_ms, updated_ms
---   P..'n'     last queue number handed out (INCR)
---   P..'st'    hash: wm (watermark), last (ms of the last advance), credit (admissions
---              accrued, fractional), opened (0/1), inb/inc (numbers passed / claimed in
---              batches still inside the no-show grace), rhi (highest retired number),
---              noshows, claimed
---   P..'wb'    list of passed batches '<ms>:<lo>:<hi>' awaiting their no-show verdict
---   P..'pre'   list: the pre-queue in arrival order (visitor ids), until the opening
---   P..'pn'    hash: visitor -> number given to a pre-queue member at the opening
---   P..'cb'    bitmap: bit <number> set once that number claimed its admission
---   P..'adm'   hash: number -> '<iat>:<exp>:<jti>' (the one admission of that number)
---   A = 'os:{<event>}:active'  zset shared with reserve: visitor -> ms its activity lapses
+-- Shared by every gateway script (prepended at load time).
+--
+-- Every key a script touches is declared in KEYS, the same eleven keys in the same order
+-- for every script (gw_keys.h builds them), all with the {event} hash tag, so one event
+-- lives in one hash slot and each script stays atomic under Redis Cluster too:
+--   K.cfg    'os:{e}:q:cfg'   hash: the waiting room's settings (API.md names; times in
+--                             epoch ms) plus gen (random id of this room's life),
+--                             created_ms, updated_ms
+--   K.n      'os:{e}:q:n'     last queue number handed out (INCR)
+--   K.st     'os:{e}:q:st'    hash: wm (watermark), last (ms of the last advance), credit
+--                             (passes accrued, fractional), opened (0/1), pk (pre-queue
+--                             size at the opening), inb/inc (numbers passed / claimed in
+--                             batches still inside the no-show grace), rhi (highest retired
+--                             number), noshows, claimed, ctok/clast (the claim bucket),
+--                             rwm (numbers at or below it were let in before Redis lost
+--                             its data), pseq (arrival counter of a fifo pre-queue)
+--   K.wb     'os:{e}:q:wb'    list of passed batches '<ms>:<lo>:<hi>' awaiting their
+--                             no-show verdict
+--   K.pre    'os:{e}:q:pre'   zset: the pre-queue, visitor -> order score (random, or the
+--                             arrival counter in fifo mode). Frozen at the opening: a
+--                             member's number is its rank + 1, so opening is O(1).
+--   K.pl     'os:{e}:q:pl'    hash: visitor -> number, for pre-queue tickets whose
+--                             pre-queue entry Redis had lost (numbered at the end)
+--   K.cb     'os:{e}:q:cb'    bitmap: bit <number> set once that number claimed
+--   K.sb     'os:{e}:q:sb'    bitmap: bit <number> set once that number came for its
+--                             admission (claimed, or told to wait): not a no-show
+--   K.adm    'os:{e}:q:adm'   hash: number -> '<iat>:<exp>:<jti>' (its one admission)
+--   K.gone   'os:{e}:q:gone'  gen of a deleted room, for a day: gateways do not restore it
+--   K.active 'os:{e}:active'  zset shared with reserve: visitor -> ms its activity lapses
 -- "Now" is Redis TIME, so every gateway agrees on it.
+local K = {cfg = KEYS[1], n = KEYS[2], st = KEYS[3], wb = KEYS[4], pre = KEYS[5],
+           pl = KEYS[6], cb = KEYS[7], sb = KEYS[8], adm = KEYS[9], gone = KEYS[10],
+           active = KEYS[11]}
+
 local function now_ms()
     local t = redis.call('TIME')
     return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -37,46 +54,38 @@ local function hgetall(key)
     return out, #flat
 end
 
-local function load_cfg(P)
-    local c, n = hgetall(P .. 'cfg')
+local function load_cfg()
+    local c, n = hgetall(K.cfg)
     if n == 0 then
         return nil
     end
     return c
 end
 
--- Opens the room once now >= opens_at: the pre-queue gets numbers 1..k, shuffled
--- uniformly (Fisher-Yates, seeded by the caller's random seed) unless mode is fifo, and
--- everyone after joins FIFO from k+1. Idempotent: the first caller past opens_at does it.
-local function open_room(P, c, st, now, seed)
+-- Opens the room once now >= opens_at: the pre-queue (a zset ordered by each member's
+-- random score, drawn at its join, or by arrival in fifo mode) is frozen and its members
+-- own numbers 1..k by rank; everyone after joins FIFO from k+1. O(1) whatever k is: no
+-- member is touched (lookup.lua reads a member's rank when the fan next polls).
+-- Idempotent: the first caller past opens_at does it.
+local function open_room(c, st, now)
     if st.opened == '1' or now < num(c.opens_at, 0) then
         return
     end
-    local pre = redis.call('LRANGE', P .. 'pre', 0, -1)
-    local k = #pre
-    if c.mode ~= 'fifo' and k > 1 then
-        math.randomseed(num(seed, 1))
-        for i = k, 2, -1 do
-            local j = math.random(i)
-            pre[i], pre[j] = pre[j], pre[i]
-        end
-    end
-    for i = 1, k, 500 do
-        local args = {}
-        for j = i, math.min(k, i + 499) do
-            args[#args + 1] = pre[j]
-            args[#args + 1] = j
-        end
-        redis.call('HSET', P .. 'pn', unpack(args))
-    end
-    redis.call('DEL', P .. 'pre')
-    redis.call('SET', P .. 'n', k)
-    redis.call('HSET', P .. 'st', 'opened', 1, 'last', now, 'wm', 0, 'credit', 0)
-    st.opened, st.last, st.wm, st.credit = '1', now, '0', '0'
+    local k = redis.call('ZCARD', K.pre)
+    local n = math.max(k, num(redis.call('GET', K.n), 0))
+    redis.call('SET', K.n, n)
+    redis.call('HSET', K.st, 'opened', 1, 'pk', k, 'last', now, 'credit', 0)
+    st.opened, st.pk, st.last, st.credit = '1', tostring(k), now, '0'
+end
+
+-- True while admissions flow: open, not paused, not sold out, not closed.
+local function flowing(c, st, now)
+    return st.opened == '1' and c.paused ~= '1' and c.sold_out ~= '1' and
+               not (c.closes_at and now >= num(c.closes_at, 0))
 end
 
 -- Drops lapsed shoppers (score <= now) and returns how many are still active.
-local function active_count(A, now)
-    redis.call('ZREMRANGEBYSCORE', A, '-inf', now)
-    return redis.call('ZCARD', A)
+local function active_count(now)
+    redis.call('ZREMRANGEBYSCORE', K.active, '-inf', now)
+    return redis.call('ZCARD', K.active)
 end

@@ -1,13 +1,12 @@
 -- settings: create/replace (PUT) or change (PATCH) a waiting room's settings.
--- KEYS[1] = P; ARGV[1] = 'put' | 'patch', ARGV[2] = a new random gen (used on creation),
+-- KEYS: the room's keys (prelude.lua); ARGV[1] = 'put' | 'patch', ARGV[2] = a new random gen (used on creation),
 -- then field/value pairs already validated one by one by the gateway ('' = unset).
 -- Checks what depends on several fields (prequeue_at <= opens_at < closes_at) against
 -- the merged result, so concurrent PATCHes of different fields cannot combine into an
 -- invalid room. Returns {'created'|'replaced'|'patched', cfg pairs...} |
 -- {'unknown'} (PATCH of a missing room) | {'invalid', message}.
-local P = KEYS[1]
 local mode = ARGV[1]
-local cur = load_cfg(P)
+local cur = load_cfg()
 if mode == 'patch' and not cur then
     return {'unknown'}
 end
@@ -44,8 +43,11 @@ for k, v in pairs(new) do
     flat[#flat + 1] = k
     flat[#flat + 1] = v
 end
-redis.call('DEL', P .. 'cfg')
-redis.call('HSET', P .. 'cfg', unpack(flat))
+redis.call('DEL', K.cfg)
+redis.call('HSET', K.cfg, unpack(flat))
+if not cur then
+    redis.call('DEL', K.gone)
+end
 local outcome = 'patched'
 if mode == 'put' then
     outcome = cur and 'replaced' or 'created'

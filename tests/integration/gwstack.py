@@ -135,7 +135,10 @@ class GatewayStack:
     def __init__(self, name, gateways=1, conf=None):
         self.S = stack.Stack(name)
         self.real_build = self.S.build
-        self.gateway_bin = os.path.join(self.real_build, "gateway", "onsale-gateway")
+        # ONSALE_GATEWAY_BIN runs another gateway binary against the same tests (e.g. one
+        # built from an earlier commit, to see a regression test fail before its fix).
+        self.gateway_bin = os.environ.get("ONSALE_GATEWAY_BIN") or os.path.join(
+            self.real_build, "gateway", "onsale-gateway")
         self.n = gateways
         self.conf = dict(DEFAULT_CONF, **(conf or {}))
         self.gateways = []

@@ -87,6 +87,8 @@ static void test_bad_values(void **state)
         "{\"redirect_url\":\"javascript:alert(1)\"}",
         "{\"redirect_url\":\"https://x/<script>\"}",
         "{\"noshow_grace_seconds\":0}",
+        "{\"max_prequeue\":0}",
+        "{\"max_prequeue\":\"many\"}",
     };
     gw_setting_kv_t kv[GW_SETTINGS_MAX_FIELDS];
     char err[256];

@@ -44,6 +44,16 @@ static void test_poll_jitter_spread(void **state)
     assert_true(hi <= 24000 && hi > 23500);
 }
 
+static void test_poll_cap_near_the_front(void **state)
+{
+    /* 600/min passes 10 numbers a second: in 30 s, 300 */
+    assert_int_equal(gw_watermark_poll_cap(30000, 1, 600, 20), 10000);
+    assert_int_equal(gw_watermark_poll_cap(30000, 300, 600, 20), 10000);
+    assert_int_equal(gw_watermark_poll_cap(30000, 302, 600, 20), 30000); /* far back */
+    assert_int_equal(gw_watermark_poll_cap(4000, 1, 600, 20), 4000);     /* already shorter */
+    assert_int_equal(gw_watermark_poll_cap(5000, 1, 600, 1), 500);
+}
+
 static void test_rates_from_samples(void **state)
 {
     gw_room_t r;
@@ -69,6 +79,7 @@ int main(void)
         cmocka_unit_test(test_eta),
         cmocka_unit_test(test_poll_grows_with_distance_and_is_bounded),
         cmocka_unit_test(test_poll_jitter_spread),
+        cmocka_unit_test(test_poll_cap_near_the_front),
         cmocka_unit_test(test_rates_from_samples),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

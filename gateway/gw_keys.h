@@ -1,0 +1,59 @@
+/*
+ * gw_keys — the Redis key schema of one waiting room, as the gateway's scripts see it.
+ *
+ * Every key a gateway script touches is passed in KEYS, always the same GW_K_COUNT keys in
+ * the same order (prelude.lua names them), so a script never builds a key name itself.
+ * All of them carry the `{event}` hash tag: one event lives in one hash slot, and each
+ * script stays atomic under Redis Cluster. The one cross-event key, GW_ROOMS_KEY (room
+ * discovery), is never touched by a script (see its comment).
+ *
+ * Pure functions, any thread.
+ */
+#ifndef GW_KEYS_H
+#define GW_KEYS_H
+
+#include <stddef.h>
+
+#include "cm_parse.h"
+
+/* KEYS[i + 1] of every gateway script (prelude.lua documents each one's contents). */
+typedef enum {
+    GW_K_CFG,    /* hash: the room's settings */
+    GW_K_N,      /* string: last queue number handed out */
+    GW_K_ST,     /* hash: watermark, credits, counters */
+    GW_K_WB,     /* list: passed batches awaiting their no-show verdict */
+    GW_K_PRE,    /* zset: the pre-queue (visitor -> order score) */
+    GW_K_PL,     /* hash: visitor -> number for pre-queue tickets Redis had lost */
+    GW_K_CB,     /* bitmap: numbers that claimed their admission */
+    GW_K_SB,     /* bitmap: numbers that came for their admission (claimed or told to wait) */
+    GW_K_ADM,    /* hash: number -> the one admission record of that number */
+    GW_K_GONE,   /* string: generation of a deleted room (a tombstone; stops restores) */
+    GW_K_ACTIVE, /* zset shared with reserve: visitor -> ms their activity lapses */
+    GW_K_COUNT
+} gw_key_t;
+
+#define GW_KEY_MAX (CM_IDENT_MAX + 24)
+
+typedef struct gw_keys {
+    char name[GW_K_COUNT][GW_KEY_MAX];
+} gw_keys_t;
+
+/** Fills k with every key of event's room ("os:{<event>}:q:cfg", …, "os:{<event>}:active"). */
+void gw_keys_of(const char *event, gw_keys_t *k);
+
+/**
+ * Writes the keys of event into argv[0 .. GW_K_COUNT-1] (pointing into k, which must
+ * outlive argv's use); returns GW_K_COUNT, the nkeys of cm_redis_eval.
+ */
+int gw_keys_argv(const char *event, gw_keys_t *k, const char **argv);
+
+/**
+ * The Redis set listing every waiting room: discovery only, so a gateway learns rooms
+ * created through another. It is the only key outside an event's hash slot; no script
+ * touches it, only plain SADD/SREM/SMEMBERS, which a cluster client routes to its own
+ * shard. If that shard loses it, every gateway re-adds the rooms it knows (see
+ * gw_watermark), so discovery heals and no room's state depends on it.
+ */
+#define GW_ROOMS_KEY "os:gateway:rooms"
+
+#endif

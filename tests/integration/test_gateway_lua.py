@@ -1,0 +1,380 @@
+"""The gateway's Lua scripts (gateway/lua/*.lua, each run with prelude.lua in front, as
+gw_lua.c loads them) called directly against a real Redis of their own: join, lookup,
+advance, admit, settings, delete. Time-dependent cases move the room's stored
+timestamps instead of sleeping. One redis-server for the module, one room per test."""
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import unittest
+import uuid
+
+import stack
+from stack import HOST
+
+SOURCE = stack._env_dir("ONSALE_SOURCE_DIR",
+                        os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+LUA = os.path.join(SOURCE, "gateway", "lua")
+KEY_SUFFIXES = ["q:cfg", "q:n", "q:st", "q:wb", "q:pre", "q:pl", "q:cb", "q:sb", "q:adm",
+                "q:gone", "active"]  # gw_keys.h order
+_REDIS = {}
+
+
+def setUpModule():
+    root = tempfile.mkdtemp(prefix="onsale-gwlua-")
+    port = stack._free_ports(1)[0]
+    proc = subprocess.Popen(["redis-server", "--bind", HOST, "--port", str(port), "--save", "",
+                             "--appendonly", "no", "--dir", root],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL)
+    r = stack.Redis(port)
+
+    def cleanup():
+        r.close()
+        proc.terminate()
+        proc.wait(10)
+        shutil.rmtree(root, ignore_errors=True)
+
+    unittest.addModuleCleanup(cleanup)
+    stack.wait_for(lambda: r("PING") == "PONG", 10, what="redis-server")
+    _REDIS["r"] = r
+
+
+def script(name):
+    with open(os.path.join(LUA, "prelude.lua")) as f:
+        prelude = f.read()
+    with open(os.path.join(LUA, name + ".lua")) as f:
+        return prelude + "\n" + f.read()
+
+
+SCRIPTS = {n: script(n) for n in ("join", "lookup", "advance", "admit", "settings", "delete")}
+
+
+def s(v):
+    return v.decode() if isinstance(v, bytes) else v
+
+
+class Room:
+    """One waiting room's keys (under a prefix of the test's own, so that a key a script
+    built itself, outside KEYS, would show up as a stranger)."""
+
+    def __init__(self, r, prefix="t"):
+        self.r = r
+        self.event = uuid.uuid4().hex[:12]
+        self.keys = [f"{prefix}:{{{self.event}}}:{suf}" for suf in KEY_SUFFIXES]
+        self.k = dict(zip(["cfg", "n", "st", "wb", "pre", "pl", "cb", "sb", "adm", "gone",
+                           "active"], self.keys))
+
+    def run(self, name, *args):
+        return self.r("EVAL", SCRIPTS[name], len(self.keys), *self.keys, *args)
+
+    def put(self, how="put", gen="12345", **fields):
+        flat = []
+        for k, v in fields.items():
+            flat += [k, v]
+        return self.run("settings", how, gen, *flat)
+
+    def advance(self, *restore):
+        out = self.run("advance", *(restore or ("", "0", "0", "0", "0")))
+        if out[0] == 0:
+            return None
+        head = dict(zip(["ok", "now", "wm", "n", "claimed", "active", "noshows", "opened",
+                         "prequeue", "restored"], out[:10]))
+        cfg = {s(k): s(v) for k, v in zip(out[10::2], out[11::2])}
+        return head, cfg
+
+    def st(self):
+        flat = self.r("HGETALL", self.k["st"]) or []
+        return {s(k): float(v) for k, v in zip(flat[::2], flat[1::2])}
+
+    def hset_st(self, **kv):
+        flat = []
+        for k, v in kv.items():
+            flat += [k, v]
+        self.r("HSET", self.k["st"], *flat)
+
+    def join(self, visitor=None, score=None):
+        visitor = visitor or uuid.uuid4().hex
+        out = self.run("join", visitor, score if score is not None else
+                       int.from_bytes(os.urandom(7), "big") >> 3)
+        return visitor, [s(x) if isinstance(x, bytes) else x for x in out]
+
+    def admit(self, number, visitor="v", gen="12345"):
+        out = self.run("admit", gen, number, visitor, uuid.uuid4().hex)
+        return [s(x) for x in out]
+
+    def redis_now_ms(self):
+        sec, usec = self.r("TIME")
+        return int(sec) * 1000 + int(usec) // 1000
+
+
+def past(ms_ago):
+    return str(int(time.time() * 1000) - ms_ago)
+
+
+class LuaTestCase(unittest.TestCase):
+    def setUp(self):
+        self.r = _REDIS["r"]
+
+    def room(self, **settings):
+        room = Room(self.r)
+        settings.setdefault("rate_per_minute", "600")
+        self.assertEqual(s(room.put(**settings)[0]), "created")
+        return room
+
+    def assertOnlyDeclaredKeys(self, room):
+        present = {s(k) for k in self.r.scan_keys(f"*{room.event}*")}
+        self.assertTrue(present, "the scripts wrote nothing at all")
+        self.assertLessEqual(present, set(room.keys), "a script touched a key outside KEYS")
+
+
+class Join(LuaTestCase):
+    def test_numbers_after_opening_are_consecutive(self):
+        room = self.room()
+        nums = [room.join()[1] for _ in range(5)]
+        self.assertEqual([x[0] for x in nums], ["queued"] * 5)
+        self.assertEqual([x[2] for x in nums], [1, 2, 3, 4, 5])
+        self.assertEqual(nums[0][1], "12345")
+        self.assertOnlyDeclaredKeys(room)
+
+    def test_unknown_sold_out_closed_not_open(self):
+        self.assertEqual(Room(self.r).join()[1], ["unknown"])
+        self.assertEqual(self.room(sold_out="1").join()[1], ["sold_out"])
+        self.assertEqual(self.room(opens_at=past(60000), closes_at=past(1000)).join()[1],
+                         ["closed"])
+        future = str(int(time.time() * 1000) + 3600_000)
+        out = self.room(prequeue_at=future, opens_at=future).join()[1]
+        self.assertEqual(out, ["not_open", future])
+
+    def test_prequeue_is_bounded_by_max_prequeue(self):
+        future = str(int(time.time() * 1000) + 3600_000)
+        room = self.room(opens_at=future, max_prequeue="3")
+        for _ in range(3):
+            self.assertEqual(room.join()[1][0], "prequeue")
+        self.assertEqual(room.join()[1], ["prequeue_full", future])
+        self.assertEqual(self.r("ZCARD", room.k["pre"]), 3)
+
+
+class Opening(LuaTestCase):
+    def prequeued(self, n, mode="random_at_open"):
+        future = str(int(time.time() * 1000) + 3600_000)
+        room = self.room(opens_at=future, mode=mode)
+        visitors = [room.join(score=1000 - i if mode != "fifo" else None)[0] for i in range(n)]
+        return room, visitors
+
+    def open_now(self, room):
+        room.r("HSET", room.k["cfg"], "opens_at", past(1))
+
+    def test_random_order_is_the_score_order_and_later_joins_follow(self):
+        room, visitors = self.prequeued(5)  # scores 1000, 999, …: the last joiner is first
+        self.open_now(room)
+        late = room.join()[1]
+        self.assertEqual(late[:1] + late[2:3], ["queued", 6])
+        got = [room.run("lookup", v, "1") for v in visitors]
+        self.assertEqual([[s(g[0]), g[1]] for g in got],
+                         [["number", 5], ["number", 4], ["number", 3], ["number", 2],
+                          ["number", 1]])
+        self.assertEqual(room.st()["pk"], 5)
+        self.assertOnlyDeclaredKeys(room)
+
+    def test_fifo_keeps_arrival_order(self):
+        room, visitors = self.prequeued(4, mode="fifo")
+        self.open_now(room)
+        self.assertEqual([room.run("lookup", v, "1")[1] for v in visitors], [1, 2, 3, 4])
+
+    def test_opening_touches_no_member_whatever_the_size(self):
+        future = str(int(time.time() * 1000) + 3600_000)
+        room = self.room(opens_at=future)
+        # 50,000 members written directly (join.lua's effect), then one advance opens
+        for base in range(0, 50000, 5000):
+            flat = []
+            for i in range(base, base + 5000):
+                flat += [i, f"v{i:06d}"]
+            self.r("ZADD", room.k["pre"], *flat)
+        self.open_now(room)
+        self.r("CONFIG", "SET", "slowlog-log-slower-than", "5000")  # 5 ms
+        self.r("SLOWLOG", "RESET")
+        head, _ = room.advance()
+        self.assertEqual((head["opened"], head["n"], head["prequeue"]), (1, 50000, 0))
+        self.assertEqual(self.r("SLOWLOG", "GET", 10), [], "opening took over 5 ms")
+        self.assertEqual(room.run("lookup", "v012345", "1"), [b"number", 12346])
+
+    def test_prequeue_ticket_lost_by_redis_gets_the_next_number_once(self):
+        room, visitors = self.prequeued(3)
+        self.open_now(room)
+        room.advance()
+        self.r("ZREM", room.k["pre"], visitors[0])  # lost (e.g. a failover)
+        first = room.run("lookup", visitors[0], "1")
+        self.assertEqual(first, [b"number", 4])
+        self.assertEqual(room.run("lookup", visitors[0], "1"), first)
+        self.assertEqual(room.join()[1][2], 5)
+
+
+class Advance(LuaTestCase):
+    def test_passes_accrue_at_the_rate_capped_at_one_second(self):
+        room = self.room(rate_per_minute="600")
+        for _ in range(100):
+            room.join()
+        room.advance()
+        room.hset_st(last=past(500), credit=0)
+        head, cfg = room.advance()
+        self.assertIn(head["wm"], range(5, 7))  # 10/s for 0.5 s
+        self.assertEqual(cfg["rate_per_minute"], "600")
+        room.hset_st(last=past(60000))
+        wm = head["wm"]
+        head, _ = room.advance()
+        self.assertLessEqual(head["wm"] - wm, 11, "an idle minute banked a burst")
+
+    def test_paused_passes_nothing(self):
+        room = self.room(rate_per_minute="600", paused="1")
+        for _ in range(20):
+            room.join()
+        room.advance()
+        room.hset_st(last=past(5000))
+        self.assertEqual(room.advance()[0]["wm"], 0)
+
+    def test_noshows_are_passed_again_but_fans_who_came_are_not(self):
+        room = self.room(rate_per_minute="60", noshow_grace_seconds="2")
+        for _ in range(30):
+            room.join()
+        room.advance()
+        # numbers 1..10 passed 3 s ago: 1..3 claimed, 4..5 came but had to wait
+        room.hset_st(wm=10, inb=10, inc=3, credit=0, last=past(1))
+        room.r("RPUSH", room.k["wb"], f"{past(3000)}:1:10")
+        for n in (1, 2, 3):
+            room.r("SETBIT", room.k["cb"], n, 1)
+        for n in (1, 2, 3, 4, 5):
+            room.r("SETBIT", room.k["sb"], n, 1)
+        head, _ = room.advance()
+        self.assertEqual(head["noshows"], 5)
+        self.assertEqual(head["wm"], 15, "the 5 no-shows' slots are passed again")
+        self.assertEqual(room.st()["rhi"], 10)
+
+    def test_unknown_room(self):
+        self.assertIsNone(Room(self.r).advance())
+
+
+class Admit(LuaTestCase):
+    def passed(self, n, rate="600", **settings):
+        room = self.room(rate_per_minute=rate, **settings)
+        for _ in range(n):
+            room.join()
+        room.advance()
+        room.hset_st(wm=n)
+        return room
+
+    def test_claims_once_and_repeats_the_same_record(self):
+        room = self.passed(3)
+        self.assertEqual(room.admit(4), ["not_yet"])
+        first = room.admit(2, visitor="a")
+        self.assertEqual(first[0], "new")
+        iat, exp, jti = first[1].split(":")
+        self.assertEqual(int(exp) - int(iat), 600)
+        self.assertEqual(room.admit(2, visitor="a"), ["existing", first[1]])
+        self.assertEqual(room.admit(2, gen="999"), ["unknown"])
+        self.assertEqual(self.r("ZSCORE", room.k["active"], "a"), str(int(exp) * 1000).encode())
+        self.assertEqual(room.st()["claimed"], 1)
+        self.assertOnlyDeclaredKeys(room)
+
+    def test_claim_bucket_meters_claims_at_the_rate(self):
+        # 60/min: the bucket holds one claim; passed numbers beyond it wait
+        room = self.passed(10, rate="60")
+        got = [room.admit(n)[0] for n in range(1, 6)]
+        self.assertEqual(got, ["new", "wait", "wait", "wait", "wait"])
+        self.assertEqual(room.st()["claimed"], 1)
+        for n in range(2, 6):  # the ones told to wait came: they are not no-shows
+            self.assertEqual(self.r("GETBIT", room.k["sb"], n), 1)
+        room.hset_st(clast=past(1000))  # one second later: one more token
+        self.assertEqual([room.admit(n)[0] for n in (2, 3)], ["new", "wait"])
+
+    def test_bucket_does_not_fill_while_paused(self):
+        room = self.passed(5, rate="60")
+        self.assertEqual(room.admit(1)[0], "new")
+        room.r("HSET", room.k["cfg"], "paused", "1")
+        room.hset_st(clast=past(10000))
+        self.assertEqual(room.admit(2)[0], "wait")
+
+    def test_numbers_let_in_before_a_redis_loss_are_not_metered(self):
+        room = self.passed(10, rate="60")
+        room.hset_st(rwm=5)
+        self.assertEqual([room.admit(n)[0] for n in range(1, 6)], ["new"] * 5)
+        self.assertEqual([room.admit(n)[0] for n in (6, 7)], ["new", "wait"])
+
+    def test_late_claimer_waits_for_max_active(self):
+        room = self.passed(5, rate="6000", max_active="1")
+        self.assertEqual(room.admit(1, visitor="a")[0], "new")
+        room.hset_st(rhi=5, inb=0, inc=0)  # 1..5 retired; 2..5 no-shows: late claimers
+        self.assertEqual(room.admit(2, visitor="b"), ["wait"])
+        room.r("ZREM", room.k["active"], "a")
+        self.assertEqual(room.admit(2, visitor="b")[0], "new")
+
+    def test_sold_out_and_closed(self):
+        room = self.passed(2, sold_out="1")
+        self.assertEqual(room.admit(1), ["sold_out"])
+        room = self.passed(2)
+        room.r("HSET", room.k["cfg"], "closes_at", past(1))
+        self.assertEqual(room.admit(1), ["closed"])
+
+
+class SettingsAndDelete(LuaTestCase):
+    def test_put_patch_and_checks_across_fields(self):
+        room = Room(self.r)
+        self.assertEqual(s(room.put(rate_per_minute="60")[0]), "created")
+        self.assertEqual(s(room.put(how="patch", gen="777", paused="1")[0]), "patched")
+        _, cfg = room.advance()
+        self.assertEqual((cfg["gen"], cfg["paused"], cfg["rate_per_minute"]), ("12345", "1", "60"))
+        out = room.put(how="patch", opens_at="2000", closes_at="1000")
+        self.assertEqual([s(x) for x in out], ["invalid", "closes_at must be after opens_at"])
+        self.assertEqual(s(Room(self.r).put(how="patch", paused="0")[0]), "unknown")
+
+    def test_delete_leaves_a_tombstone_and_recreation_clears_it(self):
+        room = self.room()
+        room.join()
+        self.assertEqual(room.run("delete"), 1)
+        self.assertEqual(room.run("delete"), 0)
+        self.assertEqual(self.r("GET", room.k["gone"]), b"12345")
+        self.assertIsNone(room.advance("12345", "5", "5", "0", "1", "gen", "12345",
+                                       "rate_per_minute", "60"),
+                          "a deleted room was written back")
+        self.assertEqual(s(room.put(gen="55")[0]), "created")
+        self.assertEqual(self.r("EXISTS", room.k["gone"]), 0)
+        self.assertOnlyDeclaredKeys(room)
+
+
+class Restore(LuaTestCase):
+    def test_a_lost_room_is_written_back_from_a_gateways_memory(self):
+        room = self.room(rate_per_minute="600", max_active="7")
+        for _ in range(20):
+            room.join()
+        room.hset_st(wm=8)
+        head, cfg = room.advance()
+        flat = []
+        for k, v in cfg.items():
+            flat += [k, v]
+        self.r("UNLINK", *room.keys)  # Redis lost everything
+        head2, cfg2 = room.advance(cfg["gen"], str(head["wm"]), "23", str(head["claimed"]), "1",
+                                   *flat)
+        self.assertEqual(head2["restored"], 1)
+        self.assertEqual(cfg2, cfg)
+        self.assertGreaterEqual(head2["wm"], head["wm"])
+        self.assertEqual(head2["n"], 23, "numbers seen in tickets are never handed out again")
+        self.assertEqual(room.st()["rwm"], head["wm"])
+        self.assertEqual(room.join()[1][2], 24)
+        # a second gateway with an older view changes nothing
+        head3, _ = room.advance(cfg["gen"], "3", "10", "0", "1", *flat)
+        self.assertEqual(head3["restored"], 0)
+        self.assertGreaterEqual(head3["wm"], head2["wm"])
+        self.assertEqual(head3["n"], 24)
+
+    def test_floors_of_another_generation_are_ignored(self):
+        room = self.room()
+        room.join()
+        head, _ = room.advance("999", "50", "50", "0", "1", "gen", "999")
+        self.assertEqual((head["n"], head["restored"]), (1, 0))
+        self.assertLess(head["wm"], 50)
+
+
+if __name__ == "__main__":
+    unittest.main()
