@@ -47,6 +47,10 @@ typedef struct rsv_config {
     int64_t reconcile_interval_ms;
     int64_t reconcile_after_s;
     int64_t reconcile_batch;
+    int64_t book_max_attempts;
+    int64_t ledger_interval_ms;
+    int64_t ledger_window_s;
+    int64_t ledger_settle_s;
     char *fault;
     char *cors_origins;
     char *shop_queue_url;

@@ -161,8 +161,57 @@ void rsv_pay_classify(rsv_pay_op_t op, int status, const char *body, size_t len,
             copy_id(out, json_string_value(json_object_get(e, "refund")));
         }
         break;
+    case RSV_PAY_OP_LIST: /* rsv_pay_parse_list */
+        break;
     }
     json_decref(doc);
+}
+
+int rsv_pay_parse_list(int status, const char *body, size_t len, rsv_pay_page_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (status != 200 || body == NULL || len == 0)
+        return -1;
+    json_t *doc = json_loadb(body, len, 0, NULL);
+    json_t *data = json_object_get(doc, "data");
+    if (!json_is_array(data)) {
+        json_decref(doc);
+        return -1;
+    }
+    out->items = cm_xcalloc(json_array_size(data) + 1, sizeof(*out->items));
+    out->has_more = json_is_true(json_object_get(doc, "has_more"));
+    size_t i;
+    json_t *c;
+    json_array_foreach(data, i, c)
+    {
+        const char *id = json_string_value(json_object_get(c, "id"));
+        if (id == NULL || strlen(id) >= RSV_PAY_ID_MAX)
+            continue;
+        rsv_pay_charge_t *x = &out->items[out->n++];
+        snprintf(x->id, sizeof(x->id), "%s", id);
+        const char *co =
+            json_string_value(json_object_get(json_object_get(c, "metadata"), "checkout"));
+        if (co == NULL)
+            co = json_string_value(json_object_get(c, "idempotency_key"));
+        if (co && strlen(co) < sizeof(x->checkout))
+            snprintf(x->checkout, sizeof(x->checkout), "%s", co);
+        const char *st = json_string_value(json_object_get(c, "status"));
+        x->succeeded = st && strcmp(st, "succeeded") == 0;
+        json_int_t ar = json_integer_value(json_object_get(c, "amount_refunded"));
+        x->refunded = json_is_true(json_object_get(c, "refunded")) || ar > 0;
+        x->amount = (int64_t)json_integer_value(json_object_get(c, "amount"));
+        x->created = (int64_t)json_integer_value(json_object_get(c, "created"));
+    }
+    json_decref(doc);
+    return 0;
+}
+
+void rsv_pay_page_clear(rsv_pay_page_t *page)
+{
+    if (page == NULL)
+        return;
+    free(page->items);
+    memset(page, 0, sizeof(*page));
 }
 
 /* --- calls --------------------------------------------------------------------------- */
@@ -247,6 +296,7 @@ static void on_done(struct evhttp_request *req, void *arg)
 {
     call_t *c = arg;
     rsv_pay_result_t res;
+    rsv_pay_page_t page = {0};
     memset(&res, 0, sizeof(res));
     int status = req ? evhttp_request_get_response_code(req) : 0;
     res.status = status;
@@ -257,7 +307,15 @@ static void on_done(struct evhttp_request *req, void *arg)
         struct evbuffer *in = evhttp_request_get_input_buffer(req);
         size_t len = evbuffer_get_length(in);
         const char *body = len && len < BODY_MAX ? (const char *)evbuffer_pullup(in, -1) : NULL;
-        rsv_pay_classify(c->op, status, body, body ? len : 0, &res);
+        if (c->op == RSV_PAY_OP_LIST) {
+            res.outcome = RSV_PAY_UNKNOWN;
+            if (rsv_pay_parse_list(status, body, body ? len : 0, &page) == 0) {
+                res.outcome = RSV_PAY_LISTED;
+                res.page = &page;
+            }
+        } else {
+            rsv_pay_classify(c->op, status, body, body ? len : 0, &res);
+        }
         if (res.outcome == RSV_PAY_UNKNOWN)
             res.err = status >= 500 ? cm_err_server : cm_err_protocol;
     }
@@ -271,6 +329,7 @@ static void on_done(struct evhttp_request *req, void *arg)
     event_active(p->reaper, EV_TIMEOUT, 0);
     c->conn = NULL;
     call_finish(c, &res);
+    rsv_pay_page_clear(&page);
 }
 
 static struct evhttp_connection *connect_to(rsv_pay_t *p)
@@ -403,6 +462,23 @@ int rsv_pay_refund(rsv_pay_t *p, const char *key, const char *charge_id, rsv_pay
     json_decref(o);
     int rc = start_call(p, RSV_PAY_OP_REFUND, EVHTTP_REQ_POST, "/v1/refunds", key, body, cb, arg);
     free(body);
+    return rc;
+}
+
+int rsv_pay_list(rsv_pay_t *p, int64_t created_gte, const char *starting_after, int limit,
+                 rsv_pay_cb cb, void *arg)
+{
+    char *path;
+    if (starting_after && *starting_after) {
+        char *enc = evhttp_encode_uri(starting_after);
+        path = cm_xasprintf("/v1/charges?created_gte=%lld&limit=%d&starting_after=%s",
+                            (long long)created_gte, limit, enc ? enc : "");
+        free(enc);
+    } else {
+        path = cm_xasprintf("/v1/charges?created_gte=%lld&limit=%d", (long long)created_gte, limit);
+    }
+    int rc = start_call(p, RSV_PAY_OP_LIST, EVHTTP_REQ_GET, path, NULL, NULL, cb, arg);
+    free(path);
     return rc;
 }
 

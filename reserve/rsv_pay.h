@@ -1,7 +1,8 @@
 /*
  * rsv_pay — the reserve's client of the payment provider (API.md, "payment provider"):
- * charge, look a charge up by idempotency key, refund. Asynchronous HTTP(S) on the
- * event loop (evhttp client over an OpenSSL bufferevent), one connection per call.
+ * charge, look a charge up by idempotency key, refund, list the ledger's recent charges.
+ * Asynchronous HTTP(S) on the event loop (evhttp client over an OpenSSL bufferevent), one
+ * connection per call.
  *
  * Runs on the event-loop thread that owns the base; never blocks: the provider is named
  * by an IPv4 literal (no DNS), connects and requests are non-blocking. Every call has two
@@ -33,16 +34,40 @@ typedef enum {
     RSV_PAY_NONE,     /* lookup: the provider has no charge under that key */
     RSV_PAY_REFUNDED, /* the refund exists (id = refund id) */
     RSV_PAY_UNKNOWN,  /* no definite answer: timeout, transport error, 5xx, in progress */
+    RSV_PAY_LISTED,   /* list: a page of the ledger (result->page) */
 } rsv_pay_outcome_t;
 
-typedef enum { RSV_PAY_OP_CHARGE, RSV_PAY_OP_LOOKUP, RSV_PAY_OP_REFUND } rsv_pay_op_t;
+typedef enum {
+    RSV_PAY_OP_CHARGE,
+    RSV_PAY_OP_LOOKUP,
+    RSV_PAY_OP_REFUND,
+    RSV_PAY_OP_LIST
+} rsv_pay_op_t;
+
+/** One charge of a ledger page. */
+typedef struct rsv_pay_charge {
+    char id[RSV_PAY_ID_MAX];
+    char checkout[RSV_PAY_ID_MAX]; /* metadata.checkout, else the idempotency key, else "" */
+    bool succeeded;                /* status "succeeded" */
+    bool refunded;                 /* refunded (fully or in part) */
+    int64_t amount;
+    int64_t created; /* unix seconds */
+} rsv_pay_charge_t;
+
+/** A page of GET /v1/charges?created_gte=…: charges oldest first. */
+typedef struct rsv_pay_page {
+    rsv_pay_charge_t *items;
+    size_t n;
+    bool has_more;
+} rsv_pay_page_t;
 
 typedef struct rsv_pay_result {
     rsv_pay_outcome_t outcome;
-    const char *err;         /* NULL when the provider answered, else a cm_err_* */
-    int status;              /* HTTP status, 0 when there was no answer */
-    double seconds;          /* how long the call took */
-    char id[RSV_PAY_ID_MAX]; /* charge or refund id, "" when unknown */
+    const char *err;            /* NULL when the provider answered, else a cm_err_* */
+    int status;                 /* HTTP status, 0 when there was no answer */
+    double seconds;             /* how long the call took */
+    char id[RSV_PAY_ID_MAX];    /* charge or refund id, "" when unknown */
+    const rsv_pay_page_t *page; /* LISTED: the page, else NULL */
 } rsv_pay_result_t;
 
 /** The result lives only during the callback. Called exactly once, always from the loop. */
@@ -78,6 +103,16 @@ void rsv_pay_classify(rsv_pay_op_t op, int status, const char *body, size_t len,
  * A client for cfg (strings copied). Start-up only (the CA file is read). NULL with a
  * message in err.
  */
+/**
+ * Parses a list answer (pure; unit-tested). 0 with out filled (free with
+ * rsv_pay_page_clear), or -1 when status is not 200 or the body is not a charge list.
+ * Entries without an id are skipped.
+ */
+__attribute__((warn_unused_result)) int rsv_pay_parse_list(int status, const char *body, size_t len,
+                                                           rsv_pay_page_t *out);
+/** Frees what rsv_pay_parse_list allocated. NULL is fine. */
+void rsv_pay_page_clear(rsv_pay_page_t *page);
+
 rsv_pay_t *rsv_pay_new(struct event_base *base, const rsv_pay_config_t *cfg, char *err,
                        size_t errlen);
 /** Closes every call in flight (each callback gets UNKNOWN + cm_err_shutdown), frees. */
@@ -99,5 +134,12 @@ __attribute__((warn_unused_result)) int rsv_pay_lookup(rsv_pay_t *p, const char 
 /** POST /v1/refunds {charge} with Idempotency-Key key: REFUNDED or UNKNOWN. Same return. */
 __attribute__((warn_unused_result)) int
 rsv_pay_refund(rsv_pay_t *p, const char *key, const char *charge_id, rsv_pay_cb cb, void *arg);
+/**
+ * GET /v1/charges?created_gte=…&limit=…[&starting_after=…]: LISTED (res->page, valid
+ * during the callback) or UNKNOWN. starting_after NULL or "" for the first page.
+ */
+__attribute__((warn_unused_result)) int rsv_pay_list(rsv_pay_t *p, int64_t created_gte,
+                                                     const char *starting_after, int limit,
+                                                     rsv_pay_cb cb, void *arg);
 
 #endif

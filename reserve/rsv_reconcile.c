@@ -30,6 +30,7 @@
 #include "cm_log.h"
 #include "cm_mem.h"
 #include "cm_time.h"
+#include "rsv_ledger.h"
 #include "rsv_lua.h"
 #include "rsv_server.h"
 
@@ -86,7 +87,9 @@ typedef struct saga {
 } saga_t;
 
 static void advance(saga_t *s);
-static void refund(saga_t *s);
+static void step(saga_t *s, const char *const *from, const char *to, const char *reason, int code,
+                 char *body, int lease_s);
+static int lease_s(const saga_t *s);
 
 static void saga_end(saga_t *s, const char *err, int code, const char *body, double hold_age)
 {
@@ -179,12 +182,15 @@ static void on_step(const char *err, const rsv_pg_result_t *res, void *arg)
         cm_log(CM_LOG_INFO, "checkout %s: wanted %s → %s, found %s", s->row.id, s->row.state, s->to,
                now);
         snprintf(s->row.state, sizeof(s->row.state), "%s", now);
-        if (strcmp(s->to, "paid") == 0 && strcmp(now, "released") == 0 && s->row.charge_id[0]) {
-            /* A charge that outlived its checkout (released as unpaid meanwhile): the
-             * money goes back, and the released checkout ends refunded. */
+        if (strcmp(s->to, "paid") == 0 && s->row.charge_id[0] &&
+            (strcmp(now, "released") == 0 || strcmp(now, "failed") == 0)) {
+            /* A charge that outlived its checkout (given up as unpaid meanwhile): it holds
+             * money, so it is not terminal after all. refunding keeps the charge id and
+             * the reconciler retries the refund until the provider confirms it. */
             cm_counter_inc(s->srv->m.late_payments);
-            snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "hold_expired");
-            refund(s);
+            snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "late_charge");
+            step(s, NULL, "refunding", "a charge landed after the checkout had ended: refund", 0,
+                 NULL, lease_s(s));
             return;
         }
         reread(s);
@@ -406,14 +412,26 @@ static void on_refund(const rsv_pay_result_t *res, void *arg)
     }
     snprintf(s->row.refund_id, sizeof(s->row.refund_id), "%s", res->id);
     const char *reason = s->row.refund_reason[0] ? s->row.refund_reason : "hold_expired";
-    const char *msg = strcmp(reason, "hold_expired") == 0
-                          ? "the payment outlived the hold; it was refunded"
-                          : "a unit of this hold was already booked; the payment was refunded";
+    const char *error = reason, *msg;
+    int code = 409;
+    if (strcmp(reason, "hold_expired") == 0) {
+        msg = "the payment outlived the hold; it was refunded";
+    } else if (strcmp(reason, "late_charge") == 0) {
+        error = "payment_not_completed";
+        msg = "the payment did not complete in time; the charge that came later was refunded";
+    } else if (strcmp(reason, "booking_failed") == 0) {
+        code = 500;
+        msg = "the booking could not be recorded; the payment was refunded";
+    } else if (strcmp(reason, "sold_out") == 0) {
+        msg = "the pool had no free unit left; the payment was refunded";
+    } else {
+        msg = "a unit of this hold was already booked; the payment was refunded";
+    }
     json_t *extra =
         json_pack("{s:{s:s, s:s, s:I, s:s}}", "refund", "status", "refunded", "id", res->id,
                   "amount", (json_int_t)s->row.amount, "currency", s->row.currency);
-    const char *from[] = {"refunding", "released", NULL};
-    step(s, from, "refunded", "payment refunded", 409, error_text(s, reason, msg, extra), -1);
+    const char *from[] = {"refunding", NULL};
+    step(s, from, "refunded", "payment refunded", code, error_text(s, error, msg, extra), -1);
 }
 
 static void refund(saga_t *s)
@@ -481,14 +499,33 @@ static void on_booked(const char *err, const rsv_pg_result_t *res, void *arg)
         return;
     }
     const char *outcome = rsv_pg_result_value(res, 0, 0);
+    const char *reason = rsv_pg_result_value(res, 0, 2);
+    const char *detail = rsv_pg_result_value(res, 0, 3);
+    int failures = atoi(rsv_pg_result_value(res, 0, 4));
     if (strcmp(outcome, "converted") == 0) {
         snprintf(s->row.state, sizeof(s->row.state), "converted");
         cm_counter_inc(s->srv->m.saga_transitions);
         rsv_reconcile_fault(s->srv, "after", "converted");
+    } else if (strcmp(outcome, "failed") == 0) {
+        /* Not a conflict: retried by the reconciler, refunded after book_max_attempts. */
+        cm_counter_inc(s->srv->m.booking_failures);
+        cm_log(CM_LOG_WARN, "checkout %s: booking failed (attempt %d of %lld): %s", s->row.id,
+               failures, (long long)s->srv->cfg.book_max_attempts, detail);
+        saga_fail(s, "booking", cm_err_server);
+        return;
     } else if (strcmp(outcome, "refunding") == 0) {
-        cm_counter_inc(s->srv->m.uniqueness_conflicts);
+        if (strcmp(reason, "booking_failed") == 0) {
+            cm_counter_inc(s->srv->m.booking_failures);
+            cm_counter_inc(s->srv->m.booking_abandoned);
+            cm_log(CM_LOG_ERROR,
+                   "checkout %s: booking failed %d times (%s); the payment is refunded (alert: "
+                   "paid and not booked)",
+                   s->row.id, failures, detail);
+        } else {
+            cm_counter_inc(s->srv->m.uniqueness_conflicts);
+        }
         snprintf(s->row.state, sizeof(s->row.state), "refunding");
-        snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "seat_unavailable");
+        snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "%s", reason);
         cm_counter_inc(s->srv->m.saga_transitions);
         rsv_reconcile_fault(s->srv, "after", "refunding");
     } else {
@@ -518,12 +555,15 @@ static void on_converted(const char *err, const cm_redis_reply_t *reply, void *a
     rsv_random_id(booking, sizeof(booking), "bk_");
     char *units = units_literal(&s->view);
     char *body = ok_body(s, booking);
-    const char *params[] = {s->row.id, booking, s->view.pool[0] ? s->view.pool : NULL, units, body};
+    char max[16];
+    snprintf(max, sizeof(max), "%lld", (long long)s->srv->cfg.book_max_attempts);
+    const char *params[] = {s->row.id, booking, s->view.pool[0] ? s->view.pool : NULL,
+                            units,     body,    max};
     rsv_reconcile_fault(s->srv, "before", "converted");
     int rc = rsv_pg_query(s->srv->pg,
-                          "SELECT outcome, booking_id FROM onsale_saga_book($1, $2, $3, "
-                          "$4::text[], $5)",
-                          5, params, on_booked, s);
+                          "SELECT outcome, booking_id, refund_reason, detail, failures "
+                          "FROM onsale_saga_book($1, $2, $3, $4::text[], $5, $6::int)",
+                          6, params, on_booked, s);
     free(units);
     free(body);
     if (rc != 0)
@@ -626,6 +666,7 @@ struct rsv_reconcile {
     bool claiming;
     bool closing;
     uint64_t ticks;
+    rsv_ledger_t *ledger; /* the provider-ledger check, a timer of its own */
 };
 
 static void reconcile_release(rsv_reconcile_t *r)
@@ -768,6 +809,7 @@ rsv_reconcile_t *rsv_reconcile_new(rsv_server_t *srv)
     int64_t ms = srv->cfg.reconcile_interval_ms;
     struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
     event_add(r->timer, &tv);
+    r->ledger = rsv_ledger_new(srv);
     return r;
 }
 
@@ -782,6 +824,8 @@ void rsv_reconcile_free(rsv_reconcile_t *r)
         return;
     event_free(r->timer);
     r->timer = NULL;
+    rsv_ledger_free(r->ledger);
+    r->ledger = NULL;
     r->closing = true;
     reconcile_release(r);
 }

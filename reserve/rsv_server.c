@@ -172,6 +172,23 @@ static void register_saga_metrics(rsv_server_t *srv)
                                                "reconciler actions", "action=\"released\"");
     x->reconcile_lookups = cm_metrics_counter(m, "onsale_reserve_reconciler_actions_total",
                                               "reconciler actions", "action=\"lookup\"");
+    x->booking_failures = cm_metrics_counter(
+        m, "onsale_reserve_booking_failures_total",
+        "paid checkouts whose booking insert failed (not a unique conflict)", NULL);
+    x->booking_abandoned = cm_metrics_counter(
+        m, "onsale_reserve_bookings_abandoned_total",
+        "paid checkouts refunded because the booking kept failing (alert on any)", NULL);
+    static const char *const ledger[] = {"refunding", "booked", "open", "mismatch", "unknown"};
+    for (int i = 0; i < 5; i++) {
+        snprintf(labels, sizeof(labels), "outcome=\"%s\"", ledger[i]);
+        x->ledger_charges[i] = cm_metrics_counter(
+            m, "onsale_reserve_ledger_charges_total",
+            "succeeded, unrefunded provider charges seen by the ledger check", labels);
+    }
+    x->ledger_scans[0] = cm_metrics_counter(m, "onsale_reserve_ledger_scans_total",
+                                            "provider ledger pages read", "result=\"ok\"");
+    x->ledger_scans[1] = cm_metrics_counter(m, "onsale_reserve_ledger_scans_total",
+                                            "provider ledger pages read", "result=\"error\"");
     for (int i = 0; i < 5; i++) {
         snprintf(labels, sizeof(labels), "outcome=\"%s\"", outcomes[i]);
         x->pay_outcomes[i] = cm_metrics_counter(m, "onsale_reserve_payment_outcomes_total",

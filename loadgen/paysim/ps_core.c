@@ -46,6 +46,8 @@
 #define MAX_BODY     16384
 #define ID_LEN       40
 #define SRC_DELAY    "tok_sim_delay_"
+#define SRC_ARRIVE   "tok_sim_arrive_"
+#define LIST_MAX     1000
 #define LINE_MAX_LEN (1024 * 1024)
 
 #define S(f) offsetof(ps_config_t, f)
@@ -78,6 +80,8 @@ const cm_config_opt_t ps_config_table[] = {
      "percent of charges answered 500 with nothing charged"},
     {"timeout_pct", CM_CFG_INT, S(timeout_pct), "0", 0, 100,
      "percent of charges whose answer comes only after timeout_ms"},
+    {"refund_error_pct", CM_CFG_INT, S(refund_error_pct), "0", 0, 100,
+     "percent of refunds answered 500 with nothing refunded"},
     {"timeout_mode", CM_CFG_STR, S(timeout_mode), "late", 0, 0,
      "late: the charge happens, the answer is late; lost: nothing is charged"},
     {"timeout_ms", CM_CFG_INT, S(timeout_ms), "30000", 0, 3600000,
@@ -93,7 +97,7 @@ typedef enum { TIMEOUT_LATE, TIMEOUT_LOST } timeout_mode_t;
 
 typedef struct settings {
     int64_t latency_min_ms, latency_max_ms;
-    double decline_rate, error_rate, timeout_rate;
+    double decline_rate, error_rate, timeout_rate, refund_error_rate;
     timeout_mode_t timeout_mode;
     int64_t timeout_ms;
 } settings_t;
@@ -117,6 +121,7 @@ struct rec {
     char *event;   /* metadata.event, for ledger filters */
     rec_t *charge; /* refund: its charge */
     rec_t *refund; /* charge: the refund that took it (pending or done) */
+    size_t pos;    /* DONE: index in ps->list (the ledger's commit order) */
 };
 
 /* --- the journal (writer thread) ----------------------------------------------------- */
@@ -158,6 +163,9 @@ struct pending {
     outcome_t outcome;
     bool answered;
     bool late_wait; /* the timer now waits to send a late answer */
+    /* a charge request still on its way (tok_sim_arrive_<ms>): rec is NULL until then */
+    json_t *arrive_body;
+    char *arrive_key;
 };
 
 struct ps_server {
@@ -273,6 +281,7 @@ static void rec_set_state(ps_server_t *ps, rec_t *r, rec_state_t st)
         ps->caplist = ps->caplist ? ps->caplist * 2 : 1024;
         ps->list = cm_xrealloc(ps->list, ps->caplist * sizeof(*ps->list));
     }
+    r->pos = ps->nlist;
     ps->list[ps->nlist++] = r;
     if (r->kind == REC_REFUND && r->charge) {
         json_object_set_new(r->charge->obj, "refunded", json_true());
@@ -563,6 +572,8 @@ static void pending_free(pending_t *p)
     if (p->next)
         p->next->prev = p->prev;
     event_free(p->timer);
+    json_decref(p->arrive_body);
+    free(p->arrive_key);
     free(p);
 }
 
@@ -642,9 +653,26 @@ static void finish_charge(pending_t *p)
     commit(p);
 }
 
+static void charge_arrived(ps_server_t *ps, struct evhttp_request *req, const char *key,
+                           json_t *body);
+
 static void on_pending_timer(evutil_socket_t fd, short what, void *arg)
 {
     pending_t *p = arg;
+    if (p->rec == NULL) {
+        /* A delayed request reaches the provider now. */
+        ps_server_t *ps = p->ps;
+        struct evhttp_request *req = p->req;
+        json_t *body = p->arrive_body;
+        char *key = p->arrive_key;
+        p->arrive_body = NULL;
+        p->arrive_key = NULL;
+        pending_free(p);
+        charge_arrived(ps, req, key, body);
+        json_decref(body);
+        free(key);
+        return;
+    }
     if (p->late_wait) {
         if (p->rec->state == REC_DONE)
             pending_answer_stored(p);
@@ -758,6 +786,10 @@ static outcome_t draw_outcome(ps_server_t *ps, const char *source, int64_t *late
         if (strcmp(source, "tok_sim_lost") == 0)
             return OUT_LOST;
         int64_t d;
+        if (strncmp(source, SRC_ARRIVE, strlen(SRC_ARRIVE)) == 0) {
+            *latency_ms = 0;
+            return OUT_SUCCEED;
+        }
         if (strncmp(source, SRC_DELAY, strlen(SRC_DELAY)) == 0 &&
             cm_parse_i64(source + strlen(SRC_DELAY), 0, 3600000, &d) == 0) {
             *latency_ms = d;
@@ -796,19 +828,37 @@ static void post_charge(ps_server_t *ps, struct evhttp_request *req)
                    "(object) expected");
         return;
     }
-    char hash[65];
-    request_hash("/v1/charges", body, hash);
-    if (idempotency_gate(ps, req, key, hash)) {
-        json_decref(body);
+    int64_t arrive_ms;
+    const char *source = json_string_value(src);
+    if (source && strncmp(source, SRC_ARRIVE, strlen(SRC_ARRIVE)) == 0 &&
+        cm_parse_i64(source + strlen(SRC_ARRIVE), 0, 3600000, &arrive_ms) == 0) {
+        /* Held in the network: the provider sees nothing of it until the timer fires. */
+        pending_t *p = pending_new(ps, req, NULL, OUT_SUCCEED);
+        p->arrive_body = body;
+        p->arrive_key = cm_xstrdup(key);
+        pending_arm(p, arrive_ms);
         return;
     }
+    charge_arrived(ps, req, key, body);
+    json_decref(body);
+}
+
+/* A valid charge request as it reaches the provider (body is borrowed). */
+static void charge_arrived(ps_server_t *ps, struct evhttp_request *req, const char *key,
+                           json_t *body)
+{
+    json_t *src = json_object_get(body, "source");
+    json_t *md = json_object_get(body, "metadata");
+    char hash[65];
+    request_hash("/v1/charges", body, hash);
+    if (idempotency_gate(ps, req, key, hash))
+        return;
     rec_t *r = rec_new(ps, REC_CHARGE, key, hash);
     r->obj = charge_obj(ps, r, body, "processing");
     const char *ev = json_string_value(json_object_get(md, "event"));
     r->event = ev ? cm_xstrdup(ev) : NULL;
     int64_t latency = 0;
     outcome_t out = draw_outcome(ps, json_string_value(src), &latency);
-    json_decref(body);
     pending_t *p = pending_new(ps, req, r, out);
     cm_log(CM_LOG_DEBUG, "charge %s key %s: outcome %d latency %lld ms", r->id, key, (int)out,
            (long long)latency);
@@ -864,6 +914,12 @@ static void post_refund(ps_server_t *ps, struct evhttp_request *req)
         free(b);
         return;
     }
+    if (ps->set.refund_error_rate > 0 && rnd01(ps) < ps->set.refund_error_rate) {
+        json_decref(body);
+        send_error(req, 500, "api_error", "simulated_error",
+                   "simulated provider error; nothing was refunded");
+        return;
+    }
     rec_t *r = rec_new(ps, REC_REFUND, key, hash);
     r->charge = ch;
     ch->refund = r;
@@ -883,6 +939,46 @@ static void post_refund(ps_server_t *ps, struct evhttp_request *req)
     pending_arm(p, latency);
 }
 
+/* GET /v1/charges?created_gte=T&limit=N[&starting_after=ID]: committed charges, oldest
+ * commit first. Answers and returns. */
+static void list_charges(ps_server_t *ps, struct evhttp_request *req, struct evkeyvalq *q)
+{
+    int64_t gte = 0, limit = 100;
+    const char *lim = evhttp_find_header(q, "limit");
+    const char *after = evhttp_find_header(q, "starting_after");
+    if (cm_parse_i64(evhttp_find_header(q, "created_gte"), 0, INT64_MAX / 2, &gte) != 0 ||
+        (lim && cm_parse_i64(lim, 1, LIST_MAX, &limit) != 0)) {
+        send_error(req, 400, "invalid_request_error", "parameter_invalid",
+                   "created_gte is a unix time, limit an integer from 1 to 1000");
+        return;
+    }
+    size_t i = 0;
+    if (after) {
+        rec_t *a = find_id(ps, after);
+        if (a == NULL || a->kind != REC_CHARGE || a->state != REC_DONE) {
+            send_error(req, 404, "invalid_request_error", "resource_missing",
+                       "starting_after names no charge");
+            return;
+        }
+        i = a->pos + 1;
+    }
+    json_t *data = json_array();
+    bool more = false;
+    for (; i < ps->nlist; i++) {
+        rec_t *r = ps->list[i];
+        if (r->kind != REC_CHARGE ||
+            json_integer_value(json_object_get(r->obj, "created")) < (json_int_t)gte)
+            continue;
+        if ((int64_t)json_array_size(data) == limit) {
+            more = true;
+            break;
+        }
+        json_array_append(data, r->obj);
+    }
+    cm_http_send_json(
+        req, 200, json_pack("{s:s, s:o, s:b}", "object", "list", "data", data, "has_more", more));
+}
+
 static void get_charge(ps_server_t *ps, struct evhttp_request *req)
 {
     if (!authorized(ps, req)) {
@@ -896,9 +992,11 @@ static void get_charge(ps_server_t *ps, struct evhttp_request *req)
     }
     const char *key = evhttp_find_header(&q, "idempotency_key");
     rec_t *r = key ? find_key(ps, key) : NULL;
-    if (key == NULL) {
+    if (key == NULL && evhttp_find_header(&q, "created_gte")) {
+        list_charges(ps, req, &q);
+    } else if (key == NULL) {
         send_error(req, 400, "invalid_request_error", "parameter_missing",
-                   "idempotency_key is required");
+                   "idempotency_key or created_gte is required");
     } else if (r == NULL || r->kind != REC_CHARGE) {
         send_error(req, 404, "invalid_request_error", "resource_missing",
                    "No charge with that idempotency key.");
@@ -941,11 +1039,12 @@ static void get_ledger(ps_server_t *ps, struct evhttp_request *req)
 
 static json_t *settings_json(const settings_t *s)
 {
-    return json_pack(
-        "{s:I, s:I, s:f, s:f, s:f, s:s, s:I}", "latency_min_ms", (json_int_t)s->latency_min_ms,
-        "latency_max_ms", (json_int_t)s->latency_max_ms, "decline_rate", s->decline_rate,
-        "error_rate", s->error_rate, "timeout_rate", s->timeout_rate, "timeout_mode",
-        s->timeout_mode == TIMEOUT_LATE ? "late" : "lost", "timeout_ms", (json_int_t)s->timeout_ms);
+    return json_pack("{s:I, s:I, s:f, s:f, s:f, s:f, s:s, s:I}", "latency_min_ms",
+                     (json_int_t)s->latency_min_ms, "latency_max_ms", (json_int_t)s->latency_max_ms,
+                     "decline_rate", s->decline_rate, "error_rate", s->error_rate, "timeout_rate",
+                     s->timeout_rate, "refund_error_rate", s->refund_error_rate, "timeout_mode",
+                     s->timeout_mode == TIMEOUT_LATE ? "late" : "lost", "timeout_ms",
+                     (json_int_t)s->timeout_ms);
 }
 
 /* Applies a partial settings document to a copy; NULL on success, else the message. */
@@ -977,6 +1076,10 @@ static const char *settings_apply(settings_t *s, const json_t *doc)
                 s->error_rate = x;
             else
                 s->timeout_rate = x;
+        } else if (strcmp(k, "refund_error_rate") == 0) {
+            if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > 1)
+                return "rates are numbers from 0 to 1";
+            s->refund_error_rate = json_number_value(v);
         } else if (strcmp(k, "timeout_mode") == 0) {
             const char *m = json_string_value(v);
             if (m && strcmp(m, "late") == 0)
@@ -1062,6 +1165,7 @@ ps_server_t *ps_server_new(struct event_base *base, const ps_config_t *cfg, char
     ps->set.decline_rate = (double)cfg->decline_pct / 100.0;
     ps->set.error_rate = (double)cfg->error_pct / 100.0;
     ps->set.timeout_rate = (double)cfg->timeout_pct / 100.0;
+    ps->set.refund_error_rate = (double)cfg->refund_error_pct / 100.0;
     ps->set.timeout_ms = cfg->timeout_ms;
     ps->j.fd = ps->j.pipe_r = ps->j.pipe_w = -1;
     if (cfg->timeout_mode && strcmp(cfg->timeout_mode, "lost") == 0) {
@@ -1121,7 +1225,7 @@ void ps_server_free(ps_server_t *ps)
     while (ps->pending) {
         pending_t *p = ps->pending;
         if (p->rec && p->rec->state == REC_PROCESSING)
-            rec_drop(ps, p->rec);
+            rec_drop(ps, p->rec); /* rec NULL: a request still on its way */
         send_error(p->req, 503, "api_error", "shutting_down", "the simulator is stopping");
         pending_free(p);
     }

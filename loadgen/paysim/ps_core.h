@@ -15,14 +15,22 @@
  *                      charge_already_refunded (another key refunded it) | 400 charge_failed
  *   GET  /v1/charges?idempotency_key=K   200 the charge as it is now ("processing"
  *                      while undecided or not yet durable) | 404 resource_missing
+ *   GET  /v1/charges?created_gte=T&limit=N[&starting_after=ch_…]   the ledger's charges
+ *                      created at or after unix time T, in the order they were committed
+ *                      (oldest first), N per page (1-1000, default 100):
+ *                      {"object":"list","data":[charge…],"has_more":bool}; each charge
+ *                      carries its metadata, status, refunded and amount_refunded
  *   GET  /v1/ledger[?event=E]            {"charges":[…],"refunds":[…]} (metadata.event = E)
- *   GET|PATCH /v1/settings               latency, decline/error/timeout rates, timeout mode
+ *   GET|PATCH /v1/settings               latency, decline/error/timeout rates, timeout mode,
+ *                                        refund_error_rate (refunds answered 500, nothing done)
  *   GET  /healthz
  *
  * Sources drive single requests without touching the global settings (so tests can
  * run side by side): "tok_chargeDeclined" declines, "tok_sim_error" answers 500,
  * "tok_sim_late" charges but answers only after timeout_ms, "tok_sim_lost" charges
- * nothing and answers only after timeout_ms, "tok_sim_delay_<ms>" sets the latency.
+ * nothing and answers only after timeout_ms, "tok_sim_delay_<ms>" sets the latency,
+ * "tok_sim_arrive_<ms>" is a request that reaches the provider only after <ms> (held in
+ * the network): until then a lookup of its key answers 404, then it is charged.
  *
  * Persistence: every committed charge and refund is one JSON line appended to
  * ledger_file by the writer thread (fdatasync'ed when ledger_fsync); an answer is sent
@@ -58,6 +66,7 @@ typedef struct ps_config {
     int64_t decline_pct;
     int64_t error_pct;
     int64_t timeout_pct;
+    int64_t refund_error_pct;
     char *timeout_mode;
     int64_t timeout_ms;
     char *log_level;

@@ -53,6 +53,38 @@ static rsv_pay_result_t classify(rsv_pay_op_t op, int status, const char *body)
     return r;
 }
 
+static void parse_list_pages(void **state)
+{
+    (void)state;
+    rsv_pay_page_t pg;
+    const char *ok = "{\"object\":\"list\",\"has_more\":true,\"data\":["
+                     "{\"id\":\"ch_1\",\"status\":\"succeeded\",\"amount\":12000,\"created\":17,"
+                     "\"refunded\":false,\"amount_refunded\":0,\"idempotency_key\":\"k1\","
+                     "\"metadata\":{\"checkout\":\"co_a\",\"event\":\"e\"}},"
+                     "{\"id\":\"ch_2\",\"status\":\"failed\",\"idempotency_key\":\"co_b\"},"
+                     "{\"status\":\"succeeded\"},"
+                     "{\"id\":\"ch_3\",\"status\":\"succeeded\",\"refunded\":true}]}";
+    assert_int_equal(rsv_pay_parse_list(200, ok, strlen(ok), &pg), 0);
+    assert_int_equal(pg.n, 3); /* the entry without an id is skipped */
+    assert_true(pg.has_more);
+    assert_string_equal(pg.items[0].id, "ch_1");
+    assert_string_equal(pg.items[0].checkout, "co_a"); /* metadata wins over the key */
+    assert_true(pg.items[0].succeeded);
+    assert_false(pg.items[0].refunded);
+    assert_int_equal(pg.items[0].amount, 12000);
+    assert_int_equal(pg.items[0].created, 17);
+    assert_string_equal(pg.items[1].checkout, "co_b");
+    assert_false(pg.items[1].succeeded);
+    assert_string_equal(pg.items[2].checkout, "");
+    assert_true(pg.items[2].refunded);
+    rsv_pay_page_clear(&pg);
+    assert_int_equal(rsv_pay_parse_list(500, ok, strlen(ok), &pg), -1);
+    assert_int_equal(rsv_pay_parse_list(200, "{}", 2, &pg), -1);
+    assert_int_equal(rsv_pay_parse_list(200, "[", 1, &pg), -1);
+    assert_int_equal(rsv_pay_parse_list(200, NULL, 0, &pg), -1);
+    rsv_pay_page_clear(NULL);
+}
+
 static void classify_answers(void **state)
 {
     rsv_pay_result_t r =
@@ -251,6 +283,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(parse_url_forms),
         cmocka_unit_test(classify_answers),
+        cmocka_unit_test(parse_list_pages),
         cmocka_unit_test_setup_teardown(charge_lookup_refund, setup, teardown),
         cmocka_unit_test_setup_teardown(deadline_gives_unknown, setup, teardown),
         cmocka_unit_test_setup_teardown(refused_connection_gives_unknown, setup, teardown),

@@ -1,0 +1,42 @@
+/*
+ * rsv_ledger — reconciliation against the payment provider's own ledger (DESIGN.md
+ * invariant 8): finds money the reserve never heard of.
+ *
+ * A charge can land after its checkout gave up (the request sat in the network past the
+ * lookup that answered "no charge", so the checkout was released). Nothing in Postgres
+ * points at it. Every ledger_interval_ms this timer lists the provider's recent charges
+ * (GET /v1/charges?created_gte=…, oldest first, page by page) and asks Postgres, one
+ * statement per page (onsale_ledger_check), what each succeeded, unrefunded charge's
+ * checkout says. A checkout that ended released or failed while the provider holds its
+ * money moves to refunding with the charge id saved (written to checkout_transitions);
+ * the reconciler then refunds it like any other, retrying until the provider confirms.
+ *
+ * Runs on the event-loop thread, one scan at a time, at most MAX_PAGES pages per scan.
+ * A cursor (the last charge id known settled) makes each scan read only what is new;
+ * charges younger than ledger_settle_s whose checkout is still open are read again next
+ * time, so a checkout that ends just after a scan saw it open is not missed. Several
+ * reserve processes may scan at once: the Postgres step is conditional on the state and
+ * the refund's idempotency key is the checkout's, so the money goes back once.
+ */
+#ifndef RSV_LEDGER_H
+#define RSV_LEDGER_H
+
+typedef struct rsv_server rsv_server_t;
+typedef struct rsv_ledger rsv_ledger_t;
+
+/** What onsale_ledger_check said about a charge (metrics index). */
+typedef enum {
+    RSV_LEDGER_REFUNDING, /* its checkout had ended unpaid: now refunding */
+    RSV_LEDGER_BOOKED,    /* its checkout is confirmed with it */
+    RSV_LEDGER_OPEN,      /* its checkout's saga still runs */
+    RSV_LEDGER_MISMATCH,  /* terminal with another charge, or refunded: for an operator */
+    RSV_LEDGER_UNKNOWN,   /* no checkout of ours */
+    RSV_LEDGER_NOUTCOMES
+} rsv_ledger_outcome_t;
+
+/** Starts the timer (nothing when srv->cfg.ledger_interval_ms is 0). NULL then. */
+rsv_ledger_t *rsv_ledger_new(rsv_server_t *srv);
+/** Stops; the struct goes when the scan in flight ends. NULL is fine. */
+void rsv_ledger_free(rsv_ledger_t *l);
+
+#endif
