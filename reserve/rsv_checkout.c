@@ -27,6 +27,7 @@
 #include "rsv_catalog.h"
 #include "rsv_hold.h"
 #include "rsv_reconcile.h"
+#include "rsv_saga.h"
 #include "rsv_server.h"
 
 #define CHECKOUT_ID_MAX RSV_CHECKOUT_ID_MAX
@@ -330,6 +331,10 @@ static void on_checkout_row(const char *err, const rsv_pg_result_t *res, void *a
         rsv_reply_error(&op->r, 404, "unknown_checkout", "no such checkout of yours", NULL);
     } else {
         json_object_del(o, "buyer");
+        /* Internal states stay internal: the buyer sees pending until it is settled. */
+        const char *st = json_string_value(json_object_get(o, "state"));
+        json_object_set_new(o, "state",
+                            json_string(rsv_saga_client_state(rsv_saga_state_parse(st))));
         rsv_reply_json(&op->r, 200, o);
     }
     free(op);

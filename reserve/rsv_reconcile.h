@@ -4,11 +4,8 @@
  *
  * Runs on the event-loop thread. rsv_reconcile_drive() takes one checkout from the state
  * Postgres has for it to a terminal state (or to a state it must wait in), one committed
- * transition per step (deploy/sql/002_saga.sql):
- *
- *   created → hold_extended → payment_requested → paid | declined | unknown
- *   paid → converted → confirmed        paid → refunding → refunded
- *   declined → failed                   unknown → paid | declined | released
+ * transition per step along the transition table of rsv_saga (a step outside it is
+ * refused before it reaches Postgres).
  *
  * The confirm handler drives its own checkout in the foreground (it extends the hold and
  * charges); the reconciler timer drives, in the background, every open checkout untouched
@@ -33,15 +30,12 @@
 #include "cm_parse.h"
 #include "rsv_hold.h"
 #include "rsv_pay.h"
+#include "rsv_saga.h"
 
 typedef struct rsv_server rsv_server_t;
 typedef struct rsv_reconcile rsv_reconcile_t;
 
 #define RSV_CHECKOUT_ID_MAX 48
-#define RSV_SAGA_NSTATES    13
-
-/** Every checkout state (002_saga.sql's CHECK list), for metrics. */
-extern const char *const rsv_saga_state_names[RSV_SAGA_NSTATES];
 
 /** What the saga needs of a checkout row. */
 typedef struct rsv_saga_row {
@@ -81,9 +75,6 @@ typedef void (*rsv_saga_cb)(const rsv_saga_end_t *end, void *arg);
  */
 void rsv_reconcile_drive(rsv_server_t *srv, const rsv_saga_row_t *row, rsv_saga_mode_t mode,
                          int64_t extension_ms, rsv_saga_cb cb, void *arg);
-
-/** True for confirmed, failed, released, refunded. */
-bool rsv_saga_terminal(const char *state);
 
 /** Kills the process (SIGKILL) when `when`:`state` is a configured fault point. */
 void rsv_reconcile_fault(rsv_server_t *srv, const char *when, const char *state);
