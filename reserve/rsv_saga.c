@@ -23,7 +23,10 @@ const char *const rsv_saga_state_names[RSV_SAGA_NSTATES] = {
     [RSV_SAGA_REFUNDED] = "refunded",
 };
 
-#define T(f, t, w) {RSV_SAGA_##f, RSV_SAGA_##t, w}
+#define T(f, t, w)                                                                                 \
+    {                                                                                              \
+        RSV_SAGA_##f, RSV_SAGA_##t, w                                                              \
+    }
 const rsv_saga_transition_t rsv_saga_transitions[] = {
     T(CREATED, HOLD_EXTENDED, "hold extended at checkout start"),
     T(CREATED, FAILED, "hold gone, expired, converted, or amount mismatch"),
