@@ -9,6 +9,19 @@
  * sees every close, whatever the reason. libevent may free a connection's bufferevent
  * after the server itself is gone (deferred frees at event_base_free), so the count
  * lives in a small reference-counted tracker that each SSL holds, not in the server.
+ *
+ * PROXY protocol v2 (limits.proxy_from): a TLS connection whose peer is in the list must
+ * start with a PROXY v2 header (cm_proxy) before its ClientHello. evhttp accepts the
+ * socket and asks on_new_bev for a bufferevent before it knows the fd, so on_new_bev
+ * queues an active event that runs before the loop polls again — after evhttp has set
+ * the fd and enabled reading, before any byte is read. It disables the bufferevent's
+ * reading, peeks at the socket until the whole header is there (5 s at most), consumes
+ * exactly the header, and re-enables reading: TLS and HTTP then see the bytes after it.
+ * The client's address is kept with the SSL (ex_data, freed with it) for cm_http_peer.
+ * A connection from there that does not start with the v2 signature (TLS starts with
+ * 0x16, never with it) is the proxy host's own, served with its own address; one that
+ * starts with it but is not a valid header, or stalls, is shut down (TLS then fails and
+ * evhttp frees it). Connections from other peers are never searched for a header.
  */
 #include "cm_http.h"
 
@@ -28,10 +41,12 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "cm_log.h"
 #include "cm_mem.h"
 #include "cm_parse.h"
+#include "cm_proxy.h"
 
 /* Bodies between max_body_bytes and this cap are read and answered with a JSON 413;
  * above it evhttp refuses them itself (status 413, its own body) before reading. */
@@ -43,7 +58,20 @@ typedef struct tracker {
     int refs;
 } tracker_t;
 
+#define PROXY_HEADER_TIMEOUT_S 5
+
+/* One TLS connection while its PROXY header is awaited, and its client address after. */
+typedef struct proxy_conn {
+    struct proxy_conn *prev, *next; /* in srv->proxy_pending while ev is set */
+    cm_http_server_t *srv;          /* set while pending */
+    struct bufferevent *bev;
+    struct event *ev;             /* the start event, then the header read watch; NULL once done */
+    char peer[CM_PROXY_ADDR_LEN]; /* the client, from the header; "" when none came */
+} proxy_conn_t;
+
 struct cm_http_server {
+    cm_proxy_allow_t *proxy_from; /* NULL: no PROXY headers accepted */
+    proxy_conn_t *proxy_pending;
     struct event_base *base;
     tracker_t *tracker;
     struct evhttp *http;
@@ -60,6 +88,128 @@ struct cm_http_server {
 };
 
 static int ssl_conn_index = -1;
+static int ssl_proxy_index = -1;
+
+static void proxy_unpend(proxy_conn_t *pc)
+{
+    if (pc->ev != NULL) {
+        event_free(pc->ev);
+        pc->ev = NULL;
+    }
+    if (pc->srv == NULL)
+        return;
+    if (pc->prev != NULL)
+        pc->prev->next = pc->next;
+    else
+        pc->srv->proxy_pending = pc->next;
+    if (pc->next != NULL)
+        pc->next->prev = pc->prev;
+    pc->prev = pc->next = NULL;
+    pc->srv = NULL;
+}
+
+/* OpenSSL frees the connection's PROXY state with its SSL. */
+static void on_proxy_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl,
+                          void *argp)
+{
+    proxy_conn_t *pc = ptr;
+    if (pc == NULL)
+        return;
+    proxy_unpend(pc);
+    free(pc);
+}
+
+/* Header done or failed: stop watching, let TLS read. */
+static void proxy_done(proxy_conn_t *pc)
+{
+    proxy_unpend(pc);
+    bufferevent_enable(pc->bev, EV_READ);
+}
+
+static void proxy_fail(proxy_conn_t *pc, evutil_socket_t fd, const char *why)
+{
+    cm_log(CM_LOG_WARN, "connection from a proxy_from address: %s; closing it", why);
+    shutdown(fd, SHUT_RDWR);
+    proxy_done(pc);
+}
+
+static void on_proxy_read(evutil_socket_t fd, short what, void *arg)
+{
+    proxy_conn_t *pc = arg;
+    unsigned char buf[CM_PROXY_MAX_HEADER];
+    cm_proxy_info_t info;
+    ssize_t n;
+    int len;
+
+    if (what & EV_TIMEOUT) {
+        proxy_fail(pc, fd, "no PROXY v2 header in time");
+        return;
+    }
+    n = recv(fd, buf, sizeof(buf), MSG_PEEK);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    if (n <= 0) {
+        proxy_fail(pc, fd, "closed before its PROXY v2 header");
+        return;
+    }
+    if (!cm_proxy_starts_header(buf, (size_t)n)) {
+        proxy_done(pc); /* the proxy host itself (a probe, an operator): no header */
+        return;
+    }
+    len = cm_proxy_parse(buf, (size_t)n, &info);
+    if (len == 0 && (size_t)n < sizeof(buf))
+        return; /* the rest of the header is on its way */
+    if (len <= 0) {
+        proxy_fail(pc, fd, "invalid PROXY v2 header");
+        return;
+    }
+    if (recv(fd, buf, (size_t)len, 0) != len) { /* consume exactly the header */
+        proxy_fail(pc, fd, "cannot read the PROXY v2 header");
+        return;
+    }
+    if (info.has_addr)
+        memcpy(pc->peer, info.addr, sizeof(pc->peer));
+    proxy_done(pc);
+}
+
+/* Runs once evhttp has given the bufferevent its fd, before anything is read from it. */
+static void on_proxy_start(evutil_socket_t unused, short what, void *arg)
+{
+    proxy_conn_t *pc = arg;
+    cm_http_server_t *srv = pc->srv;
+    evutil_socket_t fd = bufferevent_getfd(pc->bev);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    struct timeval tv = {PROXY_HEADER_TIMEOUT_S, 0};
+
+    event_free(pc->ev);
+    pc->ev = NULL;
+    if (srv == NULL || fd < 0 || getpeername(fd, (struct sockaddr *)&ss, &sl) != 0 ||
+        !cm_proxy_allowed(srv->proxy_from, &ss)) {
+        proxy_unpend(pc); /* not from a proxy: served as it is */
+        return;
+    }
+    bufferevent_disable(pc->bev, EV_READ);
+    pc->ev = event_new(srv->base, fd, EV_READ | EV_PERSIST, on_proxy_read, pc);
+    if (pc->ev == NULL || event_add(pc->ev, &tv) != 0)
+        proxy_fail(pc, fd, "cannot watch the socket");
+}
+
+const char *cm_http_peer(struct evhttp_request *req)
+{
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+    struct bufferevent *bev = evcon != NULL ? evhttp_connection_get_bufferevent(evcon) : NULL;
+    SSL *ssl = bev != NULL && ssl_proxy_index >= 0 ? bufferevent_openssl_get_ssl(bev) : NULL;
+    proxy_conn_t *pc = ssl != NULL ? SSL_get_ex_data(ssl, ssl_proxy_index) : NULL;
+    char *addr = NULL;
+    ev_uint16_t port = 0;
+
+    if (pc != NULL && pc->peer[0] != '\0')
+        return pc->peer;
+    if (evcon != NULL)
+        evhttp_connection_get_peer(evcon, &addr, &port);
+    return addr != NULL ? addr : "?";
+}
 
 static void pause_listener(cm_http_server_t *srv)
 {
@@ -106,9 +256,29 @@ static struct bufferevent *on_new_bev(struct event_base *base, void *arg)
     srv->connections++;
     if (srv->connections >= srv->max_connections)
         pause_listener(srv);
+    proxy_conn_t *pc = NULL;
+    if (srv->proxy_from != NULL) {
+        pc = cm_xcalloc(1, sizeof(*pc));
+        SSL_set_ex_data(ssl, ssl_proxy_index, pc); /* freed with ssl from here on */
+    }
     /* The bufferevent owns ssl from here on, even if this call fails. */
-    return bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_ACCEPTING,
-                                          BEV_OPT_CLOSE_ON_FREE);
+    struct bufferevent *bev = bufferevent_openssl_socket_new(
+        base, -1, ssl, BUFFEREVENT_SSL_ACCEPTING, BEV_OPT_CLOSE_ON_FREE);
+    if (bev == NULL || pc == NULL)
+        return bev;
+    pc->bev = bev;
+    pc->ev = event_new(base, -1, 0, on_proxy_start, pc);
+    if (pc->ev == NULL) {
+        cm_log(CM_LOG_ERROR, "cannot create an event for a PROXY header");
+        abort();
+    }
+    pc->srv = srv;
+    pc->next = srv->proxy_pending;
+    if (pc->next != NULL)
+        pc->next->prev = pc;
+    srv->proxy_pending = pc;
+    event_active(pc->ev, EV_TIMEOUT, 1); /* before the loop polls the new socket */
+    return bev;
 }
 
 static void on_resume_timer(evutil_socket_t fd, short what, void *arg)
@@ -144,6 +314,8 @@ cm_http_server_t *cm_http_server_new(struct event_base *base, const char *addr, 
 {
     if (ssl_conn_index < 0)
         ssl_conn_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, on_ssl_free);
+    if (ssl_proxy_index < 0)
+        ssl_proxy_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, on_proxy_free);
 
     cm_http_server_t *srv = cm_xcalloc(1, sizeof(*srv));
     srv->tracker = cm_xcalloc(1, sizeof(tracker_t));
@@ -154,6 +326,15 @@ cm_http_server_t *cm_http_server_new(struct event_base *base, const char *addr, 
     srv->handler = handler;
     srv->arg = arg;
     srv->max_connections = limits->max_connections > 0 ? limits->max_connections : 1024;
+    if (limits->proxy_from != NULL && limits->proxy_from[0] != '\0') {
+        if (tls == NULL) {
+            snprintf(err, errlen, "proxy_from needs TLS (PROXY headers are read before TLS)");
+            goto err;
+        }
+        srv->proxy_from = cm_proxy_allow_parse(limits->proxy_from, err, errlen);
+        if (srv->proxy_from == NULL)
+            goto err;
+    }
 
     struct sockaddr_in sin;
     memset(&sin, 0, sizeof(sin));
@@ -232,6 +413,8 @@ void cm_http_server_free(cm_http_server_t *srv)
     if (srv == NULL)
         return;
     srv->stopped = true;
+    while (srv->proxy_pending != NULL) /* their connections may outlive us (deferred frees) */
+        proxy_unpend(srv->proxy_pending);
     if (srv->http)
         evhttp_free(srv->http); /* frees the bound listener and every connection */
     else if (srv->listener)
@@ -241,6 +424,7 @@ void cm_http_server_free(cm_http_server_t *srv)
     srv->tracker->srv = NULL;
     if (--srv->tracker->refs == 0)
         free(srv->tracker);
+    cm_proxy_allow_free(srv->proxy_from);
     free(srv);
 }
 

@@ -33,6 +33,10 @@ typedef struct cm_http_limits {
     size_t max_body_bytes;   /* JSON bodies; larger → 413 body_too_large */
     int idle_timeout_s;      /* read/write inactivity before the connection is closed */
     int max_connections;     /* open connections before the listener pauses */
+    /* PROXY protocol v2 accepted from these addresses ("ip[/bits],…", cm_proxy); NULL or
+     * "": none. Needs TLS. A connection from them that starts with a v2 header is served
+     * as the client it names; one without is the proxy host's own. */
+    const char *proxy_from;
 } cm_http_limits_t;
 
 typedef void (*cm_http_handler_t)(struct evhttp_request *req, void *arg);
@@ -64,6 +68,11 @@ void cm_http_server_free(cm_http_server_t *srv);
  * that decodes to '/' or NUL.
  */
 int cm_http_path(struct evhttp_request *req, char *buf, size_t bufsize, char **segs, int maxsegs);
+
+/** The client's address as text: from the connection's PROXY v2 header when it came
+ *  through a proxy_from address, else the socket's peer ("?" when unknown). Valid until
+ *  the reply. */
+const char *cm_http_peer(struct evhttp_request *req);
 
 /** A request header (case-insensitive name), or NULL. */
 const char *cm_http_header(struct evhttp_request *req, const char *name);

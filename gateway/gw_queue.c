@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cm_err.h"
+#include "cm_http.h"
 #include "cm_log.h"
 #include "cm_mem.h"
 #include "cm_parse.h"
@@ -409,14 +410,10 @@ static void on_join(const char *err, const cm_redis_reply_t *reply, void *arg)
     free(op);
 }
 
+/* The fan's address: behind HAProxy, the one its PROXY header names. */
 static const char *peer_of(struct evhttp_request *req)
 {
-    struct evhttp_connection *conn = evhttp_request_get_connection(req);
-    const char *addr = NULL;
-    ev_uint16_t port = 0;
-    if (conn)
-        evhttp_connection_get_peer(conn, (char **)&addr, &port);
-    return addr ? addr : "?";
+    return cm_http_peer(req);
 }
 
 /* A new place: the per-address limit, then join.lua. */

@@ -329,6 +329,7 @@ gw_server_t *gw_server_new(const gw_config_t *cfg, char *err, size_t errlen)
         .max_body_bytes = (size_t)cfg->max_body_bytes,
         .idle_timeout_s = (int)cfg->idle_timeout_s,
         .max_connections = (int)cfg->max_connections,
+        .proxy_from = cfg->proxy_from,
     };
     srv->http = cm_http_server_new(srv->base, cfg->listen_addr, (int)cfg->port, srv->tls, &lim,
                                    gw_routes_dispatch, srv, err, errlen);

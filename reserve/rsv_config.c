@@ -15,6 +15,9 @@ const cm_config_opt_t rsv_config_table[] = {
     {"tls_key", CM_CFG_STR, S(tls_key), NULL, 0, 0, "PEM private key of tls_cert"},
     {"plain_http", CM_CFG_BOOL, S(plain_http), "false", 0, 0,
      "serve plain HTTP instead of TLS (only behind a trusted hop)"},
+    {"proxy_from", CM_CFG_STR, S(proxy_from), NULL, 0, 0,
+     "addresses/CIDR blocks (comma-separated) of load balancers whose connections start with "
+     "a PROXY v2 header naming the client (HAProxy send-proxy-v2); needs TLS"},
     {"max_connections", CM_CFG_INT, S(max_connections), "4096", 16, 1000000,
      "open client connections before the listener pauses"},
     {"max_body_bytes", CM_CFG_INT, S(max_body_bytes), "65536", 1024, 16777216,

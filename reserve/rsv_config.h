@@ -24,6 +24,7 @@ typedef struct rsv_config {
     char *redis_host;
     int64_t redis_port;
     char *redis_cluster; /* NULL: single node */
+    char *proxy_from;    /* NULL: no PROXY headers */
     int64_t redis_timeout_ms;
     char *pg_conninfo;
     int64_t pg_pool_size;

@@ -363,6 +363,7 @@ rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen)
         .max_body_bytes = (size_t)cfg->max_body_bytes,
         .idle_timeout_s = (int)cfg->idle_timeout_s,
         .max_connections = (int)cfg->max_connections,
+        .proxy_from = cfg->proxy_from,
     };
     srv->http = cm_http_server_new(srv->base, cfg->listen_addr, (int)cfg->port, srv->tls, &lim,
                                    rsv_routes_dispatch, srv, err, errlen);
