@@ -302,9 +302,22 @@ static void on_listener_error(struct evconnlistener *l, void *arg)
     cm_log(CM_LOG_WARN, "accept: %s", strerror(e));
 }
 
+/*
+ * Headers every answer of every service carries, added before the handler runs so no
+ * reply path can forget them: nosniff (a JSON error is never sniffed into HTML), and on
+ * TLS listeners HSTS (these hosts are HTTPS only; no includeSubDomains: a service does
+ * not speak for its neighbours). Answers evhttp writes itself (a malformed request line,
+ * an oversized head) have a fixed body that echoes nothing.
+ */
+#define HSTS "max-age=31536000"
+
 static void on_request(struct evhttp_request *req, void *arg)
 {
     cm_http_server_t *srv = arg;
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    evhttp_add_header(h, "X-Content-Type-Options", "nosniff");
+    if (srv->tls != NULL)
+        evhttp_add_header(h, "Strict-Transport-Security", HSTS);
     srv->handler(req, srv->arg);
 }
 

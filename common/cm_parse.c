@@ -8,6 +8,11 @@
  * is what lets the fuzz targets call them directly. Strictness is deliberate: a value
  * accepted here is one the rest of the code never has to second-guess (no leading
  * whitespace, no '+' signs, no padding, no non-canonical base64 tail bits).
+ *
+ * cm_parse_url_allowed is a gate, not a URL parser: it accepts a deliberately small
+ * grammar (absolute https, plain http to loopback on request) and leaves the rest of the
+ * URL opaque. Its host rule is the part that must be exact: "http://127.0.0.1@evil/" or
+ * "http://127.0.0.1.evil/" must never count as loopback.
  */
 #include "cm_parse.h"
 
@@ -328,4 +333,89 @@ void cm_hex_encode(const unsigned char *in, size_t n, char *out)
         out[2 * i + 1] = hex[in[i] & 15];
     }
     out[2 * n] = '\0';
+}
+
+/* What may appear after the authority: printable ASCII without the characters that would
+ * break out of an HTML attribute or a header value, or that browsers "fix up". */
+static bool url_tail_char(unsigned char c)
+{
+    return c > 0x20 && c < 0x7f && strchr("\"<>\\^`{|}#", c) == NULL;
+}
+
+static bool host_name_char(unsigned char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '-';
+}
+
+/* 127.0.0.0/8 written as a dotted quad of decimal octets. */
+static bool is_loopback_v4(const char *h, size_t n)
+{
+    int parts = 0, val = -1, first = -1;
+    for (size_t i = 0; i <= n; i++) {
+        if (i == n || h[i] == '.') {
+            if (val < 0 || val > 255)
+                return false;
+            if (parts++ == 0)
+                first = val;
+            val = -1;
+        } else if (h[i] >= '0' && h[i] <= '9') {
+            val = (val < 0 ? 0 : val * 10) + (h[i] - '0');
+            if (val > 255)
+                return false;
+        } else {
+            return false;
+        }
+    }
+    return parts == 4 && first == 127;
+}
+
+static bool is_loopback(const char *h, size_t n)
+{
+    return (n == 9 && strncasecmp(h, "localhost", 9) == 0) ||
+           (n == 5 && memcmp(h, "[::1]", 5) == 0) || is_loopback_v4(h, n);
+}
+
+bool cm_parse_url_allowed(const char *url, bool allow_loopback_http, size_t *origin_len)
+{
+    if (url == NULL || strnlen(url, CM_URL_MAX + 1) > CM_URL_MAX)
+        return false;
+    bool https = strncasecmp(url, "https://", 8) == 0;
+    if (!https && strncasecmp(url, "http://", 7) != 0)
+        return false;
+    const char *host = url + (https ? 8 : 7), *p = host;
+    if (*p == '[') { /* IPv6 literal */
+        p++;
+        while ((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f') || (*p >= 'A' && *p <= 'F') ||
+               *p == ':' || *p == '.')
+            p++;
+        if (*p != ']' || p == host + 1)
+            return false;
+        p++;
+    } else {
+        while (host_name_char((unsigned char)*p))
+            p++;
+        if (p == host)
+            return false;
+    }
+    size_t host_len = (size_t)(p - host);
+    if (*p == ':') {
+        const char *d = ++p;
+        long port = 0;
+        while (*p >= '0' && *p <= '9' && p - d < 5)
+            port = port * 10 + (*p++ - '0');
+        if (p == d || port < 1 || port > 65535)
+            return false;
+    }
+    if (*p != '\0' && *p != '/' && *p != '?')
+        return false; /* "@" (user info), a sixth port digit, anything else in the authority */
+    if (!https && !(allow_loopback_http && is_loopback(host, host_len)))
+        return false;
+    size_t origin = (size_t)(p - url);
+    for (; *p; p++)
+        if (!url_tail_char((unsigned char)*p))
+            return false;
+    if (origin_len)
+        *origin_len = origin;
+    return true;
 }

@@ -55,6 +55,22 @@ const char *cm_parse_bearer(const char *authz, size_t *len_out);
 size_t cm_base64url_encode(const unsigned char *in, size_t n, char *out);
 long cm_base64url_decode(const char *in, size_t n, unsigned char *out, size_t outlen);
 
+/** Longest URL cm_parse_url_allowed() accepts. */
+#define CM_URL_MAX 2048
+
+/**
+ * True when url may be called by a service or handed to a browser to go to (API.md: every
+ * such URL is https; plain http only to loopback, behind an explicit setting):
+ * `https://host[:port][/path][?query]`, or the same with `http://` when
+ * allow_loopback_http is set and host is loopback (127.0.0.0/8, "localhost", "[::1]").
+ * host is a DNS name or IPv4 literal of [A-Za-z0-9.-], or a bracketed IPv6 literal; no
+ * user info ("@" before the path), no fragment, and only printable ASCII other than space
+ * and " < > \ ^ ` { | } — so the URL is safe inside an HTML attribute and a CSP header.
+ * Scheme case-insensitive; at most CM_URL_MAX bytes. When origin_len is not NULL it
+ * receives the length of the origin prefix, scheme://host[:port].
+ */
+bool cm_parse_url_allowed(const char *url, bool allow_loopback_http, size_t *origin_len);
+
 /** Lower-case hex of n bytes into out (2n+1 bytes). */
 void cm_hex_encode(const unsigned char *in, size_t n, char *out);
 

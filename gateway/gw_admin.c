@@ -128,7 +128,7 @@ void gw_admin_event_write(gw_server_t *srv, struct evhttp_request *req, const ch
     }
     gw_setting_kv_t kv[GW_SETTINGS_MAX_FIELDS];
     char err[256];
-    int n = gw_settings_parse(body, partial, kv, err, sizeof(err));
+    int n = gw_settings_parse(body, partial, srv->cfg.allow_loopback_http, kv, err, sizeof(err));
     json_decref(body);
     if (n < 0) {
         gw_reply_error(&op->r, 400, "invalid_request", err, NULL);

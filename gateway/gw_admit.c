@@ -143,6 +143,7 @@ static void reply_page(gw_req_t *r, gw_room_t *room, const char *state, int64_t 
         .poll_after_ms = r->srv->cfg.poll_min_ms,
         .admission_token = e ? e->token : NULL,
         .redirect_url = redirect_of(r->srv, room),
+        .handoff_post = room->s.handoff_post,
     };
     gw_page_queue(r->req, &info);
     gw_req_replied(r);
@@ -158,9 +159,10 @@ static void reply_admitted(gw_req_t *r, gw_room_t *room, const char *ticket, con
     }
     char exp[32];
     cm_format_rfc3339(e->exp * 1000, exp, sizeof(exp));
-    json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "event", room->event, "state",
-                          "admitted", "ticket", ticket, "admission_token", e->token, "expires_at",
-                          exp, "redirect_url", redirect_of(r->srv, room));
+    json_t *o =
+        json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "event", room->event, "state", "admitted",
+                  "ticket", ticket, "admission_token", e->token, "expires_at", exp, "redirect_url",
+                  redirect_of(r->srv, room), "handoff", room->s.handoff_post ? "post" : "fragment");
     gw_queue_set_cookie(r, room->event, ticket);
     gw_reply_json(r, code, o);
 }

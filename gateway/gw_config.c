@@ -43,7 +43,11 @@ const cm_config_opt_t gw_config_table[] = {
      "file holding the operators' bearer token"},
     {"issuer", CM_CFG_STR, S(issuer), "onsale-gateway", 0, 0, "iss claim of admission tokens"},
     {"reserve_url", CM_CFG_STR, S(reserve_url), "https://127.0.0.1:8444", 0, 0,
-     "where admitted fans go when a room sets no redirect_url"},
+     "where admitted fans go when a room sets no redirect_url (https; see "
+     "allow_loopback_http)"},
+    {"allow_loopback_http", CM_CFG_BOOL, S(allow_loopback_http), "false", 0, 0,
+     "accept plain http:// for reserve_url and rooms' redirect_url when the host is "
+     "loopback (127.0.0.0/8, localhost, [::1]); any other host always needs https://"},
     {"join_rate_per_ip", CM_CFG_INT, S(join_rate_per_ip), "60", 0, 1000000,
      "new joins per minute from one client address (0 = unlimited)"},
     {"join_burst_per_ip", CM_CFG_INT, S(join_burst_per_ip), "20", 1, 1000000,

@@ -31,6 +31,7 @@ typedef struct gw_config {
     char *admin_token_file;
     char *issuer;
     char *reserve_url;
+    bool allow_loopback_http;
     int64_t join_rate_per_ip;
     int64_t join_burst_per_ip;
     int64_t rate_limit_table_size;

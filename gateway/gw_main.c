@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cm_log.h"
+#include "cm_parse.h"
 #include "gw_config.h"
 #include "gw_server.h"
 
@@ -34,6 +35,12 @@ int main(int argc, char **argv)
     cm_log_route_libevent();
     if (cfg.poll_min_ms > cfg.poll_max_ms) {
         fprintf(stderr, "onsale-gateway: poll_min_ms must not exceed poll_max_ms\n");
+        goto out;
+    }
+    if (!cm_parse_url_allowed(cfg.reserve_url, cfg.allow_loopback_http, NULL)) {
+        fprintf(stderr,
+                "onsale-gateway: reserve_url must be an https:// URL without user info or "
+                "#fragment (plain http:// only to a loopback host, with allow_loopback_http)\n");
         goto out;
     }
     gw_server_t *srv = gw_server_new(&cfg, err, sizeof(err));

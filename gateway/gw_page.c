@@ -20,6 +20,7 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,8 +28,10 @@
 #include <strings.h>
 
 #include "cm_http.h"
+#include "cm_log.h"
 #include "cm_mem.h"
 #include "cm_parse.h"
+#include "cm_tls.h"
 
 /* The embedded pages (onsale_embed in gateway/CMakeLists.txt). */
 extern const char gw_www_queue_html[];
@@ -37,10 +40,18 @@ extern const char gw_www_dashboard_html[];
 #define MAX_NAME        32
 #define MAX_POSITION    1000000000000000LL /* 1e15: far beyond any queue, no overflow below */
 #define DASHBOARD_CACHE "public, max-age=300"
-#define CSP                                                                                        \
-    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "                  \
-    "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'self'; "              \
-    "frame-ancestors 'none'"
+/*
+ * Content-Security-Policy: no 'unsafe-inline'. Each page's own <script> and <style>
+ * elements are allowed by their SHA-256, computed from the embedded page the first time
+ * a policy is needed (csp_init), so an edit of a page can never leave a stale hash behind.
+ * The pages carry no style="" or on*="" attributes (a hash cannot allow those); the
+ * template keeps placeholders out of <script> and <style>, so the rendered elements are
+ * byte for byte the hashed ones. form-action: the queue page's is 'none', or
+ * redirect_url's origin for the POST hand-off; the dashboard's forms stay on the page.
+ */
+#define CSP_REST                                                                                   \
+    "connect-src 'self'; img-src 'self' data:; base-uri 'none'; frame-ancestors 'none'; "          \
+    "form-action "
 
 /* --- a growable byte buffer ---------------------------------------------------------- */
 
@@ -104,6 +115,108 @@ static void buf_add_escaped(buf_t *b, const char *s)
         buf_adds(b, rep);
         run = s + 1;
     }
+}
+
+/* --- Content-Security-Policy ------------------------------------------------------------- */
+
+static pthread_once_t csp_once = PTHREAD_ONCE_INIT;
+static char *queue_csp_prefix; /* everything up to "form-action " */
+static char *dashboard_csp;
+
+/* "'sha256-<base64>' " of n bytes (standard base64 with padding, as CSP writes it). */
+static void add_hash_source(buf_t *b, const char *data, size_t n)
+{
+    char hex[65];
+    unsigned char raw[32];
+    cm_tls_sha256_hex(data, n, hex);
+    for (int i = 0; i < 32; i++) {
+        unsigned v = 0;
+        sscanf(hex + 2 * i, "%2x", &v);
+        raw[i] = (unsigned char)v;
+    }
+    char b64[48];
+    size_t len = cm_base64url_encode(raw, sizeof(raw), b64);
+    for (size_t i = 0; i < len; i++)
+        b64[i] = b64[i] == '-' ? '+' : b64[i] == '_' ? '/' : b64[i];
+    while (len % 4)
+        b64[len++] = '=';
+    b64[len] = '\0';
+    buf_adds(b, "'sha256-");
+    buf_adds(b, b64);
+    buf_adds(b, "' ");
+}
+
+/*
+ * The hash sources of every <tag> element of page (HTML comments skipped, so a comment
+ * that names <script> is not taken for one). Our pages write their elements as bare
+ * "<script>" / "<style>" tags.
+ */
+static void add_element_hashes(buf_t *b, const char *page, const char *tag)
+{
+    char open[16], close[16];
+    snprintf(open, sizeof(open), "<%s>", tag);
+    snprintf(close, sizeof(close), "</%s>", tag);
+    for (const char *p = page; (p = strchr(p, '<')) != NULL;) {
+        if (strncmp(p, "<!--", 4) == 0) {
+            const char *end = strstr(p + 4, "-->");
+            if (end == NULL)
+                break;
+            p = end + 3;
+            continue;
+        }
+        if (strncmp(p, open, strlen(open)) != 0) {
+            p++;
+            continue;
+        }
+        const char *body = p + strlen(open), *end = strstr(body, close);
+        bool placeholder = false;
+        for (const char *q = body; end != NULL && q + 1 < end; q++)
+            placeholder = placeholder || (q[0] == '{' && q[1] == '{');
+        if (end == NULL || placeholder) { /* a broken page of ours: fail loudly at start-up */
+            cm_log(CM_LOG_ERROR,
+                   "gw_page: an embedded page has an unclosed %s or a "
+                   "placeholder inside one",
+                   open);
+            abort();
+        }
+        add_hash_source(b, body, (size_t)(end - body));
+        p = end + strlen(close);
+    }
+}
+
+/* "default-src 'none'; script-src <hashes>; style-src <hashes>; …form-action " */
+static char *page_csp_prefix(const char *page)
+{
+    buf_t b = {0};
+    buf_adds(&b, "default-src 'none'; script-src ");
+    add_element_hashes(&b, page, "script");
+    buf_adds(&b, "; style-src ");
+    add_element_hashes(&b, page, "style");
+    buf_adds(&b, "; " CSP_REST);
+    return b.p;
+}
+
+static void csp_init(void)
+{
+    queue_csp_prefix = page_csp_prefix(gw_www_queue_html);
+    char *d = page_csp_prefix(gw_www_dashboard_html);
+    dashboard_csp = cm_xasprintf("%s'self'", d);
+    free(d);
+}
+
+/* The queue page's policy; form_action NULL means 'none'. New heap string. */
+static char *queue_csp(const char *form_action, size_t form_action_len)
+{
+    pthread_once(&csp_once, csp_init);
+    if (form_action == NULL)
+        return cm_xasprintf("%s'none'", queue_csp_prefix);
+    return cm_xasprintf("%s%.*s", queue_csp_prefix, (int)form_action_len, form_action);
+}
+
+const char *gw_page_dashboard_csp(void)
+{
+    pthread_once(&csp_once, csp_init);
+    return dashboard_csp;
 }
 
 /* --- values ---------------------------------------------------------------------------- */
@@ -219,29 +332,27 @@ static int64_t refresh_seconds(page_state_t st, int64_t poll_after_ms)
     return (ms + 999) / 1000;
 }
 
-static bool url_allowed(const char *u)
+/*
+ * The admission hand-off (API.md v1.1): the token never goes into a query string, where
+ * logs, history and Referer would keep it. "fragment": redirect_url#admission_token=<tok>
+ * (a fragment is never sent to a server); "post": a form posted to redirect_url with the
+ * field admission_token. The URL was checked when it was configured; it is checked again
+ * here (loopback http allowed: the configuration decided), so a stored value that the
+ * current rules refuse is never linked.
+ */
+static bool url_allowed(const char *u, size_t *origin_len)
 {
-    if (u == NULL)
-        return false;
-    if (strncasecmp(u, "https://", 8) != 0 && strncasecmp(u, "http://", 7) != 0 && u[0] != '/')
-        return false;
-    for (const unsigned char *p = (const unsigned char *)u; *p; p++)
-        if (*p <= 0x20 || *p == 0x7f)
-            return false;
-    return true;
+    return cm_parse_url_allowed(u, true, origin_len);
 }
 
 char *gw_page_forward_url(const char *redirect_url, const char *admission_token)
 {
-    if (!url_allowed(redirect_url))
+    if (!url_allowed(redirect_url, NULL))
         return NULL;
-    const char *hash = strchr(redirect_url, '#');
-    size_t base = hash ? (size_t)(hash - redirect_url) : strlen(redirect_url);
     buf_t b = {0};
-    buf_add(&b, redirect_url, base);
+    buf_adds(&b, redirect_url);
     if (admission_token != NULL && admission_token[0] != '\0') {
-        buf_adds(&b, memchr(redirect_url, '?', base) ? "&" : "?");
-        buf_adds(&b, "admission_token=");
+        buf_adds(&b, "#admission_token=");
         static const char hex[] = "0123456789ABCDEF";
         for (const unsigned char *p = (const unsigned char *)admission_token; *p; p++) {
             /* RFC 3986 unreserved stay; a JWT is made of nothing else */
@@ -254,10 +365,6 @@ char *gw_page_forward_url(const char *redirect_url, const char *admission_token)
             }
         }
     }
-    if (hash)
-        buf_adds(&b, hash);
-    if (b.p == NULL) /* redirect_url "" is refused above; keep the contract anyway */
-        b.p = cm_xstrdup("");
     return b.p;
 }
 
@@ -267,7 +374,9 @@ typedef struct vars {
     char position_text[40], queue_size_text[40], eta_text[48], status_text[160];
     char progress[8], from[24], refresh_text[40], opens_at[32], opens_at_text[40];
     char *refresh;  /* heap: may hold the forward URL */
-    char *redirect; /* heap or NULL */
+    char *redirect; /* heap or NULL: handoff "fragment", the URL with the token */
+    char *action;   /* heap or NULL: handoff "post", where the form goes */
+    char *csp;      /* heap: the page's Content-Security-Policy */
 } vars_t;
 
 typedef struct var {
@@ -312,8 +421,14 @@ static void compute(const gw_page_info_t *in, page_state_t st, vars_t *v)
         snprintf(v->opens_at_text, sizeof(v->opens_at_text), "soon");
     }
 
-    v->redirect =
-        st == ST_ADMITTED ? gw_page_forward_url(in->redirect_url, in->admission_token) : NULL;
+    v->redirect = v->action = NULL;
+    size_t origin = 0;
+    if (st == ST_ADMITTED && in->handoff_post && url_allowed(in->redirect_url, &origin))
+        v->action = cm_xstrdup(in->redirect_url);
+    else if (st == ST_ADMITTED && !in->handoff_post)
+        v->redirect = gw_page_forward_url(in->redirect_url, in->admission_token);
+    /* the hand-off form may go to redirect_url's origin, and only there */
+    v->csp = queue_csp(v->action, origin);
     int64_t every = refresh_seconds(st, in->poll_after_ms);
     switch (st) {
     case ST_ADMITTED:
@@ -371,7 +486,8 @@ static void expand(buf_t *out, const char *tpl, const var_t *vars, size_t nvars)
     buf_adds(out, p);
 }
 
-static char *render(const gw_page_info_t *info, page_state_t st, size_t *len)
+/* The page, and in *csp (when not NULL) the Content-Security-Policy it must be sent with. */
+static char *render(const gw_page_info_t *info, page_state_t st, size_t *len, char **csp)
 {
     vars_t v;
     compute(info, st, &v);
@@ -400,6 +516,10 @@ static char *render(const gw_page_info_t *info, page_state_t st, size_t *len)
         {"refresh_text", v.refresh_text},
         {"redirect", v.redirect ? v.redirect : ""},
         {"hidden_redirect", v.redirect ? "" : "hidden"},
+        {"handoff", info->handoff_post ? "post" : "fragment"},
+        {"handoff_action", v.action ? v.action : ""},
+        {"handoff_token", v.action && info->admission_token ? info->admission_token : ""},
+        {"hidden_handoff", v.action ? "" : "hidden"},
         {"hidden_refresh_note", states[st].refreshing ? "" : "hidden"},
         {"hidden_new", hidden[ST_NEW]},
         {"hidden_queued", hidden[ST_QUEUED]},
@@ -415,6 +535,11 @@ static char *render(const gw_page_info_t *info, page_state_t st, size_t *len)
     expand(&out, gw_www_queue_html, vars, sizeof(vars) / sizeof(vars[0]));
     free(v.refresh);
     free(v.redirect);
+    free(v.action);
+    if (csp)
+        *csp = v.csp;
+    else
+        free(v.csp);
     if (len)
         *len = out.len;
     return out.p;
@@ -422,7 +547,14 @@ static char *render(const gw_page_info_t *info, page_state_t st, size_t *len)
 
 char *gw_page_render_queue(const gw_page_info_t *info, size_t *len)
 {
-    return render(info, parse_state(info->state), len);
+    return render(info, parse_state(info->state), len, NULL);
+}
+
+char *gw_page_csp(const gw_page_info_t *info)
+{
+    char *csp = NULL;
+    free(render(info, parse_state(info->state), NULL, &csp));
+    return csp;
 }
 
 static const char *jstr(const json_t *o, const char *key)
@@ -436,8 +568,8 @@ static int64_t jint(const json_t *o, const char *key, int64_t dflt)
     return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
 }
 
-char *gw_page_render_answer(const char *event, int code, const json_t *body, int64_t first_position,
-                            int *page_code, size_t *len)
+static char *render_answer(const char *event, int code, const json_t *body, int64_t first_position,
+                           int *page_code, size_t *len, char **csp)
 {
     gw_page_info_t in = {.event = event,
                          .position = -1,
@@ -459,6 +591,8 @@ char *gw_page_render_answer(const char *event, int code, const json_t *body, int
             in.opens_at_ms = 0;
         in.admission_token = jstr(body, "admission_token");
         in.redirect_url = jstr(body, "redirect_url");
+        const char *handoff = jstr(body, "handoff");
+        in.handoff_post = handoff != NULL && strcmp(handoff, "post") == 0;
     } else if (error != NULL && (strcmp(error, "sold_out") == 0 || strcmp(error, "closed") == 0)) {
         st = error[0] == 's' ? ST_SOLD_OUT : ST_CLOSED;
         out_code = 200; /* a clear page, not an error */
@@ -480,16 +614,21 @@ char *gw_page_render_answer(const char *event, int code, const json_t *body, int
     }
     if (page_code)
         *page_code = out_code;
-    return render(&in, st, len);
+    return render(&in, st, len, csp);
+}
+
+char *gw_page_render_answer(const char *event, int code, const json_t *body, int64_t first_position,
+                            int *page_code, size_t *len)
+{
+    return render_answer(event, code, body, first_position, page_code, len, NULL);
 }
 
 /* --- replies ----------------------------------------------------------------------------- */
 
-static void security_headers(struct evhttp_request *req)
+static void security_headers(struct evhttp_request *req, const char *csp)
 {
     struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-    evhttp_add_header(h, "Content-Security-Policy", CSP);
-    evhttp_add_header(h, "X-Content-Type-Options", "nosniff");
+    evhttp_add_header(h, "Content-Security-Policy", csp);
     evhttp_add_header(h, "X-Frame-Options", "DENY");
     evhttp_add_header(h, "Referrer-Policy", "no-referrer");
 }
@@ -515,10 +654,12 @@ void gw_page_queue(struct evhttp_request *req, const gw_page_info_t *info)
     if (from > page.first_position)
         page.first_position = from;
     size_t len = 0;
-    char *html = gw_page_render_queue(&page, &len);
-    security_headers(req);
+    char *csp = NULL;
+    char *html = render(&page, parse_state(page.state), &len, &csp);
+    security_headers(req, csp);
     cm_http_send_body(req, 200, "text/html; charset=utf-8", html, len, false);
     free(html);
+    free(csp);
 }
 
 void gw_page_queue_answer(struct evhttp_request *req, int code, json_t *body)
@@ -528,17 +669,19 @@ void gw_page_queue_answer(struct evhttp_request *req, int code, json_t *body)
     const char *event = n >= 2 ? seg[1] : "";
     int page_code = 200;
     size_t len = 0;
-    char *html = gw_page_render_answer(event, code, body, query_from(req), &page_code, &len);
+    char *csp = NULL;
+    char *html = render_answer(event, code, body, query_from(req), &page_code, &len, &csp);
     if (body)
         json_decref(body);
-    security_headers(req);
+    security_headers(req, csp);
     cm_http_send_body(req, page_code, "text/html; charset=utf-8", html, len, false);
     free(html);
+    free(csp);
 }
 
 void gw_page_dashboard(struct evhttp_request *req)
 {
-    security_headers(req);
+    security_headers(req, gw_page_dashboard_csp());
     evhttp_add_header(evhttp_request_get_output_headers(req), "Cache-Control", DASHBOARD_CACHE);
     cm_http_send_body(req, 200, "text/html; charset=utf-8", gw_www_dashboard_html,
                       strlen(gw_www_dashboard_html), true);

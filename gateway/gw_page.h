@@ -15,6 +15,7 @@
 #define GW_PAGE_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,6 +32,7 @@ typedef struct gw_page_info {
     int64_t position, queue_size, eta_seconds, poll_after_ms;
     int64_t opens_at_ms;                        /* prequeue: the opening, Unix ms; 0 = unknown */
     const char *admission_token, *redirect_url; /* admitted: where to forward the fan */
+    bool handoff_post; /* the room's handoff: true "post" (a form), false "fragment" */
     /*
      * Optional (0 = unknown): the position the fan first saw, the baseline of the
      * progress bar. gw_page_queue() takes the larger of this and the page's own `?from=`
@@ -49,13 +51,23 @@ typedef struct gw_page_info {
 char *gw_page_render_queue(const gw_page_info_t *info, size_t *len);
 
 /**
- * Builds the URL the fan is forwarded to once admitted: redirect_url with
- * `admission_token=<token>` appended to its query (before any #fragment), the token
- * percent-encoded. Returns a new heap string, or NULL when redirect_url is not an
- * absolute http(s) URL or a path starting with '/' (or holds spaces or control bytes),
- * so an operator's typo can never become a javascript: link.
+ * Builds the URL the fan is forwarded to once admitted with the "fragment" hand-off:
+ * redirect_url + `#admission_token=<token>`, the token percent-encoded (never in the
+ * query string: API.md v1.1). Returns a new heap string, or NULL when redirect_url fails
+ * cm_parse_url_allowed() (loopback http allowed), so an operator's typo can never become
+ * a javascript: link.
  */
 char *gw_page_forward_url(const char *redirect_url, const char *admission_token);
+
+/**
+ * The Content-Security-Policy the queue page of info is sent with:
+ * form-action 'none' except for the admitted page of a "post" hand-off, which may post
+ * to redirect_url's origin only. New heap string.
+ */
+char *gw_page_csp(const gw_page_info_t *info);
+
+/** The dashboard's Content-Security-Policy (same rules, form-action 'self'). Static. */
+const char *gw_page_dashboard_csp(void);
 
 /**
  * Answers req with the rendered queue page: 200 text/html, Cache-Control: no-store, plus

@@ -11,7 +11,7 @@
 
 #include "cm_parse.h"
 
-typedef enum { F_INT, F_BOOL, F_TIME, F_MODE, F_URL } ftype_t;
+typedef enum { F_INT, F_BOOL, F_TIME, F_MODE, F_URL, F_HANDOFF } ftype_t;
 
 typedef struct field {
     const char *name;
@@ -35,6 +35,7 @@ static const field_t fields[] = {
     {"noshow_grace_seconds", F_INT, 1, 3600, "20"},
     {"max_prequeue", F_INT, 1, 100000000, "1000000"},
     {"redirect_url", F_URL, 0, 0, NULL},
+    {"handoff", F_HANDOFF, 0, 0, "fragment"},
 };
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
 
@@ -46,21 +47,9 @@ void gw_settings_defaults(gw_settings_t *s)
     s->max_prequeue = 1000000;
 }
 
-static bool url_ok(const char *u)
-{
-    if (strncmp(u, "https://", 8) != 0 && strncmp(u, "http://", 7) != 0)
-        return false;
-    for (const char *p = u; *p; p++) {
-        if ((unsigned char)*p <= 0x20 || (unsigned char)*p >= 0x7f || *p == '"' || *p == '<' ||
-            *p == '>' || *p == '\\')
-            return false;
-    }
-    return true;
-}
-
 /* One present field → its Redis text in out. 0, or -1 with a message. */
-static int parse_field(const field_t *f, const json_t *v, char *out, size_t outlen, char *err,
-                       size_t errlen)
+static int parse_field(const field_t *f, const json_t *v, bool loopback_http, char *out,
+                       size_t outlen, char *err, size_t errlen)
 {
     if (json_is_null(v) && (f->type == F_TIME || f->type == F_URL)) {
         out[0] = '\0'; /* explicit null unsets an optional field */
@@ -103,10 +92,20 @@ static int parse_field(const field_t *f, const json_t *v, char *out, size_t outl
         return 0;
     case F_URL:
         if (!json_is_string(v) || json_string_length(v) >= outlen ||
-            !url_ok(json_string_value(v))) {
+            !cm_parse_url_allowed(json_string_value(v), loopback_http, NULL)) {
             snprintf(err, errlen,
-                     "redirect_url must be an http(s) URL of printable ASCII under %zu bytes",
+                     "redirect_url must be an https:// URL (plain http:// only to a loopback "
+                     "host, with allow_loopback_http) of printable ASCII under %zu bytes, "
+                     "without user info or #fragment",
                      outlen);
+            return -1;
+        }
+        snprintf(out, outlen, "%s", json_string_value(v));
+        return 0;
+    case F_HANDOFF:
+        if (!json_is_string(v) || (strcmp(json_string_value(v), "fragment") != 0 &&
+                                   strcmp(json_string_value(v), "post") != 0)) {
+            snprintf(err, errlen, "handoff must be \"fragment\" or \"post\"");
             return -1;
         }
         snprintf(out, outlen, "%s", json_string_value(v));
@@ -115,8 +114,8 @@ static int parse_field(const field_t *f, const json_t *v, char *out, size_t outl
     return -1;
 }
 
-int gw_settings_parse(const json_t *body, bool partial, gw_setting_kv_t *kv, char *err,
-                      size_t errlen)
+int gw_settings_parse(const json_t *body, bool partial, bool allow_loopback_http,
+                      gw_setting_kv_t *kv, char *err, size_t errlen)
 {
     int n = 0;
     if (!json_is_object(body)) {
@@ -138,7 +137,8 @@ int gw_settings_parse(const json_t *body, bool partial, gw_setting_kv_t *kv, cha
             n++;
             continue;
         }
-        if (parse_field(f, v, kv[n].value, sizeof(kv[n].value), err, errlen) != 0)
+        if (parse_field(f, v, allow_loopback_http, kv[n].value, sizeof(kv[n].value), err, errlen) !=
+            0)
             return -1;
         kv[n].name = f->name;
         n++;
@@ -201,6 +201,8 @@ void gw_settings_set(gw_settings_t *s, const char *name, const char *v)
         s->max_prequeue = to_i64(v, 1000000);
     else if (strcmp(name, "redirect_url") == 0)
         snprintf(s->redirect_url, sizeof(s->redirect_url), "%s", v);
+    else if (strcmp(name, "handoff") == 0)
+        s->handoff_post = strcmp(v, "post") == 0;
     else if (strcmp(name, "gen") == 0) {
         if (gw_settings_gen_parse(v, &s->gen) != 0)
             s->gen = 0;
@@ -234,6 +236,7 @@ json_t *gw_settings_json(const gw_settings_t *s)
     json_object_set_new(o, "max_prequeue", json_integer(s->max_prequeue));
     json_object_set_new(o, "redirect_url",
                         s->redirect_url[0] ? json_string(s->redirect_url) : json_null());
+    json_object_set_new(o, "handoff", json_string(s->handoff_post ? "post" : "fragment"));
     json_object_set_new(o, "created_at", time_json(s->created_ms));
     json_object_set_new(o, "updated_at", time_json(s->updated_ms));
     return o;

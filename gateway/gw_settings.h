@@ -29,6 +29,7 @@ typedef struct gw_settings {
     int64_t noshow_grace_seconds;
     int64_t max_prequeue;          /* fans the pre-queue holds; later joins wait for the opening */
     char redirect_url[GW_URL_MAX]; /* "" = the gateway's reserve_url */
+    bool handoff_post;             /* handoff "post"; false = "fragment" (API.md v1.1) */
     uint64_t gen;                  /* room generation (from Redis) */
     int64_t created_ms, updated_ms;
 } gw_settings_t;
@@ -45,11 +46,13 @@ void gw_settings_defaults(gw_settings_t *s);
 /**
  * Validates a PUT (partial false: rate_per_minute required, every absent field reset to
  * its default) or PATCH (partial true: only the fields present change) body. Unknown
- * fields are ignored. Returns the number of fields written to kv (at most
- * GW_SETTINGS_MAX_FIELDS), or -1 with a message for a 400 in err.
+ * fields are ignored. redirect_url must pass cm_parse_url_allowed(): https, or plain http
+ * to a loopback host only when allow_loopback_http (the gateway's setting). Returns the
+ * number of fields written to kv (at most GW_SETTINGS_MAX_FIELDS), or -1 with a message
+ * for a 400 in err.
  */
-int gw_settings_parse(const json_t *body, bool partial, gw_setting_kv_t *kv, char *err,
-                      size_t errlen);
+int gw_settings_parse(const json_t *body, bool partial, bool allow_loopback_http,
+                      gw_setting_kv_t *kv, char *err, size_t errlen);
 
 /** Applies one field of the Redis hash (unknown names and malformed values ignored). */
 void gw_settings_set(gw_settings_t *s, const char *name, const char *value);

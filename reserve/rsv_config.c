@@ -62,7 +62,11 @@ const cm_config_opt_t rsv_config_table[] = {
      "how long an expired hold is remembered (to answer hold_expired, not unknown_hold)"},
     {"log_level", CM_CFG_STR, S(log_level), "info", 0, 0, "debug, info, warn or error"},
     {"paysim_url", CM_CFG_STR, S(paysim_url), "https://127.0.0.1:8445", 0, 0,
-     "payment provider base URL: http(s)://<IPv4>:<port>[/prefix] (no DNS names)"},
+     "payment provider base URL: https://<IPv4>:<port>[/prefix] (no DNS names; plain "
+     "http:// only to a loopback address, with allow_loopback_http)"},
+    {"allow_loopback_http", CM_CFG_BOOL, S(allow_loopback_http), "false", 0, 0,
+     "accept a plain http:// paysim_url when its host is loopback (127.0.0.0/8); any "
+     "other host always needs https://"},
     {"paysim_ca", CM_CFG_STR, S(paysim_ca), NULL, 0, 0,
      "PEM CA bundle that signed the provider's certificate (unset: the system store)"},
     {"paysim_api_key", CM_CFG_STR, S(paysim_api_key), NULL, 0, 0,

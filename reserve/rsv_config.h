@@ -41,6 +41,7 @@ typedef struct rsv_config {
     int64_t hold_record_keep_s;
     char *log_level;
     char *paysim_url;
+    bool allow_loopback_http;
     char *paysim_ca;
     char *paysim_api_key;
     int64_t pay_connect_timeout_ms;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cm_log.h"
+#include "cm_parse.h"
 #include "rsv_config.h"
 #include "rsv_pg.h"
 #include "rsv_server.h"
@@ -41,6 +42,11 @@ int main(int argc, char **argv)
     }
     cm_log_init("reserve", level);
     cm_log_route_libevent();
+    if (!cm_parse_url_allowed(cfg.paysim_url, cfg.allow_loopback_http, NULL)) {
+        fprintf(stderr, "onsale-reserve: paysim_url must be an https:// URL (plain http:// only "
+                        "to a loopback address, with allow_loopback_http)\n");
+        goto out;
+    }
     int migrate_only = npos == 1 && strcmp(argv[pos[0]], "migrate") == 0;
     if (npos > 0 && !migrate_only) {
         fprintf(stderr, "onsale-reserve: unknown command '%s' (try --help)\n", argv[pos[0]]);

@@ -32,6 +32,30 @@ class Ops(gwstack.GatewayTestCase):
         self.assertEqual((keys[0]["kty"], keys[0]["crv"], keys[0]["alg"]), ("EC", "P-256", "ES256"))
         self.assertEqual(keys[0]["kid"], self.GS.S.kid, "JWKS kid differs from onsale-token's")
 
+    def test_nosniff_hsts_csp(self):
+        """Issue 8: nosniff and HSTS on every answer; the HTML pages carry a CSP with no
+        'unsafe-inline' (their own script and style allowed by hash)."""
+        ev = self.new_room(rate_per_minute=60)
+        answers = [self.c.get("/healthz"), self.c.get("/readyz"), self.c.get("/metrics"),
+                   self.c.get("/.well-known/jwks.json"), self.c.get("/nope"),
+                   self.c.post(f"/q/{ev}/join"), self.c.get(f"/q/{ev}/status", token="forged"),
+                   self.c.get("/admin/events"), self.c.get(f"/q/{ev}"), self.c.get("/admin/"),
+                   self.c.get("/q/e/join")]
+        statuses = set()
+        for r in answers:
+            statuses.add(r.status)
+            self.assertEqual(r.header("X-Content-Type-Options"), "nosniff", repr(r))
+            self.assertRegex(r.header("Strict-Transport-Security") or "", r"^max-age=\d{7,}",
+                             repr(r))
+        self.assertTrue({200, 201, 401, 404, 405} <= statuses, statuses)
+        for r in answers[-3:-1]:  # the queue page and the dashboard
+            self.assertTrue(r.header("Content-Type").startswith("text/html"))
+            csp = r.header("Content-Security-Policy") or ""
+            self.assertNotIn("unsafe", csp)
+            self.assertRegex(csp, r"script-src 'sha256-[A-Za-z0-9+/]{43}=' ;")
+            self.assertRegex(csp, r"style-src 'sha256-[A-Za-z0-9+/]{43}=' ;")
+            self.assertIn("default-src 'none'", csp)
+
     def test_unknown_paths(self):
         self.assertStatus(self.c.get("/nope"), 404, "not_found")
         self.assertStatus(self.c.get("/q/bad%20id/status"), 400, "invalid_request")
@@ -112,6 +136,67 @@ class Settings(gwstack.GatewayTestCase):
                           400, "invalid_request")
         r = self.GS.admin("GET", f"/admin/events/{ev}")
         self.assertEqual(r.json["rate_per_minute"], 60, "a refused write changed the room")
+
+
+class Handoff(gwstack.GatewayTestCase):
+    """API.md v1.1: the admission token reaches redirect_url in the URL fragment (default)
+    or by an auto-submitting POST, never in a query string; redirect_url must be https
+    (these gateways do not set allow_loopback_http)."""
+
+    def admitted(self, ev, ticket, timeout=20):
+        def poll():
+            r = self.status(ev, ticket)
+            return r if r.status == 200 and r.json.get("state") == "admitted" else None
+        return stack.wait_for(poll, timeout, interval=0.1, what="admission")
+
+    def test_redirect_url_must_be_https(self):
+        ev = self.new_room(rate_per_minute=60)
+        for url in ("http://shop.example/checkout", "http://127.0.0.1:8080/shop",
+                    "http://localhost/shop", "https://user:pw@shop.example/",
+                    "https://shop.example/checkout#pay", "//shop.example/x", "/checkout"):
+            r = self.GS.admin("PATCH", f"/admin/events/{ev}", {"redirect_url": url})
+            self.assertStatus(r, 400, "invalid_request", msg=f"redirect_url {url!r}:")
+            self.assertIn("https://", r.json["message"])
+        r = self.GS.admin("PATCH", f"/admin/events/{ev}", {"handoff": "query"})
+        self.assertStatus(r, 400, "invalid_request")
+        r = self.GS.admin("GET", f"/admin/events/{ev}")
+        self.assertEqual((r.json["redirect_url"], r.json["handoff"]), (None, "fragment"))
+
+    def test_fragment_handoff_never_puts_the_token_in_a_query(self):
+        ev = self.new_room(rate_per_minute=600, redirect_url="https://shop.example/buy?ev=1")
+        t = self.join(ev).json["ticket"]
+        a = self.admitted(ev, t)
+        tok = a.json["admission_token"]
+        self.assertEqual((a.json["redirect_url"], a.json["handoff"]),
+                         ("https://shop.example/buy?ev=1", "fragment"))
+        page = self.c.get(f"/q/{ev}", token=t)
+        self.assertStatus(page, 200)
+        html = page.body.decode()
+        want = f"https://shop.example/buy?ev=1#admission_token={tok}"
+        self.assertIn(f'content="0;url={want}"', html)
+        self.assertIn(f'href="{want}"', html)
+        for q in ("?admission_token", "&admission_token", "&amp;admission_token"):
+            self.assertFalse(q in html, f"{q} in the page")
+        self.assertIn("form-action 'none'", page.header("Content-Security-Policy"))
+
+    def test_post_handoff_renders_a_form_to_redirect_url(self):
+        ev = self.new_room(rate_per_minute=600, redirect_url="https://shop.example:8443/buy",
+                           handoff="post")
+        self.assertEqual(self.GS.admin("GET", f"/admin/events/{ev}").json["handoff"], "post")
+        t = self.join(ev).json["ticket"]
+        a = self.admitted(ev, t)
+        tok = a.json["admission_token"]
+        self.assertEqual(a.json["handoff"], "post")
+        page = self.c.get(f"/q/{ev}", token=t)
+        self.assertStatus(page, 200)
+        html = page.body.decode()
+        self.assertIn('<form id="handoff" method="post" action="https://shop.example:8443/buy" >',
+                      html)
+        self.assertIn(f'name="admission_token" value="{tok}"', html)
+        self.assertFalse("url=https://shop.example" in html, "no meta refresh carries the token")
+        self.assertEqual(html.count(tok), 1, "the token is in the form field only")
+        csp = page.header("Content-Security-Policy")
+        self.assertIn("form-action https://shop.example:8443;", csp + ";")
 
 
 class Tickets(gwstack.GatewayTestCase):

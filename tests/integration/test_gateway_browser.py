@@ -5,9 +5,11 @@ the gateway included), creates a waiting room with a few fans already in line, a
 tests/integration/browser/queue_page.mjs: Debian's chromium, driven by playwright-core,
 opens GET /q/{event} over HTTPS (the stack's dev CA trusted through a private NSS
 database), checks that the position and the progress bar are shown, and waits — touching
-nothing — until the page advances by itself to admission and forwards to the room's
-redirect_url with the admission token. The same again with JavaScript off, where the
-server-rendered page and its meta refresh must get there alone.
+nothing — until the page advances by itself to admission and hands the admission token to
+the room's redirect_url: in the URL fragment (handoff "fragment", the default) or by a
+POST of the form field admission_token (handoff "post"), never in a URL the shop's server
+sees (API.md v1.1). The same again with JavaScript off, where the server-rendered page and
+its meta refresh must get there alone (for "post" the fan presses the page's button).
 
 Screenshots: tests/integration/browser/out/ (queue.png, queue-phone.png, admitted.png,
 landed.png, and the -nojs variants; failure*.png when a check fails). Git-ignored.
@@ -67,7 +69,7 @@ class QueuePageInBrowser(unittest.TestCase):
     def gateway(self):
         return stack.Client(self.S.gateway_port, self.S.ctx)
 
-    def room(self, prefix):
+    def room(self, prefix, handoff="fragment"):
         """A FIFO waiting room, open now, with AHEAD fans in line; returns (event,
         redirect_url)."""
         ev = stack.new_id(prefix)
@@ -76,7 +78,7 @@ class QueuePageInBrowser(unittest.TestCase):
         try:
             r = c.put(f"/admin/events/{ev}", {"rate_per_minute": RATE_PER_MINUTE,
                                               "max_active": 0, "mode": "fifo",
-                                              "redirect_url": redirect},
+                                              "redirect_url": redirect, "handoff": handoff},
                       token=self.S.admin_token)
             self.assertIn(r.status, (200, 201), f"PUT /admin/events/{ev}: {r!r}")
         finally:
@@ -91,9 +93,10 @@ class QueuePageInBrowser(unittest.TestCase):
                 c.close()
         return ev, redirect
 
-    def run_browser(self, ev, redirect, mode):
+    def run_browser(self, ev, redirect, mode, handoff="fragment"):
         args = [NODE, SCRIPT, "--url", f"https://127.0.0.1:{self.S.gateway_port}",
                 "--event", ev, "--ca", self.S.ca, "--redirect", redirect, "--mode", mode,
+                "--handoff", handoff,
                 "--timeout", str(PAGE_TIMEOUT), "--chromium", CHROMIUM]
         p = subprocess.run(args, cwd=BROWSER_DIR, capture_output=True, timeout=NODE_TIMEOUT,
                            stdin=subprocess.DEVNULL)
@@ -126,6 +129,33 @@ class QueuePageInBrowser(unittest.TestCase):
         res = self.run_browser(ev, redirect, "nojs")
         self.assertGreaterEqual(res["page_loads"], 2)
         self.assertTrue(os.path.exists(os.path.join(BROWSER_DIR, "out", "queue-nojs.png")))
+
+    def test_dashboard_under_its_csp(self):
+        """The operator dashboard's script runs under its hash-based CSP (no
+        'unsafe-inline'), reaches the admin API and lists a room; no CSP violation."""
+        ev, _ = self.room("br-dash")
+        args = [NODE, SCRIPT, "--url", f"https://127.0.0.1:{self.S.gateway_port}",
+                "--event", ev, "--ca", self.S.ca, "--mode", "dashboard",
+                "--timeout", str(PAGE_TIMEOUT), "--chromium", CHROMIUM]
+        env = dict(os.environ, ONSALE_ADMIN_TOKEN=self.S.admin_token)
+        p = subprocess.run(args, cwd=BROWSER_DIR, capture_output=True, timeout=NODE_TIMEOUT,
+                           stdin=subprocess.DEVNULL, env=env)
+        out = p.stdout.decode("utf-8", "replace").strip()
+        result = json.loads(out.splitlines()[-1]) if out else {}
+        self.assertTrue(result.get("ok"), f"dashboard: {result.get('error')}\n"
+                        f"{p.stderr.decode('utf-8', 'replace')[-2000:]}")
+
+    def test_post_handoff(self):
+        """handoff "post": the page posts admission_token to redirect_url by itself, and
+        its CSP lets the form go to redirect_url's origin only."""
+        ev, redirect = self.room("br-post", handoff="post")
+        res = self.run_browser(ev, redirect, "js", handoff="post")
+        self.assertIn("form-action https://shop.onsale.test", res["csp_form_action"])
+
+    def test_post_handoff_without_javascript(self):
+        ev, redirect = self.room("br-post-nojs", handoff="post")
+        res = self.run_browser(ev, redirect, "nojs", handoff="post")
+        self.assertGreaterEqual(res["page_loads"], 2)
 
 
 if __name__ == "__main__":

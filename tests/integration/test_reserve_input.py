@@ -130,6 +130,27 @@ class BadInput(stack.ReserveTestCase):
         self.assertStatus(self.c.get("/healthz"), 200)
 
 
+class SecurityHeaders(stack.ReserveTestCase):
+    def test_nosniff_and_hsts_on_every_answer(self):
+        """Issue 8: X-Content-Type-Options: nosniff and HSTS on every answer, success or
+        error, whatever route produced it."""
+        ev = self.new_event(seats=SEATS)
+        tok = self.S.token(ev, "headers")
+        answers = [self.c.get("/healthz"), self.c.get("/readyz"), self.c.get("/metrics"),
+                   self.c.get("/nope"), self.c.get(f"/v1/events/{ev}/availability", token=tok),
+                   self.c.post(f"/v1/events/{ev}/holds", raw=b"{", token=tok),
+                   self.c.post(f"/v1/events/{ev}/holds", body={"seats": ["A-1"]}),
+                   self.c.get("/admin/checkouts"),
+                   self.c.request("DELETE", "/healthz")]
+        statuses = set()
+        for r in answers:
+            statuses.add(r.status)
+            self.assertEqual(r.header("X-Content-Type-Options"), "nosniff", repr(r))
+            self.assertRegex(r.header("Strict-Transport-Security") or "", r"^max-age=\d{7,}",
+                             repr(r))
+        self.assertTrue({200, 400, 401, 404} <= statuses, statuses)
+
+
 class SlowClients(stack.ReserveTestCase):
     def test_slowloris_does_not_block_others(self):
         ev = self.new_event(seats=SEATS, max_per_buyer=0)

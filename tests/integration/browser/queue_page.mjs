@@ -2,11 +2,19 @@
 // The queue page in a real headless browser (issue 3): Debian's chromium driven by
 // playwright-core. Opens GET /q/{event} on the real gateway over HTTPS, checks that the
 // position and the progress bar are shown, then waits — touching nothing — until the page
-// advances by itself to admission and forwards to redirect_url with the admission token.
+// advances by itself to admission and hands the admission token to redirect_url.
 // Saves screenshots under out/.
 //
 //   node queue_page.mjs --url https://127.0.0.1:8443 --event e1 --ca .onsale/ca.pem \
-//        --redirect https://shop.test/checkout [--mode js|nojs] [--timeout 90]
+//        --redirect https://shop.test/checkout [--mode js|nojs] [--handoff fragment|post] \
+//        [--timeout 90]
+//
+// --handoff is the room's hand-off (API.md v1.1): "fragment" must land on
+// redirect_url#admission_token=<JWT>, "post" must POST the form field admission_token to
+// redirect_url (by itself with JavaScript; without it the fan presses the button, which
+// this script does). Either way the token must never appear in a URL the shop's server
+// sees, and the page's Content-Security-Policy must block nothing the page does (a
+// violation is a console error, and console errors fail the js run).
 //
 // --redirect is the redirect_url the event was configured with. Its host need not exist:
 // requests to it are answered inside the browser (page.route) with a stub landing page,
@@ -17,6 +25,10 @@
 // (certutil, Debian libnss3-tools) in a throw-away HOME that only this chromium sees.
 // Only when certutil is missing does it fall back to ignoring certificate errors, and it
 // says so in its output ("tls": "ignored").
+//
+// --mode dashboard opens the operator dashboard (GET /admin/) instead, connects with the
+// admin token from the environment (ONSALE_ADMIN_TOKEN, never argv) and checks that its
+// script ran and reached the admin API under the page's Content-Security-Policy.
 //
 // Prints one JSON line with what it saw; exit 0 = pass, 1 = a check failed, 2 = setup.
 import { execFileSync } from 'node:child_process';
@@ -31,7 +43,7 @@ function parseArgs(argv) {
   const a = {
     url: process.env.ONSALE_GATEWAY_URL, event: process.env.ONSALE_EVENT,
     ca: process.env.ONSALE_CA, redirect: process.env.ONSALE_REDIRECT_URL,
-    mode: 'js', timeout: 90, chromium: process.env.CHROMIUM || '/usr/bin/chromium',
+    mode: 'js', handoff: 'fragment', timeout: 90, chromium: process.env.CHROMIUM || '/usr/bin/chromium',
     out: path.join(HERE, 'out'),
   };
   for (let i = 2; i < argv.length; i += 2) {
@@ -39,8 +51,10 @@ function parseArgs(argv) {
     if (!(k in a) || v === undefined) throw new Error(`unknown or incomplete option ${argv[i]}`);
     a[k] = k === 'timeout' ? Number(v) : v;
   }
-  for (const k of ['url', 'event', 'redirect']) if (!a[k]) throw new Error(`--${k} is required`);
-  if (!['js', 'nojs'].includes(a.mode)) throw new Error('--mode is js or nojs');
+  if (!['js', 'nojs', 'dashboard'].includes(a.mode)) throw new Error('--mode is js, nojs or dashboard');
+  const need = a.mode === 'dashboard' ? ['url', 'event'] : ['url', 'event', 'redirect'];
+  for (const k of need) if (!a[k]) throw new Error(`--${k} is required`);
+  if (!['fragment', 'post'].includes(a.handoff)) throw new Error('--handoff is fragment or post');
   return a;
 }
 
@@ -72,6 +86,189 @@ function decodeJwt(tok) {
   }
 }
 
+// The queue page: queued, then admitted, then handed to redirect_url (module comment).
+async function queueFlow({ page, context, args, check, consoleErrors, result, deadline, left,
+                           suffix }) {
+  // Count what the page does by itself: status polls (js) or page loads (nojs).
+  const queuePath = `/q/${encodeURIComponent(args.event)}`;
+  let polls = 0, joins = 0, loads = 0;
+  page.on('request', (r) => {
+    const u = new URL(r.url());
+    if (u.pathname === `${queuePath}/status`) polls++;
+    if (u.pathname === `${queuePath}/join`) joins++;
+    if (u.pathname === queuePath && r.isNavigationRequest()) loads++;
+  });
+
+  // The redirect target: answered in the browser; what its server would see recorded.
+  const target = new URL(args.redirect);
+  let landed = null, landedMethod = null, landedBody = null;
+  await context.route((u) => u.origin === target.origin && u.pathname === target.pathname,
+    async (route) => {
+      landed = route.request().url();
+      landedMethod = route.request().method();
+      landedBody = route.request().postData();
+      await route.fulfill({ status: 200, contentType: 'text/html',
+        body: '<!doctype html><title>shop</title><h1 id="landing">Checkout</h1>' });
+    });
+  const cspHeaders = [];
+  page.on('response', (r) => {
+    const u = new URL(r.url());
+    if (u.pathname === queuePath) cspHeaders.push(r.headers()['content-security-policy'] || '');
+  });
+
+  const resp = await page.goto(args.url + queuePath, { waitUntil: 'domcontentloaded' });
+  check(resp && resp.status() === 200, 'GET /q/{event} answers 200', resp && resp.status());
+  check(/^text\/html/.test(resp.headers()['content-type'] || ''), 'the queue page is HTML',
+    resp.headers()['content-type']);
+  check(/no-store/.test(resp.headers()['cache-control'] || ''), 'the queue page is no-store');
+  result.tls_verified = resp.securityDetails() !== null && result.tls === 'ca';
+
+  // Landmarks and live region, whatever the state.
+  check(await page.locator('main').count() === 1, 'a <main> landmark');
+  check(await page.locator('header').count() === 1, 'a <header> landmark');
+  check(await page.locator('h1').count() === 1, 'one <h1>');
+
+  // Queued: position and progress shown.
+  await page.locator('#s-queued').waitFor({ state: 'visible', timeout: left() });
+  const position = (await page.locator('#position').innerText()).trim();
+  const progress = await page.locator('#progress').getAttribute('aria-valuenow');
+  const size = (await page.locator('#queue-size').innerText()).trim();
+  const eta = (await page.locator('#eta').innerText()).trim();
+  result.first = { position, queue_size: size, eta, progress };
+  check(/^[1-9][\d,]*$/.test(position), 'the position is shown as a number', position);
+  check(/^[1-9][\d,]*$/.test(size), 'the queue size is shown as a number', size);
+  check(eta.length > 0, 'an estimated wait is shown', eta);
+  check(await page.locator('#progress').isVisible(), 'the progress bar is visible');
+  check(await page.locator('#progress').getAttribute('role') === 'progressbar',
+    'the progress bar has role=progressbar');
+  check(/^\d{1,3}$/.test(progress || '') && +progress <= 100,
+    'the progress bar has a value 0–100', progress);
+  check(await page.locator('#status-line').getAttribute('role') === 'status',
+    'the position sentence is a live region');
+  await page.screenshot({ path: path.join(args.out, `queue${suffix}.png`), fullPage: true });
+  if (args.mode === 'js') {
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.screenshot({ path: path.join(args.out, 'queue-phone.png'), fullPage: true });
+    await page.setViewportSize({ width: 1024, height: 800 });
+  }
+
+  // Wait, touching nothing, while recording what the page shows, until it forwards.
+  let lastShot = 0, pressed = false;
+  while (!landed && Date.now() < deadline) {
+    try {
+      const s = await page.evaluate(() => {
+        const m = document.getElementById('main');
+        const p = document.getElementById('position');
+        const b = document.getElementById('progress');
+        return m && { state: m.getAttribute('data-state'), position: p && p.textContent.trim(),
+                      progress: b && b.getAttribute('aria-valuenow') };
+      });
+      if (s) {
+        const prev = result.seen[result.seen.length - 1];
+        if (!prev || prev.state !== s.state || prev.position !== s.position) {
+          result.seen.push({ t: Date.now(), ...s });
+          if (result.seen.length > 200) result.seen.shift();
+        }
+        if (s.state === 'admitted' && Date.now() - lastShot > 5000 &&
+            new URL(page.url()).pathname === queuePath) {
+          lastShot = Date.now();
+          await page.screenshot({ path: path.join(args.out, `admitted${suffix}.png`) })
+            .catch(() => {});
+        }
+        if (s.state === 'admitted' && args.mode === 'nojs' && args.handoff === 'post' &&
+            !pressed && new URL(page.url()).pathname === queuePath) {
+          pressed = true; /* without JavaScript the fan presses "Continue to the sale" */
+          await page.locator('#handoff button').click({ noWaitAfter: true });
+        }
+      }
+    } catch (e) {
+      // the page is navigating (reload or forward): ask again
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  check(landed, 'the page forwarded to redirect_url on its own', page.url());
+  const to = new URL(landed);
+  check(to.origin === target.origin && to.pathname === target.pathname,
+    'the forward goes to redirect_url', landed);
+  for (const [k, v] of target.searchParams)
+    check(to.searchParams.get(k) === v, `redirect_url's own query parameter ${k} is kept`);
+  check(!to.searchParams.has('admission_token') && !/admission_token/.test(landed),
+    'the token is not in any URL the shop\'s server sees', landed);
+  await page.waitForLoadState('domcontentloaded').catch(() => {});
+  let token;
+  if (args.handoff === 'post') {
+    check(landedMethod === 'POST', 'the post hand-off is a POST', landedMethod);
+    token = new URLSearchParams(landedBody || '').get('admission_token');
+    check(token, 'the POST body carries the form field admission_token', landedBody);
+    result.csp_form_action = cspHeaders.map((h) => (h.match(/form-action [^;]*/) || [''])[0]);
+  } else {
+    check(landedMethod === 'GET', 'the fragment hand-off is a navigation', landedMethod);
+    await page.waitForURL((u) => u.origin === target.origin && u.pathname === target.pathname,
+      { timeout: 10000, waitUntil: 'commit' }).catch(() => {});
+    const at = new URL(page.url());
+    check(at.pathname === target.pathname, 'the browser is on redirect_url', page.url());
+    token = new URLSearchParams(at.hash.replace(/^#/, '')).get('admission_token');
+    check(token, 'the landed URL carries #admission_token in its fragment', page.url());
+  }
+  check(cspHeaders.length >= 1 && cspHeaders.every((h) => /script-src 'sha256-/.test(h) &&
+      /style-src 'sha256-/.test(h) && /form-action /.test(h) && !/unsafe/.test(h)),
+    'every queue page has a hash-based CSP without unsafe-*', cspHeaders);
+  const jwt = decodeJwt(token);
+  check(jwt, 'admission_token is a JWT');
+  check(jwt.header.alg === 'ES256' && jwt.header.kid, 'the JWT is ES256 with a kid', jwt.header);
+  check(jwt.claims.evt === args.event, 'the JWT is for this event', jwt.claims.evt);
+  check(jwt.claims.aud === 'onsale-reserve' ||
+        (Array.isArray(jwt.claims.aud) && jwt.claims.aud.includes('onsale-reserve')),
+    'the JWT audience is onsale-reserve', jwt.claims.aud);
+  result.token_claims = Object.keys(jwt.claims).sort();
+  await page.screenshot({ path: path.join(args.out, `landed${suffix}.png`) }).catch(() => {});
+
+  const positions = result.seen.filter((s) => s.state === 'queued' && s.position)
+    .map((s) => Number(s.position.replace(/,/g, '')));
+  result.polls = polls;
+  result.joins = joins;
+  result.page_loads = loads;
+  if (args.mode === 'js') {
+    check(polls >= 1, 'the page polled /status by itself', polls);
+    /* the post hand-off reloads once: the admitted page brings the policy its form needs */
+    const reloads = args.handoff === 'post' ? 1 : 0;
+    check(loads === 1 + reloads, 'with JavaScript the page reloads itself only for a post ' +
+      'hand-off (polls instead)', loads);
+    check(consoleErrors.length === 0, 'no script errors', consoleErrors);
+  } else {
+    check(polls === 0 && joins === 0, 'without JavaScript nothing is fetched by script');
+    check(loads >= 2, 'without JavaScript the meta refresh re-requested the page', loads);
+  }
+  for (let i = 1; i < positions.length; i++)
+    check(positions[i] <= positions[i - 1], 'the position never goes backwards', positions);
+  result.positions = positions;
+}
+
+// The operator dashboard under its Content-Security-Policy: the script runs, reaches the
+// admin API with the token, lists the room, and nothing is refused.
+async function dashboard({ page, args, check, consoleErrors, result }) {
+  const token = process.env.ONSALE_ADMIN_TOKEN;
+  check(token, 'ONSALE_ADMIN_TOKEN is set');
+  const resp = await page.goto(`${args.url}/admin/`, { waitUntil: 'domcontentloaded' });
+  check(resp && resp.status() === 200, 'GET /admin/ answers 200', resp && resp.status());
+  const csp = resp.headers()['content-security-policy'] || '';
+  result.csp = csp;
+  check(/script-src 'sha256-/.test(csp) && !/unsafe/.test(csp),
+    'the dashboard has a hash-based CSP without unsafe-*', csp);
+  await page.locator('#token').fill(token);
+  await page.locator('#token-save').click();
+  await page.waitForFunction(() => /^Connected/.test(document.getElementById('conn').textContent),
+    null, { timeout: 20000 }).catch(() => {});
+  result.conn = await page.locator('#conn').innerText();
+  check(/^Connected/.test(result.conn), 'the dashboard connected to the admin API',
+    { conn: result.conn, consoleErrors });
+  await page.locator('#event-list').getByText(args.event).first().waitFor({ timeout: 20000 });
+  await page.screenshot({ path: path.join(args.out, 'dashboard.png'), fullPage: true })
+    .catch(() => {});
+  check(consoleErrors.length === 0, 'no script errors or CSP violations', consoleErrors);
+}
+
+
 async function main() {
   let args;
   try {
@@ -95,14 +292,16 @@ async function main() {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'onsale-browser-'));
   const home = path.join(tmp, 'home'), profile = path.join(tmp, 'profile');
   fs.mkdirSync(home);
-  const result = { mode: args.mode, event: args.event, checks: [], tls: 'ca', seen: [] };
+  const result = { mode: args.mode, handoff: args.handoff, event: args.event, checks: [], tls: 'ca',
+                   seen: [] };
   const check = (ok, what, detail) => {
     result.checks.push({ ok: !!ok, what, ...(detail !== undefined ? { detail } : {}) });
     if (!ok) throw new Error(`check failed: ${what}${detail !== undefined ? ` (${JSON.stringify(detail)})` : ''}`);
   };
   const deadline = Date.now() + args.timeout * 1000;
   const left = () => Math.max(1000, deadline - Date.now());
-  const suffix = args.mode === 'js' ? '' : '-nojs';
+  const suffix = args.mode === 'dashboard' ? '-dashboard'
+    : (args.mode === 'js' ? '' : '-nojs') + (args.handoff === 'post' ? '-post' : '');
   for (const f of [`failure${suffix}.png`, `admitted${suffix}.png`])
     fs.rmSync(path.join(args.out, f), { force: true });
   let context = null, exit = 0;
@@ -117,7 +316,7 @@ async function main() {
              '--disable-dev-shm-usage'],
       env: { ...process.env, HOME: home },
       ignoreHTTPSErrors: !db,
-      javaScriptEnabled: args.mode === 'js',
+      javaScriptEnabled: args.mode !== 'nojs',
       viewport: { width: 1024, height: 800 },
       locale: 'en-US',
       timeout: 30000,
@@ -128,126 +327,11 @@ async function main() {
     page.on('console', (m) => { if (m.type() === 'error') consoleErrors.push(m.text()); });
     page.on('pageerror', (e) => consoleErrors.push(String(e)));
 
-    // Count what the page does by itself: status polls (js) or page loads (nojs).
-    const queuePath = `/q/${encodeURIComponent(args.event)}`;
-    let polls = 0, joins = 0, loads = 0;
-    page.on('request', (r) => {
-      const u = new URL(r.url());
-      if (u.pathname === `${queuePath}/status`) polls++;
-      if (u.pathname === `${queuePath}/join`) joins++;
-      if (u.pathname === queuePath && r.isNavigationRequest()) loads++;
-    });
+    if (args.mode === 'dashboard')
+      await dashboard({ page, args, check, consoleErrors, result });
+    else
+      await queueFlow({ page, context, args, check, consoleErrors, result, deadline, left, suffix });
 
-    // The redirect target: answered in the browser, the URL recorded.
-    const target = new URL(args.redirect);
-    let landed = null;
-    await context.route((u) => u.origin === target.origin && u.pathname === target.pathname,
-      async (route) => {
-        landed = route.request().url();
-        await route.fulfill({ status: 200, contentType: 'text/html',
-          body: '<!doctype html><title>shop</title><h1 id="landing">Checkout</h1>' });
-      });
-
-    const resp = await page.goto(args.url + queuePath, { waitUntil: 'domcontentloaded' });
-    check(resp && resp.status() === 200, 'GET /q/{event} answers 200', resp && resp.status());
-    check(/^text\/html/.test(resp.headers()['content-type'] || ''), 'the queue page is HTML',
-      resp.headers()['content-type']);
-    check(/no-store/.test(resp.headers()['cache-control'] || ''), 'the queue page is no-store');
-    result.tls_verified = resp.securityDetails() !== null && result.tls === 'ca';
-
-    // Landmarks and live region, whatever the state.
-    check(await page.locator('main').count() === 1, 'a <main> landmark');
-    check(await page.locator('header').count() === 1, 'a <header> landmark');
-    check(await page.locator('h1').count() === 1, 'one <h1>');
-
-    // Queued: position and progress shown.
-    await page.locator('#s-queued').waitFor({ state: 'visible', timeout: left() });
-    const position = (await page.locator('#position').innerText()).trim();
-    const progress = await page.locator('#progress').getAttribute('aria-valuenow');
-    const size = (await page.locator('#queue-size').innerText()).trim();
-    const eta = (await page.locator('#eta').innerText()).trim();
-    result.first = { position, queue_size: size, eta, progress };
-    check(/^[1-9][\d,]*$/.test(position), 'the position is shown as a number', position);
-    check(/^[1-9][\d,]*$/.test(size), 'the queue size is shown as a number', size);
-    check(eta.length > 0, 'an estimated wait is shown', eta);
-    check(await page.locator('#progress').isVisible(), 'the progress bar is visible');
-    check(await page.locator('#progress').getAttribute('role') === 'progressbar',
-      'the progress bar has role=progressbar');
-    check(/^\d{1,3}$/.test(progress || '') && +progress <= 100,
-      'the progress bar has a value 0–100', progress);
-    check(await page.locator('#status-line').getAttribute('role') === 'status',
-      'the position sentence is a live region');
-    await page.screenshot({ path: path.join(args.out, `queue${suffix}.png`), fullPage: true });
-    if (args.mode === 'js') {
-      await page.setViewportSize({ width: 390, height: 844 });
-      await page.screenshot({ path: path.join(args.out, 'queue-phone.png'), fullPage: true });
-      await page.setViewportSize({ width: 1024, height: 800 });
-    }
-
-    // Wait, touching nothing, while recording what the page shows, until it forwards.
-    let lastShot = 0;
-    while (!landed && Date.now() < deadline) {
-      try {
-        const s = await page.evaluate(() => {
-          const m = document.getElementById('main');
-          const p = document.getElementById('position');
-          const b = document.getElementById('progress');
-          return m && { state: m.getAttribute('data-state'), position: p && p.textContent.trim(),
-                        progress: b && b.getAttribute('aria-valuenow') };
-        });
-        if (s) {
-          const prev = result.seen[result.seen.length - 1];
-          if (!prev || prev.state !== s.state || prev.position !== s.position) {
-            result.seen.push({ t: Date.now(), ...s });
-            if (result.seen.length > 200) result.seen.shift();
-          }
-          if (s.state === 'admitted' && Date.now() - lastShot > 5000 &&
-              new URL(page.url()).pathname === queuePath) {
-            lastShot = Date.now();
-            await page.screenshot({ path: path.join(args.out, `admitted${suffix}.png`) })
-              .catch(() => {});
-          }
-        }
-      } catch (e) {
-        // the page is navigating (reload or forward): ask again
-      }
-      await new Promise((r) => setTimeout(r, 200));
-    }
-    check(landed, 'the page forwarded to redirect_url on its own', page.url());
-    const to = new URL(landed);
-    check(to.origin === target.origin && to.pathname === target.pathname,
-      'the forward goes to redirect_url', landed);
-    for (const [k, v] of target.searchParams)
-      check(to.searchParams.get(k) === v, `redirect_url's own query parameter ${k} is kept`);
-    const token = to.searchParams.get('admission_token');
-    check(token, 'the forward carries admission_token');
-    const jwt = decodeJwt(token);
-    check(jwt, 'admission_token is a JWT');
-    check(jwt.header.alg === 'ES256' && jwt.header.kid, 'the JWT is ES256 with a kid', jwt.header);
-    check(jwt.claims.evt === args.event, 'the JWT is for this event', jwt.claims.evt);
-    check(jwt.claims.aud === 'onsale-reserve' ||
-          (Array.isArray(jwt.claims.aud) && jwt.claims.aud.includes('onsale-reserve')),
-      'the JWT audience is onsale-reserve', jwt.claims.aud);
-    result.token_claims = Object.keys(jwt.claims).sort();
-    await page.waitForLoadState('domcontentloaded').catch(() => {});
-    await page.screenshot({ path: path.join(args.out, `landed${suffix}.png`) }).catch(() => {});
-
-    const positions = result.seen.filter((s) => s.state === 'queued' && s.position)
-      .map((s) => Number(s.position.replace(/,/g, '')));
-    result.polls = polls;
-    result.joins = joins;
-    result.page_loads = loads;
-    if (args.mode === 'js') {
-      check(polls >= 1, 'the page polled /status by itself', polls);
-      check(loads === 1, 'with JavaScript the page never reloads itself (polls instead)', loads);
-      check(consoleErrors.length === 0, 'no script errors', consoleErrors);
-    } else {
-      check(polls === 0 && joins === 0, 'without JavaScript nothing is fetched by script');
-      check(loads >= 2, 'without JavaScript the meta refresh re-requested the page', loads);
-    }
-    for (let i = 1; i < positions.length; i++)
-      check(positions[i] <= positions[i - 1], 'the position never goes backwards', positions);
-    result.positions = positions;
   } catch (e) {
     /* the first line is the point; playwright appends a long call log */
     result.error = String(e && e.message || e).split('\n')[0].slice(0, 500);

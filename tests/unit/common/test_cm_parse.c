@@ -263,6 +263,65 @@ static void test_hex(void **state)
     assert_string_equal(out, "");
 }
 
+static void test_url_allowed(void **state)
+{
+    (void)state;
+    size_t o = 0;
+    assert_true(cm_parse_url_allowed("https://shop.example/checkout?ev=1", false, &o));
+    assert_int_equal(o, strlen("https://shop.example"));
+    assert_true(cm_parse_url_allowed("HTTPS://shop.example:8443", false, &o));
+    assert_int_equal(o, strlen("HTTPS://shop.example:8443"));
+    assert_true(cm_parse_url_allowed("https://[2001:db8::1]:443/x", false, NULL));
+    assert_true(cm_parse_url_allowed("https://127.0.0.1:8444?x=1", false, NULL));
+    /* plain http: only to loopback, and only when allowed */
+    const char *loop[] = {"http://127.0.0.1:8080/shop", "http://127.1.2.3", "http://localhost/",
+                          "http://LOCALHOST:1", "http://[::1]:9/"};
+    for (size_t i = 0; i < sizeof(loop) / sizeof(loop[0]); i++) {
+        assert_true(cm_parse_url_allowed(loop[i], true, NULL));
+        assert_false(cm_parse_url_allowed(loop[i], false, NULL));
+    }
+    const char *bad[] = {
+        "http://shop.example/", /* not loopback */
+        "http://127.0.0.1@evil.example/",
+        "http://127.0.0.1.evil.example/",
+        "http://128.0.0.1/",
+        "http://127.0.0.256/",
+        "http://127.0.0/",
+        "http://localhost.evil.example/",
+        "http://[::2]/",
+        "https://user:pw@shop.example/",
+        "https://shop.example/#frag", /* the fragment is where the token goes */
+        "https://shop.example/a b",
+        "https://shop.example/\"x",
+        "https://shop.example/<x>",
+        "https://shop.example/\n",
+        "https://shop.example:0/",
+        "https://shop.example:65536/",
+        "https://shop.example:443443/",
+        "https://shop.example:/",
+        "https:///path",
+        "https://",
+        "https://[]/",
+        "https://[::1/",
+        "javascript:alert(1)",
+        "data:text/html,x",
+        "//shop.example/",
+        "/checkout",
+        "ftp://shop.example/",
+        "",
+        NULL,
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_false(cm_parse_url_allowed(bad[i], true, NULL));
+    char big[CM_URL_MAX + 2];
+    memset(big, 'a', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    memcpy(big, "https://a/", 10);
+    assert_false(cm_parse_url_allowed(big, false, NULL));
+    big[CM_URL_MAX] = '\0';
+    assert_true(cm_parse_url_allowed(big, false, NULL));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -270,7 +329,7 @@ int main(void)
         cmocka_unit_test(test_rfc3339_parse), cmocka_unit_test(test_rfc3339_format),
         cmocka_unit_test(test_i64),           cmocka_unit_test(test_bool),
         cmocka_unit_test(test_bearer),        cmocka_unit_test(test_base64url),
-        cmocka_unit_test(test_hex),
+        cmocka_unit_test(test_hex),           cmocka_unit_test(test_url_allowed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/evp.h>
+
 #include "gw_page.h"
 
 static char *render(const gw_page_info_t *info)
@@ -85,7 +87,7 @@ static void test_queued(void **s)
     assert_has(html, "You are number 1,234 in line.");
     /* (2000 - 1234) / 2000 = 38.3 % */
     assert_has(html, "aria-valuenow=\"38\"");
-    assert_has(html, "width: 38%");
+    assert_has(html, "max=\"100\" value=\"38\"");
     assert_has(html, "data-from=\"2000\"");
     /* no-JS: re-request after poll_after_ms, keeping the baseline */
     assert_has(html, "<meta http-equiv=\"refresh\" content=\"5;url=?from=2000\">");
@@ -136,10 +138,22 @@ static void test_escaping(void **s)
                           .admission_token = "a.b\"<c",
                           .redirect_url = "https://shop.example/buy?x=1&y=\"2\""};
     html = render(&adm);
-    /* the token is percent-encoded in the URL, the URL escaped in the attribute */
-    assert_has(html, "href=\"https://shop.example/buy?x=1&amp;y=&quot;2&quot;&amp;admission_token="
-                     "a.b%22%3Cc\"");
+    /* a quote in redirect_url is refused outright: nothing is linked */
     assert_lacks(html, "y=\"2\"");
+    assert_lacks(html, "a.b\"<c");
+    assert_has(html, "<p id=\"continue\" hidden>");
+    free(html);
+
+    /* the token is percent-encoded in the fragment, the URL escaped in the attribute */
+    adm.redirect_url = "https://shop.example/buy?x=1&y=2";
+    html = render(&adm);
+    assert_has(html, "href=\"https://shop.example/buy?x=1&amp;y=2#admission_token=a.b%22%3Cc\"");
+    free(html);
+
+    /* post hand-off: the token is a form field, HTML-escaped */
+    adm.handoff_post = true;
+    html = render(&adm);
+    assert_has(html, "name=\"admission_token\" value=\"a.b&quot;&lt;c\"");
     free(html);
 }
 
@@ -152,11 +166,44 @@ static void test_admitted(void **s)
                          .redirect_url = "https://shop.example/checkout"};
     char *html = render(&in);
     assert_only_visible(html, "admitted");
-    assert_has(html, "content=\"0;url=https://shop.example/checkout?admission_token=eyJ.eyJ.sig\"");
-    assert_has(html, "data-redirect=\"https://shop.example/checkout?admission_token=eyJ.eyJ.sig\"");
+    /* API.md v1.1: the token travels in the fragment, never in the query string */
+    assert_has(html, "content=\"0;url=https://shop.example/checkout#admission_token=eyJ.eyJ.sig\"");
+    assert_has(html, "data-redirect=\"https://shop.example/checkout#admission_token=eyJ.eyJ.sig\"");
+    assert_lacks(html, "?admission_token");
     assert_has(html, "<p id=\"continue\" >");
+    assert_has(html, "data-handoff=\"fragment\"");
+    assert_has(html, "<form id=\"handoff\" method=\"post\" action=\"\" hidden>");
     assert_has(html, "aria-valuenow=\"100\"");
     free(html);
+    char *csp = gw_page_csp(&in);
+    assert_has(csp, "form-action 'none'");
+    free(csp);
+
+    /* post: a form to redirect_url carrying the token, no forwarding URL with it anywhere */
+    in.handoff_post = true;
+    in.redirect_url = "https://shop.example:8443/checkout?ev=e1";
+    html = render(&in);
+    assert_only_visible(html, "admitted");
+    assert_has(html, "data-handoff=\"post\"");
+    assert_has(html, "<form id=\"handoff\" method=\"post\" "
+                     "action=\"https://shop.example:8443/checkout?ev=e1\" >");
+    assert_has(html, "<input type=\"hidden\" name=\"admission_token\" value=\"eyJ.eyJ.sig\">");
+    assert_has(html, "<p id=\"continue\" hidden>");
+    assert_has(html, "data-redirect=\"\"");
+    assert_lacks(html, "url=https://");
+    assert_has(html, "content=\"3600\"");
+    free(html);
+    csp = gw_page_csp(&in);
+    assert_has(csp, "form-action https://shop.example:8443");
+    assert_lacks(csp, "checkout");
+    free(csp);
+    in.state = "queued";
+    csp = gw_page_csp(&in); /* only the admitted page may post anywhere */
+    assert_has(csp, "form-action 'none'");
+    free(csp);
+    in.state = "admitted";
+    in.handoff_post = false;
+    in.redirect_url = "https://shop.example/checkout";
 
     /* a javascript: URL is never linked: no forward, the link paragraph hidden */
     in.redirect_url = "javascript:alert(1)";
@@ -167,22 +214,93 @@ static void test_admitted(void **s)
     assert_has(html, "data-redirect=\"\"");
     assert_has(html, "content=\"3600\"");
     free(html);
+    in.handoff_post = true; /* nor a form posted there */
+    html = render(&in);
+    assert_has(html, "action=\"\" hidden>");
+    assert_lacks(html, "value=\"eyJ");
+    free(html);
+}
+
+/* 'sha256-<base64>' of [p, end), computed here with OpenSSL directly. */
+static void hash_source(const char *p, const char *end, char *out, size_t outlen)
+{
+    unsigned char md[32];
+    unsigned int mdlen = 0;
+    assert_int_equal(EVP_Digest(p, (size_t)(end - p), md, &mdlen, EVP_sha256(), NULL), 1);
+    unsigned char b64[64];
+    EVP_EncodeBlock(b64, md, (int)mdlen);
+    snprintf(out, outlen, "'sha256-%s'", b64);
+}
+
+/* Every <script>/<style> element of html after its head comment, as rendered. */
+static int assert_elements_hashed(const char *html, const char *csp, const char *tag)
+{
+    char open[16], close[16], src[80];
+    snprintf(open, sizeof(open), "<%s>", tag);
+    snprintf(close, sizeof(close), "</%s>", tag);
+    const char *p = strstr(html, "-->"); /* the head comment names the tags */
+    int n = 0;
+    while ((p = strstr(p, open)) != NULL) {
+        const char *body = p + strlen(open), *end = strstr(body, close);
+        assert_non_null(end);
+        hash_source(body, end, src, sizeof(src));
+        assert_has(csp, src);
+        p = end;
+        n++;
+    }
+    return n;
+}
+
+/* Issue 8: CSP without 'unsafe-inline'; the page's own elements allowed by hash. */
+static void test_csp_hashes(void **s)
+{
+    (void)s;
+    static const char *const states[] = {"new", "queued", "prequeue", "admitted", "sold_out"};
+    for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++) {
+        gw_page_info_t in = {.event = "e1",
+                             .state = states[i],
+                             .position = 3,
+                             .queue_size = 9,
+                             .admission_token = "a.b.c",
+                             .redirect_url = "https://shop.example/x"};
+        char *html = render(&in);
+        char *csp = gw_page_csp(&in);
+        assert_lacks(csp, "unsafe");
+        assert_has(csp, "default-src 'none'; ");
+        assert_has(csp, "frame-ancestors 'none'");
+        assert_has(csp, "base-uri 'none'");
+        assert_int_equal(assert_elements_hashed(html, csp, "script"), 1);
+        assert_int_equal(assert_elements_hashed(html, csp, "style"), 1);
+        /* a hash cannot allow attributes: the page must have none of these */
+        assert_lacks(html, " style=\"");
+        assert_lacks(html, " onclick=");
+        assert_lacks(html, " onload=");
+        free(csp);
+        free(html);
+    }
+    extern const char gw_www_dashboard_html[];
+    const char *dash = gw_page_dashboard_csp();
+    assert_lacks(dash, "unsafe");
+    assert_has(dash, "form-action 'self'");
+    assert_int_equal(assert_elements_hashed(gw_www_dashboard_html, dash, "script"), 1);
+    assert_int_equal(assert_elements_hashed(gw_www_dashboard_html, dash, "style"), 1);
+    assert_lacks(gw_www_dashboard_html, " style=\"");
 }
 
 static void test_forward_url(void **s)
 {
     (void)s;
     char *u = gw_page_forward_url("https://a.example/x", "t.o-k_e~n");
-    assert_string_equal(u, "https://a.example/x?admission_token=t.o-k_e~n");
+    assert_string_equal(u, "https://a.example/x#admission_token=t.o-k_e~n");
     free(u);
     u = gw_page_forward_url("https://a.example/x?ev=1", "tok");
-    assert_string_equal(u, "https://a.example/x?ev=1&admission_token=tok");
+    assert_string_equal(u, "https://a.example/x?ev=1#admission_token=tok");
     free(u);
-    u = gw_page_forward_url("/checkout#pay", "tok");
-    assert_string_equal(u, "/checkout?admission_token=tok#pay");
+    u = gw_page_forward_url("HTTPS://a.example/?q", "a b+/=");
+    assert_string_equal(u, "HTTPS://a.example/?q#admission_token=a%20b%2B%2F%3D");
     free(u);
-    u = gw_page_forward_url("HTTP://a.example/?q#f?g", "a b+/=");
-    assert_string_equal(u, "HTTP://a.example/?q&admission_token=a%20b%2B%2F%3D#f?g");
+    u = gw_page_forward_url("http://127.0.0.1:8080/shop", "tok"); /* allowed by configuration */
+    assert_string_equal(u, "http://127.0.0.1:8080/shop#admission_token=tok");
     free(u);
     u = gw_page_forward_url("https://a.example/", NULL);
     assert_string_equal(u, "https://a.example/");
@@ -192,6 +310,9 @@ static void test_forward_url(void **s)
     assert_null(gw_page_forward_url("javascript:alert(1)", "tok"));
     assert_null(gw_page_forward_url("data:text/html,x", "tok"));
     assert_null(gw_page_forward_url("shop.example/x", "tok"));
+    assert_null(gw_page_forward_url("/checkout", "tok"));
+    assert_null(gw_page_forward_url("https://a.example/x#pay", "tok"));
+    assert_null(gw_page_forward_url("http://shop.example/x", "tok"));
     assert_null(gw_page_forward_url("https://a.example/x y", "tok"));
     assert_null(gw_page_forward_url("https://a.example/\nx", "tok"));
 }
@@ -352,7 +473,17 @@ static void test_answers(void **s)
                   &code);
     assert_int_equal(code, 200);
     assert_only_visible(html, "admitted");
-    assert_has(html, "content=\"0;url=https://r.example/buy?admission_token=h.c.s\"");
+    assert_has(html, "content=\"0;url=https://r.example/buy#admission_token=h.c.s\"");
+    free(html);
+
+    html = answer(200,
+                  "{\"event\":\"e1\",\"state\":\"admitted\",\"admission_token\":\"h.c.s\","
+                  "\"expires_at\":\"x\",\"redirect_url\":\"https://r.example/buy\","
+                  "\"handoff\":\"post\"}",
+                  &code);
+    assert_has(html, "action=\"https://r.example/buy\" >");
+    assert_has(html, "value=\"h.c.s\"");
+    assert_lacks(html, "url=https://r.example");
     free(html);
 
     html = answer(410, "{\"error\":\"sold_out\",\"message\":\"m\"}", &code);
@@ -425,6 +556,7 @@ int main(void)
         cmocka_unit_test(test_escaping),
         cmocka_unit_test(test_admitted),
         cmocka_unit_test(test_forward_url),
+        cmocka_unit_test(test_csp_hashes),
         cmocka_unit_test(test_prequeue),
         cmocka_unit_test(test_terminal_and_unknown),
         cmocka_unit_test(test_eta_and_refresh_bounds),

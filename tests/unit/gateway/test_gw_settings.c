@@ -14,14 +14,20 @@
 
 #include "gw_settings.h"
 
-static int parse(const char *json, bool partial, gw_setting_kv_t *kv, char *err)
+static int parse_with(const char *json, bool partial, bool loopback_http, gw_setting_kv_t *kv,
+                      char *err)
 {
     json_error_t je;
     json_t *doc = json_loads(json, 0, &je);
     assert_non_null(doc);
-    int n = gw_settings_parse(doc, partial, kv, err, 256);
+    int n = gw_settings_parse(doc, partial, loopback_http, kv, err, 256);
     json_decref(doc);
     return n;
+}
+
+static int parse(const char *json, bool partial, gw_setting_kv_t *kv, char *err)
+{
+    return parse_with(json, partial, false, kv, err);
 }
 
 static const char *value_of(const gw_setting_kv_t *kv, int n, const char *name)
@@ -45,7 +51,37 @@ static void test_put_fills_defaults(void **state)
     assert_string_equal(value_of(kv, n, "mode"), "random_at_open");
     assert_string_equal(value_of(kv, n, "admission_ttl_seconds"), "600");
     assert_string_equal(value_of(kv, n, "opens_at"), "");
+    assert_string_equal(value_of(kv, n, "handoff"), "fragment");
     assert_null(value_of(kv, n, "unknown"));
+}
+
+/* API.md v1.1: the admission token goes to https only; plain http to loopback on request. */
+static void test_redirect_url_and_handoff(void **state)
+{
+    gw_setting_kv_t kv[GW_SETTINGS_MAX_FIELDS];
+    char err[256];
+    int n = parse("{\"redirect_url\":\"https://shop.example/buy?x=1\",\"handoff\":\"post\"}", true,
+                  kv, err);
+    assert_int_equal(n, 2);
+    assert_string_equal(value_of(kv, n, "handoff"), "post");
+    const char *plain = "{\"redirect_url\":\"http://127.0.0.1:8080/shop\"}";
+    assert_int_equal(parse(plain, true, kv, err), -1);
+    assert_non_null(strstr(err, "https://"));
+    assert_int_equal(parse_with(plain, true, true, kv, err), 1);
+    assert_int_equal(parse_with("{\"redirect_url\":\"http://shop.example/\"}", true, true, kv, err),
+                     -1);
+    assert_int_equal(parse("{\"redirect_url\":\"https://shop.example/#x\"}", true, kv, err), -1);
+    assert_int_equal(parse("{\"handoff\":\"query\"}", true, kv, err), -1);
+    assert_non_null(strstr(err, "handoff"));
+
+    gw_settings_t s;
+    gw_settings_defaults(&s);
+    assert_false(s.handoff_post);
+    gw_settings_set(&s, "handoff", "post");
+    assert_true(s.handoff_post);
+    json_t *o = gw_settings_json(&s);
+    assert_string_equal(json_string_value(json_object_get(o, "handoff")), "post");
+    json_decref(o);
 }
 
 static void test_put_requires_rate(void **state)
@@ -86,6 +122,8 @@ static void test_bad_values(void **state)
         "{\"admission_ttl_seconds\":1}",
         "{\"redirect_url\":\"javascript:alert(1)\"}",
         "{\"redirect_url\":\"https://x/<script>\"}",
+        "{\"redirect_url\":\"http://shop.example/buy\"}",
+        "{\"handoff\":1}",
         "{\"noshow_grace_seconds\":0}",
         "{\"max_prequeue\":0}",
         "{\"max_prequeue\":\"many\"}",
@@ -128,9 +166,12 @@ static void test_redis_form_round_trip(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_put_fills_defaults),      cmocka_unit_test(test_put_requires_rate),
-        cmocka_unit_test(test_patch_only_given_fields), cmocka_unit_test(test_bad_values),
+        cmocka_unit_test(test_put_fills_defaults),
+        cmocka_unit_test(test_put_requires_rate),
+        cmocka_unit_test(test_patch_only_given_fields),
+        cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_redis_form_round_trip),
+        cmocka_unit_test(test_redirect_url_and_handoff),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
