@@ -1,0 +1,696 @@
+/*
+ * sim_audit — see sim_audit.h. Main thread, after the crowd's loop has ended.
+ *
+ * Sources: Postgres (bookings, booking_items, checkouts, pools — the system of record),
+ * Redis (seat marks and pool counters under os:{event}:, the key layout of
+ * reserve/lua/prelude.lua), the payment simulator's ledger (GET /v1/ledger?event=,
+ * charges carry metadata.checkout = the checkout id), and the fans' own record. Each
+ * check adds a violation naming itself; the figures go to r->figures for the report.
+ * The only library use of its kind in the simulator: libpq and hiredis synchronously,
+ * which is fine here because nothing else runs any more.
+ */
+#include "sim_audit.h"
+
+#include <event2/event.h>
+#include <hiredis/hiredis.h>
+#include <libpq-fe.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cm_mem.h"
+#include "cm_time.h"
+#include "cm_tls.h"
+#include "sim_http.h"
+
+static const char *const TERMINAL = "('confirmed','failed','released','refunded')";
+
+/* ------------------------------------------------------------------ sources */
+
+static PGresult *q(PGconn *pg, const char *sql, const char *event)
+{
+    const char *params[1] = {event};
+    PGresult *res = PQexecParams(pg, sql, 1, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        fprintf(stderr, "onsale-sim: audit query failed: %s", PQerrorMessage(pg));
+        PQclear(res);
+        return NULL;
+    }
+    return res;
+}
+
+typedef struct {
+    json_t *out;
+    struct event_base *base;
+} fetch_t;
+
+static void on_fetch(const sim_resp_t *resp, void *arg)
+{
+    fetch_t *f = arg;
+    if (resp->status == 200)
+        f->out = json_loadb(resp->body, resp->body_len, 0, NULL);
+    else
+        fprintf(stderr, "onsale-sim: ledger: %s %.*s\n", resp->err ? resp->err : "HTTP error",
+                (int)resp->body_len, resp->body);
+    event_base_loopexit(f->base, NULL);
+}
+
+/* The payment simulator's ledger for the event, on a short-lived loop of its own. */
+static json_t *fetch_ledger(sim_run_t *r)
+{
+    char err[256];
+    fetch_t f = {NULL, event_base_new()};
+    sim_tls_ctx_t *tls = r->o->ca ? cm_tls_client_new(r->o->ca, err, sizeof(err)) : NULL;
+    sim_pool_t *p = sim_pool_new(f.base, r->o->paysim_url, tls, 1, NULL, 60, err, sizeof(err));
+    if (p) {
+        char path[160];
+        snprintf(path, sizeof(path), "/v1/ledger?event=%s", r->event);
+        sim_pool_request(p, 0, "GET", path, NULL, NULL, on_fetch, &f);
+        event_base_dispatch(f.base);
+    } else {
+        fprintf(stderr, "onsale-sim: ledger: %s\n", err);
+    }
+    sim_pool_free(p);
+    if (tls)
+        cm_tls_free(tls);
+    event_base_free(f.base);
+    return f.out;
+}
+
+static redisContext *redis_open(sim_run_t *r)
+{
+    struct timeval tv = {5, 0};
+    redisContext *rc = redisConnectWithTimeout(r->o->redis_host, r->o->redis_port, tv);
+    if (rc == NULL || rc->err) {
+        fprintf(stderr, "onsale-sim: redis %s:%d: %s\n", r->o->redis_host, r->o->redis_port,
+                rc ? rc->errstr : "out of memory");
+        redisFree(rc);
+        return NULL;
+    }
+    if (r->o->redis_password) {
+        redisReply *rep = r->o->redis_user ? redisCommand(rc, "AUTH %s %s", r->o->redis_user,
+                                                          r->o->redis_password)
+                                           : redisCommand(rc, "AUTH %s", r->o->redis_password);
+        bool ok = rep && rep->type == REDIS_REPLY_STATUS;
+        freeReplyObject(rep);
+        if (!ok) {
+            fprintf(stderr, "onsale-sim: redis AUTH refused\n");
+            redisFree(rc);
+            return NULL;
+        }
+    }
+    return rc;
+}
+
+/* ------------------------------------------------------------------ checks */
+
+/* Waits (up to settle_s) for every checkout of the event to reach a terminal state. */
+static void check_terminal(sim_run_t *r, PGconn *pg)
+{
+    char sql[256];
+    snprintf(sql, sizeof(sql),
+             "SELECT state, count(*) FROM checkouts WHERE event_id = $1 AND state NOT IN %s "
+             "GROUP BY 1",
+             TERMINAL);
+    int64_t deadline = (int64_t)cm_time_mono_ns() + (int64_t)(r->sc->settle_s * 1e9);
+    for (;;) {
+        PGresult *res = q(pg, sql, r->event);
+        if (res == NULL)
+            return;
+        int n = PQntuples(res);
+        if (n == 0) {
+            PQclear(res);
+            return;
+        }
+        if ((int64_t)cm_time_mono_ns() >= deadline) {
+            for (int i = 0; i < n; i++)
+                sim_run_violation(r, "checkout_terminal",
+                                  "%s checkouts still '%s' %.0f s after the night",
+                                  PQgetvalue(res, i, 1), PQgetvalue(res, i, 0), r->sc->settle_s);
+            PQclear(res);
+            return;
+        }
+        PQclear(res);
+        usleep(500000);
+    }
+}
+
+static void check_units(sim_run_t *r, PGconn *pg)
+{
+    PGresult *res = q(pg,
+                      "SELECT seat_id, count(*) FROM booking_items WHERE event_id = $1 "
+                      "GROUP BY 1 HAVING count(*) > 1",
+                      r->event);
+    for (int i = 0; res && i < PQntuples(res); i++)
+        sim_run_violation(r, "unit_booked_twice", "seat %s is booked %s times",
+                          PQgetvalue(res, i, 0), PQgetvalue(res, i, 1));
+    PQclear(res);
+    res = q(pg,
+            "SELECT p.pool_id, p.capacity, coalesce(sum(b.quantity), 0) FROM pools p "
+            "LEFT JOIN bookings b ON b.event_id = p.event_id AND b.pool_id = p.pool_id "
+            "WHERE p.event_id = $1 GROUP BY 1, 2",
+            r->event);
+    for (int i = 0; res && i < PQntuples(res); i++)
+        if (atol(PQgetvalue(res, i, 2)) > atol(PQgetvalue(res, i, 1)))
+            sim_run_violation(r, "ga_over_capacity", "pool %s sold %s of %s", PQgetvalue(res, i, 0),
+                              PQgetvalue(res, i, 2), PQgetvalue(res, i, 1));
+    PQclear(res);
+    /* Own record: no two fans were told they bought the same seat. */
+    int *owner = cm_xcalloc((size_t)r->sc->nseats + 1, sizeof(int));
+    for (int i = 0; i < r->nfans; i++) {
+        sim_fan_t *f = &r->fans[i];
+        if (f->outcome != O_BOUGHT || f->ga)
+            continue;
+        for (int k = 0; k < f->want && f->seat + k < r->sc->nseats; k++) {
+            if (owner[f->seat + k])
+                sim_run_violation(r, "unit_booked_twice",
+                                  "fans %d and %u were both told they bought seat %s",
+                                  owner[f->seat + k] - 1, f->id, r->sc->seats[f->seat + k].id);
+            owner[f->seat + k] = (int)f->id + 1;
+        }
+    }
+    free(owner);
+}
+
+typedef struct {
+    const char *checkout;
+    const char *charge;
+    bool kept, refunded;
+    int bookings;
+} charge_t;
+
+static int cmp_charge(const void *a, const void *b)
+{
+    return strcmp(((const charge_t *)a)->checkout, ((const charge_t *)b)->checkout);
+}
+
+static charge_t *find_charge(charge_t *v, size_t n, const char *checkout, size_t *count)
+{
+    charge_t key = {.checkout = checkout};
+    charge_t *hit = bsearch(&key, v, n, sizeof(charge_t), cmp_charge);
+    *count = 0;
+    if (hit == NULL)
+        return NULL;
+    while (hit > v && strcmp((hit - 1)->checkout, checkout) == 0)
+        hit--;
+    for (charge_t *p = hit; p < v + n && strcmp(p->checkout, checkout) == 0; p++)
+        (*count)++;
+    return hit;
+}
+
+/* Bookings against kept charges, refunds against checkouts, one charge per purchase. */
+static void check_money(sim_run_t *r, PGconn *pg, json_t *ledger)
+{
+    json_t *charges = json_object_get(ledger, "charges");
+    size_t n = 0, i;
+    json_t *c;
+    charge_t *v = cm_xcalloc(json_array_size(charges) + 1, sizeof(charge_t));
+    long kept = 0, refunded = 0;
+    json_array_foreach(charges, i, c)
+    {
+        const char *co =
+            json_string_value(json_object_get(json_object_get(c, "metadata"), "checkout"));
+        const char *st = json_string_value(json_object_get(c, "status"));
+        if (co == NULL || st == NULL || strcmp(st, "succeeded") != 0)
+            continue;
+        v[n].checkout = co;
+        v[n].charge = json_string_value(json_object_get(c, "id"));
+        v[n].refunded = json_is_true(json_object_get(c, "refunded"));
+        v[n].kept = !v[n].refunded;
+        kept += v[n].kept;
+        refunded += v[n].refunded;
+        n++;
+    }
+    qsort(v, n, sizeof(charge_t), cmp_charge);
+    for (size_t k = 0; k + 1 < n; k++)
+        if (strcmp(v[k].checkout, v[k + 1].checkout) == 0 &&
+            (k == 0 || strcmp(v[k - 1].checkout, v[k].checkout) != 0))
+            sim_run_violation(r, "duplicate_charge",
+                              "checkout %s was charged more than once (%s, %s)", v[k].checkout,
+                              v[k].charge, v[k + 1].charge);
+    PGresult *res =
+        q(pg, "SELECT b.booking_id, b.checkout_id FROM bookings b WHERE b.event_id = $1", r->event);
+    long bookings = res ? PQntuples(res) : 0;
+    for (int k = 0; res && k < PQntuples(res); k++) {
+        size_t cnt = 0, nkept = 0;
+        charge_t *h = find_charge(v, n, PQgetvalue(res, k, 1), &cnt);
+        for (size_t j = 0; h && j < cnt; j++) {
+            nkept += h[j].kept;
+            h[j].bookings++;
+        }
+        if (nkept != 1)
+            sim_run_violation(r, "booking_without_charge",
+                              "booking %s (checkout %s) is matched by %zu kept charges",
+                              PQgetvalue(res, k, 0), PQgetvalue(res, k, 1), nkept);
+    }
+    PQclear(res);
+    for (size_t k = 0; k < n; k++)
+        if (v[k].kept && v[k].bookings == 0)
+            sim_run_violation(r, "charge_without_booking",
+                              "charge %s (checkout %s) was kept but nothing was booked",
+                              v[k].charge, v[k].checkout);
+    /* Refunds: exactly the charges whose checkout did not end confirmed. */
+    res = q(pg, "SELECT checkout_id, state FROM checkouts WHERE event_id = $1", r->event);
+    for (int k = 0; res && k < PQntuples(res); k++) {
+        const char *co = PQgetvalue(res, k, 0), *st = PQgetvalue(res, k, 1);
+        size_t cnt = 0;
+        charge_t *h = find_charge(v, n, co, &cnt);
+        for (size_t j = 0; h && j < cnt; j++) {
+            if (h[j].refunded && strcmp(st, "confirmed") == 0)
+                sim_run_violation(r, "refund_of_confirmed",
+                                  "charge %s was refunded but checkout %s is confirmed",
+                                  h[j].charge, co);
+            if (h[j].kept && strcmp(st, "confirmed") != 0 && strcmp(st, "created") != 0 &&
+                strcmp(st, "converting") != 0)
+                sim_run_violation(r, "charge_not_refunded",
+                                  "charge %s was kept but checkout %s ended '%s'", h[j].charge, co,
+                                  st);
+        }
+        if (strcmp(st, "refunded") == 0 && (h == NULL || !h->refunded))
+            sim_run_violation(r, "refund_missing",
+                              "checkout %s is 'refunded' but the ledger shows no refund", co);
+    }
+    PQclear(res);
+    res = q(pg,
+            "SELECT hold_id, count(*) FROM checkouts WHERE event_id = $1 AND state = 'confirmed' "
+            "GROUP BY 1 HAVING count(*) > 1",
+            r->event);
+    for (int k = 0; res && k < PQntuples(res); k++)
+        sim_run_violation(r, "duplicate_purchase", "hold %s was confirmed by %s checkouts",
+                          PQgetvalue(res, k, 0), PQgetvalue(res, k, 1));
+    PQclear(res);
+    /* Own record: every fan told "confirmed" has that booking in Postgres. */
+    long missing = 0;
+    for (int k = 0; k < r->nfans; k++) {
+        sim_fan_t *f = &r->fans[k];
+        if (f->outcome != O_BOUGHT || f->booking_id[0] == '\0')
+            continue;
+        const char *params[1] = {f->booking_id};
+        PGresult *b = PQexecParams(pg, "SELECT 1 FROM bookings WHERE booking_id = $1", 1, NULL,
+                                   params, NULL, NULL, 0);
+        if (PQresultStatus(b) == PGRES_TUPLES_OK && PQntuples(b) == 0 && missing++ < 20)
+            sim_run_violation(r, "confirmed_without_booking",
+                              "fan %u was told booking %s, which Postgres does not have", f->id,
+                              f->booking_id);
+        PQclear(b);
+    }
+    json_object_set_new(r->figures, "money",
+                        json_pack("{s:i, s:i, s:i}", "bookings", (int)bookings, "kept_charges",
+                                  (int)kept, "refunded_charges", (int)refunded));
+    free(v);
+}
+
+/* sold (Postgres) + held + available (Redis) = inventory, and Redis' sold marks are
+ * exactly Postgres' booked seats. */
+static void check_inventory(sim_run_t *r, PGconn *pg, redisContext *rc)
+{
+    char prefix[96];
+    snprintf(prefix, sizeof(prefix), "os:{%s}:", r->event);
+    redisReply *seed = redisCommand(rc, "EXISTS %sseed", prefix);
+    bool seeded = seed && seed->type == REDIS_REPLY_INTEGER && seed->integer == 1;
+    freeReplyObject(seed);
+    PGresult *res = q(pg,
+                      "SELECT count(*) FROM booking_items bi JOIN seats s USING (event_id, "
+                      "seat_id) WHERE bi.event_id = $1 AND s.section IS NOT NULL",
+                      r->event);
+    long sold_pg = res ? atol(PQgetvalue(res, 0, 0)) : -1;
+    PQclear(res);
+    long sold_r = 0, held = 0;
+    if (seeded) {
+        for (int i = 0; i < r->sc->nseats; i += 500) {
+            int m = r->sc->nseats - i < 500 ? r->sc->nseats - i : 500;
+            for (int k = 0; k < m; k++)
+                redisAppendCommand(rc, "GET %ss:%s", prefix, r->sc->seats[i + k].id);
+            for (int k = 0; k < m; k++) {
+                redisReply *rep = NULL;
+                if (redisGetReply(rc, (void **)&rep) != REDIS_OK)
+                    return;
+                if (rep->type == REDIS_REPLY_STRING) {
+                    if (strncmp(rep->str, "sold:", 5) == 0)
+                        sold_r++;
+                    else
+                        held++;
+                }
+                freeReplyObject(rep);
+            }
+        }
+        if (sold_r != sold_pg)
+            sim_run_violation(r, "inventory_balance",
+                              "seats: Postgres booked %ld, Redis marks %ld sold", sold_pg, sold_r);
+    }
+    long avail = r->sc->nseats - (seeded ? sold_r : sold_pg) - held;
+    if (avail < 0)
+        sim_run_violation(r, "inventory_balance", "seats: sold %ld + held %ld exceed %d", sold_r,
+                          held, r->sc->nseats);
+    json_t *pools = json_array();
+    for (int i = 0; i < r->sc->npools; i++) {
+        const sim_pool_def_t *p = &r->sc->pools[i];
+        const char *params[2] = {r->event, p->id};
+        res = PQexecParams(pg,
+                           "SELECT coalesce(sum(quantity), 0) FROM bookings WHERE event_id = $1 "
+                           "AND pool_id = $2",
+                           2, NULL, params, NULL, NULL, 0);
+        long psold = PQresultStatus(res) == PGRES_TUPLES_OK ? atol(PQgetvalue(res, 0, 0)) : -1;
+        PQclear(res);
+        long pavail = -1, pheld = 0, pexpired = 0;
+        if (seeded) {
+            redisReply *a = redisCommand(rc, "GET %sp:%s", prefix, p->id);
+            if (a && a->type == REDIS_REPLY_STRING)
+                pavail = atol(a->str);
+            freeReplyObject(a);
+            redisReply *t = redisCommand(rc, "TIME");
+            double now_ms = t && t->type == REDIS_REPLY_ARRAY && t->elements == 2
+                                ? atof(t->element[0]->str) * 1000 + atof(t->element[1]->str) / 1000
+                                : 0;
+            freeReplyObject(t);
+            redisReply *z = redisCommand(rc, "ZRANGE %spe:%s 0 -1 WITHSCORES", prefix, p->id);
+            for (size_t k = 0; z && z->type == REDIS_REPLY_ARRAY && k + 1 < z->elements; k += 2) {
+                long qty = atol(z->element[k]->str);
+                if (atof(z->element[k + 1]->str) > now_ms)
+                    pheld += qty;
+                else
+                    pexpired += qty; /* returns to the pool on the script's next touch */
+            }
+            freeReplyObject(z);
+            if (pavail >= 0 && psold + pheld + pavail + pexpired != p->capacity)
+                sim_run_violation(r, "inventory_balance",
+                                  "pool %s: sold %ld + held %ld + available %ld (+%ld expiring) "
+                                  "!= capacity %d",
+                                  p->id, psold, pheld, pavail, pexpired, p->capacity);
+        }
+        json_array_append_new(pools, json_pack("{s:s, s:i, s:I, s:I, s:I, s:i}", "pool", p->id,
+                                               "capacity", p->capacity, "sold", (json_int_t)psold,
+                                               "held", (json_int_t)pheld, "available",
+                                               (json_int_t)(pavail + pexpired), "seeded", seeded));
+    }
+    json_object_set_new(r->figures, "inventory",
+                        json_pack("{s:i, s:I, s:I, s:I, s:b, s:o}", "seats", r->sc->nseats, "sold",
+                                  (json_int_t)sold_pg, "held", (json_int_t)held, "available",
+                                  (json_int_t)avail, "redis_seeded", seeded, "pools", pools));
+}
+
+/* ------------------------------------------------------------------ order and fairness */
+
+static const sim_run_t *g_run; /* qsort context (main thread only) */
+
+static int64_t got_number_at(const sim_run_t *r, const sim_fan_t *f)
+{
+    if (f->in_prequeue)
+        return (r->opens_at_ms - r->wall_start_ms) * 1000000LL;
+    return f->placed_ns;
+}
+
+static int by_numbered(const void *a, const void *b)
+{
+    const sim_fan_t *x = &g_run->fans[*(const int *)a], *y = &g_run->fans[*(const int *)b];
+    int64_t p = got_number_at(g_run, x), q2 = got_number_at(g_run, y);
+    return (p > q2) - (p < q2);
+}
+
+static int by_sent(const void *a, const void *b)
+{
+    const sim_fan_t *x = &g_run->fans[*(const int *)a], *y = &g_run->fans[*(const int *)b];
+    return (x->join_sent_ns > y->join_sent_ns) - (x->join_sent_ns < y->join_sent_ns);
+}
+
+/* FIFO: a fan who had their number before another fan even asked is ahead of them. */
+static void check_fifo(sim_run_t *r)
+{
+    int n = 0;
+    int *a = cm_xcalloc((size_t)r->nfans + 1, sizeof(int));
+    int *b = cm_xcalloc((size_t)r->nfans + 1, sizeof(int));
+    for (int i = 0; i < r->nfans; i++)
+        if (r->fans[i].num > 0 && r->fans[i].placed_ns >= 0) {
+            a[n] = b[n] = i;
+            n++;
+        }
+    g_run = r;
+    qsort(a, (size_t)n, sizeof(int), by_numbered);
+    qsort(b, (size_t)n, sizeof(int), by_sent);
+    uint64_t maxnum = 0;
+    long inversions = 0;
+    int j = 0;
+    for (int k = 0; k < n; k++) {
+        const sim_fan_t *fb = &r->fans[b[k]];
+        if (fb->in_prequeue)
+            continue;
+        while (j < n && got_number_at(r, &r->fans[a[j]]) < fb->join_sent_ns) {
+            if (r->fans[a[j]].num > maxnum)
+                maxnum = r->fans[a[j]].num;
+            j++;
+        }
+        if (maxnum > fb->num && inversions++ < 10)
+            sim_run_violation(r, "fifo_order",
+                              "fan %u asked after a fan with number %llu already had it, yet got "
+                              "number %llu",
+                              fb->id, (unsigned long long)maxnum, (unsigned long long)fb->num);
+    }
+    json_object_set_new(
+        r->figures, "fifo",
+        json_pack("{s:i, s:I}", "fans_checked", n, "inversions", (json_int_t)inversions));
+    free(a);
+    free(b);
+}
+
+void sim_audit_uniformity(const int *x, const int *y, int n, double *spearman, double *p_spearman,
+                          double *chi2, int *df, double *p_chi2)
+{
+    double d2 = 0;
+    for (int i = 0; i < n; i++)
+        d2 += (double)(x[i] - y[i]) * (double)(x[i] - y[i]);
+    double nn = n;
+    *spearman = n > 1 ? 1.0 - 6.0 * d2 / (nn * (nn * nn - 1.0)) : 0;
+    double z = fabs(*spearman) * sqrt(nn - 1.0);
+    *p_spearman = erfc(z / sqrt(2.0));
+    int k = (int)floor(sqrt(nn / 5.0));
+    if (k > 10)
+        k = 10;
+    if (k < 2) {
+        *chi2 = 0;
+        *df = 0;
+        *p_chi2 = 1;
+        return;
+    }
+    long *cell = cm_xcalloc((size_t)(k * k), sizeof(long));
+    for (int i = 0; i < n; i++)
+        cell[(long)x[i] * k / n * k + (long)y[i] * k / n]++;
+    /* Expected count of each cell from its row and column totals (deciles of a
+     * permutation are equal-sized up to rounding). */
+    long *row = cm_xcalloc((size_t)k, sizeof(long)), *col = cm_xcalloc((size_t)k, sizeof(long));
+    for (int i = 0; i < k; i++)
+        for (int j = 0; j < k; j++) {
+            row[i] += cell[i * k + j];
+            col[j] += cell[i * k + j];
+        }
+    double x2 = 0;
+    for (int i = 0; i < k; i++)
+        for (int j = 0; j < k; j++) {
+            double e = (double)row[i] * (double)col[j] / nn;
+            if (e > 0)
+                x2 += ((double)cell[i * k + j] - e) * ((double)cell[i * k + j] - e) / e;
+        }
+    *chi2 = x2;
+    *df = (k - 1) * (k - 1);
+    *p_chi2 = sim_stats_gamma_q(*df / 2.0, x2 / 2.0);
+    free(cell);
+    free(row);
+    free(col);
+}
+
+static int by_num(const void *a, const void *b)
+{
+    const sim_fan_t *x = &g_run->fans[*(const int *)a], *y = &g_run->fans[*(const int *)b];
+    return (x->num > y->num) - (x->num < y->num);
+}
+
+/* Pre-queue: the order at opening against the order of arrival. */
+static void check_prequeue(sim_run_t *r)
+{
+    int n = 0;
+    int *idx = cm_xcalloc((size_t)r->nfans + 1, sizeof(int));
+    for (int i = 0; i < r->nfans; i++) /* fan ids are in arrival order */
+        if (r->fans[i].in_prequeue && r->fans[i].num > 0)
+            idx[n++] = i;
+    int *x = cm_xcalloc((size_t)n + 1, sizeof(int)), *y = cm_xcalloc((size_t)n + 1, sizeof(int));
+    int *pos = cm_xcalloc((size_t)r->nfans + 1, sizeof(int));
+    for (int i = 0; i < n; i++)
+        pos[idx[i]] = i;
+    g_run = r;
+    qsort(idx, (size_t)n, sizeof(int), by_num);
+    for (int i = 0; i < n; i++) {
+        x[pos[idx[i]]] = pos[idx[i]];
+        y[pos[idx[i]]] = i;
+    }
+    double rs = 0, ps = 1, chi2 = 0, pc = 1;
+    int df = 0;
+    if (n >= 2)
+        sim_audit_uniformity(x, y, n, &rs, &ps, &chi2, &df, &pc);
+    json_object_set_new(r->figures, "prequeue",
+                        json_pack("{s:i, s:f, s:f, s:f, s:i, s:f, s:f}", "fans", n, "spearman", rs,
+                                  "p_spearman", ps, "chi2", chi2, "df", df, "p_chi2", pc, "p_min",
+                                  r->sc->p_min));
+    if (n < 2)
+        sim_run_violation(r, "prequeue_uniformity", "only %d pre-queue fans got a number", n);
+    else if (ps < r->sc->p_min || pc < r->sc->p_min)
+        sim_run_violation(r, "prequeue_uniformity",
+                          "order at opening is not a uniform shuffle of arrival: Spearman %.4f "
+                          "(p=%.3g), chi2 %.1f on %d df (p=%.3g), threshold p=%g",
+                          rs, ps, chi2, df, pc, r->sc->p_min);
+    free(idx);
+    free(x);
+    free(y);
+    free(pos);
+}
+
+/* The operator's rate at second t (from the room settings and the timeline). */
+static void rate_at(sim_run_t *r, double t, double *rate, bool *paused, bool *changed_near)
+{
+    json_t *v = json_object_get(r->sc->room, "rate_per_minute");
+    *rate = json_is_number(v) ? json_number_value(v) : 0;
+    *paused = json_is_true(json_object_get(r->sc->room, "paused"));
+    *changed_near = false;
+    for (int i = 0; i < r->sc->nactions; i++) {
+        sim_action_t *a = &r->sc->actions[i];
+        if (a->patch == NULL)
+            continue;
+        if (fabs(a->at_s - t) < 11 || (a->at_s > t - 10 && a->at_s < t + 1))
+            *changed_near = true;
+        if (a->at_s <= t) {
+            json_t *rp = json_object_get(a->patch, "rate_per_minute");
+            if (json_is_number(rp))
+                *rate = json_number_value(rp);
+            json_t *pp = json_object_get(a->patch, "paused");
+            if (json_is_boolean(pp))
+                *paused = json_is_true(pp);
+            json_t *ma = json_object_get(a->patch, "max_active");
+            if (json_is_integer(ma) && json_integer_value(ma) > 0)
+                *changed_near = true; /* max_active limits the flow, not the rate */
+        }
+    }
+}
+
+/* Claimed admissions per 10 s window against the operator's rate. */
+static void check_rate(sim_run_t *r)
+{
+    int secs = r->s_admitted.n;
+    json_t *wins = json_array();
+    json_t *ma = json_object_get(r->sc->room, "max_active");
+    bool limited = json_is_integer(ma) && json_integer_value(ma) > 0;
+    int checked = 0;
+    for (int w = 0; w + 10 <= secs; w += 10) {
+        double count = 0;
+        bool backlog = true;
+        for (int s = w; s < w + 10; s++) {
+            count += r->s_admitted.v[s];
+            if (s >= r->s_queue.n || r->s_queue.v[s] < 1)
+                backlog = false;
+        }
+        double rate;
+        bool paused, near;
+        rate_at(r, w + 5, &rate, &paused, &near);
+        double expect = paused ? 0 : rate / 6.0;
+        double hi = expect * (1 + r->sc->rate_tolerance) + 2;
+        double lo = expect * (1 - r->sc->rate_tolerance) - 2;
+        json_array_append_new(
+            wins, json_pack("{s:i, s:f, s:f}", "from_s", w, "admitted", count, "expected", expect));
+        if (near)
+            continue;
+        if (count > hi)
+            sim_run_violation(r, "admission_rate",
+                              "%.0f admissions in [%d s, %d s) against %.0f expected (+%.0f%%)",
+                              count, w, w + 10, expect, r->sc->rate_tolerance * 100);
+        /* Below the rate only counts while enough fans were waiting all window long. */
+        if (backlog && !limited && r->s_queue.v[w + 9] >= expect && count < lo &&
+            r->sc->rate_tolerance < 1)
+            sim_run_violation(r, "admission_rate",
+                              "%.0f admissions in [%d s, %d s) with fans waiting, against %.0f "
+                              "expected (-%.0f%%)",
+                              count, w, w + 10, expect, r->sc->rate_tolerance * 100);
+        checked++;
+    }
+    json_object_set_new(r->figures, "admission_windows", wins);
+    json_object_set_new(r->figures, "admission_windows_checked", json_integer(checked));
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void check_eta(sim_run_t *r)
+{
+    double *e = cm_xcalloc((size_t)r->nfans + 1, sizeof(double));
+    int n = 0;
+    for (int i = 0; i < r->nfans; i++) {
+        sim_fan_t *f = &r->fans[i];
+        if (f->eta_s < 0 || f->admitted_ns < 0 || f->placed_ns < 0 || f->in_prequeue)
+            continue;
+        double actual = (double)(f->admitted_ns - f->placed_ns) / 1e9;
+        if (actual < 5.0) /* a few seconds' wait: the error is the poll interval */
+            continue;
+        e[n++] = fabs((double)f->eta_s - actual) / actual;
+    }
+    qsort(e, (size_t)n, sizeof(double), cmp_double);
+    double p50 = n ? e[(int)(0.5 * (n - 1))] : 0, p90 = n ? e[(int)(0.9 * (n - 1))] : 0;
+    json_object_set_new(r->figures, "eta_error",
+                        json_pack("{s:i, s:f, s:f}", "fans", n, "p50", p50, "p90", p90));
+    if (r->sc->eta_p90_max > 0 && n > 0 && p90 > r->sc->eta_p90_max)
+        sim_run_violation(r, "eta_accuracy", "ETA error p90 %.0f%% exceeds %.0f%% (%d fans)",
+                          p90 * 100, r->sc->eta_p90_max * 100, n);
+    free(e);
+}
+
+static void check_places(sim_run_t *r)
+{
+    long none = 0;
+    for (int i = 0; i < r->nfans; i++) {
+        sim_fan_t *f = &r->fans[i];
+        if (f->placed_ns < 0 && f->outcome != O_SOLD_OUT)
+            none++;
+    }
+    if (none)
+        sim_run_violation(r, "every_fan_placed", "%ld fans never got a place in the queue", none);
+}
+
+int sim_audit_run(sim_run_t *r)
+{
+    if (r->figures == NULL)
+        r->figures = json_object();
+    check_places(r);
+    if (r->sc->arrival == ARR_PREQUEUE)
+        check_prequeue(r);
+    json_t *mode = json_object_get(r->sc->room, "mode");
+    if (r->sc->arrival == ARR_PREQUEUE || mode == NULL ||
+        strcmp(json_string_value(mode) ? json_string_value(mode) : "", "fifo") == 0)
+        check_fifo(r);
+    check_rate(r);
+    check_eta(r);
+    PGconn *pg = PQconnectdb(r->o->pg_conninfo);
+    if (PQstatus(pg) != CONNECTION_OK) {
+        sim_run_violation(r, "audit_sources", "cannot connect to Postgres: %s", PQerrorMessage(pg));
+    } else {
+        check_terminal(r, pg);
+        check_units(r, pg);
+        if (r->o->paysim_url) {
+            json_t *ledger = fetch_ledger(r);
+            if (ledger == NULL)
+                sim_run_violation(r, "audit_sources", "cannot read the payment ledger");
+            else
+                check_money(r, pg, ledger);
+            json_decref(r->ledger);
+            r->ledger = ledger;
+        }
+        redisContext *rc = redis_open(r);
+        if (rc == NULL)
+            sim_run_violation(r, "audit_sources", "cannot connect to Redis");
+        else
+            check_inventory(r, pg, rc);
+        redisFree(rc);
+    }
+    PQfinish(pg);
+    return r->nviol;
+}
