@@ -1,0 +1,202 @@
+"""The on-sale simulator (issue 10): scaled-down nights against a private stack.
+
+One stack per module (stack.py: deploy/onsale up with the gateway, reserve, payment
+simulator, Redis and Postgres, own ONSALE_STATE and ports). Each test runs
+build/loadgen/sim/onsale-sim on a scenario of loadgen/scenarios/ with the variables of
+`deploy/onsale env` (exactly what `deploy/onsale sim` does) and checks its exit status
+and report.json. The faults night gets a second gateway started here against the same
+Redis (its pid goes to the scenario's kill action through ONSALE_SIM_GATEWAY2_PID).
+The report is opened in headless Chromium and a screenshot kept next to it.
+
+ONSALE_SIM_SCALE (default 1; 0.25 under ASan, set by tests/CMakeLists.txt) scales every
+scenario's fans down further.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import unittest
+
+import stack
+
+SIM_TIMEOUT = 400
+SCALE = os.environ.get("ONSALE_SIM_SCALE", "1")
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+S = None
+
+
+def setUpModule():
+    global S
+    S = stack.module_stack("sim")
+
+
+class SimTest(unittest.TestCase):
+    maxDiff = 4000
+
+    def sim_env(self, extra=None):
+        # Exactly what `deploy/onsale sim` gives the simulator: the variables of `env`.
+        out = subprocess.run(["bash", "-c", 'eval "$("$0" env)" && env -0', S.script],
+                             cwd=S.source, env=S.env(), capture_output=True, timeout=60,
+                             check=True).stdout
+        env = dict(kv.split("=", 1) for kv in out.decode().split("\0") if "=" in kv)
+        env["ONSALE_CTL"] = S.script
+        env.update(extra or {})
+        return env
+
+    def run_sim(self, scenario, extra_env=None, expect_rc=0):
+        out_dir = os.path.join(S.root, "sim-" + scenario)
+        binary = os.path.join(S.build, "loadgen", "sim", "onsale-sim")
+        path = os.path.join(S.source, "loadgen", "scenarios", scenario + ".json")
+        p = subprocess.run([binary, "--no-progress", "--scale", SCALE, "--out", out_dir, path],
+                           env=self.sim_env(extra_env), capture_output=True, text=True,
+                           timeout=SIM_TIMEOUT, stdin=subprocess.DEVNULL)
+        stack.note(f"{scenario}:\n{p.stdout[-3000:]}")
+        self.assertEqual(p.returncode, expect_rc,
+                         f"onsale-sim {scenario} exited {p.returncode}\nstdout:\n{p.stdout[-4000:]}"
+                         f"\nstderr:\n{p.stderr[-3000:]}\n{S.log_tails()}")
+        with open(os.path.join(out_dir, "report.json")) as f:
+            rep = json.load(f)
+        return rep, p.stdout, out_dir
+
+    def assertCleanNight(self, rep, out):
+        self.assertEqual(rep["violations"], [], out)
+        self.assertEqual(rep["headline"]["audit"], "clean")
+        self.assertIn("audit: clean", out)
+        # Everyone got a place, every answer was recorded, nobody was left hanging.
+        self.assertEqual(rep["outcomes"]["cut"], 0, out)
+        self.assertEqual(rep["outcomes"]["error"], 0, out)
+        self.assertIsNotNone(rep["headline"]["all_placed_after_last_arrival_s"])
+
+    def test_seed_night_sells_exactly_the_inventory(self):
+        rep, out, out_dir = self.run_sim("seed-night-small")
+        self.assertCleanNight(rep, out)
+        inv = rep["figures"]["inventory"]
+        self.assertEqual(inv["sold"], inv["seats"], out)      # exactly the 20 seats sold
+        self.assertEqual(rep["headline"]["units_bought"], inv["seats"])
+        self.assertEqual(rep["figures"]["money"]["bookings"], rep["outcomes"]["bought"])
+        self.assertEqual(rep["figures"]["fifo"]["inversions"], 0)
+        # Every admitted loser was told "taken" by the reserve, and the table says how fast.
+        self.assertGreater(rep["outcomes"]["lost"], 0)
+        self.assertGreater(rep["latencies"]["hold_taken"]["count"], 0)
+        self.assertGreater(rep["endpoints"]["join"]["count"], 0)
+        self.assertIn("join", out)
+        self.screenshot(out_dir)
+
+    def test_prequeue_order_is_a_uniform_shuffle(self):
+        rep, out, _ = self.run_sim("prequeue-fairness-small")
+        self.assertCleanNight(rep, out)
+        pq = rep["figures"]["prequeue"]
+        self.assertGreater(pq["fans"], 100, out)
+        self.assertGreaterEqual(pq["p_spearman"], pq["p_min"])
+        self.assertGreaterEqual(pq["p_chi2"], pq["p_min"])
+        self.assertEqual(rep["figures"]["fifo"]["inversions"], 0, out)
+
+    def test_stadium_with_every_behaviour(self):
+        rep, out, _ = self.run_sim("stadium-small")
+        self.assertCleanNight(rep, out)
+        o = rep["outcomes"]
+        for k in ("bought", "abandoned", "vanished"):
+            self.assertGreater(o[k], 0, f"no fan {k}: {out}")
+        # Double clicks reached the reserve (more confirm requests than purchases).
+        self.assertGreater(rep["endpoints"]["confirm"]["count"], o["bought"])
+
+    def test_faults_night_stays_correct(self):
+        gw2, port = self.second_gateway()
+        try:
+            rep, out, _ = self.run_sim("faults-small", {
+                "ONSALE_SIM_GATEWAYS": f"https://127.0.0.1:{port}",
+                "ONSALE_SIM_GATEWAY2_PID": str(gw2.pid)})
+        finally:
+            if gw2.poll() is None:
+                gw2.send_signal(signal.SIGKILL)
+            gw2.wait(10)
+        self.assertCleanNight(rep, out)
+        ran = {t["label"]: t for t in rep["timeline"]}
+        for label in ("restart Redis", "SIGKILL the reserve, start it again",
+                      "kill the second gateway"):
+            self.assertEqual(ran[label].get("exit"), 0, f"{label}: {ran.get(label)}")
+        self.assertIsNotNone(gw2.poll(), "the second gateway was not killed")
+
+    def test_audit_names_a_forged_booking(self):
+        # A booking nobody paid for, written behind the reserve's back mid-night: the audit
+        # must fail and name the check.
+        forge = ("psql \"$ONSALE_PG_CONNINFO\" -q -c \"INSERT INTO bookings (booking_id, "
+                 "event_id, buyer, checkout_id, hold_id, quantity, amount, currency) VALUES "
+                 "('bk-forged-$SIM_EVENT', '$SIM_EVENT', 'nobody', 'co-forged-$SIM_EVENT', "
+                 "'h-forged', 1, 100, 'EUR')\"")
+        scen = os.path.join(S.root, "forged.json")
+        with open(os.path.join(S.source, "loadgen", "scenarios", "seed-night-small.json")) as f:
+            doc = json.load(f)
+        doc.update(name="forged", fans=300,
+                   operator=[{"at_s": 0.5, "exec": forge, "label": "forge a booking"}])
+        with open(scen, "w") as f:
+            json.dump(doc, f)
+        binary = os.path.join(S.build, "loadgen", "sim", "onsale-sim")
+        p = subprocess.run([binary, "--no-progress", "--out", os.path.join(S.root, "forged"),
+                            scen], env=self.sim_env(), capture_output=True, text=True,
+                           timeout=SIM_TIMEOUT, stdin=subprocess.DEVNULL)
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertIn("VIOLATION booking_without_charge", p.stdout)
+
+    def test_bad_scenario_is_a_clear_error(self):
+        bad = os.path.join(S.root, "bad.json")
+        with open(bad, "w") as f:
+            f.write('{"name": "x", "fans": 10, "inventory": {"seats": []}, "room": {}, '
+                    '"behaviours": {"vanish_holdin": 0.1}}')
+        binary = os.path.join(S.build, "loadgen", "sim", "onsale-sim")
+        p = subprocess.run([binary, bad], env=self.sim_env(), capture_output=True, text=True,
+                           timeout=30)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("scenario:", p.stderr)
+
+    # -- helpers
+
+    def second_gateway(self):
+        """A second gateway on its own port against the same Redis (as gwstack.py does)."""
+        port = stack._free_ports(1)[0]
+        with open(os.path.join(S.state, "gateway.conf")) as f:
+            conf = re.sub(r"^port = .*$", f"port = {port}", f.read(), flags=re.M)
+        path = os.path.join(S.state, "gateway-2.conf")
+        with open(path, "w") as f:
+            f.write(conf)
+        log = open(os.path.join(S.root, "gateway-2.log"), "ab")
+        self.addCleanup(log.close)
+        p = subprocess.Popen([os.path.join(S.build, "gateway", "onsale-gateway"), "--config",
+                              path], stdout=log, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL,
+                             env={k: v for k, v in S.env().items()
+                                  if not k.startswith("ONSALE_GATEWAY_")})
+
+        def ready():
+            if p.poll() is not None:
+                raise RuntimeError(f"gateway 2 exited {p.returncode}")
+            c = stack.Client(port, S.ctx, timeout=5)
+            try:
+                return c.get("/readyz").status == 200
+            finally:
+                c.close()
+        stack.wait_for(ready, 30, interval=0.1, what="gateway 2 /readyz")
+        return p, port
+
+    def screenshot(self, out_dir):
+        """The HTML report in headless Chromium: it renders from file:// with no network."""
+        if not os.access(CHROMIUM, os.X_OK):
+            self.skipTest(f"{CHROMIUM} not installed")
+        png = os.path.join(out_dir, "report.png")
+        p = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                            "--hide-scrollbars", "--window-size=1280,1800",
+                            f"--screenshot={png}", "file://" + os.path.join(out_dir, "report.html")],
+                           capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, HOME=S.root))
+        self.assertTrue(os.path.exists(png), p.stderr[-2000:])
+        self.assertGreater(os.path.getsize(png), 20000, "the screenshot looks empty")
+        keep = os.environ.get("ONSALE_SIM_SCREENSHOT")
+        if keep:
+            shutil.copyfile(png, keep)
+
+
+if __name__ == "__main__":
+    unittest.main()
