@@ -64,7 +64,10 @@ static json_t *headline(const sim_run_t *r)
                         json_real(first >= 0 ? total / (double)(last - first + 1) : 0));
     json_object_set_new(h, "confirmations_peak_per_s", json_real(peak));
     json_t *eta = json_object_get(r->figures, "eta_error");
-    json_object_set(h, "eta_error_p90", eta ? json_object_get(eta, "p90") : json_null());
+    json_object_set(h, "eta_error_p90",
+                    eta && json_integer_value(json_object_get(eta, "fans")) > 0
+                        ? json_object_get(eta, "p90")
+                        : json_null());
     json_object_set_new(h, "units_bought", json_integer((json_int_t)r->units_bought));
     json_object_set_new(h, "inventory_units", json_integer(r->total_units));
     json_object_set_new(h, "audit", json_string(r->nviol ? "violations" : "clean"));
