@@ -19,6 +19,8 @@ struct cm_drain {
     uint64_t limit_ns;
     uint64_t started_ns;
     bool draining;
+    int grace_ms;
+    struct event *grace;
     struct event *sig_term;
     struct event *sig_int;
     struct event *tick;
@@ -50,6 +52,16 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     evtimer_add(d->tick, &tv);
 }
 
+static void stop_accepting(evutil_socket_t fd, short what, void *arg)
+{
+    cm_drain_t *d = arg;
+    cm_log(CM_LOG_INFO, "%s: no longer accepting; finishing %d in-flight requests", d->name,
+           *d->inflight);
+    d->started_ns = cm_time_mono_ns();
+    cm_http_server_stop_accepting(d->http);
+    on_tick(-1, 0, d);
+}
+
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     cm_drain_t *d = arg;
@@ -57,12 +69,23 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
         event_base_loopexit(d->base, NULL);
         return;
     }
-    cm_log(CM_LOG_INFO, "%s: signal %d: no longer accepting; finishing %d in-flight requests",
-           d->name, (int)sig, *d->inflight);
     d->draining = true;
-    d->started_ns = cm_time_mono_ns();
-    cm_http_server_stop_accepting(d->http);
-    on_tick(-1, 0, d);
+    cm_http_server_set_closing(d->http, true);
+    if (d->grace_ms > 0) {
+        struct timeval tv = {d->grace_ms / 1000, (d->grace_ms % 1000) * 1000};
+        cm_log(CM_LOG_INFO, "%s: signal %d: readiness 503, still accepting for %d ms", d->name,
+               (int)sig, d->grace_ms);
+        d->grace = evtimer_new(d->base, stop_accepting, d);
+        if (d->grace != NULL && evtimer_add(d->grace, &tv) == 0)
+            return;
+    }
+    cm_log(CM_LOG_INFO, "%s: signal %d", d->name, (int)sig);
+    stop_accepting(-1, 0, d);
+}
+
+void cm_drain_set_grace(cm_drain_t *d, int ms)
+{
+    d->grace_ms = ms > 0 ? ms : 0;
 }
 
 int cm_drain_run(cm_drain_t *d)
@@ -96,5 +119,7 @@ void cm_drain_free(cm_drain_t *d)
         event_free(d->sig_int);
     if (d->tick)
         event_free(d->tick);
+    if (d->grace)
+        event_free(d->grace);
     free(d);
 }

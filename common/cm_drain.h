@@ -23,6 +23,13 @@ typedef struct cm_drain cm_drain_t;
  */
 cm_drain_t *cm_drain_new(struct event_base *base, cm_http_server_t *http, const char *name,
                          const int *inflight, uint64_t limit_ns);
+/**
+ * Grace before the listener closes: for ms after the signal the server still accepts,
+ * readiness answers 503 and every reply closes its connection, so a load balancer's health
+ * check moves new traffic away and keep-alive clients reconnect elsewhere before anything
+ * is refused. 0 (the default): stop accepting at once.
+ */
+void cm_drain_set_grace(cm_drain_t *d, int ms);
 /** Installs the signal handlers, runs the loop to the end of the drain. 0 or -1. */
 int cm_drain_run(cm_drain_t *d);
 /** True once a stop signal arrived. */

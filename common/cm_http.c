@@ -85,6 +85,7 @@ struct cm_http_server {
     int max_connections;
     bool paused;
     bool stopped;
+    bool closing; /* replies close their connections */
 };
 
 static int ssl_conn_index = -1;
@@ -318,6 +319,8 @@ static void on_request(struct evhttp_request *req, void *arg)
     evhttp_add_header(h, "X-Content-Type-Options", "nosniff");
     if (srv->tls != NULL)
         evhttp_add_header(h, "Strict-Transport-Security", HSTS);
+    if (srv->closing) /* draining: evhttp closes the connection after this reply */
+        evhttp_add_header(h, "Connection", "close");
     srv->handler(req, srv->arg);
 }
 
@@ -419,6 +422,11 @@ void cm_http_server_stop_accepting(cm_http_server_t *srv)
         evconnlistener_disable(srv->listener);
         srv->stopped = true;
     }
+}
+
+void cm_http_server_set_closing(cm_http_server_t *srv, bool closing)
+{
+    srv->closing = closing;
 }
 
 void cm_http_server_free(cm_http_server_t *srv)

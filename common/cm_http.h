@@ -56,6 +56,9 @@ int cm_http_server_port(const cm_http_server_t *srv);
 int cm_http_server_connections(const cm_http_server_t *srv);
 /** Stops accepting new connections (graceful shutdown: in-flight requests finish). */
 void cm_http_server_stop_accepting(cm_http_server_t *srv);
+/** While set, every reply carries `Connection: close` (draining: clients reconnect, and
+ *  through a load balancer reach another server). */
+void cm_http_server_set_closing(cm_http_server_t *srv, bool closing);
 /** Closes every connection and frees. NULL is fine. */
 void cm_http_server_free(cm_http_server_t *srv);
 

@@ -18,6 +18,10 @@ const cm_config_opt_t gw_config_table[] = {
     {"proxy_from", CM_CFG_STR, S(proxy_from), NULL, 0, 0,
      "addresses/CIDR blocks (comma-separated) of load balancers whose connections start with "
      "a PROXY v2 header naming the client (HAProxy send-proxy-v2); needs TLS"},
+    {"drain_grace_ms", CM_CFG_INT, S(drain_grace_ms), "0", 0, 60000,
+     "after SIGTERM, keep accepting this long while /readyz answers 503 and replies close "
+     "their connections, so a load balancer moves traffic away first (set above its check "
+     "interval x fall); 0: stop accepting at once"},
     {"max_connections", CM_CFG_INT, S(max_connections), "16384", 16, 1000000,
      "open client connections before the listener pauses"},
     {"max_body_bytes", CM_CFG_INT, S(max_body_bytes), "16384", 1024, 16777216,

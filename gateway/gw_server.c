@@ -355,6 +355,7 @@ err:
 int gw_server_run(gw_server_t *srv)
 {
     srv->drain = cm_drain_new(srv->base, srv->http, "gateway", &srv->inflight, DRAIN_LIMIT_NS);
+    cm_drain_set_grace(srv->drain, (int)srv->cfg.drain_grace_ms);
     return cm_drain_run(srv->drain);
 }
 

@@ -25,6 +25,7 @@ typedef struct rsv_config {
     int64_t redis_port;
     char *redis_cluster; /* NULL: single node */
     char *proxy_from;    /* NULL: no PROXY headers */
+    int64_t drain_grace_ms;
     int64_t redis_timeout_ms;
     char *pg_conninfo;
     int64_t pg_pool_size;
