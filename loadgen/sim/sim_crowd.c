@@ -956,6 +956,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     if (r->sc->sold_out_when_sold && !c->sold_out_sent &&
         r->units_bought >= (uint64_t)r->total_units) {
         c->sold_out_sent = true;
+        r->sold_out_ns = now_rel(c);
         json_t *p = json_pack("{s:b}", "sold_out", 1);
         room_patch(c, p, "sold out: every unit is booked");
         json_decref(p);
@@ -1142,6 +1143,7 @@ int sim_crowd_run(sim_run_t *r, char *err, size_t errlen)
     c->action_rec = cm_xcalloc((size_t)s->nactions + 1, sizeof(json_t *));
     c->action_pid = cm_xcalloc((size_t)s->nactions + 1, sizeof(pid_t));
     r->timeline = json_array();
+    r->sold_out_ns = -1;
     r->nsvc = o->nservices;
     for (int i = 0; i < o->nservices; i++)
         snprintf(r->svc[i].name, sizeof(r->svc[i].name), "%s", o->services[i].name);

@@ -118,6 +118,7 @@ typedef struct sim_run {
     int64_t last_arrival_ns;
     int64_t all_placed_ns; /* when the last fan got a place in the queue, -1 if never */
     int64_t opens_at_ms;   /* prequeue: the room's opening (wall clock), else 0 */
+    int64_t sold_out_ns;   /* when the operator closed the room as sold out, else -1 */
     sim_fan_t *fans;
     int nfans;
     int state_count[F_NSTATES];

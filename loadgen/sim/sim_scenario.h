@@ -73,6 +73,7 @@ typedef struct sim_scenario {
     double eta_p90_max;
     double rate_tolerance; /* claimed admissions per 10 s: +-this fraction of the rate */
     double p_min;          /* uniformity test: fail below this p-value */
+    bool rate_lower_bound; /* also fail windows below the rate while fans wait */
 } sim_scenario_t;
 
 /** Loads and validates path; NULL with err filled on any problem. */
