@@ -1,14 +1,58 @@
 /*
- * cm_tls — see cm_tls.h. Start-up only (reads files), before the loop runs.
+ * cm_tls — see cm_tls.h. Contexts are made at start-up (reading files), before any
+ * loop runs; certificate reloads run on cm_reload's thread.
+ *
+ * Reload state hangs off the SSL_CTX (ex_data, freed with the context): the file names
+ * and, once a reload succeeded, the pair to use, under a mutex held only to copy
+ * references. Until the first reload the certificate callback does nothing — the
+ * context's own pair serves, at no cost per handshake.
  */
 #include "cm_tls.h"
 
 #include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/pem.h>
 #include <openssl/rand.h>
 #include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "cm_mem.h"
+#include "cm_reload.h"
+
+typedef struct certs {
+    pthread_mutex_t mu;
+    char *cert_file, *key_file;
+    X509 *cert; /* NULL until a reload: the context's own pair serves */
+    STACK_OF(X509) * chain;
+    EVP_PKEY *key;
+    bool hooked;
+} certs_t;
+
+static int certs_idx = -1;
+static pthread_once_t certs_once = PTHREAD_ONCE_INIT;
+
+static void certs_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl, void *argp)
+{
+    (void)parent, (void)ad, (void)idx, (void)argl, (void)argp;
+    certs_t *c = ptr;
+    if (c == NULL)
+        return;
+    X509_free(c->cert);
+    sk_X509_pop_free(c->chain, X509_free);
+    EVP_PKEY_free(c->key);
+    free(c->cert_file);
+    free(c->key_file);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+static void certs_index(void)
+{
+    certs_idx = SSL_CTX_get_ex_new_index(0, NULL, NULL, NULL, certs_free);
+}
 
 static void last_error(const char *what, const char *path, char *err, size_t errlen)
 {
@@ -17,6 +61,77 @@ static void last_error(const char *what, const char *path, char *err, size_t err
     ERR_error_string_n(e, buf, sizeof(buf));
     snprintf(err, errlen, "%s %s: %s", what, path ? path : "", e ? buf : "failed");
     ERR_clear_error();
+}
+
+/* Every handshake, on the thread of its loop: the reloaded pair, if there is one. */
+static int on_cert(SSL *ssl, void *arg)
+{
+    certs_t *c = arg;
+    pthread_mutex_lock(&c->mu);
+    X509 *cert = c->cert;
+    if (cert == NULL) {
+        pthread_mutex_unlock(&c->mu);
+        return 1;
+    }
+    X509_up_ref(cert);
+    EVP_PKEY *key = c->key;
+    EVP_PKEY_up_ref(key);
+    STACK_OF(X509) *chain = X509_chain_up_ref(c->chain);
+    pthread_mutex_unlock(&c->mu);
+    int ok = SSL_use_cert_and_key(ssl, cert, key, chain, 1); /* takes its own references */
+    X509_free(cert);
+    EVP_PKEY_free(key);
+    sk_X509_pop_free(chain, X509_free);
+    return ok == 1 ? 1 : 0;
+}
+
+int cm_tls_server_reload(cm_tls_ctx_t *ctx, char *err, size_t errlen)
+{
+    certs_t *c = certs_idx >= 0 ? SSL_CTX_get_ex_data(ctx, certs_idx) : NULL;
+    if (c == NULL) {
+        snprintf(err, errlen, "not a server context made by cm_tls_server_new");
+        return -1;
+    }
+    X509 *cert = NULL, *extra;
+    STACK_OF(X509) *chain = sk_X509_new_null();
+    EVP_PKEY *key = NULL;
+    int rc = -1;
+    BIO *cb = BIO_new_file(c->cert_file, "r"), *kb = BIO_new_file(c->key_file, "r");
+    if (cb == NULL || (cert = PEM_read_bio_X509(cb, NULL, NULL, NULL)) == NULL) {
+        last_error("certificate", c->cert_file, err, errlen);
+        goto out;
+    }
+    while ((extra = PEM_read_bio_X509(cb, NULL, NULL, NULL)) != NULL)
+        sk_X509_push(chain, extra);
+    ERR_clear_error(); /* the end of the file */
+    if (kb == NULL || (key = PEM_read_bio_PrivateKey(kb, NULL, NULL, NULL)) == NULL) {
+        last_error("private key", c->key_file, err, errlen);
+        goto out;
+    }
+    if (X509_check_private_key(cert, key) != 1) {
+        last_error("key does not match certificate", c->key_file, err, errlen);
+        goto out;
+    }
+    pthread_mutex_lock(&c->mu);
+    X509 *old_cert = c->cert;
+    STACK_OF(X509) *old_chain = c->chain;
+    EVP_PKEY *old_key = c->key;
+    c->cert = cert, c->chain = chain, c->key = key;
+    pthread_mutex_unlock(&c->mu);
+    cert = old_cert, chain = old_chain, key = old_key; /* freed below */
+    rc = 0;
+out:
+    BIO_free(cb);
+    BIO_free(kb);
+    X509_free(cert);
+    sk_X509_pop_free(chain, X509_free);
+    EVP_PKEY_free(key);
+    return rc;
+}
+
+static int on_reload(void *arg, char *err, size_t errlen)
+{
+    return cm_tls_server_reload(arg, err, errlen);
 }
 
 cm_tls_ctx_t *cm_tls_server_new(const char *cert_file, const char *key_file, char *err,
@@ -33,10 +148,9 @@ cm_tls_ctx_t *cm_tls_server_new(const char *cert_file, const char *key_file, cha
         last_error("cipher list", NULL, err, errlen);
         goto err;
     }
+    /* No session tickets (see cm_tls.h): resumption from the server-side cache only. */
     SSL_CTX_set_options(ctx, SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_NO_RENEGOTIATION |
-                                 SSL_OP_NO_COMPRESSION);
-    /* Session tickets stay on (the OpenSSL default): stateless resumption works the
-     * same on every gateway process sharing no cache. */
+                                 SSL_OP_NO_COMPRESSION | SSL_OP_NO_TICKET);
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
     SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
     if (SSL_CTX_use_certificate_chain_file(ctx, cert_file) != 1) {
@@ -51,6 +165,22 @@ cm_tls_ctx_t *cm_tls_server_new(const char *cert_file, const char *key_file, cha
         last_error("key does not match certificate", key_file, err, errlen);
         goto err;
     }
+    pthread_once(&certs_once, certs_index);
+    certs_t *c = cm_xcalloc(1, sizeof(*c));
+    pthread_mutex_init(&c->mu, NULL);
+    c->cert_file = cm_xstrdup(cert_file);
+    c->key_file = cm_xstrdup(key_file);
+    if (certs_idx < 0 || SSL_CTX_set_ex_data(ctx, certs_idx, c) != 1) {
+        certs_free(NULL, c, NULL, 0, 0, NULL);
+        snprintf(err, errlen, "cannot attach reload state to the TLS context");
+        goto err;
+    }
+    SSL_CTX_set_cert_cb(ctx, on_cert, c);
+    if (cm_reload_add("TLS certificate", on_reload, ctx) != 0) {
+        snprintf(err, errlen, "cannot install the SIGHUP reload of %s", cert_file);
+        goto err;
+    }
+    c->hooked = true;
     return ctx;
 err:
     SSL_CTX_free(ctx);
@@ -78,6 +208,11 @@ cm_tls_ctx_t *cm_tls_client_new(const char *ca_file, char *err, size_t errlen)
 
 void cm_tls_free(cm_tls_ctx_t *ctx)
 {
+    if (ctx == NULL)
+        return;
+    certs_t *c = certs_idx >= 0 ? SSL_CTX_get_ex_data(ctx, certs_idx) : NULL;
+    if (c != NULL && c->hooked)
+        cm_reload_remove(on_reload, ctx);
     SSL_CTX_free(ctx);
 }
 

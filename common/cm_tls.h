@@ -2,9 +2,26 @@
  * cm_tls — OpenSSL contexts for onsale's listeners and outbound connections.
  *
  * The only module that configures SSL_CTX objects. Servers speak TLS 1.2 and 1.3
- * only, prefer ECDHE + AEAD suites, and keep session tickets on so a returning fan
- * resumes without a full handshake. Contexts are built before the event loop starts
+ * only and prefer ECDHE + AEAD suites. Contexts are built before the event loop starts
  * (they read files) and are read-only afterwards, so any thread may use them.
+ *
+ * Certificates reload on SIGHUP (cm_reload): the server context keeps the files' names,
+ * the reload thread reads them again, checks that key and certificate match, and swaps
+ * them in; every handshake after that presents the new pair (a certificate callback
+ * hands it to the connection), connections already open keep theirs. A pair that fails
+ * to load is logged and the old one stays.
+ *
+ * Session tickets are off (SSL_OP_NO_TICKET). A ticket key that OpenSSL makes at start
+ * lives, unrotated, as long as the process, and one stolen key decrypts every session
+ * resumed with it — forward secrecy gone for days; sharing and rotating keys across
+ * gateways would need a secret-distribution channel of its own for a small gain. A full
+ * ECDHE-ECDSA P-256 handshake costs ~0.1 ms of CPU, fans keep their connection alive
+ * while they poll, and the "new TLS connections" benchmark measures full handshakes
+ * anyway (wrk never resumes). What is left is OpenSSL's server-side cache (TLS 1.2
+ * session IDs, TLS 1.3 stateful tickets), shared by the workers of one process — but
+ * OpenSSL drops a session from it when the SSL is freed without our close_notify, which
+ * is how libevent's bufferevents close, so in practice every new connection is a full
+ * handshake. That is the cost of this choice, and it is a bounded one.
  */
 #ifndef CM_TLS_H
 #define CM_TLS_H
@@ -15,7 +32,8 @@ typedef struct ssl_ctx_st cm_tls_ctx_t;
 
 /**
  * A server context from a PEM certificate chain and its private key (an ECDSA P-256
- * key is expected; RSA works too). Returns NULL with a message in err.
+ * key is expected; RSA works too), reloaded from the same files on SIGHUP. Returns NULL
+ * with a message in err.
  */
 cm_tls_ctx_t *cm_tls_server_new(const char *cert_file, const char *key_file, char *err,
                                 size_t errlen);
@@ -26,6 +44,12 @@ cm_tls_ctx_t *cm_tls_server_new(const char *cert_file, const char *key_file, cha
  */
 cm_tls_ctx_t *cm_tls_client_new(const char *ca_file, char *err, size_t errlen);
 
+/** Re-reads a server context's certificate and key now (what SIGHUP does); on failure
+ *  the old pair stays. Any thread. 0, or -1 with a message in err. */
+__attribute__((warn_unused_result)) int cm_tls_server_reload(cm_tls_ctx_t *ctx, char *err,
+                                                             size_t errlen);
+
+/** Stops its SIGHUP reload and drops the context (OpenSSL frees it with its last SSL). */
 void cm_tls_free(cm_tls_ctx_t *ctx);
 
 /** SHA-256 of n bytes as 64 lower-case hex characters and a NUL. */

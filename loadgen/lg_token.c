@@ -48,7 +48,7 @@ static void usage(FILE *out)
             "  --nbf-offset SECONDS  nbf = now + SECONDS (default 0; may be negative)\n"
             "  --iat-offset SECONDS  iat = now + SECONDS (default: same as --nbf-offset)\n"
             "  --aud AUD             audience (default " CM_JWT_AUDIENCE ")\n"
-            "  --iss ISS             issuer (default onsale-dev)\n"
+            "  --iss ISS             issuer (default onsale-gateway, the gateway's default)\n"
             "  --jti ID              token id (default: random 128-bit hex)\n"
             "  --kid KID             key id (default: RFC 7638 thumbprint of the key)\n"
             "  --count N             print N tokens, subs VISITOR-1 .. VISITOR-N\n"
@@ -85,7 +85,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
     };
     static const int64_t num_min[N_NUM] = {-TEN_YEARS_S, -TEN_YEARS_S, -TEN_YEARS_S, 1};
     static const int64_t num_max[N_NUM] = {TEN_YEARS_S, TEN_YEARS_S, TEN_YEARS_S, COUNT_MAX};
-    *o = (opts_t){.aud = CM_JWT_AUDIENCE, .iss = "onsale-dev", .ttl = 600, .count = 1};
+    *o = (opts_t){.aud = CM_JWT_AUDIENCE, .iss = "onsale-gateway", .ttl = 600, .count = 1};
     const char **strs[N_STR] = {&o->key, &o->event, &o->sub, &o->aud,
                                 &o->iss, &o->jti,   &o->kid, &o->jwks};
     int64_t *nums[N_NUM] = {&o->ttl, &o->nbf_offset, &o->iat_offset, &o->count};

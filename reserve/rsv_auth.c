@@ -3,16 +3,27 @@
  *
  * The cache is direct-mapped (one slot per hash bucket, a newer token replaces an
  * older one): O(1), bounded memory, no eviction bookkeeping. A slot holds a copy of
- * the token, so a hash collision can never hand one buyer another's claims.
+ * the token, so a hash collision can never hand one buyer another's claims. Each slot
+ * remembers the key generation it was verified under; after a reload a hit is honoured
+ * only if its kid is still in the keyset.
+ *
+ * The failure limiter is direct-mapped too (FAIL_SLOTS addresses): a slot holds one
+ * address, its failures and when its window began. An address that collides with
+ * another resets that slot — the limiter can forget an attacker for a while, never
+ * limit an innocent address for another's failures.
  *
  * Workers take jobs from a mutex-protected FIFO and put finished ones on a done list,
  * then wake the loop with event_active (thread-safe: the base is created after
- * evthread_use_pthreads). The loop thread alone touches the cache and the callbacks.
+ * evthread_use_pthreads). The loop thread alone touches the cache, the limiter and the
+ * callbacks. Keys: a mutex-guarded pointer to a reference-counted keyset; a verification
+ * holds a reference while it runs, so a reload never frees keys in use.
  */
 #include "rsv_auth.h"
 
 #include <event2/event.h>
+#include <event2/http.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,15 +31,33 @@
 
 #include "cm_http.h"
 #include "cm_mem.h"
+#include "cm_reload.h"
+#include "cm_time.h"
 
 #define TOKEN_MAX   4096
 #define MAX_THREADS 16
+#define FAIL_SLOTS  4096
+#define ADDR_MAX    64
+
+struct rsv_auth_keys {
+    pthread_mutex_t mu;
+    cm_jwt_keyset_t *cur;
+    char *path; /* NULL: never reloaded */
+    atomic_uint_fast64_t gen;
+};
 
 typedef struct slot {
     char *token;
     size_t len;
+    uint64_t gen;
     cm_jwt_claims_t claims;
 } slot_t;
+
+typedef struct fail_slot {
+    char addr[ADDR_MAX];
+    int fails;
+    int64_t since; /* monotonic seconds */
+} fail_slot_t;
 
 typedef struct job {
     struct job *next;
@@ -36,8 +65,10 @@ typedef struct job {
     size_t len;
     int64_t now;
     cm_jwt_result_t result;
+    uint64_t gen;           /* key generation the token was verified under */
     cm_jwt_claims_t claims; /* filled by the worker */
     /* the request's side, used on the loop thread */
+    char addr[ADDR_MAX];
     char event[65];
     bool has_event;
     bool allow_expired;
@@ -47,22 +78,100 @@ typedef struct job {
 } job_t;
 
 struct rsv_auth {
-    cm_jwt_keyset_t *keys;
-    int64_t leeway;
+    rsv_auth_keys_t *keys;
+    rsv_auth_config_t cfg;
+    char *issuer;
     slot_t *slots;
     size_t mask;
-    uint64_t verifications;
-    uint64_t hits;
+    fail_slot_t *fails;
+    uint64_t verifications, hits, busy, limited;
     /* workers */
     pthread_mutex_t lock;
     pthread_cond_t cond;
     job_t *todo_head, *todo_tail;
+    size_t todo_n;
     job_t *done;
     bool stopping;
     int nthreads;
     pthread_t threads[MAX_THREADS];
     struct event *wake;
 };
+
+/* ---- keys ---- */
+
+static cm_jwt_keyset_t *keys_get(rsv_auth_keys_t *k, uint64_t *gen)
+{
+    pthread_mutex_lock(&k->mu);
+    cm_jwt_keyset_t *ks = cm_jwt_keyset_ref(k->cur);
+    *gen = atomic_load(&k->gen);
+    pthread_mutex_unlock(&k->mu);
+    return ks;
+}
+
+rsv_auth_keys_t *rsv_auth_keys_new(cm_jwt_keyset_t *ks)
+{
+    rsv_auth_keys_t *k = cm_xcalloc(1, sizeof(*k));
+    pthread_mutex_init(&k->mu, NULL);
+    k->cur = ks;
+    atomic_init(&k->gen, 1);
+    return k;
+}
+
+static int on_reload(void *arg, char *err, size_t errlen)
+{
+    return rsv_auth_keys_reload(arg, err, errlen);
+}
+
+int rsv_auth_keys_reload(rsv_auth_keys_t *k, char *err, size_t errlen)
+{
+    if (k->path == NULL) {
+        snprintf(err, errlen, "these keys were not loaded from a file");
+        return -1;
+    }
+    cm_jwt_keyset_t *ks = cm_jwt_keyset_new();
+    if (cm_jwt_keyset_load_file(ks, k->path, err, errlen) != 0) {
+        cm_jwt_keyset_free(ks);
+        return -1;
+    }
+    pthread_mutex_lock(&k->mu);
+    cm_jwt_keyset_t *old = k->cur;
+    k->cur = ks;
+    atomic_fetch_add(&k->gen, 1);
+    pthread_mutex_unlock(&k->mu);
+    cm_jwt_keyset_free(old); /* freed when the last verification using it ends */
+    return 0;
+}
+
+rsv_auth_keys_t *rsv_auth_keys_load(const char *path, char *err, size_t errlen)
+{
+    cm_jwt_keyset_t *ks = cm_jwt_keyset_new();
+    if (cm_jwt_keyset_load_file(ks, path, err, errlen) != 0) { /* start-up */
+        cm_jwt_keyset_free(ks);
+        return NULL;
+    }
+    rsv_auth_keys_t *k = rsv_auth_keys_new(ks);
+    k->path = cm_xstrdup(path);
+    if (cm_reload_add("admission keys", on_reload, k) != 0) {
+        snprintf(err, errlen, "cannot install the SIGHUP reload of %s", path);
+        rsv_auth_keys_free(k);
+        return NULL;
+    }
+    return k;
+}
+
+void rsv_auth_keys_free(rsv_auth_keys_t *k)
+{
+    if (k == NULL)
+        return;
+    if (k->path != NULL)
+        cm_reload_remove(on_reload, k);
+    cm_jwt_keyset_free(k->cur);
+    free(k->path);
+    pthread_mutex_destroy(&k->mu);
+    free(k);
+}
+
+/* ---- the gate ---- */
 
 static uint64_t hash(const char *s, size_t n)
 {
@@ -74,15 +183,43 @@ static uint64_t hash(const char *s, size_t n)
     return h;
 }
 
+static int64_t mono_s(void)
+{
+    return (int64_t)(cm_time_mono_ns() / 1000000000ull);
+}
+
+/* The address's slot, its window restarted if it ended or the slot held another. */
+static fail_slot_t *fail_slot(rsv_auth_t *a, const char *addr, int64_t now)
+{
+    fail_slot_t *f = &a->fails[hash(addr, strlen(addr)) % FAIL_SLOTS];
+    if (strcmp(f->addr, addr) != 0 || now - f->since >= a->cfg.fail_window_s) {
+        snprintf(f->addr, sizeof(f->addr), "%s", addr);
+        f->fails = 0;
+        f->since = now;
+    }
+    return f;
+}
+
+static bool is_limited(rsv_auth_t *a, const char *addr)
+{
+    return a->cfg.fail_limit > 0 && fail_slot(a, addr, mono_s())->fails >= a->cfg.fail_limit;
+}
+
+static void count_failure(rsv_auth_t *a, const char *addr)
+{
+    if (a->cfg.fail_limit > 0)
+        fail_slot(a, addr, mono_s())->fails++;
+}
+
 /* Judges the time and event claims of a correctly signed token. */
 static rsv_auth_result_t judge(const rsv_auth_t *a, const cm_jwt_claims_t *c, int64_t now,
                                const char *event, bool allow_expired, const char **why)
 {
-    if (c->nbf - a->leeway > now) {
+    if (c->nbf - a->cfg.leeway_s > now) {
         *why = "not yet valid";
         return RSV_AUTH_INVALID;
     }
-    if (c->exp + a->leeway <= now && !allow_expired) {
+    if (c->exp + a->cfg.leeway_s <= now && !allow_expired) {
         *why = "expired";
         return RSV_AUTH_INVALID;
     }
@@ -104,12 +241,15 @@ static void complete(rsv_auth_t *a, job_t *j)
         free(s->token);
         s->token = j->token;
         s->len = j->len;
+        s->gen = j->gen;
         s->claims = j->claims;
         j->token = NULL;
         *j->out = j->claims;
         r = judge(a, &j->claims, (int64_t)time(NULL), j->has_event ? j->event : NULL,
                   j->allow_expired, &why);
     } else {
+        if (j->result == CM_JWT_BAD_SIGNATURE) /* the only failure that cost an ECDSA check */
+            count_failure(a, j->addr);
         why = cm_jwt_result_str(j->result);
         r = RSV_AUTH_INVALID;
     }
@@ -118,10 +258,16 @@ static void complete(rsv_auth_t *a, job_t *j)
     free(j);
 }
 
-static void verify(const rsv_auth_t *a, job_t *j)
+static void verify(rsv_auth_t *a, job_t *j)
 {
-    cm_jwt_policy_t pol = {.leeway_s = a->leeway};
-    j->result = cm_jwt_verify(a->keys, j->token, j->len, &pol, j->now, &j->claims);
+    cm_jwt_policy_t pol = {
+        .issuer = a->issuer,
+        .leeway_s = a->cfg.leeway_s,
+        .max_lifetime_s = a->cfg.max_lifetime_s,
+    };
+    cm_jwt_keyset_t *ks = keys_get(a->keys, &j->gen);
+    j->result = cm_jwt_verify(ks, j->token, j->len, &pol, j->now, &j->claims);
+    cm_jwt_keyset_free(ks);
 }
 
 static void *worker(void *arg)
@@ -137,8 +283,9 @@ static void *worker(void *arg)
         a->todo_head = j->next;
         if (a->todo_head == NULL)
             a->todo_tail = NULL;
+        a->todo_n--;
         pthread_mutex_unlock(&a->lock);
-        verify(a, j); /* the keyset is read-only: safe from any thread */
+        verify(a, j);
         pthread_mutex_lock(&a->lock);
         j->next = a->done;
         a->done = j;
@@ -170,21 +317,25 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-rsv_auth_t *rsv_auth_new(struct event_base *base, cm_jwt_keyset_t *keys, int64_t leeway_s,
-                         size_t cache_size, int threads)
+rsv_auth_t *rsv_auth_new(struct event_base *base, rsv_auth_keys_t *keys,
+                         const rsv_auth_config_t *cfg)
 {
     rsv_auth_t *a = cm_xcalloc(1, sizeof(*a));
     size_t n = 16;
-    while (n < cache_size)
+    while (n < cfg->cache_size)
         n <<= 1;
     a->keys = keys;
-    a->leeway = leeway_s;
+    a->cfg = *cfg;
+    a->issuer = cfg->issuer && cfg->issuer[0] ? cm_xstrdup(cfg->issuer) : NULL;
+    a->cfg.issuer = a->issuer;
+    if (a->cfg.fail_window_s <= 0)
+        a->cfg.fail_window_s = 1;
     a->slots = cm_xcalloc(n, sizeof(slot_t));
     a->mask = n - 1;
+    a->fails = cm_xcalloc(FAIL_SLOTS, sizeof(fail_slot_t));
     pthread_mutex_init(&a->lock, NULL);
     pthread_cond_init(&a->cond, NULL);
-    if (threads > MAX_THREADS)
-        threads = MAX_THREADS;
+    int threads = cfg->threads > MAX_THREADS ? MAX_THREADS : cfg->threads;
     if (base && threads > 0) {
         a->wake = event_new(base, -1, 0, on_wake, a);
         for (int i = 0; i < threads; i++)
@@ -218,10 +369,40 @@ void rsv_auth_free(rsv_auth_t *a)
     for (size_t i = 0; i <= a->mask; i++)
         free(a->slots[i].token);
     free(a->slots);
-    cm_jwt_keyset_free(a->keys);
+    free(a->fails);
+    free(a->issuer);
     pthread_mutex_destroy(&a->lock);
     pthread_cond_destroy(&a->cond);
     free(a);
+}
+
+/* The request's peer address, or "-" when it has no connection (tests). */
+static void peer_addr(struct evhttp_request *req, char out[ADDR_MAX])
+{
+    struct evhttp_connection *conn = evhttp_request_get_connection(req);
+    char *host = NULL; /* evhttp's own string (libevent 2.1 API takes char **) */
+    ev_uint16_t port = 0;
+    if (conn != NULL)
+        evhttp_connection_get_peer(conn, &host, &port);
+    snprintf(out, ADDR_MAX, "%s", host ? host : "-");
+}
+
+/* A cache hit still stands if the keys changed since only when its kid is still held. */
+static bool hit_still_keyed(rsv_auth_t *a, slot_t *s)
+{
+    uint64_t gen = atomic_load(&a->keys->gen);
+    if (s->gen == gen)
+        return true;
+    cm_jwt_keyset_t *ks = keys_get(a->keys, &gen);
+    bool held = cm_jwt_keyset_has_kid(ks, s->claims.kid);
+    cm_jwt_keyset_free(ks);
+    if (held) {
+        s->gen = gen;
+        return true;
+    }
+    free(s->token);
+    memset(s, 0, sizeof(*s));
+    return false;
 }
 
 void rsv_auth_check(rsv_auth_t *a, struct evhttp_request *req, const char *event,
@@ -240,18 +421,36 @@ void rsv_auth_check(rsv_auth_t *a, struct evhttp_request *req, const char *event
     }
     int64_t now = (int64_t)time(NULL);
     slot_t *s = &a->slots[hash(tok, len) & a->mask];
-    if (s->token && s->len == len && memcmp(s->token, tok, len) == 0) {
+    if (s->token && s->len == len && memcmp(s->token, tok, len) == 0 && hit_still_keyed(a, s)) {
         a->hits++;
         *claims = s->claims;
         rsv_auth_result_t r = judge(a, claims, now, event, allow_expired, &why);
         cb(r, why, arg);
         return;
     }
+    char addr[ADDR_MAX];
+    peer_addr(req, addr);
+    if (is_limited(a, addr)) {
+        a->limited++;
+        cb(RSV_AUTH_LIMITED, "too many failed tokens from this address", arg);
+        return;
+    }
+    if (a->nthreads > 0 && a->cfg.max_queue > 0) {
+        pthread_mutex_lock(&a->lock);
+        bool full = a->todo_n >= a->cfg.max_queue;
+        pthread_mutex_unlock(&a->lock);
+        if (full) {
+            a->busy++;
+            cb(RSV_AUTH_BUSY, "verification queue full", arg);
+            return;
+        }
+    }
     a->verifications++;
     job_t *j = cm_xcalloc(1, sizeof(*j));
     j->token = cm_xstrndup(tok, len);
     j->len = len;
     j->now = now;
+    memcpy(j->addr, addr, sizeof(addr));
     j->has_event = event != NULL;
     if (event)
         snprintf(j->event, sizeof(j->event), "%s", event);
@@ -270,6 +469,7 @@ void rsv_auth_check(rsv_auth_t *a, struct evhttp_request *req, const char *event
     else
         a->todo_head = j;
     a->todo_tail = j;
+    a->todo_n++;
     pthread_cond_signal(&a->cond);
     pthread_mutex_unlock(&a->lock);
 }
@@ -282,4 +482,14 @@ uint64_t rsv_auth_verifications(const rsv_auth_t *a)
 uint64_t rsv_auth_hits(const rsv_auth_t *a)
 {
     return a->hits;
+}
+
+uint64_t rsv_auth_busy(const rsv_auth_t *a)
+{
+    return a->busy;
+}
+
+uint64_t rsv_auth_limited(const rsv_auth_t *a)
+{
+    return a->limited;
 }

@@ -3,16 +3,26 @@
  * validly signed ES256 admission token for the event reaches inventory.
  *
  * A token's signature is checked once (cm_jwt_verify: algorithm pinned to ES256, key
- * by kid, aud) and the verified claims are remembered in a bounded direct-mapped
- * cache keyed by the whole token, so a busy buyer costs one signature check, not one
- * per request; exp and nbf are compared to the clock on every use. Failed tokens are
- * never cached (garbage cannot evict good entries).
+ * by kid, aud, iss, maximum lifetime) and the verified claims are remembered in a
+ * bounded direct-mapped cache keyed by the whole token, so a busy buyer costs one
+ * signature check, not one per request; exp and nbf are compared to the clock on every
+ * use. Failed tokens are never cached (garbage cannot evict good entries).
  *
- * Threads: the cache and every callback live on the event-loop thread. A signature
- * check costs about half a millisecond (libjwt parses the PEM key on every call), so
- * cache misses are verified on `threads` worker threads and the result is handed back
- * to the loop (redis bio.c style): a burst of new buyers does not stall the requests
- * of everyone else. threads = 0 verifies inline (tests).
+ * What abuse can cost: cache misses wait in a bounded queue (RSV_AUTH_BUSY → 503 with
+ * Retry-After when it is full), and an address whose tokens failed verification
+ * fail_limit times within fail_window_s gets RSV_AUTH_LIMITED (429) without another
+ * verification until the window ends — a forged token with a valid public kid costs a
+ * full ECDSA verification, so an attacker may not ask for them at will.
+ *
+ * Keys (rsv_auth_keys_t) are shared by every rsv_auth of the process and reloaded on
+ * SIGHUP (cm_reload) from the same file: a key dropped from the file stops verifying at
+ * once — cached tokens signed by a removed kid are refused at their next use.
+ *
+ * Threads: an rsv_auth lives on one event loop (its cache, limiter and callbacks are
+ * that loop's); ES256 verification runs on `threads` worker threads and the result is
+ * handed back to the loop (redis bio.c style): a burst of new buyers does not stall the
+ * requests of everyone else. threads = 0 verifies inline. rsv_auth_keys_* are safe from
+ * any thread.
  */
 #ifndef RSV_AUTH_H
 #define RSV_AUTH_H
@@ -26,20 +36,47 @@
 struct event_base;
 struct evhttp_request;
 typedef struct rsv_auth rsv_auth_t;
+typedef struct rsv_auth_keys rsv_auth_keys_t;
 
 typedef enum {
     RSV_AUTH_OK,          /* valid now, for this event */
-    RSV_AUTH_INVALID,     /* 401 invalid_token: missing, malformed, bad alg/signature/aud,
-                             expired (unless allowed), not yet valid */
+    RSV_AUTH_INVALID,     /* 401 invalid_token: missing, malformed, bad alg/signature/aud/iss,
+                             too long-lived, expired (unless allowed), not yet valid */
     RSV_AUTH_WRONG_EVENT, /* 403 wrong_event: valid, but for another event */
+    RSV_AUTH_BUSY,        /* 503 + Retry-After: the verification queue is full */
+    RSV_AUTH_LIMITED,     /* 429 + Retry-After: too many failed tokens from this address */
 } rsv_auth_result_t;
+
+typedef struct rsv_auth_config {
+    const char *issuer;     /* iss every token must carry; NULL or "" = not checked */
+    int64_t leeway_s;       /* clock skew on exp and nbf */
+    int64_t max_lifetime_s; /* exp - iat at most; 0 = unlimited */
+    size_t cache_size;      /* verified tokens remembered (rounded up to a power of two) */
+    int threads;            /* verification threads; 0 = inline */
+    size_t max_queue;       /* verifications waiting for a thread; 0 = unbounded */
+    int fail_limit;         /* bad signatures per address per window; 0 = no limit */
+    int fail_window_s;      /* the window (and the Retry-After of a 429) */
+} rsv_auth_config_t;
+
+/**
+ * Keys loaded from path (a JWKS document or PEM public keys) and reloaded from it on
+ * every SIGHUP. NULL with a message in err when the file cannot be used.
+ */
+rsv_auth_keys_t *rsv_auth_keys_load(const char *path, char *err, size_t errlen);
+/** Keys that never reload: takes ownership of ks (tests). */
+rsv_auth_keys_t *rsv_auth_keys_new(cm_jwt_keyset_t *ks);
+/** Re-reads the file now (what SIGHUP does); on failure the old keys stay. 0 / -1. */
+__attribute__((warn_unused_result)) int rsv_auth_keys_reload(rsv_auth_keys_t *k, char *err,
+                                                             size_t errlen);
+/** Unregisters from SIGHUP and frees; every rsv_auth using k must be freed first. */
+void rsv_auth_keys_free(rsv_auth_keys_t *k);
 
 /** result and why (a static string for logs); claims were filled on RSV_AUTH_OK. */
 typedef void (*rsv_auth_cb)(rsv_auth_result_t result, const char *why, void *arg);
 
-/** Takes ownership of keys. cache_size entries (rounded up to a power of two). */
-rsv_auth_t *rsv_auth_new(struct event_base *base, cm_jwt_keyset_t *keys, int64_t leeway_s,
-                         size_t cache_size, int threads);
+/** keys is borrowed and must outlive the gate; cfg is copied (issuer too). */
+rsv_auth_t *rsv_auth_new(struct event_base *base, rsv_auth_keys_t *keys,
+                         const rsv_auth_config_t *cfg);
 /** Joins the workers; pending checks are answered RSV_AUTH_INVALID ("shutting down"). */
 void rsv_auth_free(rsv_auth_t *a);
 
@@ -47,9 +84,9 @@ void rsv_auth_free(rsv_auth_t *a);
  * Checks the request's bearer token. event NULL skips the event check (the caller
  * compares claims->evt itself). allow_expired accepts a correctly signed token whose
  * exp has passed (operations on a hold its owner already has). cb runs exactly once:
- * before this returns when the answer is known at once (cache hit, no token), else
- * later from the loop. claims must stay valid until then (it lives in the caller's
- * operation).
+ * before this returns when the answer is known at once (cache hit, no token, queue
+ * full, address limited), else later from the loop. claims must stay valid until then
+ * (it lives in the caller's operation). The address is the request's peer.
  */
 void rsv_auth_check(rsv_auth_t *a, struct evhttp_request *req, const char *event,
                     bool allow_expired, cm_jwt_claims_t *claims, rsv_auth_cb cb, void *arg);
@@ -57,5 +94,8 @@ void rsv_auth_check(rsv_auth_t *a, struct evhttp_request *req, const char *event
 /** Verifications done (cache misses) and cache hits, for tests and metrics. */
 uint64_t rsv_auth_verifications(const rsv_auth_t *a);
 uint64_t rsv_auth_hits(const rsv_auth_t *a);
+/** Checks refused because the queue was full, or the address was limited. */
+uint64_t rsv_auth_busy(const rsv_auth_t *a);
+uint64_t rsv_auth_limited(const rsv_auth_t *a);
 
 #endif

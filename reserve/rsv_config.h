@@ -36,6 +36,11 @@ typedef struct rsv_config {
     int64_t token_leeway_s;
     int64_t token_cache_size;
     int64_t verify_threads;
+    char *token_issuer;
+    int64_t token_max_lifetime_s;
+    int64_t verify_max_queue;
+    int64_t auth_fail_limit;
+    int64_t auth_fail_window_s;
     int64_t avail_max_age_ms;
     int64_t catalog_refresh_ms;
     int64_t checkout_lease_s;

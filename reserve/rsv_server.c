@@ -128,6 +128,18 @@ void rsv_reply_auth(rsv_req_t *r, int result, const char *why)
         rsv_reply_error(r, 403, "wrong_event", "the admission token is for another event", NULL);
         return;
     }
+    if (result == RSV_AUTH_BUSY) {
+        rsv_reply_unavailable(r, "verifying the admission token", why);
+        return;
+    }
+    if (result == RSV_AUTH_LIMITED) {
+        char secs[24];
+        snprintf(secs, sizeof(secs), "%lld", (long long)r->srv->cfg.auth_fail_window_s);
+        evhttp_add_header(evhttp_request_get_output_headers(r->req), "Retry-After", secs);
+        rsv_reply_error(r, 429, "rate_limited",
+                        "too many invalid admission tokens from this address; retry later", NULL);
+        return;
+    }
     cm_counter_inc(r->srv->m.invalid_tokens);
     cm_log(CM_LOG_DEBUG, "rejected admission token: %s", why ? why : "?");
     evhttp_add_header(evhttp_request_get_output_headers(r->req), "WWW-Authenticate",
@@ -292,18 +304,13 @@ rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen)
 {
     rsv_server_t *srv = cm_xcalloc(1, sizeof(*srv));
     srv->cfg = *cfg;
-    cm_jwt_keyset_t *keys = NULL;
     if (cfg->admission_keys == NULL || cfg->admin_token_file == NULL) {
         snprintf(err, errlen, "admission_keys and admin_token_file must be set");
         goto err;
     }
-    keys = cm_jwt_keyset_new();
-    if (cm_jwt_keyset_load_file(keys, cfg->admission_keys, err, errlen) != 0)
+    srv->keys = rsv_auth_keys_load(cfg->admission_keys, err, errlen);
+    if (srv->keys == NULL)
         goto err;
-    if (cm_jwt_keyset_count(keys) == 0) {
-        snprintf(err, errlen, "admission_keys %s holds no key", cfg->admission_keys);
-        goto err;
-    }
     srv->admin_token = read_token_file(cfg->admin_token_file, err, errlen);
     if (srv->admin_token == NULL)
         goto err;
@@ -326,9 +333,17 @@ rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen)
         snprintf(err, errlen, "event_base_new failed");
         goto err;
     }
-    srv->auth = rsv_auth_new(srv->base, keys, cfg->token_leeway_s, (size_t)cfg->token_cache_size,
-                             (int)cfg->verify_threads);
-    keys = NULL;
+    rsv_auth_config_t ac = {
+        .issuer = cfg->token_issuer,
+        .leeway_s = cfg->token_leeway_s,
+        .max_lifetime_s = cfg->token_max_lifetime_s,
+        .cache_size = (size_t)cfg->token_cache_size,
+        .threads = (int)cfg->verify_threads,
+        .max_queue = (size_t)cfg->verify_max_queue,
+        .fail_limit = (int)cfg->auth_fail_limit,
+        .fail_window_s = (int)cfg->auth_fail_window_s,
+    };
+    srv->auth = rsv_auth_new(srv->base, srv->keys, &ac);
     srv->metrics = cm_metrics_new();
     register_metrics(srv);
     srv->redis = cm_redis_open(srv->base, cfg->redis_host, (int)cfg->redis_port, cfg->redis_cluster,
@@ -379,7 +394,6 @@ rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen)
                         gauge_redis, srv);
     return srv;
 err:
-    cm_jwt_keyset_free(keys);
     rsv_server_free(srv);
     return NULL;
 }
@@ -396,6 +410,7 @@ void rsv_server_free(rsv_server_t *srv)
     if (srv == NULL)
         return;
     rsv_auth_free(srv->auth); /* first: its workers may still answer requests */
+    rsv_auth_keys_free(srv->keys);
     rsv_reconcile_free(srv->reconcile);
     rsv_pay_free(srv->pay); /* its callbacks may still record steps: before pg and redis */
     cm_http_server_free(srv->http);

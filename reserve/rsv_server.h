@@ -22,6 +22,7 @@
 struct event_base;
 struct evhttp_request;
 typedef struct rsv_auth rsv_auth_t;
+typedef struct rsv_auth_keys rsv_auth_keys_t;
 typedef struct rsv_catalog rsv_catalog_t;
 typedef struct rsv_avail rsv_avail_t;
 typedef struct rsv_pay rsv_pay_t;
@@ -88,6 +89,7 @@ typedef struct rsv_server {
     cm_metrics_t *metrics;
     rsv_metrics_t m;
     rsv_auth_t *auth;
+    rsv_auth_keys_t *keys; /* admission keys, reloaded on SIGHUP */
     rsv_catalog_t *catalog;
     rsv_avail_t *avail;
     rsv_pay_t *pay;
@@ -120,7 +122,8 @@ void rsv_reply_json(rsv_req_t *r, int code, json_t *body);
 void rsv_reply_error(rsv_req_t *r, int code, const char *error, const char *message, json_t *extra);
 void rsv_reply_empty(rsv_req_t *r, int code);
 void rsv_reply_text(rsv_req_t *r, int code, const char *ctype, const char *body, size_t len);
-/** 401 invalid_token / 403 wrong_event for a failed rsv_auth_check (counts it). */
+/** 401 invalid_token / 403 wrong_event / 503 (verification queue full) / 429 (address
+ *  limited) for a failed rsv_auth_check (counts it). */
 void rsv_reply_auth(rsv_req_t *r, int auth_result, const char *why);
 /** Ends the request context when a cm_http helper already answered. */
 void rsv_req_replied(rsv_req_t *r);

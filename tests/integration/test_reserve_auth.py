@@ -59,6 +59,10 @@ class TokenAttacks(stack.ReserveTestCase):
                                                  exp=now - 3600)),
             "nbf an hour ahead": S.sign(claims(iat=now, nbf=now + 3600, exp=now + 7200)),
             "wrong aud": S.sign(claims(aud="onsale-gateway")),
+            "issued by someone else": S.sign(claims(iss="someone-else")),
+            "iss missing": S.sign(claims(iss=None)),
+            "lives two days (beyond token_max_lifetime_s)": S.sign(
+                claims(iat=now, nbf=now, exp=now + 2 * 86400)),
             "aud missing": S.sign(claims(aud=None)),
             "garbage": "garbage",
             "three garbage parts": "a.b.c",

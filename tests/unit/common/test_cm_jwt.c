@@ -760,6 +760,53 @@ static void test_load_file(void **state)
     cm_jwt_keyset_free(ks2);
 }
 
+static void test_issuer_and_lifetime(void **state)
+{
+    fixture_t *f = *state;
+    cm_jwt_claims_t c;
+    cm_jwt_policy_t pol = {.issuer = "onsale-gw", .max_lifetime_s = 600};
+    /* good_payload: iss onsale-gw, iat NOW-10, exp NOW+600 (lifetime 610) */
+    char *tok = craft_es256(f->key, header_for(f, "ES256"), good_payload);
+    assert_int_equal(cm_jwt_verify(f->ks, tok, strlen(tok), &pol, NOW, &c), CM_JWT_TOO_LONG);
+    pol.max_lifetime_s = 610;
+    assert_int_equal(cm_jwt_verify(f->ks, tok, strlen(tok), &pol, NOW, &c), CM_JWT_OK);
+    pol.issuer = "someone-else";
+    assert_int_equal(cm_jwt_verify(f->ks, tok, strlen(tok), &pol, NOW, &c), CM_JWT_BAD_ISSUER);
+    assert_string_equal(c.sub, "");
+    free(tok);
+    pol.issuer = "onsale-gw";
+    struct {
+        const char *payload;
+        cm_jwt_result_t want;
+    } cases[] = {
+        /* no iss while one is required */
+        {"{\"aud\":\"onsale-reserve\",\"sub\":\"v\",\"evt\":\"e\",\"jti\":\"j\",\"iat\":1799999990,"
+         "\"exp\":1800000600}",
+         CM_JWT_BAD_ISSUER},
+        /* no iat while a lifetime cap applies */
+        {"{\"iss\":\"onsale-gw\",\"aud\":\"onsale-reserve\",\"sub\":\"v\",\"evt\":\"e\",\"jti\":"
+         "\"j\",\"exp\":1800000600}",
+         CM_JWT_MALFORMED},
+        /* an iat far in the past cannot hide a far exp; nor exp before iat; nor overflow */
+        {"{\"iss\":\"onsale-gw\",\"aud\":\"onsale-reserve\",\"sub\":\"v\",\"evt\":\"e\",\"jti\":"
+         "\"j\",\"iat\":1800000000,\"exp\":1800086400}",
+         CM_JWT_TOO_LONG},
+        {"{\"iss\":\"onsale-gw\",\"aud\":\"onsale-reserve\",\"sub\":\"v\",\"evt\":\"e\",\"jti\":"
+         "\"j\",\"iat\":1800000600,\"exp\":1800000000}",
+         CM_JWT_TOO_LONG},
+        {"{\"iss\":\"onsale-gw\",\"aud\":\"onsale-reserve\",\"sub\":\"v\",\"evt\":\"e\",\"jti\":"
+         "\"j\",\"iat\":-9223372036854775807,\"exp\":9223372036854775807}",
+         CM_JWT_TOO_LONG},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        tok = craft_es256(f->key, header_for(f, "ES256"), cases[i].payload);
+        assert_int_equal(cm_jwt_verify(f->ks, tok, strlen(tok), &pol, NOW, &c), cases[i].want);
+        free(tok);
+    }
+    assert_string_equal(cm_jwt_result_str(CM_JWT_BAD_ISSUER), "bad_issuer");
+    assert_string_equal(cm_jwt_result_str(CM_JWT_TOO_LONG), "lifetime_too_long");
+}
+
 static void test_result_str(void **state)
 {
     (void)state;
@@ -796,6 +843,7 @@ int main(void)
         T(test_bad_keys),
         T(test_load_file),
         cmocka_unit_test(test_result_str),
+        T(test_issuer_and_lifetime),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <event2/event.h>
@@ -20,10 +22,14 @@
 #include <openssl/pem.h>
 
 #include "cm_jwt.h"
+#include "cm_reload.h"
 #include "rsv_auth.h"
+
+#define ISSUER "onsale-gateway"
 
 typedef struct fixture {
     rsv_auth_t *auth;
+    rsv_auth_keys_t *keys;
     cm_jwt_signer_t *signer;
     cm_jwt_signer_t *stranger; /* a key the reserve does not trust */
 } fixture_t;
@@ -55,7 +61,9 @@ static int setup(void **state)
     assert_non_null(f->stranger);
     cm_jwt_keyset_t *ks = cm_jwt_keyset_new();
     assert_int_equal(cm_jwt_keyset_add_pem(ks, NULL, pem, strlen(pem), err, sizeof(err)), 0);
-    f->auth = rsv_auth_new(NULL, ks, 0, 64, 0);
+    f->keys = rsv_auth_keys_new(ks);
+    rsv_auth_config_t cfg = {.issuer = ISSUER, .max_lifetime_s = 3600, .cache_size = 64};
+    f->auth = rsv_auth_new(NULL, f->keys, &cfg);
     free(pem);
     free(other);
     *state = f;
@@ -66,6 +74,7 @@ static int teardown(void **state)
 {
     fixture_t *f = *state;
     rsv_auth_free(f->auth);
+    rsv_auth_keys_free(f->keys);
     cm_jwt_signer_free(f->signer);
     cm_jwt_signer_free(f->stranger);
     free(f);
@@ -77,7 +86,7 @@ static char *token(const cm_jwt_signer_t *s, const char *evt, const char *sub, i
     cm_jwt_claims_t c;
     memset(&c, 0, sizeof(c));
     int64_t now = (int64_t)time(NULL);
-    strcpy(c.iss, "test");
+    strcpy(c.iss, ISSUER);
     strcpy(c.sub, sub);
     strcpy(c.evt, evt);
     strcpy(c.jti, "j1");
@@ -210,7 +219,9 @@ static void worker_threads_verify_off_the_loop_and_answer_on_it(void **state)
     cm_jwt_signer_t *signer = cm_jwt_signer_new(NULL, pem, strlen(pem), err, sizeof(err));
     cm_jwt_keyset_t *ks = cm_jwt_keyset_new();
     assert_int_equal(cm_jwt_keyset_add_pem(ks, NULL, pem, strlen(pem), err, sizeof(err)), 0);
-    rsv_auth_t *auth = rsv_auth_new(b.base, ks, 0, 64, 2);
+    rsv_auth_keys_t *keys = rsv_auth_keys_new(ks);
+    rsv_auth_config_t cfg = {.issuer = ISSUER, .cache_size = 64, .threads = 2};
+    rsv_auth_t *auth = rsv_auth_new(b.base, keys, &cfg);
     cm_jwt_claims_t claims[40];
     struct evhttp_request *reqs[40];
     for (int i = 0; i < 40; i++) {
@@ -236,14 +247,215 @@ static void worker_threads_verify_off_the_loop_and_answer_on_it(void **state)
     for (int i = 0; i < 40; i++)
         evhttp_request_free(reqs[i]);
     rsv_auth_free(auth);
+    rsv_auth_keys_free(keys);
     cm_jwt_signer_free(signer);
     free(pem);
     event_base_free(b.base);
 }
 
+static char *token_with(const cm_jwt_signer_t *s, const char *iss, int64_t iat, int64_t exp)
+{
+    cm_jwt_claims_t c;
+    memset(&c, 0, sizeof(c));
+    strcpy(c.iss, iss);
+    strcpy(c.sub, "fan-x");
+    strcpy(c.evt, "e1");
+    strcpy(c.jti, "j2");
+    c.iat = c.nbf = iat;
+    c.exp = exp;
+    char *t = cm_jwt_sign(s, &c, CM_JWT_AUDIENCE);
+    assert_non_null(t);
+    return t;
+}
+
+static void issuer_and_maximum_lifetime_are_enforced(void **state)
+{
+    fixture_t *f = *state;
+    cm_jwt_claims_t c;
+    int64_t now = (int64_t)time(NULL);
+    char *t = token_with(f->signer, ISSUER, now - 10, now + 3000);
+    assert_int_equal(check_token(f, t, "e1", false, &c), RSV_AUTH_OK);
+    free(t);
+    t = token_with(f->signer, "someone-else", now - 10, now + 3000);
+    assert_int_equal(check_token(f, t, "e1", false, &c), RSV_AUTH_INVALID);
+    free(t);
+    t = token_with(f->signer, "", now - 10, now + 3000); /* no iss at all */
+    assert_int_equal(check_token(f, t, "e1", false, &c), RSV_AUTH_INVALID);
+    free(t);
+    /* max_lifetime_s is 3600: a day-long token is refused though correctly signed */
+    t = token_with(f->signer, ISSUER, now - 10, now + 86400);
+    assert_int_equal(check_token(f, t, "e1", false, &c), RSV_AUTH_INVALID);
+    free(t);
+    /* an old iat cannot hide a far exp either way */
+    t = token_with(f->signer, ISSUER, now - 86400, now + 600);
+    assert_int_equal(check_token(f, t, "e1", false, &c), RSV_AUTH_INVALID);
+    free(t);
+}
+
+static void failed_verifications_limit_the_address(void **state)
+{
+    fixture_t *f = *state;
+    rsv_auth_config_t cfg = {
+        .issuer = ISSUER, .cache_size = 64, .fail_limit = 3, .fail_window_s = 3600};
+    rsv_auth_t *saved = f->auth;
+    f->auth = rsv_auth_new(NULL, f->keys, &cfg);
+    cm_jwt_claims_t c;
+    char *good = token(f->signer, "e1", "fan-ok", 600), *other = token(f->signer, "e1", "b", 600);
+    assert_int_equal(check_token(f, good, "e1", false, &c), RSV_AUTH_OK); /* now cached */
+    char *forged = token(f->stranger, "e1", "mallory", 600);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(check_token(f, forged, "e1", false, &c), RSV_AUTH_INVALID);
+    uint64_t v = rsv_auth_verifications(f->auth);
+    /* the limit reached: no more verifications for this address, forged or not */
+    assert_int_equal(check_token(f, forged, "e1", false, &c), RSV_AUTH_LIMITED);
+    assert_int_equal(check_token(f, other, "e1", false, &c), RSV_AUTH_LIMITED);
+    assert_int_equal(rsv_auth_verifications(f->auth), v);
+    assert_int_equal(rsv_auth_limited(f->auth), 2);
+    /* a token already verified costs nothing and still works */
+    assert_int_equal(check_token(f, good, "e1", false, &c), RSV_AUTH_OK);
+    /* missing tokens cost nothing either, and are not counted as limited */
+    assert_int_equal(check(f, NULL, "e1", false, &c), RSV_AUTH_INVALID);
+    rsv_auth_free(f->auth);
+    f->auth = saved;
+    free(good);
+    free(other);
+    free(forged);
+}
+
+typedef struct tally {
+    int answered, ok, busy;
+} tally_t;
+
+static void on_tally(rsv_auth_result_t r, const char *why, void *arg)
+{
+    tally_t *t = arg;
+    t->answered++;
+    t->ok += r == RSV_AUTH_OK;
+    t->busy += r == RSV_AUTH_BUSY;
+}
+
+#define QUEUE_BURST 200
+
+static void a_full_verification_queue_answers_busy(void **state)
+{
+    fixture_t *f = *state;
+    evthread_use_pthreads();
+    struct event_base *base = event_base_new();
+    rsv_auth_config_t cfg = {.issuer = ISSUER, .cache_size = 1024, .threads = 1, .max_queue = 2};
+    rsv_auth_t *auth = rsv_auth_new(base, f->keys, &cfg);
+    static cm_jwt_claims_t claims[QUEUE_BURST];
+    static struct evhttp_request *reqs[QUEUE_BURST];
+    static char *toks[QUEUE_BURST];
+    tally_t t = {0};
+    for (int i = 0; i < QUEUE_BURST; i++) {
+        char sub[16], authz[4200];
+        snprintf(sub, sizeof(sub), "fan-%d", i);
+        toks[i] = token(f->signer, "e1", sub, 600);
+        snprintf(authz, sizeof(authz), "Bearer %s", toks[i]);
+        reqs[i] = evhttp_request_new(NULL, NULL);
+        evhttp_add_header(evhttp_request_get_input_headers(reqs[i]), "Authorization", authz);
+    }
+    for (int i = 0; i < QUEUE_BURST; i++)
+        rsv_auth_check(auth, reqs[i], "e1", false, &claims[i], on_tally, &t);
+    /* the busy answers came at once; at most max_queue + 1 (being verified) wait at a time */
+    assert_true(t.busy > 0);
+    assert_int_equal(t.answered, t.busy);
+    assert_int_equal(rsv_auth_busy(auth), (uint64_t)t.busy);
+    struct timeval tick = {0, 20000};
+    for (int spins = 0; spins < 250 && t.answered < QUEUE_BURST; spins++) {
+        event_base_loopexit(base, &tick);
+        event_base_dispatch(base);
+    }
+    assert_int_equal(t.answered, QUEUE_BURST);
+    assert_int_equal(t.ok + t.busy, QUEUE_BURST);
+    assert_true(t.ok >= 1);
+    for (int i = 0; i < QUEUE_BURST; i++) {
+        evhttp_request_free(reqs[i]);
+        free(toks[i]);
+    }
+    rsv_auth_free(auth);
+    event_base_free(base);
+}
+
+static char *public_pem_of_signer_key(const char *priv)
+{
+    BIO *in = BIO_new_mem_buf(priv, -1), *out = BIO_new(BIO_s_mem());
+    EVP_PKEY *k = PEM_read_bio_PrivateKey(in, NULL, NULL, NULL);
+    assert_non_null(k);
+    PEM_write_bio_PUBKEY(out, k);
+    char *data = NULL;
+    long n = BIO_get_mem_data(out, &data);
+    char *pem = strndup(data, (size_t)n);
+    BIO_free(in);
+    BIO_free(out);
+    EVP_PKEY_free(k);
+    return pem;
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs(text, fp);
+    fclose(fp);
+}
+
+static void sighup_reloads_the_keys_from_their_file(void **state)
+{
+    (void)state;
+    char err[256], path[] = "/tmp/onsale-test-keys-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    char *a_priv = new_key_pem(), *b_priv = new_key_pem();
+    char *a_pub = public_pem_of_signer_key(a_priv), *b_pub = public_pem_of_signer_key(b_priv);
+    cm_jwt_signer_t *a = cm_jwt_signer_new(NULL, a_priv, strlen(a_priv), err, sizeof(err));
+    cm_jwt_signer_t *b = cm_jwt_signer_new(NULL, b_priv, strlen(b_priv), err, sizeof(err));
+    write_file(path, a_pub);
+    rsv_auth_keys_t *keys = rsv_auth_keys_load(path, err, sizeof(err));
+    assert_non_null(keys);
+    rsv_auth_config_t cfg = {.issuer = ISSUER, .cache_size = 64};
+    fixture_t f = {.auth = rsv_auth_new(NULL, keys, &cfg)};
+    cm_jwt_claims_t c;
+    char *ta = token(a, "e1", "fan-a", 600), *tb = token(b, "e1", "fan-b", 600);
+    assert_int_equal(check_token(&f, ta, "e1", false, &c), RSV_AUTH_OK); /* cached */
+    assert_int_equal(check_token(&f, tb, "e1", false, &c), RSV_AUTH_INVALID);
+
+    /* the operator rotates: B replaces A in the file, then SIGHUP */
+    write_file(path, b_pub);
+    uint64_t rounds = cm_reload_rounds();
+    assert_int_equal(raise(SIGHUP), 0);
+    assert_true(cm_reload_wait(rounds, 10000));
+    assert_int_equal(check_token(&f, tb, "e1", false, &c), RSV_AUTH_OK);
+    assert_string_equal(c.sub, "fan-b");
+    /* A's token was cached, but A is gone: refused at its next use */
+    assert_int_equal(check_token(&f, ta, "e1", false, &c), RSV_AUTH_INVALID);
+
+    /* a broken file keeps the keys that work */
+    write_file(path, "not a key\n");
+    assert_int_equal(rsv_auth_keys_reload(keys, err, sizeof(err)), -1);
+    assert_int_equal(check_token(&f, tb, "e1", false, &c), RSV_AUTH_OK);
+
+    rsv_auth_free(f.auth);
+    rsv_auth_keys_free(keys);
+    cm_jwt_signer_free(a);
+    cm_jwt_signer_free(b);
+    free(ta);
+    free(tb);
+    free(a_priv);
+    free(b_priv);
+    free(a_pub);
+    free(b_pub);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(issuer_and_maximum_lifetime_are_enforced, setup, teardown),
+        cmocka_unit_test_setup_teardown(failed_verifications_limit_the_address, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_full_verification_queue_answers_busy, setup, teardown),
+        cmocka_unit_test(sighup_reloads_the_keys_from_their_file),
         cmocka_unit_test_setup_teardown(valid_token_for_the_event_passes_with_its_claims, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(token_for_another_event_is_wrong_event, setup, teardown),

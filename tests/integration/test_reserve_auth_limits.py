@@ -1,0 +1,199 @@
+"""What an abusive client can make the reserve spend on tokens (issue 8), and keys and
+certificates replaced without a restart: forged tokens with a valid kid are limited per
+address (429 + Retry-After), the verification queue is bounded (503 + Retry-After), the
+admission keys and the TLS certificate are re-read on SIGHUP, and TLS session tickets are
+off. The reserve of this module runs with small limits (set through its environment)."""
+
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+
+import stack
+
+FAIL_LIMIT = 5
+FAIL_WINDOW = 2
+ENV = {
+    "ONSALE_RESERVE_AUTH_FAIL_LIMIT": str(FAIL_LIMIT),
+    "ONSALE_RESERVE_AUTH_FAIL_WINDOW_S": str(FAIL_WINDOW),
+    "ONSALE_RESERVE_VERIFY_THREADS": "1",
+    "ONSALE_RESERVE_VERIFY_MAX_QUEUE": "1",
+}
+
+
+def setUpModule():
+    saved = {k: os.environ.get(k) for k in ENV}
+    os.environ.update(ENV)
+    try:
+        stack.module_stack("authlim")
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+SEATS = [{"id": f"A-{i}", "section": "A", "price": 12000} for i in range(1, 5)]
+
+
+def forged(S, ev, sub):
+    """A token with the real kid and a signature by another key: a full verification."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+    return S.sign(S.claims(ev, sub), key=ec.generate_private_key(ec.SECP256R1()))
+
+
+def reserve_pid(S):
+    with open(os.path.join(S.state, "run", "reserve.pid")) as f:
+        return int(f.read().split()[0])
+
+
+def sighup_and_wait(S, what, fn, timeout=10):
+    os.kill(reserve_pid(S), signal.SIGHUP)
+    stack.wait_for(fn, timeout, interval=0.1, what=what)
+
+
+def served_cert(S):
+    """The DER certificate a new TLS connection to the reserve presents."""
+    ctx = ssl.create_default_context(cafile=S.ca)
+    with socket.create_connection((stack.HOST, S.reserve_port), timeout=5) as raw:
+        with ctx.wrap_socket(raw, server_hostname=stack.HOST) as tls:
+            return tls.getpeercert(binary_form=True)
+
+
+class AuthLimits(stack.ReserveTestCase):
+    def test_forged_tokens_from_one_address_get_429_after_the_limit(self):
+        ev = self.new_event(seats=SEATS)
+        path = f"/v1/events/{ev}/holds"
+        for i in range(FAIL_LIMIT):
+            r = self.c.post(path, {"seats": ["A-1"]}, token=forged(self.S, ev, f"m{i}"))
+            self.assertStatus(r, 401, "invalid_token", msg=f"forged token {i + 1}:")
+        r = self.c.post(path, {"seats": ["A-1"]}, token=forged(self.S, ev, "over"))
+        self.assertStatus(r, 429, "rate_limited", msg="forged token past the limit:")
+        self.assertEqual(r.header("Retry-After"), str(FAIL_WINDOW), repr(r))
+        # Past the limit even a new valid token is not verified for this address …
+        honest = self.S.token(ev, "honest")
+        self.assertStatus(self.c.post(path, {"seats": ["A-1"]}, token=honest), 429,
+                          "rate_limited")
+        # … and the limit ends with its window.
+        stack.wait_for(lambda: self.c.post(path, {"seats": ["A-1"]}, token=honest).status == 201,
+                       FAIL_WINDOW + 5, interval=0.25, what="hold after the window")
+
+    def test_a_full_verification_queue_answers_503_with_retry_after(self):
+        ev = self.new_event(seats=SEATS)
+        toks = self.S.tokens(ev, "crowd", 300)
+        # GET of an unknown checkout: the token is checked first, then Postgres says 404.
+        reqs = [self.S.req("GET", "/v1/checkouts/00000000-0000-0000-0000-000000000000",
+                           token=t) for t in toks]
+        resps = self.S.burst(reqs)
+        statuses = sorted({r.status for r in resps}, key=str)
+        busy = [r for r in resps if r.status == 503]
+        self.assertTrue(busy, f"no 503 from 300 new tokens and a 1-deep queue: {statuses}")
+        self.assertTrue(all(r.status in (404, 503) for r in resps), f"statuses: {statuses}")
+        self.assertEqual({r.header("Retry-After") for r in busy}, {"1"})
+        self.assertEqual({r.err for r in busy}, {"unavailable"})
+        # The refused fans retry and get through.
+        again = self.S.burst([self.S.req("GET", r.path, token=toks[i])
+                              for i, r in enumerate(resps) if r.status == 503][:1])
+        self.assertIn(again[0].status, (404, 503))
+
+    def test_sighup_reloads_the_admission_keys(self):
+        from cryptography.hazmat.primitives.asymmetric import ec
+        ev = self.new_event(seats=SEATS, max_per_buyer=4)
+        new_key = ec.generate_private_key(ec.SECP256R1())
+        old_tok = self.S.token(ev, "old-key-fan")
+        self.hold(ev, old_tok, seats=["A-1"])  # verified and cached under the old key
+        new_tok = self.S.sign(self.S.claims(ev, "new-key-fan"), key=new_key,
+                              headers={"kid": "rotated-2"})
+        path = f"/v1/events/{ev}/holds"
+        self.assertStatus(self.c.post(path, {"seats": ["A-2"]}, token=new_tok), 401,
+                          "invalid_token", msg="unknown key before the reload:")
+        with open(self.S.pub_path, "rb") as f:
+            original = f.read()
+
+        def put_keys(data):
+            tmp = self.S.pub_path + ".tmp"
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, self.S.pub_path)
+
+        self.addCleanup(lambda: (put_keys(original),
+                                 os.kill(reserve_pid(self.S), signal.SIGHUP)))
+        # The new key alone (a JWKS document with its kid): the old key is dropped.
+        jwk = {"kty": "EC", "crv": "P-256", "kid": "rotated-2",
+               "x": stack.b64url(new_key.public_key().public_numbers().x.to_bytes(32, "big")),
+               "y": stack.b64url(new_key.public_key().public_numbers().y.to_bytes(32, "big"))}
+        import json
+        put_keys(json.dumps({"keys": [jwk]}).encode())
+        sighup_and_wait(self.S, "the new key accepted",
+                        lambda: self.c.get(f"/v1/events/{ev}/availability").status == 200 and
+                        self.c.post(path, {"seats": ["A-2"]}, token=new_tok).status == 201)
+        # The old key is gone: even its cached token is refused now.
+        self.assertStatus(self.c.post(path, {"seats": ["A-3"]}, token=old_tok), 401,
+                          "invalid_token", msg="old key after the reload:")
+        # A broken file keeps the keys that work (the reload is logged as refused).
+        log = os.path.join(self.S.state, "log", "reserve.log")
+        kept = "admission keys kept as it was"
+        def logged():
+            with open(log, errors="replace") as f:
+                return f.read().count(kept)
+
+        n0 = logged()
+        put_keys(b"not a key\n")
+        os.kill(reserve_pid(self.S), signal.SIGHUP)
+        stack.wait_for(lambda: logged() > n0, 10,
+                       what="the refused reload logged")
+        fresh = self.S.sign(self.S.claims(ev, "new-key-fan-2"), key=new_key,
+                            headers={"kid": "rotated-2"})
+        self.hold(ev, fresh, seats=["A-4"])
+
+    def test_sighup_reloads_the_certificate_and_tickets_are_off(self):
+        before = served_cert(self.S)
+        cert, key = os.path.join(self.S.state, "server.pem"), os.path.join(self.S.state,
+                                                                            "server-key.pem")
+        saved = {}
+        for p in (cert, key):
+            with open(p, "rb") as f:
+                saved[p] = f.read()
+
+        def restore():
+            for p, data in saved.items():
+                with open(p, "wb") as f:
+                    f.write(data)
+            os.kill(reserve_pid(self.S), signal.SIGHUP)
+            stack.wait_for(lambda: served_cert(self.S) == before, 10, what="old cert back")
+
+        self.addCleanup(restore)
+        with tempfile.TemporaryDirectory() as d:
+            cnf = os.path.join(d, "ext.cnf")
+            with open(cnf, "w") as f:
+                f.write("subjectAltName = IP:127.0.0.1,DNS:localhost\n"
+                        "extendedKeyUsage = serverAuth\n")
+            run = lambda *a: subprocess.run(a, check=True, capture_output=True, timeout=30)
+            run("openssl", "ecparam", "-name", "prime256v1", "-genkey", "-noout",
+                "-out", os.path.join(d, "k.pem"))
+            run("openssl", "req", "-new", "-key", os.path.join(d, "k.pem"), "-subj",
+                "/CN=localhost reloaded", "-out", os.path.join(d, "c.csr"))
+            run("openssl", "x509", "-req", "-in", os.path.join(d, "c.csr"), "-CA", self.S.ca,
+                "-CAkey", os.path.join(self.S.state, "ca-key.pem"), "-set_serial", "7",
+                "-days", "2", "-extfile", cnf, "-out", os.path.join(d, "c.pem"))
+            # key first would not matter: a mismatched pair is refused and the old one kept
+            for src, dst in (("k.pem", key), ("c.pem", cert)):
+                with open(os.path.join(d, src), "rb") as f, open(dst, "wb") as g:
+                    g.write(f.read())
+        sighup_and_wait(self.S, "the new certificate served",
+                        lambda: served_cert(self.S) != before)
+        # Connections made now verify against the same CA and work end to end.
+        c = self.S.client()
+        self.addCleanup(c.close)
+        self.assertStatus(c.get("/readyz"), 200)
+
+        # No session tickets (common/cm_tls.h says why): none issued on TLS 1.2, where a
+        # ticket is the only stateless resumption there is.
+        ctx = ssl.create_default_context(cafile=self.S.ca)
+        ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+        with socket.create_connection((stack.HOST, self.S.reserve_port), timeout=5) as raw:
+            with ctx.wrap_socket(raw, server_hostname=stack.HOST) as tls:
+                self.assertFalse(tls.session.has_ticket, "the server issued a session ticket")
