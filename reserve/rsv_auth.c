@@ -376,15 +376,11 @@ void rsv_auth_free(rsv_auth_t *a)
     free(a);
 }
 
-/* The request's peer address, or "-" when it has no connection (tests). */
+/* The client's address: the PROXY v2 source behind a balancer, else the socket's peer
+ * (cm_http_peer; "?" for a request without a connection, as in the unit tests). */
 static void peer_addr(struct evhttp_request *req, char out[ADDR_MAX])
 {
-    struct evhttp_connection *conn = evhttp_request_get_connection(req);
-    char *host = NULL; /* evhttp's own string (libevent 2.1 API takes char **) */
-    ev_uint16_t port = 0;
-    if (conn != NULL)
-        evhttp_connection_get_peer(conn, &host, &port);
-    snprintf(out, ADDR_MAX, "%s", host ? host : "-");
+    snprintf(out, ADDR_MAX, "%s", cm_http_peer(req));
 }
 
 /* A cache hit still stands if the keys changed since only when its kid is still held. */
