@@ -17,6 +17,7 @@
 #include "cm_mem.h"
 #include "rsv_avail.h"
 #include "rsv_catalog.h"
+#include "rsv_keys.h"
 #include "rsv_server.h"
 
 typedef struct put_op {
@@ -70,20 +71,19 @@ static void on_reset(const char *err, const cm_redis_reply_t *reply, void *arg)
 
 static void reset_redis(put_op_t *op)
 {
-    char prefix[96];
-    rsv_key_prefix(op->event, prefix, sizeof(prefix));
     json_t *pools = json_object_get(op->doc, "pools");
     size_t np = json_array_size(pools);
-    const char **argv = cm_xcalloc(2 + np * 3, sizeof(char *));
-    char **owned = cm_xcalloc(1 + np * 3, sizeof(char *));
+    const char **argv = cm_xcalloc(2 + np * 4, sizeof(char *));
+    char **owned = cm_xcalloc(1 + np * 4, sizeof(char *));
     size_t a = 0, o = 0;
     argv[a++] = "DEL";
-    argv[a++] = owned[o++] = cm_xasprintf("%sseed", prefix);
+    argv[a++] = owned[o++] = rsv_key(op->event, RSV_K_SEED, NULL);
     for (size_t i = 0; i < np; i++) {
         const char *id = json_string_value(json_array_get(json_array_get(pools, i), 0));
-        argv[a++] = owned[o++] = cm_xasprintf("%sp:%s", prefix, id);
-        argv[a++] = owned[o++] = cm_xasprintf("%spn:%s", prefix, id);
-        argv[a++] = owned[o++] = cm_xasprintf("%spe:%s", prefix, id);
+        argv[a++] = owned[o++] = rsv_key(op->event, RSV_K_POOL, id);
+        argv[a++] = owned[o++] = rsv_key(op->event, RSV_K_POOL_NEXT, id);
+        argv[a++] = owned[o++] = rsv_key(op->event, RSV_K_POOL_UNITS, id);
+        argv[a++] = owned[o++] = rsv_key(op->event, RSV_K_POOL_OLD, id);
     }
     if (cm_redis_command(op->r.srv->redis, on_reset, op, (int)a, argv, NULL) != 0)
         on_reset(cm_err_closed, NULL, op);

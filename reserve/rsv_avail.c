@@ -12,6 +12,7 @@
 #include "cm_mem.h"
 #include "cm_time.h"
 #include "rsv_catalog.h"
+#include "rsv_keys.h"
 #include "rsv_lua.h"
 #include "rsv_server.h"
 
@@ -243,7 +244,7 @@ static void scan(rsv_avail_t *a, snap_t *s)
         char **keys = cm_xcalloc(count, sizeof(char *));
         argv[0] = "MGET";
         for (size_t i = 0; i < count; i++)
-            argv[i + 1] = keys[i] = cm_xasprintf("%ss:%s", prefix, ev->seats[first + i].id);
+            argv[i + 1] = keys[i] = rsv_key(ev->id, RSV_K_SEAT, ev->seats[first + i].id);
         part_t *p = cm_xcalloc(1, sizeof(*p));
         p->s = s;
         p->first = first;
@@ -262,18 +263,20 @@ static void scan(rsv_avail_t *a, snap_t *s)
             break;
     }
     for (size_t i = 0; i < ev->npools && s->err == NULL; i++) {
-        char *pkey = cm_xasprintf("%sp:%s", prefix, ev->pools[i].id);
-        const char *argv[] = {pkey, prefix, ev->pools[i].id};
+        char *pkey = rsv_key(ev->id, RSV_K_POOL, ev->pools[i].id);
+        char *ukey = rsv_key(ev->id, RSV_K_POOL_UNITS, ev->pools[i].id);
+        const char *argv[] = {pkey, ukey};
         part_t *p = cm_xcalloc(1, sizeof(*p));
         p->s = s;
         p->first = i;
         s->pending++;
-        if (cm_redis_eval(a->srv->redis, rsv_lua()->avail, on_pool, p, 1, 3, argv, NULL) != 0) {
+        if (cm_redis_eval(a->srv->redis, rsv_lua()->avail, on_pool, p, 2, 2, argv, NULL) != 0) {
             s->pending--;
             s->err = cm_err_closed;
             free(p);
         }
         free(pkey);
+        free(ukey);
     }
     part_done(s);
 }
@@ -335,11 +338,11 @@ static void on_event(rsv_event_t *ev, const char *err, void *arg)
     s->err = NULL;
     rsv_event_ref(ev);
     s->ev = ev;
-    char key[128];
-    size_t n = rsv_key_prefix(ev->id, key, sizeof(key));
-    snprintf(key + n, sizeof(key) - n, "seed");
+    char *key = rsv_key(ev->id, RSV_K_SEED, NULL);
     const char *argv[] = {"EXISTS", key};
-    if (cm_redis_command(a->srv->redis, on_seed_checked, s, 2, argv, NULL) != 0)
+    int rc = cm_redis_command(a->srv->redis, on_seed_checked, s, 2, argv, NULL);
+    free(key);
+    if (rc != 0)
         on_seeded(cm_err_closed, s);
 }
 

@@ -15,6 +15,7 @@
 #include "cm_log.h"
 #include "cm_mem.h"
 #include "cm_time.h"
+#include "rsv_keys.h"
 #include "rsv_lua.h"
 #include "rsv_server.h"
 
@@ -467,30 +468,53 @@ static void on_seed_data(const char *err, const rsv_pg_result_t *res, void *arg)
     json_t *buyers = json_object_get(doc, "buyers");
     size_t np = json_array_size(pools), ns = json_array_size(sold);
     size_t nb = json_array_size(buyers);
-    size_t argc = 1 + 2 + np * 3 + 1 + ns + nb * 3;
+    /* KEYS: seed, per pool (counter, next unit, units held), sold seats, per booking its
+     * buyer's set; ARGV: pool count, per pool (available, last unit), sold count, per
+     * booking (booking id, units). Every key declared (lua/seed.lua). */
+    size_t nkeys = 1 + np * 3 + ns + nb;
+    size_t argc = nkeys + 1 + np * 2 + 1 + nb * 2;
     argv = cm_xcalloc(argc, sizeof(char *));
-    owned = cm_xcalloc(np * 2 + 3, sizeof(char *));
-    char prefix[96];
-    rsv_key_prefix(op->id, prefix, sizeof(prefix));
-    char *seed_key = owned[nowned++] = cm_xasprintf("%sseed", prefix);
+    owned = cm_xcalloc(nkeys + np * 2 + 2, sizeof(char *));
     size_t a = 0;
-    argv[a++] = seed_key;
-    argv[a++] = prefix;
+    argv[a++] = owned[nowned++] = rsv_key(op->id, RSV_K_SEED, NULL);
+    for (size_t i = 0; i < np; i++) {
+        const char *pid = json_string_value(json_array_get(json_array_get(pools, i), 0));
+        if (pid == NULL) {
+            err = cm_err_protocol;
+            goto fail;
+        }
+        argv[a++] = owned[nowned++] = rsv_key(op->id, RSV_K_POOL, pid);
+        argv[a++] = owned[nowned++] = rsv_key(op->id, RSV_K_POOL_NEXT, pid);
+        argv[a++] = owned[nowned++] = rsv_key(op->id, RSV_K_POOL_UNITS, pid);
+    }
+    for (size_t i = 0; i < ns; i++) {
+        const char *sid = json_string_value(json_array_get(sold, i));
+        if (sid == NULL) {
+            err = cm_err_protocol;
+            goto fail;
+        }
+        argv[a++] = owned[nowned++] = rsv_key(op->id, RSV_K_SEAT, sid);
+    }
+    for (size_t i = 0; i < nb; i++) {
+        const char *buyer = json_string_value(json_array_get(json_array_get(buyers, i), 0));
+        if (buyer == NULL) {
+            err = cm_err_protocol;
+            goto fail;
+        }
+        argv[a++] = owned[nowned++] = rsv_key(op->id, RSV_K_BUYER, buyer);
+    }
     argv[a++] = owned[nowned++] = cm_xasprintf("%zu", np);
     for (size_t i = 0; i < np; i++) {
         json_t *row = json_array_get(pools, i);
-        argv[a++] = json_string_value(json_array_get(row, 0));
         argv[a++] = owned[nowned++] =
             cm_xasprintf("%lld", (long long)json_integer_value(json_array_get(row, 1)));
         argv[a++] = owned[nowned++] =
             cm_xasprintf("%lld", (long long)json_integer_value(json_array_get(row, 2)));
     }
     argv[a++] = owned[nowned++] = cm_xasprintf("%zu", ns);
-    for (size_t i = 0; i < ns; i++)
-        argv[a++] = json_string_value(json_array_get(sold, i));
     for (size_t i = 0; i < nb; i++) {
         json_t *row = json_array_get(buyers, i);
-        for (size_t k = 0; k < 3; k++)
+        for (size_t k = 1; k < 3; k++)
             argv[a++] = json_string_value(json_array_get(row, k));
     }
     for (size_t i = 0; i < a; i++)
@@ -498,7 +522,8 @@ static void on_seed_data(const char *err, const rsv_pg_result_t *res, void *arg)
             err = cm_err_protocol;
             goto fail;
         }
-    if (cm_redis_eval(c->srv->redis, rsv_lua()->seed, on_seeded, op, 1, (int)a, argv, NULL) != 0) {
+    if (cm_redis_eval(c->srv->redis, rsv_lua()->seed, on_seeded, op, (int)nkeys, (int)a, argv,
+                      NULL) != 0) {
         err = cm_err_closed;
         goto fail;
     }
@@ -589,9 +614,11 @@ static int normalise_seats(const json_t *body, json_t *seats, char *err, size_t 
         const char *sec = json_string_value(json_object_get(s, "section"));
         json_t *price = json_object_get(s, "price");
         if (!json_is_object(s) || id == NULL || sec == NULL || !json_is_integer(price) ||
-            json_integer_value(price) < 0) {
-            snprintf(err, errlen, "seats[%zu] needs id, section (strings) and price (integer >= 0)",
-                     i);
+            json_integer_value(price) < 0 || json_integer_value(price) > RSV_PRICE_MAX) {
+            snprintf(err, errlen,
+                     "seats[%zu] needs id, section (strings) and price (integer from 0 to "
+                     "%lld)",
+                     i, (long long)RSV_PRICE_MAX);
             return -1;
         }
         if (!cm_parse_ident(sec)) {
@@ -615,11 +642,11 @@ static int normalise_seats(const json_t *body, json_t *seats, char *err, size_t 
             !json_is_integer(per) || !json_is_integer(price) || json_integer_value(rows) < 1 ||
             json_integer_value(rows) > 1000 || json_integer_value(per) < 1 ||
             json_integer_value(per) > 1000 || json_integer_value(price) < 0 ||
-            strlen(id) > CM_IDENT_MAX - 10) {
+            json_integer_value(price) > RSV_PRICE_MAX || strlen(id) > CM_IDENT_MAX - 10) {
             snprintf(err, errlen,
                      "sections[%zu] needs id (identifier up to 54 chars), rows and "
-                     "seats_per_row (1-1000) and price (integer >= 0)",
-                     i);
+                     "seats_per_row (1-1000) and price (integer from 0 to %lld)",
+                     i, (long long)RSV_PRICE_MAX);
             return -1;
         }
         for (json_int_t r = 1; r <= json_integer_value(rows); r++)
@@ -706,11 +733,12 @@ json_t *rsv_catalog_normalise(const json_t *body, char *err, size_t errlen)
         json_t *capv = json_object_get(p, "capacity"), *price = json_object_get(p, "price");
         if (!json_is_object(p) || id == NULL || !cm_parse_ident(id) || !json_is_integer(capv) ||
             json_integer_value(capv) < 1 || json_integer_value(capv) > 1000000 ||
-            !json_is_integer(price) || json_integer_value(price) < 0) {
+            !json_is_integer(price) || json_integer_value(price) < 0 ||
+            json_integer_value(price) > RSV_PRICE_MAX) {
             snprintf(err, errlen,
                      "pools[%zu] needs id (identifier), capacity (1-1000000) and price "
-                     "(integer >= 0)",
-                     i);
+                     "(integer from 0 to %lld)",
+                     i, (long long)RSV_PRICE_MAX);
             goto err;
         }
         if (json_array_size(pools) >= MAX_POOLS) {

@@ -22,6 +22,13 @@
 
 #include "cm_parse.h"
 
+/*
+ * The largest unit price (minor units: 10^11 cents = 1,000,000,000.00). A hold has at
+ * most 50 seats or 100 pool units, so its amount stays below 10^13: no int64 overflow,
+ * and exact where Lua sees it as a double (below 2^53).
+ */
+#define RSV_PRICE_MAX INT64_C(100000000000)
+
 typedef struct rsv_server rsv_server_t;
 typedef struct rsv_catalog rsv_catalog_t;
 

@@ -18,6 +18,7 @@
 #include "cm_mem.h"
 #include "rsv_auth.h"
 #include "rsv_catalog.h"
+#include "rsv_keys.h"
 #include "rsv_lua.h"
 #include "rsv_server.h"
 
@@ -69,6 +70,113 @@ void rsv_hold_view_clear(rsv_hold_view_t *v)
 {
     free(v->seats);
     v->seats = NULL;
+}
+
+/* --- scripts acting on an existing hold ---------------------------------------- */
+
+typedef struct act {
+    rsv_server_t *srv;
+    const cm_redis_script_t *script;
+    char hold_id[RSV_HOLD_ID_MAX + 1];
+    char event[CM_IDENT_MAX + 1];
+    char *buyer;
+    char **extra;
+    int nextra;
+    cm_redis_cb cb;
+    void *arg;
+} act_t;
+
+static void act_free(act_t *a)
+{
+    for (int i = 0; i < a->nextra; i++)
+        free(a->extra[i]);
+    free(a->extra);
+    free(a->buyer);
+    free(a);
+}
+
+static void on_act_read(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    act_t *a = arg;
+    rsv_hold_view_t v;
+    bool bad = err != NULL || rsv_hold_view_parse(reply, &v) != 0;
+    if (bad || strcmp(v.status, "NOTFOUND") == 0 || strcmp(v.status, "GONE") == 0) {
+        if (!bad)
+            rsv_hold_view_clear(&v);
+        a->cb(err, reply, a->arg); /* the caller reads the status (or the error) */
+        act_free(a);
+        return;
+    }
+    /* KEYS: hold, buyer, active, pool counter, pool units, pool next, seats... */
+    size_t nseats = 0;
+    for (const char *p = v.seats; p && *p; p++)
+        nseats += *p == ',';
+    nseats += v.seats && *v.seats ? 1 : 0;
+    size_t nkeys = 6 + nseats;
+    size_t argc = nkeys + 4 + (size_t)a->nextra;
+    const char **argv = cm_xcalloc(argc, sizeof(char *));
+    char **owned = cm_xcalloc(nkeys, sizeof(char *));
+    size_t k = 0;
+    owned[k++] = rsv_key(a->event, RSV_K_HOLD, a->hold_id);
+    owned[k++] = rsv_key(a->event, RSV_K_BUYER, a->buyer);
+    owned[k++] = rsv_key(a->event, RSV_K_ACTIVE, NULL);
+    owned[k++] = rsv_key(a->event, RSV_K_POOL, v.pool);
+    owned[k++] = rsv_key(a->event, RSV_K_POOL_UNITS, v.pool);
+    owned[k++] = rsv_key(a->event, RSV_K_POOL_NEXT, v.pool);
+    if (nseats) {
+        char *copy = cm_xstrdup(v.seats), *save = NULL;
+        for (char *t = strtok_r(copy, ",", &save); t && k < nkeys; t = strtok_r(NULL, ",", &save))
+            owned[k++] = rsv_key(a->event, RSV_K_SEAT, t);
+        free(copy);
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < k; i++)
+        argv[n++] = owned[i];
+    argv[n++] = a->hold_id;
+    argv[n++] = a->buyer;
+    argv[n++] = v.seats ? v.seats : "";
+    argv[n++] = v.pool;
+    for (int i = 0; i < a->nextra; i++)
+        argv[n++] = a->extra[i];
+    int rc = k == nkeys ? cm_redis_eval(a->srv->redis, a->script, a->cb, a->arg, (int)nkeys,
+                                        (int)n, argv, NULL)
+                        : -1;
+    for (size_t i = 0; i < k; i++)
+        free(owned[i]);
+    free(owned);
+    free(argv);
+    rsv_hold_view_clear(&v);
+    if (rc != 0)
+        a->cb(cm_err_closed, NULL, a->arg);
+    act_free(a);
+}
+
+int rsv_hold_act(rsv_server_t *srv, const cm_redis_script_t *script, const char *hold_id,
+                 const char *buyer, int nextra, const char *const *extra, cm_redis_cb cb,
+                 void *arg)
+{
+    act_t *a = cm_xcalloc(1, sizeof(*a));
+    if (rsv_hold_id_event(hold_id, a->event) != 0) {
+        free(a);
+        return -1;
+    }
+    a->srv = srv;
+    a->script = script;
+    snprintf(a->hold_id, sizeof(a->hold_id), "%s", hold_id);
+    a->buyer = cm_xstrdup(buyer);
+    a->nextra = nextra;
+    a->extra = cm_xcalloc((size_t)nextra + 1, sizeof(char *));
+    for (int i = 0; i < nextra; i++)
+        a->extra[i] = cm_xstrdup(extra[i]);
+    a->cb = cb;
+    a->arg = arg;
+    char *hkey = rsv_key(a->event, RSV_K_HOLD, hold_id);
+    const char *argv[] = {hkey, a->hold_id, a->buyer};
+    int rc = cm_redis_eval(srv->redis, rsv_lua()->get, on_act_read, a, 1, 3, argv, NULL);
+    free(hkey);
+    if (rc != 0)
+        act_free(a);
+    return rc;
 }
 
 int rsv_hold_id_event(const char *hold_id, char event[CM_IDENT_MAX + 1])
@@ -225,9 +333,6 @@ static void run_create(create_op_t *op)
 {
     rsv_server_t *srv = op->r.srv;
     rsv_event_t *ev = op->ev;
-    char prefix[96];
-    size_t plen = rsv_key_prefix(op->event, prefix, sizeof(prefix));
-    (void)plen;
     char ttl[24], maxhold[24], limit[24], amount[24], keep[24], qty[24];
     snprintf(ttl, sizeof(ttl), "%lld", (long long)ev->hold_ttl_s * 1000);
     snprintf(maxhold, sizeof(maxhold), "%lld", (long long)ev->max_hold_s * 1000);
@@ -235,32 +340,36 @@ static void run_create(create_op_t *op)
     snprintf(amount, sizeof(amount), "%lld", (long long)op->amount);
     snprintf(keep, sizeof(keep), "%lld", (long long)srv->cfg.hold_record_keep_s * 1000);
     snprintf(qty, sizeof(qty), "%lld", (long long)op->quantity);
-    char *seed = cm_xasprintf("%sseed", prefix);
-    char *hkey = cm_xasprintf("%sh:%s", prefix, op->hold_id);
-    char *bkey = cm_xasprintf("%sb:%s", prefix, op->claims.sub);
+    char *seed = rsv_key(op->event, RSV_K_SEED, NULL);
+    char *hkey = rsv_key(op->event, RSV_K_HOLD, op->hold_id);
+    char *bkey = rsv_key(op->event, RSV_K_BUYER, op->claims.sub);
+    char *akey = rsv_key(op->event, RSV_K_ACTIVE, NULL);
     int rc;
     if (op->pool) {
-        char *pkey = cm_xasprintf("%sp:%s", prefix, op->pool->id);
-        char *ekey = cm_xasprintf("%spe:%s", prefix, op->pool->id);
-        const char *argv[] = {seed,           hkey, bkey,    pkey,  ekey,         op->hold_id,
-                              op->claims.sub, ttl,  maxhold, limit, op->pool->id, qty,
-                              amount,         keep, prefix};
+        char *pkey = rsv_key(op->event, RSV_K_POOL, op->pool->id);
+        char *ukey = rsv_key(op->event, RSV_K_POOL_UNITS, op->pool->id);
+        const char *argv[] = {seed,        hkey,           bkey, pkey,    ukey,
+                              akey,        op->hold_id,    op->claims.sub,
+                              ttl,         maxhold,        limit,
+                              op->pool->id, qty,           amount,
+                              keep};
         rc =
-            cm_redis_eval(srv->redis, rsv_lua()->hold_pool, on_create_reply, op, 5, 15, argv, NULL);
+            cm_redis_eval(srv->redis, rsv_lua()->hold_pool, on_create_reply, op, 6, 15, argv, NULL);
         free(pkey);
-        free(ekey);
+        free(ukey);
     } else {
         json_t *seats = json_object_get(op->body, "seats");
         size_t n = json_array_size(seats);
-        const char **argv = cm_xcalloc(3 + n + 9, sizeof(char *));
+        const char **argv = cm_xcalloc(4 + n + 8, sizeof(char *));
         char **keys = cm_xcalloc(n, sizeof(char *));
         size_t a = 0;
         argv[a++] = seed;
         argv[a++] = hkey;
         argv[a++] = bkey;
+        argv[a++] = akey;
         for (size_t i = 0; i < n; i++)
             argv[a++] = keys[i] =
-                cm_xasprintf("%ss:%s", prefix, json_string_value(json_array_get(seats, i)));
+                rsv_key(op->event, RSV_K_SEAT, json_string_value(json_array_get(seats, i)));
         argv[a++] = op->hold_id;
         argv[a++] = op->claims.sub;
         argv[a++] = ttl;
@@ -269,8 +378,7 @@ static void run_create(create_op_t *op)
         argv[a++] = op->seats_csv;
         argv[a++] = amount;
         argv[a++] = keep;
-        argv[a++] = prefix;
-        rc = cm_redis_eval(srv->redis, rsv_lua()->hold_seats, on_create_reply, op, (int)(3 + n),
+        rc = cm_redis_eval(srv->redis, rsv_lua()->hold_seats, on_create_reply, op, (int)(4 + n),
                            (int)a, argv, NULL);
         for (size_t i = 0; i < n; i++)
             free(keys[i]);
@@ -280,6 +388,7 @@ static void run_create(create_op_t *op)
     free(seed);
     free(hkey);
     free(bkey);
+    free(akey);
     if (rc != 0) {
         rsv_reply_unavailable(&op->r, "taking the hold", cm_err_closed);
         create_done(op);
@@ -471,20 +580,24 @@ static void on_hold_reply(const char *err, const cm_redis_reply_t *reply, void *
 static void run_hold_op(hold_op_t *op)
 {
     rsv_server_t *srv = op->r.srv;
-    char prefix[96];
-    rsv_key_prefix(op->event, prefix, sizeof(prefix));
-    char *hkey = cm_xasprintf("%sh:%s", prefix, op->hold_id);
     char ext[24], keep[24];
     snprintf(ext, sizeof(ext), "%lld",
              (long long)(op->ev ? op->ev->checkout_extension_s : 0) * 1000);
     snprintf(keep, sizeof(keep), "%lld", (long long)srv->cfg.hold_record_keep_s * 1000);
-    const char *argv[] = {hkey, prefix, op->hold_id, op->claims.sub, ext, keep};
-    const cm_redis_script_t *s = op->verb == OP_GET      ? rsv_lua()->get
-                                 : op->verb == OP_EXTEND ? rsv_lua()->extend
-                                                         : rsv_lua()->release;
-    int argc = op->verb == OP_EXTEND ? 6 : 4;
-    int rc = cm_redis_eval(srv->redis, s, on_hold_reply, op, 1, argc, argv, NULL);
-    free(hkey);
+    int rc;
+    if (op->verb == OP_GET) {
+        char *hkey = rsv_key(op->event, RSV_K_HOLD, op->hold_id);
+        const char *argv[] = {hkey, op->hold_id, op->claims.sub};
+        rc = cm_redis_eval(srv->redis, rsv_lua()->get, on_hold_reply, op, 1, 3, argv, NULL);
+        free(hkey);
+    } else if (op->verb == OP_EXTEND) {
+        const char *extra[] = {ext, keep};
+        rc = rsv_hold_act(srv, rsv_lua()->extend, op->hold_id, op->claims.sub, 2, extra,
+                          on_hold_reply, op);
+    } else {
+        rc = rsv_hold_act(srv, rsv_lua()->release, op->hold_id, op->claims.sub, 0, NULL,
+                          on_hold_reply, op);
+    }
     if (rc != 0) {
         rsv_reply_unavailable(&op->r, "reading the hold", cm_err_closed);
         hold_op_done(op);

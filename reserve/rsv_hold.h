@@ -46,6 +46,21 @@ int rsv_hold_id_event(const char *hold_id, char event[CM_IDENT_MAX + 1]);
 /** Adds seats (array) or pool + quantity from the view to obj. */
 void rsv_hold_json_items(json_t *obj, const rsv_hold_view_t *v);
 
+/**
+ * Runs script (extend, release, convert, unconvert: the "acting" layout of
+ * lua/prelude.lua) on hold_id of buyer, with every key it touches declared in KEYS: reads
+ * the hold record first (get.lua) to learn its seats or pool, then runs the script with
+ * the hold's keys and ARGV (hold id, buyer, seats, pool, extra...). cb gets the script's
+ * reply, or get's when the hold is gone or another buyer's (NOTFOUND, GONE), or the
+ * error. Strings are copied. Returns 0 (cb will be called, always from the loop) or -1
+ * when Redis is closed.
+ */
+__attribute__((warn_unused_result)) int rsv_hold_act(rsv_server_t *srv,
+                                                     const cm_redis_script_t *script,
+                                                     const char *hold_id, const char *buyer,
+                                                     int nextra, const char *const *extra,
+                                                     cm_redis_cb cb, void *arg);
+
 /* Handlers: each answers req exactly once. */
 void rsv_hold_create(rsv_server_t *srv, struct evhttp_request *req, const char *event);
 void rsv_hold_get(rsv_server_t *srv, struct evhttp_request *req, const char *hold_id);

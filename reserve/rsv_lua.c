@@ -11,6 +11,7 @@ extern const char rsv_lua_get[];
 extern const char rsv_lua_extend[];
 extern const char rsv_lua_release[];
 extern const char rsv_lua_convert[];
+extern const char rsv_lua_unconvert[];
 extern const char rsv_lua_seed[];
 extern const char rsv_lua_avail[];
 
@@ -31,6 +32,7 @@ const rsv_lua_t *rsv_lua(void)
         scripts.extend = make("extend", rsv_lua_extend);
         scripts.release = make("release", rsv_lua_release);
         scripts.convert = make("convert", rsv_lua_convert);
+        scripts.unconvert = make("unconvert", rsv_lua_unconvert);
         scripts.seed = make("seed", rsv_lua_seed);
         scripts.avail = make("avail", rsv_lua_avail);
         built = 1;

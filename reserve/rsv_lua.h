@@ -15,6 +15,7 @@ typedef struct rsv_lua {
     cm_redis_script_t *extend;
     cm_redis_script_t *release;
     cm_redis_script_t *convert;
+    cm_redis_script_t *unconvert;
     cm_redis_script_t *seed;
     cm_redis_script_t *avail;
 } rsv_lua_t;

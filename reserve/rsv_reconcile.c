@@ -30,6 +30,7 @@
 #include "cm_log.h"
 #include "cm_mem.h"
 #include "cm_time.h"
+#include "rsv_keys.h"
 #include "rsv_ledger.h"
 #include "rsv_lua.h"
 #include "rsv_server.h"
@@ -63,6 +64,7 @@ typedef struct saga {
     int64_t extension_ms;
     rsv_hold_view_t view;
     int steps;
+    bool given_back; /* unconvert ran (or was skipped) in this drive */
     rsv_saga_cb cb;
     void *arg;
     /* the step in flight */
@@ -300,14 +302,12 @@ static void on_extended(const char *err, const cm_redis_reply_t *reply, void *ar
 
 static void extend_hold(saga_t *s)
 {
-    char prefix[96], ext[24], keep[24];
-    rsv_key_prefix(s->row.event, prefix, sizeof(prefix));
-    char *hkey = cm_xasprintf("%sh:%s", prefix, s->row.hold_id);
+    char ext[24], keep[24];
     snprintf(ext, sizeof(ext), "%lld", (long long)s->extension_ms);
     snprintf(keep, sizeof(keep), "%lld", (long long)s->srv->cfg.hold_record_keep_s * 1000);
-    const char *argv[] = {hkey, prefix, s->row.hold_id, s->row.buyer, ext, keep};
-    int rc = cm_redis_eval(s->srv->redis, rsv_lua()->extend, on_extended, s, 1, 6, argv, NULL);
-    free(hkey);
+    const char *extra[] = {ext, keep};
+    int rc = rsv_hold_act(s->srv, rsv_lua()->extend, s->row.hold_id, s->row.buyer, 2, extra,
+                          on_extended, s);
     if (rc != 0)
         saga_fail(s, "extending the hold", cm_err_closed);
 }
@@ -453,28 +453,48 @@ static char *ok_body(const saga_t *s, const char *booking_id)
     return t;
 }
 
-/* The units as a Postgres text[] literal (identifiers: nothing to escape). */
+/*
+ * The units as a Postgres text[] literal (identifiers: nothing to escape), or NULL when
+ * the hold record in Redis is not what we wrote (too many units, an over-long id): the
+ * length of every piece is checked, never truncated.
+ */
 static char *units_literal(const rsv_hold_view_t *v)
 {
-    size_t cap = 64 + (v->seats ? strlen(v->seats) * 3 : 0) + (size_t)v->qty * 80;
+    if (v->qty < 0 || v->qty > 1000 || strlen(v->pool) > CM_IDENT_MAX)
+        return NULL;
+    size_t cap = 4 + (v->seats ? strlen(v->seats) * 3 + 2 : 0) +
+                 (size_t)v->qty * (strlen(v->pool) + 4 + 21);
     char *out = cm_xmalloc(cap);
     size_t len = 0;
     out[len++] = '{';
     if (v->pool[0]) {
-        for (int64_t i = 0; i < v->qty; i++)
-            len += (size_t)snprintf(out + len, cap - len, "%s\"%s#%lld\"", i ? "," : "", v->pool,
-                                    (long long)(v->first_unit + i));
+        for (int64_t i = 0; i < v->qty; i++) {
+            int n = snprintf(out + len, cap - len, "%s\"%s#%lld\"", i ? "," : "", v->pool,
+                             (long long)(v->first_unit + i));
+            if (n < 0 || (size_t)n >= cap - len) {
+                free(out);
+                return NULL;
+            }
+            len += (size_t)n;
+        }
     } else if (v->seats) {
         out[len++] = '"';
         for (const char *p = v->seats; *p; p++) {
             if (*p == ',') {
                 memcpy(out + len, "\",\"", 3);
                 len += 3;
+            } else if (*p == '"' || *p == '\\' || *p == '{' || *p == '}') {
+                free(out); /* never written by us: seat ids are identifiers */
+                return NULL;
             } else {
                 out[len++] = *p;
             }
         }
         out[len++] = '"';
+    }
+    if (len + 2 > cap) {
+        free(out);
+        return NULL;
     }
     out[len++] = '}';
     out[len] = '\0';
@@ -546,6 +566,11 @@ static void on_converted(const char *err, const cm_redis_reply_t *reply, void *a
     char booking[RSV_CHECKOUT_ID_MAX];
     rsv_random_id(booking, sizeof(booking), "bk_");
     char *units = units_literal(&s->view);
+    if (units == NULL) {
+        cm_log(CM_LOG_ERROR, "checkout %s: the hold's units in Redis are malformed", s->row.id);
+        saga_fail(s, "booking", cm_err_protocol);
+        return;
+    }
     char *body = ok_body(s, booking);
     char max[16];
     snprintf(max, sizeof(max), "%lld", (long long)s->srv->cfg.book_max_attempts);
@@ -564,16 +589,109 @@ static void on_converted(const char *err, const cm_redis_reply_t *reply, void *a
 
 static void convert(saga_t *s)
 {
-    char prefix[96], keep[24], amount[24];
-    rsv_key_prefix(s->row.event, prefix, sizeof(prefix));
-    char *hkey = cm_xasprintf("%sh:%s", prefix, s->row.hold_id);
+    char keep[24], amount[24];
     snprintf(keep, sizeof(keep), "%lld", (long long)7 * 86400 * 1000);
     snprintf(amount, sizeof(amount), "%lld", (long long)s->row.amount);
-    const char *argv[] = {hkey, prefix, s->row.hold_id, s->row.buyer, s->row.id, keep, amount};
-    int rc = cm_redis_eval(s->srv->redis, rsv_lua()->convert, on_converted, s, 1, 7, argv, NULL);
-    free(hkey);
+    const char *extra[] = {s->row.id, keep, amount};
+    int rc = rsv_hold_act(s->srv, rsv_lua()->convert, s->row.hold_id, s->row.buyer, 3, extra,
+                          on_converted, s);
     if (rc != 0)
         saga_fail(s, "converting the hold", cm_err_closed);
+}
+
+/* --- giving back what a refused conversion took in Redis ------------------------------ */
+
+/* Postgres refused a booking whose hold Redis had already converted: the seats' sold
+ * marks, the pool units and the buyer-limit entry go back (the units Postgres has not
+ * booked to anyone), before the refund. Any failure here is logged and the refund goes
+ * ahead: money first. */
+static bool needs_giveback(const saga_t *s)
+{
+    const char *r = s->row.refund_reason;
+    return !s->given_back && (strcmp(r, "seat_unavailable") == 0 || strcmp(r, "sold_out") == 0 ||
+                              strcmp(r, "booking_failed") == 0);
+}
+
+static void giveback_end(saga_t *s, const char *what, const char *err)
+{
+    if (what)
+        cm_log(CM_LOG_WARN, "checkout %s: giving back the hold's units: %s: %s", s->row.id, what,
+               err ? err : "error");
+    s->given_back = true;
+    refund(s);
+}
+
+static void on_given_back(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    saga_t *s = arg;
+    const char *st = err ? NULL : cm_redis_reply_str(cm_redis_reply_at(reply, 0), NULL);
+    if (st == NULL) {
+        giveback_end(s, "unconvert", err ? err : cm_err_protocol);
+        return;
+    }
+    if (strcmp(st, "OK") == 0)
+        cm_log(CM_LOG_INFO, "checkout %s: gave back %lld seats, %lld pool units", s->row.id,
+               cm_redis_reply_int(cm_redis_reply_at(reply, 1)),
+               cm_redis_reply_int(cm_redis_reply_at(reply, 2)));
+    giveback_end(s, NULL, NULL);
+}
+
+static void on_units_free(const char *err, const rsv_pg_result_t *res, void *arg)
+{
+    saga_t *s = arg;
+    if (err || rsv_pg_result_rows(res) != 1) {
+        giveback_end(s, "asking Postgres which units are free", err ? err : cm_err_protocol);
+        return;
+    }
+    const char *extra[] = {s->row.id, rsv_pg_result_value(res, 0, 0),
+                           rsv_pg_result_value(res, 0, 1)};
+    if (rsv_hold_act(s->srv, rsv_lua()->unconvert, s->row.hold_id, s->row.buyer, 3, extra,
+                     on_given_back, s) != 0)
+        giveback_end(s, "unconvert", cm_err_closed);
+}
+
+static void on_giveback_view(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    saga_t *s = arg;
+    rsv_hold_view_t v;
+    if (err || rsv_hold_view_parse(reply, &v) != 0) {
+        giveback_end(s, "reading the hold", err ? err : cm_err_protocol);
+        return;
+    }
+    if (strcmp(v.status, "CONVERTED") != 0 || strcmp(v.checkout, s->row.id) != 0) {
+        rsv_hold_view_clear(&v); /* not converted by us (or given back before): nothing */
+        giveback_end(s, NULL, NULL);
+        return;
+    }
+    char *units = units_literal(&v);
+    rsv_hold_view_clear(&v);
+    if (units == NULL) {
+        giveback_end(s, "the hold's units", cm_err_protocol);
+        return;
+    }
+    const char *params[] = {s->row.event, units};
+    int rc = rsv_pg_query(s->srv->pg,
+                          "SELECT array_to_string(f, ','), cardinality(f) "
+                          "FROM onsale_units_free($1, $2::text[]) f",
+                          2, params, on_units_free, s);
+    free(units);
+    if (rc != 0)
+        giveback_end(s, "asking Postgres which units are free", cm_err_shutdown);
+}
+
+static void giveback(saga_t *s)
+{
+    char event[CM_IDENT_MAX + 1];
+    if (rsv_hold_id_event(s->row.hold_id, event) != 0) {
+        giveback_end(s, "the hold id", cm_err_protocol);
+        return;
+    }
+    char *hkey = rsv_key(event, RSV_K_HOLD, s->row.hold_id);
+    const char *argv[] = {hkey, s->row.hold_id, s->row.buyer};
+    int rc = cm_redis_eval(s->srv->redis, rsv_lua()->get, on_giveback_view, s, 1, 3, argv, NULL);
+    free(hkey);
+    if (rc != 0)
+        giveback_end(s, "reading the hold", cm_err_closed);
 }
 
 /* --- the state machine --------------------------------------------------------------- */
@@ -627,7 +745,10 @@ static void advance(saga_t *s)
                          1, params, on_confirm_body, s) != 0)
             saga_fail(s, "reading the booking", cm_err_shutdown);
     } else if (strcmp(st, "refunding") == 0) {
-        refund(s);
+        if (needs_giveback(s))
+            giveback(s);
+        else
+            refund(s);
     } else {
         saga_fail(s, "unknown checkout state", cm_err_protocol);
     }

@@ -1,11 +1,8 @@
--- Counts for the availability snapshot of one pool (reclaiming expired holds first).
--- KEYS: 1 pool counter.  ARGV: 1 prefix, 2 pool id
+-- Counts for the availability snapshot of one pool, exact at read time whatever the
+-- backlog of expired holds (and returning a bounded number of them, for storage).
+-- KEYS: 1 pool counter, 2 pool units.
 -- Reply: {available, held}
-local P = ARGV[1]
 local now = now_ms()
-reclaim_pool(P, ARGV[2], now)
-local held = 0
-for _, m in ipairs(redis.call('ZRANGEBYSCORE', P .. 'pe:' .. ARGV[2], '(' .. now, '+inf')) do
-    held = held + units_of(m)
-end
-return {tonumber(redis.call('GET', KEYS[1]) or '0'), held}
+local free = pool_free(KEYS[1], KEYS[2], now) or 0
+reclaim_units(KEYS[1], KEYS[2], now, 100)
+return {free, redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')}

@@ -1,10 +1,9 @@
--- Extends the owner's live hold to min(now + extension, cap), never shortening it.
--- Verifies ownership and acts in the same step (never GET-compare-then-write).
--- KEYS: 1 hold record.  ARGV: 1 prefix, 2 hold id, 3 buyer, 4 extension ms,
---       5 record keep ms
--- Reply: as get.lua ('OK' carries the new exp)
-local P = ARGV[1]
-local h, st = load_hold(P, ARGV[2], ARGV[3])
+-- Extends the owner's live hold to min(now + extension, cap), never shortening it. Every
+-- seat is checked before any is touched: a hold that lost a seat is answered EXPIRED
+-- with nothing lengthened. Verifies ownership and acts in the same step.
+-- KEYS, ARGV 1-4: the acting layout (prelude).  ARGV: 5 extension ms, 6 record keep ms
+-- Reply: as get.lua ('OK' carries the new exp) | {'STALE'}
+local h, st = load_acting()
 if not h then
     return {st}
 end
@@ -15,25 +14,32 @@ local now = now_ms()
 if h.exp <= now then
     return describe('EXPIRED', h)
 end
-local exp = math.min(now + tonumber(ARGV[4]), h.cap)
+local exp = math.min(now + tonumber(ARGV[5]), h.cap)
 if exp < h.exp then
     exp = h.exp
 end
-local member = h.qty .. ':' .. ARGV[2]
 if h.pool then
-    redis.call('ZADD', P .. 'pe:' .. h.pool, 'XX', exp, member)
-else
-    for _, seat in ipairs(split(h.seats)) do
-        local k = P .. 's:' .. seat
-        if redis.call('GET', k) ~= ARGV[2] then
+    for _, m in ipairs(unit_members(ARGV[1], h.qty)) do
+        if not redis.call('ZSCORE', KEYS[5], m) then
             return describe('EXPIRED', h)
         end
-        redis.call('PEXPIREAT', k, exp)
+    end
+    for _, m in ipairs(unit_members(ARGV[1], h.qty)) do
+        redis.call('ZADD', KEYS[5], 'XX', exp, m)
+    end
+else
+    for i = 7, #KEYS do
+        if redis.call('GET', KEYS[i]) ~= ARGV[1] then
+            return describe('EXPIRED', h)
+        end
+    end
+    for i = 7, #KEYS do
+        redis.call('PEXPIREAT', KEYS[i], exp)
     end
 end
 redis.call('HSET', KEYS[1], 'exp', exp)
-redis.call('PEXPIREAT', KEYS[1], exp + tonumber(ARGV[5]))
-redis.call('ZADD', P .. 'b:' .. h.buyer, 'XX', exp, member)
-redis.call('ZADD', P .. 'active', 'GT', exp, h.buyer)
+redis.call('PEXPIREAT', KEYS[1], exp + tonumber(ARGV[6]))
+redis.call('ZADD', KEYS[2], 'XX', exp, h.qty .. ':' .. ARGV[1])
+redis.call('ZADD', KEYS[3], 'GT', exp, h.buyer)
 h.exp = exp
 return describe('OK', h)

@@ -1,8 +1,8 @@
--- Reads a hold for its owner. Keys of one event, all under the prefix.
--- KEYS: 1 hold record.  ARGV: 1 prefix, 2 hold id, 3 buyer
+-- Reads a hold for its owner.
+-- KEYS: 1 hold record.  ARGV: 1 hold id, 2 buyer
 -- Reply: {'OK'|'EXPIRED'|'CONVERTED', exp, seats, pool, qty, created, cap, amount,
 --         checkout, units} | {'NOTFOUND'} | {'GONE'}
-local h, st = load_hold(ARGV[1], ARGV[2], ARGV[3])
+local h, st = load_hold(KEYS[1], ARGV[2])
 if not h then
     return {st}
 end

@@ -1,25 +1,26 @@
--- Takes a general-admission hold: a conditional decrement that never goes below zero,
--- after returning expired holds' units to the pool.
--- KEYS: 1 seed, 2 hold record, 3 buyer zset, 4 pool counter, 5 pool expiry zset
+-- Takes a general-admission hold: a conditional decrement that never goes below zero.
+-- Free units are the counter plus every expired held unit (ZCOUNT), so the answer is
+-- exact whatever the backlog of expired holds; the script returns to the counter only
+-- as many expired units as it needs (plus a bounded number, for storage).
+-- KEYS: 1 seed, 2 hold record, 3 buyer zset, 4 pool counter, 5 pool units, 6 active
 -- ARGV: 1 hold id, 2 buyer, 3 ttl ms, 4 max hold ms, 5 max per buyer, 6 pool id,
---       7 quantity, 8 amount, 9 record keep ms, 10 prefix
+--       7 quantity, 8 amount, 9 record keep ms
 -- Reply: {'OK', exp, left} | {'SOLDOUT'} | {'INSUFFICIENT', available} | {'LIMIT', units}
 --        | {'NOSEED'}
 if redis.call('EXISTS', KEYS[1]) == 0 then
     return {'NOSEED'}
 end
 local now = now_ms()
-reclaim_pool(ARGV[10], ARGV[6], now)
-local avail = tonumber(redis.call('GET', KEYS[4]))
-if avail == nil then
+local free = pool_free(KEYS[4], KEYS[5], now)
+if free == nil then
     return {'NOSEED'}
 end
 local qty = tonumber(ARGV[7])
-if avail <= 0 then
+if free <= 0 then
     return {'SOLDOUT'}
 end
-if avail < qty then
-    return {'INSUFFICIENT', avail}
+if free < qty then
+    return {'INSUFFICIENT', free}
 end
 local limit = tonumber(ARGV[5])
 if limit > 0 then
@@ -28,12 +29,19 @@ if limit > 0 then
         return {'LIMIT', have}
     end
 end
+local counter = tonumber(redis.call('GET', KEYS[4]))
+reclaim_units(KEYS[4], KEYS[5], now, math.max(qty - counter, 0) + 100)
 local exp = now + tonumber(ARGV[3])
 redis.call('DECRBY', KEYS[4], qty)
 redis.call('HSET', KEYS[2], 'buyer', ARGV[2], 'state', 'held', 'exp', exp, 'pool', ARGV[6],
            'qty', qty, 'created', now, 'cap', now + tonumber(ARGV[4]), 'amount', ARGV[8])
 redis.call('PEXPIREAT', KEYS[2], exp + tonumber(ARGV[9]))
-redis.call('ZADD', KEYS[5], exp, qty .. ':' .. ARGV[1])
+local zadd = {'ZADD', KEYS[5]}
+for _, m in ipairs(unit_members(ARGV[1], qty)) do
+    zadd[#zadd + 1] = exp
+    zadd[#zadd + 1] = m
+end
+redis.call(unpack(zadd))
 redis.call('ZADD', KEYS[3], exp, qty .. ':' .. ARGV[1])
-redis.call('ZADD', ARGV[10] .. 'active', 'GT', exp, ARGV[2])
-return {'OK', exp, avail - qty}
+redis.call('ZADD', KEYS[6], 'GT', exp, ARGV[2])
+return {'OK', exp, free - qty}

@@ -1,19 +1,27 @@
--- Shared by every reserve script (prepended at load time). Key layout, one hash slot
--- per event ({event} tag), so each script is atomic under Redis Cluster too:
---   P = 'os:{<event>}:'      prefix passed by the caller
---   P..'seed'                present once the event's counters and sold seats are loaded
---   P..'s:'..seat            seat: hold id (PX = hold expiry) or 'sold:<checkout>' (no TTL)
---   P..'h:'..hold            hold record (hash), kept hold_record_keep after expiry
---   P..'b:'..buyer           buyer's units: zset member '<units>:<hold>', score = expiry
---                            ('+inf' once bought)
---   P..'p:'..pool            pool units available (never below zero)
---   P..'pe:'..pool           pool holds by expiry: member '<qty>:<hold>', score = expiry
---   P..'pn:'..pool           last pool unit number handed to a booking
---   P..'active'              shoppers the gateway admitted: member = visitor, score = when
---                            their activity lapses; a hold keeps its taker active until it
---                            expires, a confirmation or release ends the activity
+-- Shared by every reserve script (prepended at load time). Every key a script touches
+-- is declared in KEYS by the caller (reserve/rsv_keys.h names them), all under the
+-- event's hash tag 'os:{<event>}:', so one Redis Cluster slot holds an event and each
+-- script stays atomic there:
+--   seed            present once the event's counters and sold seats are loaded
+--   s:<seat>        seat: hold id (PX = hold expiry) or 'sold[:<checkout>]' (no TTL)
+--   h:<hold>        hold record (hash), kept hold_record_keep after expiry
+--   b:<buyer>       buyer's units: zset member '<units>:<hold>', score = expiry
+--                   ('+inf' once bought)
+--   p:<pool>        pool units neither sold nor in pu:<pool> (never below zero)
+--   pu:<pool>       pool units held: one member '<hold>#<i>' per unit, score = expiry;
+--                   expired members are free units (ZCOUNT: exact at any backlog)
+--   pn:<pool>       last pool unit number handed to a booking
+--   active          shoppers the gateway admitted: member = visitor, score = when their
+--                   activity lapses; a live hold keeps its taker active until it expires,
+--                   a confirmation or release ends the activity once no other hold lives
 -- Expiry is decided here, at read time, against Redis TIME: a hold is alive iff
 -- now < exp. Nothing depends on a sweeper.
+--
+-- The scripts acting on an existing hold (extend, release, convert, unconvert) get the
+-- hold's keys from a read of the record just before (get.lua): KEYS 1 hold record,
+-- 2 buyer zset, 3 active, 4 pool counter, 5 pool units, 6 pool next, 7.. seat keys;
+-- ARGV 1 hold id, 2 buyer, 3 seats (comma-joined, as read), 4 pool (as read), then the
+-- script's own. A hold's items never change, so a mismatch means a corrupt call: 'STALE'.
 local function now_ms()
     local t = redis.call('TIME')
     return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -23,19 +31,35 @@ local function units_of(member)
     return tonumber(string.match(member, '^(%d+):'))
 end
 
--- Returns the quantity of expired holds of a pool to the pool (bounded work per call).
-local function reclaim_pool(P, pool, now)
-    local ez = P .. 'pe:' .. pool
-    local expired = redis.call('ZRANGEBYSCORE', ez, '-inf', now, 'LIMIT', 0, 500)
+-- Pool units free right now: the counter plus every expired held unit.
+local function pool_free(counter, units, now)
+    local c = tonumber(redis.call('GET', counter))
+    if c == nil then
+        return nil
+    end
+    return c + redis.call('ZCOUNT', units, '-inf', now)
+end
+
+-- Returns up to n expired held units to the counter (storage, and what a hold needs).
+local function reclaim_units(counter, units, now, n)
+    if n <= 0 then
+        return 0
+    end
+    local expired = redis.call('ZRANGEBYSCORE', units, '-inf', now, 'LIMIT', 0, n)
     if #expired == 0 then
-        return
+        return 0
     end
-    local total = 0
-    for _, m in ipairs(expired) do
-        total = total + units_of(m)
-        redis.call('ZREM', ez, m)
+    redis.call('ZREM', units, unpack(expired))
+    redis.call('INCRBY', counter, #expired)
+    return #expired
+end
+
+local function unit_members(hold, qty)
+    local m = {}
+    for i = 1, qty do
+        m[i] = hold .. '#' .. i
     end
-    redis.call('INCRBY', P .. 'p:' .. pool, total)
+    return m
 end
 
 -- Units the buyer holds (alive) or bought, after dropping expired entries.
@@ -48,6 +72,18 @@ local function buyer_units(bkey, now)
     return n
 end
 
+-- After one of the buyer's holds ended (released, converted, given back): the buyer
+-- stays active until their latest other live hold expires, or not at all.
+local function refresh_active(bkey, akey, buyer, now)
+    local live = redis.call('ZREVRANGEBYSCORE', bkey, '(+inf', '(' .. now, 'WITHSCORES',
+                            'LIMIT', 0, 1)
+    if #live == 0 then
+        redis.call('ZREM', akey, buyer)
+    else
+        redis.call('ZADD', akey, 'XX', live[2], buyer)
+    end
+end
+
 local function split(s)
     local out = {}
     for item in string.gmatch(s, '[^,]+') do
@@ -56,21 +92,38 @@ local function split(s)
     return out
 end
 
--- Loads a hold record; returns the table, or nil and a status for the caller:
+-- Loads the hold record hkey; returns the table, or nil and a status for the caller:
 -- 'GONE' when no record exists (never made, released, or lost with Redis), 'NOTFOUND'
 -- when it belongs to another buyer (answered like a missing one: nothing leaks).
-local function load_hold(P, hold, buyer)
-    local f = redis.call('HMGET', P .. 'h:' .. hold, 'buyer', 'state', 'exp', 'seats', 'pool',
-                         'qty', 'created', 'cap', 'amount', 'checkout', 'units')
+local function load_hold(hkey, buyer)
+    local f = redis.call('HMGET', hkey, 'buyer', 'state', 'exp', 'seats', 'pool', 'qty',
+                         'created', 'cap', 'amount', 'checkout', 'units')
     if not f[1] then
         return nil, 'GONE'
     end
     if f[1] ~= buyer then
         return nil, 'NOTFOUND'
     end
+    if f[2] == 'returned' then
+        f[3] = '0' -- given back after a refused booking (unconvert.lua): over
+    end
     return {buyer = f[1], state = f[2], exp = tonumber(f[3]), seats = f[4], pool = f[5],
             qty = tonumber(f[6]), created = tonumber(f[7]), cap = tonumber(f[8]),
             amount = f[9], checkout = f[10], units = f[11]}
+end
+
+-- load_hold for the scripts acting on a hold (layout above), checking the keys given
+-- are this hold's.
+local function load_acting()
+    local h, st = load_hold(KEYS[1], ARGV[2])
+    if not h then
+        return nil, st
+    end
+    if (h.seats or '') ~= ARGV[3] or (h.pool or '') ~= ARGV[4] or
+        #KEYS ~= 6 + #split(h.seats or '') then
+        return nil, 'STALE'
+    end
+    return h
 end
 
 local function describe(st, h)

@@ -2,31 +2,33 @@
 -- pool counters (capacity minus units booked), the last unit number booked, a 'sold'
 -- mark on every booked seat, and every buyer's bought units (so max_per_buyer still
 -- counts them). Does nothing if another process seeded first.
--- KEYS: 1 seed.  ARGV: 1 prefix, 2 pool count, then per pool (id, available, last unit),
---       then the sold seat count and the sold seat ids, then per booking (buyer,
---       booking id, units)
+-- KEYS: 1 seed, then per pool (counter, next unit, units held), then the sold seats'
+--       keys, then per booking its buyer's zset.
+-- ARGV: 1 pool count, then per pool (available, last unit), then the sold seat count,
+--       then per booking (booking id, units)
 -- Reply: 1 seeded, 0 already seeded
 if redis.call('EXISTS', KEYS[1]) == 1 then
     return 0
 end
-local P = ARGV[1]
-local npools = tonumber(ARGV[2])
-local i = 3
+local npools = tonumber(ARGV[1])
+local k, a = 2, 2
 for _ = 1, npools do
-    redis.call('SET', P .. 'p:' .. ARGV[i], ARGV[i + 1])
-    redis.call('SET', P .. 'pn:' .. ARGV[i], ARGV[i + 2])
-    redis.call('DEL', P .. 'pe:' .. ARGV[i])
-    i = i + 3
+    redis.call('SET', KEYS[k], ARGV[a])
+    redis.call('SET', KEYS[k + 1], ARGV[a + 1])
+    redis.call('DEL', KEYS[k + 2])
+    k = k + 3
+    a = a + 2
 end
-local nsold = tonumber(ARGV[i])
-i = i + 1
+local nsold = tonumber(ARGV[a])
+a = a + 1
 for _ = 1, nsold do
-    redis.call('SET', P .. 's:' .. ARGV[i], 'sold')
-    i = i + 1
+    redis.call('SET', KEYS[k], 'sold')
+    k = k + 1
 end
-while i + 2 <= #ARGV do
-    redis.call('ZADD', P .. 'b:' .. ARGV[i], '+inf', ARGV[i + 2] .. ':' .. ARGV[i + 1])
-    i = i + 3
+while k <= #KEYS do
+    redis.call('ZADD', KEYS[k], '+inf', ARGV[a + 1] .. ':' .. ARGV[a])
+    k = k + 1
+    a = a + 2
 end
 redis.call('SET', KEYS[1], '1')
 return 1

@@ -1,0 +1,26 @@
+/*
+ * rsv_keys — the reserve's Redis key schema, in one place (reserve/lua/prelude.lua
+ * describes what each key holds). Every key of an event carries the event as its hash
+ * tag, "os:{<event>}:<kind>[<id>]", so a Redis Cluster slot holds a whole event and
+ * each script, which gets every key it touches in KEYS, stays atomic. The gateway shares
+ * the prefix and the "active" set (gateway/gw_keys.c).
+ *
+ * Pure; any thread.
+ */
+#ifndef RSV_KEYS_H
+#define RSV_KEYS_H
+
+#define RSV_K_SEED       "seed"
+#define RSV_K_SEAT       "s:"
+#define RSV_K_HOLD       "h:"
+#define RSV_K_BUYER      "b:"
+#define RSV_K_POOL       "p:"
+#define RSV_K_POOL_UNITS "pu:"
+#define RSV_K_POOL_NEXT  "pn:"
+#define RSV_K_POOL_OLD   "pe:" /* held pool units before pu: (dropped on re-seed) */
+#define RSV_K_ACTIVE     "active"
+
+/** "os:{<event>}:<kind><id>" (id NULL: none), heap (free()). */
+char *rsv_key(const char *event, const char *kind, const char *id);
+
+#endif
