@@ -208,6 +208,29 @@ class RedisLoss(stack.ReserveTestCase):
         after = stack.metric_sum(self.S.metrics(), "onsale_reserve_uniqueness_conflicts_total")
         self.assertEqual(after - before, 1, "one booking refused by the unique constraint")
 
+    def test_stale_restore_refused_booking_gives_the_buyer_limit_back(self):
+        """Regression (issue 7 item 6): Redis converted the hold, Postgres refused the
+        booking (stale restore); the buyer-limit entry stayed consumed forever, so the
+        refunded buyer could never buy again."""
+        ev = self.new_event(seats=SEATS, max_per_buyer=1)
+        t1, t2 = self.S.token(ev, "owner"), self.S.token(ev, "refunded-one")
+        h1 = self.hold(ev, t1, seats=["A-2"])
+        self.assertStatus(self.confirm(h1.json["hold_id"], t1, h1.json["amount"]), 201)
+        self.assertEqual(self.S.redis("FLUSHALL"), "OK")
+        self.assertEqual(self.S.redis("SET", "os:{%s}:seed" % ev, "1"), "OK")
+        h2 = self.hold(ev, t2, seats=["A-2"])
+        c2 = self.confirm(h2.json["hold_id"], t2, h2.json["amount"])
+        self.assertEqual(c2.status, 409, repr(c2))
+        self.assertEqual(self.S.sql_value(
+            f"select state from checkouts where event_id = '{ev}' and buyer = 'refunded-one'"),
+            "refunded")
+        # Paid back, owns nothing: the limit of 1 lets them hold another seat.
+        self.hold(ev, t2, seats=["A-3"])
+        # The seat sold in Postgres stays unavailable.
+        r = self.c.post(f"/v1/events/{ev}/holds", {"seats": ["A-2"]},
+                        token=self.S.token(ev, "third"))
+        self.assertStatus(r, 409, "seat_unavailable")
+
     def test_per_buyer_limit_counts_purchases_after_flushall(self):
         ev = self.new_event(seats=SEATS, max_per_buyer=2)
         t = self.S.token(ev, "collector")
