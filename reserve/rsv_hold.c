@@ -138,8 +138,8 @@ static void on_act_read(const char *err, const cm_redis_reply_t *reply, void *ar
     argv[n++] = v.pool;
     for (int i = 0; i < a->nextra; i++)
         argv[n++] = a->extra[i];
-    int rc = k == nkeys ? cm_redis_eval(a->srv->redis, a->script, a->cb, a->arg, (int)nkeys,
-                                        (int)n, argv, NULL)
+    int rc = k == nkeys ? cm_redis_eval(a->srv->redis, a->script, a->cb, a->arg, (int)nkeys, (int)n,
+                                        argv, NULL)
                         : -1;
     for (size_t i = 0; i < k; i++)
         free(owned[i]);
@@ -152,8 +152,7 @@ static void on_act_read(const char *err, const cm_redis_reply_t *reply, void *ar
 }
 
 int rsv_hold_act(rsv_server_t *srv, const cm_redis_script_t *script, const char *hold_id,
-                 const char *buyer, int nextra, const char *const *extra, cm_redis_cb cb,
-                 void *arg)
+                 const char *buyer, int nextra, const char *const *extra, cm_redis_cb cb, void *arg)
 {
     act_t *a = cm_xcalloc(1, sizeof(*a));
     if (rsv_hold_id_event(hold_id, a->event) != 0) {
@@ -348,11 +347,9 @@ static void run_create(create_op_t *op)
     if (op->pool) {
         char *pkey = rsv_key(op->event, RSV_K_POOL, op->pool->id);
         char *ukey = rsv_key(op->event, RSV_K_POOL_UNITS, op->pool->id);
-        const char *argv[] = {seed,        hkey,           bkey, pkey,    ukey,
-                              akey,        op->hold_id,    op->claims.sub,
-                              ttl,         maxhold,        limit,
-                              op->pool->id, qty,           amount,
-                              keep};
+        const char *argv[] = {seed,        hkey,           bkey, pkey,    ukey,  akey,
+                              op->hold_id, op->claims.sub, ttl,  maxhold, limit, op->pool->id,
+                              qty,         amount,         keep};
         rc =
             cm_redis_eval(srv->redis, rsv_lua()->hold_pool, on_create_reply, op, 6, 15, argv, NULL);
         free(pkey);

@@ -55,11 +55,9 @@ void rsv_hold_json_items(json_t *obj, const rsv_hold_view_t *v);
  * error. Strings are copied. Returns 0 (cb will be called, always from the loop) or -1
  * when Redis is closed.
  */
-__attribute__((warn_unused_result)) int rsv_hold_act(rsv_server_t *srv,
-                                                     const cm_redis_script_t *script,
-                                                     const char *hold_id, const char *buyer,
-                                                     int nextra, const char *const *extra,
-                                                     cm_redis_cb cb, void *arg);
+__attribute__((warn_unused_result)) int
+rsv_hold_act(rsv_server_t *srv, const cm_redis_script_t *script, const char *hold_id,
+             const char *buyer, int nextra, const char *const *extra, cm_redis_cb cb, void *arg);
 
 /* Handlers: each answers req exactly once. */
 void rsv_hold_create(rsv_server_t *srv, struct evhttp_request *req, const char *event);

@@ -462,8 +462,8 @@ static char *units_literal(const rsv_hold_view_t *v)
 {
     if (v->qty < 0 || v->qty > 1000 || strlen(v->pool) > CM_IDENT_MAX)
         return NULL;
-    size_t cap = 4 + (v->seats ? strlen(v->seats) * 3 + 2 : 0) +
-                 (size_t)v->qty * (strlen(v->pool) + 4 + 21);
+    size_t cap =
+        4 + (v->seats ? strlen(v->seats) * 3 + 2 : 0) + (size_t)v->qty * (strlen(v->pool) + 4 + 21);
     char *out = cm_xmalloc(cap);
     size_t len = 0;
     out[len++] = '{';
