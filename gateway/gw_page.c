@@ -246,7 +246,7 @@ static const struct {
     bool refreshing; /* the page asks again by itself */
     const char *error_text;
 } states[ST_COUNT] = {
-    [ST_NEW] = {"new", "Joining the queue", true, ""},
+    [ST_NEW] = {"new", "Joining the queue", false, ""}, /* joins by its form, not a reload */
     [ST_QUEUED] = {"queued", "You are in the queue", true, ""},
     [ST_PREQUEUE] = {"prequeue", "The sale has not started yet", true, ""},
     [ST_ADMITTED] = {"admitted", "It is your turn", false, ""},

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cm_err.h"
 #include "cm_http.h"
@@ -37,6 +38,7 @@ typedef struct place_op {
     bool looked_up; /* the pre-queue lookup was done once already */
     bool page;      /* answer with the HTML queue page (GET /q/{event}), not JSON */
     bool fresh;     /* page without a usable ticket: the page starts a join itself */
+    bool form;      /* a browser's form POST to join: answered 303 to the page */
 } place_op_t;
 
 static void answer(place_op_t *op, gw_room_t *room);
@@ -244,7 +246,12 @@ static void lookup_number(place_op_t *op)
 static void answer(place_op_t *op, gw_room_t *room)
 {
     if (op->fresh) {
-        reply_page(op, room, "new", -1, -1, op->r.srv->cfg.poll_min_ms);
+        const char *state = "new";
+        if (room->s.sold_out)
+            state = "sold_out";
+        else if (room->s.closes_at > 0 && gw_watermark_now_ms(room) >= room->s.closes_at)
+            state = "closed";
+        reply_page(op, room, state, -1, -1, op->r.srv->cfg.poll_min_ms);
         return;
     }
     if (op->t.gen != room->s.gen) {
@@ -334,6 +341,17 @@ void gw_queue_status(gw_server_t *srv, struct evhttp_request *req, const char *e
     answer_with_room(op);
 }
 
+/* A browser's form join: the cookie, then 303 to the page (which shows the place). */
+static void see_page(place_op_t *op)
+{
+    char where[CM_IDENT_MAX + 8];
+    snprintf(where, sizeof(where), "/q/%s", op->event);
+    gw_queue_set_cookie(&op->r, op->event, op->ticket);
+    evhttp_add_header(evhttp_request_get_output_headers(op->r.req), "Location", where);
+    gw_reply_text(&op->r, 303, "text/plain; charset=utf-8", "", 0);
+    free(op);
+}
+
 static void on_join(const char *err, const cm_redis_reply_t *reply, void *arg)
 {
     place_op_t *op = arg;
@@ -365,6 +383,10 @@ static void on_join(const char *err, const cm_redis_reply_t *reply, void *arg)
             return;
         }
         cm_counter_inc(srv->m.joins);
+        if (op->form) {
+            see_page(op);
+            return;
+        }
         op->code = 201;
         /* A prequeue ticket whose room has just opened must not be looked up before the
          * join has even been answered: report the pre-queue; the next poll exchanges it. */
@@ -463,15 +485,60 @@ void gw_queue_page(gw_server_t *srv, struct evhttp_request *req, const char *eve
         answer_with_room(op);
         return;
     }
-    /* No usable ticket: the first visit takes a place, so the page works without
-     * JavaScript (the cookie makes reloads idempotent). */
+    /* No usable ticket: the page, without a place. A GET takes nothing (a link or an
+     * <img> on another site cannot make browsers queue); the page joins by a same-origin
+     * POST — from its script, or its form without JavaScript. */
     op->ticket[0] = '\0';
-    take_place(op);
+    op->fresh = true;
+    answer_with_room(op);
+}
+
+/*
+ * True when a browser says this request comes from another site: Sec-Fetch-Site other
+ * than same-origin/none, or an Origin that is not this gateway's own (the Host the
+ * browser addressed). Origin "null" (what a page with Referrer-Policy no-referrer sends
+ * on its own form POST) passes only with Sec-Fetch-Site: same-origin. API clients send
+ * neither header and are not affected.
+ */
+static bool cross_site(gw_server_t *srv, struct evhttp_request *req)
+{
+    const char *site = cm_http_header(req, "Sec-Fetch-Site");
+    if (site && strcmp(site, "same-origin") != 0 && strcmp(site, "none") != 0)
+        return true;
+    const char *origin = cm_http_header(req, "Origin");
+    if (origin == NULL)
+        return false;
+    if (strcmp(origin, "null") == 0)
+        return site == NULL || strcmp(site, "same-origin") != 0;
+    const char *host = cm_http_header(req, "Host");
+    if (host == NULL)
+        return true;
+    const char *rest = NULL;
+    if (strncmp(origin, "https://", 8) == 0)
+        rest = origin + 8;
+    else if (srv->cfg.plain_http && strncmp(origin, "http://", 7) == 0)
+        rest = origin + 7;
+    return rest == NULL || strcasecmp(rest, host) != 0;
+}
+
+static bool form_post(struct evhttp_request *req)
+{
+    const char *ct = cm_http_header(req, "Content-Type");
+    return ct && strncasecmp(ct, "application/x-www-form-urlencoded", 33) == 0;
 }
 
 void gw_queue_join(gw_server_t *srv, struct evhttp_request *req, const char *event)
 {
     place_op_t *op = op_new(srv, req, GW_EP_JOIN, event);
+    if (cross_site(srv, req)) {
+        cm_counter_inc(srv->m.rejected_tickets);
+        gw_reply_error(&op->r, 403, "cross_site",
+                       "a browser may join only from this waiting room's own page", NULL);
+        free(op);
+        return;
+    }
+    op->form = form_post(req);
+    op->page = op->form; /* its errors are pages too */
     bool bearer;
     int got = read_ticket(op, &bearer);
     if (got < 0 && bearer) {
@@ -482,6 +549,10 @@ void gw_queue_join(gw_server_t *srv, struct evhttp_request *req, const char *eve
         gw_room_t *room = gw_watermark_room(srv, event);
         if (room == NULL || room->s.gen == op->t.gen || bearer) {
             cm_counter_inc(srv->m.rejoins);
+            if (op->form) {
+                see_page(op);
+                return;
+            }
             answer_with_room(op); /* the same place, never a better one */
             return;
         }

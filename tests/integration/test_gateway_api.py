@@ -343,6 +343,27 @@ class Admission(gwstack.GatewayTestCase):
         self.assertGreaterEqual(st["active"], 1)
 
 
+class CrossSite(gwstack.GatewayTestCase):
+    def test_browsers_join_only_from_the_rooms_own_page(self):
+        ev = self.new_room(rate_per_minute=600, paused=True)
+        own = f"https://{stack.HOST}:{self.GS.g.port}"
+        for headers in ({"Origin": "https://evil.example"},
+                        {"Origin": "null"},
+                        {"Origin": own.replace("https://", "http://")},
+                        {"Sec-Fetch-Site": "cross-site"},
+                        {"Sec-Fetch-Site": "same-site", "Origin": own},
+                        {"Origin": "https://evil.example", "Sec-Fetch-Site": "same-origin"}):
+            r = self.join(ev, expect=None, headers=headers)
+            self.assertStatus(r, 403, "cross_site", msg=f"{headers}:")
+        self.assertEqual(int(self.GS.redis("GET", f"os:{{{ev}}}:q:n") or 0), 0,
+                         "a refused join queued")
+        # same-origin browsers and API clients (neither header) take places
+        a = self.join(ev, headers={"Origin": own, "Sec-Fetch-Site": "same-origin"})
+        b = self.join(ev)
+        self.assertEqual((ticket_number(a.json["ticket"]), ticket_number(b.json["ticket"])),
+                         (1, 2))
+
+
 class Limits(gwstack.GatewayTestCase):
     def test_per_address_join_limit_429_with_retry_after(self):
         g = self.GS.add_gateway(gwstack.new_id("lim"), join_rate_per_ip=6, join_burst_per_ip=3)
@@ -383,18 +404,27 @@ class Limits(gwstack.GatewayTestCase):
 
 
 class Page(gwstack.GatewayTestCase):
-    """The queue page route (the page itself is tested in a browser elsewhere): the first
-    visit takes a place (so the page works without JavaScript), and later visits make the
-    same decisions as a status poll, from the cookie."""
+    """The queue page route (the page itself is tested in a browser elsewhere): a visit
+    shows the page and takes no place (a link or an image on another site cannot make
+    browsers queue); the page joins by a same-origin POST, and later visits make the same
+    decisions as a status poll, from the cookie."""
 
-    def test_page_takes_a_place_and_follows_the_cookie(self):
+    def test_page_takes_no_place_and_follows_the_cookie(self):
         ev = self.new_room(rate_per_minute=600, paused=True)
         r = self.c.get(f"/q/{ev}")
         self.assertStatus(r, 200)
         self.assertTrue(r.header("content-type").startswith("text/html"), r)
-        cookie = r.header("set-cookie")
-        self.assertIsNotNone(cookie, "the first visit took no place")
-        self.assertTrue(cookie.startswith(f"onsale_q_{ev}="), cookie)
+        self.assertIsNone(r.header("set-cookie"), "a GET took a place")
+        self.assertIn(f'action="/q/{ev}/join"'.encode(), r.body, "no join form without JavaScript")
+        # the page's form: a same-origin POST, answered 303 back to the page with the cookie
+        # (Origin null: the page's Referrer-Policy is no-referrer)
+        form = self.c.post(f"/q/{ev}/join", raw=b"", headers={
+            "Content-Type": "application/x-www-form-urlencoded",
+            "Origin": "null", "Sec-Fetch-Site": "same-origin"})
+        self.assertStatus(form, 303)
+        self.assertEqual(form.header("location"), f"/q/{ev}")
+        cookie = form.header("set-cookie")
+        self.assertTrue(cookie and cookie.startswith(f"onsale_q_{ev}="), cookie)
         t = cookie.split(";", 1)[0].split("=", 1)[1]
         self.assertEqual(ticket_number(t), 1)
         hdr = {"Cookie": f"onsale_q_{ev}={t}"}
@@ -412,15 +442,16 @@ class Page(gwstack.GatewayTestCase):
         p = self.c.get(f"/q/{ev}", headers=hdr)
         self.assertStatus(p, 200)
         self.assertIn(tok.encode(), p.body, "the page does not carry the same admission")
-        # a forged cookie is simply a new visitor
+        # a forged cookie is simply a new visitor, who takes no place by looking
         f = self.c.get(f"/q/{ev}", headers={"Cookie": f"onsale_q_{ev}=forged"})
         self.assertStatus(f, 200)
-        self.assertEqual(ticket_number(f.header("set-cookie").split(";", 1)[0].split("=", 1)[1]),
-                         3)
+        self.assertIsNone(f.header("set-cookie"))
+        self.assertEqual(self.join(ev).json["position"] + self.GS.watermark(ev), 3)
         ev2 = self.new_room(rate_per_minute=1, paused=True, sold_out=True)
         s2 = self.c.get(f"/q/{ev2}")
         self.assertStatus(s2, 200)
         self.assertIsNone(s2.header("set-cookie"), "a sold-out room handed out a place")
+        self.assertIn(b'data-state="sold_out"', s2.body)
         # An unknown room is a 404 page for the browser, not a JSON error body.
         nr = self.c.get("/q/no-such-room")
         self.assertEqual(nr.status, 404, nr)
