@@ -47,7 +47,8 @@ extern const char gw_www_dashboard_html[];
  * The pages carry no style="" or on*="" attributes (a hash cannot allow those); the
  * template keeps placeholders out of <script> and <style>, so the rendered elements are
  * byte for byte the hashed ones. form-action: the queue page's is 'none', or
- * redirect_url's origin for the POST hand-off; the dashboard's forms stay on the page.
+ * redirect_url's origin for the POST hand-off, or 'self' for the join form of a page
+ * without a place; the dashboard's forms stay on the page.
  */
 #define CSP_REST                                                                                   \
     "connect-src 'self'; img-src 'self' data:; base-uri 'none'; frame-ancestors 'none'; "          \
@@ -427,8 +428,12 @@ static void compute(const gw_page_info_t *in, page_state_t st, vars_t *v)
         v->action = cm_xstrdup(in->redirect_url);
     else if (st == ST_ADMITTED && !in->handoff_post)
         v->redirect = gw_page_forward_url(in->redirect_url, in->admission_token);
-    /* the hand-off form may go to redirect_url's origin, and only there */
-    v->csp = queue_csp(v->action, origin);
+    /* the hand-off form may go to redirect_url's origin, and only there; the join form of
+     * a page without a place (no JavaScript) to this gateway */
+    if (st == ST_NEW)
+        v->csp = queue_csp("'self'", 6);
+    else
+        v->csp = queue_csp(v->action, origin);
     int64_t every = refresh_seconds(st, in->poll_after_ms);
     switch (st) {
     case ST_ADMITTED:
