@@ -358,13 +358,15 @@ static void test_terminal_and_unknown(void **s)
     assert_only_visible(html, "closed");
     free(html);
 
-    /* unknown or NULL state: the page starts as "new" and the script asks the API */
+    /* unknown or NULL state: the page starts as "new" and the script joins; without
+     * JavaScript it does not reload (a GET takes no place) but offers its join form */
     in.state = "bogus";
     html = render(&in);
     assert_only_visible(html, "new");
     assert_has(html, "data-state=\"new\"");
-    assert_has(html, "content=\"2\"");
-    assert_has(html, "<p >JavaScript is off: this page reloads by itself every 2 seconds.");
+    assert_has(html, "content=\"3600\"");
+    assert_has(html, "<p hidden>JavaScript is off");
+    assert_has(html, "<form method=\"post\" action=\"/q/e1/join\">");
     free(html);
     in.state = "queued";
     in.position = 9;
