@@ -14,8 +14,10 @@
 #include <string.h>
 
 #include "cm_err.h"
+#include "cm_http.h"
 #include "cm_log.h"
 #include "cm_mem.h"
+#include "cm_tls.h"
 #include "rsv_auth.h"
 #include "rsv_catalog.h"
 #include "rsv_keys.h"
@@ -249,6 +251,8 @@ typedef struct create_op {
     int64_t amount;
     char *seats_csv;
     int seeded;
+    char idem[65];     /* sha256(buyer, Idempotency-Key), "" without the header */
+    char req_hash[65]; /* sha256 of the canonical body, "" without the header */
 } create_op_t;
 
 static void create_done(create_op_t *op)
@@ -270,6 +274,40 @@ static void on_create_seeded(const char *err, void *arg)
         return;
     }
     run_create(op);
+}
+
+static void on_replayed(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    create_op_t *op = arg;
+    rsv_hold_view_t v;
+    if (err || rsv_hold_view_parse(reply, &v) != 0) {
+        rsv_reply_unavailable(&op->r, "reading the hold", err ? err : cm_err_protocol);
+    } else if (strcmp(v.status, "NOTFOUND") == 0 || strcmp(v.status, "GONE") == 0) {
+        rsv_reply_error(&op->r, 404, "unknown_hold", "the hold of this Idempotency-Key is gone",
+                        NULL);
+    } else {
+        const char *state = strcmp(v.status, "OK") == 0          ? "held"
+                            : strcmp(v.status, "CONVERTED") == 0 ? "converted"
+                                                                 : "expired";
+        rsv_reply_json(
+            &op->r, 200,
+            hold_json(op->hold_id, op->event, state, &v, op->ev ? op->ev->currency : NULL));
+        rsv_hold_view_clear(&v);
+    }
+    create_done(op);
+}
+
+/* The same Idempotency-Key and body again: the hold taken the first time, as it is now. */
+static void replay_hold(create_op_t *op)
+{
+    char *hkey = rsv_key(op->event, RSV_K_HOLD, op->hold_id);
+    const char *argv[] = {hkey, op->hold_id, op->claims.sub};
+    int rc = cm_redis_eval(op->r.srv->redis, rsv_lua()->get, on_replayed, op, 1, 3, argv, NULL);
+    free(hkey);
+    if (rc != 0) {
+        rsv_reply_unavailable(&op->r, "reading the hold", cm_err_closed);
+        create_done(op);
+    }
 }
 
 static void on_create_reply(const char *err, const cm_redis_reply_t *reply, void *arg)
@@ -300,6 +338,17 @@ static void on_create_reply(const char *err, const cm_redis_reply_t *reply, void
             v.seats = op->seats_csv;
         json_t *o = hold_json(op->hold_id, op->event, "held", &v, op->ev->currency);
         rsv_reply_json(&op->r, 201, o);
+    } else if (strcmp(st, "REPLAY") == 0) {
+        const char *hid = cm_redis_reply_str(cm_redis_reply_at(reply, 1), NULL);
+        if (hid && strlen(hid) < sizeof(op->hold_id)) {
+            snprintf(op->hold_id, sizeof(op->hold_id), "%s", hid);
+            replay_hold(op); /* answers 200 with the hold taken under this key */
+            return;
+        }
+        rsv_reply_unavailable(&op->r, "taking the hold", cm_err_protocol);
+    } else if (strcmp(st, "MISMATCH") == 0) {
+        rsv_reply_error(&op->r, 422, "idempotency_key_reused",
+                        "this Idempotency-Key was used for a different hold request", NULL);
     } else if (strcmp(st, "TAKEN") == 0) {
         cm_counter_inc(m->hold_conflicts);
         json_t *seats = json_object_get(op->body, "seats");
@@ -343,27 +392,29 @@ static void run_create(create_op_t *op)
     char *hkey = rsv_key(op->event, RSV_K_HOLD, op->hold_id);
     char *bkey = rsv_key(op->event, RSV_K_BUYER, op->claims.sub);
     char *akey = rsv_key(op->event, RSV_K_ACTIVE, NULL);
+    char *ikey = rsv_key(op->event, RSV_K_IDEM, op->idem);
     int rc;
     if (op->pool) {
         char *pkey = rsv_key(op->event, RSV_K_POOL, op->pool->id);
         char *ukey = rsv_key(op->event, RSV_K_POOL_UNITS, op->pool->id);
-        const char *argv[] = {seed,        hkey,           bkey, pkey,    ukey,  akey,
-                              op->hold_id, op->claims.sub, ttl,  maxhold, limit, op->pool->id,
-                              qty,         amount,         keep};
+        const char *argv[] = {seed,         hkey,        bkey,           pkey, ukey,        akey,
+                              ikey,         op->hold_id, op->claims.sub, ttl,  maxhold,     limit,
+                              op->pool->id, qty,         amount,         keep, op->req_hash};
         rc =
-            cm_redis_eval(srv->redis, rsv_lua()->hold_pool, on_create_reply, op, 6, 15, argv, NULL);
+            cm_redis_eval(srv->redis, rsv_lua()->hold_pool, on_create_reply, op, 7, 17, argv, NULL);
         free(pkey);
         free(ukey);
     } else {
         json_t *seats = json_object_get(op->body, "seats");
         size_t n = json_array_size(seats);
-        const char **argv = cm_xcalloc(4 + n + 8, sizeof(char *));
+        const char **argv = cm_xcalloc(5 + n + 9, sizeof(char *));
         char **keys = cm_xcalloc(n, sizeof(char *));
         size_t a = 0;
         argv[a++] = seed;
         argv[a++] = hkey;
         argv[a++] = bkey;
         argv[a++] = akey;
+        argv[a++] = ikey;
         for (size_t i = 0; i < n; i++)
             argv[a++] = keys[i] =
                 rsv_key(op->event, RSV_K_SEAT, json_string_value(json_array_get(seats, i)));
@@ -375,7 +426,8 @@ static void run_create(create_op_t *op)
         argv[a++] = op->seats_csv;
         argv[a++] = amount;
         argv[a++] = keep;
-        rc = cm_redis_eval(srv->redis, rsv_lua()->hold_seats, on_create_reply, op, (int)(4 + n),
+        argv[a++] = op->req_hash;
+        rc = cm_redis_eval(srv->redis, rsv_lua()->hold_seats, on_create_reply, op, (int)(5 + n),
                            (int)a, argv, NULL);
         for (size_t i = 0; i < n; i++)
             free(keys[i]);
@@ -386,6 +438,7 @@ static void run_create(create_op_t *op)
     free(hkey);
     free(bkey);
     free(akey);
+    free(ikey);
     if (rc != 0) {
         rsv_reply_unavailable(&op->r, "taking the hold", cm_err_closed);
         create_done(op);
@@ -503,6 +556,22 @@ static void on_create_auth(rsv_auth_result_t a, const char *why, void *arg)
         rsv_reply_error(&op->r, 400, "invalid_request", bad, NULL);
         create_done(op);
         return;
+    }
+    const char *key = cm_http_header(req, "Idempotency-Key");
+    if (key) {
+        if (!cm_parse_idem_key(key)) {
+            rsv_reply_error(&op->r, 400, "invalid_request",
+                            "Idempotency-Key must be 1-255 visible ASCII characters", NULL);
+            create_done(op);
+            return;
+        }
+        /* The key is the buyer's: the same key from another buyer is another request. */
+        char *ident = cm_xasprintf("%s\n%s", op->claims.sub, key);
+        cm_tls_sha256_hex(ident, strlen(ident), op->idem);
+        free(ident);
+        char *canon = json_dumps(op->body, JSON_COMPACT | JSON_SORT_KEYS);
+        cm_tls_sha256_hex(canon, strlen(canon), op->req_hash);
+        free(canon);
     }
     rsv_hex_id(op->hold_id, sizeof(op->hold_id), op->event);
     rsv_catalog_get(srv->catalog, op->event, on_create_event, op);

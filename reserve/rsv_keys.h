@@ -19,6 +19,7 @@
 #define RSV_K_POOL_NEXT  "pn:"
 #define RSV_K_POOL_OLD   "pe:" /* held pool units before pu: (dropped on re-seed) */
 #define RSV_K_ACTIVE     "active"
+#define RSV_K_IDEM       "ik:" /* + sha256(buyer "\n" Idempotency-Key) of a hold creation */
 
 /** "os:{<event>}:<kind><id>" (id NULL: none), heap (free()). */
 char *rsv_key(const char *event, const char *kind, const char *id);

@@ -2,13 +2,19 @@
 -- Free units are the counter plus every expired held unit (ZCOUNT), so the answer is
 -- exact whatever the backlog of expired holds; the script returns to the counter only
 -- as many expired units as it needs (plus a bounded number, for storage).
--- KEYS: 1 seed, 2 hold record, 3 buyer zset, 4 pool counter, 5 pool units, 6 active
+-- With an Idempotency-Key: as hold_seats.lua.
+-- KEYS: 1 seed, 2 hold record, 3 buyer zset, 4 pool counter, 5 pool units, 6 active,
+--       7 idempotency record
 -- ARGV: 1 hold id, 2 buyer, 3 ttl ms, 4 max hold ms, 5 max per buyer, 6 pool id,
---       7 quantity, 8 amount, 9 record keep ms
+--       7 quantity, 8 amount, 9 record keep ms, 10 request hash ('' = no key)
 -- Reply: {'OK', exp, left} | {'SOLDOUT'} | {'INSUFFICIENT', available} | {'LIMIT', units}
---        | {'NOSEED'}
+--        | {'NOSEED'} | {'REPLAY', hold id} | {'MISMATCH'}
 if redis.call('EXISTS', KEYS[1]) == 0 then
     return {'NOSEED'}
+end
+local replay = idem_check(KEYS[7], ARGV[10])
+if replay then
+    return replay
 end
 local now = now_ms()
 local free = pool_free(KEYS[4], KEYS[5], now)
@@ -44,4 +50,5 @@ end
 redis.call(unpack(zadd))
 redis.call('ZADD', KEYS[3], exp, qty .. ':' .. ARGV[1])
 redis.call('ZADD', KEYS[6], 'GT', exp, ARGV[2])
+idem_record(KEYS[7], ARGV[10], ARGV[1], exp + tonumber(ARGV[9]))
 return {'OK', exp, free - qty}

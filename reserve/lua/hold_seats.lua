@@ -1,23 +1,30 @@
 -- Takes a hold on one or more seats, all or nothing, in one atomic step: every seat
 -- free, the buyer under the limit, then SET NX PX on each seat.
--- KEYS: 1 seed, 2 hold record, 3 buyer zset, 4 active, 5.. seat keys
+-- With an Idempotency-Key the same key and body from the same buyer answer the hold
+-- taken first (REPLAY), another body MISMATCH.
+-- KEYS: 1 seed, 2 hold record, 3 buyer zset, 4 active, 5 idempotency record, 6.. seats
 -- ARGV: 1 hold id, 2 buyer, 3 ttl ms, 4 max hold ms, 5 max per buyer (0 = none),
---       6 seats (comma-joined), 7 amount, 8 record keep ms
+--       6 seats (comma-joined), 7 amount, 8 record keep ms, 9 request hash ('' = no key)
 -- Reply: {'OK', exp} | {'TAKEN', i, …} (1-based seat indexes) | {'LIMIT', units} | {'NOSEED'}
+--        | {'REPLAY', hold id} | {'MISMATCH'}
 if redis.call('EXISTS', KEYS[1]) == 0 then
     return {'NOSEED'}
 end
+local replay = idem_check(KEYS[5], ARGV[9])
+if replay then
+    return replay
+end
 local now = now_ms()
 local taken = {'TAKEN'}
-for i = 5, #KEYS do
+for i = 6, #KEYS do
     if redis.call('EXISTS', KEYS[i]) == 1 then
-        taken[#taken + 1] = i - 4
+        taken[#taken + 1] = i - 5
     end
 end
 if #taken > 1 then
     return taken
 end
-local n = #KEYS - 4
+local n = #KEYS - 5
 local limit = tonumber(ARGV[5])
 if limit > 0 then
     local have = buyer_units(KEYS[3], now)
@@ -27,7 +34,7 @@ if limit > 0 then
 end
 local ttl = tonumber(ARGV[3])
 local exp = now + ttl
-for i = 5, #KEYS do
+for i = 6, #KEYS do
     redis.call('SET', KEYS[i], ARGV[1], 'NX', 'PX', ttl)
 end
 redis.call('HSET', KEYS[2], 'buyer', ARGV[2], 'state', 'held', 'exp', exp, 'seats', ARGV[6],
@@ -35,4 +42,5 @@ redis.call('HSET', KEYS[2], 'buyer', ARGV[2], 'state', 'held', 'exp', exp, 'seat
 redis.call('PEXPIREAT', KEYS[2], exp + tonumber(ARGV[8]))
 redis.call('ZADD', KEYS[3], exp, n .. ':' .. ARGV[1])
 redis.call('ZADD', KEYS[4], 'GT', exp, ARGV[2])
+idem_record(KEYS[5], ARGV[9], ARGV[1], exp + tonumber(ARGV[8]))
 return {'OK', exp}

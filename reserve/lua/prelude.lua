@@ -11,6 +11,8 @@
 --   pu:<pool>       pool units held: one member '<hold>#<i>' per unit, score = expiry;
 --                   expired members are free units (ZCOUNT: exact at any backlog)
 --   pn:<pool>       last pool unit number handed to a booking
+--   ik:<sha256>     a hold creation's Idempotency-Key (sha256 of buyer and key):
+--                   '<request hash>:<hold id>', kept as long as the hold record
 --   active          shoppers the gateway admitted: member = visitor, score = when their
 --                   activity lapses; a live hold keeps its taker active until it expires,
 --                   a confirmation or release ends the activity once no other hold lives
@@ -81,6 +83,29 @@ local function refresh_active(bkey, akey, buyer, now)
         redis.call('ZREM', akey, buyer)
     else
         redis.call('ZADD', akey, 'XX', live[2], buyer)
+    end
+end
+
+-- A hold creation with an Idempotency-Key (hash ~= ''): the earlier answer, if any.
+local function idem_check(ikey, hash)
+    if hash == '' then
+        return nil
+    end
+    local prev = redis.call('GET', ikey)
+    if not prev then
+        return nil
+    end
+    local h, hold = string.match(prev, '^([^:]*):(.*)$')
+    if h ~= hash then
+        return {'MISMATCH'}
+    end
+    return {'REPLAY', hold}
+end
+
+local function idem_record(ikey, hash, hold, until_ms)
+    if hash ~= '' then
+        redis.call('SET', ikey, hash .. ':' .. hold)
+        redis.call('PEXPIREAT', ikey, until_ms)
     end
 end
 

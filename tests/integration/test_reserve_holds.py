@@ -154,3 +154,44 @@ class Limits(stack.ReserveTestCase):
         # The refused holds took nothing.
         other = self.S.token(ev, "other")
         self.hold(ev, other, seats=["A-4", "A-5"])
+
+
+class IdempotentCreate(stack.ReserveTestCase):
+    """Issue 7 item 8 (API.md v1.1): a hold create that timed out on the client's side
+    but ran is retried with the same Idempotency-Key: the same hold comes back (200) and
+    the buyer is not blocked by an invisible hold of their own."""
+
+    def post(self, ev, tok, body, key):
+        return self.c.post(f"/v1/events/{ev}/holds", body, token=tok,
+                           headers={"Idempotency-Key": key})
+
+    def test_same_key_same_body_same_hold_other_body_422(self):
+        ev = self.new_event(seats=SEATS, pools=[{"id": "fl", "capacity": 5, "price": 100}],
+                            max_per_buyer=2)
+        t = self.S.token(ev, "retrier")
+        key = uuid.uuid4().hex
+        first = self.post(ev, t, {"seats": ["A-1", "A-2"]}, key)
+        self.assertStatus(first, 201)
+        again = self.post(ev, t, {"seats": ["A-1", "A-2"]}, key)
+        self.assertStatus(again, 200, msg="the retry answers the hold taken first:")
+        self.assertEqual(again.json["hold_id"], first.json["hold_id"])
+        self.assertEqual(again.json["expires_at"], first.json["expires_at"])
+        self.assertStatus(self.post(ev, t, {"seats": ["A-3"]}, key), 422,
+                          "idempotency_key_reused")
+        # The limit of 2 counts the one hold, not two.
+        self.assertStatus(self.post(ev, t, {"seats": ["A-3"]}, uuid.uuid4().hex), 429,
+                          "limit_exceeded")
+        # Another buyer's same key is their own request.
+        other = self.post(ev, self.S.token(ev, "other"), {"seats": ["A-4"]}, key)
+        self.assertStatus(other, 201)
+        # Pools too; a malformed key is a 400.
+        t2 = self.S.token(ev, "pooler")
+        p1 = self.post(ev, t2, {"pool": "fl", "quantity": 2}, "k-pool")
+        self.assertStatus(p1, 201)
+        p2 = self.post(ev, t2, {"quantity": 2, "pool": "fl"}, "k-pool")
+        self.assertStatus(p2, 200)
+        self.assertEqual(p2.json["hold_id"], p1.json["hold_id"])
+        self.assertStatus(self.post(ev, t2, {"pool": "fl", "quantity": 1}, "bad key\x01"), 400,
+                          "invalid_request")
+        a = self.c.get(f"/v1/events/{ev}/availability")
+        self.assertEqual(stack.pool_available(a.json, "fl"), 3, repr(a))

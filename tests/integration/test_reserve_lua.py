@@ -83,20 +83,22 @@ class Event:
         return s(self.r("EVAL", SCRIPTS[name], len(keys), *keys, *args))
 
     # taking holds
-    def seats(self, buyer, seats, ttl=60000, limit=0, amount=None, cap=600000):
+    def seats(self, buyer, seats, ttl=60000, limit=0, amount=None, cap=600000, idem="",
+              req=""):
         hid = self.hold_id()
-        keys = [self.k("seed"), self.k("h:", hid), self.k("b:", buyer), self.k("active")]
+        keys = [self.k("seed"), self.k("h:", hid), self.k("b:", buyer), self.k("active"),
+                self.k("ik:", idem)]
         keys += [self.k("s:", x) for x in seats]
         rep = self.run("hold_seats", keys, hid, buyer, ttl, cap, limit, ",".join(seats),
-                       amount if amount is not None else 100 * len(seats), 3600000)
+                       amount if amount is not None else 100 * len(seats), 3600000, req)
         return hid, rep
 
-    def pool(self, buyer, pool, qty, ttl=60000, limit=0, cap=600000):
+    def pool(self, buyer, pool, qty, ttl=60000, limit=0, cap=600000, idem="", req=""):
         hid = self.hold_id()
         keys = [self.k("seed"), self.k("h:", hid), self.k("b:", buyer), self.k("p:", pool),
-                self.k("pu:", pool), self.k("active")]
+                self.k("pu:", pool), self.k("active"), self.k("ik:", idem)]
         rep = self.run("hold_pool", keys, hid, buyer, ttl, cap, limit, pool, qty, 50 * qty,
-                       3600000)
+                       3600000, req)
         return hid, rep
 
     # acting on a hold: read it first, as rsv_hold_act does
@@ -184,6 +186,32 @@ class Holds(LuaCase):
         self.assertEqual(rep[0], "OK")
         _, rep = e.pool("big3", "fl", 1)
         self.assertEqual(rep, ["SOLDOUT"])
+
+
+class Idempotent(LuaCase):
+    def test_same_key_and_body_replays_the_hold_other_body_mismatches(self):
+        """Issue 7 item 8: a create that ran in Redis but whose answer was lost is
+        retried with the same key: the first hold comes back, nothing new is taken."""
+        e = self.e
+        h1, rep = e.seats("u1", ["A-1"], idem="k1", req="r1")
+        self.assertEqual(rep[0], "OK")
+        h2, rep = e.seats("u1", ["A-1"], idem="k1", req="r1")
+        self.assertEqual(rep, ["REPLAY", h1])
+        self.assertEqual(self.r("EXISTS", e.k("h:", h2)), 0)
+        _, rep = e.seats("u1", ["A-2"], idem="k1", req="r2")
+        self.assertEqual(rep, ["MISMATCH"])
+        self.assertIsNone(self.r("GET", e.k("s:", "A-2")))
+        self.r("SET", e.k("p:", "fl"), 10)
+        p1, rep = e.pool("u1", "fl", 2, idem="k2", req="r3")
+        self.assertEqual(rep[0], "OK")
+        _, rep = e.pool("u1", "fl", 2, idem="k2", req="r3")
+        self.assertEqual(rep, ["REPLAY", p1])
+        self.assertEqual(e.avail("fl"), [8, 2])
+        self.assertGreater(self.r("PTTL", e.k("ik:", "k2")), 60000)
+        # Without a key every request is its own.
+        _, rep = e.seats("u1", ["A-3"])
+        self.assertEqual(rep[0], "OK")
+        self.assertEqual(self.r("EXISTS", e.k("ik:")), 0)
 
 
 class Acting(LuaCase):
