@@ -7,6 +7,7 @@
  */
 #include "rsv_catalog.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +49,30 @@ struct rsv_catalog {
     rsv_server_t *srv;
     entry_t **entries;
     size_t n, cap;
+    /* Every event id Postgres has (sorted), refreshed at most every catalog_refresh_ms:
+     * an id not in it is answered "no such event" without a query, so a flood of
+     * made-up event ids costs one query per interval, not one per request. */
+    char **known;
+    size_t nknown, capknown;
+    bool known_loaded, known_loading;
+    uint64_t known_ns;
+    struct known_waiter *known_waiters; /* ids not in the set, waiting for a re-listing */
 };
+
+/* An id not in a set older than KNOWN_FRESH_NS waits for one re-listing (an event just
+ * created on another reserve); a younger set answers at once. So unknown ids cost at
+ * most one listing per KNOWN_FRESH_NS, whatever the request rate. */
+#define KNOWN_FRESH_NS (250ull * 1000 * 1000)
+
+typedef struct known_waiter {
+    struct known_waiter *next;
+    char id[CM_IDENT_MAX + 1];
+    rsv_catalog_cb cb;
+    void *arg;
+} known_waiter_t;
+
+static void catalog_get(rsv_catalog_t *c, const char *event_id, rsv_catalog_cb cb, void *arg,
+                        bool use_known);
 
 static const char LOAD_SQL[] =
     "SELECT json_build_object("
@@ -64,6 +88,7 @@ static const char LOAD_SQL[] =
     "FROM events e WHERE e.event_id = $1";
 
 static const char VERSION_SQL[] = "SELECT version FROM events WHERE event_id = $1";
+static const char KNOWN_SQL[] = "SELECT event_id FROM events";
 
 static const char SEED_SQL[] =
     "SELECT json_build_object("
@@ -229,7 +254,98 @@ void rsv_catalog_free(rsv_catalog_t *c)
         free(c->entries[i]);
     }
     free(c->entries);
+    for (size_t i = 0; i < c->nknown; i++)
+        free(c->known[i]);
+    free(c->known);
+    while (c->known_waiters) {
+        known_waiter_t *w = c->known_waiters;
+        c->known_waiters = w->next;
+        w->cb(NULL, cm_err_shutdown, w->arg);
+        free(w);
+    }
     free(c);
+}
+
+/* --- the set of known event ids ------------------------------------------------- */
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static bool is_known(const rsv_catalog_t *c, const char *id)
+{
+    return c->nknown && bsearch(&id, c->known, c->nknown, sizeof(char *), cmp_str) != NULL;
+}
+
+static void known_add(rsv_catalog_t *c, const char *id)
+{
+    if (is_known(c, id))
+        return;
+    if (c->nknown == c->capknown) {
+        c->capknown = c->capknown ? c->capknown * 2 : 64;
+        c->known = cm_xrealloc(c->known, c->capknown * sizeof(char *));
+    }
+    c->known[c->nknown++] = cm_xstrdup(id);
+    qsort(c->known, c->nknown, sizeof(char *), cmp_str);
+}
+
+typedef struct known_op {
+    rsv_catalog_t *c;
+} known_op_t;
+
+static void on_known(const char *err, const rsv_pg_result_t *res, void *arg)
+{
+    known_op_t *op = arg;
+    rsv_catalog_t *c = op->c;
+    free(op);
+    c->known_loading = false;
+    known_waiter_t *w = c->known_waiters;
+    c->known_waiters = NULL;
+    if (err) {
+        cm_log(CM_LOG_WARN, "listing events: %s", err);
+        /* keep the set we have; the waiters look their id up themselves */
+        for (known_waiter_t *next; w; w = next) {
+            next = w->next;
+            catalog_get(c, w->id, w->cb, w->arg, false);
+            free(w);
+        }
+        return;
+    }
+    for (size_t i = 0; i < c->nknown; i++)
+        free(c->known[i]);
+    c->nknown = 0;
+    int n = rsv_pg_result_rows(res);
+    for (int i = 0; i < n; i++) {
+        if (c->nknown == c->capknown) {
+            c->capknown = c->capknown ? c->capknown * 2 : 64;
+            c->known = cm_xrealloc(c->known, c->capknown * sizeof(char *));
+        }
+        c->known[c->nknown++] = cm_xstrdup(rsv_pg_result_value(res, i, 0));
+    }
+    qsort(c->known, c->nknown, sizeof(char *), cmp_str);
+    c->known_loaded = true;
+    c->known_ns = cm_time_mono_ns();
+    for (known_waiter_t *next; w; w = next) {
+        next = w->next;
+        catalog_get(c, w->id, w->cb, w->arg, true); /* the set is fresh: no new wait */
+        free(w);
+    }
+}
+
+/* Re-lists the event ids when the set is older than max_age_ns (one listing at a time). */
+static void refresh_known(rsv_catalog_t *c, uint64_t now, uint64_t max_age)
+{
+    if (c->known_loading || (c->known_loaded && now - c->known_ns <= max_age))
+        return;
+    known_op_t *op = cm_xcalloc(1, sizeof(*op));
+    op->c = c;
+    c->known_loading = true;
+    cm_counter_inc(c->srv->m.catalog_queries);
+    if (rsv_pg_query(c->srv->pg_read, KNOWN_SQL, 0, NULL, on_known, op) != 0) {
+        c->known_loading = false;
+        free(op);
+    }
 }
 
 static entry_t *find(rsv_catalog_t *c, const char *id)
@@ -318,7 +434,8 @@ static void start_load(rsv_catalog_t *c, entry_t *e)
     snprintf(op->id, sizeof(op->id), "%s", e->id);
     const char *params[1] = {e->id};
     e->refreshing = 1;
-    if (rsv_pg_query(c->srv->pg, LOAD_SQL, 1, params, on_loaded, op) != 0) {
+    cm_counter_inc(c->srv->m.catalog_queries);
+    if (rsv_pg_query(c->srv->pg_read, LOAD_SQL, 1, params, on_loaded, op) != 0) {
         free(op);
         e->refreshing = 0;
         waiter_t *w = e->waiters;
@@ -356,8 +473,34 @@ static void on_version(const char *err, const rsv_pg_result_t *res, void *arg)
 
 void rsv_catalog_get(rsv_catalog_t *c, const char *event_id, rsv_catalog_cb cb, void *arg)
 {
+    catalog_get(c, event_id, cb, arg, true);
+}
+
+static void catalog_get(rsv_catalog_t *c, const char *event_id, rsv_catalog_cb cb, void *arg,
+                        bool use_known)
+{
     uint64_t now = cm_time_mono_ns();
     entry_t *e = find(c, event_id);
+    refresh_known(c, now, (uint64_t)c->srv->cfg.catalog_refresh_ms * 1000000ull);
+    if (use_known && e == NULL && c->known_loaded && !is_known(c, event_id)) {
+        if (now - c->known_ns <= KNOWN_FRESH_NS) {
+            cb(NULL, NULL, arg); /* no such event, as of a recent listing: no query */
+            return;
+        }
+        known_waiter_t *w = cm_xcalloc(1, sizeof(*w));
+        snprintf(w->id, sizeof(w->id), "%s", event_id);
+        w->cb = cb;
+        w->arg = arg;
+        w->next = c->known_waiters;
+        c->known_waiters = w;
+        refresh_known(c, now, KNOWN_FRESH_NS);
+        if (!c->known_loading) { /* could not ask: look it up alone */
+            c->known_waiters = w->next;
+            free(w);
+            catalog_get(c, event_id, cb, arg, false);
+        }
+        return;
+    }
     if (e == NULL) {
         prune_missing(c);
         e = add(c, event_id);
@@ -374,7 +517,8 @@ void rsv_catalog_get(rsv_catalog_t *c, const char *event_id, rsv_catalog_cb cb, 
             snprintf(op->id, sizeof(op->id), "%s", e->id);
             const char *params[1] = {e->id};
             e->refreshing = 1;
-            if (rsv_pg_query(c->srv->pg, VERSION_SQL, 1, params, on_version, op) != 0) {
+            cm_counter_inc(c->srv->m.catalog_queries);
+            if (rsv_pg_query(c->srv->pg_read, VERSION_SQL, 1, params, on_version, op) != 0) {
                 e->refreshing = 0;
                 free(op);
             }
@@ -400,6 +544,7 @@ void rsv_catalog_get(rsv_catalog_t *c, const char *event_id, rsv_catalog_cb cb, 
 
 void rsv_catalog_invalidate(rsv_catalog_t *c, const char *event_id)
 {
+    known_add(c, event_id); /* created or replaced here: known at once */
     entry_t *e = find(c, event_id);
     if (e == NULL)
         return;
@@ -559,7 +704,7 @@ void rsv_catalog_seed(rsv_catalog_t *c, rsv_event_t *ev, rsv_seed_cb cb, void *a
     op->c = c;
     snprintf(op->id, sizeof(op->id), "%s", ev->id);
     const char *params[1] = {ev->id};
-    if (rsv_pg_query(c->srv->pg, SEED_SQL, 1, params, on_seed_data, op) != 0) {
+    if (rsv_pg_query(c->srv->pg_read, SEED_SQL, 1, params, on_seed_data, op) != 0) {
         free(op);
         finish_seed(c, ev->id, cm_err_shutdown);
     }

@@ -349,7 +349,7 @@ static void on_read_auth(rsv_auth_result_t a, const char *why, void *arg)
         return;
     }
     const char *params[1] = {op->checkout_id};
-    if (rsv_pg_query(op->r.srv->pg, CHECKOUT_SQL, 1, params, on_checkout_row, op) != 0) {
+    if (rsv_pg_query(op->r.srv->pg_read, CHECKOUT_SQL, 1, params, on_checkout_row, op) != 0) {
         rsv_reply_unavailable(&op->r, "reading the checkout", cm_err_shutdown);
         free(op);
     }
@@ -428,7 +428,7 @@ void rsv_checkout_admin_list(rsv_server_t *srv, struct evhttp_request *req)
         "    'age_seconds', round(extract(epoch FROM now() - x.created_at)::numeric, 3),"
         "    'in_state_seconds', round(extract(epoch FROM now() - x.updated_at)::numeric, 3)))"
         "   FROM (SELECT * FROM m ORDER BY m.updated_at LIMIT $4::int) x), '[]'))::text";
-    int rc = rsv_pg_query(srv->pg, sql, 4, params, on_admin_list, r);
+    int rc = rsv_pg_query(srv->pg_read, sql, 4, params, on_admin_list, r);
     evhttp_clear_headers(&q);
     if (rc != 0) {
         rsv_reply_unavailable(r, "listing checkouts", cm_err_shutdown);

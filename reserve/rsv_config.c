@@ -42,6 +42,9 @@ const cm_config_opt_t rsv_config_table[] = {
      "libpq connection string of the system of record"},
     {"pg_pool_size", CM_CFG_INT, S(pg_pool_size), "24", 1, 256,
      "Postgres connections (more connections let commits share WAL flushes)"},
+    {"pg_read_pool_size", CM_CFG_INT, S(pg_read_pool_size), "4", 1, 64,
+     "Postgres connections of their own for reads (event catalogue, seeding, checkout "
+     "views), so they never queue ahead of confirmations"},
     {"pg_timeout_ms", CM_CFG_INT, S(pg_timeout_ms), "5000", 100, 600000,
      "deadline of one Postgres statement, queueing included"},
     {"pg_max_queue", CM_CFG_INT, S(pg_max_queue), "10000", 1, 1000000,

@@ -29,6 +29,7 @@ typedef struct rsv_config {
     int64_t redis_timeout_ms;
     char *pg_conninfo;
     int64_t pg_pool_size;
+    int64_t pg_read_pool_size;
     int64_t pg_timeout_ms;
     int64_t pg_max_queue;
     char *admission_keys;

@@ -892,8 +892,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     if (r->closing || cm_drain_draining(srv->drain))
         return;
     if (++r->ticks % GAUGE_EVERY_TICKS == 1) {
-        if (rsv_pg_query(srv->pg, "SELECT state, count(*) FROM checkouts GROUP BY state", 0, NULL,
-                         on_state_counts, srv) != 0) {
+        if (rsv_pg_query(srv->pg_read, "SELECT state, count(*) FROM checkouts GROUP BY state", 0,
+                         NULL, on_state_counts, srv) != 0) {
             /* shutting down */
         }
     }

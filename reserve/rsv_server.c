@@ -184,6 +184,11 @@ static void register_saga_metrics(rsv_server_t *srv)
                                                "reconciler actions", "action=\"released\"");
     x->reconcile_lookups = cm_metrics_counter(m, "onsale_reserve_reconciler_actions_total",
                                               "reconciler actions", "action=\"lookup\"");
+    x->catalog_queries =
+        cm_metrics_counter(m, "onsale_reserve_catalog_queries_total",
+                           "Postgres queries of the event catalogue (loads, version checks, "
+                           "event listings; never one per request for an unknown event)",
+                           NULL);
     x->booking_failures = cm_metrics_counter(
         m, "onsale_reserve_booking_failures_total",
         "paid checkouts whose booking insert failed (not a unique conflict)", NULL);
@@ -354,6 +359,8 @@ rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen)
     }
     srv->pg = rsv_pg_new(srv->base, cfg->pg_conninfo, (int)cfg->pg_pool_size,
                          (int)cfg->pg_timeout_ms, (int)cfg->pg_max_queue);
+    srv->pg_read = rsv_pg_new(srv->base, cfg->pg_conninfo, (int)cfg->pg_read_pool_size,
+                              (int)cfg->pg_timeout_ms, (int)cfg->pg_max_queue);
     srv->catalog = rsv_catalog_new(srv);
     srv->avail = rsv_avail_new(srv);
     if (cfg->checkout_lease_s * 1000 < cfg->pay_timeout_ms + 5000) {
@@ -417,6 +424,7 @@ void rsv_server_free(rsv_server_t *srv)
     rsv_avail_free(srv->avail);
     rsv_catalog_free(srv->catalog);
     rsv_pg_free(srv->pg);
+    rsv_pg_free(srv->pg_read);
     cm_redis_free(srv->redis);
     cm_drain_free(srv->drain);
     cm_metrics_free(srv->metrics);

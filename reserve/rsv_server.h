@@ -70,6 +70,7 @@ typedef struct rsv_metrics {
     cm_counter_t *reconcile_finished;
     cm_counter_t *reconcile_released;
     cm_counter_t *reconcile_lookups;
+    cm_counter_t *catalog_queries;      /* Postgres queries the event catalogue issued */
     cm_counter_t *booking_failures;     /* booking inserts that failed (not a conflict) */
     cm_counter_t *booking_abandoned;    /* paid checkouts refunded after book_max_attempts */
     cm_counter_t *ledger_charges[5];    /* ledger reconciliation, by rsv_ledger outcome */
@@ -85,7 +86,9 @@ typedef struct rsv_server {
     cm_tls_ctx_t *tls;
     cm_http_server_t *http;
     cm_redis_t *redis;
-    rsv_pg_t *pg;
+    rsv_pg_t *pg;      /* the saga and every write */
+    rsv_pg_t *pg_read; /* reads (catalog, seeds, checkout views, gauges): never queued
+                          ahead of a confirmation */
     cm_metrics_t *metrics;
     rsv_metrics_t m;
     rsv_auth_t *auth;

@@ -80,3 +80,24 @@ class HealthAndMetrics(stack.ReserveTestCase):
         served = sum(v for _, v in m["onsale_reserve_request_seconds_count"]) - sum(
             v for _, v in m0.get("onsale_reserve_request_seconds_count", []))
         self.assertGreaterEqual(served, 5, "request histogram did not count the requests")
+
+
+class UnknownEvents(stack.ReserveTestCase):
+    """Issue 8: made-up event ids never reach Postgres one query per request (the reserve
+    keeps the list of event ids and re-lists it at most a few times a second), and an
+    event created a moment ago is found at once."""
+
+    def test_a_flood_of_unknown_events_costs_a_few_queries(self):
+        known = self.new_event(seats=[{"id": "A-1", "section": "A", "price": 100}])
+        self.assertEqual(self.c.get(f"/v1/events/{known}/availability").status, 200)
+        before = metric_sum(self.S.metrics(), "onsale_reserve_catalog_queries_total")
+        reqs = [self.S.req("GET", f"/v1/events/nope-{uuid.uuid4().hex[:16]}/availability")
+                for _ in range(400)]
+        res = self.S.burst(reqs)
+        self.assertTrue(all(r.status == 404 and r.err == "unknown_event" for r in res),
+                        stack.summarize(res))
+        after = metric_sum(self.S.metrics(), "onsale_reserve_catalog_queries_total")
+        self.assertLess(after - before, 20, "one Postgres query per unknown event?")
+        # An event created now (through the admin API) is found straight away.
+        fresh = self.new_event(seats=[{"id": "A-1", "section": "A", "price": 100}])
+        self.assertEqual(self.c.get(f"/v1/events/{fresh}/availability").status, 200)
