@@ -17,6 +17,7 @@
 #include "cm_mem.h"
 #include "cm_tls.h"
 #include "gw_keys.h"
+#include "gw_history.h"
 #include "gw_lua.h"
 #include "gw_settings.h"
 
@@ -212,4 +213,18 @@ void gw_admin_events_list(gw_server_t *srv, struct evhttp_request *req)
             json_array_append_new(arr, gw_admin_room_json(rooms[i]));
     }
     gw_reply_json(&r, 200, json_pack("{s:o}", "events", arr));
+}
+
+/* --- history (the dashboard's charts open with it) ---------------------------------- */
+
+void gw_admin_event_history(gw_server_t *srv, struct evhttp_request *req, const char *event)
+{
+    gw_req_t r;
+    gw_req_start(&r, srv, req, GW_EP_ADMIN);
+    gw_room_t *room = gw_watermark_room(srv, event);
+    if (room == NULL || !room->present) {
+        gw_reply_error(&r, 404, "unknown_event", "no waiting room for this event", NULL);
+        return;
+    }
+    gw_reply_json(&r, 200, gw_history_json(srv->history, event));
 }

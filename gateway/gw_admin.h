@@ -26,6 +26,9 @@ void gw_admin_event_delete(gw_server_t *srv, struct evhttp_request *req, const c
 /** GET /admin/events: every waiting room this gateway knows, with stats. */
 void gw_admin_events_list(gw_server_t *srv, struct evhttp_request *req);
 
+/** GET /admin/events/{event}/history: the room's sampled numbers (gw_history.h). */
+void gw_admin_event_history(gw_server_t *srv, struct evhttp_request *req, const char *event);
+
 /** A room as the admin API shows it: event, settings, stats (new reference). */
 json_t *gw_admin_room_json(const gw_room_t *room);
 

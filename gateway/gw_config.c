@@ -70,6 +70,10 @@ const cm_config_opt_t gw_config_table[] = {
      "poll_after_ms told to fans at the front of the queue"},
     {"poll_max_ms", CM_CFG_INT, S(poll_max_ms), "30000", 100, 3600000,
      "poll_after_ms told to fans far back in the queue"},
+    {"history_interval_ms", CM_CFG_INT, S(history_interval_ms), "2000", 100, 600000,
+     "how often each waiting room's live numbers are sampled for the dashboard's history"},
+    {"history_samples", CM_CFG_INT, S(history_samples), "150", 10, 100000,
+     "samples kept per waiting room (with the interval: the history's length)"},
     {"log_level", CM_CFG_STR, S(log_level), "info", 0, 0, "debug, info, warn or error"},
 };
 

@@ -42,6 +42,8 @@ typedef struct gw_config {
     int64_t admission_cache_size;
     int64_t poll_min_ms;
     int64_t poll_max_ms;
+    int64_t history_interval_ms;
+    int64_t history_samples;
     char *log_level;
 } gw_config_t;
 

@@ -127,6 +127,16 @@ static void route_admin(gw_server_t *srv, struct evhttp_request *req, char **seg
                      "an operator bearer token is required");
         return;
     }
+    if (n == 4 && strcmp(seg[1], "events") == 0 && strcmp(seg[3], "history") == 0) {
+        if (!cm_parse_ident(seg[2]))
+            reply_simple(srv, req, GW_EP_ADMIN, 400, "invalid_request",
+                         "event ids are 1-64 characters of [A-Za-z0-9._-]");
+        else if (method_is(req, EVHTTP_REQ_GET))
+            gw_admin_event_history(srv, req, seg[2]);
+        else
+            reply_simple(srv, req, GW_EP_OTHER, 405, "method_not_allowed", "use GET");
+        return;
+    }
     if (strcmp(seg[1], "events") != 0 || n > 3) {
         reply_simple(srv, req, GW_EP_OTHER, 404, "not_found", "no such endpoint");
         return;

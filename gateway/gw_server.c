@@ -7,6 +7,7 @@
  * requests finish (bounded to 10 s), then exit the loop. Teardown fails whatever still
  * waits on Redis or the signer with 503 before the connections are closed.
  */
+#include "gw_history.h"
 #include "gw_server.h"
 #include "gw_page.h"
 
@@ -344,6 +345,7 @@ gw_server_t *gw_server_new(const gw_config_t *cfg, char *err, size_t errlen)
     cm_metrics_gauge_fn(srv->metrics, "onsale_gateway_signer_pending",
                         "admission tokens queued or being signed", NULL, gauge_signer, srv);
     gw_watermark_start(srv);
+    srv->history = gw_history_new(srv, (int)cfg->history_interval_ms, (int)cfg->history_samples);
     return srv;
 err:
     gw_server_free(srv);
@@ -372,6 +374,7 @@ void gw_server_free(gw_server_t *srv)
     cm_drain_free(srv->drain);
     gw_admit_free(srv->admit);
     gw_limit_free(srv->limit);
+    gw_history_free(srv->history);
     gw_rooms_free(srv->rooms);
     cm_metrics_free(srv->metrics);
     if (srv->base)

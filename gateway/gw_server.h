@@ -27,6 +27,7 @@ typedef struct gw_signer gw_signer_t;
 typedef struct gw_limit gw_limit_t;
 typedef struct gw_admit gw_admit_t;
 typedef struct gw_rooms gw_rooms_t;
+typedef struct gw_history gw_history_t;
 
 typedef enum {
     GW_EP_HEALTH,
@@ -74,6 +75,7 @@ typedef struct gw_server {
     gw_admit_t *admit;
     gw_limit_t *limit;
     gw_rooms_t *rooms;
+    gw_history_t *history; /* the dashboard's history of every room (gw_history.h) */
     struct event *tick;
     struct cm_drain *drain; /* SIGTERM: stop accepting, finish in-flight requests */
     int inflight;
