@@ -1,0 +1,332 @@
+"""The API contract (issue 12): docs/openapi/*.yaml are valid OpenAPI 3.1 (Redocly's
+linter, pinned in tests/openapi/package.json) and true to the code: every documented
+operation is called against a running stack (gateway, reserve, Redis, Postgres, payment
+simulator), and every answer's status must be documented for that operation and its body
+valid against the documented schema (JSON Schema 2020-12, python3-jsonschema).
+
+A new route documented without a call here fails test_every_operation_was_called; an
+answer the documents do not list (status, media type or body) fails the walk.
+
+Admin routes are called on each service's admin listener when `deploy/onsale env` exports
+ONSALE_GATEWAY_ADMIN_URL / ONSALE_RESERVE_ADMIN_URL, else on the main listener.
+
+The lint test skips, with the reason, only when node or tests/openapi/node_modules are
+missing (`npm ci` in tests/openapi; `deploy/onsale test` installs it).
+"""
+
+import copy
+import os
+import re
+import shutil
+import subprocess
+import unittest
+import urllib.parse
+import uuid
+
+import jsonschema
+import yaml
+
+import stack
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.path.abspath(os.environ.get("ONSALE_SOURCE_DIR", os.path.join(HERE, "..", "..")))
+DOCS = os.path.join(SOURCE, "docs", "openapi")
+LINT_DIR = os.path.join(SOURCE, "tests", "openapi")
+NODE = shutil.which("node") or shutil.which("nodejs")
+REDOCLY = os.path.join(LINT_DIR, "node_modules", ".bin", "redocly")
+DOC_NAMES = ("gateway-public", "gateway-admin", "reserve-public", "reserve-admin")
+METHODS = ("get", "put", "post", "patch", "delete")
+
+
+def load_docs():
+    out = {}
+    for name in DOC_NAMES:
+        with open(os.path.join(DOCS, f"{name}.yaml"), encoding="utf-8") as f:
+            out[name] = yaml.safe_load(f)
+    return out
+
+
+def resolve(doc, node, depth=0):
+    """node with every local $ref inlined (the documents have no recursive schemas)."""
+    if depth > 50:
+        raise ValueError("$ref nesting too deep")
+    if isinstance(node, dict):
+        if "$ref" in node:
+            ref = node["$ref"]
+            if not ref.startswith("#/"):
+                raise ValueError(f"only local $refs are used: {ref}")
+            target = doc
+            for part in ref[2:].split("/"):
+                target = target[part.replace("~1", "/").replace("~0", "~")]
+            merged = resolve(doc, copy.deepcopy(target), depth + 1)
+            rest = {k: v for k, v in node.items() if k != "$ref"}
+            if rest:
+                merged = {"allOf": [merged, resolve(doc, rest, depth + 1)]}
+            return merged
+        return {k: resolve(doc, v, depth + 1) for k, v in node.items()}
+    if isinstance(node, list):
+        return [resolve(doc, v, depth + 1) for v in node]
+    return node
+
+
+def template_regex(path):
+    """'/v1/holds/{hold_id}/extend' → a regex matching concrete paths."""
+    out = "^"
+    for part in re.split(r"(\{[^}]+\})", path):
+        out += "[^/]+" if part.startswith("{") else re.escape(part)
+    return re.compile(out + "$")
+
+
+class Contract:
+    """The four documents, their operations, and what the walk has covered."""
+
+    def __init__(self):
+        self.docs = load_docs()
+        self.ops = {}  # (doc, method, template) -> resolved operation
+        for name, doc in self.docs.items():
+            for template, item in doc["paths"].items():
+                for m in METHODS:
+                    if m in item:
+                        self.ops[(name, m, template)] = resolve(doc, item[m])
+        self.called = set()
+
+    def match(self, doc, method, path):
+        """The operation key of a concrete request; the most specific template wins
+        (fewest parameters: /shop/config.json before /shop/{file})."""
+        found = [k for k in self.ops if k[0] == doc and k[1] == method.lower()
+                 and template_regex(k[2]).match(path)]
+        found.sort(key=lambda k: k[2].count("{"))
+        return found[0] if found else None
+
+
+def setUpModule():
+    s = stack.module_stack("openapi")
+    env = s.env()
+    p = subprocess.run([s.script, "env"], env=env, capture_output=True, text=True, timeout=60)
+    admin = {}
+    for line in p.stdout.splitlines():
+        m = re.match(r"export (ONSALE_(GATEWAY|RESERVE)_ADMIN_URL)=['\"]?([^'\"]+)", line)
+        if m:
+            admin[m.group(2).lower()] = urllib.parse.urlsplit(m.group(3)).port
+    s.openapi_admin_ports = admin
+
+
+class Lint(unittest.TestCase):
+    def test_redocly_lint_passes(self):
+        if NODE is None:
+            self.skipTest("node is not installed (apt-get install nodejs npm)")
+        if not os.access(REDOCLY, os.X_OK):
+            self.skipTest("the linter is not installed: run `npm ci` in tests/openapi")
+        files = [os.path.join(DOCS, f"{n}.yaml") for n in DOC_NAMES]
+        p = subprocess.run([REDOCLY, "lint", "--config", os.path.join(LINT_DIR, "redocly.yaml"),
+                            *files], cwd=LINT_DIR, capture_output=True, text=True, timeout=300,
+                           stdin=subprocess.DEVNULL)
+        self.assertEqual(p.returncode, 0, f"redocly lint:\n{p.stdout[-6000:]}\n{p.stderr[-2000:]}")
+
+    def test_documents_are_openapi_3_1(self):
+        for name, doc in load_docs().items():
+            self.assertEqual(doc["openapi"], "3.1.0", name)
+            self.assertTrue(doc["paths"], name)
+
+
+class Walk(unittest.TestCase):
+    """Calls every documented operation; each answer is checked against the documents."""
+
+    maxDiff = 4000
+    C = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.C = Contract()
+
+    @property
+    def S(self):
+        return stack._CURRENT
+
+    def port(self, doc):
+        service, side = doc.split("-")
+        if side == "admin" and service in self.S.openapi_admin_ports:
+            return self.S.openapi_admin_ports[service]
+        return self.S.gateway_port if service == "gateway" else self.S.reserve_port
+
+    def call(self, doc, method, path, status, token=None, body=None, headers=None):
+        """One request; asserts status == the expected one, that it is documented, and that
+        the body matches the documented schema. Returns the Response."""
+        key = self.C.match(doc, method, urllib.parse.urlsplit(path).path)
+        self.assertIsNotNone(key, f"{method} {path} is not documented in {doc}.yaml")
+        c = stack.Client(self.port(doc), self.S.ctx)
+        try:
+            r = c.request(method, path, body=body, token=token, headers=headers)
+        finally:
+            c.close()
+        self.assertEqual(r.status, status, f"{doc}: {method} {path}: {r!r}")
+        op = self.C.ops[key]
+        responses = op.get("responses", {})
+        self.assertIn(str(r.status), responses,
+                      f"{doc}: {method} {key[2]} answered {r.status}, which is not documented: {r!r}")
+        resp = responses[str(r.status)]
+        content = resp.get("content")
+        ctype = (r.header("content-type") or "").split(";")[0].strip()
+        if not content:
+            self.assertEqual(r.body, b"", f"{doc}: {method} {key[2]} {r.status} has no documented body")
+        else:
+            self.assertIn(ctype, content, f"{doc}: {method} {key[2]} {r.status}: media type {ctype!r} "
+                                          f"not among {sorted(content)}")
+            schema = content[ctype].get("schema")
+            if ctype.endswith("json") and schema is not None:
+                self.assertIsNotNone(r.json, f"{method} {path}: not JSON: {r!r}")
+                errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(r.json),
+                                key=lambda e: list(e.path))
+                self.assertFalse(errors, f"{doc}: {method} {key[2]} {r.status}: the body does not "
+                                         f"match the schema:\n" +
+                                 "\n".join(f"  at {list(e.path)}: {e.message}" for e in errors[:8]) +
+                                 f"\nbody: {r.body[:1500]!r}")
+        self.C.called.add(key)
+        return r
+
+    # --- the walk, service by service --------------------------------------------------
+
+    def test_1_reserve(self):
+        S, adm = self.S, self.S.admin_token
+        pub, admin = "reserve-public", "reserve-admin"
+        ev = stack.new_id("oa")
+        inv = {"sections": [{"id": "A", "rows": 2, "seats_per_row": 6, "price": 5000}],
+               "pools": [{"id": "floor", "capacity": 3, "price": 2000}], "currency": "EUR",
+               "hold_ttl_seconds": 120, "checkout_extension_seconds": 300,
+               "max_hold_seconds": 600, "max_per_buyer": 4}
+        self.call(admin, "PUT", f"/admin/events/{ev}", 201, token=adm, body=inv)
+        self.call(admin, "PUT", f"/admin/events/{ev}", 200, token=adm, body=inv)
+        self.call(admin, "PUT", f"/admin/events/{ev}", 400, token=adm, body={"currency": 5})
+        self.call(admin, "PUT", f"/admin/events/{ev}", 401, token="wrong", body=inv)
+        self.call(admin, "GET", f"/admin/events/{ev}", 200, token=adm)
+        self.call(admin, "GET", "/admin/events/no-such-event", 404, token=adm)
+        self.call(admin, "GET", "/admin/events/bad%20id", 400, token=adm)
+        self.call(admin, "GET", "/metrics", 200)
+
+        self.call(pub, "GET", "/healthz", 200)
+        self.call(pub, "GET", "/readyz", 200)
+        t1, t2 = S.token(ev, "oa-buyer-1"), S.token(ev, "oa-buyer-2")
+        self.call(pub, "GET", f"/v1/events/{ev}/availability", 200, token=t1)
+        self.call(pub, "GET", f"/v1/events/{ev}/availability", 200)  # public: no token read
+        self.call(pub, "GET", "/v1/events/no-such-event/availability", 404)
+        self.call(pub, "GET", "/v1/events/bad%20id/availability", 400)
+        self.call(pub, "GET", f"/v1/events/{ev}/seats", 200)
+        self.call(pub, "GET", "/v1/events/no-such-event/seats", 404)
+        h0 = f"/v1/events/{ev}/holds"
+        self.call(pub, "POST", h0, 401, token="not-a-jwt", body={"seats": ["A-1-1"]})
+        self.call(pub, "POST", h0, 403, token=S.token("other-ev", "x"), body={"seats": ["A-1-1"]})
+        self.call(pub, "POST", "/v1/events/no-such-event/holds", 404,
+                  token=S.token("no-such-event", "x"), body={"seats": ["A-1-1"]})
+
+        holds = f"/v1/events/{ev}/holds"
+        h = self.call(pub, "POST", holds, 201, token=t1, body={"seats": ["A-1-1", "A-1-2"]}).json
+        self.call(pub, "POST", holds, 409, token=t2, body={"seats": ["A-1-2", "A-1-3"]})
+        self.call(pub, "POST", holds, 404, token=t2, body={"seats": ["Z-9-9"]})
+        self.call(pub, "POST", holds, 400, token=t2, body={"seats": "A-1-3"})
+        self.call(pub, "POST", holds, 429, token=t2,
+                  body={"seats": ["A-2-1", "A-2-2", "A-2-3", "A-2-4", "A-2-5"]})
+        self.call(pub, "POST", holds, 409, token=t2, body={"pool": "floor", "quantity": 4})
+        g = self.call(pub, "POST", holds, 201, token=t2, body={"pool": "floor", "quantity": 1}).json
+
+        hid = h["hold_id"]
+        self.call(pub, "GET", f"/v1/holds/{hid}", 200, token=t1)
+        self.call(pub, "GET", f"/v1/holds/{hid}", 404, token=t2)
+        self.call(pub, "GET", f"/v1/holds/{hid}", 401, token="x")
+        self.call(pub, "POST", f"/v1/holds/{hid}/extend", 200, token=t1)
+        self.call(pub, "POST", f"/v1/holds/{uuid.uuid4().hex}.{ev}/extend", 404, token=t1)
+        confirm = f"/v1/holds/{hid}/confirm"
+        pay = {"payment": {"amount": h["amount"], "currency": "EUR", "source": "tok_visa"}}
+        self.call(pub, "POST", confirm, 400, token=t1, body=pay)  # no Idempotency-Key
+        key = uuid.uuid4().hex
+        b = self.call(pub, "POST", confirm, 201, token=t1, body=pay,
+                      headers={"Idempotency-Key": key}).json
+        self.call(pub, "POST", confirm, 200, token=t1, body=pay, headers={"Idempotency-Key": key})
+        other = {"payment": {"amount": h["amount"], "currency": "EUR", "source": "tok_mastercard"}}
+        self.call(pub, "POST", confirm, 422, token=t1, body=other, headers={"Idempotency-Key": key})
+        self.call(pub, "POST", confirm, 409, token=t1, body=pay,
+                  headers={"Idempotency-Key": uuid.uuid4().hex})  # hold_converted
+        self.call(pub, "GET", f"/v1/holds/{hid}", 200, token=t1)  # state converted
+        self.call(pub, "DELETE", f"/v1/holds/{hid}", 409, token=t1)
+        self.call(pub, "GET", f"/v1/checkouts/{b['checkout_id']}", 200, token=t1)
+        self.call(pub, "GET", f"/v1/checkouts/{b['checkout_id']}", 404, token=t2)
+
+        gid = g["hold_id"]
+        declined = {"payment": {"amount": g["amount"], "currency": "EUR",
+                                "source": "tok_chargeDeclined"}}
+        self.call(pub, "POST", f"/v1/holds/{gid}/confirm", 402, token=t2, body=declined,
+                  headers={"Idempotency-Key": uuid.uuid4().hex})
+        self.call(pub, "DELETE", f"/v1/holds/{gid}", 204, token=t2)
+        self.call(pub, "DELETE", f"/v1/holds/{gid}", 404, token=t2)
+
+        self.call(admin, "GET", "/admin/checkouts", 200, token=adm)
+        self.call(admin, "GET", f"/admin/checkouts?state=failed&event={ev}&older_than_seconds=0",
+                  200, token=adm)
+        self.call(admin, "GET", "/admin/checkouts?limit=0", 400, token=adm)
+        self.call(admin, "GET", "/admin/checkouts", 401)
+
+        self.call(pub, "GET", "/shop/?event=demo", 200)
+        self.call(pub, "GET", "/shop/shop.js", 200)
+        self.call(pub, "GET", "/shop/shop.css", 200)
+        self.call(pub, "GET", "/shop/nope.txt", 404)
+        self.call(pub, "GET", "/shop/config.json", 200)
+
+    def test_2_gateway(self):
+        S, adm = self.S, self.S.admin_token
+        pub, admin = "gateway-public", "gateway-admin"
+        ev = stack.new_id("oa-room")
+        room = {"rate_per_minute": 600, "max_active": 0, "mode": "fifo",
+                "redirect_url": f"https://127.0.0.1:{S.reserve_port}/shop/?event={ev}"}
+        self.call(admin, "PUT", f"/admin/events/{ev}", 201, token=adm, body=room)
+        self.call(admin, "PUT", f"/admin/events/{ev}", 200, token=adm, body=room)
+        self.call(admin, "PUT", f"/admin/events/{ev}", 400, token=adm, body={"rate_per_minute": -1})
+        self.call(admin, "PATCH", f"/admin/events/{ev}", 200, token=adm, body={"paused": True})
+        self.call(admin, "PATCH", "/admin/events/no-such-room", 404, token=adm, body={"paused": True})
+        self.call(admin, "GET", f"/admin/events/{ev}", 200, token=adm)
+        self.call(admin, "GET", "/admin/events/no-such-room", 404, token=adm)
+        self.call(admin, "GET", "/admin/events", 200, token=adm)
+        self.call(admin, "GET", "/admin/events", 401, token="wrong")
+        self.call(admin, "GET", "/admin/", 200)
+        self.call(admin, "GET", "/metrics", 200)
+
+        self.call(pub, "GET", "/healthz", 200)
+        self.call(pub, "GET", "/readyz", 200)
+        self.call(pub, "GET", "/.well-known/jwks.json", 200)
+        self.call(pub, "GET", f"/q/{ev}", 200)
+        self.call(pub, "GET", "/q/no-such-room", 404)
+        j = self.call(pub, "POST", f"/q/{ev}/join", 201, body={}).json
+        self.assertEqual(j["state"], "queued")
+        self.call(pub, "POST", f"/q/{ev}/join", 200, token=j["ticket"], body={})
+        self.call(pub, "POST", f"/q/{ev}/join", 401, token="forged.ticket", body={})
+        self.call(pub, "POST", "/q/no-such-room/join", 404, body={})
+        self.call(pub, "POST", "/q/bad%20id/join", 400, body={})
+        self.call(pub, "GET", f"/q/{ev}/status", 200, token=j["ticket"])
+        self.call(pub, "GET", f"/q/{ev}/status", 401)
+        self.call(admin, "GET", f"/admin/events/{ev}/history", 200, token=adm)
+        self.call(admin, "GET", "/admin/events/no-such-room/history", 404, token=adm)
+        self.call(admin, "PATCH", f"/admin/events/{ev}", 200, token=adm, body={"paused": False})
+
+        def admitted():
+            c = stack.Client(S.gateway_port, S.ctx)
+            try:
+                r = c.get(f"/q/{ev}/status", token=j["ticket"])
+                return r.json.get("state") == "admitted"
+            finally:
+                c.close()
+        stack.wait_for(admitted, 30, interval=0.5, what="admission")
+        a = self.call(pub, "GET", f"/q/{ev}/status", 200, token=j["ticket"]).json
+        self.assertEqual(a["state"], "admitted")
+        self.assertEqual(a["redirect_url"], room["redirect_url"])
+
+        self.call(admin, "PUT", f"/admin/events/{ev}", 200, token=adm,
+                  body={**room, "sold_out": True})
+        self.call(pub, "POST", f"/q/{ev}/join", 410, body={})
+        self.call(admin, "DELETE", f"/admin/events/{ev}", 200, token=adm)
+        self.call(admin, "DELETE", f"/admin/events/{ev}", 404, token=adm)
+
+    def test_3_every_operation_was_called(self):
+        missing = sorted(set(self.C.ops) - self.C.called)
+        self.assertFalse(missing, f"documented but never called by the walk: {missing}")
+
+
+if __name__ == "__main__":
+    unittest.main()
