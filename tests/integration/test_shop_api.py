@@ -6,6 +6,7 @@ a default port and upper case, to show the list is normalised the way browsers s
 Origin).
 """
 
+import json
 import os
 import subprocess
 import unittest
@@ -154,3 +155,66 @@ class Cors(stack.ReserveTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class Examples(stack.ReserveTestCase):
+    """docs/examples/ run against this stack, as a reader would after
+    `eval "$(deploy/onsale env)"`: join → poll → hold → confirm."""
+
+    def example_env(self, ev):
+        p = subprocess.run([self.S.script, "env"], env=self.S.env(), capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        env = dict(os.environ)
+        for line in p.stdout.splitlines():
+            k, _, v = line.removeprefix("export ").partition("=")
+            env[k] = subprocess.run(["sh", "-c", f"printf %s {v}"], capture_output=True,
+                                    text=True).stdout
+        env["EVENT"] = ev
+        return env
+
+    def event_with_room(self, prefix):
+        ev = self.new_event(prefix, sections=[{"id": "A", "rows": 1, "seats_per_row": 5,
+                                                "price": 4000}], max_per_buyer=4)
+        c = stack.Client(self.S.gateway_port, self.S.ctx)
+        try:
+            r = c.put(f"/admin/events/{ev}", {"rate_per_minute": 600, "mode": "fifo"},
+                      token=self.S.admin_token)
+            self.assertIn(r.status, (200, 201), r)
+        finally:
+            c.close()
+        return ev
+
+    def run_example(self, args, ev):
+        return subprocess.run(args, cwd=self.S.source, env=self.example_env(ev),
+                              capture_output=True, text=True, timeout=180,
+                              stdin=subprocess.DEVNULL)
+
+    def sold(self, ev):
+        seats = self.c.get(f"/v1/events/{ev}/seats").json["seats"]
+        return sorted(s["id"] for s in seats if s["status"] == "sold")
+
+    def test_curl_example_books_a_seat(self):
+        ev = self.event_with_room("ex-curl")
+        p = self.run_example(["sh", "docs/examples/curl.sh"], ev)
+        self.assertEqual(p.returncode, 0, f"{p.stdout}\n{p.stderr}")
+        self.assertRegex(p.stdout, r'booked: \{"booking_id":"bk_')
+        stack.wait_for(lambda: self.sold(ev) == ["A-1-1"], 5, what="A-1-1 sold")
+
+    def test_python_example_books_two_seats(self):
+        ev = self.event_with_room("ex-py")
+        p = self.run_example(["python3", "docs/examples/client.py", "--event", ev, "--seats", "2",
+                              "--timeout", "120"], ev)
+        self.assertEqual(p.returncode, 0, f"{p.stdout}\n{p.stderr}")
+        booking = json.loads(p.stdout.strip().splitlines()[-1])
+        self.assertEqual(booking["state"], "confirmed")
+        self.assertEqual(booking["seats"], ["A-1-1", "A-1-2"])
+        stack.wait_for(lambda: self.sold(ev) == ["A-1-1", "A-1-2"], 5, what="two seats sold")
+
+    def test_python_example_reports_a_declined_card(self):
+        ev = self.event_with_room("ex-decl")
+        p = self.run_example(["python3", "docs/examples/client.py", "--event", ev,
+                              "--card", "tok_chargeDeclined", "--timeout", "120"], ev)
+        self.assertEqual(p.returncode, 1, f"{p.stdout}\n{p.stderr}")
+        self.assertEqual(json.loads(p.stdout.strip().splitlines()[-1])["error"], "payment_declined")
+        self.assertEqual(self.sold(ev), [])
