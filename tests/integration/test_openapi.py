@@ -226,7 +226,14 @@ class Walk(unittest.TestCase):
         self.call(pub, "POST", holds, 429, token=t2,
                   body={"seats": ["A-2-1", "A-2-2", "A-2-3", "A-2-4", "A-2-5"]})
         self.call(pub, "POST", holds, 409, token=t2, body={"pool": "floor", "quantity": 4})
-        g = self.call(pub, "POST", holds, 201, token=t2, body={"pool": "floor", "quantity": 1}).json
+        hk = {"Idempotency-Key": uuid.uuid4().hex}
+        g = self.call(pub, "POST", holds, 201, token=t2, body={"pool": "floor", "quantity": 1},
+                      headers=hk).json
+        again = self.call(pub, "POST", holds, 200, token=t2,
+                          body={"pool": "floor", "quantity": 1}, headers=hk).json
+        self.assertEqual(again["hold_id"], g["hold_id"])
+        self.call(pub, "POST", holds, 422, token=t2, body={"pool": "floor", "quantity": 2},
+                  headers=hk)
 
         hid = h["hold_id"]
         self.call(pub, "GET", f"/v1/holds/{hid}", 200, token=t1)
