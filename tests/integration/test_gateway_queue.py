@@ -3,6 +3,7 @@ gap-free numbers; admission after the opening is FIFO; the pre-queue is put in a
 uniformly random order at the opening (a permutation, and not the arrival order), or
 kept in arrival order with mode fifo."""
 
+import os
 import time
 
 import gwstack
@@ -123,3 +124,60 @@ class PreQueue(gwstack.GatewayTestCase):
     def test_fifo_mode_keeps_arrival_order(self):
         numbers = self.prequeue_numbers("fifo")
         self.assertEqual(numbers, list(range(1, self.N + 1)))
+
+
+class BigPreQueue(gwstack.GatewayTestCase):
+    """Issue 8: the pre-queue is bounded, and opening a room with 200,000 fans waiting
+    never blocks Redis for 50 ms (Redis' own SLOWLOG and LATENCY monitor say so)."""
+
+    FANS = 200_000
+    REAL = 20
+
+    def test_prequeue_is_bounded(self):
+        ev = self.new_room(rate_per_minute=60, max_prequeue=3,
+                           opens_at=gwstack.rfc3339(time.time() + 3600))
+        for _ in range(3):
+            self.assertEqual(self.join(ev).json["state"], "prequeue")
+        r = self.join(ev, expect=None)
+        self.assertStatus(r, 409, "prequeue_full")
+        self.assertTrue(r.json["opens_at"].endswith("Z"), r.json)
+        self.assertEqual(self.GS.redis("ZCARD", f"os:{{{ev}}}:q:pre"), 3)
+
+    def test_opening_200k_prequeue_never_blocks_redis_50ms(self):
+        opens = time.time() + 60
+        ev = self.new_room(rate_per_minute=600, opens_at=gwstack.rfc3339(opens),
+                           max_prequeue=self.FANS + self.REAL)
+        real = [self.join(ev).json["ticket"] for _ in range(self.REAL)]
+        # the rest of the crowd written as join.lua writes it (random score per visitor)
+        key, batch = f"os:{{{ev}}}:q:pre", 10_000
+        for base in range(0, self.FANS, batch):
+            flat = []
+            for i in range(base, base + batch):
+                flat += [int.from_bytes(os.urandom(7), "big") >> 3, f"{i:032x}"]
+            self.GS.redis("ZADD", key, *flat)
+        self.assertEqual(self.GS.redis("ZCARD", key), self.FANS + self.REAL)
+        r = self.GS.redis
+        r("CONFIG", "SET", "slowlog-log-slower-than", "50000")
+        r("CONFIG", "SET", "latency-monitor-threshold", "50")
+        r("SLOWLOG", "RESET")
+        r("LATENCY", "RESET")
+        try:
+            self.patch(ev, opens_at=gwstack.rfc3339(time.time()))
+            stack.wait_for(lambda: self.GS.room_state(ev).get("opened") == 1, 5,
+                           what="the opening")
+            self.assertEqual(self.join(ev).json["position"], self.FANS + self.REAL + 1)
+            numbers = set()
+            for t in real:
+                s = self.status(ev, t)
+                self.assertStatus(s, 200)
+                numbers.add(ticket_number(s.json["ticket"]))
+            self.assertEqual(len(numbers), self.REAL)
+            self.assertTrue(all(1 <= n <= self.FANS + self.REAL for n in numbers), numbers)
+            self.assertStatus(self.GS.admin("DELETE", f"/admin/events/{ev}"), 200)
+            slow = r("SLOWLOG", "GET", 20)
+            latency = r("LATENCY", "LATEST")
+        finally:
+            r("CONFIG", "SET", "slowlog-log-slower-than", "10000")
+            r("CONFIG", "SET", "latency-monitor-threshold", "0")
+        self.assertEqual(slow, [], "a command blocked Redis for 50 ms or more")
+        self.assertEqual(latency, [], "Redis' latency monitor saw a 50 ms event")
