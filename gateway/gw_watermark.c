@@ -278,6 +278,7 @@ static bool apply(gw_room_t *r, const cm_redis_reply_t *reply)
 }
 
 static void relist(gw_server_t *srv);
+static void unlist(gw_server_t *srv, const gw_room_t *r);
 
 static void on_advance(const char *err, const cm_redis_reply_t *reply, void *arg)
 {
@@ -302,7 +303,10 @@ static void on_advance(const char *err, const cm_redis_reply_t *reply, void *arg
                    "memory (watermark %" PRId64 ", last number %" PRId64 ")",
                    r->event, r->wm, r->n);
             relist(srv);
+        } else if (!exists && !r->unlisted) {
+            unlist(srv, r); /* deleted (or never created): not worth a tick of anyone's */
         }
+        r->unlisted = !exists;
         if (op->cb)
             op->cb(NULL, exists ? r : NULL, op->arg);
     }
@@ -356,6 +360,15 @@ static void on_relisted(const char *err, const cm_redis_reply_t *reply, void *ar
     (void)arg;
     if (err != NULL)
         cm_log(CM_LOG_DEBUG, "re-listing the waiting rooms: %s", err);
+}
+
+/* SREM of a room that no longer exists, which a relist may have raced back into the set
+ * (a PUT re-adds it; every gateway holding a live room re-adds it within RELIST_TICKS). */
+static void unlist(gw_server_t *srv, const gw_room_t *r)
+{
+    const char *argv[] = {"SREM", GW_ROOMS_KEY, r->event};
+    if (cm_redis_command(srv->redis, on_relisted, NULL, 3, argv, NULL) != 0)
+        cm_log(CM_LOG_DEBUG, "unlisting %s: Redis is down", r->event);
 }
 
 /* SADD of every room this gateway knows to exist (discovery heals after a loss). */

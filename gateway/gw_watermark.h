@@ -55,6 +55,7 @@ typedef struct gw_room {
     char **cfg_raw;          /* the settings hash as Redis last returned it (pairs) */
     size_t ncfg_raw;
     bool restored; /* the last advance wrote the room back (Redis had lost it) */
+    bool unlisted; /* not found, and removed from the room list since */
     gw_sample_t samples[GW_SAMPLES];
     size_t nsamples, head;
     double pass_rate, join_rate, claim_rate; /* per second over the last ~10 s */
