@@ -130,6 +130,35 @@ class BadInput(stack.ReserveTestCase):
         self.assertStatus(self.c.get("/healthz"), 200)
 
 
+class Amounts(stack.ReserveTestCase):
+    """Issue 7 item 9: prices are bounded so price x quantity cannot overflow (and stays
+    exact below 2^53 where Lua compares it); the units text built for Postgres is sized,
+    never truncated (a 64-character pool id and a 100-unit hold book every unit)."""
+
+    def test_price_above_the_bound_is_400(self):
+        for spec in ({"seats": [{"id": "A-1", "section": "A", "price": 2 ** 62}]},
+                     {"sections": [{"id": "A", "rows": 1, "seats_per_row": 1,
+                                    "price": 10 ** 11 + 1}]},
+                     {"pools": [{"id": "fl", "capacity": 10, "price": 2 ** 61}]}):
+            r = self.S.admin("PUT", f"/admin/events/{stack.new_id()}", dict(spec, currency="EUR"))
+            self.assertStatus(r, 400, "invalid_request")
+            self.assertIn("100000000000", r.json["message"])
+
+    def test_largest_amount_and_longest_pool_id_book_exactly(self):
+        pool = "p" * 64
+        ev = self.new_event(pools=[{"id": pool, "capacity": 150, "price": 10 ** 11}],
+                            max_per_buyer=100)
+        t = self.S.token(ev, "whale")
+        h = self.hold(ev, t, pool=pool, quantity=100).json
+        self.assertEqual(h["amount"], 10 ** 13)
+        r = self.confirm(h["hold_id"], t, 10 ** 13)
+        self.assertStatus(r, 201)
+        self.assertEqual(self.S.sql_value(
+            f"select count(*) from booking_items where event_id = '{ev}'"), "100")
+        self.assertEqual(self.S.sql_value(
+            f"select amount from bookings where event_id = '{ev}'"), str(10 ** 13))
+
+
 class SecurityHeaders(stack.ReserveTestCase):
     def test_nosniff_and_hsts_on_every_answer(self):
         """Issue 8: X-Content-Type-Options: nosniff and HSTS on every answer, success or
