@@ -2,7 +2,7 @@
  * rsv_checkout — see rsv_checkout.h.
  *
  * confirm: validate → onsale_saga_begin (new / resume / busy / done / mismatch) → the
- * saga (rsv_reconcile_drive, foreground: extend the hold, charge with the checkout id
+ * saga (rsv_saga_drive, foreground: extend the hold, charge with the checkout id
  * as Idempotency-Key, convert or refund; one committed transition per step) → the
  * answer it ends with: 201 confirmed, 402 declined, 409 hold_expired with the refund,
  * 202 pending when the payment outcome is not known yet (the reconciler finishes it).
@@ -149,7 +149,7 @@ static void on_begun(const char *err, const rsv_pg_result_t *res, void *arg)
     } else {
         /* new or resumed: drive the saga from the state Postgres has. */
         if (strcmp(outcome, "new") == 0)
-            rsv_reconcile_fault(op->r.srv, "after", "created");
+            rsv_saga_fault(op->r.srv, "after", "created");
         rsv_saga_row_t row;
         memset(&row, 0, sizeof(row));
         snprintf(row.id, sizeof(row.id), "%s", op->checkout_id);
@@ -164,8 +164,8 @@ static void on_begun(const char *err, const rsv_pg_result_t *res, void *arg)
         snprintf(row.refund_id, sizeof(row.refund_id), "%s", rsv_pg_result_value(res, 0, 6));
         snprintf(row.refund_reason, sizeof(row.refund_reason), "%s",
                  rsv_pg_result_value(res, 0, 7));
-        rsv_reconcile_drive(op->r.srv, &row, RSV_SAGA_FOREGROUND,
-                            op->ev->checkout_extension_s * 1000, on_saga_end, op);
+        rsv_saga_drive(op->r.srv, &row, RSV_SAGA_FOREGROUND, op->ev->checkout_extension_s * 1000,
+                       on_saga_end, op);
     }
 }
 

@@ -5,7 +5,20 @@
  */
 #include "rsv_saga.h"
 
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "cm_err.h"
+#include "cm_log.h"
+#include "cm_mem.h"
+#include "cm_time.h"
+#include "rsv_keys.h"
+#include "rsv_lua.h"
+#include "rsv_server.h"
 
 const char *const rsv_saga_state_names[RSV_SAGA_NSTATES] = {
     [RSV_SAGA_CREATED] = "created",
@@ -114,4 +127,751 @@ const char *rsv_saga_client_state(rsv_saga_state_t st)
     default:
         return "pending";
     }
+}
+
+/* --- driving a checkout ------------------------------------------------------------------
+ *
+ * One drive is one heap block (struct saga) that lives until its callback ran. advance()
+ * is the state machine: it looks at the checkout's state and issues the one operation
+ * that moves it on (a Redis script, a provider call, or a Postgres transition); each
+ * completion records its result with step() and calls advance() again. Steps are
+ * conditional on the state they leave (onsale_saga_step) and must be in the transition
+ * table above, so when another driver moved the checkout first the step reports the
+ * state it found and the drive continues from there (or stops at a terminal state with
+ * the answer stored there). A drive takes at most MAX_STEPS steps; every external call
+ * has a deadline (Redis, Postgres and rsv_pay enforce them), so a drive always ends.
+ */
+
+#define MAX_STEPS 24
+
+void rsv_saga_fault(rsv_server_t *srv, const char *when, const char *state)
+{
+    const char *f = srv->cfg.fault;
+    if (f == NULL || *f == '\0')
+        return;
+    char want[64];
+    int n = snprintf(want, sizeof(want), "%s:%s", when, state);
+    for (const char *p = f; (p = strstr(p, want)) != NULL; p += n) {
+        bool start = p == f || p[-1] == ',';
+        bool end = p[n] == '\0' || p[n] == ',';
+        if (start && end) {
+            cm_log(CM_LOG_WARN, "fault point %s: SIGKILL", want);
+            kill(getpid(), SIGKILL);
+        }
+    }
+}
+
+/* --- one drive ------------------------------------------------------------------------- */
+
+typedef struct saga {
+    rsv_server_t *srv;
+    rsv_saga_row_t row;
+    rsv_saga_mode_t mode;
+    int64_t extension_ms;
+    rsv_hold_view_t view;
+    int steps;
+    bool given_back; /* unconvert ran (or was skipped) in this drive */
+    rsv_saga_cb cb;
+    void *arg;
+    /* the step in flight */
+    char to[24];
+    int code;
+    char *body;
+} saga_t;
+
+static void advance(saga_t *s);
+static void step(saga_t *s, const char *const *from, const char *to, const char *reason, int code,
+                 char *body, int lease_s);
+static int lease_s(const saga_t *s);
+
+static void saga_end(saga_t *s, const char *err, int code, const char *body, double hold_age)
+{
+    rsv_saga_end_t end = {
+        .err = err, .state = s->row.state, .code = code, .body = body, .hold_age_s = hold_age};
+    s->cb(&end, s->arg);
+    rsv_hold_view_clear(&s->view);
+    free(s->body);
+    free(s);
+}
+
+static void saga_fail(saga_t *s, const char *what, const char *err)
+{
+    cm_log(CM_LOG_WARN, "checkout %s (%s): %s: %s", s->row.id, s->row.state, what,
+           err ? err : "error");
+    saga_end(s, err ? err : cm_err_protocol, 503, NULL, -1);
+}
+
+/* Stops short of a terminal state: 202 pending for the buyer. */
+static void end_pending(saga_t *s)
+{
+    json_t *o = json_pack("{s:s, s:s}", "checkout_id", s->row.id, "state", "pending");
+    char *b = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    saga_end(s, NULL, 202, b, -1);
+    free(b);
+}
+
+static char *error_text(const saga_t *s, const char *error, const char *message, json_t *extra)
+{
+    json_t *o =
+        json_pack("{s:s, s:s, s:s}", "error", error, "message", message, "checkout_id", s->row.id);
+    if (extra) {
+        json_object_update(o, extra);
+        json_decref(extra);
+    }
+    char *t = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return t;
+}
+
+/* --- reading the stored answer after someone else finished --------------------------- */
+
+static void on_row(const char *err, const rsv_pg_result_t *res, void *arg)
+{
+    saga_t *s = arg;
+    if (err || rsv_pg_result_rows(res) != 1) {
+        saga_fail(s, "reading the checkout", err ? err : cm_err_protocol);
+        return;
+    }
+    snprintf(s->row.state, sizeof(s->row.state), "%s", rsv_pg_result_value(res, 0, 0));
+    snprintf(s->row.charge_id, sizeof(s->row.charge_id), "%s", rsv_pg_result_value(res, 0, 3));
+    snprintf(s->row.refund_id, sizeof(s->row.refund_id), "%s", rsv_pg_result_value(res, 0, 4));
+    snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "%s",
+             rsv_pg_result_value(res, 0, 5));
+    if (rsv_saga_terminal(s->row.state)) {
+        int code = atoi(rsv_pg_result_value(res, 0, 1));
+        saga_end(s, NULL, code ? code : 500, rsv_pg_result_value(res, 0, 2), -1);
+        return;
+    }
+    advance(s);
+}
+
+static void reread(saga_t *s)
+{
+    const char *params[] = {s->row.id};
+    if (rsv_pg_query(s->srv->pg,
+                     "SELECT state, response_code, response_body, charge_id, refund_id, "
+                     "refund_reason FROM checkouts WHERE checkout_id = $1",
+                     1, params, on_row, s) != 0)
+        saga_fail(s, "reading the checkout", cm_err_shutdown);
+}
+
+/* --- transitions --------------------------------------------------------------------- */
+
+static void on_step(const char *err, const rsv_pg_result_t *res, void *arg)
+{
+    saga_t *s = arg;
+    if (err || rsv_pg_result_rows(res) != 1) {
+        if (err == cm_err_server)
+            cm_log(CM_LOG_WARN, "checkout %s: step to %s: %s", s->row.id, s->to,
+                   rsv_pg_result_message(res));
+        saga_fail(s, "recording the checkout", err ? err : cm_err_protocol);
+        return;
+    }
+    bool applied = strcmp(rsv_pg_result_value(res, 0, 0), "t") == 0;
+    const char *now = rsv_pg_result_value(res, 0, 1);
+    if (!applied) {
+        /* Another driver moved it first: continue from where it is. */
+        cm_log(CM_LOG_INFO, "checkout %s: wanted %s → %s, found %s", s->row.id, s->row.state, s->to,
+               now);
+        snprintf(s->row.state, sizeof(s->row.state), "%s", now);
+        if (strcmp(s->to, "paid") == 0 && s->row.charge_id[0] &&
+            (strcmp(now, "released") == 0 || strcmp(now, "failed") == 0)) {
+            /* A charge that outlived its checkout (given up as unpaid meanwhile): it holds
+             * money, so it is not terminal after all. refunding keeps the charge id and
+             * the reconciler retries the refund until the provider confirms it. */
+            cm_counter_inc(s->srv->m.late_payments);
+            snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "late_charge");
+            step(s, NULL, "refunding", "a charge landed after the checkout had ended: refund", 0,
+                 NULL, lease_s(s));
+            return;
+        }
+        reread(s);
+        return;
+    }
+    rsv_metrics_t *m = &s->srv->m;
+    cm_counter_inc(m->saga_transitions);
+    snprintf(s->row.state, sizeof(s->row.state), "%s", s->to);
+    rsv_saga_fault(s->srv, "after", s->row.state);
+    if (rsv_saga_terminal(s->row.state)) {
+        if (strcmp(s->row.state, "refunded") == 0)
+            cm_counter_inc(m->refunds);
+        double age = -1;
+        if (strcmp(s->row.state, "confirmed") == 0 && s->view.created_ms > 0)
+            age = (double)(cm_time_wall_ms() - s->view.created_ms) / 1000.0;
+        saga_end(s, NULL, s->code, s->body, age);
+        return;
+    }
+    if (strcmp(s->row.state, "unknown") == 0) {
+        end_pending(s); /* asked again later (reconciler) or by the buyer's retry */
+        return;
+    }
+    advance(s);
+}
+
+/*
+ * Moves the checkout from its current state (or any of from, NULL-terminated) to `to`,
+ * with the ids and the answer it brings (body is taken; NULL keeps the stored one).
+ * lease_s: renew the lease for that long (0: let it lapse now), -1: keep.
+ */
+static void step(saga_t *s, const char *const *from, const char *to, const char *reason, int code,
+                 char *body, int lease_s)
+{
+    if (++s->steps > MAX_STEPS) {
+        free(body);
+        saga_fail(s, "too many steps", cm_err_protocol);
+        return;
+    }
+    const char *cur[] = {s->row.state, NULL};
+    if (from == NULL)
+        from = cur;
+    char froms[160] = "{";
+    for (size_t i = 0; from[i]; i++) {
+        if (!rsv_saga_allowed_names(from[i], to)) {
+            /* Our own bug: the transition table of rsv_saga has no such move. */
+            cm_log(CM_LOG_ERROR, "checkout %s: %s → %s is not a saga transition", s->row.id,
+                   from[i], to);
+            free(body);
+            saga_fail(s, "an invalid transition", cm_err_protocol);
+            return;
+        }
+        strncat(froms, from[i], sizeof(froms) - strlen(froms) - 3);
+        strcat(froms, from[i + 1] ? "," : "");
+    }
+    strcat(froms, "}");
+    rsv_saga_fault(s->srv, "before", to);
+    snprintf(s->to, sizeof(s->to), "%s", to);
+    free(s->body);
+    s->body = body;
+    s->code = code;
+    char code_s[16], lease[16];
+    snprintf(code_s, sizeof(code_s), "%d", code);
+    snprintf(lease, sizeof(lease), "%d", lease_s);
+    const char *params[] = {s->row.id,
+                            froms,
+                            to,
+                            reason,
+                            s->row.charge_id[0] ? s->row.charge_id : NULL,
+                            s->row.refund_id[0] ? s->row.refund_id : NULL,
+                            s->row.refund_reason[0] ? s->row.refund_reason : NULL,
+                            code ? code_s : NULL,
+                            body,
+                            lease_s >= 0 ? lease : NULL};
+    if (rsv_pg_query(s->srv->pg,
+                     "SELECT applied, state FROM onsale_saga_step($1, $2::text[], $3, $4, $5, "
+                     "$6, $7, $8::int, $9, $10::int)",
+                     10, params, on_step, s) != 0)
+        saga_fail(s, "recording the checkout", cm_err_shutdown);
+}
+
+static int lease_s(const saga_t *s)
+{
+    return (int)s->srv->cfg.checkout_lease_s;
+}
+
+/* --- hold extension (foreground, checkout start) ------------------------------------- */
+
+static void on_extended(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    saga_t *s = arg;
+    rsv_hold_view_clear(&s->view);
+    if (err || rsv_hold_view_parse(reply, &s->view) != 0) {
+        saga_fail(s, "extending the hold", err ? err : cm_err_protocol);
+        return;
+    }
+    const char *st = s->view.status;
+    const char *from[] = {"created", "hold_extended", NULL};
+    if (strcmp(st, "NOTFOUND") == 0) {
+        step(s, from, "failed", "hold not found at checkout start", 404,
+             error_text(s, "unknown_hold", "no such hold of yours", NULL), -1);
+    } else if (strcmp(st, "EXPIRED") == 0 || strcmp(st, "GONE") == 0) {
+        cm_counter_inc(s->srv->m.holds_expired);
+        step(s, from, "failed", "hold expired before payment", 409,
+             error_text(s, "hold_expired", "the hold expired before it was confirmed", NULL), -1);
+    } else if (strcmp(st, "CONVERTED") == 0) {
+        step(s, from, "failed", "hold already converted", 409,
+             error_text(s, "hold_converted", "the hold was already confirmed by another checkout",
+                        NULL),
+             -1);
+    } else if (strcmp(st, "OK") != 0) {
+        saga_fail(s, "extending the hold", cm_err_protocol);
+    } else if (s->view.amount != s->row.amount) {
+        step(s, from, "failed", "amount mismatch", 400,
+             error_text(s, "amount_mismatch", "payment.amount must equal the hold's amount", NULL),
+             -1);
+    } else if (strcmp(s->row.state, "created") == 0) {
+        step(s, NULL, "hold_extended", "hold extended at checkout start", 0, NULL, lease_s(s));
+    } else {
+        step(s, NULL, "payment_requested", "payment requested", 0, NULL, lease_s(s));
+    }
+}
+
+static void extend_hold(saga_t *s)
+{
+    char ext[24], keep[24];
+    snprintf(ext, sizeof(ext), "%lld", (long long)s->extension_ms);
+    snprintf(keep, sizeof(keep), "%lld", (long long)s->srv->cfg.hold_record_keep_s * 1000);
+    const char *extra[] = {ext, keep};
+    int rc = rsv_hold_act(s->srv, rsv_lua()->extend, s->row.hold_id, s->row.buyer, 2, extra,
+                          on_extended, s);
+    if (rc != 0)
+        saga_fail(s, "extending the hold", cm_err_closed);
+}
+
+/* --- payment ------------------------------------------------------------------------- */
+
+static void record_payment(saga_t *s, const rsv_pay_result_t *res)
+{
+    rsv_metrics_t *m = &s->srv->m;
+    const char *from[] = {"payment_requested", "unknown", NULL};
+    switch (res->outcome) {
+    case RSV_PAY_PAID:
+        snprintf(s->row.charge_id, sizeof(s->row.charge_id), "%s", res->id);
+        step(s, from, "paid", "the provider confirmed the charge", 0, NULL, lease_s(s));
+        return;
+    case RSV_PAY_DECLINED:
+        snprintf(s->row.charge_id, sizeof(s->row.charge_id), "%s", res->id);
+        step(s, from, "declined", "the provider declined the charge", 0, NULL, lease_s(s));
+        return;
+    case RSV_PAY_NONE:
+        cm_counter_inc(m->reconcile_released);
+        step(s, from, "released", "the provider has no charge under this checkout's key", 409,
+             error_text(s, "payment_not_completed",
+                        "the payment did not go through; nothing was charged", NULL),
+             -1);
+        return;
+    default:
+        break;
+    }
+    if (strcmp(s->row.state, "payment_requested") == 0) {
+        /* Foreground: the buyer gets 202 and the reconciler takes over (lease lapses). */
+        step(s, NULL, "unknown", res->err ? res->err : "no definite answer from the provider", 0,
+             NULL, s->mode == RSV_SAGA_FOREGROUND ? 0 : lease_s(s));
+        return;
+    }
+    end_pending(s); /* stays unknown: asked again later */
+}
+
+static void on_payment(const rsv_pay_result_t *res, void *arg)
+{
+    saga_t *s = arg;
+    rsv_metrics_t *m = &s->srv->m;
+    cm_counter_inc(m->pay_outcomes[res->outcome]);
+    if (res->outcome == RSV_PAY_PAID)
+        rsv_saga_fault(s->srv, "before", "paid");
+    record_payment(s, res);
+}
+
+static void on_pay_timed(const rsv_pay_result_t *res, void *arg, int op)
+{
+    saga_t *s = arg;
+    cm_histogram_observe(s->srv->m.pay_latency[op], res->seconds);
+}
+
+static void on_charge(const rsv_pay_result_t *res, void *arg)
+{
+    on_pay_timed(res, arg, RSV_PAY_OP_CHARGE);
+    on_payment(res, arg);
+}
+
+static void on_lookup(const rsv_pay_result_t *res, void *arg)
+{
+    on_pay_timed(res, arg, RSV_PAY_OP_LOOKUP);
+    on_payment(res, arg);
+}
+
+static void charge(saga_t *s)
+{
+    if (rsv_pay_charge(s->srv->pay, s->row.id, s->row.amount, s->row.currency,
+                       s->row.source[0] ? s->row.source : NULL, s->row.event, on_charge, s) != 0)
+        saga_fail(s, "charging", cm_err_shutdown);
+}
+
+static void lookup(saga_t *s)
+{
+    cm_counter_inc(s->srv->m.reconcile_lookups);
+    if (rsv_pay_lookup(s->srv->pay, s->row.id, on_lookup, s) != 0)
+        saga_fail(s, "asking the provider", cm_err_shutdown);
+}
+
+/* --- refund -------------------------------------------------------------------------- */
+
+static void on_refund(const rsv_pay_result_t *res, void *arg)
+{
+    saga_t *s = arg;
+    on_pay_timed(res, arg, RSV_PAY_OP_REFUND);
+    if (res->outcome != RSV_PAY_REFUNDED) {
+        cm_log(CM_LOG_WARN,
+               "checkout %s: refund of %s not confirmed (%s, status %d); retried "
+               "later",
+               s->row.id, s->row.charge_id, res->err ? res->err : "?", res->status);
+        end_pending(s);
+        return;
+    }
+    snprintf(s->row.refund_id, sizeof(s->row.refund_id), "%s", res->id);
+    const char *reason = s->row.refund_reason[0] ? s->row.refund_reason : "hold_expired";
+    const char *error = reason, *msg;
+    int code = 409;
+    if (strcmp(reason, "hold_expired") == 0) {
+        msg = "the payment outlived the hold; it was refunded";
+    } else if (strcmp(reason, "late_charge") == 0) {
+        error = "payment_not_completed";
+        msg = "the payment did not complete in time; the charge that came later was refunded";
+    } else if (strcmp(reason, "booking_failed") == 0) {
+        code = 500;
+        msg = "the booking could not be recorded; the payment was refunded";
+    } else if (strcmp(reason, "sold_out") == 0) {
+        msg = "the pool had no free unit left; the payment was refunded";
+    } else {
+        msg = "a unit of this hold was already booked; the payment was refunded";
+    }
+    json_t *extra =
+        json_pack("{s:{s:s, s:s, s:I, s:s}}", "refund", "status", "refunded", "id", res->id,
+                  "amount", (json_int_t)s->row.amount, "currency", s->row.currency);
+    const char *from[] = {"refunding", NULL};
+    step(s, from, "refunded", "payment refunded", code, error_text(s, error, msg, extra), -1);
+}
+
+static void refund(saga_t *s)
+{
+    char key[RSV_CHECKOUT_ID_MAX + 4];
+    snprintf(key, sizeof(key), "rf_%s", s->row.id);
+    if (rsv_pay_refund(s->srv->pay, key, s->row.charge_id, on_refund, s) != 0)
+        saga_fail(s, "refunding", cm_err_shutdown);
+}
+
+/* --- conversion ---------------------------------------------------------------------- */
+
+static char *ok_body(const saga_t *s, const char *booking_id)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "checkout_id", json_string(s->row.id));
+    json_object_set_new(o, "booking_id", json_string(booking_id));
+    json_object_set_new(o, "state", json_string("confirmed"));
+    json_object_set_new(o, "event", json_string(s->row.event));
+    json_object_set_new(o, "hold_id", json_string(s->row.hold_id));
+    rsv_hold_json_items(o, &s->view);
+    json_object_set_new(o, "amount", json_integer(s->row.amount));
+    json_object_set_new(o, "currency", json_string(s->row.currency));
+    json_object_set_new(o, "charge_id", json_string(s->row.charge_id));
+    char *t = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return t;
+}
+
+/*
+ * The units as a Postgres text[] literal (identifiers: nothing to escape), or NULL when
+ * the hold record in Redis is not what we wrote (too many units, an over-long id): the
+ * length of every piece is checked, never truncated.
+ */
+static char *units_literal(const rsv_hold_view_t *v)
+{
+    if (v->qty < 0 || v->qty > 1000 || strlen(v->pool) > CM_IDENT_MAX)
+        return NULL;
+    size_t cap =
+        4 + (v->seats ? strlen(v->seats) * 3 + 2 : 0) + (size_t)v->qty * (strlen(v->pool) + 4 + 21);
+    char *out = cm_xmalloc(cap);
+    size_t len = 0;
+    out[len++] = '{';
+    if (v->pool[0]) {
+        for (int64_t i = 0; i < v->qty; i++) {
+            int n = snprintf(out + len, cap - len, "%s\"%s#%lld\"", i ? "," : "", v->pool,
+                             (long long)(v->first_unit + i));
+            if (n < 0 || (size_t)n >= cap - len) {
+                free(out);
+                return NULL;
+            }
+            len += (size_t)n;
+        }
+    } else if (v->seats) {
+        out[len++] = '"';
+        for (const char *p = v->seats; *p; p++) {
+            if (*p == ',') {
+                memcpy(out + len, "\",\"", 3);
+                len += 3;
+            } else if (*p == '"' || *p == '\\' || *p == '{' || *p == '}') {
+                free(out); /* never written by us: seat ids are identifiers */
+                return NULL;
+            } else {
+                out[len++] = *p;
+            }
+        }
+        out[len++] = '"';
+    }
+    if (len + 2 > cap) {
+        free(out);
+        return NULL;
+    }
+    out[len++] = '}';
+    out[len] = '\0';
+    return out;
+}
+
+static void on_booked(const char *err, const rsv_pg_result_t *res, void *arg)
+{
+    saga_t *s = arg;
+    if (err || rsv_pg_result_rows(res) != 1) {
+        if (err == cm_err_server)
+            cm_log(CM_LOG_WARN, "checkout %s: booking: %s", s->row.id, rsv_pg_result_message(res));
+        saga_fail(s, "booking", err ? err : cm_err_protocol);
+        return;
+    }
+    const char *outcome = rsv_pg_result_value(res, 0, 0);
+    const char *reason = rsv_pg_result_value(res, 0, 2);
+    const char *detail = rsv_pg_result_value(res, 0, 3);
+    int failures = atoi(rsv_pg_result_value(res, 0, 4));
+    if (strcmp(outcome, "converted") == 0) {
+        snprintf(s->row.state, sizeof(s->row.state), "converted");
+        cm_counter_inc(s->srv->m.saga_transitions);
+        rsv_saga_fault(s->srv, "after", "converted");
+    } else if (strcmp(outcome, "failed") == 0) {
+        /* Not a conflict: retried by the reconciler, refunded after book_max_attempts. */
+        cm_counter_inc(s->srv->m.booking_failures);
+        cm_log(CM_LOG_WARN, "checkout %s: booking failed (attempt %d of %lld): %s", s->row.id,
+               failures, (long long)s->srv->cfg.book_max_attempts, detail);
+        saga_fail(s, "booking", cm_err_server);
+        return;
+    } else if (strcmp(outcome, "refunding") == 0) {
+        if (strcmp(reason, "booking_failed") == 0) {
+            cm_counter_inc(s->srv->m.booking_failures);
+            cm_counter_inc(s->srv->m.booking_abandoned);
+            cm_log(CM_LOG_ERROR,
+                   "checkout %s: booking failed %d times (%s); the payment is refunded (alert: "
+                   "paid and not booked)",
+                   s->row.id, failures, detail);
+        } else {
+            cm_counter_inc(s->srv->m.uniqueness_conflicts);
+        }
+        snprintf(s->row.state, sizeof(s->row.state), "refunding");
+        snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "%s", reason);
+        cm_counter_inc(s->srv->m.saga_transitions);
+        rsv_saga_fault(s->srv, "after", "refunding");
+    } else {
+        reread(s);
+        return;
+    }
+    advance(s);
+}
+
+static void on_converted(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    saga_t *s = arg;
+    rsv_hold_view_clear(&s->view);
+    if (err || rsv_hold_view_parse(reply, &s->view) != 0) {
+        saga_fail(s, "converting the hold", err ? err : cm_err_protocol);
+        return;
+    }
+    if (strcmp(s->view.status, "OK") != 0) {
+        /* The payment outlived the hold (or the hold is gone): it goes back. */
+        cm_counter_inc(s->srv->m.late_payments);
+        snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "hold_expired");
+        step(s, NULL, "refunding", "paid, but the hold had expired at conversion: refund", 0, NULL,
+             lease_s(s));
+        return;
+    }
+    char booking[RSV_CHECKOUT_ID_MAX];
+    rsv_random_id(booking, sizeof(booking), "bk_");
+    char *units = units_literal(&s->view);
+    if (units == NULL) {
+        cm_log(CM_LOG_ERROR, "checkout %s: the hold's units in Redis are malformed", s->row.id);
+        saga_fail(s, "booking", cm_err_protocol);
+        return;
+    }
+    char *body = ok_body(s, booking);
+    char max[16];
+    snprintf(max, sizeof(max), "%lld", (long long)s->srv->cfg.book_max_attempts);
+    const char *params[] = {s->row.id, booking, s->view.pool[0] ? s->view.pool : NULL,
+                            units,     body,    max};
+    rsv_saga_fault(s->srv, "before", "converted");
+    int rc = rsv_pg_query(s->srv->pg,
+                          "SELECT outcome, booking_id, refund_reason, detail, failures "
+                          "FROM onsale_saga_book($1, $2, $3, $4::text[], $5, $6::int)",
+                          6, params, on_booked, s);
+    free(units);
+    free(body);
+    if (rc != 0)
+        saga_fail(s, "booking", cm_err_shutdown);
+}
+
+static void convert(saga_t *s)
+{
+    char keep[24], amount[24];
+    snprintf(keep, sizeof(keep), "%lld", (long long)7 * 86400 * 1000);
+    snprintf(amount, sizeof(amount), "%lld", (long long)s->row.amount);
+    const char *extra[] = {s->row.id, keep, amount};
+    int rc = rsv_hold_act(s->srv, rsv_lua()->convert, s->row.hold_id, s->row.buyer, 3, extra,
+                          on_converted, s);
+    if (rc != 0)
+        saga_fail(s, "converting the hold", cm_err_closed);
+}
+
+/* --- giving back what a refused conversion took in Redis ------------------------------ */
+
+/* Postgres refused a booking whose hold Redis had already converted: the seats' sold
+ * marks, the pool units and the buyer-limit entry go back (the units Postgres has not
+ * booked to anyone), before the refund. Any failure here is logged and the refund goes
+ * ahead: money first. */
+static bool needs_giveback(const saga_t *s)
+{
+    const char *r = s->row.refund_reason;
+    return !s->given_back && (strcmp(r, "seat_unavailable") == 0 || strcmp(r, "sold_out") == 0 ||
+                              strcmp(r, "booking_failed") == 0);
+}
+
+static void giveback_end(saga_t *s, const char *what, const char *err)
+{
+    if (what)
+        cm_log(CM_LOG_WARN, "checkout %s: giving back the hold's units: %s: %s", s->row.id, what,
+               err ? err : "error");
+    s->given_back = true;
+    refund(s);
+}
+
+static void on_given_back(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    saga_t *s = arg;
+    const char *st = err ? NULL : cm_redis_reply_str(cm_redis_reply_at(reply, 0), NULL);
+    if (st == NULL) {
+        giveback_end(s, "unconvert", err ? err : cm_err_protocol);
+        return;
+    }
+    if (strcmp(st, "OK") == 0)
+        cm_log(CM_LOG_INFO, "checkout %s: gave back %lld seats, %lld pool units", s->row.id,
+               cm_redis_reply_int(cm_redis_reply_at(reply, 1)),
+               cm_redis_reply_int(cm_redis_reply_at(reply, 2)));
+    giveback_end(s, NULL, NULL);
+}
+
+static void on_units_free(const char *err, const rsv_pg_result_t *res, void *arg)
+{
+    saga_t *s = arg;
+    if (err || rsv_pg_result_rows(res) != 1) {
+        giveback_end(s, "asking Postgres which units are free", err ? err : cm_err_protocol);
+        return;
+    }
+    const char *extra[] = {s->row.id, rsv_pg_result_value(res, 0, 0),
+                           rsv_pg_result_value(res, 0, 1)};
+    if (rsv_hold_act(s->srv, rsv_lua()->unconvert, s->row.hold_id, s->row.buyer, 3, extra,
+                     on_given_back, s) != 0)
+        giveback_end(s, "unconvert", cm_err_closed);
+}
+
+static void on_giveback_view(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    saga_t *s = arg;
+    rsv_hold_view_t v;
+    if (err || rsv_hold_view_parse(reply, &v) != 0) {
+        giveback_end(s, "reading the hold", err ? err : cm_err_protocol);
+        return;
+    }
+    if (strcmp(v.status, "CONVERTED") != 0 || strcmp(v.checkout, s->row.id) != 0) {
+        rsv_hold_view_clear(&v); /* not converted by us (or given back before): nothing */
+        giveback_end(s, NULL, NULL);
+        return;
+    }
+    char *units = units_literal(&v);
+    rsv_hold_view_clear(&v);
+    if (units == NULL) {
+        giveback_end(s, "the hold's units", cm_err_protocol);
+        return;
+    }
+    const char *params[] = {s->row.event, units};
+    int rc = rsv_pg_query(s->srv->pg,
+                          "SELECT array_to_string(f, ','), cardinality(f) "
+                          "FROM onsale_units_free($1, $2::text[]) f",
+                          2, params, on_units_free, s);
+    free(units);
+    if (rc != 0)
+        giveback_end(s, "asking Postgres which units are free", cm_err_shutdown);
+}
+
+static void giveback(saga_t *s)
+{
+    char event[CM_IDENT_MAX + 1];
+    if (rsv_hold_id_event(s->row.hold_id, event) != 0) {
+        giveback_end(s, "the hold id", cm_err_protocol);
+        return;
+    }
+    char *hkey = rsv_key(event, RSV_K_HOLD, s->row.hold_id);
+    const char *argv[] = {hkey, s->row.hold_id, s->row.buyer};
+    int rc = cm_redis_eval(s->srv->redis, rsv_lua()->get, on_giveback_view, s, 1, 3, argv, NULL);
+    free(hkey);
+    if (rc != 0)
+        giveback_end(s, "reading the hold", cm_err_closed);
+}
+
+/* --- the state machine --------------------------------------------------------------- */
+
+static void on_confirm_body(const char *err, const rsv_pg_result_t *res, void *arg)
+{
+    saga_t *s = arg;
+    if (err || rsv_pg_result_rows(res) != 1) {
+        saga_fail(s, "reading the booking", err ? err : cm_err_protocol);
+        return;
+    }
+    /* converted → confirmed keeps the 201 answer the booking step stored. */
+    char *body = cm_xstrdup(rsv_pg_result_value(res, 0, 0));
+    step(s, NULL, "confirmed", "booking confirmed", 201, body, -1);
+}
+
+static void advance(saga_t *s)
+{
+    const char *st = s->row.state;
+    bool fg = s->mode == RSV_SAGA_FOREGROUND;
+    if (rsv_saga_terminal(st)) {
+        reread(s);
+    } else if (strcmp(st, "created") == 0 || strcmp(st, "hold_extended") == 0) {
+        if (fg) {
+            extend_hold(s);
+        } else {
+            cm_counter_inc(s->srv->m.reconcile_released);
+            step(s, NULL, "released", "abandoned before payment was requested", 409,
+                 error_text(s, "payment_not_completed",
+                            "the checkout was abandoned before payment; nothing was charged", NULL),
+                 -1);
+        }
+    } else if (strcmp(st, "payment_requested") == 0 || strcmp(st, "unknown") == 0 ||
+               strcmp(st, "converting") == 0) {
+        /* Foreground repeats the charge (same key: the provider answers the original);
+         * the reconciler only asks, so a buyer who walked away is never charged late. */
+        if (fg)
+            charge(s);
+        else
+            lookup(s);
+    } else if (strcmp(st, "paid") == 0) {
+        convert(s);
+    } else if (strcmp(st, "declined") == 0) {
+        step(s, NULL, "failed", "payment declined", 402,
+             error_text(s, "payment_declined",
+                        "the payment was declined; the hold stays until it expires", NULL),
+             -1);
+    } else if (strcmp(st, "converted") == 0) {
+        const char *params[] = {s->row.id};
+        if (rsv_pg_query(s->srv->pg, "SELECT response_body FROM checkouts WHERE checkout_id = $1",
+                         1, params, on_confirm_body, s) != 0)
+            saga_fail(s, "reading the booking", cm_err_shutdown);
+    } else if (strcmp(st, "refunding") == 0) {
+        if (needs_giveback(s))
+            giveback(s);
+        else
+            refund(s);
+    } else {
+        saga_fail(s, "unknown checkout state", cm_err_protocol);
+    }
+}
+
+void rsv_saga_drive(rsv_server_t *srv, const rsv_saga_row_t *row, rsv_saga_mode_t mode,
+                    int64_t extension_ms, rsv_saga_cb cb, void *arg)
+{
+    saga_t *s = cm_xcalloc(1, sizeof(*s));
+    s->srv = srv;
+    s->row = *row;
+    s->mode = mode;
+    s->extension_ms = extension_ms;
+    s->cb = cb;
+    s->arg = arg;
+    if (rsv_saga_terminal(s->row.state))
+        reread(s); /* answers from the loop, with the stored answer */
+    else
+        advance(s);
 }

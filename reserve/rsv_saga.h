@@ -18,13 +18,31 @@
  * a charge of a released or failed checkout turns up (its answer arrives late, or the
  * provider's ledger shows it, rsv_ledger), the checkout moves to refunding.
  *
- * Any thread (constant tables).
+ * The tables and lookups: any thread. rsv_saga_drive() (event-loop thread) takes one
+ * checkout from the state Postgres has for it to a terminal state (or to a state it must
+ * wait in), one committed transition per step (deploy/sql), refusing any step the
+ * transition table does not have. The confirm handler drives its own checkout in the
+ * foreground (it extends the hold and charges); the reconciler drives open ones in the
+ * background (it only asks the provider, so a buyer who walked away is never charged
+ * late). The provider calls are idempotent (charge key = checkout id, refund key = "rf_"
+ * + checkout id), so repeating any step after a crash is harmless.
+ *
+ * Fault points (tests): the `fault` setting, e.g. ONSALE_RESERVE_FAULT=after:paid, makes
+ * the process SIGKILL itself right after committing that transition ("before:<state>":
+ * right before committing it). Several may be given, comma-separated.
  */
 #ifndef RSV_SAGA_H
 #define RSV_SAGA_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#include "cm_parse.h"
+#include "rsv_hold.h"
+#include "rsv_pay.h"
+
+typedef struct rsv_server rsv_server_t;
 
 typedef enum {
     RSV_SAGA_CREATED,
@@ -74,5 +92,49 @@ bool rsv_saga_allowed_names(const char *from, const char *to);
  * internal). "pending" for an invalid state.
  */
 const char *rsv_saga_client_state(rsv_saga_state_t st);
+
+#define RSV_CHECKOUT_ID_MAX 48
+
+/** What the saga needs of a checkout row. */
+typedef struct rsv_saga_row {
+    char id[RSV_CHECKOUT_ID_MAX];
+    char state[24];
+    char event[CM_IDENT_MAX + 1];
+    char buyer[128];
+    char hold_id[RSV_HOLD_ID_MAX + 1];
+    int64_t amount;
+    char currency[4];
+    char source[128];
+    char charge_id[RSV_PAY_ID_MAX];
+    char refund_id[RSV_PAY_ID_MAX];
+    char refund_reason[32];
+} rsv_saga_row_t;
+
+typedef enum {
+    RSV_SAGA_FOREGROUND, /* the buyer's confirm request: extends the hold, charges */
+    RSV_SAGA_BACKGROUND, /* the reconciler: releases, asks the provider, converts, refunds */
+} rsv_saga_mode_t;
+
+/** How a drive ended. Valid during the callback only. */
+typedef struct rsv_saga_end {
+    const char *err;   /* a Redis/Postgres failure (answer 503; the checkout resumes later) */
+    const char *state; /* the checkout's state when the drive stopped */
+    int code;          /* the answer for the buyer (stored for terminal states) */
+    const char *body;  /* its JSON text */
+    double hold_age_s; /* confirmed now: seconds since the hold was taken, else -1 */
+} rsv_saga_end_t;
+
+typedef void (*rsv_saga_cb)(const rsv_saga_end_t *end, void *arg);
+
+/**
+ * Drives checkout row (copied) from row->state. extension_ms: the hold extension of
+ * checkout start (foreground only). cb is called exactly once, always later from the
+ * loop.
+ */
+void rsv_saga_drive(rsv_server_t *srv, const rsv_saga_row_t *row, rsv_saga_mode_t mode,
+                    int64_t extension_ms, rsv_saga_cb cb, void *arg);
+
+/** Kills the process (SIGKILL) when `when`:`state` is a configured fault point. */
+void rsv_saga_fault(rsv_server_t *srv, const char *when, const char *state);
 
 #endif
