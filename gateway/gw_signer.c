@@ -137,8 +137,16 @@ void gw_signer_submit(gw_signer_t *p, const cm_jwt_claims_t *claims, gw_signer_c
     j->claims = *claims;
     j->cb = cb;
     j->arg = arg;
+    if (p->nthreads == 0 && !p->stopping) {
+        /* inline: sign now on this loop thread; answer on its next turn */
+        j->token = cm_jwt_sign(p->signer, &j->claims, CM_JWT_AUDIENCE);
+        j->err = j->token ? NULL : cm_err_server;
+    }
     pthread_mutex_lock(&p->mu);
-    if (p->todo.n >= p->max_queue || p->stopping) {
+    if (p->nthreads == 0 && !p->stopping) {
+        push(&p->done, j);
+        event_active(p->wake, EV_READ, 1);
+    } else if (p->todo.n >= p->max_queue || p->stopping) {
         j->err = p->stopping ? cm_err_shutdown : cm_err_busy;
         push(&p->done, j);
         event_active(p->wake, EV_READ, 1);

@@ -1,12 +1,16 @@
 /*
- * gw_signer — ES256 signing of admission tokens on worker threads.
+ * gw_signer — ES256 signing of admission tokens, on worker threads or inline.
  *
- * cm_jwt_sign costs about half a millisecond (libjwt re-parses the key PEM on every
- * call); on the event loop that would cap every other request behind it. Jobs go from
+ * cm_jwt_sign costs ~25 µs of CPU (bench_crypto.sh). With nthreads > 0, jobs go from
  * the loop to a bounded queue served by N threads; each result is put on a done list
  * and the loop is woken with event_active (libevent's pthreads locking must be on:
- * evthread_use_pthreads() before the base is created), like redis bio.c. Callbacks run
- * on the loop thread only, so the rest of the gateway stays single-threaded.
+ * evthread_use_pthreads() before the base is created), like redis bio.c. With
+ * nthreads = 0 the loop signs inline in gw_signer_submit and the callback runs on the
+ * loop's next turn: no queue, no thread wake-up, no context switch — cheaper per token
+ * (bench_admit.sh), at the price of ~25 µs of loop time per admission. Callbacks run on
+ * the loop thread only, so the rest of the gateway stays single-threaded. Every
+ * function is for the loop thread that owns the pool; the cm_jwt signer is shared
+ * read-only and is safe from any number of threads and pools at once.
  */
 #ifndef GW_SIGNER_H
 #define GW_SIGNER_H
@@ -26,8 +30,9 @@ typedef struct gw_signer gw_signer_t;
 typedef void (*gw_signer_cb)(const char *err, char *token, void *arg);
 
 /**
- * Starts nthreads workers signing with signer (borrowed; must outlive the pool) and at
- * most max_queue jobs waiting. NULL when a thread cannot be started.
+ * Starts nthreads workers (0 = sign inline on the loop) signing with signer (borrowed;
+ * must outlive the pool) and at most max_queue jobs waiting. NULL when a thread cannot
+ * be started.
  */
 gw_signer_t *gw_signer_new(struct event_base *base, const cm_jwt_signer_t *signer, int nthreads,
                            size_t max_queue);
