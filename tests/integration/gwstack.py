@@ -172,6 +172,7 @@ class GatewayStack:
             "tls_key": os.path.join(st, "server-key.pem"),
             "redis_host": HOST,
             "redis_port": self.S.redis_port,
+            **({"redis_cluster": self.S.redis_seeds} if self.S.cluster else {}),
             "signing_keys": self.S.key_path,
             "ticket_secret_file": self.secret_path,
             "admin_token_file": os.path.join(st, "admin-token"),

@@ -23,6 +23,9 @@ Environment: ONSALE_BUILD_DIR (the build directory: reserve/onsale-reserve,
 loadgen/onsale-token), ONSALE_SOURCE_DIR (the repository: deploy/onsale).
 ONSALE_IT_KEEP_STATE=1 keeps the temporary directory after the run,
 ONSALE_IT_LOGS=1 prints the tail of every log in it at teardown.
+ONSALE_IT_TOPOLOGY=cluster runs the module against `ONSALE_TOPOLOGY=cluster deploy/onsale
+up` (Redis Cluster, two reserves and two gateways behind HAProxy): the client then talks to
+HAProxy's reserve front and S.redis is a cluster-aware client (ctest label `cluster`).
 
 Only the standard library plus Debian's python3-jwt and python3-cryptography.
 """
@@ -81,6 +84,32 @@ def _free_ports(n):
         for s in socks:
             s.close()
     return ports
+
+
+def _free_block(n, tries=200):
+    """The first of n consecutive free loopback ports (the cluster topology derives its
+    ports from a few bases)."""
+    import random
+    for _ in range(tries):
+        # below the ephemeral range (32768+), where outgoing connections take ports
+        base = random.randrange(10000, 32000 - n)
+        socks = []
+        try:
+            for p in range(base, base + n):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(s)
+                s.bind((HOST, p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no block of {n} free ports")
+
+
+def topology():
+    return os.environ.get("ONSALE_IT_TOPOLOGY", "single")
 
 
 def _raise_nofile(want=8192):
@@ -438,6 +467,16 @@ class Redis:
             return None if n < 0 else [self._reply() for _ in range(n)]
         raise RuntimeError(f"bad RESP line {line!r}")
 
+    def ask(self, *args):
+        """Like calling it, but an error reply is returned as ("ERR", text)."""
+        try:
+            return self(*args)
+        except RuntimeError as e:
+            msg = str(e)
+            if msg.startswith("redis error: "):
+                return ("ERR", msg[len("redis error: "):])
+            raise
+
     def __call__(self, *args):
         if self.sock is None:
             self.sock = socket.create_connection((HOST, self.port), timeout=10)
@@ -478,11 +517,119 @@ class Redis:
         return out
 
 
+def crc16(data):
+    crc = 0
+    for b in data:
+        crc ^= b << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+            crc &= 0xFFFF
+    return crc
+
+
+def key_slot(key):
+    key = key if isinstance(key, bytes) else str(key).encode()
+    i = key.find(b"{")
+    if i >= 0:
+        j = key.find(b"}", i + 1)
+        if j > i + 1:
+            key = key[i + 1:j]
+    return crc16(key) % 16384
+
+
+class ClusterRedis:
+    """The test's view of a Redis Cluster with Redis's interface above: keyed commands go
+    to the master of the key's slot (following MOVED), whole-keyspace ones (FLUSHALL,
+    DBSIZE, SCAN via scan_keys) to every master."""
+
+    ALL_MASTERS = {"FLUSHALL", "FLUSHDB", "DBSIZE"}
+
+    def __init__(self, ports):
+        self.ports = list(ports)
+        self.conns = {}
+        self.slots = None
+
+    def _conn(self, port):
+        if port not in self.conns:
+            self.conns[port] = Redis(port)
+        return self.conns[port]
+
+    def close(self):
+        for c in self.conns.values():
+            c.close()
+        self.conns, self.slots = {}, None
+
+    def refresh(self):
+        last = None
+        for p in self.ports:
+            try:
+                ranges = self._conn(p)("CLUSTER", "SLOTS")
+            except (OSError, ConnectionError, RuntimeError) as e:
+                last = e
+                continue
+            slots = [None] * 16384
+            for r in ranges:
+                port = int(r[2][1])
+                for s in range(int(r[0]), int(r[1]) + 1):
+                    slots[s] = port
+            self.slots = slots
+            return
+        raise ConnectionError(f"no cluster node answers CLUSTER SLOTS: {last!r}")
+
+    def masters(self):
+        if self.slots is None:
+            self.refresh()
+        return sorted({p for p in self.slots if p is not None})
+
+    def __call__(self, *args):
+        cmd = str(args[0]).upper()
+        if cmd in self.ALL_MASTERS:
+            out = [self._conn(p)(*args) for p in self.masters()]
+            return sum(out) if cmd == "DBSIZE" else out[0]
+        if cmd in ("EVAL", "EVALSHA"):
+            key = args[3] if int(args[2]) > 0 else None
+        else:
+            key = args[1] if len(args) > 1 else None
+        for _ in range(5):
+            if self.slots is None:
+                self.refresh()
+            port = self.slots[key_slot(key)] if key is not None else self.masters()[0]
+            try:
+                return self._conn(port)(*args)
+            except (OSError, ConnectionError):
+                self.slots = None  # a failover: ask again
+                time.sleep(0.2)
+            except RuntimeError as e:
+                if "MOVED" not in str(e) and "CLUSTERDOWN" not in str(e):
+                    raise
+                self.slots = None
+                time.sleep(0.1)
+        raise ConnectionError(f"cluster command {cmd} kept being redirected")
+
+    def ask(self, *args):
+        try:
+            return self(*args)
+        except RuntimeError as e:
+            return ("ERR", str(e))
+
+    def scan_keys(self, pattern):
+        keys = []
+        for p in self.masters():
+            keys.extend(self._conn(p).scan_keys(pattern))
+        return keys
+
+    def int_values(self, pattern):
+        out = {}
+        for p in self.masters():
+            out.update(self._conn(p).int_values(pattern))
+        return out
+
+
 # --------------------------------------------------------------------------- the stack
 
 
 class Stack:
-    def __init__(self, name="stack"):
+    def __init__(self, name="stack", cluster=None):
         self.build = _env_dir("ONSALE_BUILD_DIR")
         here = os.path.dirname(os.path.abspath(__file__))
         self.source = _env_dir("ONSALE_SOURCE_DIR", os.path.join(here, "..", ".."))
@@ -496,6 +643,7 @@ class Stack:
         self._key_pem = None
         self._kid = None
         self.ctx = None
+        self.cluster = topology() == "cluster" if cluster is None else cluster
 
     # -- lifecycle
 
@@ -503,11 +651,13 @@ class Stack:
         e = dict(os.environ)
         e.update({
             "ONSALE_STATE": self.state,
-            "ONSALE_RESERVE_PORT": str(self.reserve_port),
+            "ONSALE_RESERVE_PORT": str(self.instance_reserve_port),
             "ONSALE_REDIS_PORT": str(self.redis_port),
             "ONSALE_PG_PORT": str(self.pg_port),
             "ONSALE_GATEWAY_PORT": str(self.gateway_port),
             "ONSALE_PAYSIM_PORT": str(self.paysim_port),
+            "ONSALE_HAPROXY_PORT": str(self.haproxy_port),
+            "ONSALE_TOPOLOGY": "cluster" if self.cluster else "single",
             "ONSALE_BUILD": self.build,
             "ONSALE_SKIP_DEPS": "1",
             "ONSALE_SKIP_BUILD": "1",
@@ -526,8 +676,23 @@ class Stack:
         os.chmod(self.root, 0o755)
         self.state = os.path.join(self.root, "state")
         os.mkdir(self.state, 0o755)
-        (self.reserve_port, self.redis_port, self.pg_port, self.gateway_port,
-         self.paysim_port) = _free_ports(5)
+        if self.cluster:
+            # deploy/onsale's cluster layout (see its usage): Redis base+0..5 (bus +10..15),
+            # gateways base+16/+26, reserves base+17/+27, HAProxy base+18/+19
+            base = _free_block(28)
+            self.redis_port, self.gateway_port, self.instance_reserve_port = base, base + 16, base + 17
+            self.haproxy_port, self.pg_port, self.paysim_port = base + 18, base + 20, base + 21
+            self.reserve_port = base + 19  # clients go through HAProxy
+            self.redis_ports = list(range(base, base + 6))
+            self.gateway_ports = [base + 16, base + 26]
+            self.reserve_ports = [base + 17, base + 27]
+            self.redis_seeds = ",".join(f"{HOST}:{p}" for p in self.redis_ports)
+        else:
+            (self.reserve_port, self.redis_port, self.pg_port, self.gateway_port,
+             self.paysim_port, self.haproxy_port) = _free_ports(6)
+            self.instance_reserve_port = self.reserve_port
+            self.redis_ports = [self.redis_port]
+            self.redis_seeds = None
         log = os.path.join(self.root, "up.log")
         with open(log, "wb") as f:
             p = subprocess.run([self.script, "up"], cwd=self.source, env=self.env(), stdout=f,
@@ -669,8 +834,13 @@ class Stack:
     @property
     def redis(self):
         if self._redis is None:
-            self._redis = Redis(self.redis_port)
+            self._redis = self.new_redis()
         return self._redis
+
+    def new_redis(self):
+        """A Redis client of its own (one per thread): cluster-aware in the cluster
+        topology."""
+        return ClusterRedis(self.redis_ports) if self.cluster else Redis(self.redis_port)
 
     def sql(self, query):
         """Rows of a query, each a list of text fields (psql -At, '|' separated)."""
@@ -702,15 +872,19 @@ class Stack:
         return build_request(method, path, token, body, raw, headers, self.reserve_port)
 
     def metrics(self):
-        """{name: [(labels, value)]} from /metrics."""
-        c = self.client()
-        try:
-            r = c.get("/metrics")
-        finally:
-            c.close()
-        if r.status != 200:
-            raise AssertionError(f"/metrics: {r!r}")
-        return parse_metrics(r.body.decode())
+        """{name: [(labels, value)]} from /metrics (of every reserve instance in the
+        cluster topology: metric_sum then adds their counters up)."""
+        text = ""
+        for port in (self.reserve_ports if self.cluster else [self.reserve_port]):
+            c = Client(port, self.ctx)
+            try:
+                r = c.get("/metrics")
+            finally:
+                c.close()
+            if r.status != 200:
+                raise AssertionError(f"/metrics: {r!r}")
+            text += r.body.decode() + "\n"
+        return parse_metrics(text)
 
     # -- tokens
 

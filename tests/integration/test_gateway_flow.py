@@ -30,7 +30,7 @@ class Claimer:
 
     def run(self):
         clients = [g.client(timeout=10) for g in self.tc.GS.gateways]
-        redis = stack.Redis(self.tc.GS.S.redis_port)  # its own connection: not thread-safe
+        redis = self.tc.GS.S.new_redis()  # its own connection: not thread-safe
         k = 0
         try:
             while not self.stop_flag.is_set():
