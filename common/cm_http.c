@@ -236,8 +236,8 @@ static void on_ssl_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, lo
         return;
     cm_http_server_t *srv = t->srv;
     if (srv) {
-        srv->connections--;
-        if (srv->connections < srv->max_connections)
+        int now = __atomic_sub_fetch(&srv->connections, 1, __ATOMIC_RELAXED);
+        if (now < srv->max_connections)
             resume_listener(srv);
     }
     if (--t->refs == 0)
@@ -254,8 +254,7 @@ static struct bufferevent *on_new_bev(struct event_base *base, void *arg)
         return NULL;
     SSL_set_ex_data(ssl, ssl_conn_index, srv->tracker);
     srv->tracker->refs++;
-    srv->connections++;
-    if (srv->connections >= srv->max_connections)
+    if (__atomic_add_fetch(&srv->connections, 1, __ATOMIC_RELAXED) >= srv->max_connections)
         pause_listener(srv);
     proxy_conn_t *pc = NULL;
     if (srv->proxy_from != NULL) {
@@ -285,7 +284,7 @@ static struct bufferevent *on_new_bev(struct event_base *base, void *arg)
 static void on_resume_timer(evutil_socket_t fd, short what, void *arg)
 {
     cm_http_server_t *srv = arg;
-    if (srv->connections < srv->max_connections)
+    if (cm_http_server_connections(srv) < srv->max_connections)
         resume_listener(srv);
 }
 
@@ -360,9 +359,11 @@ cm_http_server_t *cm_http_server_new(struct event_base *base, const char *addr, 
         snprintf(err, errlen, "listen address %s is not an IPv4 address", addr);
         goto err;
     }
-    srv->listener = evconnlistener_new_bind(
-        base, NULL, NULL, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC, 1024,
-        (struct sockaddr *)&sin, sizeof(sin));
+    unsigned flags = LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC;
+    if (limits->reuse_port)
+        flags |= LEV_OPT_REUSEABLE_PORT; /* one listener per worker; the kernel spreads */
+    srv->listener = evconnlistener_new_bind(base, NULL, NULL, flags, 1024, (struct sockaddr *)&sin,
+                                            sizeof(sin));
     if (srv->listener == NULL) {
         snprintf(err, errlen, "bind %s:%d: %s", addr, port, strerror(errno));
         goto err;
@@ -413,7 +414,7 @@ int cm_http_server_port(const cm_http_server_t *srv)
 
 int cm_http_server_connections(const cm_http_server_t *srv)
 {
-    return srv->connections;
+    return __atomic_load_n(&srv->connections, __ATOMIC_RELAXED);
 }
 
 void cm_http_server_stop_accepting(cm_http_server_t *srv)

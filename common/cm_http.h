@@ -37,6 +37,7 @@ typedef struct cm_http_limits {
      * "": none. Needs TLS. A connection from them that starts with a v2 header is served
      * as the client it names; one without is the proxy host's own. */
     const char *proxy_from;
+    bool reuse_port;         /* SO_REUSEPORT: several listeners (one per worker) on one port */
 } cm_http_limits_t;
 
 typedef void (*cm_http_handler_t)(struct evhttp_request *req, void *arg);
@@ -52,7 +53,7 @@ cm_http_server_t *cm_http_server_new(struct event_base *base, const char *addr, 
                                      size_t errlen);
 /** The bound port. */
 int cm_http_server_port(const cm_http_server_t *srv);
-/** Open connections right now (TLS servers; plain servers report 0). */
+/** Open connections right now (TLS servers; plain servers report 0). Any thread. */
 int cm_http_server_connections(const cm_http_server_t *srv);
 /** Stops accepting new connections (graceful shutdown: in-flight requests finish). */
 void cm_http_server_stop_accepting(cm_http_server_t *srv);

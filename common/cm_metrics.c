@@ -2,17 +2,21 @@
  * cm_metrics — the Prometheus registry behind GET /metrics on both services.
  *
  * Owns every family (one name, one HELP/TYPE) and every series under it (one label
- * set). Event-loop thread only: no locks, no atomics. Series are allocated one by one
- * and never move, so the pointer a caller keeps at start-up is its whole hot path —
- * an increment is one add, an observation a short scan of ~14 bounds. All the cost is
- * pushed to render time, which is rare (one scrape every few seconds): buckets are
- * stored per bucket and made cumulative while rendering, families are walked in
- * registration order so the output is stable and diffable.
+ * set). One registry serves every worker thread of a process, so /metrics shows totals:
+ * updates are relaxed atomics (a counter increment is one locked add, an observation a
+ * short scan of ~14 bounds plus three atomic adds); registration and rendering take one
+ * mutex (registration happens at start-up and when a new room appears, rendering once a
+ * scrape). Series are allocated one by one and never move, so the pointer a caller keeps
+ * is its whole hot path. Buckets are stored per bucket and made cumulative while
+ * rendering; families are walked in registration order so the output is stable and
+ * diffable. A gauge function registered several times under one name and label set
+ * (once per worker) renders the sum of its functions.
  */
 #include "cm_metrics.h"
 
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,20 +28,25 @@ typedef enum { FAM_COUNTER, FAM_GAUGE, FAM_HISTOGRAM } family_type_t;
 typedef enum { SER_COUNTER, SER_GAUGE, SER_GAUGE_FN, SER_HISTOGRAM } series_kind_t;
 
 struct cm_counter {
-    uint64_t value;
+    uint64_t value; /* atomic */
 };
 
 struct cm_gauge {
-    double value;
+    uint64_t bits; /* atomic: the double's bit pattern */
 };
 
 struct cm_histogram {
     double *bounds;
     size_t nbounds;
-    uint64_t *buckets; /* nbounds + 1 (the last is +Inf); not cumulative */
-    uint64_t count;
-    double sum;
+    uint64_t *buckets; /* nbounds + 1 (the last is +Inf); not cumulative; atomic */
+    uint64_t count;    /* atomic */
+    uint64_t sum_bits; /* atomic: the double's bit pattern */
 };
+
+typedef struct gauge_fn {
+    double (*fn)(void *arg);
+    void *arg;
+} gauge_fn_t;
 
 typedef struct series {
     series_kind_t kind;
@@ -47,8 +56,8 @@ typedef struct series {
         cm_gauge_t gauge;
         cm_histogram_t histogram;
         struct {
-            double (*fn)(void *arg);
-            void *arg;
+            gauge_fn_t *v;
+            size_t n;
         } gauge_fn;
     } u;
 } series_t;
@@ -62,9 +71,32 @@ typedef struct family {
 } family_t;
 
 struct cm_metrics {
+    pthread_mutex_t lock; /* registration and render */
     family_t **families;
     size_t nfamilies;
 };
+
+static double bits_to_double(uint64_t b)
+{
+    double d;
+    memcpy(&d, &b, sizeof(d));
+    return d;
+}
+
+static uint64_t double_to_bits(double d)
+{
+    uint64_t b;
+    memcpy(&b, &d, sizeof(b));
+    return b;
+}
+
+static void atomic_add_double(uint64_t *bits, double delta)
+{
+    uint64_t old = __atomic_load_n(bits, __ATOMIC_RELAXED);
+    while (!__atomic_compare_exchange_n(bits, &old, double_to_bits(bits_to_double(old) + delta),
+                                        true, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+}
 
 const double cm_metrics_latency_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                             0.1,    0.25,  0.5,    1,     2.5,  5,     10};
@@ -73,7 +105,9 @@ const size_t cm_metrics_latency_nbounds =
 
 cm_metrics_t *cm_metrics_new(void)
 {
-    return cm_xcalloc(1, sizeof(cm_metrics_t));
+    cm_metrics_t *m = cm_xcalloc(1, sizeof(cm_metrics_t));
+    pthread_mutex_init(&m->lock, NULL);
+    return m;
 }
 
 static void series_free(series_t *s)
@@ -82,6 +116,8 @@ static void series_free(series_t *s)
         free(s->u.histogram.bounds);
         free(s->u.histogram.buckets);
     }
+    if (s->kind == SER_GAUGE_FN)
+        free(s->u.gauge_fn.v);
     free(s->labels);
     free(s);
 }
@@ -100,6 +136,7 @@ void cm_metrics_free(cm_metrics_t *m)
         free(f);
     }
     free(m->families);
+    pthread_mutex_destroy(&m->lock);
     free(m);
 }
 
@@ -174,28 +211,34 @@ cm_counter_t *cm_metrics_counter(cm_metrics_t *m, const char *name, const char *
                                  const char *labels)
 {
     bool created;
+    pthread_mutex_lock(&m->lock);
     family_t *f = get_family(m, name, help, FAM_COUNTER);
-    return &get_series(f, labels, SER_COUNTER, &created)->u.counter;
+    cm_counter_t *c = &get_series(f, labels, SER_COUNTER, &created)->u.counter;
+    pthread_mutex_unlock(&m->lock);
+    return c;
 }
 
 cm_gauge_t *cm_metrics_gauge(cm_metrics_t *m, const char *name, const char *help,
                              const char *labels)
 {
     bool created;
+    pthread_mutex_lock(&m->lock);
     family_t *f = get_family(m, name, help, FAM_GAUGE);
-    return &get_series(f, labels, SER_GAUGE, &created)->u.gauge;
+    cm_gauge_t *g = &get_series(f, labels, SER_GAUGE, &created)->u.gauge;
+    pthread_mutex_unlock(&m->lock);
+    return g;
 }
 
 void cm_metrics_gauge_fn(cm_metrics_t *m, const char *name, const char *help, const char *labels,
                          double (*fn)(void *arg), void *arg)
 {
     bool created;
+    pthread_mutex_lock(&m->lock);
     family_t *f = get_family(m, name, help, FAM_GAUGE);
     series_t *s = get_series(f, labels, SER_GAUGE_FN, &created);
-    if (created) {
-        s->u.gauge_fn.fn = fn;
-        s->u.gauge_fn.arg = arg;
-    }
+    s->u.gauge_fn.v = cm_xrealloc(s->u.gauge_fn.v, (s->u.gauge_fn.n + 1) * sizeof(gauge_fn_t));
+    s->u.gauge_fn.v[s->u.gauge_fn.n++] = (gauge_fn_t){fn, arg};
+    pthread_mutex_unlock(&m->lock);
 }
 
 cm_histogram_t *cm_metrics_histogram(cm_metrics_t *m, const char *name, const char *help,
@@ -206,6 +249,7 @@ cm_histogram_t *cm_metrics_histogram(cm_metrics_t *m, const char *name, const ch
         if (!(bounds[i - 1] < bounds[i]))
             misuse("histogram bounds not ascending", name);
     }
+    pthread_mutex_lock(&m->lock);
     family_t *f = get_family(m, name, help, FAM_HISTOGRAM);
     series_t *s = get_series(f, labels, SER_HISTOGRAM, &created);
     cm_histogram_t *h = &s->u.histogram;
@@ -215,37 +259,38 @@ cm_histogram_t *cm_metrics_histogram(cm_metrics_t *m, const char *name, const ch
         memcpy(h->bounds, bounds, nbounds * sizeof(double));
         h->buckets = cm_xcalloc(nbounds + 1, sizeof(uint64_t));
     }
+    pthread_mutex_unlock(&m->lock);
     return h;
 }
 
 void cm_counter_inc(cm_counter_t *c)
 {
-    c->value++;
+    __atomic_fetch_add(&c->value, 1, __ATOMIC_RELAXED);
 }
 
 void cm_counter_add(cm_counter_t *c, uint64_t n)
 {
-    c->value += n;
+    __atomic_fetch_add(&c->value, n, __ATOMIC_RELAXED);
 }
 
 uint64_t cm_counter_value(const cm_counter_t *c)
 {
-    return c->value;
+    return __atomic_load_n(&c->value, __ATOMIC_RELAXED);
 }
 
 void cm_gauge_set(cm_gauge_t *g, double v)
 {
-    g->value = v;
+    __atomic_store_n(&g->bits, double_to_bits(v), __ATOMIC_RELAXED);
 }
 
 void cm_gauge_add(cm_gauge_t *g, double delta)
 {
-    g->value += delta;
+    atomic_add_double(&g->bits, delta);
 }
 
 double cm_gauge_value(const cm_gauge_t *g)
 {
-    return g->value;
+    return bits_to_double(__atomic_load_n(&g->bits, __ATOMIC_RELAXED));
 }
 
 void cm_histogram_observe(cm_histogram_t *h, double v)
@@ -253,14 +298,15 @@ void cm_histogram_observe(cm_histogram_t *h, double v)
     size_t i = 0;
     while (i < h->nbounds && !(v <= h->bounds[i]))
         i++;
-    h->buckets[i]++; /* NaN fails every <= and lands in +Inf, as Prometheus clients do */
-    h->count++;
-    h->sum += v;
+    /* NaN fails every <= and lands in +Inf, as Prometheus clients do */
+    __atomic_fetch_add(&h->buckets[i], 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&h->count, 1, __ATOMIC_RELAXED);
+    atomic_add_double(&h->sum_bits, v);
 }
 
 uint64_t cm_histogram_count(const cm_histogram_t *h)
 {
-    return h->count;
+    return __atomic_load_n(&h->count, __ATOMIC_RELAXED);
 }
 
 /* ---- rendering ---- */
@@ -355,17 +401,17 @@ static void render_histogram(buf_t *b, const char *name, const series_t *s)
         else
             buf_str(&le, "+Inf");
         buf_str(&le, "\"");
-        cumulative += h->buckets[i];
+        cumulative += __atomic_load_n(&h->buckets[i], __ATOMIC_RELAXED);
         buf_key(b, name, "_bucket", s->labels, le.p);
         buf_u64(b, cumulative);
         buf_str(b, "\n");
         free(le.p);
     }
     buf_key(b, name, "_sum", s->labels, NULL);
-    buf_double(b, h->sum);
+    buf_double(b, bits_to_double(__atomic_load_n(&h->sum_bits, __ATOMIC_RELAXED)));
     buf_str(b, "\n");
     buf_key(b, name, "_count", s->labels, NULL);
-    buf_u64(b, h->count);
+    buf_u64(b, cumulative); /* = the +Inf bucket, even while observations race the scrape */
     buf_str(b, "\n");
 }
 
@@ -374,16 +420,20 @@ static void render_series(buf_t *b, const family_t *f, const series_t *s)
     switch (s->kind) {
     case SER_COUNTER:
         buf_key(b, f->name, "", s->labels, NULL);
-        buf_u64(b, s->u.counter.value);
+        buf_u64(b, cm_counter_value(&s->u.counter));
         break;
     case SER_GAUGE:
         buf_key(b, f->name, "", s->labels, NULL);
-        buf_double(b, s->u.gauge.value);
+        buf_double(b, cm_gauge_value(&s->u.gauge));
         break;
-    case SER_GAUGE_FN:
+    case SER_GAUGE_FN: {
+        double sum = 0;
+        for (size_t i = 0; i < s->u.gauge_fn.n; i++)
+            sum += s->u.gauge_fn.v[i].fn(s->u.gauge_fn.v[i].arg);
         buf_key(b, f->name, "", s->labels, NULL);
-        buf_double(b, s->u.gauge_fn.fn(s->u.gauge_fn.arg));
+        buf_double(b, sum);
         break;
+    }
     case SER_HISTOGRAM:
         render_histogram(b, f->name, s);
         return;
@@ -391,11 +441,13 @@ static void render_series(buf_t *b, const family_t *f, const series_t *s)
     buf_str(b, "\n");
 }
 
-char *cm_metrics_render(const cm_metrics_t *m, size_t *len)
+char *cm_metrics_render(const cm_metrics_t *cm, size_t *len)
 {
     static const char *const type_names[] = {"counter", "gauge", "histogram"};
     buf_t b = {0};
     buf_put(&b, "", 0);
+    cm_metrics_t *m = (cm_metrics_t *)cm; /* the lock is the only thing written */
+    pthread_mutex_lock(&m->lock);
     for (size_t i = 0; i < m->nfamilies; i++) {
         const family_t *f = m->families[i];
         buf_str(&b, "# HELP ");
@@ -410,6 +462,7 @@ char *cm_metrics_render(const cm_metrics_t *m, size_t *len)
         for (size_t j = 0; j < f->nseries; j++)
             render_series(&b, f, f->series[j]);
     }
+    pthread_mutex_unlock(&m->lock);
     if (len != NULL)
         *len = b.len;
     return b.p;

@@ -2,11 +2,11 @@
  * cm_metrics — a Prometheus registry: counters, gauges and histograms, rendered in
  * the text exposition format (version 0.0.4) for GET /metrics.
  *
- * Single-threaded: every update and the render happen on the event-loop thread (work
- * finished on worker threads is counted when its result is handed back). Metrics are
- * registered once at start-up and live as long as the registry; updates are a few
- * arithmetic instructions with no lookup, because callers keep the returned pointer.
- * Series of one name with different label sets share one HELP/TYPE block.
+ * Thread-safe: one registry serves every worker thread of a process (so /metrics shows
+ * totals). Updates are relaxed atomics with no lookup, because callers keep the
+ * returned pointer; registration and render take the registry's lock. Series live as
+ * long as the registry. Series of one name with different label sets share one
+ * HELP/TYPE block.
  */
 #ifndef CM_METRICS_H
 #define CM_METRICS_H
@@ -32,7 +32,11 @@ cm_counter_t *cm_metrics_counter(cm_metrics_t *m, const char *name, const char *
                                  const char *labels);
 cm_gauge_t *cm_metrics_gauge(cm_metrics_t *m, const char *name, const char *help,
                              const char *labels);
-/** A gauge whose value is read from fn(arg) at render time. */
+/**
+ * A gauge whose value is read from fn(arg) at render time, on the scraping thread.
+ * Registering the same name and labels again adds a function: the series renders the
+ * sum (one function per worker gives the process total).
+ */
 void cm_metrics_gauge_fn(cm_metrics_t *m, const char *name, const char *help, const char *labels,
                          double (*fn)(void *arg), void *arg);
 /** bounds: ascending upper bounds (the +Inf bucket is implicit); copied. */

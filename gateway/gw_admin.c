@@ -25,6 +25,8 @@ typedef struct admin_op {
     gw_req_t r;
     char event[CM_IDENT_MAX + 1];
     int code;
+    bool sync;   /* a change: every worker re-reads the room before the answer */
+    json_t *out; /* the answer, held while the workers re-read */
 } admin_op_t;
 
 static admin_op_t *op_new(gw_server_t *srv, struct evhttp_request *req, const char *event)
@@ -59,6 +61,14 @@ json_t *gw_admin_room_json(const gw_room_t *room)
     return o;
 }
 
+/* Every worker has re-read the room: the change is visible on all of them. */
+static void on_synced(void *arg)
+{
+    admin_op_t *op = arg;
+    gw_reply_json(&op->r, op->code, op->out);
+    free(op);
+}
+
 static void on_refreshed(const char *err, gw_room_t *room, void *arg)
 {
     admin_op_t *op = arg;
@@ -66,7 +76,11 @@ static void on_refreshed(const char *err, gw_room_t *room, void *arg)
         gw_reply_unavailable(&op->r, "reading the waiting room", err);
     else if (room == NULL)
         gw_reply_error(&op->r, 404, "unknown_event", "no waiting room for this event", NULL);
-    else
+    else if (op->sync) {
+        op->out = gw_admin_room_json(room);
+        gw_server_sync_room(op->r.srv, op->event, on_synced, op);
+        return;
+    } else
         gw_reply_json(&op->r, op->code, gw_admin_room_json(room));
     free(op);
 }
@@ -79,6 +93,7 @@ static void on_listed(const char *err, const cm_redis_reply_t *reply, void *arg)
         free(op);
         return;
     }
+    op->sync = true;
     gw_watermark_refresh(op->r.srv, op->event, on_refreshed, op);
 }
 
@@ -173,7 +188,10 @@ static void on_deleted(const char *err, const cm_redis_reply_t *reply, void *arg
     } else {
         gw_watermark_forget(op->r.srv, op->event);
         cm_log(CM_LOG_INFO, "waiting room %s deleted", op->event);
-        gw_reply_json(&op->r, 200, json_pack("{s:s, s:b}", "event", op->event, "deleted", 1));
+        op->code = 200;
+        op->out = json_pack("{s:s, s:b}", "event", op->event, "deleted", 1);
+        gw_server_sync_room(op->r.srv, op->event, on_synced, op);
+        return;
     }
     free(op);
 }

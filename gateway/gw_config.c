@@ -11,6 +11,8 @@
 const cm_config_opt_t gw_config_table[] = {
     {"listen_addr", CM_CFG_STR, S(listen_addr), "127.0.0.1", 0, 0, "IPv4 address to listen on"},
     {"port", CM_CFG_INT, S(port), "8443", 0, 65535, "TCP port (0 = any free port)"},
+    {"workers", CM_CFG_INT, S(workers), "0", 0, 256,
+     "worker threads, one event loop and listener (SO_REUSEPORT) each; 0 = one per core"},
     {"tls_cert", CM_CFG_STR, S(tls_cert), NULL, 0, 0, "PEM certificate chain (ECDSA P-256)"},
     {"tls_key", CM_CFG_STR, S(tls_key), NULL, 0, 0, "PEM private key of tls_cert"},
     {"plain_http", CM_CFG_BOOL, S(plain_http), "false", 0, 0,
@@ -23,7 +25,7 @@ const cm_config_opt_t gw_config_table[] = {
      "their connections, so a load balancer moves traffic away first (set above its check "
      "interval x fall); 0: stop accepting at once"},
     {"max_connections", CM_CFG_INT, S(max_connections), "16384", 16, 1000000,
-     "open client connections before the listener pauses"},
+     "open client connections (all workers together) before the listeners pause"},
     {"max_body_bytes", CM_CFG_INT, S(max_body_bytes), "16384", 1024, 16777216,
      "largest JSON request body (larger: 413 body_too_large)"},
     {"max_header_bytes", CM_CFG_INT, S(max_header_bytes), "8192", 1024, 1048576,
@@ -61,7 +63,8 @@ const cm_config_opt_t gw_config_table[] = {
     {"tick_ms", CM_CFG_INT, S(tick_ms), "200", 10, 250,
      "period of the watermark timer: advance in Redis and refresh the cached watermark"},
     {"signer_threads", CM_CFG_INT, S(signer_threads), "0", 0, 64,
-     "threads that sign admission tokens off the event loop; 0 = on the loop (cheapest)"},
+     "threads that sign admission tokens off the event loops (all workers together, split "
+     "over them); 0 = on each loop (cheapest)"},
     {"signer_queue", CM_CFG_INT, S(signer_queue), "20000", 16, 10000000,
      "admission tokens waiting to be signed before new admissions get 503"},
     {"admission_cache_size", CM_CFG_INT, S(admission_cache_size), "200000", 16, 100000000,

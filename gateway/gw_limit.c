@@ -1,9 +1,12 @@
 /*
  * gw_limit — see gw_limit.h. Open addressing on a 64-bit FNV-1a hash of the address
- * text, at most PROBES slots looked at per call.
+ * text, at most PROBES slots looked at per call. One table serves every worker thread
+ * (an address gets its rate once per process, not once per worker): a mutex guards it,
+ * held for the few probes of one call.
  */
 #include "gw_limit.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "cm_mem.h"
@@ -17,6 +20,7 @@ typedef struct slot {
 } slot_t;
 
 struct gw_limit {
+    pthread_mutex_t lock;
     double per_ms, burst;
     size_t mask;
     slot_t *slots;
@@ -32,6 +36,7 @@ gw_limit_t *gw_limit_new(int64_t per_minute, int64_t burst, size_t size)
     l->per_ms = (double)per_minute / 60000.0;
     l->burst = burst > 0 ? (double)burst : 1;
     l->slots = per_minute > 0 ? cm_xcalloc(cap, sizeof(slot_t)) : NULL;
+    pthread_mutex_init(&l->lock, NULL);
     return l;
 }
 
@@ -39,6 +44,7 @@ void gw_limit_free(gw_limit_t *l)
 {
     if (l == NULL)
         return;
+    pthread_mutex_destroy(&l->lock);
     free(l->slots);
     free(l);
 }
@@ -51,10 +57,8 @@ static uint64_t fnv1a(const char *s)
     return h ? h : 1;
 }
 
-int gw_limit_take(gw_limit_t *l, const char *addr, int64_t now_ms)
+static int take_locked(gw_limit_t *l, const char *addr, int64_t now_ms)
 {
-    if (l->slots == NULL)
-        return 0;
     uint64_t key = fnv1a(addr);
     slot_t *s = NULL, *oldest = NULL;
     for (size_t i = 0; i < PROBES; i++) {
@@ -88,5 +92,15 @@ int gw_limit_take(gw_limit_t *l, const char *addr, int64_t now_ms)
         return 0;
     }
     int wait = (int)((1.0 - s->tokens) / l->per_ms / 1000.0) + 1;
+    return wait;
+}
+
+int gw_limit_take(gw_limit_t *l, const char *addr, int64_t now_ms)
+{
+    if (l->slots == NULL)
+        return 0;
+    pthread_mutex_lock(&l->lock);
+    int wait = take_locked(l, addr, now_ms);
+    pthread_mutex_unlock(&l->lock);
     return wait;
 }

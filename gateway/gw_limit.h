@@ -2,7 +2,8 @@
  * gw_limit — the per-client join limit: a token bucket per client address (rate per
  * minute, burst), in a fixed-size table so an address flood cannot grow memory. When
  * the probed slots are all taken, the one idle longest is reused (forgetting an idle
- * client only ever lets it in earlier). Pure: time is passed in; loop thread only.
+ * client only ever lets it in earlier). Pure: time is passed in; thread-safe (one table for every
+ * worker).
  */
 #ifndef GW_LIMIT_H
 #define GW_LIMIT_H

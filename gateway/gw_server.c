@@ -1,11 +1,13 @@
 /*
  * gw_server — builds and runs the gateway process (see gw_server.h).
  *
- * Start-up (before the loop; file reads allowed): signing keys and JWKS, ticket secret,
- * admin token, TLS, listener, Redis client, signer threads, metrics, the watermark
- * timer. Shutdown on SIGTERM/SIGINT: stop accepting, answer /readyz 503, let in-flight
- * requests finish (bounded to 10 s), then exit the loop. Teardown fails whatever still
- * waits on Redis or the signer with 503 before the connections are closed.
+ * Start-up, main thread (before the loops; file reads allowed): signing keys and JWKS,
+ * ticket secret, admin token, TLS, the join limit (worker 0 loads them, the others
+ * borrow them); then per worker: Redis client, signer threads, admission cache, rooms,
+ * metrics (the same shared series), listener, the watermark timer. Shutdown on
+ * SIGTERM/SIGINT (cm_server): every worker stops accepting, answers /readyz 503, lets
+ * in-flight requests finish (bounded to 10 s), then exits its loop. Teardown fails
+ * whatever still waits on Redis or the signer with 503 before the connections are closed.
  */
 #include "gw_history.h"
 #include "gw_server.h"
@@ -46,15 +48,12 @@ void gw_req_start(gw_req_t *r, gw_server_t *srv, struct evhttp_request *req, gw_
     r->srv = srv;
     r->req = req;
     r->ep = ep;
-    r->start_ns = cm_time_mono_ns();
-    srv->inflight++;
+    r->start_ns = cm_worker_req_begin(srv->worker);
 }
 
 void gw_req_replied(gw_req_t *r)
 {
-    double secs = (double)(cm_time_mono_ns() - r->start_ns) / 1e9;
-    cm_histogram_observe(r->srv->m.latency[r->ep], secs);
-    r->srv->inflight--;
+    cm_worker_req_end(r->srv->worker, r->srv->m.latency[r->ep], r->start_ns);
     r->req = NULL;
 }
 
@@ -98,18 +97,43 @@ void gw_reply_unavailable(gw_req_t *r, const char *what, const char *err)
 
 bool gw_admin_authorized(gw_server_t *srv, struct evhttp_request *req)
 {
-    size_t len = 0;
-    const char *tok = cm_http_bearer(req, &len);
-    if (tok == NULL)
-        return false;
-    /* Compare digests: constant time in both the content and the length of the token. */
-    char got[65], want[65];
-    cm_tls_sha256_hex(tok, len, got);
-    cm_tls_sha256_hex(srv->admin_token, strlen(srv->admin_token), want);
-    unsigned char diff = 0;
-    for (size_t i = 0; i < 64; i++)
-        diff |= (unsigned char)(got[i] ^ want[i]);
-    return diff == 0;
+    return cm_server_bearer_ok(req, srv->admin_token);
+}
+
+/* --- between workers ---------------------------------------------------------------- */
+
+typedef struct sync_op {
+    char event[CM_IDENT_MAX + 1];
+    void (*done)(void *arg);
+    void *arg;
+} sync_op_t;
+
+static void on_peer_refreshed(const char *err, gw_room_t *room, void *arg)
+{
+    cm_bcast_ack(arg); /* a failed re-read still ends: the tick retries it */
+}
+
+/* On a peer's thread. */
+static void peer_refresh(void *peer, void *arg, cm_bcast_t *b)
+{
+    sync_op_t *op = arg;
+    gw_watermark_refresh(peer, op->event, on_peer_refreshed, b);
+}
+
+static void on_synced(void *arg)
+{
+    sync_op_t *op = arg;
+    op->done(op->arg);
+    free(op);
+}
+
+void gw_server_sync_room(gw_server_t *srv, const char *event, void (*done)(void *arg), void *arg)
+{
+    sync_op_t *op = cm_xcalloc(1, sizeof(*op));
+    snprintf(op->event, sizeof(op->event), "%s", event);
+    op->done = done;
+    op->arg = arg;
+    cm_worker_broadcast(srv->worker, peer_refresh, op, on_synced);
 }
 
 /* --- start-up ---------------------------------------------------------------------- */
@@ -144,16 +168,6 @@ static void register_metrics(gw_server_t *srv)
         NULL, cm_metrics_latency_bounds, cm_metrics_latency_nbounds);
     cm_metrics_endpoint_latency(m, "onsale_gateway_request_seconds", "request latency by endpoint",
                                 endpoint_names, GW_EP_COUNT, x->latency);
-}
-
-static double gauge_inflight(void *arg)
-{
-    return ((gw_server_t *)arg)->inflight;
-}
-
-static double gauge_connections(void *arg)
-{
-    return cm_http_server_connections(((gw_server_t *)arg)->http);
 }
 
 static double gauge_redis(void *arg)
@@ -282,6 +296,57 @@ static int load_secrets(gw_server_t *srv, char *err, size_t errlen)
     return srv->admin_token == NULL ? -1 : 0;
 }
 
+/* One worker's instance on its loop; the shared parts are borrowed from worker 0. */
+static gw_server_t *worker_new(gw_server_t *first, cm_server_t *cs, int i, char *err, size_t errlen)
+{
+    gw_server_t *srv = i == 0 ? first : cm_xcalloc(1, sizeof(*srv));
+    const gw_config_t *cfg = &first->cfg;
+    int n = cm_server_workers(cs);
+    if (i > 0) {
+        srv->cfg = first->cfg;
+        srv->ticket_secret = first->ticket_secret;
+        srv->ticket_secret_len = first->ticket_secret_len;
+        srv->admin_token = first->admin_token;
+        srv->signer = first->signer;
+        srv->jwks = first->jwks;
+        srv->tls = first->tls;
+        srv->limit = first->limit;
+    }
+    srv->cs = cs;
+    srv->index = i;
+    srv->worker = cm_server_worker(cs, i);
+    srv->base = cm_worker_base(srv->worker);
+    srv->drain = cm_worker_drain(srv->worker);
+    srv->metrics = cm_server_metrics(cs);
+    register_metrics(srv);
+    srv->rooms = gw_rooms_new();
+    srv->admit = gw_admit_new((size_t)cfg->admission_cache_size);
+    /* the setting is per process: split over the workers (0 stays 0: sign on the loop) */
+    int threads = (int)((cfg->signer_threads + n - 1) / n);
+    srv->pool = gw_signer_new(srv->base, srv->signer, threads, (size_t)cfg->signer_queue);
+    if (srv->pool == NULL) {
+        snprintf(err, errlen, "cannot start the signer threads");
+        return srv;
+    }
+    srv->redis = cm_redis_open(srv->base, cfg->redis_host, (int)cfg->redis_port, cfg->redis_cluster,
+                               (int)cfg->redis_timeout_ms);
+    if (srv->redis == NULL) {
+        snprintf(err, errlen, "redis_cluster: expected ip:port[,ip:port...]");
+        return srv;
+    }
+    if (cm_worker_listen(srv->worker, gw_routes_dispatch, gw_routes_dispatch, srv, err, errlen) !=
+        0)
+        return srv;
+    cm_worker_gauge(srv->worker, "onsale_gateway_redis_up", "Redis connections up (one per worker)",
+                    gauge_redis, srv);
+    cm_worker_gauge(srv->worker, "onsale_gateway_signer_pending",
+                    "admission tokens queued or being signed", gauge_signer, srv);
+    gw_watermark_start(srv);
+    srv->history = gw_history_new(srv, (int)cfg->history_interval_ms, (int)cfg->history_samples);
+    err[0] = '\0';
+    return srv;
+}
+
 gw_server_t *gw_server_new(const gw_config_t *cfg, char *err, size_t errlen)
 {
     gw_server_t *srv = cm_xcalloc(1, sizeof(*srv));
@@ -297,55 +362,38 @@ gw_server_t *gw_server_new(const gw_config_t *cfg, char *err, size_t errlen)
         if (srv->tls == NULL)
             goto err;
     }
-    /* Signer threads wake the loop with event_active: libevent's locks must be on. */
-    if (evthread_use_pthreads() != 0) {
-        snprintf(err, errlen, "evthread_use_pthreads failed");
-        goto err;
-    }
-    srv->base = event_base_new();
-    if (srv->base == NULL) {
-        snprintf(err, errlen, "event_base_new failed");
-        goto err;
-    }
-    srv->metrics = cm_metrics_new();
-    register_metrics(srv);
-    srv->rooms = gw_rooms_new();
-    srv->admit = gw_admit_new((size_t)cfg->admission_cache_size);
     srv->limit = gw_limit_new(cfg->join_rate_per_ip, cfg->join_burst_per_ip,
                               (size_t)cfg->rate_limit_table_size);
-    srv->pool =
-        gw_signer_new(srv->base, srv->signer, (int)cfg->signer_threads, (size_t)cfg->signer_queue);
-    if (srv->pool == NULL) {
-        snprintf(err, errlen, "cannot start the signer threads");
-        goto err;
-    }
-    srv->redis = cm_redis_open(srv->base, cfg->redis_host, (int)cfg->redis_port, cfg->redis_cluster,
-                               (int)cfg->redis_timeout_ms);
-    if (srv->redis == NULL) {
-        snprintf(err, errlen, "redis_cluster: expected ip:port[,ip:port...]");
-        goto err;
-    }
-    cm_http_limits_t lim = {
-        .max_header_bytes = (size_t)cfg->max_header_bytes,
-        .max_body_bytes = (size_t)cfg->max_body_bytes,
-        .idle_timeout_s = (int)cfg->idle_timeout_s,
-        .max_connections = (int)cfg->max_connections,
-        .proxy_from = cfg->proxy_from,
+    cm_server_opts_t o = {
+        .name = "gateway",
+        .metric_prefix = "onsale_gateway",
+        .workers = (int)cfg->workers,
+        .listen_addr = cfg->listen_addr,
+        .port = (int)cfg->port,
+        .admin_addr = NULL,
+        .tls = srv->tls,
+        .limits =
+            {
+                .max_header_bytes = (size_t)cfg->max_header_bytes,
+                .max_body_bytes = (size_t)cfg->max_body_bytes,
+                .idle_timeout_s = (int)cfg->idle_timeout_s,
+                .max_connections = (int)cfg->max_connections,
+                .proxy_from = cfg->proxy_from,
+            },
+        .drain_limit_ns = DRAIN_LIMIT_NS,
+        .drain_grace_ms = (int)cfg->drain_grace_ms,
     };
-    srv->http = cm_http_server_new(srv->base, cfg->listen_addr, (int)cfg->port, srv->tls, &lim,
-                                   gw_routes_dispatch, srv, err, errlen);
-    if (srv->http == NULL)
+    srv->cs = cm_server_new(&o, err, errlen);
+    if (srv->cs == NULL)
         goto err;
-    cm_metrics_gauge_fn(srv->metrics, "onsale_gateway_inflight_requests", "requests being served",
-                        NULL, gauge_inflight, srv);
-    cm_metrics_gauge_fn(srv->metrics, "onsale_gateway_open_connections", "open client connections",
-                        NULL, gauge_connections, srv);
-    cm_metrics_gauge_fn(srv->metrics, "onsale_gateway_redis_up", "1 while Redis is connected", NULL,
-                        gauge_redis, srv);
-    cm_metrics_gauge_fn(srv->metrics, "onsale_gateway_signer_pending",
-                        "admission tokens queued or being signed", NULL, gauge_signer, srv);
-    gw_watermark_start(srv);
-    srv->history = gw_history_new(srv, (int)cfg->history_interval_ms, (int)cfg->history_samples);
+    int n = cm_server_workers(srv->cs);
+    srv->all = cm_xcalloc((size_t)n, sizeof(gw_server_t *));
+    err[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        srv->all[i] = worker_new(srv, srv->cs, i, err, errlen);
+        if (err[0] != '\0')
+            goto err;
+    }
     return srv;
 err:
     gw_server_free(srv);
@@ -356,29 +404,47 @@ err:
 
 int gw_server_run(gw_server_t *srv)
 {
-    srv->drain = cm_drain_new(srv->base, srv->http, "gateway", &srv->inflight, DRAIN_LIMIT_NS);
-    cm_drain_set_grace(srv->drain, (int)srv->cfg.drain_grace_ms);
-    return cm_drain_run(srv->drain);
+    return cm_server_run(srv->cs);
+}
+
+/* One worker's own parts (not the shared ones). */
+static void worker_free(gw_server_t *srv)
+{
+    /* Waiters first (they answer 503 on still-open connections), then the connections. */
+    cm_redis_free(srv->redis);
+    srv->redis = NULL;
+    gw_signer_free(srv->pool);
+    srv->pool = NULL;
+    if (srv->worker)
+        cm_worker_close(srv->worker);
+    if (srv->tick)
+        event_free(srv->tick);
+    srv->tick = NULL;
+    gw_admit_free(srv->admit);
+    srv->admit = NULL;
+    gw_history_free(srv->history);
+    srv->history = NULL;
+    gw_rooms_free(srv->rooms);
+    srv->rooms = NULL;
 }
 
 void gw_server_free(gw_server_t *srv)
 {
     if (srv == NULL)
         return;
-    /* Waiters first (they answer 503 on still-open connections), then the connections. */
-    cm_redis_free(srv->redis);
-    gw_signer_free(srv->pool);
-    cm_http_server_free(srv->http);
-    if (srv->tick)
-        event_free(srv->tick);
-    cm_drain_free(srv->drain);
-    gw_admit_free(srv->admit);
+    int n = srv->cs ? cm_server_workers(srv->cs) : 0;
+    for (int i = n - 1; i >= 0 && srv->all; i--) {
+        if (srv->all[i] == NULL)
+            continue;
+        worker_free(srv->all[i]);
+        if (i > 0)
+            free(srv->all[i]);
+    }
+    if (srv->all == NULL)
+        worker_free(srv);
+    free(srv->all);
+    cm_server_free(srv->cs); /* the loops and the shared registry */
     gw_limit_free(srv->limit);
-    gw_history_free(srv->history);
-    gw_rooms_free(srv->rooms);
-    cm_metrics_free(srv->metrics);
-    if (srv->base)
-        event_base_free(srv->base);
     cm_tls_free(srv->tls);
     cm_jwt_signer_free(srv->signer);
     free(srv->jwks);

@@ -1,9 +1,14 @@
 /*
- * gw_server — the gateway process: its event loop, Redis client, signing keys, metrics,
- * timers, and the per-request context every handler builds on.
+ * gw_server — one gateway worker: its event loop, Redis client, caches, timers, and the
+ * per-request context every handler builds on; plus the process around the workers.
  *
- * Everything here runs on the one event-loop thread except the signer's workers
- * (gw_signer). Handlers are asynchronous: each that waits on Redis or the signer
+ * The process runs `workers` instances of gw_server_t on cm_server (one event loop per
+ * thread, SO_REUSEPORT listeners). Each instance is complete — its own base, Redis
+ * client, signer threads, admission cache, rooms and watermark timer — so every module
+ * runs single-threaded on its instance's loop. Shared between the instances, read-only
+ * after start-up: the config, the signing key and JWKS, the ticket secret, the admin
+ * token, the TLS context; shared and thread-safe: the metrics registry and the per-address
+ * join limit. Handlers are asynchronous: each that waits on Redis or the signer
  * allocates an operation embedding gw_req_t and finishes with exactly one gw_reply_*;
  * the reply records the endpoint's latency.
  */
@@ -18,6 +23,7 @@
 #include "cm_jwt.h"
 #include "cm_metrics.h"
 #include "cm_redis.h"
+#include "cm_server.h"
 #include "gw_config.h"
 
 struct event;
@@ -58,11 +64,16 @@ typedef struct gw_metrics {
     cm_histogram_t *latency[GW_EP_COUNT];
 } gw_metrics_t;
 
-typedef struct gw_server {
+typedef struct gw_server gw_server_t;
+
+struct gw_server {
     gw_config_t cfg;
+    cm_server_t *cs;     /* the process (shared by every worker) */
+    cm_worker_t *worker; /* this instance's worker */
+    int index;           /* worker number; 0 owns what the workers share */
+    gw_server_t **all;   /* every worker's instance (worker 0 only; teardown) */
     struct event_base *base;
     cm_tls_ctx_t *tls;
-    cm_http_server_t *http;
     cm_redis_t *redis;
     cm_metrics_t *metrics;
     gw_metrics_t m;
@@ -78,8 +89,7 @@ typedef struct gw_server {
     gw_history_t *history; /* the dashboard's history of every room (gw_history.h) */
     struct event *tick;
     struct cm_drain *drain; /* SIGTERM: stop accepting, finish in-flight requests */
-    int inflight;
-} gw_server_t;
+};
 
 /** The request being served: embed it first in each handler's operation struct. */
 typedef struct gw_req {
@@ -89,11 +99,14 @@ typedef struct gw_req {
     gw_endpoint_t ep;
 } gw_req_t;
 
-/** Builds the server from a loaded config (reads keys and secrets, binds, connects). */
+/**
+ * Builds the process from a loaded config (reads keys and secrets, binds, connects):
+ * every worker's instance; returns worker 0's.
+ */
 gw_server_t *gw_server_new(const gw_config_t *cfg, char *err, size_t errlen);
-/** Runs the loop until SIGTERM/SIGINT and the drain of in-flight requests. */
+/** Runs every worker until SIGTERM/SIGINT and the drain of in-flight requests. */
 int gw_server_run(gw_server_t *srv);
-/** Frees everything; the config strings are released by the caller. NULL is fine. */
+/** Frees every worker (given worker 0); the config strings are the caller's. NULL is fine. */
 void gw_server_free(gw_server_t *srv);
 
 /** Starts a request context (counts it in flight). */
@@ -106,6 +119,13 @@ void gw_reply_error(gw_req_t *r, int code, const char *error, const char *messag
 void gw_reply_text(gw_req_t *r, int code, const char *ctype, const char *body, size_t len);
 /** 503 with Retry-After for a Redis/signer failure (err from the completion). */
 void gw_reply_unavailable(gw_req_t *r, const char *what, const char *err);
+
+/**
+ * Makes every other worker re-read the room from Redis (its settings changed, or it was
+ * deleted), then calls done(arg) on this worker's thread: an operator's change is
+ * answered only once every worker serves it.
+ */
+void gw_server_sync_room(gw_server_t *srv, const char *event, void (*done)(void *arg), void *arg);
 
 /** Routes one request (gw_routes.c). */
 void gw_routes_dispatch(struct evhttp_request *req, void *arg);

@@ -93,6 +93,15 @@ static void reset_redis(put_op_t *op)
     free(argv);
 }
 
+static void on_synced(void *arg)
+{
+    put_op_t *op = arg;
+    if (strcmp(op->outcome, "updated") == 0)
+        put_reply(op);
+    else
+        reset_redis(op);
+}
+
 static void on_put(const char *err, const rsv_pg_result_t *res, void *arg)
 {
     put_op_t *op = arg;
@@ -119,10 +128,7 @@ static void on_put(const char *err, const rsv_pg_result_t *res, void *arg)
     rsv_catalog_invalidate(srv->catalog, op->event);
     rsv_avail_invalidate(srv->avail, op->event);
     op->code = strcmp(op->outcome, "created") == 0 ? 201 : 200;
-    if (strcmp(op->outcome, "updated") == 0)
-        put_reply(op);
-    else
-        reset_redis(op);
+    rsv_server_sync_event(srv, op->event, on_synced, op); /* every worker forgets it too */
 }
 
 void rsv_admin_event_put(rsv_server_t *srv, struct evhttp_request *req, const char *event)

@@ -11,6 +11,8 @@
 const cm_config_opt_t rsv_config_table[] = {
     {"listen_addr", CM_CFG_STR, S(listen_addr), "127.0.0.1", 0, 0, "IPv4 address to listen on"},
     {"port", CM_CFG_INT, S(port), "8444", 0, 65535, "TCP port (0 = any free port)"},
+    {"workers", CM_CFG_INT, S(workers), "0", 0, 256,
+     "worker threads, one event loop and listener (SO_REUSEPORT) each; 0 = one per core"},
     {"tls_cert", CM_CFG_STR, S(tls_cert), NULL, 0, 0, "PEM certificate chain (ECDSA P-256)"},
     {"tls_key", CM_CFG_STR, S(tls_key), NULL, 0, 0, "PEM private key of tls_cert"},
     {"plain_http", CM_CFG_BOOL, S(plain_http), "false", 0, 0,
@@ -23,7 +25,7 @@ const cm_config_opt_t rsv_config_table[] = {
      "their connections, so a load balancer moves traffic away first (set above its check "
      "interval x fall); 0: stop accepting at once"},
     {"max_connections", CM_CFG_INT, S(max_connections), "4096", 16, 1000000,
-     "open client connections before the listener pauses"},
+     "open client connections (all workers together) before the listeners pause"},
     {"max_body_bytes", CM_CFG_INT, S(max_body_bytes), "65536", 1024, 16777216,
      "largest JSON request body (larger: 413 body_too_large)"},
     {"max_header_bytes", CM_CFG_INT, S(max_header_bytes), "8192", 1024, 1048576,
@@ -41,9 +43,11 @@ const cm_config_opt_t rsv_config_table[] = {
      "host=127.0.0.1 port=5432 dbname=onsale user=onsale", 0, 0,
      "libpq connection string of the system of record"},
     {"pg_pool_size", CM_CFG_INT, S(pg_pool_size), "24", 1, 256,
-     "Postgres connections (more connections let commits share WAL flushes)"},
+     "Postgres connections (all workers together; more connections let commits share WAL "
+     "flushes)"},
     {"pg_read_pool_size", CM_CFG_INT, S(pg_read_pool_size), "4", 1, 64,
-     "Postgres connections of their own for reads (event catalogue, seeding, checkout "
+     "Postgres connections of their own for reads (all workers together; event catalogue, seeding, "
+     "checkout "
      "views), so they never queue ahead of confirmations"},
     {"pg_timeout_ms", CM_CFG_INT, S(pg_timeout_ms), "5000", 100, 600000,
      "deadline of one Postgres statement, queueing included"},
@@ -58,7 +62,8 @@ const cm_config_opt_t rsv_config_table[] = {
     {"token_cache_size", CM_CFG_INT, S(token_cache_size), "65536", 16, 10000000,
      "verified admission tokens remembered (one signature check per buyer)"},
     {"verify_threads", CM_CFG_INT, S(verify_threads), "2", 0, 16,
-     "threads verifying new admission tokens off the event loop (0 = on the loop)"},
+     "threads verifying new admission tokens off the event loops (all workers together; "
+     "0 = on each loop)"},
     {"token_issuer", CM_CFG_STR, S(token_issuer), "onsale-gateway", 0, 0,
      "iss every admission token must carry (the gateway's issuer); empty = not checked"},
     {"token_max_lifetime_s", CM_CFG_INT, S(token_max_lifetime_s), "86400", 0, 31536000,

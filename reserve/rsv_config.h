@@ -14,6 +14,7 @@
 typedef struct rsv_config {
     char *listen_addr;
     int64_t port;
+    int64_t workers;
     char *tls_cert;
     char *tls_key;
     bool plain_http;

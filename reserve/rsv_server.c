@@ -1,9 +1,11 @@
 /*
  * rsv_server — builds and runs the reserve process (see rsv_server.h).
  *
- * Start-up (before the loop; file reads allowed): keys, admin token, TLS, listener,
- * Redis and Postgres clients, metrics. Shutdown on SIGTERM/SIGINT: stop accepting,
- * answer /readyz 503, let in-flight requests finish (bounded to 10 s), then exit the
+ * Start-up, main thread (before the loops; file reads allowed): admin token and TLS
+ * (shared); then per worker: keys and token verifier, Redis and Postgres clients,
+ * caches, payment client, reconciler (worker 0), metrics (the same shared series),
+ * listener. Shutdown on SIGTERM/SIGINT (cm_server): every worker stops accepting,
+ * answers /readyz 503, lets in-flight requests finish (bounded to 10 s), then exits its
  * loop.
  */
 #include "rsv_server.h"
@@ -21,6 +23,7 @@
 #include "cm_jwt.h"
 #include "cm_log.h"
 #include "cm_mem.h"
+#include "cm_parse.h"
 #include "cm_time.h"
 #include "cm_tls.h"
 #include "rsv_auth.h"
@@ -77,15 +80,12 @@ void rsv_req_start(rsv_req_t *r, rsv_server_t *srv, struct evhttp_request *req, 
     r->srv = srv;
     r->req = req;
     r->ep = ep;
-    r->start_ns = cm_time_mono_ns();
-    srv->inflight++;
+    r->start_ns = cm_worker_req_begin(srv->worker);
 }
 
 void rsv_req_replied(rsv_req_t *r)
 {
-    double secs = (double)(cm_time_mono_ns() - r->start_ns) / 1e9;
-    cm_histogram_observe(r->srv->m.latency[r->ep], secs);
-    r->srv->inflight--;
+    cm_worker_req_end(r->srv->worker, r->srv->m.latency[r->ep], r->start_ns);
     r->req = NULL;
 }
 
@@ -116,10 +116,8 @@ void rsv_reply_text(rsv_req_t *r, int code, const char *ctype, const char *body,
 void rsv_reply_unavailable(rsv_req_t *r, const char *what, const char *err)
 {
     cm_counter_inc(r->srv->m.backend_errors);
-    char msg[160];
-    snprintf(msg, sizeof(msg), "%s failed (%s); retry shortly", what, err ? err : "error");
-    evhttp_add_header(evhttp_request_get_output_headers(r->req), "Retry-After", "1");
-    rsv_reply_error(r, 503, "unavailable", msg, NULL);
+    cm_server_reply_unavailable(r->req, what, err);
+    rsv_req_replied(r);
 }
 
 void rsv_reply_auth(rsv_req_t *r, int result, const char *why)
@@ -149,16 +147,41 @@ void rsv_reply_auth(rsv_req_t *r, int result, const char *why)
 
 bool rsv_admin_authorized(rsv_server_t *srv, struct evhttp_request *req)
 {
-    size_t len = 0;
-    const char *tok = cm_http_bearer(req, &len);
-    size_t want = strlen(srv->admin_token);
-    if (tok == NULL)
-        return false;
-    /* Constant time in the token's content: compare every byte of the expected one. */
-    unsigned char diff = (unsigned char)(len != want);
-    for (size_t i = 0; i < want; i++)
-        diff |= (unsigned char)(srv->admin_token[i] ^ (i < len ? tok[i] : 0));
-    return diff == 0;
+    return cm_server_bearer_ok(req, srv->admin_token);
+}
+
+/* --- between workers ---------------------------------------------------------------- */
+
+typedef struct sync_op {
+    char event[CM_IDENT_MAX + 1];
+    void (*done)(void *arg);
+    void *arg;
+} sync_op_t;
+
+/* On a peer's thread. */
+static void peer_invalidate(void *peer, void *arg, cm_bcast_t *b)
+{
+    rsv_server_t *srv = peer;
+    sync_op_t *op = arg;
+    rsv_catalog_invalidate(srv->catalog, op->event);
+    rsv_avail_invalidate(srv->avail, op->event);
+    cm_bcast_ack(b);
+}
+
+static void on_synced(void *arg)
+{
+    sync_op_t *op = arg;
+    op->done(op->arg);
+    free(op);
+}
+
+void rsv_server_sync_event(rsv_server_t *srv, const char *event, void (*done)(void *arg), void *arg)
+{
+    sync_op_t *op = cm_xcalloc(1, sizeof(*op));
+    snprintf(op->event, sizeof(op->event), "%s", event);
+    op->done = done;
+    op->arg = arg;
+    cm_worker_broadcast(srv->worker, peer_invalidate, op, on_synced);
 }
 
 /* --- lifecycle ----------------------------------------------------------------------- */
@@ -263,16 +286,6 @@ static void register_metrics(rsv_server_t *srv)
                                 endpoint_names, RSV_EP_COUNT, x->latency);
 }
 
-static double gauge_inflight(void *arg)
-{
-    return ((rsv_server_t *)arg)->inflight;
-}
-
-static double gauge_connections(void *arg)
-{
-    return cm_http_server_connections(((rsv_server_t *)arg)->http);
-}
-
 static double gauge_pg(void *arg)
 {
     return rsv_pg_connected(((rsv_server_t *)arg)->pg);
@@ -305,6 +318,76 @@ static char *read_token_file(const char *path, char *err, size_t errlen)
     return cm_xstrdup(buf);
 }
 
+/* One worker's instance on its loop; the shared parts are borrowed from worker 0. */
+static rsv_server_t *worker_new(rsv_server_t *first, cm_server_t *cs, int i, char *err,
+                                size_t errlen)
+{
+    rsv_server_t *srv = i == 0 ? first : cm_xcalloc(1, sizeof(*srv));
+    const rsv_config_t *cfg = &first->cfg;
+    int n = cm_server_workers(cs);
+    if (i > 0) {
+        srv->cfg = first->cfg;
+        srv->admin_token = first->admin_token;
+        srv->tls = first->tls;
+        srv->keys = first->keys;
+        srv->cors = first->cors;
+    }
+    srv->cs = cs;
+    srv->index = i;
+    srv->worker = cm_server_worker(cs, i);
+    srv->base = cm_worker_base(srv->worker);
+    srv->drain = cm_worker_drain(srv->worker);
+    srv->metrics = cm_server_metrics(cs);
+    register_metrics(srv);
+    /* Thread counts and the Postgres pool are per process: split over the workers. */
+    int pool = (int)((cfg->pg_pool_size + n - 1) / n);
+    rsv_auth_config_t ac = {
+        .issuer = cfg->token_issuer,
+        .leeway_s = cfg->token_leeway_s,
+        .max_lifetime_s = cfg->token_max_lifetime_s,
+        .cache_size = (size_t)cfg->token_cache_size,
+        .threads = cfg->verify_threads > 0 ? (int)((cfg->verify_threads + n - 1) / n) : 0,
+        .max_queue = (size_t)cfg->verify_max_queue,
+        .fail_limit = (int)cfg->auth_fail_limit,
+        .fail_window_s = (int)cfg->auth_fail_window_s,
+    };
+    srv->auth = rsv_auth_new(srv->base, srv->keys, &ac);
+    srv->redis = cm_redis_open(srv->base, cfg->redis_host, (int)cfg->redis_port, cfg->redis_cluster,
+                               (int)cfg->redis_timeout_ms);
+    if (srv->redis == NULL) {
+        snprintf(err, errlen, "redis_cluster: expected ip:port[,ip:port...]");
+        return srv;
+    }
+    srv->pg = rsv_pg_new(srv->base, cfg->pg_conninfo, pool, (int)cfg->pg_timeout_ms,
+                         (int)cfg->pg_max_queue);
+    int read_pool = (int)((cfg->pg_read_pool_size + n - 1) / n);
+    srv->pg_read = rsv_pg_new(srv->base, cfg->pg_conninfo, read_pool, (int)cfg->pg_timeout_ms,
+                              (int)cfg->pg_max_queue);
+    srv->catalog = rsv_catalog_new(srv);
+    srv->avail = rsv_avail_new(srv);
+    rsv_pay_config_t pc = {
+        .url = cfg->paysim_url,
+        .ca_file = cfg->paysim_ca,
+        .api_key = cfg->paysim_api_key,
+        .connect_timeout_ms = (int)cfg->pay_connect_timeout_ms,
+        .timeout_ms = (int)cfg->pay_timeout_ms,
+    };
+    srv->pay = rsv_pay_new(srv->base, &pc, err, errlen);
+    if (srv->pay == NULL)
+        return srv;
+    if (i == 0) /* one reconciler per process is enough (several are safe) */
+        srv->reconcile = rsv_reconcile_new(srv);
+    if (cm_worker_listen(srv->worker, rsv_routes_dispatch, rsv_routes_dispatch, srv, err, errlen) !=
+        0)
+        return srv;
+    cm_worker_gauge(srv->worker, "onsale_reserve_postgres_connections", "Postgres connections up",
+                    gauge_pg, srv);
+    cm_worker_gauge(srv->worker, "onsale_reserve_redis_up", "Redis connections up (one per worker)",
+                    gauge_redis, srv);
+    err[0] = '\0';
+    return srv;
+}
+
 rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen)
 {
     rsv_server_t *srv = cm_xcalloc(1, sizeof(*srv));
@@ -316,6 +399,10 @@ rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen)
     srv->keys = rsv_auth_keys_load(cfg->admission_keys, err, errlen);
     if (srv->keys == NULL)
         goto err;
+    if (cfg->checkout_lease_s * 1000 < cfg->pay_timeout_ms + 5000) {
+        snprintf(err, errlen, "checkout_lease_s must exceed pay_timeout_ms by at least 5 s");
+        goto err;
+    }
     srv->admin_token = read_token_file(cfg->admin_token_file, err, errlen);
     if (srv->admin_token == NULL)
         goto err;
@@ -331,74 +418,38 @@ rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen)
         if (srv->tls == NULL)
             goto err;
     }
-    /* Worker threads (token verification) wake the loop with event_active. */
-    evthread_use_pthreads();
-    srv->base = event_base_new();
-    if (srv->base == NULL) {
-        snprintf(err, errlen, "event_base_new failed");
-        goto err;
-    }
-    rsv_auth_config_t ac = {
-        .issuer = cfg->token_issuer,
-        .leeway_s = cfg->token_leeway_s,
-        .max_lifetime_s = cfg->token_max_lifetime_s,
-        .cache_size = (size_t)cfg->token_cache_size,
-        .threads = (int)cfg->verify_threads,
-        .max_queue = (size_t)cfg->verify_max_queue,
-        .fail_limit = (int)cfg->auth_fail_limit,
-        .fail_window_s = (int)cfg->auth_fail_window_s,
+    cm_server_opts_t o = {
+        .name = "reserve",
+        .metric_prefix = "onsale_reserve",
+        .workers = (int)cfg->workers,
+        .listen_addr = cfg->listen_addr,
+        .port = (int)cfg->port,
+        .admin_addr = NULL,
+        .tls = srv->tls,
+        .limits =
+            {
+                .max_header_bytes = (size_t)cfg->max_header_bytes,
+                .max_body_bytes = (size_t)cfg->max_body_bytes,
+                .idle_timeout_s = (int)cfg->idle_timeout_s,
+                .max_connections = (int)cfg->max_connections,
+                .proxy_from = cfg->proxy_from,
+            },
+        .drain_limit_ns = DRAIN_LIMIT_NS,
+        .drain_grace_ms = (int)cfg->drain_grace_ms,
     };
-    srv->auth = rsv_auth_new(srv->base, srv->keys, &ac);
-    srv->metrics = cm_metrics_new();
-    register_metrics(srv);
-    srv->redis = cm_redis_open(srv->base, cfg->redis_host, (int)cfg->redis_port, cfg->redis_cluster,
-                               (int)cfg->redis_timeout_ms);
-    if (srv->redis == NULL) {
-        snprintf(err, errlen, "redis_cluster: expected ip:port[,ip:port...]");
+    srv->cs = cm_server_new(&o, err, errlen);
+    if (srv->cs == NULL)
         goto err;
-    }
-    srv->pg = rsv_pg_new(srv->base, cfg->pg_conninfo, (int)cfg->pg_pool_size,
-                         (int)cfg->pg_timeout_ms, (int)cfg->pg_max_queue);
-    srv->pg_read = rsv_pg_new(srv->base, cfg->pg_conninfo, (int)cfg->pg_read_pool_size,
-                              (int)cfg->pg_timeout_ms, (int)cfg->pg_max_queue);
-    srv->catalog = rsv_catalog_new(srv);
-    srv->avail = rsv_avail_new(srv);
-    if (cfg->checkout_lease_s * 1000 < cfg->pay_timeout_ms + 5000) {
-        snprintf(err, errlen, "checkout_lease_s must exceed pay_timeout_ms by at least 5 s");
-        goto err;
-    }
-    rsv_pay_config_t pc = {
-        .url = cfg->paysim_url,
-        .ca_file = cfg->paysim_ca,
-        .api_key = cfg->paysim_api_key,
-        .connect_timeout_ms = (int)cfg->pay_connect_timeout_ms,
-        .timeout_ms = (int)cfg->pay_timeout_ms,
-    };
-    srv->pay = rsv_pay_new(srv->base, &pc, err, errlen);
-    if (srv->pay == NULL)
-        goto err;
-    srv->reconcile = rsv_reconcile_new(srv);
     if (cfg->fault && *cfg->fault)
         cm_log(CM_LOG_WARN, "fault points armed: %s (tests only)", cfg->fault);
-    cm_http_limits_t lim = {
-        .max_header_bytes = (size_t)cfg->max_header_bytes,
-        .max_body_bytes = (size_t)cfg->max_body_bytes,
-        .idle_timeout_s = (int)cfg->idle_timeout_s,
-        .max_connections = (int)cfg->max_connections,
-        .proxy_from = cfg->proxy_from,
-    };
-    srv->http = cm_http_server_new(srv->base, cfg->listen_addr, (int)cfg->port, srv->tls, &lim,
-                                   rsv_routes_dispatch, srv, err, errlen);
-    if (srv->http == NULL)
-        goto err;
-    cm_metrics_gauge_fn(srv->metrics, "onsale_reserve_inflight_requests", "requests being served",
-                        NULL, gauge_inflight, srv);
-    cm_metrics_gauge_fn(srv->metrics, "onsale_reserve_open_connections", "open client connections",
-                        NULL, gauge_connections, srv);
-    cm_metrics_gauge_fn(srv->metrics, "onsale_reserve_postgres_connections",
-                        "Postgres connections up", NULL, gauge_pg, srv);
-    cm_metrics_gauge_fn(srv->metrics, "onsale_reserve_redis_up", "1 while Redis is connected", NULL,
-                        gauge_redis, srv);
+    int n = cm_server_workers(srv->cs);
+    srv->all = cm_xcalloc((size_t)n, sizeof(rsv_server_t *));
+    err[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        srv->all[i] = worker_new(srv, srv->cs, i, err, errlen);
+        if (err[0] != '\0')
+            goto err;
+    }
     return srv;
 err:
     rsv_server_free(srv);
@@ -407,29 +458,49 @@ err:
 
 int rsv_server_run(rsv_server_t *srv)
 {
-    srv->drain = cm_drain_new(srv->base, srv->http, "reserve", &srv->inflight, DRAIN_LIMIT_NS);
-    cm_drain_set_grace(srv->drain, (int)srv->cfg.drain_grace_ms);
-    return cm_drain_run(srv->drain);
+    return cm_server_run(srv->cs);
+}
+
+/* One worker's own parts (not the shared ones). */
+static void worker_free(rsv_server_t *srv)
+{
+    rsv_auth_free(srv->auth); /* first: its workers may still answer requests */
+    srv->auth = NULL;
+    rsv_reconcile_free(srv->reconcile);
+    srv->reconcile = NULL;
+    rsv_pay_free(srv->pay); /* its callbacks may still record steps: before pg and redis */
+    srv->pay = NULL;
+    if (srv->worker)
+        cm_worker_close(srv->worker);
+    rsv_avail_free(srv->avail);
+    srv->avail = NULL;
+    rsv_catalog_free(srv->catalog);
+    srv->catalog = NULL;
+    rsv_pg_free(srv->pg);
+    srv->pg = NULL;
+    rsv_pg_free(srv->pg_read);
+    srv->pg_read = NULL;
+    cm_redis_free(srv->redis);
+    srv->redis = NULL;
 }
 
 void rsv_server_free(rsv_server_t *srv)
 {
     if (srv == NULL)
         return;
-    rsv_auth_free(srv->auth); /* first: its workers may still answer requests */
+    int n = srv->cs ? cm_server_workers(srv->cs) : 0;
+    for (int i = n - 1; i >= 0 && srv->all; i--) {
+        if (srv->all[i] == NULL)
+            continue;
+        worker_free(srv->all[i]);
+        if (i > 0)
+            free(srv->all[i]);
+    }
+    if (srv->all == NULL)
+        worker_free(srv);
+    free(srv->all);
+    cm_server_free(srv->cs); /* the loops and the shared registry */
     rsv_auth_keys_free(srv->keys);
-    rsv_reconcile_free(srv->reconcile);
-    rsv_pay_free(srv->pay); /* its callbacks may still record steps: before pg and redis */
-    cm_http_server_free(srv->http);
-    rsv_avail_free(srv->avail);
-    rsv_catalog_free(srv->catalog);
-    rsv_pg_free(srv->pg);
-    rsv_pg_free(srv->pg_read);
-    cm_redis_free(srv->redis);
-    cm_drain_free(srv->drain);
-    cm_metrics_free(srv->metrics);
-    if (srv->base)
-        event_base_free(srv->base);
     cm_tls_free(srv->tls);
     rsv_cors_free(srv->cors);
     free(srv->admin_token);

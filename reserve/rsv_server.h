@@ -1,10 +1,17 @@
 /*
- * rsv_server — the reserve process: its event loop, its clients (Redis, Postgres),
- * its metrics, and the per-request context every handler builds on.
+ * rsv_server — one reserve worker: its event loop, its clients (Redis, Postgres), its
+ * caches, and the per-request context every handler builds on; plus the process around
+ * the workers.
  *
- * Everything here runs on the one event-loop thread. Handlers are asynchronous: each
- * allocates an operation that embeds rsv_req_t, issues Redis/Postgres calls, and
- * finishes with exactly one rsv_reply_*; the reply records the endpoint's latency.
+ * The process runs `workers` instances of rsv_server_t on cm_server (one event loop per
+ * thread, SO_REUSEPORT listeners). Each instance is complete — its own base, Redis
+ * client, Postgres pool (pg_pool_size is split over the workers), token verifier,
+ * catalog and availability caches, payment client — so every module runs
+ * single-threaded on its instance's loop. The reconciler runs on worker 0 only. Shared,
+ * read-only after start-up: the config, the admin token, the TLS context; shared and
+ * thread-safe: the metrics registry. Handlers are asynchronous: each allocates an
+ * operation that embeds rsv_req_t, issues Redis/Postgres calls, and finishes with
+ * exactly one rsv_reply_*; the reply records the endpoint's latency.
  */
 #ifndef RSV_SERVER_H
 #define RSV_SERVER_H
@@ -16,6 +23,7 @@
 #include "cm_http.h"
 #include "cm_metrics.h"
 #include "cm_redis.h"
+#include "cm_server.h"
 #include "rsv_config.h"
 #include "rsv_pg.h"
 
@@ -80,11 +88,16 @@ typedef struct rsv_metrics {
     cm_gauge_t *checkouts_by_state[13]; /* by rsv_saga_state_names */
 } rsv_metrics_t;
 
-typedef struct rsv_server {
+typedef struct rsv_server rsv_server_t;
+
+struct rsv_server {
     rsv_config_t cfg;
+    cm_server_t *cs;     /* the process (shared by every worker) */
+    cm_worker_t *worker; /* this instance's worker */
+    int index;           /* worker number; 0 owns what the workers share */
+    rsv_server_t **all;  /* every worker's instance (worker 0 only; teardown) */
     struct event_base *base;
     cm_tls_ctx_t *tls;
-    cm_http_server_t *http;
     cm_redis_t *redis;
     rsv_pg_t *pg;      /* the saga and every write */
     rsv_pg_t *pg_read; /* reads (catalog, seeds, checkout views, gauges): never queued
@@ -100,8 +113,7 @@ typedef struct rsv_server {
     rsv_cors_t *cors; /* storefront origins of the buyer API (rsv_cors.h) */
     char *admin_token;
     struct cm_drain *drain; /* SIGTERM: stop accepting, finish in-flight requests */
-    int inflight;
-} rsv_server_t;
+};
 
 /** The request being served: embed it first in each handler's operation struct. */
 typedef struct rsv_req {
@@ -111,11 +123,14 @@ typedef struct rsv_req {
     rsv_endpoint_t ep;
 } rsv_req_t;
 
-/** Builds the server from a loaded config (reads keys, binds, connects). NULL + err. */
+/**
+ * Builds the process from a loaded config (reads keys, binds, connects): every worker's
+ * instance; returns worker 0's. NULL + err.
+ */
 rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen);
-/** Runs the loop until SIGTERM/SIGINT and the drain of in-flight requests. */
+/** Runs every worker until SIGTERM/SIGINT and the drain of in-flight requests. */
 int rsv_server_run(rsv_server_t *srv);
-/** Frees everything; the config strings are released by the caller. NULL is fine. */
+/** Frees every worker (given worker 0); the config strings are the caller's. NULL is fine. */
 void rsv_server_free(rsv_server_t *srv);
 
 /** Starts a request context (counts it in flight). */
@@ -132,6 +147,14 @@ void rsv_reply_auth(rsv_req_t *r, int auth_result, const char *why);
 void rsv_req_replied(rsv_req_t *r);
 /** 503 with Retry-After for a Redis/Postgres failure (err from the completion). */
 void rsv_reply_unavailable(rsv_req_t *r, const char *what, const char *err);
+
+/**
+ * Makes every other worker drop its cached copy of the event (catalog, availability),
+ * then calls done(arg) on this worker's thread: an operator's change is answered only
+ * once no worker serves the old version.
+ */
+void rsv_server_sync_event(rsv_server_t *srv, const char *event, void (*done)(void *arg),
+                           void *arg);
 
 /** Routes one request (rsv_routes.c). */
 void rsv_routes_dispatch(struct evhttp_request *req, void *arg);

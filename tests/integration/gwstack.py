@@ -49,6 +49,7 @@ _CURRENT = None
 DEFAULT_CONF = {
     "listen_addr": HOST,
     "tick_ms": 100,
+    "workers": 2,
     "join_rate_per_ip": 0,
     "signer_threads": 2,
     "log_level": "info",

@@ -662,6 +662,9 @@ class Stack:
             "ONSALE_SKIP_DEPS": "1",
             "ONSALE_SKIP_BUILD": "1",
             "ONSALE_SEED": "0",
+            # The correctness suites run multi-threaded services (two workers each).
+            "ONSALE_RESERVE_WORKERS": "2",
+            "ONSALE_GATEWAY_WORKERS": "2",
         })
         return e
 

@@ -161,7 +161,10 @@ static int setup(void **state)
 {
     fx_t *f = calloc(1, sizeof(*f));
     f->base = event_base_new();
-    cm_http_limits_t lim = {8192, 65536, 30, 64, NULL};
+    cm_http_limits_t lim = {.max_header_bytes = 8192,
+                            .max_body_bytes = 65536,
+                            .idle_timeout_s = 30,
+                            .max_connections = 64};
     char err[256];
     f->srv = cm_http_server_new(f->base, "127.0.0.1", 0, NULL, &lim, provider, f, err, sizeof(err));
     assert_non_null(f->srv);
