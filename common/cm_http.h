@@ -37,7 +37,7 @@ typedef struct cm_http_limits {
      * "": none. Needs TLS. A connection from them that starts with a v2 header is served
      * as the client it names; one without is the proxy host's own. */
     const char *proxy_from;
-    bool reuse_port;         /* SO_REUSEPORT: several listeners (one per worker) on one port */
+    bool reuse_port; /* SO_REUSEPORT: several listeners (one per worker) on one port */
 } cm_http_limits_t;
 
 typedef void (*cm_http_handler_t)(struct evhttp_request *req, void *arg);
