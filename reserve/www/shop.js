@@ -361,13 +361,17 @@
   }
 
   /* ---- taking a hold ---- */
+  /* One key per press of the button: a retry after a lost answer (network) gets the
+     same hold back (200) instead of taking a second one. */
   function takeHold(body, what) {
     clearAlert();
     $('hold-btn').disabled = true;
-    return api('POST', evPath('/holds'), body).then(function (res) {
+    var key = { 'Idempotency-Key': newKey() };
+    var send = function () { return api('POST', evPath('/holds'), body, key); };
+    return send().then(function (res) { return res.status === 0 ? send() : res; }).then(function (res) {
       var j = res.json || {};
       renderCart();
-      if (res.status === 201) { startHold(j); return; }
+      if (res.status === 201 || res.status === 200 && j.state === 'held') { startHold(j); return; }
       if (res.status === 409 && j.error === 'seat_unavailable') {
         var un = j.unavailable || [];
         un.forEach(function (id) { if (seats[id]) seats[id].status = 'held'; });
@@ -630,7 +634,7 @@
         if (cfg && typeof cfg.queue_url === 'string' && ev) queueUrl = cfg.queue_url.replace('{event}', encodeURIComponent(ev));
         if (!ev || !token) { gate(); return; }
         if (claims && typeof claims.exp === 'number')
-          $('who').textContent = 'Admitted' + (claims.sub ? ' as ' + claims.sub : '') + ' · admission valid until ' +
+          $('who').textContent = 'You are admitted · admission valid until ' +
             new Date(claims.exp * 1000).toLocaleTimeString('en-GB', { hour: '2-digit', minute: '2-digit' });
         refresh();
       });

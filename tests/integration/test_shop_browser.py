@@ -12,6 +12,7 @@ chromium through playwright-core:
   booked;
 - declined: the card is declined → told so, the seats stay held → another card → booked;
 - slow: the bank answers after the reserve's provider timeout → "pending" → booked;
+- expired: a 3-second hold runs out on screen → told so, back to the map, seat free;
 - cors: the buyer API from a page of another origin: the listed origin works (preflighted
   POST and DELETE included), an unlisted one is blocked by the browser.
 
@@ -141,18 +142,21 @@ class ShopInBrowser(unittest.TestCase):
         for name in ("queue", "map", "phone", "hold", "checkout", "booked"):
             self.assertTrue(os.path.exists(os.path.join(BROWSER_DIR, "out", f"shop-{name}.png")), name)
 
-    def test_loser_declined_slow_card_and_cors(self):
+    def test_loser_declined_slow_card_expiry_and_cors(self):
         evl, evd, evs, evc = (self.event(p) for p in ("shop-l", "shop-d", "shop-s", "shop-c"))
+        eve = stack.new_id("shop-e")
+        self.S.create_event(eve, **{**SEATS, "hold_ttl_seconds": 3, "max_hold_seconds": 600})
         t = self.S.token
         spec = self.base_spec()
         spec["loser"] = {"event": evl, "token": t(evl, "fan-loser"), "rival": t(evl, "fan-rival")}
         spec["declined"] = {"event": evd, "token": t(evd, "fan-declined")}
         spec["slow"] = {"event": evs, "token": t(evs, "fan-slow")}
+        spec["expired"] = {"event": eve, "token": t(eve, "fan-expired")}
         spec["cors"] = {"event": evc, "token": t(evc, "fan-cors"),
                         "allowed": f"https://localhost:{self.S.gateway_port}",
                         "denied": f"https://127.0.0.1:{self.S.gateway_port}"}
         res = self.run_browser(spec, "all")["scenarios"]
-        self.assertEqual(sorted(res), ["cors", "declined", "loser", "slow"])
+        self.assertEqual(sorted(res), ["cors", "declined", "expired", "loser", "slow"])
         checker = "checker"
         # the rival's hold stands, the loser booked the next seat
         self.wait_status(evl, t(evl, checker), {"A-1-3": "held", "A-1-4": "sold"})
@@ -160,9 +164,11 @@ class ShopInBrowser(unittest.TestCase):
         self.wait_status(evd, t(evd, checker), {"A-2-1": "sold"})
         # the slow bank's payment ended in a booking, not a refund
         self.wait_status(evs, t(evs, checker), {"A-2-2": "sold"})
+        # the expired hold left nothing behind
+        self.wait_status(eve, t(eve, checker), {"A-3-1": "available"})
         # the cross-origin hold was released again
         self.wait_status(evc, t(evc, checker), {"B-1-1": "available"})
-        for name in ("taken", "declined", "pending"):
+        for name in ("taken", "declined", "pending", "expired"):
             self.assertTrue(os.path.exists(os.path.join(BROWSER_DIR, "out", f"shop-{name}.png")), name)
 
 

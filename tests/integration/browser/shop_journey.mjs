@@ -11,6 +11,7 @@
 //    "loser":    {"event": "…", "token": "<JWT>", "rival": "<JWT of another fan>"},
 //    "declined": {"event": "…", "token": "<JWT>"},
 //    "slow":     {"event": "…", "token": "<JWT>"},
+//    "expired":  {"event": "…", "token": "<JWT>"},             (an event whose holds last 3 s)
 //    "cors":     {"event": "…", "token": "<JWT>", "allowed": "https://localhost:G",
 //                 "denied": "https://127.0.0.1:G"}}
 //
@@ -21,6 +22,7 @@
 //   so, marks it, and the fan holds another seat and books it.
 // declined: the bank declines the card; the seats stay held; another card books them.
 // slow: the bank answers after the reserve's provider timeout: "pending", then booked.
+// expired: the hold runs out on screen: told so, back to the map, the seat free again.
 // cors: the buyer API called by script from a page of another origin (the gateway's
 //   /healthz, once as https://localhost:G, listed in the reserve's cors_origins, once as
 //   https://127.0.0.1:G, not listed): the listed origin reads availability and takes and
@@ -288,6 +290,27 @@ async function slow(context, spec, sc) {
   return { booking };
 }
 
+// The hold runs out while the fan looks at it (an event with 3 s holds): told so, back to
+// the seat map, the seat free again.
+async function expired(context, spec, sc) {
+  const { page, errors } = await openShop(context, spec, sc);
+  await pickSeat(page, 'A-3-1');
+  await page.locator('#hold-btn').click();
+  await page.locator('#s-hold').waitFor({ state: 'visible' });
+  await page.locator('#alert').waitFor({ state: 'visible', timeout: 15000 });
+  const text = await page.locator('#alert').innerText();
+  check(/expired/.test(text) && /[Cc]hoose again/.test(text), 'the fan is told the hold expired and what to do', text);
+  check(await page.locator('#s-pick').isVisible(), 'back on the seat map');
+  await page.waitForFunction(() => {
+    const b = document.querySelector('.seat[data-seat="A-3-1"]');
+    return b && b.getAttribute('aria-disabled') === 'false';
+  }, null, { timeout: 15000 });
+  await shot(page, 'expired');
+  check(errors.length === 0, 'no script errors', errors);
+  await page.close();
+  return {};
+}
+
 async function cors(context, spec, sc) {
   const page = await context.newPage();
   page.setDefaultTimeout(20000);
@@ -329,7 +352,7 @@ async function cors(context, spec, sc) {
   return { get: get.status, post: post.status, del: del.status, blocked: blocked.error };
 }
 
-const SCENARIOS = { journey, loser, declined, slow, cors };
+const SCENARIOS = { journey, loser, declined, slow, expired, cors };
 
 async function main() {
   let args, spec, chromium;
