@@ -579,7 +579,7 @@ static void send_confirm(sim_fan_t *f)
         cm_xasprintf("{\"payment\":{\"amount\":%lld,\"currency\":\"%s\",\"source\":\"tok_visa\"}}",
                      (long long)f->amount, c->r->sc->currency);
     f->confirms_out++;
-    sim_pool_request(c->rsv, f->id, "POST", path, hdr, body, on_confirm, f);
+    sim_pool_request_urgent(c->rsv, f->id, "POST", path, hdr, body, on_confirm, f);
     free(hdr);
     free(body);
 }
@@ -636,7 +636,7 @@ static void checkout_later(evutil_socket_t fd, short what, void *arg)
     char path[256];
     snprintf(path, sizeof(path), "/v1/checkouts/%s", f->checkout_id);
     char *hdr = cm_xasprintf("Authorization: Bearer %s\r\n", f->token);
-    sim_pool_request(c->rsv, f->id, "GET", path, hdr, NULL, on_checkout, f);
+    sim_pool_request_urgent(c->rsv, f->id, "GET", path, hdr, NULL, on_checkout, f);
     free(hdr);
 }
 

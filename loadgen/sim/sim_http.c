@@ -54,6 +54,7 @@ typedef struct conn {
     struct bufferevent *bev;
     conn_state_t state;
     req_t *head, *tail; /* head is in flight when state == C_BUSY */
+    req_t *urgent_last; /* the last urgent request waiting (never the one in flight) */
     /* response parser */
     bool in_body;
     int status;
@@ -186,6 +187,8 @@ static req_t *pop(conn_t *c)
         c->head = r->next;
         if (c->head == NULL)
             c->tail = NULL;
+        if (c->urgent_last == r)
+            c->urgent_last = NULL;
     }
     return r;
 }
@@ -395,6 +398,8 @@ static void conn_kick(conn_t *c)
     struct timeval tv = {c->p->timeout_s, 0};
     bufferevent_set_timeouts(c->bev, &tv, &tv);
     c->state = C_BUSY;
+    if (c->urgent_last == r)
+        c->urgent_last = NULL; /* on the wire now */
     parser_reset(c);
     r->t0 = cm_time_mono_ns();
     bufferevent_write(c->bev, r->wire, r->wire_len);
@@ -407,8 +412,8 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
     conn_kick(arg);
 }
 
-void sim_pool_request(sim_pool_t *p, unsigned pin, const char *method, const char *path,
-                      const char *headers, const char *body, sim_http_cb cb, void *arg)
+static void enqueue(sim_pool_t *p, unsigned pin, bool urgent, const char *method, const char *path,
+                    const char *headers, const char *body, sim_http_cb cb, void *arg)
 {
     conn_t *c = &p->conns[pin % (unsigned)p->nconns];
     req_t *r = cm_xcalloc(1, sizeof(*r));
@@ -422,16 +427,42 @@ void sim_pool_request(sim_pool_t *p, unsigned pin, const char *method, const cha
     r->cb = cb;
     r->arg = arg;
     r->t0 = cm_time_mono_ns();
-    if (c->tail)
-        c->tail->next = r;
-    else
+    req_t *after = urgent ? (c->urgent_last       ? c->urgent_last
+                             : c->state == C_BUSY ? c->head
+                                                  : NULL)
+                          : c->tail;
+    if (urgent && after == NULL) { /* front of the line */
+        r->next = c->head;
         c->head = r;
-    c->tail = r;
+        if (c->tail == NULL)
+            c->tail = r;
+    } else if (after == NULL) {
+        c->head = c->tail = r;
+    } else {
+        r->next = after->next;
+        after->next = r;
+        if (c->tail == after)
+            c->tail = r;
+    }
+    if (urgent)
+        c->urgent_last = r;
     p->pending++;
     if (c->state == C_READY || c->state == C_CLOSED) {
         /* Start it from the loop, so a failure never calls back into our caller. */
         event_base_once(p->base, -1, EV_TIMEOUT, on_kick, c, NULL);
     }
+}
+
+void sim_pool_request(sim_pool_t *p, unsigned pin, const char *method, const char *path,
+                      const char *headers, const char *body, sim_http_cb cb, void *arg)
+{
+    enqueue(p, pin, false, method, path, headers, body, cb, arg);
+}
+
+void sim_pool_request_urgent(sim_pool_t *p, unsigned pin, const char *method, const char *path,
+                             const char *headers, const char *body, sim_http_cb cb, void *arg)
+{
+    enqueue(p, pin, true, method, path, headers, body, cb, arg);
 }
 
 void sim_pool_free(sim_pool_t *p)

@@ -38,6 +38,12 @@ sim_pool_t *sim_pool_new(struct event_base *base, const char *url, sim_tls_ctx_t
 void sim_pool_request(sim_pool_t *p, unsigned pin, const char *method, const char *path,
                       const char *headers, const char *body, sim_http_cb cb, void *arg);
 
+/** The same, ahead of every normal request waiting on that connection (behind the one
+ * in flight and earlier urgent ones): a fan who holds a seat does not wait for other
+ * fans' first attempts, as they would not on a connection of their own. */
+void sim_pool_request_urgent(sim_pool_t *p, unsigned pin, const char *method, const char *path,
+                             const char *headers, const char *body, sim_http_cb cb, void *arg);
+
 /** Requests queued or in flight. */
 size_t sim_pool_pending(const sim_pool_t *p);
 

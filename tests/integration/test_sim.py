@@ -102,6 +102,11 @@ class SimTest(unittest.TestCase):
             self.assertGreater(o[k], 0, f"no fan {k}: {out}")
         # Double clicks reached the reserve (more confirm requests than purchases).
         self.assertGreater(rep["endpoints"]["confirm"]["count"], o["bought"])
+        # The operator's rate change, pause, resume and max_active were all accepted.
+        ops = [t for t in rep["timeline"] if t["label"].startswith("operator:")]
+        self.assertEqual(len(ops), 4, rep["timeline"])
+        for t in ops:
+            self.assertEqual(t.get("status"), 200, t)
 
     def test_faults_night_stays_correct(self):
         gw2, port = self.second_gateway()
