@@ -880,6 +880,18 @@ static void on_sigchld(evutil_socket_t fd, short what, void *arg)
 
 /* -------------------------------------------------------------------- services, progress */
 
+static void on_room_stats(const sim_resp_t *resp, void *arg)
+{
+    sim_crowd_t *c = arg;
+    if (resp->status != 200)
+        return;
+    json_t *o = json_loadb(resp->body, resp->body_len, 0, NULL);
+    json_t *wm = json_object_get(json_object_get(o, "stats"), "watermark");
+    if (json_is_number(wm))
+        sim_series_set(&c->r->s_watermark, sec_of(now_rel(c)), json_number_value(wm));
+    json_decref(o);
+}
+
 static void sample_service(sim_crowd_t *c, int i, int sec)
 {
     sim_run_t *r = c->r;
@@ -940,6 +952,13 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     sim_series_set(&r->s_queue, sec, queued);
     for (int i = 0; i < r->nsvc; i++)
         sample_service(c, i, sec);
+    if (!c->finished) { /* the watermark: when each number was let in (ETA accuracy) */
+        if (sec > 0 && sec - 1 < r->s_watermark.n) /* carried forward until answered */
+            sim_series_set(&r->s_watermark, sec, r->s_watermark.v[sec - 1]);
+        char path[128];
+        snprintf(path, sizeof(path), "/admin/events/%s", r->event);
+        sim_pool_request(c->gwadmin, 0, "GET", path, c->admin_hdr, NULL, on_room_stats, c);
+    }
     if (r->o->progress) {
         uint64_t rps = r->requests - c->last_requests;
         fprintf(stderr,

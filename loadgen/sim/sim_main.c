@@ -318,7 +318,7 @@ done:
         free(r.fans[i].ticket);
     free(r.fans);
     sim_series_t *ss[] = {&r.s_queue,  &r.s_admitted, &r.s_holds, &r.s_confirms,
-                          &r.s_errors, &r.s_requests, &r.s_taken};
+                          &r.s_errors, &r.s_requests, &r.s_taken, &r.s_watermark};
     for (size_t i = 0; i < sizeof(ss) / sizeof(ss[0]); i++)
         sim_series_free(ss[i]);
     for (int i = 0; i < SIM_MAX_SERVICES; i++) {

@@ -115,7 +115,8 @@ json_t *sim_report_json(const sim_run_t *r)
     int n = (int)ceil(duration_s(r)) + 1;
     json_object_set_new(
         o, "series",
-        json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "queue", sim_series_json(&r->s_queue, n),
+        json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "watermark",
+                  sim_series_json(&r->s_watermark, n), "queue", sim_series_json(&r->s_queue, n),
                   "admitted", sim_series_json(&r->s_admitted, n), "holds",
                   sim_series_json(&r->s_holds, n), "taken", sim_series_json(&r->s_taken, n),
                   "confirmations", sim_series_json(&r->s_confirms, n), "errors",
@@ -191,11 +192,16 @@ void sim_report_print(const sim_run_t *r, FILE *out)
     fprintf(out, "confirmations/s %.1f (peak %.0f)\n",
             json_number_value(json_object_get(h, "confirmations_per_s")),
             json_number_value(json_object_get(h, "confirmations_peak_per_s")));
-    if (eta)
-        fprintf(out, "ETA error p50 %.0f%% p90 %.0f%% (%lld fans)\n",
+    json_t *seen = json_object_get(r->figures, "eta_error_as_seen_by_fans");
+    if (eta && seen)
+        fprintf(out,
+                "ETA error p50 %.0f%% p90 %.0f%% against the watermark (%lld fans); as the "
+                "fans saw it p50 %.0f%% p90 %.0f%%\n",
                 100 * json_number_value(json_object_get(eta, "p50")),
                 100 * json_number_value(json_object_get(eta, "p90")),
-                (long long)json_integer_value(json_object_get(eta, "fans")));
+                (long long)json_integer_value(json_object_get(eta, "fans")),
+                100 * json_number_value(json_object_get(seen, "p50")),
+                100 * json_number_value(json_object_get(seen, "p90")));
     if (ff)
         fprintf(out, "FIFO: %lld inversions among %lld fans\n",
                 (long long)json_integer_value(json_object_get(ff, "inversions")),
@@ -429,8 +435,9 @@ static void html(const sim_run_t *r, FILE *f)
     }
     int n = (int)ceil(duration_s(r)) + 1;
     fprintf(f, "<h2>Over time</h2><div class=\"grid2\">");
-    line_t q[] = {{"fans waiting (queue + pre-queue)", "#2563eb", &r->s_queue}};
-    svg_series(f, "Queue length", q, 1, n);
+    line_t q[] = {{"fans waiting (queue + pre-queue)", "#2563eb", &r->s_queue},
+                  {"watermark (numbers let in)", "#16a34a", &r->s_watermark}};
+    svg_series(f, "Queue length and watermark", q, 2, n);
     line_t a[] = {{"admissions/s", "#16a34a", &r->s_admitted},
                   {"holds/s", "#9333ea", &r->s_holds},
                   {"confirmations/s", "#ea580c", &r->s_confirms}};
@@ -526,8 +533,33 @@ int sim_report_write(const sim_run_t *r, const char *dir, char *err, size_t errl
         snprintf(err, errlen, "cannot write %s", path);
         return -1;
     }
-    snprintf(path, sizeof(path), "%s/report.html", dir);
+    /* The simulator's own record, one line per fan (times in ms after the first arrival,
+     * -1 when the fan never got there). */
+    snprintf(path, sizeof(path), "%s/fans.csv", dir);
     FILE *f = fopen(path, "w");
+    if (f == NULL) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    fprintf(f, "fan,number,prequeue,behaviour,double_click,outcome,arrive_ms,join_sent_ms,"
+               "placed_ms,eta_s,admitted_ms,first_hold_ms,hold_ms,done_ms,hold_attempts\n");
+    static const char *const beh[] = {"normal", "abandon", "vanish", "slow"};
+    for (int i = 0; i < r->nfans; i++) {
+        const sim_fan_t *x = &r->fans[i];
+#define MS(v) ((v) < 0 ? -1LL : (long long)((v) / 1000000))
+        fprintf(f, "%u,%llu,%d,%s,%d,%s,%lld,%lld,%lld,%d,%lld,%lld,%lld,%lld,%u\n", x->id,
+                (unsigned long long)x->num, x->in_prequeue, beh[x->behaviour & 3], x->dbl,
+                sim_outcome_name(x->outcome), MS(x->arrive_ns), MS(x->join_sent_ns),
+                MS(x->placed_ns), x->eta_s, MS(x->admitted_ns), MS(x->first_hold_ns),
+                MS(x->hold_ns), MS(x->done_ns), x->hold_attempts);
+#undef MS
+    }
+    if (fclose(f) != 0) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    snprintf(path, sizeof(path), "%s/report.html", dir);
+    f = fopen(path, "w");
     if (f == NULL) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
         return -1;

@@ -128,6 +128,7 @@ typedef struct sim_run {
     sim_endpoint_t ep[EP_N];
     sim_hist_t time_to_place, time_to_admission, hold_taken, loser_heard, hold_to_confirm;
     sim_series_t s_queue, s_admitted, s_holds, s_confirms, s_errors, s_requests, s_taken;
+    sim_series_t s_watermark; /* the room's watermark, sampled once a second (admin API) */
     struct {
         char name[32];
         int pid;
