@@ -43,41 +43,90 @@ static PGresult *q(PGconn *pg, const char *sql, const char *event)
 }
 
 typedef struct {
-    json_t *out;
+    sim_run_t *r;
     struct event_base *base;
+    sim_pool_t *pool;
+    json_t *charges; /* the event's charges collected so far */
+    bool failed, legacy;
+    int pages;
 } fetch_t;
 
-static void on_fetch(const sim_resp_t *resp, void *arg)
+static void fetch_page(fetch_t *f, const char *after);
+
+/* One page of GET /v1/charges?created_gte=…: keeps the event's charges (metadata.event),
+ * follows has_more. A provider without the list endpoint gets the older
+ * GET /v1/ledger?event= instead. */
+static void on_page(const sim_resp_t *resp, void *arg)
 {
     fetch_t *f = arg;
-    if (resp->status == 200)
-        f->out = json_loadb(resp->body, resp->body_len, 0, NULL);
+    json_t *o = resp->status == 200 ? json_loadb(resp->body, resp->body_len, 0, NULL) : NULL;
+    if (o == NULL) {
+        if (!f->legacy && f->pages == 0 && (resp->status == 400 || resp->status == 404)) {
+            f->legacy = true;
+            char path[160];
+            snprintf(path, sizeof(path), "/v1/ledger?event=%s", f->r->event);
+            sim_pool_request(f->pool, 0, "GET", path, NULL, NULL, on_page, f);
+            return;
+        }
+        fprintf(stderr, "onsale-sim: payment ledger: %s %.*s\n",
+                resp->err ? resp->err : "HTTP error",
+                (int)(resp->body_len > 300 ? 300 : resp->body_len), resp->body);
+        f->failed = true;
+        event_base_loopexit(f->base, NULL);
+        return;
+    }
+    f->pages++;
+    json_t *data = json_object_get(o, f->legacy ? "charges" : "data"), *c;
+    size_t i;
+    const char *last = NULL;
+    json_array_foreach(data, i, c)
+    {
+        const char *ev =
+            json_string_value(json_object_get(json_object_get(c, "metadata"), "event"));
+        if (ev && strcmp(ev, f->r->event) == 0)
+            json_array_append(f->charges, c);
+        last = json_string_value(json_object_get(c, "id"));
+    }
+    if (!f->legacy && json_is_true(json_object_get(o, "has_more")) && last)
+        fetch_page(f, last);
     else
-        fprintf(stderr, "onsale-sim: ledger: %s %.*s\n", resp->err ? resp->err : "HTTP error",
-                (int)resp->body_len, resp->body);
-    event_base_loopexit(f->base, NULL);
+        event_base_loopexit(f->base, NULL);
+    json_decref(o);
 }
 
-/* The payment simulator's ledger for the event, on a short-lived loop of its own. */
+static void fetch_page(fetch_t *f, const char *after)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "/v1/charges?created_gte=%lld&limit=1000%s%s",
+             (long long)(f->r->wall_start_ms / 1000 - 120), after ? "&starting_after=" : "",
+             after ? after : "");
+    sim_pool_request(f->pool, 0, "GET", path, NULL, NULL, on_page, f);
+}
+
+/* The payment simulator's charges for the event, on a short-lived loop of its own. */
 static json_t *fetch_ledger(sim_run_t *r)
 {
     char err[256];
-    fetch_t f = {NULL, event_base_new()};
+    fetch_t f = {.r = r, .base = event_base_new(), .charges = json_array()};
     sim_tls_ctx_t *tls = r->o->ca ? cm_tls_client_new(r->o->ca, err, sizeof(err)) : NULL;
-    sim_pool_t *p = sim_pool_new(f.base, r->o->paysim_url, tls, 1, NULL, 60, err, sizeof(err));
-    if (p) {
-        char path[160];
-        snprintf(path, sizeof(path), "/v1/ledger?event=%s", r->event);
-        sim_pool_request(p, 0, "GET", path, NULL, NULL, on_fetch, &f);
+    f.pool = sim_pool_new(f.base, r->o->paysim_url, tls, 1, NULL, 120, err, sizeof(err));
+    if (f.pool) {
+        fetch_page(&f, NULL);
         event_base_dispatch(f.base);
     } else {
         fprintf(stderr, "onsale-sim: ledger: %s\n", err);
+        f.failed = true;
     }
-    sim_pool_free(p);
+    sim_pool_free(f.pool);
     if (tls)
         cm_tls_free(tls);
     event_base_free(f.base);
-    return f.out;
+    if (f.failed) {
+        json_decref(f.charges);
+        return NULL;
+    }
+    return json_pack("{s:o, s:s}", "charges", f.charges, "source",
+                     f.legacy ? "/v1/ledger" : "/v1/charges");
 }
 
 static redisContext *redis_open(sim_run_t *r)

@@ -34,7 +34,7 @@
 #include "cm_time.h"
 
 #define MAX_HEADER_LINE 8192
-#define MAX_BODY        (4 * 1024 * 1024)
+#define MAX_BODY        (64 * 1024 * 1024)
 
 typedef struct req {
     struct req *next;
