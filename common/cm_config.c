@@ -16,8 +16,11 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cm_mem.h"
 #include "cm_parse.h"
@@ -437,4 +440,76 @@ void cm_config_free(const cm_config_opt_t *table, size_t n, void *cfg)
         free(*slot);
         *slot = NULL;
     }
+}
+
+char *cm_config_read_secret(const char *key, const char *path, size_t min_len, size_t max_len,
+                            size_t *len, char *err, size_t errlen)
+{
+    if (path == NULL || path[0] == '\0') {
+        snprintf(err, errlen, "%s is not set", key);
+        return NULL;
+    }
+    /* fstat on the opened file: the mode checked is the mode of what is read */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY); /* blocking-ok: start-up */
+    if (fd < 0) {
+        snprintf(err, errlen, "%s %s: %s", key, path, strerror(errno));
+        return NULL;
+    }
+    char *buf = NULL;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s %s: not a regular file", key, path);
+        goto fail;
+    }
+    if ((st.st_mode & 077) != 0) {
+        snprintf(err, errlen,
+                 "%s %s: a secret file must be readable by its owner only (mode %04o; "
+                 "chmod 600 it)",
+                 key, path, (unsigned)(st.st_mode & 07777));
+        goto fail;
+    }
+    if ((size_t)st.st_size > max_len) {
+        snprintf(err, errlen, "%s %s: larger than %zu bytes", key, path, max_len);
+        goto fail;
+    }
+    buf = cm_xmalloc(max_len + 1);
+    size_t n = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf + n, max_len + 1 - n); /* blocking-ok: start-up */
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            snprintf(err, errlen, "%s %s: %s", key, path, strerror(errno));
+            goto fail;
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+        if (n > max_len) {
+            snprintf(err, errlen, "%s %s: larger than %zu bytes", key, path, max_len);
+            goto fail;
+        }
+    }
+    close(fd);
+    fd = -1;
+    while (n &&
+           (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' || buf[n - 1] == '\t'))
+        n--;
+    buf[n] = '\0';
+    if (n < min_len || strlen(buf) != n) {
+        snprintf(err, errlen, "%s %s: must hold at least %zu characters (and no NUL byte)", key,
+                 path, min_len);
+        goto fail;
+    }
+    if (len)
+        *len = n;
+    return buf;
+fail:
+    if (fd >= 0)
+        close(fd);
+    if (buf) {
+        memset(buf, 0, max_len + 1);
+        free(buf);
+    }
+    return NULL;
 }

@@ -54,6 +54,18 @@ cm_config_result_t cm_config_load(const cm_config_opt_t *table, size_t n, void *
 void cm_config_usage(FILE *out, const char *progname, const cm_config_opt_t *table, size_t n,
                      const char *env_prefix);
 
+/**
+ * Reads a secret from the file named by the config key `key` (a `*_file` key): the
+ * whole file, trailing whitespace (newline, CR, space, tab) trimmed. Start-up only
+ * (blocking I/O). Refuses — NULL with a message naming the key and the file in err — a
+ * file that is missing, not a regular file, readable or writable by group or others
+ * (mode & 077: "chmod 600 it"), larger than max_len bytes, or holding fewer than
+ * min_len characters once trimmed. Returns a new heap string (the caller wipes and frees
+ * it) and its length in *len (may be NULL).
+ */
+char *cm_config_read_secret(const char *key, const char *path, size_t min_len, size_t max_len,
+                            size_t *len, char *err, size_t errlen);
+
 /** Frees the strings the loader stored in cfg. */
 void cm_config_free(const cm_config_opt_t *table, size_t n, void *cfg);
 

@@ -452,60 +452,11 @@ void cm_http_server_free(cm_http_server_t *srv)
 
 /* --- requests ------------------------------------------------------------ */
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 int cm_http_path(struct evhttp_request *req, char *buf, size_t bufsize, char **segs, int maxsegs)
 {
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
-    if (path == NULL || path[0] != '/')
-        return -1;
-    size_t len = strlen(path);
-    if (len >= bufsize)
-        return -1;
-    int n = 0;
-    size_t o = 0;
-    const char *p = path + 1;
-    if (*p == '\0')
-        return 0;
-    while (*p) {
-        if (n == maxsegs)
-            return -1;
-        segs[n++] = buf + o;
-        size_t start = o;
-        while (*p && *p != '/') {
-            char c = *p++;
-            if (c == '%') {
-                int hi = hexval(p[0]), lo = hi < 0 ? -1 : hexval(p[1]);
-                if (lo < 0)
-                    return -1;
-                c = (char)(hi * 16 + lo);
-                if (c == '\0' || c == '/')
-                    return -1;
-                p += 2;
-            }
-            buf[o++] = c;
-        }
-        buf[o++] = '\0';
-        if (*p == '/') {
-            p++;
-            /* A trailing slash ends the path ("/admin/"); an inner "//" is refused. */
-            if (*p == '\0')
-                break;
-        }
-        if (o - 1 == start)
-            return -1;
-    }
-    return n;
+    return path == NULL ? -1 : cm_parse_path(path, buf, bufsize, segs, maxsegs);
 }
 
 const char *cm_http_header(struct evhttp_request *req, const char *name)

@@ -419,3 +419,57 @@ bool cm_parse_url_allowed(const char *url, bool allow_loopback_http, size_t *ori
         *origin_len = origin;
     return true;
 }
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+int cm_parse_path(const char *path, char *buf, size_t bufsize, char **segs, int maxsegs)
+{
+    if (path == NULL || path[0] != '/')
+        return -1;
+    size_t len = strlen(path);
+    if (len >= bufsize)
+        return -1;
+    int n = 0;
+    size_t o = 0;
+    const char *p = path + 1;
+    if (*p == '\0')
+        return 0;
+    while (*p) {
+        if (n == maxsegs)
+            return -1;
+        segs[n++] = buf + o;
+        size_t start = o;
+        while (*p && *p != '/') {
+            char c = *p++;
+            if (c == '%') {
+                int hi = hexval(p[0]), lo = hi < 0 ? -1 : hexval(p[1]);
+                if (lo < 0)
+                    return -1;
+                c = (char)(hi * 16 + lo);
+                if (c == '\0' || c == '/')
+                    return -1;
+                p += 2;
+            }
+            buf[o++] = c;
+        }
+        buf[o++] = '\0';
+        if (o - 1 == start) /* an empty segment: "//" anywhere, even at the end */
+            return -1;
+        if (*p == '/') {
+            p++;
+            /* A trailing slash ends the path ("/admin/"). */
+            if (*p == '\0')
+                break;
+        }
+    }
+    return n;
+}

@@ -55,6 +55,16 @@ const char *cm_parse_bearer(const char *authz, size_t *len_out);
 size_t cm_base64url_encode(const unsigned char *in, size_t n, char *out);
 long cm_base64url_decode(const char *in, size_t n, unsigned char *out, size_t outlen);
 
+/**
+ * Splits a request path ("/q/e1/status", already taken from the request URI, query
+ * excluded) into percent-decoded segments written into buf (bufsize bytes), one
+ * NUL-terminated string each, pointed to by segs[0..n). A trailing '/' ends the path
+ * ("/admin/" is one segment). Returns n (0 for "/"), or -1 when the path does not start
+ * with '/', is too long for buf, has more than maxsegs segments, an empty inner segment
+ * ("//"), a bad %-escape, or an escape that decodes to NUL or '/'.
+ */
+int cm_parse_path(const char *path, char *buf, size_t bufsize, char **segs, int maxsegs);
+
 /** Longest URL cm_parse_url_allowed() accepts. */
 #define CM_URL_MAX 2048
 

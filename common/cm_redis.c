@@ -95,9 +95,10 @@ struct cm_redis {
     int quiet; /* connection failures already logged at WARN */
     struct cmd *head, *tail;
     size_t nzombies;
-    int refs;                    /* paths that will touch r after a user callback */
-    int closing;                 /* cm_redis_free was called */
-    struct cm_redis_cluster *cl; /* cluster mode: every call goes there; the rest is unused */
+    char *auth_user, *auth_password; /* NULL: no AUTH (cm_redis_auth_t) */
+    int refs;                        /* paths that will touch r after a user callback */
+    int closing;                     /* cm_redis_free was called */
+    struct cm_redis_cluster *cl;     /* cluster mode: every call goes there; the rest is unused */
 };
 
 static void conn_start(cm_redis_t *r);
@@ -172,6 +173,11 @@ static void destroy(cm_redis_t *r)
 {
     event_free(r->timer);
     free(r->host);
+    free(r->auth_user);
+    if (r->auth_password) {
+        memset(r->auth_password, 0, strlen(r->auth_password));
+        free(r->auth_password);
+    }
     free(r);
 }
 
@@ -306,6 +312,33 @@ out:
     release(r);
 }
 
+/*
+ * The reply to the connect-time AUTH. NULL reply: the context is going away (deadline,
+ * shutdown), whose own path handles r. A refusal closes the context from inside this
+ * reply callback, where hiredis defers the free until we return; the backoff timer then
+ * tries again (an operator may be fixing the password).
+ */
+static void on_auth(redisAsyncContext *ac, void *reply_, void *privdata)
+{
+    cm_redis_t *r = ac->data;
+    redisReply *reply = reply_;
+
+    (void)privdata;
+    if (r == NULL || reply == NULL || r->ac != ac || r->state != CONN_CONNECTING)
+        return;
+    if (reply->type == REDIS_REPLY_STATUS) {
+        cm_log(CM_LOG_INFO, "redis %s:%d: connected (as %s)", r->host, r->port,
+               r->auth_user ? r->auth_user : "default");
+        r->quiet = 0;
+        set_state(r, CONN_UP);
+        return;
+    }
+    cm_log(r->quiet ? CM_LOG_DEBUG : CM_LOG_ERROR, "redis %s:%d: AUTH as %s refused: %.200s",
+           r->host, r->port, r->auth_user ? r->auth_user : "default",
+           reply->type == REDIS_REPLY_ERROR && reply->str ? reply->str : "unexpected reply");
+    conn_close(r, "authentication failed");
+}
+
 static void on_connect(const redisAsyncContext *ac, int status)
 {
     cm_redis_t *r = ac->data;
@@ -321,6 +354,17 @@ static void on_connect(const redisAsyncContext *ac, int status)
         return;
     }
     redisEnableKeepAlive((redisContext *)&ac->c);
+    if (r->auth_password != NULL) {
+        /* Still CONNECTING (the connect deadline covers AUTH): up once Redis says OK. */
+        const char *argv[3] = {"AUTH", r->auth_user, r->auth_password};
+        int argc = r->auth_user ? 3 : 2;
+        if (argc == 2)
+            argv[1] = r->auth_password;
+        if (redisAsyncCommandArgv((redisAsyncContext *)ac, on_auth, NULL, argc, argv, NULL) !=
+            REDIS_OK)
+            cm_log(CM_LOG_WARN, "redis %s:%d: cannot send AUTH", r->host, r->port);
+        return; /* (a failure to queue it ends at the connect deadline) */
+    }
     cm_log(CM_LOG_INFO, "redis %s:%d: connected", r->host, r->port);
     r->quiet = 0;
     set_state(r, CONN_UP);
@@ -403,7 +447,17 @@ static void conn_start(cm_redis_t *r)
 
 cm_redis_t *cm_redis_new(struct event_base *base, const char *host, int port, int timeout_ms)
 {
+    return cm_redis_new_auth(base, host, port, timeout_ms, NULL);
+}
+
+cm_redis_t *cm_redis_new_auth(struct event_base *base, const char *host, int port, int timeout_ms,
+                              const cm_redis_auth_t *auth)
+{
     cm_redis_t *r = cm_xcalloc(1, sizeof(*r));
+    if (auth != NULL && auth->password != NULL) {
+        r->auth_user = auth->user ? cm_xstrdup(auth->user) : NULL;
+        r->auth_password = cm_xstrdup(auth->password);
+    }
     struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
 
     assert(base != NULL && host != NULL && timeout_ms > 0);
@@ -435,7 +489,13 @@ cm_redis_t *cm_redis_new(struct event_base *base, const char *host, int port, in
 
 cm_redis_t *cm_redis_new_cluster(struct event_base *base, const char *seeds, int timeout_ms)
 {
-    struct cm_redis_cluster *cl = cm_redis_cluster_new(base, seeds, timeout_ms);
+    return cm_redis_new_cluster_auth(base, seeds, timeout_ms, NULL);
+}
+
+cm_redis_t *cm_redis_new_cluster_auth(struct event_base *base, const char *seeds, int timeout_ms,
+                                      const cm_redis_auth_t *auth)
+{
+    struct cm_redis_cluster *cl = cm_redis_cluster_new(base, seeds, timeout_ms, auth);
     cm_redis_t *r;
 
     if (cl == NULL)
@@ -447,11 +507,11 @@ cm_redis_t *cm_redis_new_cluster(struct event_base *base, const char *seeds, int
 }
 
 cm_redis_t *cm_redis_open(struct event_base *base, const char *host, int port,
-                          const char *cluster_seeds, int timeout_ms)
+                          const char *cluster_seeds, int timeout_ms, const cm_redis_auth_t *auth)
 {
     if (cluster_seeds != NULL && cluster_seeds[0] != '\0')
-        return cm_redis_new_cluster(base, cluster_seeds, timeout_ms);
-    return cm_redis_new(base, host, port, timeout_ms);
+        return cm_redis_new_cluster_auth(base, cluster_seeds, timeout_ms, auth);
+    return cm_redis_new_auth(base, host, port, timeout_ms, auth);
 }
 
 void cm_redis_free(cm_redis_t *r)

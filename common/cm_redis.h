@@ -50,9 +50,23 @@ typedef enum {
  */
 typedef void (*cm_redis_cb)(const char *err, const cm_redis_reply_t *reply, void *arg);
 
+/**
+ * Credentials (Redis 6+ ACL): every new connection sends AUTH user password (or AUTH
+ * password when user is NULL) as a connect-time step and counts as up only once Redis
+ * accepted it; a refusal is logged (never the password) and the connection retried with
+ * the usual backoff. password NULL: no AUTH. The strings are copied.
+ */
+typedef struct cm_redis_auth {
+    const char *user;
+    const char *password;
+} cm_redis_auth_t;
+
 /** Starts connecting to host:port (an IP address; no DNS). timeout_ms bounds connect
- *  and each command. NULL never. */
+ *  (AUTH included) and each command. NULL never. */
 cm_redis_t *cm_redis_new(struct event_base *base, const char *host, int port, int timeout_ms);
+/** cm_redis_new with credentials (auth may be NULL: none). */
+cm_redis_t *cm_redis_new_auth(struct event_base *base, const char *host, int port, int timeout_ms,
+                              const cm_redis_auth_t *auth);
 /**
  * Cluster mode: seeds is "ip:port[,ip:port…]" (IP addresses, at most 16). The client asks
  * a connected seed for CLUSTER SHARDS, connects to every master, and refreshes the map
@@ -60,10 +74,14 @@ cm_redis_t *cm_redis_new(struct event_base *base, const char *host, int port, in
  * a master and each such master's connection is up. NULL when seeds does not parse.
  */
 cm_redis_t *cm_redis_new_cluster(struct event_base *base, const char *seeds, int timeout_ms);
-/** cluster_seeds NULL or "": cm_redis_new(host, port); else cm_redis_new_cluster(seeds)
- *  (host and port unused). NULL when the seeds do not parse. */
+/** cm_redis_new_cluster with credentials, used on every node's connection. */
+cm_redis_t *cm_redis_new_cluster_auth(struct event_base *base, const char *seeds, int timeout_ms,
+                                      const cm_redis_auth_t *auth);
+/** cluster_seeds NULL or "": cm_redis_new_auth(host, port); else
+ *  cm_redis_new_cluster_auth(seeds) (host and port unused). auth may be NULL. NULL when
+ *  the seeds do not parse. */
 cm_redis_t *cm_redis_open(struct event_base *base, const char *host, int port,
-                          const char *cluster_seeds, int timeout_ms);
+                          const char *cluster_seeds, int timeout_ms, const cm_redis_auth_t *auth);
 /** Fails every pending callback with cm_err_shutdown, then frees. NULL is fine. */
 void cm_redis_free(cm_redis_t *r);
 /** 1 while the connection is up. */

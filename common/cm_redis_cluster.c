@@ -82,6 +82,7 @@ struct ccmd {
 struct cm_redis_cluster {
     struct event_base *base;
     int timeout_ms;
+    char *auth_user, *auth_password; /* NULL: no AUTH (cm_redis_auth_t) */
     struct timeval cmd_tv_plain;
     const struct timeval *cmd_tv;
     struct node nodes[MAX_NODES];
@@ -290,6 +291,11 @@ static int release(struct cm_redis_cluster *cl)
     assert(cl->refs > 0);
     if (--cl->refs == 0 && cl->closing) {
         event_free(cl->refresh);
+        free(cl->auth_user);
+        if (cl->auth_password) {
+            memset(cl->auth_password, 0, strlen(cl->auth_password));
+            free(cl->auth_password);
+        }
         free(cl);
         return 0;
     }
@@ -321,7 +327,8 @@ static int node_get(struct cm_redis_cluster *cl, const char *host, int port)
     n = &cl->nodes[cl->nnodes];
     snprintf(n->host, sizeof(n->host), "%s", host);
     n->port = port;
-    n->conn = cm_redis_new(cl->base, host, port, cl->timeout_ms);
+    cm_redis_auth_t auth = {cl->auth_user, cl->auth_password};
+    n->conn = cm_redis_new_auth(cl->base, host, port, cl->timeout_ms, &auth);
     return cl->nnodes++;
 }
 
@@ -724,9 +731,13 @@ static int add_seeds(struct cm_redis_cluster *cl, const char *seeds)
 }
 
 struct cm_redis_cluster *cm_redis_cluster_new(struct event_base *base, const char *seeds,
-                                              int timeout_ms)
+                                              int timeout_ms, const cm_redis_auth_t *auth)
 {
     struct cm_redis_cluster *cl = cm_xcalloc(1, sizeof(*cl));
+    if (auth != NULL && auth->password != NULL) {
+        cl->auth_user = auth->user ? cm_xstrdup(auth->user) : NULL;
+        cl->auth_password = cm_xstrdup(auth->password);
+    }
     struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
 
     assert(base != NULL && seeds != NULL && timeout_ms > 0);

@@ -12,7 +12,7 @@ struct cm_redis_cluster;
 
 /** NULL when seeds does not parse. */
 struct cm_redis_cluster *cm_redis_cluster_new(struct event_base *base, const char *seeds,
-                                              int timeout_ms);
+                                              int timeout_ms, const cm_redis_auth_t *auth);
 /** Answers every pending command with cm_err_shutdown, closes every node. */
 void cm_redis_cluster_free(struct cm_redis_cluster *cl);
 int cm_redis_cluster_connected(const struct cm_redis_cluster *cl);

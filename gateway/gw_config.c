@@ -34,6 +34,10 @@ const cm_config_opt_t gw_config_table[] = {
      "seconds a connection may stay silent before it is closed"},
     {"redis_host", CM_CFG_STR, S(redis_host), "127.0.0.1", 0, 0, "Redis IPv4 address"},
     {"redis_port", CM_CFG_INT, S(redis_port), "6379", 1, 65535, "Redis port"},
+    {"redis_user", CM_CFG_STR, S(redis_user), NULL, 0, 0,
+     "Redis ACL user to authenticate as (AUTH user password on every connection)"},
+    {"redis_password_file", CM_CFG_STR, S(redis_password_file), NULL, 0, 0,
+     "file holding the Redis password, readable by its owner only (unset: no AUTH)"},
     {"redis_cluster", CM_CFG_STR, S(redis_cluster), NULL, 0, 0,
      "Redis Cluster seed nodes ip:port[,ip:port...]; when set, redis_host/redis_port are "
      "unused and the slot map comes from CLUSTER SHARDS"},

@@ -25,7 +25,9 @@ typedef struct gw_config {
     char *redis_host;
     int64_t redis_port;
     char *redis_cluster; /* NULL: single node */
-    char *proxy_from;    /* NULL: no PROXY headers */
+    char *redis_user;
+    char *redis_password_file;
+    char *proxy_from; /* NULL: no PROXY headers */
     int64_t drain_grace_ms;
     int64_t redis_timeout_ms;
     char *signing_keys;

@@ -203,23 +203,11 @@ static char *read_file(const char *what, const char *path, size_t max, size_t *l
     return buf;
 }
 
-/* A secret/token file, trailing whitespace trimmed, at least min characters. */
+/* A secret/token file: cm_config_read_secret (owner-only mode, trimmed, at least min). */
 static char *read_secret(const char *what, const char *path, size_t min, size_t *len, char *err,
                          size_t errlen)
 {
-    size_t n = 0;
-    char *s = read_file(what, path, 4096, &n, err, errlen);
-    if (s == NULL)
-        return NULL;
-    while (n && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' ' || s[n - 1] == '\t'))
-        s[--n] = '\0';
-    if (n < min) {
-        snprintf(err, errlen, "%s %s: must hold at least %zu characters", what, path, min);
-        free(s);
-        return NULL;
-    }
-    *len = n;
-    return s;
+    return cm_config_read_secret(what, path, min, 4096, len, err, errlen);
 }
 
 /* signing_keys: every file into the JWKS; the last one becomes the signer. */
@@ -328,8 +316,20 @@ static gw_server_t *worker_new(gw_server_t *first, cm_server_t *cs, int i, char 
         snprintf(err, errlen, "cannot start the signer threads");
         return srv;
     }
+    char *redis_password = NULL; /* start-up: each worker reads the file before its loop */
+    if (cfg->redis_password_file != NULL) {
+        redis_password = cm_config_read_secret("redis_password_file", cfg->redis_password_file, 1,
+                                               4096, NULL, err, errlen);
+        if (redis_password == NULL)
+            return srv;
+    }
+    cm_redis_auth_t auth = {cfg->redis_user, redis_password};
     srv->redis = cm_redis_open(srv->base, cfg->redis_host, (int)cfg->redis_port, cfg->redis_cluster,
-                               (int)cfg->redis_timeout_ms);
+                               (int)cfg->redis_timeout_ms, &auth);
+    if (redis_password) { /* cm_redis keeps its own copy */
+        memset(redis_password, 0, strlen(redis_password));
+        free(redis_password);
+    }
     if (srv->redis == NULL) {
         snprintf(err, errlen, "redis_cluster: expected ip:port[,ip:port...]");
         return srv;

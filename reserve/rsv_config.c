@@ -5,6 +5,11 @@
 #include "rsv_config.h"
 
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cm_mem.h"
 
 #define S(f) offsetof(rsv_config_t, f)
 
@@ -34,6 +39,10 @@ const cm_config_opt_t rsv_config_table[] = {
      "seconds a connection may stay silent before it is closed"},
     {"redis_host", CM_CFG_STR, S(redis_host), "127.0.0.1", 0, 0, "Redis IPv4 address"},
     {"redis_port", CM_CFG_INT, S(redis_port), "6379", 1, 65535, "Redis port"},
+    {"redis_user", CM_CFG_STR, S(redis_user), NULL, 0, 0,
+     "Redis ACL user to authenticate as (AUTH user password on every connection)"},
+    {"redis_password_file", CM_CFG_STR, S(redis_password_file), NULL, 0, 0,
+     "file holding the Redis password, readable by its owner only (unset: no AUTH)"},
     {"redis_cluster", CM_CFG_STR, S(redis_cluster), NULL, 0, 0,
      "Redis Cluster seed nodes ip:port[,ip:port...]; when set, redis_host/redis_port are "
      "unused and the slot map comes from CLUSTER SHARDS"},
@@ -41,7 +50,11 @@ const cm_config_opt_t rsv_config_table[] = {
      "deadline of one Redis command"},
     {"pg_conninfo", CM_CFG_STR, S(pg_conninfo),
      "host=127.0.0.1 port=5432 dbname=onsale user=onsale", 0, 0,
-     "libpq connection string of the system of record"},
+     "libpq connection string of the system of record (no password in it: see "
+     "pg_password_file)"},
+    {"pg_password_file", CM_CFG_STR, S(pg_password_file), NULL, 0, 0,
+     "file holding the Postgres password (scram-sha-256), readable by its owner only; "
+     "added to pg_conninfo"},
     {"pg_pool_size", CM_CFG_INT, S(pg_pool_size), "24", 1, 256,
      "Postgres connections (all workers together; more connections let commits share WAL "
      "flushes)"},
@@ -122,3 +135,34 @@ const cm_config_opt_t rsv_config_table[] = {
 };
 
 const size_t rsv_config_table_len = sizeof(rsv_config_table) / sizeof(rsv_config_table[0]);
+
+int rsv_config_add_pg_password(rsv_config_t *cfg, char *err, size_t errlen)
+{
+    if (cfg->pg_password_file == NULL)
+        return 0;
+    if (strstr(cfg->pg_conninfo, "password") != NULL) {
+        snprintf(err, errlen, "pg_conninfo must not hold a password when pg_password_file is set");
+        return -1;
+    }
+    size_t n = 0;
+    char *pw =
+        cm_config_read_secret("pg_password_file", cfg->pg_password_file, 1, 1024, &n, err, errlen);
+    if (pw == NULL)
+        return -1;
+    /* libpq conninfo value: single-quoted, with \ and ' escaped by a backslash */
+    size_t base = strlen(cfg->pg_conninfo), cap = base + 2 * n + 16;
+    char *ci = cm_xmalloc(cap);
+    size_t o = (size_t)snprintf(ci, cap, "%s password='", cfg->pg_conninfo);
+    for (size_t i = 0; i < n; i++) {
+        if (pw[i] == '\\' || pw[i] == '\'')
+            ci[o++] = '\\';
+        ci[o++] = pw[i];
+    }
+    ci[o++] = '\'';
+    ci[o] = '\0';
+    memset(pw, 0, n);
+    free(pw);
+    free(cfg->pg_conninfo);
+    cfg->pg_conninfo = ci;
+    return 0;
+}

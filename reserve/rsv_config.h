@@ -25,10 +25,13 @@ typedef struct rsv_config {
     char *redis_host;
     int64_t redis_port;
     char *redis_cluster; /* NULL: single node */
-    char *proxy_from;    /* NULL: no PROXY headers */
+    char *redis_user;
+    char *redis_password_file;
+    char *proxy_from; /* NULL: no PROXY headers */
     int64_t drain_grace_ms;
     int64_t redis_timeout_ms;
     char *pg_conninfo;
+    char *pg_password_file;
     int64_t pg_pool_size;
     int64_t pg_read_pool_size;
     int64_t pg_timeout_ms;
@@ -65,6 +68,13 @@ typedef struct rsv_config {
     char *cors_origins;
     char *shop_queue_url;
 } rsv_config_t;
+
+/**
+ * Start-up: when pg_password_file is set, reads it (cm_config_read_secret) and appends
+ * password='…' (quoted for libpq) to cfg->pg_conninfo, which must not hold a password
+ * of its own. 0, or -1 with a message.
+ */
+int rsv_config_add_pg_password(rsv_config_t *cfg, char *err, size_t errlen);
 
 extern const cm_config_opt_t rsv_config_table[];
 extern const size_t rsv_config_table_len;

@@ -47,6 +47,10 @@ int main(int argc, char **argv)
                         "to a loopback address, with allow_loopback_http)\n");
         goto out;
     }
+    if (rsv_config_add_pg_password(&cfg, err, sizeof(err)) != 0) {
+        fprintf(stderr, "onsale-reserve: %s\n", err);
+        goto out;
+    }
     int migrate_only = npos == 1 && strcmp(argv[pos[0]], "migrate") == 0;
     if (npos > 0 && !migrate_only) {
         fprintf(stderr, "onsale-reserve: unknown command '%s' (try --help)\n", argv[pos[0]]);

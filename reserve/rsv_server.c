@@ -296,26 +296,10 @@ static double gauge_redis(void *arg)
     return cm_redis_connected(((rsv_server_t *)arg)->redis);
 }
 
-/* Start-up only: reads a small file into a trimmed heap string. */
+/* Start-up only: the admin token (cm_config_read_secret: owner-only mode, trimmed). */
 static char *read_token_file(const char *path, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "r"); /* blocking-ok: start-up, before the loop */
-    if (f == NULL) {
-        snprintf(err, errlen, "admin_token_file %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    char buf[512];
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
-        buf[--n] = '\0';
-    if (n < 16) {
-        snprintf(err, errlen, "admin_token_file %s: the token must be at least 16 characters",
-                 path);
-        return NULL;
-    }
-    return cm_xstrdup(buf);
+    return cm_config_read_secret("admin_token_file", path, 16, 4096, NULL, err, errlen);
 }
 
 /* One worker's instance on its loop; the shared parts are borrowed from worker 0. */
@@ -352,8 +336,20 @@ static rsv_server_t *worker_new(rsv_server_t *first, cm_server_t *cs, int i, cha
         .fail_window_s = (int)cfg->auth_fail_window_s,
     };
     srv->auth = rsv_auth_new(srv->base, srv->keys, &ac);
+    char *redis_password = NULL; /* start-up: each worker reads the file before its loop */
+    if (cfg->redis_password_file != NULL) {
+        redis_password = cm_config_read_secret("redis_password_file", cfg->redis_password_file, 1,
+                                               4096, NULL, err, errlen);
+        if (redis_password == NULL)
+            return srv;
+    }
+    cm_redis_auth_t auth = {cfg->redis_user, redis_password};
     srv->redis = cm_redis_open(srv->base, cfg->redis_host, (int)cfg->redis_port, cfg->redis_cluster,
-                               (int)cfg->redis_timeout_ms);
+                               (int)cfg->redis_timeout_ms, &auth);
+    if (redis_password) { /* cm_redis keeps its own copy */
+        memset(redis_password, 0, strlen(redis_password));
+        free(redis_password);
+    }
     if (srv->redis == NULL) {
         snprintf(err, errlen, "redis_cluster: expected ip:port[,ip:port...]");
         return srv;

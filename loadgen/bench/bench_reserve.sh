@@ -180,6 +180,10 @@ for attempt in 1 2 3; do
 done
 RESERVE_PID=$(cat "$STATE/run/reserve.pid")
 REDIS_PID=$(cat "$STATE/run/redis.pid")
+# The stack's Redis and Postgres take authenticated clients only (ACL user, scram).
+REDIS_AUTH=(--user onsale -a "$(cat "$STATE/redis-password")")
+PGPASSWORD=$(cat "$STATE/pg-password")
+export PGPASSWORD
 PAYSIM_PID=$(cat "$STATE/run/paysim.pid" 2>/dev/null || echo 0) # 0: not running
 RLOG_START=$(stat -c %s "$RLOG")
 
@@ -364,7 +368,8 @@ for ((r = 1; r <= REPS; r++)); do
     say "holds $r/$REPS: redis-benchmark -c $CONNS -n $RB_REQUESTS SET NX PX"
     c0=$(cpu_ticks "$REDIS_PID")
     t0=$(date +%s.%N)
-    timeout -k 10 120 redis-benchmark -h 127.0.0.1 -p "$P_REDIS" -c "$CONNS" -n "$RB_REQUESTS" \
+    timeout -k 10 120 redis-benchmark -h 127.0.0.1 -p "$P_REDIS" "${REDIS_AUTH[@]}" \
+        -c "$CONNS" -n "$RB_REQUESTS" \
         -r "$RB_KEYSPACE" --csv SET 'bench:key:__rand_int__' v NX PX 60000 >"$OUT/redis.$r" 2>&1 ||
         { cat "$OUT/redis.$r" >&2; die "redis-benchmark failed"; }
     t1=$(date +%s.%N)

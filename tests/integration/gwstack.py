@@ -174,6 +174,8 @@ class GatewayStack:
             "redis_host": HOST,
             "redis_port": self.S.redis_port,
             **({"redis_cluster": self.S.redis_seeds} if self.S.cluster else {}),
+            "redis_user": self.S.redis_user,
+            "redis_password_file": self.S.redis_password_path,
             "signing_keys": self.S.key_path,
             "ticket_secret_file": self.secret_path,
             "admin_token_file": os.path.join(st, "admin-token"),

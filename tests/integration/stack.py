@@ -422,8 +422,11 @@ async def _oversized(port, ctx, path, token, size, timeout):
 class Redis:
     """Minimal RESP2 client (one connection, reconnects on demand)."""
 
-    def __init__(self, port):
+    def __init__(self, port, auth=None):
+        """auth: (user, password) sent as AUTH on every new connection (the stack's Redis
+        refuses anything else: its default user is off)."""
         self.port = port
+        self.auth = auth
         self.sock = None
         self.buf = b""
 
@@ -480,6 +483,18 @@ class Redis:
     def __call__(self, *args):
         if self.sock is None:
             self.sock = socket.create_connection((HOST, self.port), timeout=10)
+            if self.auth is not None:
+                try:
+                    ok = self._send(("AUTH",) + tuple(self.auth))
+                except Exception:
+                    self.close()
+                    raise
+                if ok != "OK":
+                    self.close()
+                    raise RuntimeError(f"redis AUTH failed: {ok!r}")
+        return self._send(args)
+
+    def _send(self, args):
         parts = [f"*{len(args)}\r\n".encode()]
         for a in args:
             a = a if isinstance(a, bytes) else str(a).encode()
@@ -544,14 +559,15 @@ class ClusterRedis:
 
     ALL_MASTERS = {"FLUSHALL", "FLUSHDB", "DBSIZE"}
 
-    def __init__(self, ports):
+    def __init__(self, ports, auth=None):
         self.ports = list(ports)
+        self.auth = auth
         self.conns = {}
         self.slots = None
 
     def _conn(self, port):
         if port not in self.conns:
-            self.conns[port] = Redis(port)
+            self.conns[port] = Redis(port, auth=self.auth)
         return self.conns[port]
 
     def close(self):
@@ -708,6 +724,14 @@ class Stack:
         self.ctx = ssl.create_default_context(cafile=self.ca)
         with open(os.path.join(self.state, "admin-token")) as f:
             self.admin_token = f.read().strip()
+        # Redis (ACL user, default user off) and Postgres (scram-sha-256) need these.
+        self.redis_user = "onsale"
+        self.redis_password_path = os.path.join(self.state, "redis-password")
+        with open(self.redis_password_path) as f:
+            self.redis_auth = (self.redis_user, f.read().strip())
+        self.pg_password_path = os.path.join(self.state, "pg-password")
+        with open(self.pg_password_path) as f:
+            self.pg_password = f.read().strip()
         self.key_path = os.path.join(self.state, "keys", "admission-1.pem")
         self.pub_path = os.path.join(self.state, "keys", "admission-pub.pem")
         self._wait_ready()
@@ -843,14 +867,17 @@ class Stack:
     def new_redis(self):
         """A Redis client of its own (one per thread): cluster-aware in the cluster
         topology."""
-        return ClusterRedis(self.redis_ports) if self.cluster else Redis(self.redis_port)
+        if self.cluster:
+            return ClusterRedis(self.redis_ports, auth=self.redis_auth)
+        return Redis(self.redis_port, auth=self.redis_auth)
 
     def sql(self, query):
         """Rows of a query, each a list of text fields (psql -At, '|' separated)."""
         p = subprocess.run(["psql", "-h", HOST, "-p", str(self.pg_port), "-U", "onsale",
                             "-X", "-v", "ON_ERROR_STOP=1", "onsale", "-Atc", query],
                            capture_output=True, timeout=30,
-                           env=dict(os.environ, PGCONNECT_TIMEOUT="10"))
+                           env=dict(os.environ, PGCONNECT_TIMEOUT="10",
+                                    PGPASSWORD=self.pg_password))
         if p.returncode != 0:
             raise AssertionError(f"psql failed: {query}\n{p.stderr.decode()}")
         text = p.stdout.decode()

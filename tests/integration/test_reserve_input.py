@@ -1,6 +1,8 @@
 """Hostile and broken input: malformed JSON, wrong types, bad identifiers, an oversized
 body, slow clients. Never a crash or a hang; the service keeps serving others."""
 
+import os
+import subprocess
 import time
 import urllib.parse
 
@@ -178,6 +180,56 @@ class SecurityHeaders(stack.ReserveTestCase):
             self.assertRegex(r.header("Strict-Transport-Security") or "", r"^max-age=\d{7,}",
                              repr(r))
         self.assertTrue({200, 400, 401, 404} <= statuses, statuses)
+
+
+class Secrets(stack.ReserveTestCase):
+    """Issue 8: the stack's Redis and Postgres take authenticated clients only, and the
+    services refuse secret files that group or others may read."""
+
+    def test_redis_and_postgres_refuse_anonymous_clients(self):
+        anon = stack.Redis(self.S.redis_port)
+        try:
+            with self.assertRaisesRegex(RuntimeError, "NOAUTH"):
+                anon("PING")
+        finally:
+            anon.close()
+        wrong = stack.Redis(self.S.redis_port, auth=("onsale", "wrong-password"))
+        with self.assertRaisesRegex(RuntimeError, "WRONGPASS|AUTH failed"):
+            wrong("PING")
+        wrong.close()
+        # the default user is off, even with the right password
+        dflt = stack.Redis(self.S.redis_port, auth=("default", self.S.redis_auth[1]))
+        with self.assertRaisesRegex(RuntimeError, "WRONGPASS|AUTH failed"):
+            dflt("PING")
+        dflt.close()
+        self.assertEqual(self.S.redis("PING"), "PONG")
+        for user in ("onsale", "postgres"):
+            p = subprocess.run(["psql", "-h", stack.HOST, "-p", str(self.S.pg_port), "-U", user,
+                                "-X", "-w", "onsale", "-Atc", "SELECT 1"], capture_output=True,
+                               timeout=30, env=dict(os.environ, PGPASSWORD="", PGPASSFILE="/nonexistent"))
+            self.assertNotEqual(p.returncode, 0, f"{user} got in without a password")
+        with open(os.path.join(self.S.state, "pg", "pg_hba.conf")) as f:
+            rules = [ln.split() for ln in f if ln.strip() and not ln.lstrip().startswith("#")]
+        self.assertTrue(rules)
+        self.assertEqual({r[-1] for r in rules}, {"scram-sha-256"}, rules)
+        for name in ("redis-password", "pg-password", "admin-token"):
+            mode = os.stat(os.path.join(self.S.state, name)).st_mode & 0o777
+            self.assertEqual(mode, 0o600, name)
+
+    def test_secret_file_readable_by_others_is_refused_at_start(self):
+        loose = os.path.join(self.S.root, "loose-token")
+        with open(os.path.join(self.S.state, "admin-token")) as f, open(loose, "w") as g:
+            g.write(f.read())
+        os.chmod(loose, 0o644)
+        conf = os.path.join(self.S.state, "reserve.conf")
+        for key in ("admin_token_file", "redis_password_file", "pg_password_file"):
+            p = subprocess.run([self.S.reserve_bin, "--config", conf, f"--{key}={loose}",
+                                "--port=0"], capture_output=True, timeout=60,
+                               stdin=subprocess.DEVNULL)
+            out = (p.stdout + p.stderr).decode()
+            self.assertNotEqual(p.returncode, 0, f"{key}: started with a 0644 secret file")
+            self.assertIn(key, out)
+            self.assertIn("chmod 600", out)
 
 
 class SlowClients(stack.ReserveTestCase):

@@ -45,7 +45,7 @@ struct svc {
     int port;
     int bus_port; /* Redis Cluster bus port; 0 for a plain server */
     char dir[256];
-    char conninfo[160];
+    char conninfo[200];
     char bindir[200];
 };
 
@@ -264,28 +264,72 @@ static int alive(struct svc *s)
     return 1;
 }
 
+const char *svc_password(void)
+{
+    static char pw[33];
+    if (pw[0] == '\0') {
+        unsigned char raw[16];
+        int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || read(fd, raw, sizeof(raw)) != (ssize_t)sizeof(raw))
+            abort();
+        close(fd);
+        for (int i = 0; i < 16; i++)
+            snprintf(pw + 2 * i, 3, "%02x", raw[i]);
+    }
+    return pw;
+}
+
 /* ---- Redis ---- */
+
+/* "AUTH user password" as an inline command, first on every probe connection. */
+static void auth_line(char *buf, size_t len)
+{
+    snprintf(buf, len, "AUTH " SVC_REDIS_USER " %s\r\n", svc_password());
+}
+
+/* Reads until buf holds want complete lines (CRLF); 0 or -1. */
+static int read_lines(int fd, char *buf, size_t len, int want)
+{
+    size_t got = 0;
+    int lines = 0;
+    while (lines < want && got + 1 < len) {
+        ssize_t n = read(fd, buf + got, len - 1 - got);
+        if (n <= 0)
+            return -1;
+        for (ssize_t i = 0; i < n; i++)
+            if (buf[got + (size_t)i] == '\n')
+                lines++;
+        got += (size_t)n;
+    }
+    buf[got] = '\0';
+    return 0;
+}
 
 static int redis_ping(int port)
 {
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    char buf[16] = {0};
+    char buf[64] = {0}, cmd[96];
+    struct timeval tv = {.tv_sec = 2};
     int ok = 0;
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
     if (fd < 0)
         return 0;
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    auth_line(cmd, sizeof(cmd));
+    strcat(cmd, "PING\r\n");
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && write(fd, "PING\r\n", 6) == 6 &&
-        read(fd, buf, sizeof(buf) - 1) > 0)
-        ok = strncmp(buf, "+PONG", 5) == 0;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+        write(fd, cmd, strlen(cmd)) == (ssize_t)strlen(cmd) &&
+        read_lines(fd, buf, sizeof(buf), 2) == 0)
+        ok = strncmp(buf, "+OK\r\n+PONG", 10) == 0;
     close(fd);
     return ok;
 }
 
 static int redis_launch(struct svc *s)
 {
-    char port[16], log[400];
+    char port[16], log[400], acl[64];
     char *argv[] = {"/usr/bin/redis-server",
                     "--port",
                     port,
@@ -305,7 +349,21 @@ static int redis_launch(struct svc *s)
                     "yes",
                     "--logfile",
                     "",
+                    "--user", /* redis-server quotes each argument: one word each */
+                    "default",
+                    "off",
+                    "--user",
+                    SVC_REDIS_USER,
+                    "on",
+                    acl,
+                    "~*",
+                    "&*",
+                    "+@all",
                     NULL, /* cluster mode: the arguments below take these places */
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
                     NULL,
                     NULL,
                     NULL,
@@ -320,8 +378,9 @@ static int redis_launch(struct svc *s)
     long until = now_ms() + READY_TIMEOUT_MS;
 
     snprintf(port, sizeof(port), "%d", s->port);
+    snprintf(acl, sizeof(acl), ">%s", svc_password());
     if (s->bus_port > 0) {
-        int i = 19;
+        int i = 29;
         snprintf(bus, sizeof(bus), "%d", s->bus_port);
         snprintf(nodes_conf, sizeof(nodes_conf), "nodes-%d.conf", s->port);
         argv[i++] = "--cluster-enabled";
@@ -332,6 +391,10 @@ static int redis_launch(struct svc *s)
         argv[i++] = nodes_conf;
         argv[i++] = "--cluster-node-timeout";
         argv[i++] = "1000";
+        argv[i++] = "--masteruser"; /* replicas authenticate to their master */
+        argv[i++] = SVC_REDIS_USER;
+        argv[i++] = "--masterauth";
+        argv[i++] = (char *)svc_password();
     }
     snprintf(log, sizeof(log), "%s/redis.log", s->dir);
     s->pid = spawn(argv, log, 0, 0, 0);
@@ -433,7 +496,11 @@ static int redis_ask(int port, const char *cmd, char *buf, size_t len)
         return -1;
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    char auth[96];
+    auth_line(auth, sizeof(auth));
     if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+        write(fd, auth, strlen(auth)) != (ssize_t)strlen(auth) ||
+        read_lines(fd, buf, len, 1) != 0 || strncmp(buf, "+OK", 3) != 0 ||
         write(fd, cmd, strlen(cmd)) != (ssize_t)strlen(cmd)) {
         close(fd);
         return -1;
@@ -473,7 +540,7 @@ static int cluster_settled(svc_redis_cluster_t *c)
 svc_redis_cluster_t *svc_redis_cluster_start(int masters, int replicas)
 {
     svc_redis_cluster_t *c = calloc(1, sizeof(*c));
-    char *argv[4 + SVC_CLUSTER_MAX + 4];
+    char *argv[4 + SVC_CLUSTER_MAX + 10];
     char addr[SVC_CLUSTER_MAX][32], reps[8], log[400];
     int a = 0, status = 0;
     long until;
@@ -518,6 +585,11 @@ svc_redis_cluster_t *svc_redis_cluster_start(int masters, int replicas)
     argv[a++] = "--cluster-replicas";
     argv[a++] = reps;
     argv[a++] = "--cluster-yes";
+    argv[a++] = "--user";
+    argv[a++] = SVC_REDIS_USER;
+    argv[a++] = "--pass";
+    argv[a++] = (char *)svc_password();
+    argv[a++] = "--no-auth-warning";
     argv[a] = NULL;
     snprintf(log, sizeof(log), "%s/cluster-create.log", c->node[0]->s.dir);
     pid = spawn(argv, log, 0, 0, 0);
@@ -622,8 +694,9 @@ static int drop_privileges(uid_t *uid, gid_t *gid)
 static int pg_initdb(struct svc *s)
 {
     char exe[260], data[300], log[400];
-    char *argv[] = {exe,         "-D", data,   "-U",         "postgres", "--auth=trust",
-                    "--no-sync", "-E", "UTF8", "--locale=C", NULL};
+    char pwfile[300], pwopt[320];
+    char *argv[] = {exe,   "-D",        data, "-U",   "postgres",   "--auth=scram-sha-256",
+                    pwopt, "--no-sync", "-E", "UTF8", "--locale=C", NULL};
     uid_t uid = 0;
     gid_t gid = 0;
     int drop = drop_privileges(&uid, &gid), status = 0;
@@ -638,14 +711,27 @@ static int pg_initdb(struct svc *s)
     snprintf(exe, sizeof(exe), "%s/initdb", s->bindir);
     snprintf(data, sizeof(data), "%s/data", s->dir);
     snprintf(log, sizeof(log), "%s/initdb.log", s->dir);
+    /* the superuser's password, from a file only the server's user can read */
+    snprintf(pwfile, sizeof(pwfile), "%s/pwfile", s->dir);
+    snprintf(pwopt, sizeof(pwopt), "--pwfile=%s", pwfile);
+    int pfd = open(pwfile, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (pfd < 0 || write(pfd, svc_password(), 32) != 32 || (drop && fchown(pfd, uid, gid) != 0)) {
+        fprintf(stderr, "svc: writing %s: %s\n", pwfile, strerror(errno));
+        if (pfd >= 0)
+            close(pfd);
+        return -1;
+    }
+    close(pfd);
     pid = spawn(argv, log, drop, uid, gid);
     if (pid < 0)
         return -1;
     if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         print_log(s->dir, "initdb.log");
         fprintf(stderr, "svc: initdb failed\n");
+        unlink(pwfile);
         return -1;
     }
+    unlink(pwfile);
     return 0;
 }
 
@@ -686,6 +772,7 @@ static int pg_launch(struct svc *s)
     snprintf(port, sizeof(port), "%d", s->port);
     snprintf(probe, sizeof(probe),
              "host=" SVC_HOST " port=%d dbname=postgres user=postgres connect_timeout=2", s->port);
+    /* (PQping needs no password: it only asks whether the server accepts connections) */
     s->pid = spawn(argv, log, drop, uid, gid);
     if (s->pid < 0) {
         s->pid = 0;
@@ -710,8 +797,9 @@ static int pg_create_db(struct svc *s)
     PGresult *res;
     int rc = -1;
 
-    snprintf(admin, sizeof(admin), "host=" SVC_HOST " port=%d dbname=postgres user=postgres",
-             s->port);
+    snprintf(admin, sizeof(admin),
+             "host=" SVC_HOST " port=%d dbname=postgres user=postgres password=%s", s->port,
+             svc_password());
     conn = PQconnectdb(admin);
     if (PQstatus(conn) != CONNECTION_OK) {
         fprintf(stderr, "svc: connect: %s", PQerrorMessage(conn));
@@ -755,7 +843,8 @@ svc_pg_t *svc_pg_start(void)
     if (pg_create_db(s) != 0)
         goto err;
     snprintf(s->conninfo, sizeof(s->conninfo),
-             "host=" SVC_HOST " port=%d dbname=onsale_test user=postgres", s->port);
+             "host=" SVC_HOST " port=%d dbname=onsale_test user=postgres password=%s", s->port,
+             svc_password());
     return p;
 err:
     svc_pg_stop(p);

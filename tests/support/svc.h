@@ -9,14 +9,22 @@
  * and returns), and by the kernel (PR_SET_PDEATHSIG) if the test process dies outright;
  * each stop kills exactly the pid it started and removes its temporary directory.
  *
+ * Authenticated like the local stack (issue 8): Postgres with scram-sha-256 (no trust),
+ * Redis with ACL user SVC_REDIS_USER and the default user off; both use svc_password(),
+ * one random password per test process.
+ *
  * Postgres: initdb runs as user "postgres" when the test runs as root (initdb refuses
- * root), with trust authentication; superuser "postgres", database "onsale_test", fsync
- * off. Redis: no persistence, DEBUG enabled (tests use DEBUG SLEEP).
+ * root); superuser "postgres", database "onsale_test", fsync off. Redis: no persistence,
+ * DEBUG enabled (tests use DEBUG SLEEP).
  */
 #ifndef SVC_H
 #define SVC_H
 
-#define SVC_HOST "127.0.0.1"
+#define SVC_HOST       "127.0.0.1"
+#define SVC_REDIS_USER "onsale"
+
+/** The password of every Redis ACL user and Postgres role started here (32 hex digits). */
+const char *svc_password(void);
 
 typedef struct svc_redis svc_redis_t;
 typedef struct svc_pg svc_pg_t;
@@ -61,7 +69,7 @@ int svc_pg_port(const svc_pg_t *s);
 /** Its temporary directory (logs: initdb.log, postgres.log). */
 const char *svc_pg_dir(const svc_pg_t *s);
 /** libpq conninfo for database onsale_test: "host=127.0.0.1 port=N dbname=onsale_test
- *  user=postgres". Valid until svc_pg_stop. */
+ *  user=postgres password=…". Valid until svc_pg_stop. */
 const char *svc_pg_conninfo(const svc_pg_t *s);
 /** Immediate shutdown (SIGQUIT to the postmaster: every backend dies, clients see their
  *  connections drop) and reaps it; the data stays. 0 or -1. */

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cm_config.h"
@@ -302,6 +303,50 @@ static void test_help(void **state)
     assert_non_null(strstr(text, "--config=<file>"));
 }
 
+/* Issue 8: secret files are read whole, trimmed, and refused unless owner-only. */
+static void test_read_secret(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/onsale-secret-XXXXXX", err[256];
+    int fd = mkstemp(path); /* mode 0600 */
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "s3cret-s3cret-s3cret\n\n", 22), 22);
+    close(fd);
+    size_t len = 0;
+    char *s = cm_config_read_secret("admin_token_file", path, 16, 4096, &len, err, sizeof(err));
+    assert_non_null(s);
+    assert_string_equal(s, "s3cret-s3cret-s3cret");
+    assert_int_equal(len, 20);
+    free(s);
+    /* too short */
+    assert_null(cm_config_read_secret("admin_token_file", path, 64, 4096, NULL, err, sizeof(err)));
+    assert_non_null(strstr(err, "at least 64"));
+    /* larger than allowed */
+    assert_null(cm_config_read_secret("x_file", path, 1, 8, NULL, err, sizeof(err)));
+    assert_non_null(strstr(err, "larger than 8"));
+    /* readable by group or others: refused, whatever the content */
+    static const mode_t bad[] = {0640, 0604, 0644, 0660, 0606, 0700 | 0040};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(chmod(path, bad[i]), 0);
+        err[0] = '\0';
+        assert_null(
+            cm_config_read_secret("redis_password_file", path, 1, 4096, NULL, err, sizeof(err)));
+        assert_non_null(strstr(err, "redis_password_file"));
+        assert_non_null(strstr(err, "chmod 600"));
+    }
+    assert_int_equal(chmod(path, 0400), 0);
+    s = cm_config_read_secret("x_file", path, 1, 4096, NULL, err, sizeof(err));
+    assert_non_null(s);
+    free(s);
+    unlink(path);
+    assert_null(cm_config_read_secret("x_file", path, 1, 4096, NULL, err, sizeof(err)));
+    assert_non_null(strstr(err, "No such file"));
+    assert_null(cm_config_read_secret("x_file", "/tmp", 1, 4096, NULL, err, sizeof(err)));
+    assert_non_null(strstr(err, "not a regular file"));
+    assert_null(cm_config_read_secret("x_file", NULL, 1, 4096, NULL, err, sizeof(err)));
+    assert_non_null(strstr(err, "x_file is not set"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -313,6 +358,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unknown_key, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_syntax, setup, teardown),
         cmocka_unit_test_setup_teardown(test_help, setup, teardown),
+        cmocka_unit_test(test_read_secret),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

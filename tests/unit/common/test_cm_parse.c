@@ -322,6 +322,24 @@ static void test_url_allowed(void **state)
     assert_true(cm_parse_url_allowed(big, false, NULL));
 }
 
+static void test_path(void **state)
+{
+    (void)state;
+    char buf[64], *seg[4];
+    assert_int_equal(cm_parse_path("/", buf, sizeof(buf), seg, 4), 0);
+    assert_int_equal(cm_parse_path("/q/e1/status", buf, sizeof(buf), seg, 4), 3);
+    assert_string_equal(seg[2], "status");
+    assert_int_equal(cm_parse_path("/admin/", buf, sizeof(buf), seg, 4), 1);
+    assert_string_equal(seg[0], "admin");
+    assert_int_equal(cm_parse_path("/q/a%2Db", buf, sizeof(buf), seg, 4), 2);
+    assert_string_equal(seg[1], "a-b");
+    /* found by fuzz_path: an empty segment at the end ("//", "/q/e1//") got through */
+    const char *bad[] = {"//",    "/q/e1//", "/q//e1",     "q/e1", "/a%2Fb",
+                         "/a%00", "/a%4",    "/1/2/3/4/5", ""};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_int_equal(cm_parse_path(bad[i], buf, sizeof(buf), seg, 4), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -330,6 +348,7 @@ int main(void)
         cmocka_unit_test(test_i64),           cmocka_unit_test(test_bool),
         cmocka_unit_test(test_bearer),        cmocka_unit_test(test_base64url),
         cmocka_unit_test(test_hex),           cmocka_unit_test(test_url_allowed),
+        cmocka_unit_test(test_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -183,12 +183,21 @@ static int group_teardown(void **state)
     return 0;
 }
 
+/* The credentials of every svc Redis (ACL user, default user off). */
+static const cm_redis_auth_t *auth(void)
+{
+    static cm_redis_auth_t a;
+    a.user = SVC_REDIS_USER;
+    a.password = svc_password();
+    return &a;
+}
+
 static int setup(void **state)
 {
     static struct fx f;
 
     f.base = event_base_new();
-    f.r = cm_redis_new(f.base, SVC_HOST, svc_redis_port(srv), TIMEOUT_MS);
+    f.r = cm_redis_new_auth(f.base, SVC_HOST, svc_redis_port(srv), TIMEOUT_MS, auth());
     if (!run_until(f.base, is_connected, f.r, HARD_MS))
         return -1;
     *state = &f;
@@ -361,7 +370,7 @@ static int pinged(void *arg)
 static void test_deadline_then_late_reply_dropped(void **state)
 {
     struct fx *f = *state;
-    cm_redis_t *r = cm_redis_new(f->base, SVC_HOST, svc_redis_port(srv), 100);
+    cm_redis_t *r = cm_redis_new_auth(f->base, SVC_HOST, svc_redis_port(srv), 100, auth());
     const char *argv[] = {"DEBUG", "SLEEP", "0.5"};
     size_t lens[] = {5, 5, 3};
     struct result res = {0};
@@ -460,7 +469,7 @@ static void test_no_server_commands_fail_at_once(void **state)
 {
     struct fx *f = *state;
     cm_redis_t *down = cm_redis_new(f->base, SVC_HOST, unused_port(), 200);
-    cm_redis_t *named = cm_redis_new(f->base, "localhost", svc_redis_port(srv), 200);
+    cm_redis_t *named = cm_redis_new_auth(f->base, "localhost", svc_redis_port(srv), 200, auth());
     const char *argv[] = {"PING"};
     size_t lens[] = {4};
     struct result res = {0};
@@ -494,6 +503,38 @@ static int stuck_listener(int *port, int fds[3])
     return 0;
 }
 
+/* Issue 8: AUTH is a connect-time step. Without credentials, or with a wrong password,
+ * the client never counts as up and no command is sent; with them it connects as the
+ * ACL user (ACL WHOAMI). */
+static void test_auth_at_connect(void **state)
+{
+    struct fx *f = *state;
+    cm_redis_auth_t wrong = {SVC_REDIS_USER, "not-the-password"};
+    cm_redis_t *none = cm_redis_new(f->base, SVC_HOST, svc_redis_port(srv), 200);
+    cm_redis_t *bad = cm_redis_new_auth(f->base, SVC_HOST, svc_redis_port(srv), 200, &wrong);
+    const char *argv[] = {"ACL", "WHOAMI"};
+    struct result res = {0};
+
+    run_for(f->base, 400); /* a few attempts each */
+    assert_false(cm_redis_connected(bad));
+    assert_int_equal(cm_redis_command(bad, on_result, &res, 2, argv, NULL), -1);
+    /* without AUTH the connection is up, but Redis answers nothing but NOAUTH */
+    if (cm_redis_connected(none)) {
+        assert_int_equal(cm_redis_command(none, on_result, &res, 2, argv, NULL), 0);
+        assert_true(wait_calls(f->base, &res, 1));
+        assert_int_equal(res.type, CM_REDIS_ERROR);
+        assert_non_null(strstr(res.str, "NOAUTH"));
+    }
+    cm_redis_free(none);
+    cm_redis_free(bad);
+    /* the fixture's client authenticated as the ACL user */
+    struct result who = {0};
+    assert_int_equal(cm_redis_command(f->r, on_result, &who, 2, argv, NULL), 0);
+    assert_true(wait_calls(f->base, &who, 1));
+    assert_int_equal(who.type, CM_REDIS_STR);
+    assert_string_equal(who.str, SVC_REDIS_USER);
+}
+
 static void test_connect_deadline(void **state)
 {
     struct fx *f = *state;
@@ -514,7 +555,7 @@ static void test_connect_deadline(void **state)
 static void test_wedged_connection_is_reopened(void **state)
 {
     struct fx *f = *state;
-    cm_redis_t *r = cm_redis_new(f->base, SVC_HOST, svc_redis_port(srv), 50);
+    cm_redis_t *r = cm_redis_new_auth(f->base, SVC_HOST, svc_redis_port(srv), 50, auth());
     const char *sleep_argv[] = {"DEBUG", "SLEEP", "1"};
     size_t sleep_len[] = {5, 5, 1};
     const char *ping_argv[] = {"PING"};
@@ -550,7 +591,7 @@ static void test_wedged_connection_is_reopened(void **state)
 static void test_server_loss_fails_pending_then_reconnects(void **state)
 {
     struct fx *f = *state;
-    cm_redis_t *r = cm_redis_new(f->base, SVC_HOST, svc_redis_port(srv), 5000);
+    cm_redis_t *r = cm_redis_new_auth(f->base, SVC_HOST, svc_redis_port(srv), 5000, auth());
     cm_redis_script_t *s = cm_redis_script_new("one", "return 1");
     const char *blpop[] = {"BLPOP", "t:never", "0"};
     size_t blpop_len[] = {5, 7, 1};
@@ -758,7 +799,7 @@ static int cluster_setup(void **state)
     /* one seed is enough: the rest of the cluster comes from CLUSTER SHARDS */
     snprintf(seed, sizeof(seed), SVC_HOST ":%d", svc_redis_cluster_port(cluster, 0));
     f.base = event_base_new();
-    f.r = cm_redis_new_cluster(f.base, seed, TIMEOUT_MS);
+    f.r = cm_redis_new_cluster_auth(f.base, seed, TIMEOUT_MS, auth());
     if (f.r == NULL || !run_until(f.base, is_connected, f.r, HARD_MS))
         return -1;
     *state = &f;
@@ -768,8 +809,9 @@ static int cluster_setup(void **state)
 /* One command straight to node i (a plain client), answer copied into res. */
 static void node_command(struct fx *f, int i, struct result *res, int argc, const char **argv)
 {
-    struct fx nf = {
-        f->base, cm_redis_new(f->base, SVC_HOST, svc_redis_cluster_port(cluster, i), TIMEOUT_MS)};
+    struct fx nf = {f->base,
+                    cm_redis_new_auth(f->base, SVC_HOST, svc_redis_cluster_port(cluster, i),
+                                      TIMEOUT_MS, auth())};
     assert_true(run_until(f->base, is_connected, nf.r, HARD_MS));
     command(&nf, res, argc, argv);
     cm_redis_free(nf.r);
@@ -1025,6 +1067,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_free_inside_callback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_server_commands_fail_at_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_connect_deadline, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_auth_at_connect, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wedged_connection_is_reopened, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server_loss_fails_pending_then_reconnects, setup,
                                         teardown),
