@@ -47,8 +47,12 @@ const cm_config_opt_t gw_config_table[] = {
      "comma-separated EC P-256 private key PEM files; the last signs, all are published "
      "in the JWKS (rotate: append a new key, drop an old one after admission_ttl)"},
     {"ticket_secret_file", CM_CFG_STR, S(ticket_secret_file), NULL, 0, 0,
-     "file holding the queue-ticket HMAC secret (at least 32 characters; the same on "
-     "every gateway)"},
+     "comma-separated files each holding a queue-ticket HMAC secret (at least 32 "
+     "characters, owner-only mode; the same list on every gateway): the last signs, all "
+     "verify (rotate: append a new one, drop the oldest after ticket_max_age_s)"},
+    {"ticket_max_age_s", CM_CFG_INT, S(ticket_max_age_s), "604800", 60, 31536000,
+     "oldest queue ticket accepted, in seconds since it was issued (older: 401 "
+     "invalid_ticket, the fan joins again)"},
     {"admin_token_file", CM_CFG_STR, S(admin_token_file), NULL, 0, 0,
      "file holding the operators' bearer token"},
     {"issuer", CM_CFG_STR, S(issuer), "onsale-gateway", 0, 0, "iss claim of admission tokens"},

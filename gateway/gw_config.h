@@ -32,6 +32,7 @@ typedef struct gw_config {
     int64_t redis_timeout_ms;
     char *signing_keys;
     char *ticket_secret_file;
+    int64_t ticket_max_age_s;
     char *admin_token_file;
     char *issuer;
     char *reserve_url;

@@ -94,8 +94,9 @@ static int read_ticket(place_op_t *op, bool *from_bearer)
     }
     if (text == NULL)
         return 0;
-    if (len >= sizeof(op->ticket) || gw_ticket_decode(srv->ticket_secret, srv->ticket_secret_len,
-                                                      op->event, text, len, &op->t) != 0)
+    if (len >= sizeof(op->ticket) ||
+        gw_ticket_decode_any(&srv->ticket_keys, op->event, text, len, &op->t) != 0 ||
+        !gw_ticket_fresh(&op->t, cm_time_wall_ms() / 1000, srv->cfg.ticket_max_age_s))
         return -1;
     memcpy(op->ticket, text, len);
     op->ticket[len] = '\0';

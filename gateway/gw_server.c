@@ -264,6 +264,46 @@ out:
     return rc;
 }
 
+/* ticket_secret_file: a comma-separated list, oldest first; the last one signs. */
+static int load_ticket_secrets(gw_server_t *srv, char *err, size_t errlen)
+{
+    int rc = -1;
+    char *list = cm_xstrdup(srv->cfg.ticket_secret_file), *save = NULL;
+    gw_ticket_keys_t *k = &srv->ticket_keys;
+    for (char *p = strtok_r(list, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+        while (*p == ' ')
+            p++;
+        size_t plen = strlen(p);
+        while (plen && p[plen - 1] == ' ')
+            p[--plen] = '\0';
+        if (plen == 0)
+            continue;
+        if (k->n == GW_TICKET_MAX_SECRETS) {
+            snprintf(err, errlen, "ticket_secret_file: at most %d secrets", GW_TICKET_MAX_SECRETS);
+            goto out;
+        }
+        size_t n = 0;
+        unsigned char *s = (unsigned char *)read_secret("ticket_secret_file", p,
+                                                        GW_TICKET_SECRET_MIN, &n, err, errlen);
+        if (s == NULL)
+            goto out;
+        k->secret[k->n] = s;
+        k->len[k->n++] = n;
+    }
+    if (k->n == 0) {
+        snprintf(err, errlen, "ticket_secret_file names no file");
+        goto out;
+    }
+    srv->ticket_secret = (unsigned char *)k->secret[k->n - 1];
+    srv->ticket_secret_len = k->len[k->n - 1];
+    if (k->n > 1)
+        cm_log(CM_LOG_INFO, "queue tickets: %d secrets verify, the last one signs", k->n);
+    rc = 0;
+out:
+    free(list);
+    return rc;
+}
+
 static int load_secrets(gw_server_t *srv, char *err, size_t errlen)
 {
     const gw_config_t *cfg = &srv->cfg;
@@ -275,11 +315,8 @@ static int load_secrets(gw_server_t *srv, char *err, size_t errlen)
     if (load_keys(srv, err, errlen) != 0)
         return -1;
     size_t n = 0;
-    srv->ticket_secret = (unsigned char *)read_secret("ticket_secret_file", cfg->ticket_secret_file,
-                                                      GW_TICKET_SECRET_MIN, &n, err, errlen);
-    if (srv->ticket_secret == NULL)
+    if (load_ticket_secrets(srv, err, errlen) != 0)
         return -1;
-    srv->ticket_secret_len = n;
     srv->admin_token = read_secret("admin_token_file", cfg->admin_token_file, 16, &n, err, errlen);
     return srv->admin_token == NULL ? -1 : 0;
 }
@@ -294,6 +331,7 @@ static gw_server_t *worker_new(gw_server_t *first, cm_server_t *cs, int i, char 
         srv->cfg = first->cfg;
         srv->ticket_secret = first->ticket_secret;
         srv->ticket_secret_len = first->ticket_secret_len;
+        srv->ticket_keys = first->ticket_keys; /* borrowed: the first worker owns them */
         srv->admin_token = first->admin_token;
         srv->signer = first->signer;
         srv->jwks = first->jwks;
@@ -448,9 +486,10 @@ void gw_server_free(gw_server_t *srv)
     cm_tls_free(srv->tls);
     cm_jwt_signer_free(srv->signer);
     free(srv->jwks);
-    if (srv->ticket_secret) {
-        memset(srv->ticket_secret, 0, srv->ticket_secret_len);
-        free(srv->ticket_secret);
+    for (int i = 0; i < srv->ticket_keys.n; i++) {
+        unsigned char *s = (unsigned char *)srv->ticket_keys.secret[i];
+        memset(s, 0, srv->ticket_keys.len[i]);
+        free(s);
     }
     free(srv->admin_token);
     free(srv);

@@ -25,6 +25,7 @@
 #include "cm_redis.h"
 #include "cm_server.h"
 #include "gw_config.h"
+#include "gw_ticket.h"
 
 struct event;
 struct event_base;
@@ -77,8 +78,9 @@ struct gw_server {
     cm_redis_t *redis;
     cm_metrics_t *metrics;
     gw_metrics_t m;
-    unsigned char *ticket_secret;
+    unsigned char *ticket_secret; /* the newest of ticket_keys: signs new tickets */
     size_t ticket_secret_len;
+    gw_ticket_keys_t ticket_keys; /* every secret of ticket_secret_file, oldest first */
     char *admin_token;
     cm_jwt_signer_t *signer; /* the active (last) signing key */
     char *jwks;              /* every configured key, public halves */

@@ -119,6 +119,21 @@ int gw_ticket_decode(const unsigned char *secret, size_t secretlen, const char *
     return 0;
 }
 
+int gw_ticket_decode_any(const gw_ticket_keys_t *keys, const char *event, const char *text,
+                         size_t len, gw_ticket_t *out)
+{
+    for (int i = keys->n - 1; i >= 0; i--)
+        if (gw_ticket_decode(keys->secret[i], keys->len[i], event, text, len, out) == 0)
+            return 0;
+    return -1;
+}
+
+bool gw_ticket_fresh(const gw_ticket_t *t, int64_t now_s, int64_t max_age_s)
+{
+    /* comparisons against iat only: a crafted iat (any int64) never overflows */
+    return t->iat <= now_s + GW_TICKET_FUTURE_S && t->iat >= now_s - max_age_s;
+}
+
 const char *gw_ticket_from_cookie(const char *header, const char *event, size_t *len)
 {
     size_t plen = strlen(GW_COOKIE_PREFIX), elen = strlen(event);

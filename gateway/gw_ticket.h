@@ -15,10 +15,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GW_TICKET_MAX_LEN    128 /* text form, NUL included */
-#define GW_VISITOR_LEN       32  /* visitor id: 16 random bytes as lower-case hex */
-#define GW_TICKET_SECRET_MIN 32  /* bytes of secret we accept */
-#define GW_COOKIE_PREFIX     "onsale_q_"
+#define GW_TICKET_MAX_LEN     128 /* text form, NUL included */
+#define GW_VISITOR_LEN        32  /* visitor id: 16 random bytes as lower-case hex */
+#define GW_TICKET_SECRET_MIN  32  /* bytes of secret we accept */
+#define GW_COOKIE_PREFIX      "onsale_q_"
+#define GW_TICKET_MAX_SECRETS 8   /* ticket secrets in rotation at once */
+#define GW_TICKET_FUTURE_S    300 /* an iat this far ahead of our clock is not believed */
 
 typedef struct gw_ticket {
     uint64_t gen;                     /* the room's generation (changes when re-created) */
@@ -46,6 +48,28 @@ __attribute__((warn_unused_result)) int gw_ticket_decode(const unsigned char *se
                                                          size_t secretlen, const char *event,
                                                          const char *text, size_t len,
                                                          gw_ticket_t *out);
+
+/**
+ * The gateways' ticket secrets in rotation, oldest first: the last one signs new tickets,
+ * every one of them verifies (rotate: append a new secret on every gateway, drop the
+ * oldest once ticket_max_age_s has passed). Borrowed pointers.
+ */
+typedef struct gw_ticket_keys {
+    int n;
+    const unsigned char *secret[GW_TICKET_MAX_SECRETS];
+    size_t len[GW_TICKET_MAX_SECRETS];
+} gw_ticket_keys_t;
+
+/** gw_ticket_decode under each secret of keys, the newest first. 0 or -1. */
+__attribute__((warn_unused_result)) int gw_ticket_decode_any(const gw_ticket_keys_t *keys,
+                                                             const char *event, const char *text,
+                                                             size_t len, gw_ticket_t *out);
+
+/**
+ * True when t was issued at most max_age_s before now_s (epoch seconds) and not more
+ * than GW_TICKET_FUTURE_S after it: the maximum ticket age.
+ */
+bool gw_ticket_fresh(const gw_ticket_t *t, int64_t now_s, int64_t max_age_s);
 
 /**
  * Finds the value of cookie "onsale_q_<event>" in a Cookie header. Returns a pointer into

@@ -4,6 +4,7 @@ implementation (python3-jwt) against the JWKS and accepted by reserve (invariant
 same admission for repeated polls, the per-address join limit, sold out / closed."""
 
 import json
+import os
 import time
 
 import gwstack
@@ -197,6 +198,77 @@ class Handoff(gwstack.GatewayTestCase):
         self.assertEqual(html.count(tok), 1, "the token is in the form field only")
         csp = page.header("Content-Security-Policy")
         self.assertIn("form-action https://shop.example:8443;", csp + ";")
+
+
+def _craft_ticket(secret, event, gen, num, iat, visitor):
+    """A queue ticket as gw_ticket.c lays it out, signed with secret (bytes)."""
+    import base64
+    import hashlib
+    import hmac
+    import struct
+    body = bytes([1]) + struct.pack(">QQQ", gen, num, iat & 0xFFFFFFFFFFFFFFFF) + bytes.fromhex(visitor)
+    mac = hmac.new(secret, b"onsale-queue-ticket\0" + event.encode() + b"\0" + body,
+                   hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(body + mac).decode().rstrip("=")
+
+
+class TicketSecrets(gwstack.GatewayTestCase):
+    """Issue 8: the ticket secret rotates like the signing keys (a list: the newest signs,
+    all verify), and a ticket older than ticket_max_age_s is refused."""
+
+    def secret_file(self, name):
+        path = os.path.join(self.GS.S.state, name)
+        if not os.path.exists(path):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(os.urandom(32).hex())
+        return path
+
+    def on(self, gw, ev, ticket):
+        c = gw.client()
+        try:
+            return self.status(ev, ticket, client=c)
+        finally:
+            c.close()
+
+    def test_rotation_newest_signs_all_verify(self):
+        ev = self.new_room(rate_per_minute=1, paused=True)
+        old = self.GS.secret_path
+        new = self.secret_file("ticket-secret-2")
+        t_old = self.join(ev).json["ticket"]  # g1 signs with the old secret
+        both = self.GS.add_gateway("rot-both", ticket_secret_file=f"{old},{new}")
+        only_new = self.GS.add_gateway("rot-new", ticket_secret_file=new)
+        self.assertStatus(self.on(both, ev, t_old), 200, msg="old ticket on old+new:")
+        c = both.client()
+        try:
+            t_new = self.join(ev, client=c).json["ticket"]  # signed with the newest
+        finally:
+            c.close()
+        self.assertStatus(self.on(both, ev, t_new), 200)
+        self.assertStatus(self.on(only_new, ev, t_new), 200)
+        self.assertStatus(self.on(self.GS.g, ev, t_new), 401, "invalid_ticket",
+                          msg="the newest secret signed it:")
+        self.assertStatus(self.on(only_new, ev, t_old), 401, "invalid_ticket",
+                          msg="a secret dropped from the list no longer verifies:")
+
+    def test_ticket_older_than_max_age_is_refused(self):
+        ev = self.new_room(rate_per_minute=1, paused=True)
+        real = self.join(ev).json["ticket"]
+        gen, num, _, visitor = ticket_fields(real)
+        with open(self.GS.secret_path, "rb") as f:
+            secret = f.read().strip()
+        now = int(time.time())
+        strict = self.GS.add_gateway("max-age", ticket_max_age_s=60)
+        old = _craft_ticket(secret, ev, gen, num, now - 3600, visitor)
+        fresh = _craft_ticket(secret, ev, gen, num, now - 5, visitor)
+        future = _craft_ticket(secret, ev, gen, num, now + 3600, visitor)
+        self.assertStatus(self.on(strict, ev, fresh), 200, msg="a fresh ticket:")
+        self.assertStatus(self.on(strict, ev, old), 401, "invalid_ticket",
+                          msg="an hour-old ticket with ticket_max_age_s=60:")
+        self.assertStatus(self.on(self.GS.g, ev, old), 200,
+                          msg="the same ticket within the default maximum age:")
+        self.assertStatus(self.on(self.GS.g, ev, future), 401, "invalid_ticket",
+                          msg="a ticket issued an hour in the future:")
 
 
 class Tickets(gwstack.GatewayTestCase):

@@ -29,11 +29,14 @@ _REDIS = {}
 def setUpModule():
     root = tempfile.mkdtemp(prefix="onsale-rsvlua-")
     port = stack._free_ports(1)[0]
+    # Authenticated like every Redis of the project: an ACL user, the default user off.
+    password = os.urandom(16).hex()
     proc = subprocess.Popen(["redis-server", "--bind", HOST, "--port", str(port), "--save", "",
-                             "--appendonly", "no", "--dir", root],
+                             "--appendonly", "no", "--dir", root, "--user", "default", "off",
+                             "--user", "onsale", "on", f">{password}", "~*", "&*", "+@all"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL)
-    r = stack.Redis(port)
+    r = stack.Redis(port, auth=("onsale", password))
 
     def cleanup():
         r.close()

@@ -43,6 +43,9 @@ class SimTest(unittest.TestCase):
                              check=True).stdout
         env = dict(kv.split("=", 1) for kv in out.decode().split("\0") if "=" in kv)
         env["ONSALE_CTL"] = S.script
+        # as `deploy/onsale sim` does: the audit's libpq takes the password from PGPASSWORD
+        with open(env["ONSALE_PG_PASSWORD_FILE"]) as f:
+            env["PGPASSWORD"] = f.read().strip()
         env.update(extra or {})
         return env
 

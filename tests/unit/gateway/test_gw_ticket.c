@@ -77,6 +77,46 @@ static void test_other_secret_refused(void **state)
     assert_int_equal(gw_ticket_decode(other, sizeof(other) - 1, "e1", text, n, &got), -1);
 }
 
+/* Issue 8: rotation. Every secret of the list verifies, whichever signed; a secret no
+ * longer in the list does not. */
+static void test_rotation_any_secret_verifies(void **state)
+{
+    static const unsigned char old[] = "old-secret-old-secret-old-secret-old!";
+    static const unsigned char gone[] = "gone-secret-gone-secret-gone-secret!!";
+    gw_ticket_t t = sample(), got;
+    char by_old[GW_TICKET_MAX_LEN], by_new[GW_TICKET_MAX_LEN], by_gone[GW_TICKET_MAX_LEN];
+    size_t n_old = gw_ticket_encode(old, sizeof(old) - 1, "e1", &t, by_old, sizeof(by_old));
+    size_t n_new = gw_ticket_encode(secret, SLEN, "e1", &t, by_new, sizeof(by_new));
+    size_t n_gone = gw_ticket_encode(gone, sizeof(gone) - 1, "e1", &t, by_gone, sizeof(by_gone));
+    gw_ticket_keys_t keys = {.n = 2, .secret = {old, secret}, .len = {sizeof(old) - 1, SLEN}};
+    assert_int_equal(gw_ticket_decode_any(&keys, "e1", by_old, n_old, &got), 0);
+    assert_true(got.num == t.num);
+    assert_int_equal(gw_ticket_decode_any(&keys, "e1", by_new, n_new, &got), 0);
+    assert_int_equal(gw_ticket_decode_any(&keys, "e1", by_gone, n_gone, &got), -1);
+    assert_int_equal(gw_ticket_decode_any(&keys, "e2", by_old, n_old, &got), -1);
+    keys.n = 1; /* the old secret dropped from the list */
+    keys.secret[0] = secret;
+    keys.len[0] = SLEN;
+    assert_int_equal(gw_ticket_decode_any(&keys, "e1", by_old, n_old, &got), -1);
+    keys.n = 0;
+    assert_int_equal(gw_ticket_decode_any(&keys, "e1", by_new, n_new, &got), -1);
+}
+
+/* Issue 8: the maximum ticket age, and no belief in tickets from the future. */
+static void test_fresh(void **state)
+{
+    gw_ticket_t t = sample(); /* iat 1800000000 */
+    assert_true(gw_ticket_fresh(&t, 1800000000, 60));
+    assert_true(gw_ticket_fresh(&t, 1800000060, 60));
+    assert_false(gw_ticket_fresh(&t, 1800000061, 60));
+    assert_true(gw_ticket_fresh(&t, 1800000000 - GW_TICKET_FUTURE_S, 60));
+    assert_false(gw_ticket_fresh(&t, 1800000000 - GW_TICKET_FUTURE_S - 1, 60));
+    t.iat = INT64_MAX; /* a crafted iat cannot overflow the check */
+    assert_false(gw_ticket_fresh(&t, 1800000000, 60));
+    t.iat = INT64_MIN;
+    assert_false(gw_ticket_fresh(&t, 1800000000, 60));
+}
+
 /* Flipping any single character (a better number, another visitor, a forged MAC) fails. */
 static void test_every_altered_character_refused(void **state)
 {
@@ -169,6 +209,8 @@ int main(void)
         cmocka_unit_test(test_encode_refuses_bad_visitor),
         cmocka_unit_test(test_cookie_parse),
         cmocka_unit_test(test_new_visitor),
+        cmocka_unit_test(test_rotation_any_secret_verifies),
+        cmocka_unit_test(test_fresh),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
