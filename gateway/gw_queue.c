@@ -346,6 +346,9 @@ void gw_queue_status(gw_server_t *srv, struct evhttp_request *req, const char *e
 static void see_page(place_op_t *op)
 {
     char where[CM_IDENT_MAX + 8];
+    gw_room_t *room = gw_watermark_room(op->r.srv, op->event);
+    if (room != NULL)
+        gw_watermark_saw_number(room, op->t.gen, op->t.num);
     snprintf(where, sizeof(where), "/q/%s", op->event);
     gw_queue_set_cookie(&op->r, op->event, op->ticket);
     evhttp_add_header(evhttp_request_get_output_headers(op->r.req), "Location", where);

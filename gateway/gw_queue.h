@@ -8,6 +8,10 @@
  * Redis — until the number is passed, when gw_admit takes over. A pre-queue ticket is
  * exchanged once for a numbered one after the opening (one Redis lookup).
  *
+ * Browsers join only from the room's own page: a join whose Sec-Fetch-Site or Origin
+ * names another site is refused (403 cross_site); API clients send neither header. A
+ * form POST (the page without JavaScript) is answered 303 back to the page.
+ *
  * Loop thread only.
  */
 #ifndef GW_QUEUE_H
@@ -17,7 +21,7 @@
 
 struct evhttp_request;
 
-/** POST /q/{event}/join (event already checked as an identifier). */
+/** POST /q/{event}/join (event already checked as an identifier; JSON, or the page's form). */
 void gw_queue_join(gw_server_t *srv, struct evhttp_request *req, const char *event);
 
 /** GET /q/{event}/status. */
@@ -26,7 +30,8 @@ void gw_queue_status(gw_server_t *srv, struct evhttp_request *req, const char *e
 /**
  * GET /q/{event}: the queue page (gw_page) for the ticket in the cookie — the same
  * decisions as a status poll, so a fan without JavaScript advances to admission by
- * meta refresh alone. Without a usable ticket the page starts as "new".
+ * meta refresh alone. Without a usable ticket the page starts as "new" and takes no
+ * place: its script, or its form without JavaScript, joins by a same-origin POST.
  */
 void gw_queue_page(gw_server_t *srv, struct evhttp_request *req, const char *event);
 

@@ -99,7 +99,7 @@ class Recovery(gwstack.GatewayTestCase):
         self.patch(ev, paused=False)
         time.sleep(1.0)
         s0 = self.GS.room_state(ev)
-        time.sleep(5.0)
+        time.sleep(4.0)
         s1 = self.GS.room_state(ev)
         per_s = (s1["wm"] - s0["wm"]) / ((s1["last"] - s0["last"]) / 1000.0)
         self.assertTrue(RATE / 60 * 0.85 <= per_s <= RATE / 60 * 1.15,
