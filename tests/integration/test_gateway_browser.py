@@ -76,8 +76,10 @@ class QueuePageInBrowser(unittest.TestCase):
         redirect = f"https://shop.onsale.test/checkout?ev={ev}"
         c = self.gateway()
         try:
+            # paused while the fans ahead join, so the line starts moving only now, however
+            # long the set-up took on a loaded machine
             r = c.put(f"/admin/events/{ev}", {"rate_per_minute": RATE_PER_MINUTE,
-                                              "max_active": 0, "mode": "fifo",
+                                              "max_active": 0, "mode": "fifo", "paused": True,
                                               "redirect_url": redirect, "handoff": handoff},
                       token=self.S.admin_token)
             self.assertIn(r.status, (200, 201), f"PUT /admin/events/{ev}: {r!r}")
@@ -91,6 +93,13 @@ class QueuePageInBrowser(unittest.TestCase):
                 self.assertEqual(r.json.get("state"), "queued", f"join {i + 1}: {r!r}")
             finally:
                 c.close()
+        c = self.gateway()
+        try:
+            r = c.request("PATCH", f"/admin/events/{ev}", body={"paused": False},
+                          token=self.S.admin_token)
+            self.assertEqual(r.status, 200, f"resuming {ev}: {r!r}")
+        finally:
+            c.close()
         return ev, redirect
 
     def run_browser(self, ev, redirect, mode, handoff="fragment"):
