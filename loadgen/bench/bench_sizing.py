@@ -90,7 +90,7 @@ def redis_calls(S):
     ports = R.masters() if S.cluster else [S.redis_port]
     total = scripts = 0
     for p in ports:
-        for line in stack.Redis(p)("INFO", "commandstats").decode().splitlines():
+        for line in stack.Redis(p, auth=S.redis_auth)("INFO", "commandstats").decode().splitlines():
             if line.startswith("cmdstat_"):
                 calls = int(line.split("calls=")[1].split(",")[0])
                 total += calls

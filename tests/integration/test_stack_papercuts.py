@@ -90,8 +90,11 @@ class Papercuts(unittest.TestCase):
         self.assertEqual(p.returncode, 0, out)
         self.assertIn(f"its data goes to {alt}", out)
         self.assertTrue(os.path.exists(os.path.join(alt, "data", "PG_VERSION")))
+        with open(os.path.join(st, "pg-password")) as f:
+            pw = f.read().strip()
         q = subprocess.run(["psql", "-h", HOST, "-p", str(self.ports["PG"]), "-U", "onsale",
-                            "-d", "onsale", "-Atc", "select 1"], capture_output=True, timeout=30)
+                            "-d", "onsale", "-Atc", "select 1"], capture_output=True, timeout=30,
+                           env=dict(os.environ, PGPASSWORD=pw))
         self.assertEqual(q.stdout.strip(), b"1", q.stderr)
         s = onsale(st, self.ports, "status")
         self.assertRegex(s.stdout.decode(), r"postgres\s+running")
