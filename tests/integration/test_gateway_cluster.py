@@ -20,8 +20,11 @@ NODES = 3
 _CLUSTER = {}
 
 
-def start_cluster():
-    """Three masters on free ports; their shutdown is a module cleanup."""
+def start_cluster(auth):
+    """Three masters on free ports, authenticated like the stack's Redis (its ACL user and
+    password, the default user off); their shutdown is a module cleanup."""
+    _CLUSTER["auth"] = auth
+    user, password = auth
     root = tempfile.mkdtemp(prefix="onsale-gwcluster-")
     procs, ports = [], []
 
@@ -42,13 +45,15 @@ def start_cluster():
             ["redis-server", "--bind", HOST, "--port", str(port), "--save", "",
              "--appendonly", "no", "--dir", d, "--cluster-enabled", "yes",
              "--cluster-port", str(bus), "--cluster-config-file", "nodes.conf",
-             "--cluster-node-timeout", "1000"],
+             "--cluster-node-timeout", "1000", "--user", "default", "off",
+             "--user", user, "on", f">{password}", "~*", "&*", "+@all"],
             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
         ports.append(port)
     _CLUSTER["ports"] = ports
     for p in ports:
         stack.wait_for(lambda p=p: redis_at(p)("PING") == "PONG", 10, what=f"redis {p}")
-    subprocess.run(["redis-cli", "--cluster", "create", *[f"{HOST}:{p}" for p in ports],
+    subprocess.run(["redis-cli", "--user", user, "--pass", password, "--no-auth-warning",
+                    "--cluster", "create", *[f"{HOST}:{p}" for p in ports],
                     "--cluster-replicas", "0", "--cluster-yes"], check=True, timeout=60,
                    stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
     stack.wait_for(lambda: all(b"cluster_state:ok" in redis_at(p)("CLUSTER", "INFO")
@@ -57,7 +62,7 @@ def start_cluster():
 
 def setUpModule():
     gs = gwstack.module_stack("gw-cluster", gateways=0)
-    start_cluster()
+    start_cluster(gs.S.redis_auth)
     ports = _CLUSTER["ports"]
     nodes = ",".join(f"{HOST}:{p}" for p in ports)
     for name in ("c1", "c2"):
@@ -67,7 +72,7 @@ def setUpModule():
 def redis_at(port):
     conns = _CLUSTER.setdefault("conns", {})
     if port not in conns:
-        conns[port] = stack.Redis(port)
+        conns[port] = stack.Redis(port, auth=_CLUSTER["auth"])
     return conns[port]
 
 
