@@ -378,7 +378,8 @@ static void check_inventory(sim_run_t *r, PGconn *pg, redisContext *rc)
                 if (redisGetReply(rc, (void **)&rep) != REDIS_OK)
                     return;
                 if (rep->type == REDIS_REPLY_STRING) {
-                    if (strncmp(rep->str, "sold:", 5) == 0)
+                    if (strncmp(rep->str, "sold", 4) == 0 &&
+                        (rep->str[4] == '\0' || rep->str[4] == ':'))
                         sold_r++;
                     else
                         held++;
@@ -423,13 +424,24 @@ static void check_inventory(sim_run_t *r, PGconn *pg, redisContext *rc)
                                 ? atof(t->element[0]->str) * 1000 + atof(t->element[1]->str) / 1000
                                 : 0;
             freeReplyObject(t);
-            redisReply *z = redisCommand(rc, "ZRANGE %spe:%s 0 -1 WITHSCORES", prefix, p->id);
+            /* Held units: pu:<pool>, one member '<hold>#<i>' per unit, score = expiry (an
+             * expired member is a free unit); older layouts kept pe:<pool> members
+             * '<qty>:<hold>'. */
+            redisReply *z = redisCommand(rc, "ZRANGE %spu:%s 0 -1 WITHSCORES", prefix, p->id);
+            for (size_t k = 0; z && z->type == REDIS_REPLY_ARRAY && k + 1 < z->elements; k += 2) {
+                if (atof(z->element[k + 1]->str) > now_ms)
+                    pheld++;
+                else
+                    pexpired++;
+            }
+            freeReplyObject(z);
+            z = redisCommand(rc, "ZRANGE %spe:%s 0 -1 WITHSCORES", prefix, p->id);
             for (size_t k = 0; z && z->type == REDIS_REPLY_ARRAY && k + 1 < z->elements; k += 2) {
                 long qty = atol(z->element[k]->str);
                 if (atof(z->element[k + 1]->str) > now_ms)
                     pheld += qty;
                 else
-                    pexpired += qty; /* returns to the pool on the script's next touch */
+                    pexpired += qty;
             }
             freeReplyObject(z);
             long total = psold + pheld + pavail + pexpired;

@@ -51,6 +51,10 @@ struct sim_crowd {
     double *cdf;    /* hotspot: cumulative seat weights */
     struct event *arrivals, *tick, *deadline, *sigchld;
     struct event **action_ev;
+    struct action_arg {
+        sim_crowd_t *c;
+        int i;
+    } * action_arg;
     json_t **action_rec;
     pid_t *action_pid;
     int setup_step;
@@ -843,9 +847,9 @@ static void run_exec(sim_crowd_t *c, int i)
 
 static void on_action(evutil_socket_t fd, short what, void *arg)
 {
-    sim_crowd_t *c = ((void **)arg)[0];
-    int i = (int)(intptr_t)((void **)arg)[1];
-    free(arg);
+    struct action_arg *aa = arg;
+    sim_crowd_t *c = aa->c;
+    int i = aa->i;
     sim_action_t *a = &c->r->sc->actions[i];
     if (c->finished)
         return;
@@ -1083,10 +1087,10 @@ static void start_night(sim_crowd_t *c)
         if (ms < 0)
             ms = 0;
         struct timeval atv = {ms / 1000, (ms % 1000) * 1000};
-        void **arg = cm_xcalloc(2, sizeof(void *));
-        arg[0] = c;
-        arg[1] = (void *)(intptr_t)i;
-        event_base_once(c->base, -1, EV_TIMEOUT, on_action, arg, &atv);
+        c->action_arg[i].c = c;
+        c->action_arg[i].i = i;
+        c->action_ev[i] = evtimer_new(c->base, on_action, &c->action_arg[i]);
+        evtimer_add(c->action_ev[i], &atv);
     }
 }
 
@@ -1161,6 +1165,8 @@ int sim_crowd_run(sim_run_t *r, char *err, size_t errlen)
     event_add(c->sigchld, NULL);
     c->action_rec = cm_xcalloc((size_t)s->nactions + 1, sizeof(json_t *));
     c->action_pid = cm_xcalloc((size_t)s->nactions + 1, sizeof(pid_t));
+    c->action_ev = cm_xcalloc((size_t)s->nactions + 1, sizeof(struct event *));
+    c->action_arg = cm_xcalloc((size_t)s->nactions + 1, sizeof(*c->action_arg));
     r->timeline = json_array();
     r->sold_out_ns = -1;
     r->nsvc = o->nservices;
@@ -1204,6 +1210,11 @@ out:
         event_free(c->deadline);
     if (c->sigchld)
         event_free(c->sigchld);
+    for (int i = 0; c->action_ev && i < s->nactions; i++)
+        if (c->action_ev[i])
+            event_free(c->action_ev[i]);
+    free(c->action_ev);
+    free(c->action_arg);
     free(c->action_rec);
     free(c->action_pid);
     free(c->taken);
