@@ -5,7 +5,8 @@
  * A timer samples every room this gateway knows every `history_interval_ms` into a
  * bounded ring per room (`history_samples` entries; the oldest is overwritten). Rooms
  * that disappear lose their ring. Memory is bounded by rooms × samples × 64 bytes.
- * Served by GET /admin/events/{event}/history (gw_admin.c). Loop thread only.
+ * Served by GET /admin/events/{event}/history (gw_admin.c). One per gateway worker, used
+ * only on that worker's loop thread (each worker samples the rooms it serves).
  */
 #ifndef GW_HISTORY_H
 #define GW_HISTORY_H
