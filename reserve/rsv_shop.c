@@ -9,8 +9,10 @@
 
 #include <event2/http.h>
 #include <jansson.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "cm_mem.h"
 #include "rsv_server.h"
 
 /* The embedded files (onsale_embed in reserve/CMakeLists.txt). */
@@ -64,9 +66,9 @@ bool rsv_shop_serve(rsv_server_t *srv, struct evhttp_request *req, char **seg, i
     if (n == 1 && strcmp(path, "/shop") == 0) {
         /* keep the query (?event=…); the fragment never reaches the server */
         const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
-        char loc[1200];
-        snprintf(loc, sizeof(loc), "/shop/%s%s", query ? "?" : "", query ? query : "");
+        char *loc = cm_xasprintf("/shop/%s%s", query ? "?" : "", query ? query : "");
         evhttp_add_header(evhttp_request_get_output_headers(req), "Location", loc);
+        free(loc);
         rsv_reply_error(&r, 301, "moved", "the storefront is at /shop/", NULL);
         return true;
     }

@@ -41,6 +41,10 @@ class Storefront(stack.ReserveTestCase):
         r = self.c.get("/shop?event=demo")
         self.assertEqual(r.status, 301, r)
         self.assertEqual(r.header("location"), "/shop/?event=demo")
+        q = "event=demo&x=" + "y" * 3000   # long queries are kept whole
+        r = self.c.get(f"/shop?{q}")
+        self.assertEqual(r.status, 301, r)
+        self.assertEqual(r.header("location"), f"/shop/?{q}")
 
     def test_page_script_and_style_are_served_with_a_strict_csp(self):
         r = self.c.get("/shop/?event=demo")
