@@ -1,9 +1,10 @@
 /*
  * rsv_ledger — see rsv_ledger.h.
  *
- * One scan: list a page (rsv_pay_list) → check its candidates in Postgres → advance the
- * settled cursor over the page's settled prefix → next page or done. Every step is
- * asynchronous with its own deadline (rsv_pay, rsv_pg), so a scan always ends.
+ * One scan: check the remembered charges of open checkouts (one statement) → list a page
+ * from the cursor (rsv_pay_list) → check its candidates in Postgres (one statement) →
+ * remember those still open → cursor to the page's end → next page or done. Every step
+ * is asynchronous with its own deadline (rsv_pay, rsv_pg), so a scan always ends.
  */
 #include "rsv_ledger.h"
 
@@ -21,8 +22,16 @@
 #include "rsv_pay.h"
 #include "rsv_server.h"
 
-#define PAGE_LIMIT 200
-#define MAX_PAGES  20
+#define PAGE_LIMIT  200
+#define MAX_PAGES   20
+#define RECHECK_MAX 20000
+
+/* A charge whose checkout was open when last seen. */
+typedef struct recheck {
+    char checkout[RSV_PAY_ID_MAX];
+    char charge[RSV_PAY_ID_MAX];
+    int64_t created;
+} recheck_t;
 
 struct rsv_ledger {
     rsv_server_t *srv;
@@ -30,13 +39,12 @@ struct rsv_ledger {
     bool busy;    /* a scan is running */
     bool closing; /* freed when the scan in flight ends */
     int64_t since;
-    char cursor[RSV_PAY_ID_MAX]; /* every charge up to this one is settled */
-    bool moving;                 /* this scan still advances the cursor */
-    char next[RSV_PAY_ID_MAX];   /* starting_after of the next page of this scan */
+    char cursor[RSV_PAY_ID_MAX]; /* every charge up to this one was read */
     int pages;
-    /* the page being checked */
-    rsv_pay_page_t page;
-    bool *settled;
+    rsv_pay_page_t page; /* the page being checked */
+    recheck_t *open;     /* charges of open checkouts, checked again each scan */
+    size_t nopen;
+    bool rechecking; /* the query in flight checks `open`, not `page` */
 };
 
 static void scan_page(rsv_ledger_t *l);
@@ -44,11 +52,11 @@ static void scan_page(rsv_ledger_t *l);
 static void scan_end(rsv_ledger_t *l)
 {
     rsv_pay_page_clear(&l->page);
-    free(l->settled);
-    l->settled = NULL;
     l->busy = false;
-    if (l->closing)
+    if (l->closing) {
+        free(l->open);
         free(l);
+    }
 }
 
 /* Postgres text[] literal of ids: each element double-quoted, \ and " escaped. */
@@ -73,6 +81,33 @@ static void append_elem(char **buf, size_t *len, size_t *cap, const char *v, boo
     *len = (size_t)(p - *buf);
 }
 
+typedef struct arrays {
+    char *cos, *chs;
+    size_t lc, cc, lh, ch, n;
+} arrays_t;
+
+static void arrays_init(arrays_t *a)
+{
+    memset(a, 0, sizeof(*a));
+    a->cos = cm_xstrdup("{");
+    a->chs = cm_xstrdup("{");
+    a->lc = a->lh = 1;
+    a->cc = a->ch = 2;
+}
+
+static void arrays_add(arrays_t *a, const char *checkout, const char *charge)
+{
+    append_elem(&a->cos, &a->lc, &a->cc, checkout, a->n == 0);
+    append_elem(&a->chs, &a->lh, &a->ch, charge, a->n == 0);
+    a->n++;
+}
+
+static void arrays_free(arrays_t *a)
+{
+    free(a->cos);
+    free(a->chs);
+}
+
 static rsv_ledger_outcome_t outcome_of(const char *s)
 {
     static const char *const names[] = {"refunding", "booked", "open", "mismatch", "unknown"};
@@ -82,31 +117,43 @@ static rsv_ledger_outcome_t outcome_of(const char *s)
     return RSV_LEDGER_UNKNOWN;
 }
 
-/* Advances the cursor over the page's settled prefix, then reads on or ends. */
-static void page_done(rsv_ledger_t *l)
+static void on_checked(const char *err, const rsv_pg_result_t *res, void *arg);
+
+/* Asks Postgres about the pairs in a (consumed). 0, or -1 when it could not ask. */
+static int check(rsv_ledger_t *l, arrays_t *a)
 {
-    for (size_t i = 0; i < l->page.n && l->moving; i++) {
-        if (l->settled[i])
-            snprintf(l->cursor, sizeof(l->cursor), "%s", l->page.items[i].id);
-        else
-            l->moving = false;
-    }
-    bool more = l->page.has_more && l->page.n > 0 && ++l->pages < MAX_PAGES && !l->closing;
-    if (more)
-        snprintf(l->next, sizeof(l->next), "%s", l->page.items[l->page.n - 1].id);
-    rsv_pay_page_clear(&l->page);
-    free(l->settled);
-    l->settled = NULL;
-    if (more)
-        scan_page(l);
-    else
-        scan_end(l);
+    a->cos = cm_xrealloc(a->cos, a->lc + 2);
+    a->chs = cm_xrealloc(a->chs, a->lh + 2);
+    strcat(a->cos, "}");
+    strcat(a->chs, "}");
+    const char *params[] = {a->cos, a->chs};
+    int rc = rsv_pg_query(l->srv->pg,
+                          "SELECT checkout_id, charge_id, outcome, coalesce(state, '') "
+                          "FROM onsale_ledger_check($1::text[], $2::text[])",
+                          2, params, on_checked, l);
+    arrays_free(a);
+    return rc;
+}
+
+static void remember_open(rsv_ledger_t *l, const char *co, const char *ch, int64_t created)
+{
+    for (size_t i = 0; i < l->nopen; i++)
+        if (strcmp(l->open[i].charge, ch) == 0)
+            return;
+    if (l->open == NULL)
+        l->open = cm_xcalloc(RECHECK_MAX, sizeof(*l->open));
+    recheck_t *x = &l->open[l->nopen++];
+    snprintf(x->checkout, sizeof(x->checkout), "%s", co);
+    snprintf(x->charge, sizeof(x->charge), "%s", ch);
+    x->created = created;
 }
 
 static void on_checked(const char *err, const rsv_pg_result_t *res, void *arg)
 {
     rsv_ledger_t *l = arg;
     rsv_server_t *srv = l->srv;
+    bool rechecking = l->rechecking;
+    l->rechecking = false;
     if (err) {
         cm_log(CM_LOG_WARN, "ledger check: postgres: %s", err);
         scan_end(l); /* the cursor stays: the page is read again next time */
@@ -114,12 +161,14 @@ static void on_checked(const char *err, const rsv_pg_result_t *res, void *arg)
     }
     int64_t young = cm_time_wall_ms() / 1000 - srv->cfg.ledger_settle_s;
     int rows = rsv_pg_result_rows(res);
+    size_t keep = 0;
     for (int r = 0; r < rows; r++) {
         const char *co = rsv_pg_result_value(res, r, 0);
         const char *ch = rsv_pg_result_value(res, r, 1);
         rsv_ledger_outcome_t o = outcome_of(rsv_pg_result_value(res, r, 2));
         const char *state = rsv_pg_result_value(res, r, 3);
-        cm_counter_inc(srv->m.ledger_charges[o]);
+        if (!rechecking || o != RSV_LEDGER_OPEN)
+            cm_counter_inc(srv->m.ledger_charges[o]);
         if (o == RSV_LEDGER_REFUNDING)
             cm_log(CM_LOG_WARN,
                    "ledger: charge %s of checkout %s landed after the checkout ended unpaid; "
@@ -130,15 +179,33 @@ static void on_checked(const char *err, const rsv_pg_result_t *res, void *arg)
                    "ledger: charge %s is not refunded but checkout %s is %s with another "
                    "charge (operator: check it)",
                    ch, co, state);
-        /* Match the row to the page's entry of that charge. */
-        for (size_t i = 0; i < l->page.n; i++) {
-            if (strcmp(l->page.items[i].id, ch) != 0)
-                continue;
-            l->settled[i] = o != RSV_LEDGER_OPEN || l->page.items[i].created < young;
-            break;
+        if (rechecking) {
+            /* rows come back in the order asked: row r is open[r] */
+            if ((size_t)r < l->nopen && o == RSV_LEDGER_OPEN && l->open[r].created >= young)
+                l->open[keep++] = l->open[r];
+            continue;
         }
+        if (o == RSV_LEDGER_OPEN)
+            for (size_t i = 0; i < l->page.n; i++)
+                if (strcmp(l->page.items[i].id, ch) == 0) {
+                    if (l->page.items[i].created >= young)
+                        remember_open(l, co, ch, l->page.items[i].created);
+                    break;
+                }
     }
-    page_done(l);
+    if (rechecking) {
+        l->nopen = keep;
+        scan_page(l);
+        return;
+    }
+    /* The page is read: on to the next one. */
+    snprintf(l->cursor, sizeof(l->cursor), "%s", l->page.items[l->page.n - 1].id);
+    bool more = l->page.has_more && ++l->pages < MAX_PAGES && !l->closing;
+    rsv_pay_page_clear(&l->page);
+    if (more)
+        scan_page(l);
+    else
+        scan_end(l);
 }
 
 static void on_page(const rsv_pay_result_t *res, void *arg)
@@ -149,57 +216,51 @@ static void on_page(const rsv_pay_result_t *res, void *arg)
         cm_counter_inc(srv->m.ledger_scans[1]);
         cm_log(CM_LOG_WARN, "ledger: listing charges: %s (status %d)", res->err ? res->err : "?",
                res->status);
-        if (res->status == 404 && l->next[0]) {
-            /* The provider no longer knows our cursor (a reset ledger): from `since`. */
-            l->cursor[0] = '\0';
-        }
+        if (res->status == 404 && l->cursor[0])
+            l->cursor[0] = '\0'; /* the provider forgot our cursor: from `since` again */
         scan_end(l);
         return;
     }
     cm_counter_inc(srv->m.ledger_scans[0]);
+    if (res->page->n == 0) {
+        scan_end(l);
+        return;
+    }
     /* Copied: the result's page lives only during this callback. */
     l->page = *res->page;
     l->page.items = cm_xcalloc(res->page->n + 1, sizeof(*l->page.items));
     memcpy(l->page.items, res->page->items, res->page->n * sizeof(*l->page.items));
-    l->settled = cm_xcalloc(l->page.n + 1, sizeof(*l->settled));
-    size_t lc = 0, cc = 0, lh = 0, ch = 0, ncand = 0;
-    char *cos = cm_xstrdup("{"), *chs = cm_xstrdup("{");
-    lc = lh = 1;
-    cc = ch = 2;
+    arrays_t a;
+    arrays_init(&a);
     for (size_t i = 0; i < l->page.n; i++) {
         const rsv_pay_charge_t *c = &l->page.items[i];
-        if (!c->succeeded || c->refunded || c->checkout[0] == '\0') {
-            l->settled[i] = true; /* nothing held, or not ours */
-            continue;
-        }
-        append_elem(&cos, &lc, &cc, c->checkout, ncand == 0);
-        append_elem(&chs, &lh, &ch, c->id, ncand == 0);
-        ncand++;
+        if (c->succeeded && !c->refunded && c->checkout[0]) /* else nothing held, or not ours */
+            arrays_add(&a, c->checkout, c->id);
     }
-    if (ncand == 0) {
-        free(cos);
-        free(chs);
-        page_done(l);
+    if (a.n == 0) {
+        arrays_free(&a);
+        snprintf(l->cursor, sizeof(l->cursor), "%s", l->page.items[l->page.n - 1].id);
+        bool more = l->page.has_more && ++l->pages < MAX_PAGES && !l->closing;
+        rsv_pay_page_clear(&l->page);
+        if (more)
+            scan_page(l);
+        else
+            scan_end(l);
         return;
     }
-    cos = cm_xrealloc(cos, lc + 2);
-    chs = cm_xrealloc(chs, lh + 2);
-    strcat(cos, "}");
-    strcat(chs, "}");
-    const char *params[] = {cos, chs};
-    int rc = rsv_pg_query(srv->pg,
-                          "SELECT checkout_id, charge_id, outcome, coalesce(state, '') "
-                          "FROM onsale_ledger_check($1::text[], $2::text[])",
-                          2, params, on_checked, l);
-    free(cos);
-    free(chs);
-    if (rc != 0)
+    if (check(l, &a) != 0)
         scan_end(l);
 }
 
 static void scan_page(rsv_ledger_t *l)
 {
-    if (rsv_pay_list(l->srv->pay, l->since, l->next, PAGE_LIMIT, on_page, l) != 0)
+    if (l->nopen + PAGE_LIMIT > RECHECK_MAX) {
+        cm_log(CM_LOG_WARN, "ledger: %zu charges of open checkouts to watch; new charges wait",
+               l->nopen);
+        scan_end(l);
+        return;
+    }
+    if (rsv_pay_list(l->srv->pay, l->since, l->cursor, PAGE_LIMIT, on_page, l) != 0)
         scan_end(l);
 }
 
@@ -210,10 +271,20 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     if (l->busy || l->closing || cm_drain_draining(srv->drain) || srv->pay == NULL)
         return;
     l->busy = true;
-    l->moving = true;
     l->pages = 0;
-    snprintf(l->next, sizeof(l->next), "%s", l->cursor);
-    scan_page(l);
+    if (l->nopen == 0) {
+        scan_page(l);
+        return;
+    }
+    arrays_t a;
+    arrays_init(&a);
+    for (size_t i = 0; i < l->nopen; i++)
+        arrays_add(&a, l->open[i].checkout, l->open[i].charge);
+    l->rechecking = true;
+    if (check(l, &a) != 0) {
+        l->rechecking = false;
+        scan_end(l);
+    }
 }
 
 rsv_ledger_t *rsv_ledger_new(rsv_server_t *srv)
@@ -237,6 +308,8 @@ void rsv_ledger_free(rsv_ledger_t *l)
     event_free(l->timer);
     l->timer = NULL;
     l->closing = true;
-    if (!l->busy)
+    if (!l->busy) {
+        free(l->open);
         free(l);
+    }
 }

@@ -12,9 +12,11 @@
  * the reconciler then refunds it like any other, retrying until the provider confirms.
  *
  * Runs on the event-loop thread, one scan at a time, at most MAX_PAGES pages per scan.
- * A cursor (the last charge id known settled) makes each scan read only what is new;
- * charges younger than ledger_settle_s whose checkout is still open are read again next
- * time, so a checkout that ends just after a scan saw it open is not missed. Several
+ * A cursor (the last charge id read) makes each scan read only what is new. A charge
+ * whose checkout is still open (its saga resolves it) is remembered and checked again
+ * on every scan until the checkout settles or ledger_settle_s passed, so a checkout that
+ * ends unpaid just after a scan saw it open is not missed; the list is bounded
+ * (RECHECK_MAX) and the cursor waits while it is full. Several
  * reserve processes may scan at once: the Postgres step is conditional on the state and
  * the refund's idempotency key is the checkout's, so the money goes back once.
  */
