@@ -323,7 +323,8 @@ static void on_known(const char *err, const rsv_pg_result_t *res, void *arg)
         }
         c->known[c->nknown++] = cm_xstrdup(rsv_pg_result_value(res, i, 0));
     }
-    qsort(c->known, c->nknown, sizeof(char *), cmp_str);
+    if (c->nknown > 1) /* qsort's base may be NULL for none */
+        qsort(c->known, c->nknown, sizeof(char *), cmp_str);
     c->known_loaded = true;
     c->known_ns = cm_time_mono_ns();
     for (known_waiter_t *next; w; w = next) {
