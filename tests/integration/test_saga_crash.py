@@ -128,9 +128,11 @@ class CrashEveryStep(SagaCase):
                 ev = ev_short if ttl else ev_long
                 buyer = f"b{n}"
                 tok = self.S.token(ev, buyer)
-                h = self.hold(ev, tok, seats=[f"S-{n}"]).json
+                # The process first, then the hold: its start-up must not eat into a
+                # 1 s hold (on a loaded machine it can take longer than that).
                 p = self.r.start({"ONSALE_RESERVE_FAULT": point,
                                   "ONSALE_RESERVE_RECONCILE_INTERVAL_MS": "600000"})
+                h = self.hold(ev, tok, seats=[f"S-{n}"]).json
                 c = self.r.client(p, timeout=15)
                 try:
                     resp = c.post(f"/v1/holds/{h['hold_id']}/confirm",
