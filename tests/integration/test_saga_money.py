@@ -47,7 +47,7 @@ SEATS = [{"id": f"A-{i}", "section": "A", "price": 12000} for i in range(1, 21)]
 
 
 class LateCharges(SagaCase):
-    def wait_refunded(self, cid, timeout=30):
+    def wait_refunded(self, cid, timeout=60):
         wait_for(lambda: self.checkout_state(cid) == "refunded", timeout, interval=0.2,
                  what=f"checkout {cid} refunded (now {self.checkout_state(cid)})")
 
@@ -60,13 +60,13 @@ class LateCharges(SagaCase):
         self.assertStatus(r, 202)
         cid = r.json["checkout_id"]
         # The provider has no charge under the key yet: the reconciler releases it.
-        wait_for(lambda: self.checkout_state(cid) == "released", 15, interval=0.2,
+        wait_for(lambda: self.checkout_state(cid) == "released", 40, interval=0.2,
                  what=f"checkout {cid} released")
 
         def landed():
             chs = [c for c in self.pay.ledger(ev)["charges"] if c["idempotency_key"] == cid]
             return chs and chs[0]["status"] == "succeeded" and chs[0]["id"]
-        charge = wait_for(landed, ARRIVE_MS / 1000 + 10, interval=0.2, what="charge landed")
+        charge = wait_for(landed, ARRIVE_MS / 1000 + 30, interval=0.2, what="charge landed")
         return cid, charge
 
     def test_charge_landing_after_release_is_found_on_the_ledger_and_refunded(self):
@@ -96,13 +96,13 @@ class LateCharges(SagaCase):
         self.addCleanup(self.pay.settings, refund_error_rate=0.0)
         cid, charge = self.late_charge(ev, "refundfails", "A-2")
         # It holds money: it must not rest in a terminal state other than refunded.
-        wait_for(lambda: self.checkout_state(cid) == "refunding", 15, interval=0.2,
+        wait_for(lambda: self.checkout_state(cid) == "refunding", 40, interval=0.2,
                  what=f"checkout {cid} refunding")
         first = int(self.S.sql_value(
             f"select attempts from checkouts where checkout_id = '{cid}'"))
         wait_for(lambda: int(self.S.sql_value(
             f"select attempts from checkouts where checkout_id = '{cid}'")) >= first + 2,
-            30, interval=0.3, what="the reconciler retries the refund")
+            60, interval=0.3, what="the reconciler retries the refund")
         self.assertEqual(self.checkout_state(cid), "refunding")
         self.assertEqual(self.S.sql_value(
             f"select charge_id from checkouts where checkout_id = '{cid}'"), charge)
@@ -132,7 +132,7 @@ class BookingFails(SagaCase):
         r = self.confirm_src(h, t, "tok_visa")
         self.assertIn(r.status, (202, 503), repr(r))
         cid = self.S.sql_value(f"select checkout_id from checkouts where event_id = '{ev}'")
-        self.assertEqual(self.wait_terminal([cid], timeout=LEASE_S * 3 + 30)[cid], "refunded")
+        self.assertEqual(self.wait_terminal([cid], timeout=LEASE_S * 3 + 60)[cid], "refunded")
         self.assertEqual(self.S.sql_value(
             f"select book_failures from checkouts where checkout_id = '{cid}'"),
             str(BOOK_MAX_ATTEMPTS))
