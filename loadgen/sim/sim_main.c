@@ -41,6 +41,7 @@ static void usage(FILE *f)
                "  --redis HOST:PORT     [127.0.0.1:$ONSALE_REDIS_PORT]\n"
                "  --redis-user NAME     [$ONSALE_REDIS_USER]\n"
                "  --redis-password-file F [$ONSALE_REDIS_PASSWORD_FILE]\n"
+               "  (Postgres' password: $PGPASSWORD, else the file $ONSALE_PG_PASSWORD_FILE)\n"
                "  --service NAME=PIDFILE  follow a process's RSS and CPU (repeatable) [gateway,\n"
                "                        reserve, paysim, redis from $ONSALE_STATE/run]\n"
                "  --event ID            event id to create [<scenario name>-<random>]\n"
@@ -254,6 +255,18 @@ int main(int argc, char **argv)
     if (pw_file && (o.redis_password = read_secret(pw_file)) == NULL) {
         fprintf(stderr, "onsale-sim: cannot read %s\n", pw_file);
         return 2;
+    }
+    /* Postgres' password, from the file `deploy/onsale env` names (libpq reads
+     * PGPASSWORD; a password inside --pg wins). */
+    const char *pg_pw_file = env("ONSALE_PG_PASSWORD_FILE");
+    if (pg_pw_file && getenv("PGPASSWORD") == NULL) {
+        char *pw = read_secret(pg_pw_file);
+        if (pw == NULL) {
+            fprintf(stderr, "onsale-sim: cannot read %s\n", pg_pw_file);
+            return 2;
+        }
+        setenv("PGPASSWORD", pw, 1);
+        free(pw);
     }
     o.state_dir = env("ONSALE_STATE");
     char *pidfiles[4] = {NULL};

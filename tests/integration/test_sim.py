@@ -133,7 +133,8 @@ class SimTest(unittest.TestCase):
     def test_audit_names_a_forged_booking_and_a_stranded_seat(self):
         # A booking nobody paid for, written behind the reserve's back mid-night: the audit
         # must fail and name the check.
-        forge = ("psql \"$ONSALE_PG_CONNINFO\" -q -c \"INSERT INTO bookings (booking_id, "
+        forge = ("PGPASSWORD=$(cat \"$ONSALE_PG_PASSWORD_FILE\" 2>/dev/null) "
+                 "psql \"$ONSALE_PG_CONNINFO\" -q -c \"INSERT INTO bookings (booking_id, "
                  "event_id, buyer, checkout_id, hold_id, quantity, amount, currency) VALUES "
                  "('bk-forged-$SIM_EVENT', '$SIM_EVENT', 'nobody', 'co-forged-$SIM_EVENT', "
                  "'h-forged', 1, 100, 'EUR')\"")
@@ -141,8 +142,10 @@ class SimTest(unittest.TestCase):
         with open(os.path.join(S.source, "loadgen", "scenarios", "seed-night-small.json")) as f:
             doc = json.load(f)
         # And a seat marked sold in Redis that Postgres never booked: a lost sale.
-        strand = ("redis-cli -p \"$ONSALE_REDIS_PORT\" SET \"os:{$SIM_EVENT}:s:A-2-10\" sold "
-                  ">/dev/null")
+        strand = ("if [ -n \"$ONSALE_REDIS_PASSWORD_FILE\" ]; then set -- --no-auth-warning "
+                  "--user \"$ONSALE_REDIS_USER\" --pass \"$(cat \"$ONSALE_REDIS_PASSWORD_FILE\")\"; fi; "
+                  "redis-cli -p \"$ONSALE_REDIS_PORT\" \"$@\" SET \"os:{$SIM_EVENT}:s:A-2-10\" "
+                  "sold >/dev/null")
         doc.update(name="forged", fans=300,
                    operator=[{"at_s": 0.5, "exec": forge, "label": "forge a booking"},
                              {"at_s": 0.5, "exec": strand, "label": "strand a seat"}])
