@@ -22,6 +22,18 @@
  * 0x16, never with it) is the proxy host's own, served with its own address; one that
  * starts with it but is not a valid header, or stalls, is shut down (TLS then fails and
  * evhttp frees it). Connections from other peers are never searched for a header.
+ *
+ * Deadlines (a guard per TLS connection, ex_data of its SSL, freed with it): a timer
+ * armed at accept closes a connection whose handshake (SSL_CB_HANDSHAKE_DONE) is not
+ * done in time; then the connection is idle until a TLS record arrives (the msg callback
+ * sees each record header), which starts a request: it must reach the handler (evhttp's
+ * gencb, i.e. head and body read) within request_timeout_s; after the reply is sent
+ * (on_complete) it is idle again, and idle time is capped in total — a client trickling
+ * a byte at a time never resets it, unlike evhttp's own inactivity timeout. evhttp 2.1
+ * has no hook at the end of the head, so head and body share one deadline. Closing is a
+ * shutdown(2) of the socket: evhttp sees the EOF and frees the connection itself, so the
+ * guard never holds a pointer into evhttp. Only TLS connections are guarded (plain HTTP
+ * is for trusted hops and tests).
  */
 #include "cm_http.h"
 
@@ -38,9 +50,11 @@
 #include <netinet/tcp.h>
 #include <arpa/inet.h>
 #include <openssl/ssl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cm_log.h"
@@ -85,11 +99,262 @@ struct cm_http_server {
     int max_connections;
     bool paused;
     bool stopped;
-    bool closing; /* replies close their connections */
+    bool closing;                            /* replies close their connections */
+    int handshake_s, request_s, idle_s, cap; /* guard settings (limits) */
+    cm_http_addrs_t *addrs;
 };
 
 static int ssl_conn_index = -1;
 static int ssl_proxy_index = -1;
+static int ssl_guard_index = -1;
+
+/* --- per-address connection counts (shared by the workers) ----------------------------- */
+
+#define ADDR_SLOTS  65536 /* addresses tracked at once; a full table lets connections in */
+#define ADDR_PROBES 16
+
+typedef struct addr_slot {
+    uint64_t key; /* 0 = free */
+    int count;
+} addr_slot_t;
+
+struct cm_http_addrs {
+    pthread_mutex_t lock;
+    addr_slot_t *slots;
+};
+
+static uint64_t addr_key(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h ? h : 1;
+}
+
+cm_http_addrs_t *cm_http_addrs_new(void)
+{
+    cm_http_addrs_t *a = cm_xcalloc(1, sizeof(*a));
+    pthread_mutex_init(&a->lock, NULL);
+    a->slots = cm_xcalloc(ADDR_SLOTS, sizeof(addr_slot_t));
+    return a;
+}
+
+void cm_http_addrs_free(cm_http_addrs_t *a)
+{
+    if (a == NULL)
+        return;
+    pthread_mutex_destroy(&a->lock);
+    free(a->slots);
+    free(a);
+}
+
+/* Adds delta to addr's count (creating it); returns the new count, or -1 when full. */
+static int addrs_add(cm_http_addrs_t *a, uint64_t key, int delta)
+{
+    int n = -1;
+    pthread_mutex_lock(&a->lock);
+    addr_slot_t *free_slot = NULL;
+    for (size_t i = 0; i < ADDR_PROBES; i++) {
+        addr_slot_t *sl = &a->slots[(key + i) & (ADDR_SLOTS - 1)];
+        if (sl->key == key) {
+            sl->count += delta;
+            n = sl->count;
+            if (sl->count <= 0)
+                sl->key = 0, sl->count = 0;
+            goto out;
+        }
+        if (sl->key == 0 && free_slot == NULL)
+            free_slot = sl;
+    }
+    if (free_slot != NULL && delta > 0) {
+        free_slot->key = key;
+        free_slot->count = delta;
+        n = delta;
+    }
+out:
+    pthread_mutex_unlock(&a->lock);
+    return n;
+}
+
+int cm_http_addrs_count(cm_http_addrs_t *a, const char *addr)
+{
+    uint64_t key = addr_key(addr);
+    int n = 0;
+    pthread_mutex_lock(&a->lock);
+    for (size_t i = 0; i < ADDR_PROBES; i++) {
+        addr_slot_t *sl = &a->slots[(key + i) & (ADDR_SLOTS - 1)];
+        if (sl->key == key) {
+            n = sl->count;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&a->lock);
+    return n;
+}
+
+/* --- connection guard: deadlines and the per-address cap ------------------------------- */
+
+typedef enum { G_HANDSHAKE, G_IDLE, G_REQUEST, G_HANDLER } guard_phase_t;
+
+#define OVER_CAP_IDLE_S 2
+
+typedef struct guard {
+    SSL *ssl;
+    struct event *timer;
+    guard_phase_t phase;
+    uint64_t idle_since_ns;
+    int handshake_s, request_s, idle_s, cap;
+    cm_http_addrs_t *addrs;
+    uint64_t addr_key; /* counted in addrs when not 0 */
+    bool over_cap;
+    bool shut;
+} guard_t;
+
+static void guard_close(guard_t *g, const char *why)
+{
+    if (g->shut)
+        return;
+    g->shut = true;
+    cm_log(CM_LOG_DEBUG, "closing a connection: %s", why);
+    int fd = SSL_get_fd(g->ssl);
+    if (fd >= 0)
+        shutdown(fd, SHUT_RDWR);
+}
+
+static void guard_arm(guard_t *g, uint64_t ns)
+{
+    struct timeval tv = {(time_t)(ns / 1000000000ull), (suseconds_t)((ns % 1000000000ull) / 1000)};
+    evtimer_add(g->timer, &tv);
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+#define SEC_NS 1000000000ull
+
+static void guard_idle(guard_t *g)
+{
+    g->phase = G_IDLE;
+    g->idle_since_ns = now_ns();
+    int idle = g->over_cap ? OVER_CAP_IDLE_S : g->idle_s;
+    if (idle > 0)
+        guard_arm(g, (uint64_t)idle * SEC_NS);
+    else
+        evtimer_del(g->timer);
+}
+
+static void on_guard_timer(evutil_socket_t fd, short what, void *arg)
+{
+    guard_t *g = arg;
+    switch (g->phase) {
+    case G_HANDSHAKE:
+        guard_close(g, "TLS handshake deadline");
+        break;
+    case G_IDLE:
+        guard_close(g, "idle deadline");
+        break;
+    case G_REQUEST:
+        guard_close(g, "request deadline");
+        break;
+    case G_HANDLER:
+        break;
+    }
+}
+
+static void on_guard_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl,
+                          void *argp)
+{
+    guard_t *g = ptr;
+    if (g == NULL)
+        return;
+    if (g->addr_key != 0)
+        addrs_add(g->addrs, g->addr_key, -1);
+    event_free(g->timer);
+    free(g);
+}
+
+static guard_t *guard_of_ssl(const SSL *ssl)
+{
+    return ssl != NULL && ssl_guard_index >= 0 ? SSL_get_ex_data(ssl, ssl_guard_index) : NULL;
+}
+
+static guard_t *guard_of(struct evhttp_request *req)
+{
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+    struct bufferevent *bev = evcon != NULL ? evhttp_connection_get_bufferevent(evcon) : NULL;
+    return bev != NULL ? guard_of_ssl(bufferevent_openssl_get_ssl(bev)) : NULL;
+}
+
+/* The client's address of a TLS connection: the PROXY header's, else the socket peer's. */
+static void ssl_peer(SSL *ssl, char *out, size_t outlen)
+{
+    proxy_conn_t *pc = ssl_proxy_index >= 0 ? SSL_get_ex_data(ssl, ssl_proxy_index) : NULL;
+    if (pc != NULL && pc->peer[0] != '\0') {
+        snprintf(out, outlen, "%s", pc->peer);
+        return;
+    }
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    out[0] = '\0';
+    if (getpeername(SSL_get_fd(ssl), (struct sockaddr *)&ss, &len) != 0)
+        return;
+    if (ss.ss_family == AF_INET)
+        inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, out, (socklen_t)outlen);
+    else if (ss.ss_family == AF_INET6)
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, out, (socklen_t)outlen);
+}
+
+static void on_ssl_info(const SSL *ssl, int where, int ret)
+{
+    if (!(where & SSL_CB_HANDSHAKE_DONE))
+        return;
+    guard_t *g = guard_of_ssl(ssl);
+    if (g == NULL || g->phase != G_HANDSHAKE)
+        return;
+    if (g->addrs != NULL && g->cap > 0) {
+        char addr[INET6_ADDRSTRLEN + 8];
+        ssl_peer((SSL *)ssl, addr, sizeof(addr));
+        if (addr[0] != '\0') {
+            uint64_t key = addr_key(addr);
+            int n = addrs_add(g->addrs, key, 1);
+            if (n >= 0)
+                g->addr_key = key;
+            if (n > g->cap) {
+                g->over_cap = true;
+                cm_log(CM_LOG_DEBUG, "%s: over %d connections", addr, g->cap);
+            }
+        }
+    }
+    guard_idle(g);
+}
+
+/* Every TLS record read: one arriving on an idle connection starts a request. */
+static void on_ssl_msg(int write_p, int version, int content_type, const void *buf, size_t len,
+                       SSL *ssl, void *arg)
+{
+    if (write_p || content_type != SSL3_RT_HEADER)
+        return;
+    guard_t *g = arg;
+    if (g->phase != G_IDLE)
+        return;
+    g->phase = G_REQUEST;
+    if (g->request_s > 0)
+        guard_arm(g, (uint64_t)g->request_s * SEC_NS);
+    else
+        evtimer_del(g->timer);
+}
+
+/* The reply has been written: the connection waits for the next request. */
+static void on_reply_done(struct evhttp_request *req, void *arg)
+{
+    guard_t *g = guard_of(req);
+    if (g != NULL && g->phase == G_HANDLER)
+        guard_idle(g);
+}
 
 static void proxy_unpend(proxy_conn_t *pc)
 {
@@ -256,6 +521,25 @@ static struct bufferevent *on_new_bev(struct event_base *base, void *arg)
     srv->tracker->refs++;
     if (__atomic_add_fetch(&srv->connections, 1, __ATOMIC_RELAXED) >= srv->max_connections)
         pause_listener(srv);
+    if (srv->handshake_s > 0 || srv->request_s > 0 || srv->idle_s > 0 ||
+        (srv->addrs != NULL && srv->cap > 0)) {
+        guard_t *g = cm_xcalloc(1, sizeof(*g));
+        g->ssl = ssl;
+        g->handshake_s = srv->handshake_s;
+        g->request_s = srv->request_s;
+        g->idle_s = srv->idle_s;
+        g->cap = srv->cap;
+        g->addrs = srv->addrs;
+        g->timer = evtimer_new(base, on_guard_timer, g);
+        if (g->timer == NULL)
+            abort();
+        SSL_set_ex_data(ssl, ssl_guard_index, g); /* freed with ssl from here on */
+        SSL_set_info_callback(ssl, on_ssl_info);
+        SSL_set_msg_callback(ssl, on_ssl_msg);
+        SSL_set_msg_callback_arg(ssl, g);
+        if (g->handshake_s > 0)
+            guard_arm(g, (uint64_t)g->handshake_s * SEC_NS);
+    }
     proxy_conn_t *pc = NULL;
     if (srv->proxy_from != NULL) {
         pc = cm_xcalloc(1, sizeof(*pc));
@@ -320,6 +604,18 @@ static void on_request(struct evhttp_request *req, void *arg)
         evhttp_add_header(h, "Strict-Transport-Security", HSTS);
     if (srv->closing) /* draining: evhttp closes the connection after this reply */
         evhttp_add_header(h, "Connection", "close");
+    guard_t *g = guard_of(req);
+    if (g != NULL) {
+        g->phase = G_HANDLER;
+        evtimer_del(g->timer);
+        evhttp_request_set_on_complete_cb(req, on_reply_done, NULL);
+        if (g->over_cap) {
+            evhttp_add_header(h, "Connection", "close");
+            cm_http_send_error(req, 429, "too_many_connections",
+                               "too many open connections from this address", NULL);
+            return;
+        }
+    }
     srv->handler(req, srv->arg);
 }
 
@@ -331,6 +627,8 @@ cm_http_server_t *cm_http_server_new(struct event_base *base, const char *addr, 
         ssl_conn_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, on_ssl_free);
     if (ssl_proxy_index < 0)
         ssl_proxy_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, on_proxy_free);
+    if (ssl_guard_index < 0)
+        ssl_guard_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, on_guard_free);
 
     cm_http_server_t *srv = cm_xcalloc(1, sizeof(*srv));
     srv->tracker = cm_xcalloc(1, sizeof(tracker_t));
@@ -341,6 +639,13 @@ cm_http_server_t *cm_http_server_new(struct event_base *base, const char *addr, 
     srv->handler = handler;
     srv->arg = arg;
     srv->max_connections = limits->max_connections > 0 ? limits->max_connections : 1024;
+    srv->handshake_s = limits->handshake_timeout_s;
+    srv->request_s = limits->request_timeout_s;
+    srv->idle_s = limits->handshake_timeout_s > 0 || limits->request_timeout_s > 0
+                      ? limits->idle_timeout_s
+                      : 0;
+    srv->cap = limits->max_conns_per_addr;
+    srv->addrs = limits->addrs;
     if (limits->proxy_from != NULL && limits->proxy_from[0] != '\0') {
         if (tls == NULL) {
             snprintf(err, errlen, "proxy_from needs TLS (PROXY headers are read before TLS)");

@@ -27,6 +27,7 @@ struct event_base;
 struct evhttp_request;
 struct evkeyvalq;
 typedef struct cm_http_server cm_http_server_t;
+typedef struct cm_http_addrs cm_http_addrs_t;
 
 typedef struct cm_http_limits {
     size_t max_header_bytes; /* request line + headers */
@@ -38,7 +39,24 @@ typedef struct cm_http_limits {
      * as the client it names; one without is the proxy host's own. */
     const char *proxy_from;
     bool reuse_port; /* SO_REUSEPORT: several listeners (one per worker) on one port */
+    /* Deadlines of a TLS connection (0 = none): the handshake from accept; a request from
+     * its first byte until it is read whole (head and body); a connection with no request
+     * under way closes after idle_timeout_s in all, however it trickles bytes. */
+    int handshake_timeout_s;
+    int request_timeout_s;
+    /* Open TLS connections per client address (the PROXY header's address behind a
+     * balancer), counted in addrs (shared by every listener of a process); a connection
+     * over the cap gets 429 too_many_connections to its first request, then is closed.
+     * 0 or addrs NULL: no cap. */
+    int max_conns_per_addr;
+    cm_http_addrs_t *addrs;
 } cm_http_limits_t;
+
+/** A thread-safe count of open connections per client address (fixed size). */
+cm_http_addrs_t *cm_http_addrs_new(void);
+void cm_http_addrs_free(cm_http_addrs_t *a);
+/** Open connections counted for addr right now (tests, metrics). */
+int cm_http_addrs_count(cm_http_addrs_t *a, const char *addr);
 
 typedef void (*cm_http_handler_t)(struct evhttp_request *req, void *arg);
 

@@ -14,6 +14,7 @@
  */
 #include "cm_server.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <event2/http.h>
@@ -77,12 +78,31 @@ struct cm_server {
     int n;
     cm_worker_t *w;
     cm_metrics_t *metrics;
+    cm_http_addrs_t *addrs; /* open connections per client address, every worker */
     int port, admin_port;
     struct event_base *main_base; /* signals */
     struct event *sig_term, *sig_int, *done_ev;
     int signals;
     int done; /* atomic: workers whose loop ended */
 };
+
+int cm_server_parse_listen(const char *text, char *addr, size_t addrlen, int *port)
+{
+    const char *colon = text ? strrchr(text, ':') : NULL;
+    if (colon == NULL || colon == text || (size_t)(colon - text) >= addrlen)
+        return -1;
+    char *end = NULL;
+    long p = strtol(colon + 1, &end, 10);
+    if (colon[1] == '\0' || *end != '\0' || p < 0 || p > 65535)
+        return -1;
+    memcpy(addr, text, (size_t)(colon - text));
+    addr[colon - text] = '\0';
+    struct in_addr in;
+    if (inet_pton(AF_INET, addr, &in) != 1)
+        return -1;
+    *port = (int)p;
+    return 0;
+}
 
 int cm_server_cores(void)
 {
@@ -238,6 +258,9 @@ cm_server_t *cm_server_new(const cm_server_opts_t *o, char *err, size_t errlen)
         return NULL;
     }
     s->metrics = cm_metrics_new();
+    if (o->limits.max_conns_per_addr > 0)
+        s->addrs = cm_http_addrs_new();
+    s->o.limits.addrs = s->addrs;
     s->w = cm_xcalloc((size_t)s->n, sizeof(cm_worker_t));
     char name[96];
     snprintf(name, sizeof(name), "%s_inflight_requests", o->metric_prefix);
@@ -299,7 +322,7 @@ int cm_worker_listen(cm_worker_t *w, cm_http_handler_t fans, cm_http_handler_t a
     cm_server_t *s = w->server;
     w->app = arg;
     cm_http_limits_t lim = s->o.limits;
-    lim.reuse_port = true;
+    lim.reuse_port = s->n > 1; /* one worker: a second process on the port fails to bind */
     if (lim.max_connections > 0) {
         lim.max_connections /= s->n;
         if (lim.max_connections < 1)
@@ -315,7 +338,9 @@ int cm_worker_listen(cm_worker_t *w, cm_http_handler_t fans, cm_http_handler_t a
     cm_drain_add_http(w->drain, w->http);
     if (s->o.admin_addr != NULL && admin != NULL) {
         int aport = w->index == 0 ? s->o.admin_port : s->admin_port;
-        w->admin = cm_http_server_new(w->base, s->o.admin_addr, aport, s->o.tls, &lim, admin, arg,
+        cm_http_limits_t alim = lim;
+        alim.proxy_from = NULL; /* operators connect directly */
+        w->admin = cm_http_server_new(w->base, s->o.admin_addr, aport, s->o.tls, &alim, admin, arg,
                                       err, errlen);
         if (w->admin == NULL)
             return -1;
@@ -468,6 +493,7 @@ void cm_server_free(cm_server_t *s)
     if (s->main_base)
         event_base_free(s->main_base);
     cm_metrics_free(s->metrics);
+    cm_http_addrs_free(s->addrs);
     free(s->name);
     free(s);
 }
@@ -528,6 +554,17 @@ bool cm_server_bearer_ok(struct evhttp_request *req, const char *token)
     for (size_t i = 0; i < 64; i++)
         diff |= (unsigned char)(got[i] ^ want[i]);
     return diff == 0;
+}
+
+void cm_server_admin_who(struct evhttp_request *req, char *out, size_t outlen)
+{
+    size_t len = 0;
+    const char *tok = cm_http_bearer(req, &len);
+    char hex[65] = "none";
+    if (tok != NULL)
+        cm_tls_sha256_hex(tok, len, hex);
+    hex[8] = '\0';
+    snprintf(out, outlen, "%s (token %s)", cm_http_peer(req), hex);
 }
 
 void cm_server_reply_unavailable(struct evhttp_request *req, const char *what, const char *err)

@@ -39,7 +39,8 @@ typedef struct cm_server_opts {
     const char *admin_addr;    /* the admin listener; NULL = none */
     int admin_port;            /* 0 = any free port */
     cm_tls_ctx_t *tls;         /* borrowed; NULL = plain HTTP */
-    cm_http_limits_t limits;   /* per process: max_connections is split over the workers */
+    cm_http_limits_t limits;   /* per process: max_connections is split over the workers;
+                                  max_conns_per_addr counts over every worker */
     uint64_t drain_limit_ns;   /* longest drain */
     int drain_grace_ms;        /* readiness 503 and closing replies before listeners close */
 } cm_server_opts_t;
@@ -119,8 +120,17 @@ void cm_bcast_ack(cm_bcast_t *b);
 /** The request's bearer token equals token (constant time in content and length). */
 bool cm_server_bearer_ok(struct evhttp_request *req, const char *token);
 
+/**
+ * Who is making an admin request, for the audit log: "<client address> (token
+ * <8 hex of its SHA-256>)" — never the token itself.
+ */
+void cm_server_admin_who(struct evhttp_request *req, char *out, size_t outlen);
+
 /** 503 unavailable with Retry-After: 1 and message "<what> failed (<err>); retry shortly". */
 void cm_server_reply_unavailable(struct evhttp_request *req, const char *what, const char *err);
+
+/** "ip:port" (IPv4; port 0 = any) into addr and *port. 0, or -1 when malformed. */
+int cm_server_parse_listen(const char *text, char *addr, size_t addrlen, int *port);
 
 /** The number of online cores (at least 1). */
 int cm_server_cores(void);

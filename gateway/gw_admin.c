@@ -25,9 +25,31 @@ typedef struct admin_op {
     gw_req_t r;
     char event[CM_IDENT_MAX + 1];
     int code;
-    bool sync;   /* a change: every worker re-reads the room before the answer */
-    json_t *out; /* the answer, held while the workers re-read */
+    bool sync;    /* a change: every worker re-reads the room before the answer */
+    json_t *out;  /* the answer, held while the workers re-read */
+    char *before; /* a change: the settings before it (compact JSON), for the log */
+    char *after;
+    char who[96]; /* a change: the operator (address, token fingerprint) */
+    const char *what;
 } admin_op_t;
+
+/* Records who changes what before the change is made (the log line follows it). */
+static void change_begin(admin_op_t *op, const char *what)
+{
+    gw_room_t *room = gw_watermark_room(op->r.srv, op->event);
+    json_t *s = room ? gw_settings_json(&room->s) : NULL;
+    op->before = s ? json_dumps(s, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(s);
+    op->what = what;
+    cm_server_admin_who(op->r.req, op->who, sizeof(op->who));
+}
+
+static void op_free(admin_op_t *op)
+{
+    free(op->before);
+    free(op->after);
+    free(op);
+}
 
 static admin_op_t *op_new(gw_server_t *srv, struct evhttp_request *req, const char *event)
 {
@@ -65,8 +87,10 @@ json_t *gw_admin_room_json(const gw_room_t *room)
 static void on_synced(void *arg)
 {
     admin_op_t *op = arg;
+    cm_log(CM_LOG_INFO, "admin change by %s: %s room %s: %s -> %s", op->who, op->what, op->event,
+           op->before ? op->before : "(none)", op->after ? op->after : "(deleted)");
     gw_reply_json(&op->r, op->code, op->out);
-    free(op);
+    op_free(op);
 }
 
 static void on_refreshed(const char *err, gw_room_t *room, void *arg)
@@ -78,11 +102,14 @@ static void on_refreshed(const char *err, gw_room_t *room, void *arg)
         gw_reply_error(&op->r, 404, "unknown_event", "no waiting room for this event", NULL);
     else if (op->sync) {
         op->out = gw_admin_room_json(room);
+        json_t *s = gw_settings_json(&room->s);
+        op->after = json_dumps(s, JSON_COMPACT | JSON_SORT_KEYS);
+        json_decref(s);
         gw_server_sync_room(op->r.srv, op->event, on_synced, op);
         return;
     } else
         gw_reply_json(&op->r, op->code, gw_admin_room_json(room));
-    free(op);
+    op_free(op);
 }
 
 static void on_listed(const char *err, const cm_redis_reply_t *reply, void *arg)
@@ -90,7 +117,7 @@ static void on_listed(const char *err, const cm_redis_reply_t *reply, void *arg)
     admin_op_t *op = arg;
     if (err != NULL) {
         gw_reply_unavailable(&op->r, "listing the waiting room", err);
-        free(op);
+        op_free(op);
         return;
     }
     op->sync = true;
@@ -109,18 +136,18 @@ static void on_settings(const char *err, const cm_redis_reply_t *reply, void *ar
         if (err == NULL && cm_redis_reply_type(reply) == CM_REDIS_ERROR)
             cm_log(CM_LOG_WARN, "settings %s: %s", op->event, cm_redis_reply_str(reply, NULL));
         gw_reply_unavailable(&op->r, "saving the settings", err ? err : cm_err_protocol);
-        free(op);
+        op_free(op);
         return;
     }
     if (strcmp(what, "invalid") == 0) {
         const char *msg = cm_redis_reply_str(cm_redis_reply_at(reply, 1), NULL);
         gw_reply_error(&op->r, 400, "invalid_request", msg ? msg : "invalid settings", NULL);
-        free(op);
+        op_free(op);
         return;
     }
     if (strcmp(what, "unknown") == 0) {
         gw_reply_error(&op->r, 404, "unknown_event", "no waiting room for this event", NULL);
-        free(op);
+        op_free(op);
         return;
     }
     op->code = strcmp(what, "created") == 0 ? 201 : 200;
@@ -128,7 +155,7 @@ static void on_settings(const char *err, const cm_redis_reply_t *reply, void *ar
     const char *argv[] = {"SADD", GW_ROOMS_KEY, op->event};
     if (cm_redis_command(srv->redis, on_listed, op, 3, argv, NULL) != 0) {
         gw_reply_unavailable(&op->r, "listing the waiting room", cm_err_closed);
-        free(op);
+        op_free(op);
     }
 }
 
@@ -136,10 +163,11 @@ void gw_admin_event_write(gw_server_t *srv, struct evhttp_request *req, const ch
                           bool partial)
 {
     admin_op_t *op = op_new(srv, req, event);
+    change_begin(op, partial ? "PATCH" : "PUT");
     json_t *body = cm_http_read_json(req, (size_t)srv->cfg.max_body_bytes, NULL, NULL);
     if (body == NULL) {
         gw_req_replied(&op->r);
-        free(op);
+        op_free(op);
         return;
     }
     gw_setting_kv_t kv[GW_SETTINGS_MAX_FIELDS];
@@ -148,7 +176,7 @@ void gw_admin_event_write(gw_server_t *srv, struct evhttp_request *req, const ch
     json_decref(body);
     if (n < 0) {
         gw_reply_error(&op->r, 400, "invalid_request", err, NULL);
-        free(op);
+        op_free(op);
         return;
     }
     char gen[21];
@@ -168,7 +196,7 @@ void gw_admin_event_write(gw_server_t *srv, struct evhttp_request *req, const ch
     if (cm_redis_eval(srv->redis, gw_lua()->settings, on_settings, op, GW_K_COUNT, argc, argv,
                       NULL) != 0) {
         gw_reply_unavailable(&op->r, "saving the settings", cm_err_closed);
-        free(op);
+        op_free(op);
     }
 }
 
@@ -193,7 +221,7 @@ static void on_deleted(const char *err, const cm_redis_reply_t *reply, void *arg
         gw_server_sync_room(op->r.srv, op->event, on_synced, op);
         return;
     }
-    free(op);
+    op_free(op);
 }
 
 static void on_unlisted(const char *err, const cm_redis_reply_t *reply, void *arg)
@@ -205,17 +233,18 @@ static void on_unlisted(const char *err, const cm_redis_reply_t *reply, void *ar
     if (err != NULL || cm_redis_eval(op->r.srv->redis, gw_lua()->remove, on_deleted, op, GW_K_COUNT,
                                      argc, argv, NULL) != 0) {
         gw_reply_unavailable(&op->r, "deleting the waiting room", err ? err : cm_err_closed);
-        free(op);
+        op_free(op);
     }
 }
 
 void gw_admin_event_delete(gw_server_t *srv, struct evhttp_request *req, const char *event)
 {
     admin_op_t *op = op_new(srv, req, event);
+    change_begin(op, "DELETE");
     const char *argv[] = {"SREM", GW_ROOMS_KEY, event};
     if (cm_redis_command(srv->redis, on_unlisted, op, 3, argv, NULL) != 0) {
         gw_reply_unavailable(&op->r, "deleting the waiting room", cm_err_closed);
-        free(op);
+        op_free(op);
     }
 }
 

@@ -31,7 +31,18 @@ const cm_config_opt_t gw_config_table[] = {
     {"max_header_bytes", CM_CFG_INT, S(max_header_bytes), "8192", 1024, 1048576,
      "largest request line plus headers"},
     {"idle_timeout_s", CM_CFG_INT, S(idle_timeout_s), "60", 1, 3600,
-     "seconds a connection may stay silent before it is closed"},
+     "seconds a connection may wait between requests, in all (a trickle of bytes does not "
+     "extend it), before it is closed"},
+    {"handshake_timeout_s", CM_CFG_INT, S(handshake_timeout_s), "10", 1, 3600,
+     "seconds a new connection has to complete its TLS handshake"},
+    {"request_timeout_s", CM_CFG_INT, S(request_timeout_s), "30", 1, 3600,
+     "seconds from the first byte of a request until its head and body are read"},
+    {"max_conns_per_addr", CM_CFG_INT, S(max_conns_per_addr), "2048", 0, 1000000,
+     "open connections from one client address (the PROXY header's behind a balancer); "
+     "more get 429 too_many_connections; 0 = unlimited"},
+    {"admin_listen", CM_CFG_STR, S(admin_listen), "127.0.0.1:8463", 0, 0,
+     "ip:port of the admin listener (admin API, dashboard, /metrics; loopback by default); "
+     "the fans' port answers those paths 404"},
     {"redis_host", CM_CFG_STR, S(redis_host), "127.0.0.1", 0, 0, "Redis IPv4 address"},
     {"redis_port", CM_CFG_INT, S(redis_port), "6379", 1, 65535, "Redis port"},
     {"redis_user", CM_CFG_STR, S(redis_user), NULL, 0, 0,

@@ -1,10 +1,13 @@
 /*
  * gw_routes — maps method + path to a handler (API.md, gateway table).
  *
- * Event-loop thread. The path is split into decoded segments once; event ids are
+ * Event-loop thread. Two listeners: the fans' (queue, status, page, JWKS, health) and
+ * the admin one (admin API, dashboard, /metrics, health); each answers the other's
+ * paths 404. The path is split into decoded segments once; event ids are
  * checked here so handlers receive only well-formed ids. Everything not listed is 404
  * not_found, a listed path with another method 405.
  */
+#include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/http.h>
 #include <stdlib.h>
@@ -18,6 +21,8 @@
 #include "gw_server.h"
 
 #define MAX_SEGS 5
+/* join takes no body: clients may send an empty JSON object, nothing more. */
+#define JOIN_BODY_MAX 64
 
 static void reply_simple(gw_server_t *srv, struct evhttp_request *req, gw_endpoint_t ep, int code,
                          const char *error, const char *message)
@@ -99,10 +104,13 @@ static void route_queue(gw_server_t *srv, struct evhttp_request *req, char **seg
         else
             reply_simple(srv, req, GW_EP_OTHER, 405, "method_not_allowed", "use GET");
     } else if (strcmp(seg[2], "join") == 0) {
-        if (method_is(req, EVHTTP_REQ_POST))
-            gw_queue_join(srv, req, seg[1]);
-        else
+        if (!method_is(req, EVHTTP_REQ_POST))
             reply_simple(srv, req, GW_EP_OTHER, 405, "method_not_allowed", "use POST");
+        else if (evbuffer_get_length(evhttp_request_get_input_buffer(req)) > JOIN_BODY_MAX)
+            reply_simple(srv, req, GW_EP_JOIN, 413, "body_too_large",
+                         "join takes no body (at most an empty JSON object)");
+        else
+            gw_queue_join(srv, req, seg[1]);
     } else if (strcmp(seg[2], "status") == 0) {
         if (method_is(req, EVHTTP_REQ_GET))
             gw_queue_status(srv, req, seg[1]);
@@ -172,9 +180,9 @@ static void route_admin(gw_server_t *srv, struct evhttp_request *req, char **seg
     }
 }
 
-void gw_routes_dispatch(struct evhttp_request *req, void *arg)
+/* The fans' listener and the admin listener share the parsing; admin says which. */
+static void dispatch(gw_server_t *srv, struct evhttp_request *req, bool admin)
 {
-    gw_server_t *srv = arg;
     char buf[1024];
     char *seg[MAX_SEGS];
     int n = cm_http_path(req, buf, sizeof(buf), seg, MAX_SEGS);
@@ -187,15 +195,30 @@ void gw_routes_dispatch(struct evhttp_request *req, void *arg)
             return health(srv, req);
         if (strcmp(seg[0], "readyz") == 0)
             return ready(srv, req);
-        if (strcmp(seg[0], "metrics") == 0)
+        if (admin && strcmp(seg[0], "metrics") == 0)
             return metrics(srv, req);
+    }
+    if (admin) {
+        if (n >= 1 && strcmp(seg[0], "admin") == 0)
+            return route_admin(srv, req, seg, n);
+        reply_simple(srv, req, GW_EP_OTHER, 404, "not_found",
+                     "no such endpoint (the admin listener serves /admin/ and /metrics)");
+        return;
     }
     if (n == 2 && strcmp(seg[0], ".well-known") == 0 && strcmp(seg[1], "jwks.json") == 0 &&
         method_is(req, EVHTTP_REQ_GET))
         return jwks(srv, req);
     if (n >= 1 && strcmp(seg[0], "q") == 0)
         return route_queue(srv, req, seg, n);
-    if (n >= 1 && strcmp(seg[0], "admin") == 0)
-        return route_admin(srv, req, seg, n);
     reply_simple(srv, req, GW_EP_OTHER, 404, "not_found", "no such endpoint");
+}
+
+void gw_routes_dispatch(struct evhttp_request *req, void *arg)
+{
+    dispatch(arg, req, false);
+}
+
+void gw_routes_admin(struct evhttp_request *req, void *arg)
+{
+    dispatch(arg, req, true);
 }

@@ -372,8 +372,7 @@ static gw_server_t *worker_new(gw_server_t *first, cm_server_t *cs, int i, char 
         snprintf(err, errlen, "redis_cluster: expected ip:port[,ip:port...]");
         return srv;
     }
-    if (cm_worker_listen(srv->worker, gw_routes_dispatch, gw_routes_dispatch, srv, err, errlen) !=
-        0)
+    if (cm_worker_listen(srv->worker, gw_routes_dispatch, gw_routes_admin, srv, err, errlen) != 0)
         return srv;
     cm_worker_gauge(srv->worker, "onsale_gateway_redis_up", "Redis connections up (one per worker)",
                     gauge_redis, srv);
@@ -402,13 +401,21 @@ gw_server_t *gw_server_new(const gw_config_t *cfg, char *err, size_t errlen)
     }
     srv->limit = gw_limit_new(cfg->join_rate_per_ip, cfg->join_burst_per_ip,
                               (size_t)cfg->rate_limit_table_size);
+    int admin_port = 0;
+    if (cm_server_parse_listen(cfg->admin_listen, srv->admin_addr, sizeof(srv->admin_addr),
+                               &admin_port) != 0) {
+        snprintf(err, errlen, "admin_listen: expected ip:port (IPv4), got '%s'",
+                 cfg->admin_listen ? cfg->admin_listen : "");
+        goto err;
+    }
     cm_server_opts_t o = {
         .name = "gateway",
         .metric_prefix = "onsale_gateway",
         .workers = (int)cfg->workers,
         .listen_addr = cfg->listen_addr,
         .port = (int)cfg->port,
-        .admin_addr = NULL,
+        .admin_addr = srv->admin_addr,
+        .admin_port = admin_port,
         .tls = srv->tls,
         .limits =
             {
@@ -417,6 +424,9 @@ gw_server_t *gw_server_new(const gw_config_t *cfg, char *err, size_t errlen)
                 .idle_timeout_s = (int)cfg->idle_timeout_s,
                 .max_connections = (int)cfg->max_connections,
                 .proxy_from = cfg->proxy_from,
+                .handshake_timeout_s = (int)cfg->handshake_timeout_s,
+                .request_timeout_s = (int)cfg->request_timeout_s,
+                .max_conns_per_addr = (int)cfg->max_conns_per_addr,
             },
         .drain_limit_ns = DRAIN_LIMIT_NS,
         .drain_grace_ms = (int)cfg->drain_grace_ms,

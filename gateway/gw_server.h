@@ -71,8 +71,10 @@ struct gw_server {
     gw_config_t cfg;
     cm_server_t *cs;     /* the process (shared by every worker) */
     cm_worker_t *worker; /* this instance's worker */
-    int index;           /* worker number; 0 owns what the workers share */
-    gw_server_t **all;   /* every worker's instance (worker 0 only; teardown) */
+    int index;
+    char admin_addr[64];
+    /* admin_listen's address (worker 0) */ /* worker number; 0 owns what the workers share */
+    gw_server_t **all;                      /* every worker's instance (worker 0 only; teardown) */
     struct event_base *base;
     cm_tls_ctx_t *tls;
     cm_redis_t *redis;
@@ -129,8 +131,10 @@ void gw_reply_unavailable(gw_req_t *r, const char *what, const char *err);
  */
 void gw_server_sync_room(gw_server_t *srv, const char *event, void (*done)(void *arg), void *arg);
 
-/** Routes one request (gw_routes.c). */
+/** Routes one request of the fans' listener (gw_routes.c): fan routes only. */
 void gw_routes_dispatch(struct evhttp_request *req, void *arg);
+/** Routes one request of the admin listener: admin API, dashboard, /metrics, health. */
+void gw_routes_admin(struct evhttp_request *req, void *arg);
 
 /** The admin bearer token check (constant time). True when it matches. */
 bool gw_admin_authorized(gw_server_t *srv, struct evhttp_request *req);

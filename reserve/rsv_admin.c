@@ -102,6 +102,27 @@ static void on_synced(void *arg)
         reset_redis(op);
 }
 
+/* The audit line of a change: who, what, the outcome (created, updated, …), the version
+ * now and its settings (the version before is the one the previous line logged). */
+static void log_change(put_op_t *op)
+{
+    char who[96];
+    cm_server_admin_who(op->r.req, who, sizeof(who));
+    json_t *s = json_object();
+    const char *keys[] = {"currency", "hold_ttl_seconds", "checkout_extension_seconds",
+                          "max_hold_seconds", "max_per_buyer"};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        json_object_set(s, keys[i], json_object_get(op->doc, keys[i]));
+    json_object_set_new(
+        s, "seats", json_integer((json_int_t)json_array_size(json_object_get(op->doc, "seats"))));
+    json_object_set(s, "pools", json_object_get(op->doc, "pools"));
+    char *text = json_dumps(s, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(s);
+    cm_log(CM_LOG_INFO, "admin change by %s: PUT event %s: %s, now version %lld: %s", who,
+           op->event, op->outcome, (long long)op->version, text ? text : "?");
+    free(text);
+}
+
 static void on_put(const char *err, const rsv_pg_result_t *res, void *arg)
 {
     put_op_t *op = arg;
@@ -128,6 +149,7 @@ static void on_put(const char *err, const rsv_pg_result_t *res, void *arg)
     rsv_catalog_invalidate(srv->catalog, op->event);
     rsv_avail_invalidate(srv->avail, op->event);
     op->code = strcmp(op->outcome, "created") == 0 ? 201 : 200;
+    log_change(op);
     rsv_server_sync_event(srv, op->event, on_synced, op); /* every worker forgets it too */
 }
 

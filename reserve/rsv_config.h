@@ -22,6 +22,10 @@ typedef struct rsv_config {
     int64_t max_body_bytes;
     int64_t max_header_bytes;
     int64_t idle_timeout_s;
+    int64_t handshake_timeout_s;
+    int64_t request_timeout_s;
+    int64_t max_conns_per_addr;
+    char *admin_listen;
     char *redis_host;
     int64_t redis_port;
     char *redis_cluster; /* NULL: single node */

@@ -1,9 +1,10 @@
 /*
  * rsv_routes — maps method + path to a handler (API.md, reserve table).
  *
- * Event-loop thread. The path is split into decoded segments once; identifiers are
- * checked here so handlers receive only well-formed ids. Everything not listed is
- * 404 not_found, a listed path with another method 405.
+ * Event-loop thread. Two listeners: the fans' (buyer API, storefront, health) and the
+ * admin one (admin API, /metrics, health); each answers the other's paths 404. The path is split
+ * into decoded segments once; identifiers are checked here so handlers receive only well-formed
+ * ids. Everything not listed is 404 not_found, a listed path with another method 405.
  */
 #include <event2/http.h>
 #include <string.h>
@@ -148,9 +149,9 @@ static void route_admin(rsv_server_t *srv, struct evhttp_request *req, char **se
     reply_simple(srv, req, RSV_EP_OTHER, 404, "not_found", "no such endpoint");
 }
 
-void rsv_routes_dispatch(struct evhttp_request *req, void *arg)
+/* The fans' listener and the admin listener share the parsing; admin says which. */
+static void dispatch(rsv_server_t *srv, struct evhttp_request *req, bool admin)
 {
-    rsv_server_t *srv = arg;
     char buf[1024];
     char *seg[MAX_SEGS];
     int n = cm_http_path(req, buf, sizeof(buf), seg, MAX_SEGS);
@@ -163,8 +164,15 @@ void rsv_routes_dispatch(struct evhttp_request *req, void *arg)
             return health(srv, req);
         if (strcmp(seg[0], "readyz") == 0)
             return ready(srv, req);
-        if (strcmp(seg[0], "metrics") == 0)
+        if (admin && strcmp(seg[0], "metrics") == 0)
             return metrics(srv, req);
+    }
+    if (admin) {
+        if (n >= 2 && strcmp(seg[0], "admin") == 0)
+            return route_admin(srv, req, seg, n);
+        reply_simple(srv, req, RSV_EP_OTHER, 404, "not_found",
+                     "no such endpoint (the admin listener serves /admin/ and /metrics)");
+        return;
     }
     if (rsv_shop_serve(srv, req, seg, n))
         return;
@@ -181,7 +189,15 @@ void rsv_routes_dispatch(struct evhttp_request *req, void *arg)
             return reply_simple(srv, req, RSV_EP_OTHER, 405, "method_not_allowed", "use GET");
         }
     }
-    if (n >= 2 && strcmp(seg[0], "admin") == 0)
-        return route_admin(srv, req, seg, n);
     reply_simple(srv, req, RSV_EP_OTHER, 404, "not_found", "no such endpoint");
+}
+
+void rsv_routes_dispatch(struct evhttp_request *req, void *arg)
+{
+    dispatch(arg, req, false);
+}
+
+void rsv_routes_admin(struct evhttp_request *req, void *arg)
+{
+    dispatch(arg, req, true);
 }

@@ -373,8 +373,7 @@ static rsv_server_t *worker_new(rsv_server_t *first, cm_server_t *cs, int i, cha
         return srv;
     if (i == 0) /* one reconciler per process is enough (several are safe) */
         srv->reconcile = rsv_reconcile_new(srv);
-    if (cm_worker_listen(srv->worker, rsv_routes_dispatch, rsv_routes_dispatch, srv, err, errlen) !=
-        0)
+    if (cm_worker_listen(srv->worker, rsv_routes_dispatch, rsv_routes_admin, srv, err, errlen) != 0)
         return srv;
     cm_worker_gauge(srv->worker, "onsale_reserve_postgres_connections", "Postgres connections up",
                     gauge_pg, srv);
@@ -414,13 +413,21 @@ rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen)
         if (srv->tls == NULL)
             goto err;
     }
+    int admin_port = 0;
+    if (cm_server_parse_listen(cfg->admin_listen, srv->admin_addr, sizeof(srv->admin_addr),
+                               &admin_port) != 0) {
+        snprintf(err, errlen, "admin_listen: expected ip:port (IPv4), got '%s'",
+                 cfg->admin_listen ? cfg->admin_listen : "");
+        goto err;
+    }
     cm_server_opts_t o = {
         .name = "reserve",
         .metric_prefix = "onsale_reserve",
         .workers = (int)cfg->workers,
         .listen_addr = cfg->listen_addr,
         .port = (int)cfg->port,
-        .admin_addr = NULL,
+        .admin_addr = srv->admin_addr,
+        .admin_port = admin_port,
         .tls = srv->tls,
         .limits =
             {
@@ -429,6 +436,9 @@ rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen)
                 .idle_timeout_s = (int)cfg->idle_timeout_s,
                 .max_connections = (int)cfg->max_connections,
                 .proxy_from = cfg->proxy_from,
+                .handshake_timeout_s = (int)cfg->handshake_timeout_s,
+                .request_timeout_s = (int)cfg->request_timeout_s,
+                .max_conns_per_addr = (int)cfg->max_conns_per_addr,
             },
         .drain_limit_ns = DRAIN_LIMIT_NS,
         .drain_grace_ms = (int)cfg->drain_grace_ms,

@@ -94,8 +94,10 @@ struct rsv_server {
     rsv_config_t cfg;
     cm_server_t *cs;     /* the process (shared by every worker) */
     cm_worker_t *worker; /* this instance's worker */
-    int index;           /* worker number; 0 owns what the workers share */
-    rsv_server_t **all;  /* every worker's instance (worker 0 only; teardown) */
+    int index;
+    char admin_addr[64];
+    /* admin_listen's address (worker 0) */ /* worker number; 0 owns what the workers share */
+    rsv_server_t **all;                     /* every worker's instance (worker 0 only; teardown) */
     struct event_base *base;
     cm_tls_ctx_t *tls;
     cm_redis_t *redis;
@@ -156,8 +158,10 @@ void rsv_reply_unavailable(rsv_req_t *r, const char *what, const char *err);
 void rsv_server_sync_event(rsv_server_t *srv, const char *event, void (*done)(void *arg),
                            void *arg);
 
-/** Routes one request (rsv_routes.c). */
+/** Routes one request of the fans' listener (rsv_routes.c): fan routes only. */
 void rsv_routes_dispatch(struct evhttp_request *req, void *arg);
+/** Routes one request of the admin listener: admin API, dashboard, /metrics, health. */
+void rsv_routes_admin(struct evhttp_request *req, void *arg);
 
 /** The admin bearer token check (constant time). True when it matches. */
 bool rsv_admin_authorized(rsv_server_t *srv, struct evhttp_request *req);

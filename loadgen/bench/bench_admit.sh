@@ -102,9 +102,10 @@ GATEWAY_PID=$(cat "$STATE/run/gateway.pid")
 REDIS_PID=$(head -n 1 "$STATE/run/redis.pid" | tr -dc '0-9')
 
 admin() {
-    printf 'header = "Authorization: Bearer %s"\n' "$(cat "$STATE/admin-token")" |
+    printf 'header = "Authorization: Bearer %s"\n' "$(cat "$STATE/gateway-admin-token")" |
         curl -s -K - -o "$OUT/admin_body" -w '%{http_code}' --max-time 30 --cacert "$CA" \
-            -X "$1" -H 'Content-Type: application/json' ${3:+--data-binary "$3"} "$GW$2" || true
+            -X "$1" -H 'Content-Type: application/json' ${3:+--data-binary "$3"} \
+            "https://127.0.0.1:$((P_GATEWAY + 20))$2" || true # the gateway's admin listener
 }
 cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
 field() { sed -n 's/^RESULT //p' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }

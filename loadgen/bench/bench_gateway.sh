@@ -196,9 +196,10 @@ cpu_pct() { awk -v a="$1" -v b="$2" -v s="$3" -v hz="$(getconf CLK_TCK)" 'BEGIN 
 # admin METHOD PATH [JSON]: the gateway's admin API (token on curl's stdin config, so it
 # never shows in ps). Prints the status; the body goes to $OUT/admin_body.
 admin() {
-    printf 'header = "Authorization: Bearer %s"\n' "$(cat "$STATE/admin-token")" |
+    printf 'header = "Authorization: Bearer %s"\n' "$(cat "$STATE/gateway-admin-token")" |
         curl -s -K - -o "$OUT/admin_body" -w '%{http_code}' --max-time 30 --cacert "$CA" \
-            -X "$1" -H 'Content-Type: application/json' ${3:+--data-binary "$3"} "$GW$2" || true
+            -X "$1" -H 'Content-Type: application/json' ${3:+--data-binary "$3"} \
+            "https://127.0.0.1:$((P_GATEWAY + 20))$2" || true # the gateway's admin listener
 }
 
 # room EVENT: a paused FIFO waiting room (nobody is admitted: status polls stay "queued").

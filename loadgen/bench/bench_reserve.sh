@@ -205,7 +205,8 @@ admin_put() {
     local code
     code=$(printf 'header = "Authorization: Bearer %s"\n' "$(cat "$STATE/admin-token")" |
         curl -s -K - -o "$OUT/admin_body" -w '%{http_code}' --max-time 120 --cacert "$STATE/ca.pem" \
-            -X PUT -H 'Content-Type: application/json' --data-binary "$2" "$URL/admin/events/$1") || true
+            -X PUT -H 'Content-Type: application/json' --data-binary "$2" \
+            "https://127.0.0.1:$((P_RESERVE + 20))/admin/events/$1") || true
     [[ $code == 201 || $code == 200 ]] ||
         die "PUT /admin/events/$1 answered '$code': $(head -c 300 "$OUT/admin_body" 2>/dev/null)"
 }
@@ -448,7 +449,8 @@ check_alive "the benchmark"
 tail -c "+$((RLOG_START + 1))" "$RLOG" >"$OUT/reserve-run.log" 2>/dev/null || true
 LOG_WARN=$(grep -c ' warn: ' "$OUT/reserve-run.log" || true)
 LOG_ERR=$(grep -Ec ' (error|fatal|crit): ' "$OUT/reserve-run.log" || true)
-curl -s --max-time 5 --cacert "$STATE/ca.pem" "$URL/metrics" >"$OUT/metrics" 2>/dev/null || true
+curl -s --max-time 5 --cacert "$STATE/ca.pem" "https://127.0.0.1:$((P_RESERVE + 20))/metrics" \
+    >"$OUT/metrics" 2>/dev/null || true
 metric() { awk -v m="$1" '$1 == m { printf "%.0f", $2 }' "$OUT/metrics"; }
 
 # ---------------------------------------------------------------------------------------

@@ -161,11 +161,9 @@ def main():
         ev = "size-" + uuid.uuid4().hex[:8]
         S.create_event(ev, pools=[{"id": "floor", "capacity": 20000, "price": 100}],
                        max_per_buyer=10)
-        c = Client(gw_port, S.ctx)
-        r = c.request("PUT", f"/admin/events/{ev}", body={"rate_per_minute": 600000, "paused": True},
-                      token=S.admin_token)
+        r = S.gateway_admin("PUT", f"/admin/events/{ev}",
+                            {"rate_per_minute": 600000, "paused": True})
         assert r.status in (200, 201), r
-        c.close()
         # warm: the first requests of each kind pay for connections, caches, scripts
         tok = S.token(ev, "warm")
         w = Client(S.reserve_port, S.ctx)
@@ -207,11 +205,8 @@ def main():
         bg = {k: (b1[k] - b0[k]) / (b1["t"] - b0["t"]) for k in b0 if k != "t"}
         rows = []
         def unpause():
-            cl = Client(gw_port, S.ctx)
-            r = cl.request("PATCH", f"/admin/events/{ev}", body={"paused": False},
-                           token=S.admin_token)
+            r = S.gateway_admin("PATCH", f"/admin/events/{ev}", {"paused": False})
             assert r.status == 200, r
-            cl.close()
             time.sleep(2.0)  # the watermark passes every number
 
         for name, fn, items in (("join", join, range(a.n)), ("poll", poll, None),

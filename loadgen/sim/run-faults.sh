@@ -15,7 +15,9 @@ eval "$("$CTL" env)"
 port=${ONSALE_SIM_GATEWAY2_PORT:-$((ONSALE_GATEWAY_PORT + 10))}
 conf=$ONSALE_STATE/gateway-2.conf
 [[ -r $ONSALE_STATE/gateway.conf ]] || { echo "run-faults: no gateway in $ONSALE_STATE (deploy/onsale up)" >&2; exit 2; }
-sed "s/^port = .*/port = $port/" "$ONSALE_STATE/gateway.conf" >"$conf"
+sed -e "s/^port = .*/port = $port/" \
+    -e "s/^admin_listen = .*/admin_listen = 127.0.0.1:$((port + 20))/" \
+    "$ONSALE_STATE/gateway.conf" >"$conf"
 # The config's port wins only without ONSALE_GATEWAY_* in the environment.
 env -u ONSALE_GATEWAY_PORT -u ONSALE_GATEWAY_URL -u ONSALE_GATEWAY_ADMIN_URL \
     "$ONSALE_BUILD/gateway/onsale-gateway" --config "$conf" \

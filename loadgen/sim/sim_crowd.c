@@ -43,7 +43,8 @@ struct sim_crowd {
     sim_pool_t *gw[SIM_MAX_GATEWAYS];
     int ngw;
     sim_pool_t *rsv, *gwadmin, *rsvadmin, *paysim;
-    char admin_hdr[512];
+    char admin_hdr[512];    /* the reserve's admin token */
+    char gw_admin_hdr[512]; /* the gateway's */
     uint64_t rng;
     int next_arrival;
     int64_t *order; /* arrival time per fan id (fans are numbered in arrival order) */
@@ -825,7 +826,7 @@ static void room_patch(sim_crowd_t *c, json_t *patch, const char *label)
     char path[128];
     snprintf(path, sizeof(path), "/admin/events/%s", c->r->event);
     char *body = json_dumps(patch, JSON_COMPACT);
-    sim_pool_request(c->gwadmin, 0, "PATCH", path, c->admin_hdr, body, on_admin_reply, rec);
+    sim_pool_request(c->gwadmin, 0, "PATCH", path, c->gw_admin_hdr, body, on_admin_reply, rec);
     free(body);
 }
 
@@ -1063,7 +1064,7 @@ static void start_night(sim_crowd_t *c)
         }
         char *body = json_dumps(room, JSON_COMPACT);
         json_decref(room);
-        sim_pool_request(c->gwadmin, 0, "PUT", path, c->admin_hdr, body, on_setup, c);
+        sim_pool_request(c->gwadmin, 0, "PUT", path, c->gw_admin_hdr, body, on_setup, c);
         free(body);
         return;
     }
@@ -1145,6 +1146,9 @@ int sim_crowd_run(sim_run_t *r, char *err, size_t errlen)
     }
     snprintf(c->admin_hdr, sizeof(c->admin_hdr), "Authorization: Bearer %s\r\n",
              o->admin_token ? o->admin_token : "");
+    const char *gwtok = o->gateway_admin_token ? o->gateway_admin_token : o->admin_token;
+    snprintf(c->gw_admin_hdr, sizeof(c->gw_admin_hdr), "Authorization: Bearer %s\r\n",
+             gwtok ? gwtok : "");
     c->taken = cm_xcalloc((size_t)s->nseats + 1, 1);
     if (s->nseats > 0) {
         c->cdf = cm_xcalloc((size_t)s->nseats, sizeof(double));

@@ -36,7 +36,9 @@ static void usage(FILE *f)
                "  --reserve-admin URL   [$ONSALE_RESERVE_ADMIN_URL, else --reserve]\n"
                "  --paysim URL          payment simulator (ledger, settings) [$ONSALE_PAYSIM_URL]\n"
                "  --ca FILE             CA of the services' certificates [$ONSALE_CA]\n"
-               "  --admin-token-file F  [$ONSALE_ADMIN_TOKEN_FILE]\n"
+               "  --admin-token-file F  the reserve's admin token [$ONSALE_ADMIN_TOKEN_FILE]\n"
+               "  --gateway-admin-token-file F  [$ONSALE_GATEWAY_ADMIN_TOKEN_FILE, else\n"
+               "                        --admin-token-file]\n"
                "  --pg CONNINFO         [$ONSALE_PG_CONNINFO]\n"
                "  --redis HOST:PORT     [127.0.0.1:$ONSALE_REDIS_PORT]\n"
                "  --redis-user NAME     [$ONSALE_REDIS_USER]\n"
@@ -101,26 +103,29 @@ int main(int argc, char **argv)
 {
     sim_opts_t o = {0};
     const char *token_file = env("ONSALE_ADMIN_TOKEN_FILE");
+    const char *gw_token_file = env("ONSALE_GATEWAY_ADMIN_TOKEN_FILE");
     const char *redis = NULL, *pw_file = env("ONSALE_REDIS_PASSWORD_FILE");
     bool no_progress = false;
-    static const struct option longopts[] = {{"gateway", required_argument, NULL, 'g'},
-                                             {"gateway-admin", required_argument, NULL, 'G'},
-                                             {"reserve", required_argument, NULL, 'r'},
-                                             {"reserve-admin", required_argument, NULL, 'R'},
-                                             {"paysim", required_argument, NULL, 'p'},
-                                             {"ca", required_argument, NULL, 'c'},
-                                             {"admin-token-file", required_argument, NULL, 't'},
-                                             {"pg", required_argument, NULL, 'P'},
-                                             {"redis", required_argument, NULL, 'x'},
-                                             {"redis-user", required_argument, NULL, 'u'},
-                                             {"redis-password-file", required_argument, NULL, 'w'},
-                                             {"service", required_argument, NULL, 's'},
-                                             {"event", required_argument, NULL, 'e'},
-                                             {"scale", required_argument, NULL, 'S'},
-                                             {"out", required_argument, NULL, 'o'},
-                                             {"no-progress", no_argument, NULL, 'n'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {
+        {"gateway", required_argument, NULL, 'g'},
+        {"gateway-admin", required_argument, NULL, 'G'},
+        {"reserve", required_argument, NULL, 'r'},
+        {"reserve-admin", required_argument, NULL, 'R'},
+        {"paysim", required_argument, NULL, 'p'},
+        {"ca", required_argument, NULL, 'c'},
+        {"admin-token-file", required_argument, NULL, 't'},
+        {"pg", required_argument, NULL, 'P'},
+        {"redis", required_argument, NULL, 'x'},
+        {"redis-user", required_argument, NULL, 'u'},
+        {"redis-password-file", required_argument, NULL, 'w'},
+        {"service", required_argument, NULL, 's'},
+        {"event", required_argument, NULL, 'e'},
+        {"scale", required_argument, NULL, 'S'},
+        {"out", required_argument, NULL, 'o'},
+        {"no-progress", no_argument, NULL, 'n'},
+        {"gateway-admin-token-file", required_argument, NULL, 'T'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (ch) {
@@ -130,6 +135,9 @@ int main(int argc, char **argv)
             break;
         case 'G':
             o.gateway_admin_url = optarg;
+            break;
+        case 'T':
+            gw_token_file = optarg;
             break;
         case 'r':
             o.reserve_url = optarg;
@@ -252,6 +260,10 @@ int main(int argc, char **argv)
                 token_file ? token_file : "set --admin-token-file");
         return 2;
     }
+    if (gw_token_file && (o.gateway_admin_token = read_secret(gw_token_file)) == NULL) {
+        fprintf(stderr, "onsale-sim: cannot read the gateway admin token (%s)\n", gw_token_file);
+        return 2;
+    }
     if (pw_file && (o.redis_password = read_secret(pw_file)) == NULL) {
         fprintf(stderr, "onsale-sim: cannot read %s\n", pw_file);
         return 2;
@@ -346,6 +358,7 @@ done:
     free(out);
     free(extra);
     free(o.admin_token);
+    free(o.gateway_admin_token);
     free(o.redis_password);
     sim_scenario_free(sc);
     return rc;

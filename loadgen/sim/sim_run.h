@@ -25,7 +25,8 @@ typedef struct sim_opts {
     const char *reserve_admin_url; /* default: reserve_url */
     const char *paysim_url;        /* NULL: no ledger checks, no payment settings */
     const char *ca;
-    char *admin_token;
+    char *admin_token;         /* the reserve's */
+    char *gateway_admin_token; /* the gateway's (a token per service); default: admin_token */
     const char *pg_conninfo;
     const char *redis_host;
     int redis_port;

@@ -78,6 +78,7 @@ class Gateway:
 
     def __init__(self, gs, name, port, conf):
         self.gs, self.name, self.port = gs, name, port
+        self.admin_port = int(conf["admin_listen"].rsplit(":", 1)[1])
         self.conf_path = os.path.join(gs.S.state, f"gateway-{name}.conf")
         self.log_path = os.path.join(gs.S.root, f"gateway-{name}.log")
         with open(self.conf_path, "w") as f:
@@ -123,6 +124,10 @@ class Gateway:
 
     def client(self, timeout=stack.HTTP_TIMEOUT):
         return Client(self.port, self.gs.S.ctx, timeout=timeout)
+
+    def admin_client(self, timeout=stack.HTTP_TIMEOUT):
+        """This gateway's admin listener (admin API, dashboard, /metrics)."""
+        return Client(self.admin_port, self.gs.S.ctx, timeout=timeout)
 
     def req(self, method, path, token=None, body=None, raw=None, headers=None):
         return stack.build_request(method, path, token, body, raw, headers, self.port)
@@ -178,7 +183,8 @@ class GatewayStack:
             "redis_password_file": self.S.redis_password_path,
             "signing_keys": self.S.key_path,
             "ticket_secret_file": self.secret_path,
-            "admin_token_file": os.path.join(st, "admin-token"),
+            "admin_token_file": os.path.join(st, "gateway-admin-token"),
+            "admin_listen": f"{HOST}:{stack._free_ports(1)[0]}",
             "reserve_url": f"https://{HOST}:{self.S.reserve_port}",
         }
         c.update(self.conf)
@@ -213,9 +219,10 @@ class GatewayStack:
         return self.gateways[0]
 
     def admin(self, method, path, body=None, gw=None, raw=None):
-        c = (gw or self.g).client()
+        c = (gw or self.g).admin_client()
         try:
-            return c.request(method, path, body=body, raw=raw, token=self.S.admin_token)
+            return c.request(method, path, body=body, raw=raw,
+                             token=self.S.gateway_admin_token)
         finally:
             c.close()
 
@@ -273,6 +280,8 @@ class GatewayTestCase(unittest.TestCase):
     def setUp(self):
         self.c = self.GS.g.client()
         self.addCleanup(self.c.close)
+        self.a = self.GS.g.admin_client()  # admin API, dashboard, /metrics
+        self.addCleanup(self.a.close)
 
     def assertStatus(self, resp, status, error=None, msg=""):
         want = f"{status}" + (f" {{'error': {error!r}}}" if error else "")

@@ -69,6 +69,27 @@ def _env_dir(name, default=None):
     raise RuntimeError(f"{name} is not set")
 
 
+ADMIN_OFFSET = 20  # deploy/onsale: each service's admin listener is on its port + 20
+
+
+def _free_ports_with_admin(n):
+    """n distinct free loopback ports p whose p + ADMIN_OFFSET is free as well."""
+    out = []
+    while len(out) < n:
+        p = _free_ports(1)[0]
+        if p + ADMIN_OFFSET > 65535 or p in out or p + ADMIN_OFFSET in out:
+            continue
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind((HOST, p + ADMIN_OFFSET))
+        except OSError:
+            continue
+        finally:
+            s.close()
+        out.append(p)
+    return out
+
+
 def _free_ports(n):
     """n distinct free loopback TCP ports (bound together, then released)."""
     socks, ports = [], []
@@ -698,7 +719,7 @@ class Stack:
         if self.cluster:
             # deploy/onsale's cluster layout (see its usage): Redis base+0..5 (bus +10..15),
             # gateways base+16/+26, reserves base+17/+27, HAProxy base+18/+19
-            base = _free_block(28)
+            base = _free_block(48)  # + the admin listeners at +36, +37, +46, +47
             self.redis_port, self.gateway_port, self.instance_reserve_port = base, base + 16, base + 17
             self.haproxy_port, self.pg_port, self.paysim_port = base + 18, base + 20, base + 21
             self.reserve_port = base + 19  # clients go through HAProxy
@@ -707,8 +728,15 @@ class Stack:
             self.reserve_ports = [base + 17, base + 27]
             self.redis_seeds = ",".join(f"{HOST}:{p}" for p in self.redis_ports)
         else:
-            (self.reserve_port, self.redis_port, self.pg_port, self.gateway_port,
-             self.paysim_port, self.haproxy_port) = _free_ports(6)
+            self.reserve_port, self.gateway_port = _free_ports_with_admin(2)
+            while True:
+                (self.redis_port, self.pg_port, self.paysim_port,
+                 self.haproxy_port) = _free_ports(4)
+                taken = {self.reserve_port, self.gateway_port, self.reserve_port + ADMIN_OFFSET,
+                         self.gateway_port + ADMIN_OFFSET}
+                if not taken & {self.redis_port, self.pg_port, self.paysim_port,
+                                self.haproxy_port}:
+                    break
             self.instance_reserve_port = self.reserve_port
             self.redis_ports = [self.redis_port]
             self.redis_seeds = None
@@ -718,12 +746,17 @@ class Stack:
                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                timeout=UP_TIMEOUT)
         self.started = True
+        # deploy/onsale: each instance's admin listener is on its port + ADMIN_OFFSET
+        self.reserve_admin_port = self.instance_reserve_port + ADMIN_OFFSET
+        self.gateway_admin_port = self.gateway_port + ADMIN_OFFSET
         if p.returncode != 0:
             raise RuntimeError(f"deploy/onsale up failed ({p.returncode}):\n{self._tail(log)}")
         self.ca = os.path.join(self.state, "ca.pem")
         self.ctx = ssl.create_default_context(cafile=self.ca)
         with open(os.path.join(self.state, "admin-token")) as f:
-            self.admin_token = f.read().strip()
+            self.admin_token = f.read().strip()  # the reserve's
+        with open(os.path.join(self.state, "gateway-admin-token")) as f:
+            self.gateway_admin_token = f.read().strip()
         # Redis (ACL user, default user off) and Postgres (scram-sha-256) need these.
         self.redis_user = "onsale"
         self.redis_password_path = os.path.join(self.state, "redis-password")
@@ -830,6 +863,10 @@ class Stack:
     def client(self, timeout=HTTP_TIMEOUT):
         return Client(self.reserve_port, self.ctx, timeout=timeout)
 
+    def admin_client(self, timeout=HTTP_TIMEOUT):
+        """The reserve's admin listener (admin API, /metrics)."""
+        return Client(self.reserve_admin_port, self.ctx, timeout=timeout)
+
     def oversized(self, path, token, size, timeout=15):
         """POSTs a body of `size` bytes (Content-Length announced up front), reading the
         answer while sending so that an early refusal is seen. Returns a Response
@@ -845,9 +882,17 @@ class Stack:
         return s
 
     def admin(self, method, path, body=None):
-        c = self.client()
+        c = self.admin_client()
         try:
             return c.request(method, path, body=body, token=self.admin_token)
+        finally:
+            c.close()
+
+    def gateway_admin(self, method, path, body=None):
+        """A request to the stack's gateway admin listener with the gateway's token."""
+        c = Client(self.gateway_admin_port, self.ctx)
+        try:
+            return c.request(method, path, body=body, token=self.gateway_admin_token)
         finally:
             c.close()
 
@@ -905,8 +950,8 @@ class Stack:
         """{name: [(labels, value)]} from /metrics (of every reserve instance in the
         cluster topology: metric_sum then adds their counters up)."""
         text = ""
-        for port in (self.reserve_ports if self.cluster else [self.reserve_port]):
-            c = Client(port, self.ctx)
+        for port in (self.reserve_ports if self.cluster else [self.instance_reserve_port]):
+            c = Client(port + ADMIN_OFFSET, self.ctx)
             try:
                 r = c.get("/metrics")
             finally:
@@ -1104,6 +1149,8 @@ class ReserveTestCase(unittest.TestCase):
     def setUp(self):
         self.c = self.S.client()
         self.addCleanup(self.c.close)
+        self.a = self.S.admin_client()  # admin API and /metrics
+        self.addCleanup(self.a.close)
 
     def new_event(self, prefix="ev", **spec):
         ev = new_id(prefix)

@@ -34,8 +34,8 @@ class MasterFailover(stack.ReserveTestCase):
         # a paused room: places must not move; 15 fans hold one (under the per-address
         # join burst: through HAProxy they all come from 127.0.0.1)
         gw = cu.gateway_client(S)
-        r = gw.request("PUT", f"/admin/events/{ev}", body={"rate_per_minute": 60,
-                                                           "paused": True}, token=S.admin_token)
+        r = S.gateway_admin("PUT", f"/admin/events/{ev}", {"rate_per_minute": 60,
+                                                           "paused": True})
         self.assertIn(r.status, (200, 201), repr(r))
         fans = []
         for i in range(15):

@@ -20,7 +20,7 @@ class Ops(gwstack.GatewayTestCase):
     def test_health_ready_metrics_jwks(self):
         self.assertStatus(self.c.get("/healthz"), 200)
         self.assertStatus(self.c.get("/readyz"), 200)
-        m = self.c.get("/metrics")
+        m = self.a.get("/metrics")
         self.assertStatus(m, 200)
         for name in ("onsale_gateway_joins_total", "onsale_gateway_status_polls_total",
                      "onsale_gateway_admissions_total", "onsale_gateway_rejected_tickets_total",
@@ -37,10 +37,10 @@ class Ops(gwstack.GatewayTestCase):
         """Issue 8: nosniff and HSTS on every answer; the HTML pages carry a CSP with no
         'unsafe-inline' (their own script and style allowed by hash)."""
         ev = self.new_room(rate_per_minute=60)
-        answers = [self.c.get("/healthz"), self.c.get("/readyz"), self.c.get("/metrics"),
+        answers = [self.c.get("/healthz"), self.c.get("/readyz"), self.a.get("/metrics"),
                    self.c.get("/.well-known/jwks.json"), self.c.get("/nope"),
                    self.c.post(f"/q/{ev}/join"), self.c.get(f"/q/{ev}/status", token="forged"),
-                   self.c.get("/admin/events"), self.c.get(f"/q/{ev}"), self.c.get("/admin/"),
+                   self.a.get("/admin/events"), self.c.get(f"/q/{ev}"), self.a.get("/admin/"),
                    self.c.get("/q/e/join")]
         statuses = set()
         for r in answers:
@@ -70,10 +70,11 @@ class AdminAuth(gwstack.GatewayTestCase):
         calls = [("GET", "/admin/events"), ("GET", f"/admin/events/{ev}"),
                  ("PUT", f"/admin/events/{ev}"), ("PATCH", f"/admin/events/{ev}"),
                  ("DELETE", f"/admin/events/{ev}")]
-        good = self.GS.S.admin_token
+        good = self.GS.S.gateway_admin_token
         for method, path in calls:
-            for token in (None, "wrong-token-wrong-token", good[:-1], good + "x", ""):
-                r = self.c.request(method, path, body={"rate_per_minute": 1}, token=token)
+            for token in (None, "wrong-token-wrong-token", good[:-1], good + "x", "",
+                          self.GS.S.admin_token):  # the reserve's token is not the gateway's
+                r = self.a.request(method, path, body={"rate_per_minute": 1}, token=token)
                 self.assertStatus(r, 401, "unauthorized", msg=f"{method} {path} token={token!r}:")
         # and nothing changed
         r = self.GS.admin("GET", f"/admin/events/{ev}")
@@ -528,6 +529,6 @@ class Page(gwstack.GatewayTestCase):
         nr = self.c.get("/q/no-such-room")
         self.assertEqual(nr.status, 404, nr)
         self.assertTrue(nr.header("content-type").startswith("text/html"), nr)
-        d = self.c.get("/admin/")
+        d = self.a.get("/admin/")
         self.assertStatus(d, 200)
         self.assertTrue(d.header("content-type").startswith("text/html"), d)

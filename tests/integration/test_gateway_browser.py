@@ -78,10 +78,10 @@ class QueuePageInBrowser(unittest.TestCase):
         try:
             # paused while the fans ahead join, so the line starts moving only now, however
             # long the set-up took on a loaded machine
-            r = c.put(f"/admin/events/{ev}", {"rate_per_minute": RATE_PER_MINUTE,
-                                              "max_active": 0, "mode": "fifo", "paused": True,
-                                              "redirect_url": redirect, "handoff": handoff},
-                      token=self.S.admin_token)
+            r = self.S.gateway_admin("PUT", f"/admin/events/{ev}",
+                                     {"rate_per_minute": RATE_PER_MINUTE, "max_active": 0,
+                                      "mode": "fifo", "paused": True, "redirect_url": redirect,
+                                      "handoff": handoff})
             self.assertIn(r.status, (200, 201), f"PUT /admin/events/{ev}: {r!r}")
         finally:
             c.close()
@@ -93,13 +93,8 @@ class QueuePageInBrowser(unittest.TestCase):
                 self.assertEqual(r.json.get("state"), "queued", f"join {i + 1}: {r!r}")
             finally:
                 c.close()
-        c = self.gateway()
-        try:
-            r = c.request("PATCH", f"/admin/events/{ev}", body={"paused": False},
-                          token=self.S.admin_token)
-            self.assertEqual(r.status, 200, f"resuming {ev}: {r!r}")
-        finally:
-            c.close()
+        r = self.S.gateway_admin("PATCH", f"/admin/events/{ev}", {"paused": False})
+        self.assertEqual(r.status, 200, f"resuming {ev}: {r!r}")
         return ev, redirect
 
     def run_browser(self, ev, redirect, mode, handoff="fragment"):
@@ -143,10 +138,10 @@ class QueuePageInBrowser(unittest.TestCase):
         """The operator dashboard's script runs under its hash-based CSP (no
         'unsafe-inline'), reaches the admin API and lists a room; no CSP violation."""
         ev, _ = self.room("br-dash")
-        args = [NODE, SCRIPT, "--url", f"https://127.0.0.1:{self.S.gateway_port}",
+        args = [NODE, SCRIPT, "--url", f"https://127.0.0.1:{self.S.gateway_admin_port}",
                 "--event", ev, "--ca", self.S.ca, "--mode", "dashboard",
                 "--timeout", str(PAGE_TIMEOUT), "--chromium", CHROMIUM]
-        env = dict(os.environ, ONSALE_ADMIN_TOKEN=self.S.admin_token)
+        env = dict(os.environ, ONSALE_ADMIN_TOKEN=self.S.gateway_admin_token)
         p = subprocess.run(args, cwd=BROWSER_DIR, capture_output=True, timeout=NODE_TIMEOUT,
                            stdin=subprocess.DEVNULL, env=env)
         out = p.stdout.decode("utf-8", "replace").strip()

@@ -77,7 +77,7 @@ class Rate(gwstack.GatewayTestCase):
                         f"{passed} admitted in {secs:.3f} s = {per10:.0f} per 10 s, want 1000 ±5%")
         # Both gateways ran the advance (neither is a leader).
         for g in self.GS.gateways:
-            c = g.client()
+            c = g.admin_client()
             try:
                 m = stack.parse_metrics(c.get("/metrics").body.decode())
             finally:

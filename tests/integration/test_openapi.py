@@ -278,7 +278,7 @@ class Walk(unittest.TestCase):
         self.call(pub, "GET", "/shop/config.json", 200)
 
     def test_2_gateway(self):
-        S, adm = self.S, self.S.admin_token
+        S, adm = self.S, self.S.gateway_admin_token
         pub, admin = "gateway-public", "gateway-admin"
         ev = stack.new_id("oa-room")
         room = {"rate_per_minute": 600, "max_active": 0, "mode": "fifo",

@@ -176,8 +176,8 @@ class TokenAttacks(stack.ReserveTestCase):
     def test_admin_needs_the_admin_token(self):
         ev = stack.new_id("noadmin")
         spec = {"seats": SEATS, "currency": "EUR"}
-        for tok in (None, "wrong", self.S.token(ev, "fan")):
-            r = self.c.put(f"/admin/events/{ev}", spec, token=tok)
+        for tok in (None, "wrong", self.S.token(ev, "fan"), self.S.gateway_admin_token):
+            r = self.a.put(f"/admin/events/{ev}", spec, token=tok)
             self.assertIn(r.status, (401, 403), f"PUT /admin/events without admin token: {r!r}")
         r = self.c.get(f"/v1/events/{ev}/availability")
         self.assertStatus(r, 404, "unknown_event", msg="event must not exist:")

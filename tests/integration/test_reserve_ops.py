@@ -43,7 +43,7 @@ class HealthAndMetrics(stack.ReserveTestCase):
                         token=t1, headers={"Idempotency-Key": uuid.uuid4().hex})
         self.assertStatus(r, 201)
 
-        resp = self.c.get("/metrics")
+        resp = self.a.get("/metrics")
         self.assertStatus(resp, 200)
         self.assertTrue((resp.header("content-type") or "").startswith("text/plain"),
                         f"/metrics content-type: {resp.headers}")

@@ -63,16 +63,18 @@ class Reserves:
         self.procs = []
 
     def start(self, extra_env=None, wait=True):
-        port = stack._free_ports(1)[0]
+        port, admin_port = stack._free_ports(2)
         env = self.s.env()
         env.update(extra_env or {})
         log = open(os.path.join(self.s.root, f"reserve-{port}.log"), "ab")
         p = subprocess.Popen([self.s.reserve_bin, "--config",
-                              os.path.join(self.s.state, "reserve.conf"), "--port", str(port)],
+                              os.path.join(self.s.state, "reserve.conf"), "--port", str(port),
+                              f"--admin_listen=127.0.0.1:{admin_port}"],
                              env=env, stdout=log, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL)
         log.close()
         p.port = port
+        p.admin_port = admin_port
         self.procs.append(p)
         if wait:
             def ready():
@@ -88,7 +90,7 @@ class Reserves:
         return stack.Client(p.port, self.s.ctx, timeout=timeout)
 
     def metric(self, p, name, **labels):
-        c = self.client(p)
+        c = stack.Client(p.admin_port, self.s.ctx, timeout=10)
         try:
             r = c.get("/metrics")
         finally:

@@ -119,11 +119,11 @@ class ShopInBrowser(unittest.TestCase):
     def test_journey_from_the_queue_to_a_booking(self):
         ev = self.event("shop-j")
         storefront = f"https://127.0.0.1:{self.S.reserve_port}/shop/?event={ev}"
-        c = stack.Client(self.S.gateway_port, self.S.ctx)
+        c = stack.Client(self.S.gateway_admin_port, self.S.ctx)
         try:
             r = c.put(f"/admin/events/{ev}", {"rate_per_minute": 600, "max_active": 0,
                                               "mode": "fifo", "redirect_url": storefront},
-                      token=self.S.admin_token)
+                      token=self.S.gateway_admin_token)
             self.assertIn(r.status, (200, 201), f"PUT gateway /admin/events/{ev}: {r!r}")
             handoff = r.json.get("handoff", r.json.get("settings", {}).get("handoff"))
         finally:

@@ -174,9 +174,11 @@ class SimTest(unittest.TestCase):
 
     def second_gateway(self):
         """A second gateway on its own port against the same Redis (as gwstack.py does)."""
-        port = stack._free_ports(1)[0]
+        port, admin_port = stack._free_ports(2)
         with open(os.path.join(S.state, "gateway.conf")) as f:
             conf = re.sub(r"^port = .*$", f"port = {port}", f.read(), flags=re.M)
+            conf = re.sub(r"^admin_listen = .*$", f"admin_listen = 127.0.0.1:{admin_port}", conf,
+                          flags=re.M)
         path = os.path.join(S.state, "gateway-2.conf")
         with open(path, "w") as f:
             f.write(conf)
