@@ -180,13 +180,9 @@ class Examples(stack.ReserveTestCase):
     def event_with_room(self, prefix):
         ev = self.new_event(prefix, sections=[{"id": "A", "rows": 1, "seats_per_row": 5,
                                                 "price": 4000}], max_per_buyer=4)
-        c = stack.Client(self.S.gateway_port, self.S.ctx)
-        try:
-            r = c.put(f"/admin/events/{ev}", {"rate_per_minute": 600, "mode": "fifo"},
-                      token=self.S.admin_token)
-            self.assertIn(r.status, (200, 201), r)
-        finally:
-            c.close()
+        r = self.S.gateway_admin("PUT", f"/admin/events/{ev}",
+                                 {"rate_per_minute": 600, "mode": "fifo"})
+        self.assertIn(r.status, (200, 201), r)
         return ev
 
     def run_example(self, args, ev):

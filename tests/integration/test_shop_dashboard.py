@@ -61,7 +61,7 @@ class History(unittest.TestCase):
         "0, 0, 1, 1, 1")."""
         ev = stack.new_id(prefix)
         r = self.admin().put(f"/admin/events/{ev}", {"rate_per_minute": 60, "paused": True,
-                                                      "mode": "fifo"}, token=self.S.admin_token)
+                                                      "mode": "fifo"}, token=self.S.gateway_admin_token)
         self.assertIn(r.status, (200, 201), r)
         c = stack.Client(self.S.gateway_port, self.S.ctx)
         try:
@@ -73,7 +73,7 @@ class History(unittest.TestCase):
 
     def history(self, ev, token=None):
         return self.admin().get(f"/admin/events/{ev}/history",
-                                token=self.S.admin_token if token is None else token)
+                                token=self.S.gateway_admin_token if token is None else token)
 
     def test_history_is_a_bounded_ring_oldest_first(self):
         ev = self.room_with_one_fan("hist")
@@ -102,10 +102,10 @@ class History(unittest.TestCase):
         self.assertEqual(self.history("no-such-room").json["error"], "unknown_event")
         self.assertEqual(self.history("x", token="wrong").status, 401)
         self.assertEqual(self.admin().get("/admin/events/bad%20id/history",
-                                          token=self.S.admin_token).status, 400)
+                                          token=self.S.gateway_admin_token).status, 400)
         ev = self.room_with_one_fan("hist-del")
         self.assertEqual(self.admin().request("DELETE", f"/admin/events/{ev}",
-                                              token=self.S.admin_token).status, 200)
+                                              token=self.S.gateway_admin_token).status, 200)
         self.assertEqual(self.history(ev).status, 404, "a deleted room has no history")
 
     @unittest.skipIf(BROWSER_SKIP, BROWSER_SKIP or "")
@@ -114,7 +114,7 @@ class History(unittest.TestCase):
         time.sleep(8 * INTERVAL_MS / 1000)
         args = [NODE, os.path.join(BROWSER_DIR, "dashboard.mjs"),
                 "--url", f"https://127.0.0.1:{admin_port(self.S)}", "--ca", self.S.ca,
-                "--token-file", os.path.join(self.S.state, "admin-token"), "--event", ev,
+                "--token-file", os.path.join(self.S.state, "gateway-admin-token"), "--event", ev,
                 "--chromium", CHROMIUM]
         p = subprocess.run(args, cwd=BROWSER_DIR, capture_output=True, timeout=120,
                            stdin=subprocess.DEVNULL)
