@@ -22,11 +22,15 @@
 # (status ≥ 0.8× nginx with p99 < 10 ms; joins ≥ 0.3× nginx; new TLS connections ≥ 0.8×
 # nginx). Ratios, not absolute figures, are the result.
 #
-# nginx runs NGINX_WORKERS worker processes (default 1: one event loop against the
-# gateway's one event loop; --nginx-workers auto gives it every core).
+# --workers N runs the gateway with N workers (event loops) and nginx with N worker
+# processes (default 1 and 1: one event loop against one; --nginx-workers W|auto sets
+# nginx's alone). Every row also gives the CPU microseconds per answered request of each
+# side, from the processes' own CPU time over the run (/proc/<pid>/stat, user + system):
+# on a machine shared with other work, that is the figure to trust.
 #
 # Usage: loadgen/bench/bench_gateway.sh [--skip-build] [--reps N] [--duration S]
-#            [--connections C] [--threads T] [--tickets N] [--nginx-workers W|auto] [--keep]
+#            [--connections C] [--threads T] [--tickets N] [--workers N]
+#            [--nginx-workers W|auto] [--keep]
 # Environment: ONSALE_BUILD (build dir, default <checkout>/build), ONSALE_SKIP_BUILD=1.
 # Needs: wrk, nginx, curl, openssl, python3, a build with gateway/onsale-gateway.
 # Exit status: 0 measured (whatever the verdicts), 1 the benchmark could not run.
@@ -41,7 +45,8 @@ DURATION=10   # seconds per measured run
 CONNS=50      # concurrent connections, ours and nginx alike
 THREADS=2     # wrk threads
 TICKETS=5000  # distinct tickets rotating in the status runs
-NGINX_WORKERS=1
+NGINX_WORKERS=
+WORKERS=1
 SKIP_BUILD=${ONSALE_SKIP_BUILD:-0}
 KEEP=0
 BUILD=${ONSALE_BUILD:-$ROOT/build}
@@ -57,6 +62,7 @@ while (($#)); do
     --threads) THREADS=${2:?}; shift ;;
     --tickets) TICKETS=${2:?}; shift ;;
     --nginx-workers) NGINX_WORKERS=${2:?}; shift ;;
+    --workers) WORKERS=${2:?}; shift ;;
     --keep) KEEP=1 ;;
     -h | --help) usage; exit 0 ;;
     *) printf '%s: unknown argument %s (try --help)\n' "$PROG" "$1" >&2; exit 1 ;;
@@ -68,6 +74,8 @@ for v in REPS DURATION CONNS THREADS TICKETS; do
 done
 ((DURATION <= 120)) || { printf '%s: --duration is at most 120 s\n' "$PROG" >&2; exit 1; }
 ((REPS <= 9)) || { printf '%s: --reps is at most 9\n' "$PROG" >&2; exit 1; }
+[[ $WORKERS =~ ^[1-9][0-9]?$ ]] || { printf '%s: --workers is a number (1-99)\n' "$PROG" >&2; exit 1; }
+NGINX_WORKERS=${NGINX_WORKERS:-$WORKERS} # the same number of event loops on both sides
 [[ $NGINX_WORKERS == auto || $NGINX_WORKERS =~ ^[1-9][0-9]?$ ]] ||
     { printf '%s: --nginx-workers is a number or auto\n' "$PROG" >&2; exit 1; }
 ((CONNS >= THREADS)) || THREADS=$CONNS
@@ -102,7 +110,7 @@ onsale() {
     ONSALE_STATE=$STATE ONSALE_BUILD=$BUILD ONSALE_SKIP_DEPS=1 ONSALE_SKIP_BUILD=1 ONSALE_SEED=0 \
         ONSALE_RESERVE_PORT=$P_RESERVE ONSALE_REDIS_PORT=$P_REDIS ONSALE_PG_PORT=$P_PG \
         ONSALE_GATEWAY_PORT=$P_GATEWAY ONSALE_PAYSIM_PORT=$P_PAYSIM \
-        ONSALE_GATEWAY_JOIN_RATE_PER_IP=0 \
+        ONSALE_GATEWAY_JOIN_RATE_PER_IP=0 ONSALE_GATEWAY_WORKERS=$WORKERS \
         timeout -k 10 240 "$ROOT/deploy/onsale" "$@"
 }
 
@@ -332,7 +340,7 @@ NG_TLS=$(tls_params "$P_NGINX")
 # the measurements
 
 # measure KIND REP SIDE URL SCRIPT OK ARGS…: one run; sets RPS/P50/P99/CPU of KIND.SIDE[REP]
-declare -A RPS P50 P99 CPU
+declare -A RPS P50 P99 CPU US
 measure() {
     local kind=$1 r=$2 side=$3 url=$4 script=$5 ok=$6 f c0 c1 dur pids
     shift 6
@@ -348,6 +356,8 @@ measure() {
     P50[$kind.$side.$r]=$(ms "$(field "$f" p50_us)")
     P99[$kind.$side.$r]=$(ms "$(field "$f" p99_us)")
     CPU[$kind.$side.$r]=$(cpu_pct "$c0" "$c1" "$(awk -v d="$dur" 'BEGIN { print d / 1e6 }')")
+    US[$kind.$side.$r]=$(awk -v a="$c0" -v b="$c1" -v ok="$(field "$f" ok)" -v hz="$(getconf CLK_TCK)" \
+        'BEGIN { printf "%.0f", (ok > 0 ? (b - a) / hz * 1e6 / ok : 0) }')
     note_anomalies "$kind $side run $r" "$f" "$ok"
 }
 
@@ -378,8 +388,8 @@ verdict() { awk -v v="$1" -v op="$2" -v t="$3" 'BEGIN { ok = op == ">=" ? v >= t
 
 declare -A MED
 printf '\nonsale gateway vs nginx — %s, %d cores, load before %s\n' "$(date -u +%FT%TZ)" "$(nproc)" "$LOAD_START"
-printf 'wrk -t%d -c%d -d%ds, keep-alive unless noted, %d repetitions (ours, then nginx); nginx %s worker(s)\n' \
-    "$THREADS" "$CONNS" "$DURATION" "$REPS" "$NGINX_WORKERS"
+printf 'wrk -t%d -c%d -d%ds, keep-alive unless noted, %d repetitions (ours, then nginx); gateway %s worker(s), nginx %s worker(s)\n' \
+    "$THREADS" "$CONNS" "$DURATION" "$REPS" "$WORKERS" "$NGINX_WORKERS"
 printf 'TLS: gateway %s; nginx %s\n' "$GW_TLS" "$NG_TLS"
 printf 'status: %d distinct tickets, paused room (every answer "queued"), body %d bytes on both sides\n\n' \
     "$TICKETS" "$(wc -c <"$OUT/status_body")"
@@ -390,10 +400,10 @@ for kind in status joins tls; do
     tls) title="new TLS connections (Connection: close, one status poll each)" ;;
     esac
     printf '%s\n' "$title"
-    printf '  %-6s %10s %8s %8s %5s | %10s %8s %8s %5s | %6s\n' rep 'gw req/s' 'p50 ms' 'p99 ms' 'cpu%' \
-        'nginx r/s' 'p50 ms' 'p99 ms' 'cpu%' ratio
+    printf '  %-6s %10s %8s %8s %5s %6s | %10s %8s %8s %5s %6s | %6s\n' rep 'gw req/s' 'p50 ms' \
+        'p99 ms' 'cpu%' 'us/req' 'nginx r/s' 'p50 ms' 'p99 ms' 'cpu%' 'us/req' ratio
     for side in gw ng; do
-        for m in RPS P50 P99; do
+        for m in RPS P50 P99 US; do
             vals=()
             for ((r = 1; r <= REPS; r++)); do
                 ref="$m[$kind.$side.$r]"
@@ -403,14 +413,15 @@ for kind in status joins tls; do
         done
     done
     for ((r = 1; r <= REPS; r++)); do
-        printf '  %-6s %10s %8s %8s %5s | %10s %8s %8s %5s | %6s\n' "$r" \
+        printf '  %-6s %10s %8s %8s %5s %6s | %10s %8s %8s %5s %6s | %6s\n' "$r" \
             "${RPS[$kind.gw.$r]}" "${P50[$kind.gw.$r]}" "${P99[$kind.gw.$r]}" "${CPU[$kind.gw.$r]}" \
+            "${US[$kind.gw.$r]}" \
             "${RPS[$kind.ng.$r]}" "${P50[$kind.ng.$r]}" "${P99[$kind.ng.$r]}" "${CPU[$kind.ng.$r]}" \
-            "$(ratio "${RPS[$kind.gw.$r]}" "${RPS[$kind.ng.$r]}")"
+            "${US[$kind.ng.$r]}" "$(ratio "${RPS[$kind.gw.$r]}" "${RPS[$kind.ng.$r]}")"
     done
-    printf '  %-6s %10s %8s %8s %5s | %10s %8s %8s %5s | %6s\n\n' median \
-        "${MED[RPS.$kind.gw]}" "${MED[P50.$kind.gw]}" "${MED[P99.$kind.gw]}" '' \
-        "${MED[RPS.$kind.ng]}" "${MED[P50.$kind.ng]}" "${MED[P99.$kind.ng]}" '' \
+    printf '  %-6s %10s %8s %8s %5s %6s | %10s %8s %8s %5s %6s | %6s\n\n' median \
+        "${MED[RPS.$kind.gw]}" "${MED[P50.$kind.gw]}" "${MED[P99.$kind.gw]}" '' "${MED[US.$kind.gw]}" \
+        "${MED[RPS.$kind.ng]}" "${MED[P50.$kind.ng]}" "${MED[P99.$kind.ng]}" '' "${MED[US.$kind.ng]}" \
         "$(ratio "${MED[RPS.$kind.gw]}" "${MED[RPS.$kind.ng]}")"
 done
 
