@@ -6,6 +6,10 @@
 #   holds    wrk, C keep-alive TLS connections, POST /v1/events/E/holds for one seat,
 #            every seat asked for once, tokens rotating over many buyers (holds.lua)
 #     vs     redis-benchmark SET k v NX PX 60000 on the same Redis, same concurrency
+#     and    redis-benchmark running the reserve's hold script itself (prelude +
+#            hold_seats.lua, EVALSHA, the same key pattern: seed, hold, buyer, active,
+#            idempotency and one random seat key under one {event} tag), -c C: the
+#            ratio to it is what the reserve adds around its own Redis work
 #   confirms wrk, C connections, POST /v1/holds/H/confirm, each pre-created hold (one buyer
 #            each) confirmed once with its own Idempotency-Key (mkholds.lua, confirm.lua)
 #     vs     pgbench, same Postgres, C clients: one transaction inserting a checkout, a
@@ -327,6 +331,11 @@ T_START=$SECONDS
 # 1. holds vs Redis SET NX PX
 
 declare -a H_RPS H_P50 H_P99 H_WP99 H_CPU H_NON R_RPS R_P50 R_P99 R_CPU HR_RATIO
+declare -a S_RPS S_P50 S_P99 S_CPU HS_RATIO
+# The hold script as the reserve loads it (rsv_lua.c: the prelude, a newline, the body).
+HOLD_SHA=$({ cat "$ROOT/reserve/lua/prelude.lua"; printf '\n'; cat "$ROOT/reserve/lua/hold_seats.lua"; } |
+    redis-cli -h 127.0.0.1 -p "$P_REDIS" -x SCRIPT LOAD) || die "SCRIPT LOAD of hold_seats failed"
+redis-cli -h 127.0.0.1 -p "$P_REDIS" SET 'os:{rb}:seed' 1 >/dev/null || die "redis-cli SET failed"
 declare -a K_RPS K_P50 K_P99 K_CPU K_FIRST F_RPS HF_RATIO
 for ((r = 1; r <= REPS; r++)); do
     ev=bench-h$r
@@ -380,7 +389,28 @@ for ((r = 1; r <= REPS; r++)); do
     R_RPS[r]=$rps R_P50[r]=$p50 R_P99[r]=$p99
     R_CPU[r]=$(cpu_pct "$c0" "$c1" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')")
     HR_RATIO[r]=$(ratio "${H_RPS[r]}" "${R_RPS[r]}")
+
+    say "holds $r/$REPS: redis-benchmark -c $CONNS -n $RB_REQUESTS EVALSHA hold_seats"
+    c0=$(cpu_ticks "$REDIS_PID")
+    t0=$(date +%s.%N)
+    # KEYS seed, hold, buyer, active, idempotency record, seat; ARGV hold id, buyer, ttl
+    # ms, max hold ms, max per buyer (0, as the benchmark's events), seats, amount,
+    # record keep ms, request hash ('' = no Idempotency-Key), as rsv_hold.c passes them
+    timeout -k 10 120 redis-benchmark -h 127.0.0.1 -p "$P_REDIS" -c "$CONNS" -n "$RB_REQUESTS" \
+        -r "$RB_KEYSPACE" --csv EVALSHA "$HOLD_SHA" 6 'os:{rb}:seed' 'os:{rb}:h:__rand_int__' \
+        'os:{rb}:b:__rand_int__' 'os:{rb}:active' 'os:{rb}:ik:' 'os:{rb}:s:__rand_int__' \
+        hold-id buyer 600000 900000 0 A-1-1 5000 3600000 '' >"$OUT/redis-hold.$r" 2>&1 ||
+        { cat "$OUT/redis-hold.$r" >&2; die "redis-benchmark (hold script) failed"; }
+    t1=$(date +%s.%N)
+    c1=$(cpu_ticks "$REDIS_PID")
+    line=$(grep '^"EVALSHA' "$OUT/redis-hold.$r" | tr -d '"') ||
+        die "redis-benchmark (hold script) printed no result"
+    IFS=, read -r _ rps _ _ p50 _ p99 _ <<<"$line"
+    S_RPS[r]=$rps S_P50[r]=$p50 S_P99[r]=$p99
+    S_CPU[r]=$(cpu_pct "$c0" "$c1" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')")
+    HS_RATIO[r]=$(ratio "${H_RPS[r]}" "${S_RPS[r]}")
 done
+redis-cli -h 127.0.0.1 -p "$P_REDIS" EVAL "for _, k in ipairs(redis.call('KEYS', 'os:{rb}:*')) do redis.call('UNLINK', k) end" 0 >/dev/null 2>&1 || true
 
 # ---------------------------------------------------------------------------------------
 # 2. confirms vs pgbench
@@ -497,6 +527,13 @@ for ((r = 1; r <= REPS; r++)); do
         "$(fmt "${R_RPS[r]}")" "${R_P50[r]}" "${R_P99[r]}" "${R_CPU[r]}" "${HR_RATIO[r]}"
 done
 sum_line H_RPS H_P50 H_P99 H_WP99 H_NON H_CPU R_RPS R_P50 R_P99 R_CPU HR_RATIO
+printf '\nHOLD SCRIPT  redis-benchmark -c %s EVALSHA of the reserve'"'"'s hold script itself (prelude +\n' "$CONNS"
+printf '       hold_seats.lua), the same key pattern under one {event} tag, random hold/buyer/seat ids\n'
+row rep 'script/s' 'p50 ms' 'p99 ms' 'rds cpu%' 'rsv/script'
+for ((r = 1; r <= REPS; r++)); do
+    row "$r" "$(fmt "${S_RPS[r]}")" "${S_P50[r]}" "${S_P99[r]}" "${S_CPU[r]}" "${HS_RATIO[r]}"
+done
+sum_line S_RPS S_P50 S_P99 S_CPU HS_RATIO
 printf '\nFLOOR  the reserve'"'"'s GET /healthz on the same kind of connections (%s s): how much of a hold is transport\n' "$FLOOR_SECONDS"
 row rep 'healthz/s' 'holds/hz'
 for ((r = 1; r <= REPS; r++)); do row "$r" "$(fmt "${F_RPS[r]}")" "${HF_RATIO[r]}"; done
@@ -531,6 +568,9 @@ printf '  holds:    reserve %s/s vs Redis SET NX PX %s/s  ratio %s  (target >= 0
 printf '            hold p99 %s ms  (target < 20 ms: %s)\n' "$(fmt "$hp99_med" 2)" "$(verdict "$hp99_med" '<' 20)"
 printf '  confirms: reserve %s/s vs pgbench %s tps  ratio %s  (target >= 0.50: %s)\n' \
     "$(fmt "$c_med")" "$(fmt "$g_med")" "$(fmt "$cg_med" 3)" "$(verdict "$cg_med" '>=' 0.5)"
+read -r hs_med _ _ _ < <(stats "${HS_RATIO[@]}")
+printf '  holds:    reserve vs the hold script under redis-benchmark: ratio %s  (target >= 0.50: %s)\n' \
+    "$(fmt "$hs_med" 3)" "$(verdict "$hs_med" '>=' 0.5)"
 printf '  (ratio of medians: holds %s, confirms %s)\n' "$(ratio "$h_med" "$r_med")" "$(ratio "$c_med" "$g_med")"
 
 printf '\nRESERVE during the run (%s s): alive; log: %s warn, %s error lines' "$ELAPSED" "$LOG_WARN" "$LOG_ERR"
