@@ -334,8 +334,8 @@ declare -a H_RPS H_P50 H_P99 H_WP99 H_CPU H_NON R_RPS R_P50 R_P99 R_CPU HR_RATIO
 declare -a S_RPS S_P50 S_P99 S_CPU HS_RATIO
 # The hold script as the reserve loads it (rsv_lua.c: the prelude, a newline, the body).
 HOLD_SHA=$({ cat "$ROOT/reserve/lua/prelude.lua"; printf '\n'; cat "$ROOT/reserve/lua/hold_seats.lua"; } |
-    redis-cli -h 127.0.0.1 -p "$P_REDIS" -x SCRIPT LOAD) || die "SCRIPT LOAD of hold_seats failed"
-redis-cli -h 127.0.0.1 -p "$P_REDIS" SET 'os:{rb}:seed' 1 >/dev/null || die "redis-cli SET failed"
+    redis-cli -h 127.0.0.1 -p "$P_REDIS" "${REDIS_AUTH[@]}" --no-auth-warning -x SCRIPT LOAD) || die "SCRIPT LOAD of hold_seats failed"
+redis-cli -h 127.0.0.1 -p "$P_REDIS" "${REDIS_AUTH[@]}" --no-auth-warning SET 'os:{rb}:seed' 1 >/dev/null || die "redis-cli SET failed"
 declare -a K_RPS K_P50 K_P99 K_CPU K_FIRST F_RPS HF_RATIO
 for ((r = 1; r <= REPS; r++)); do
     ev=bench-h$r
@@ -396,7 +396,7 @@ for ((r = 1; r <= REPS; r++)); do
     # KEYS seed, hold, buyer, active, idempotency record, seat; ARGV hold id, buyer, ttl
     # ms, max hold ms, max per buyer (0, as the benchmark's events), seats, amount,
     # record keep ms, request hash ('' = no Idempotency-Key), as rsv_hold.c passes them
-    timeout -k 10 120 redis-benchmark -h 127.0.0.1 -p "$P_REDIS" -c "$CONNS" -n "$RB_REQUESTS" \
+    timeout -k 10 120 redis-benchmark -h 127.0.0.1 -p "$P_REDIS" "${REDIS_AUTH[@]}" -c "$CONNS" -n "$RB_REQUESTS" \
         -r "$RB_KEYSPACE" --csv EVALSHA "$HOLD_SHA" 6 'os:{rb}:seed' 'os:{rb}:h:__rand_int__' \
         'os:{rb}:b:__rand_int__' 'os:{rb}:active' 'os:{rb}:ik:' 'os:{rb}:s:__rand_int__' \
         hold-id buyer 600000 900000 0 A-1-1 5000 3600000 '' >"$OUT/redis-hold.$r" 2>&1 ||
@@ -410,7 +410,7 @@ for ((r = 1; r <= REPS; r++)); do
     S_CPU[r]=$(cpu_pct "$c0" "$c1" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')")
     HS_RATIO[r]=$(ratio "${H_RPS[r]}" "${S_RPS[r]}")
 done
-redis-cli -h 127.0.0.1 -p "$P_REDIS" EVAL "for _, k in ipairs(redis.call('KEYS', 'os:{rb}:*')) do redis.call('UNLINK', k) end" 0 >/dev/null 2>&1 || true
+redis-cli -h 127.0.0.1 -p "$P_REDIS" "${REDIS_AUTH[@]}" --no-auth-warning EVAL "for _, k in ipairs(redis.call('KEYS', 'os:{rb}:*')) do redis.call('UNLINK', k) end" 0 >/dev/null 2>&1 || true
 
 # ---------------------------------------------------------------------------------------
 # 2. confirms vs pgbench
