@@ -133,14 +133,11 @@ class Recovery(gwstack.GatewayTestCase):
                               "unknown_event")
         self.assertEqual(self.GS.redis("EXISTS", f"os:{{{ev}}}:q:cfg"), 0)
 
-    # Redis 7.0 (Debian 12's 7.0.15) with the stack's ACL (`user default off`) refuses, when
-    # it loads its append-only file, every MULTI/EXEC block — and each Lua script's writes
-    # are logged as one — with "-NOPERM ACLs rules changed between the moment the
-    # transaction was accumulated and the EXEC call" in redis.log: every script's effect
-    # is lost across a restart (plain commands survive). `user default on nopass -@all`
-    # fails the same way. Until the stack's Redis config avoids it, this test fails, as
-    # it should; unittest reports an unexpected success once it passes.
-    @unittest.expectedFailure
+    # Redis 7.0 (Debian 12's 7.0.15) replays the append-only file's MULTI/EXEC blocks (each
+    # Lua script's writes are logged as one) as the default user and refuses them
+    # (-NOPERM) when that user is off or restricted: the stack's ACL therefore keeps the
+    # default user on, with every permission and a password nobody has (deploy/onsale
+    # redis_acl_conf). This test pins that every script's effect survives the restart.
     def test_redis_sigkill_and_restart_from_aof_loses_nothing(self):
         ev = self.new_room(rate_per_minute=RATE, paused=True, noshow_grace_seconds=3600)
         tickets = self.burst_join(ev, 200)
