@@ -268,16 +268,28 @@ int main(int argc, char **argv)
         fprintf(stderr, "onsale-sim: cannot read %s\n", pw_file);
         return 2;
     }
-    /* Postgres' password, from the file `deploy/onsale env` names (libpq reads
-     * PGPASSWORD; a password inside --pg wins). */
+    /* Postgres' password, from the file `deploy/onsale env` names, goes into our own
+     * conninfo only: children (operator commands running deploy/onsale) must not inherit
+     * it as PGPASSWORD. $PGPASSWORD or a password inside --pg wins. */
+    char *pg_conninfo = NULL;
     const char *pg_pw_file = env("ONSALE_PG_PASSWORD_FILE");
-    if (pg_pw_file && getenv("PGPASSWORD") == NULL) {
+    if (pg_pw_file && getenv("PGPASSWORD") == NULL && strstr(o.pg_conninfo, "password") == NULL) {
         char *pw = read_secret(pg_pw_file);
         if (pw == NULL) {
             fprintf(stderr, "onsale-sim: cannot read %s\n", pg_pw_file);
             return 2;
         }
-        setenv("PGPASSWORD", pw, 1);
+        size_t n = strlen(pw), k = 0;
+        char *q = cm_xmalloc(2 * n + 1);
+        for (size_t i = 0; i < n; i++) {
+            if (pw[i] == '\'' || pw[i] == '\\')
+                q[k++] = '\\';
+            q[k++] = pw[i];
+        }
+        q[k] = '\0';
+        pg_conninfo = cm_xasprintf("%s password='%s'", o.pg_conninfo, q);
+        o.pg_conninfo = pg_conninfo;
+        free(q);
         free(pw);
     }
     o.state_dir = env("ONSALE_STATE");
@@ -357,6 +369,7 @@ done:
         free(pidfiles[i]);
     free(out);
     free(extra);
+    free(pg_conninfo);
     free(o.admin_token);
     free(o.gateway_admin_token);
     free(o.redis_password);
