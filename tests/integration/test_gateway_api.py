@@ -519,7 +519,7 @@ class Page(gwstack.GatewayTestCase):
         f = self.c.get(f"/q/{ev}", headers={"Cookie": f"onsale_q_{ev}=forged"})
         self.assertStatus(f, 200)
         self.assertIsNone(f.header("set-cookie"))
-        self.assertEqual(self.join(ev).json["position"] + self.GS.watermark(ev), 3)
+        self.assertEqual(ticket_number(self.join(ev).json["ticket"]), 3)
         ev2 = self.new_room(rate_per_minute=1, paused=True, sold_out=True)
         s2 = self.c.get(f"/q/{ev2}")
         self.assertStatus(s2, 200)
