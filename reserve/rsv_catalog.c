@@ -483,8 +483,10 @@ static void catalog_get(rsv_catalog_t *c, const char *event_id, rsv_catalog_cb c
     uint64_t now = cm_time_mono_ns();
     entry_t *e = find(c, event_id);
     refresh_known(c, now, (uint64_t)c->srv->cfg.catalog_refresh_ms * 1000000ull);
-    if (use_known && e == NULL && c->known_loaded && !is_known(c, event_id)) {
-        if (now - c->known_ns <= KNOWN_FRESH_NS) {
+    /* While the first listing is still out, an id not cached waits for it too: otherwise
+     * every request of a burst arriving at a fresh worker would query on its own. */
+    if (use_known && e == NULL && (c->known_loaded || c->known_loading) && !is_known(c, event_id)) {
+        if (c->known_loaded && now - c->known_ns <= KNOWN_FRESH_NS) {
             cb(NULL, NULL, arg); /* no such event, as of a recent listing: no query */
             return;
         }
