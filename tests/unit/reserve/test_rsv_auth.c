@@ -385,7 +385,9 @@ static char *public_pem_of_signer_key(const char *priv)
     PEM_write_bio_PUBKEY(out, k);
     char *data = NULL;
     long n = BIO_get_mem_data(out, &data);
-    char *pem = strndup(data, (size_t)n);
+    char *pem = malloc((size_t)n + 1); /* BIO memory is not NUL-terminated */
+    memcpy(pem, data, (size_t)n);
+    pem[n] = '\0';
     BIO_free(in);
     BIO_free(out);
     EVP_PKEY_free(k);
