@@ -157,6 +157,39 @@ def wait_for(fn, timeout, interval=0.05, what="condition"):
         time.sleep(interval)
 
 
+def private_redis(prefix):
+    """A redis-server of the calling test module's own (no persistence), authenticated like
+    every Redis of the project (an ACL user; the default user off), stopped at module
+    cleanup. Returns its client. Call from setUpModule."""
+    root = tempfile.mkdtemp(prefix=prefix)
+    port = _free_ports(1)[0]
+    password = os.urandom(16).hex()
+    proc = subprocess.Popen(["redis-server", "--bind", HOST, "--port", str(port), "--save", "",
+                             "--appendonly", "no", "--dir", root, "--user", "default", "off",
+                             "--user", "onsale", "on", f">{password}", "~*", "&*", "+@all"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL)
+    r = Redis(port, auth=("onsale", password))
+
+    def cleanup():
+        r.close()
+        proc.terminate()
+        proc.wait(10)
+        shutil.rmtree(root, ignore_errors=True)
+
+    unittest.addModuleCleanup(cleanup)
+    wait_for(lambda: r("PING") == "PONG", 10, what="redis-server")
+    return r
+
+
+def lua_script(lua_dir, name):
+    """A service's Lua script as the service loads it: prelude.lua in front of NAME.lua."""
+    with open(os.path.join(lua_dir, "prelude.lua")) as f:
+        prelude = f.read()
+    with open(os.path.join(lua_dir, name + ".lua")) as f:
+        return prelude + "\n" + f.read()
+
+
 def b64url(data):
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 

@@ -8,15 +8,11 @@ key a script touches is declared). Expiry is driven by 1 ms TTLs and a short wai
 by a sweeper. One redis-server for the module, one event per test."""
 
 import os
-import shutil
-import subprocess
-import tempfile
 import time
 import unittest
 import uuid
 
 import stack
-from stack import HOST
 
 SOURCE = stack._env_dir("ONSALE_SOURCE_DIR",
                         os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
@@ -27,33 +23,11 @@ _REDIS = {}
 
 
 def setUpModule():
-    root = tempfile.mkdtemp(prefix="onsale-rsvlua-")
-    port = stack._free_ports(1)[0]
-    # Authenticated like every Redis of the project: an ACL user, the default user off.
-    password = os.urandom(16).hex()
-    proc = subprocess.Popen(["redis-server", "--bind", HOST, "--port", str(port), "--save", "",
-                             "--appendonly", "no", "--dir", root, "--user", "default", "off",
-                             "--user", "onsale", "on", f">{password}", "~*", "&*", "+@all"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL)
-    r = stack.Redis(port, auth=("onsale", password))
-
-    def cleanup():
-        r.close()
-        proc.terminate()
-        proc.wait(10)
-        shutil.rmtree(root, ignore_errors=True)
-
-    unittest.addModuleCleanup(cleanup)
-    stack.wait_for(lambda: r("PING") == "PONG", 10, what="redis-server")
-    _REDIS["r"] = r
+    _REDIS["r"] = stack.private_redis("onsale-rsvlua-")
 
 
 def script(name):
-    with open(os.path.join(LUA, "prelude.lua")) as f:
-        prelude = f.read()
-    with open(os.path.join(LUA, name + ".lua")) as f:
-        return prelude + "\n" + f.read()
+    return stack.lua_script(LUA, name)
 
 
 SCRIPTS = {n: script(n) for n in NAMES}
