@@ -7,16 +7,19 @@
  * remembers the key generation it was verified under; after a reload a hit is honoured
  * only if its kid is still in the keyset.
  *
- * The failure limiter is direct-mapped too (FAIL_SLOTS addresses): a slot holds one
- * address, its failures and when its window began. An address that collides with
- * another resets that slot — the limiter can forget an attacker for a while, never
- * limit an innocent address for another's failures.
+ * The failure limiter (rsv_auth_fails_t) is direct-mapped too (FAIL_SLOTS addresses): a
+ * slot holds one address, its failures and when its window began. An address that
+ * collides with another resets that slot — the limiter can forget an attacker for a
+ * while, never limit an innocent address for another's failures. One table serves every
+ * worker of the process (behind its mutex, like cm_http_addrs), so an attacker spreading
+ * connections over the workers reaches the limit at fail_limit, not at workers × it.
  *
  * Workers take jobs from a mutex-protected FIFO and put finished ones on a done list,
  * then wake the loop with event_active (thread-safe: the base is created after
- * evthread_use_pthreads). The loop thread alone touches the cache, the limiter and the
- * callbacks. Keys: a mutex-guarded pointer to a reference-counted keyset; a verification
- * holds a reference while it runs, so a reload never frees keys in use.
+ * evthread_use_pthreads). The loop thread alone touches the cache and the callbacks; the
+ * failure table is shared by the loops and locked. Keys: a mutex-guarded pointer to a
+ * reference-counted keyset; a verification holds a reference while it runs, so a reload never frees
+ * keys in use.
  */
 #include "rsv_auth.h"
 
@@ -59,6 +62,11 @@ typedef struct fail_slot {
     int64_t since; /* monotonic seconds */
 } fail_slot_t;
 
+struct rsv_auth_fails {
+    pthread_mutex_t mu;
+    fail_slot_t *slots; /* FAIL_SLOTS */
+};
+
 typedef struct job {
     struct job *next;
     char *token;
@@ -83,7 +91,8 @@ struct rsv_auth {
     char *issuer;
     slot_t *slots;
     size_t mask;
-    fail_slot_t *fails;
+    rsv_auth_fails_t *fails;
+    bool own_fails; /* made by this gate (cfg.fails was NULL) */
     uint64_t verifications, hits, busy, limited;
     /* workers */
     pthread_mutex_t lock;
@@ -188,10 +197,28 @@ static int64_t mono_s(void)
     return (int64_t)(cm_time_mono_ns() / 1000000000ull);
 }
 
-/* The address's slot, its window restarted if it ended or the slot held another. */
+rsv_auth_fails_t *rsv_auth_fails_new(void)
+{
+    rsv_auth_fails_t *f = cm_xcalloc(1, sizeof(*f));
+    pthread_mutex_init(&f->mu, NULL);
+    f->slots = cm_xcalloc(FAIL_SLOTS, sizeof(fail_slot_t));
+    return f;
+}
+
+void rsv_auth_fails_free(rsv_auth_fails_t *f)
+{
+    if (f == NULL)
+        return;
+    pthread_mutex_destroy(&f->mu);
+    free(f->slots);
+    free(f);
+}
+
+/* The address's slot, its window restarted if it ended or the slot held another.
+ * Called with the table's mutex held. */
 static fail_slot_t *fail_slot(rsv_auth_t *a, const char *addr, int64_t now)
 {
-    fail_slot_t *f = &a->fails[hash(addr, strlen(addr)) % FAIL_SLOTS];
+    fail_slot_t *f = &a->fails->slots[hash(addr, strlen(addr)) % FAIL_SLOTS];
     if (strcmp(f->addr, addr) != 0 || now - f->since >= a->cfg.fail_window_s) {
         snprintf(f->addr, sizeof(f->addr), "%s", addr);
         f->fails = 0;
@@ -202,13 +229,21 @@ static fail_slot_t *fail_slot(rsv_auth_t *a, const char *addr, int64_t now)
 
 static bool is_limited(rsv_auth_t *a, const char *addr)
 {
-    return a->cfg.fail_limit > 0 && fail_slot(a, addr, mono_s())->fails >= a->cfg.fail_limit;
+    if (a->cfg.fail_limit <= 0)
+        return false;
+    pthread_mutex_lock(&a->fails->mu);
+    bool limited = fail_slot(a, addr, mono_s())->fails >= a->cfg.fail_limit;
+    pthread_mutex_unlock(&a->fails->mu);
+    return limited;
 }
 
 static void count_failure(rsv_auth_t *a, const char *addr)
 {
-    if (a->cfg.fail_limit > 0)
-        fail_slot(a, addr, mono_s())->fails++;
+    if (a->cfg.fail_limit <= 0)
+        return;
+    pthread_mutex_lock(&a->fails->mu);
+    fail_slot(a, addr, mono_s())->fails++;
+    pthread_mutex_unlock(&a->fails->mu);
 }
 
 /* Judges the time and event claims of a correctly signed token. */
@@ -332,7 +367,8 @@ rsv_auth_t *rsv_auth_new(struct event_base *base, rsv_auth_keys_t *keys,
         a->cfg.fail_window_s = 1;
     a->slots = cm_xcalloc(n, sizeof(slot_t));
     a->mask = n - 1;
-    a->fails = cm_xcalloc(FAIL_SLOTS, sizeof(fail_slot_t));
+    a->own_fails = cfg->fails == NULL;
+    a->fails = a->own_fails ? rsv_auth_fails_new() : cfg->fails;
     pthread_mutex_init(&a->lock, NULL);
     pthread_cond_init(&a->cond, NULL);
     int threads = cfg->threads > MAX_THREADS ? MAX_THREADS : cfg->threads;
@@ -369,7 +405,8 @@ void rsv_auth_free(rsv_auth_t *a)
     for (size_t i = 0; i <= a->mask; i++)
         free(a->slots[i].token);
     free(a->slots);
-    free(a->fails);
+    if (a->own_fails)
+        rsv_auth_fails_free(a->fails);
     free(a->issuer);
     pthread_mutex_destroy(&a->lock);
     pthread_cond_destroy(&a->cond);

@@ -18,11 +18,11 @@
  * SIGHUP (cm_reload) from the same file: a key dropped from the file stops verifying at
  * once — cached tokens signed by a removed kid are refused at their next use.
  *
- * Threads: an rsv_auth lives on one event loop (its cache, limiter and callbacks are
- * that loop's); ES256 verification runs on `threads` worker threads and the result is
- * handed back to the loop (redis bio.c style): a burst of new buyers does not stall the
- * requests of everyone else. threads = 0 verifies inline. rsv_auth_keys_* are safe from
- * any thread.
+ * Threads: an rsv_auth lives on one event loop (its cache and callbacks are that
+ * loop's; the failure table, rsv_auth_fails_t, is the process's, shared by every worker); ES256
+ * verification runs on `threads` worker threads and the result is handed back to the loop (redis
+ * bio.c style): a burst of new buyers does not stall the requests of everyone else. threads = 0
+ * verifies inline. rsv_auth_keys_* are safe from any thread.
  */
 #ifndef RSV_AUTH_H
 #define RSV_AUTH_H
@@ -37,6 +37,7 @@ struct event_base;
 struct evhttp_request;
 typedef struct rsv_auth rsv_auth_t;
 typedef struct rsv_auth_keys rsv_auth_keys_t;
+typedef struct rsv_auth_fails rsv_auth_fails_t;
 
 typedef enum {
     RSV_AUTH_OK,          /* valid now, for this event */
@@ -48,14 +49,16 @@ typedef enum {
 } rsv_auth_result_t;
 
 typedef struct rsv_auth_config {
-    const char *issuer;     /* iss every token must carry; NULL or "" = not checked */
-    int64_t leeway_s;       /* clock skew on exp and nbf */
-    int64_t max_lifetime_s; /* exp - iat at most; 0 = unlimited */
-    size_t cache_size;      /* verified tokens remembered (rounded up to a power of two) */
-    int threads;            /* verification threads; 0 = inline */
-    size_t max_queue;       /* verifications waiting for a thread; 0 = unbounded */
-    int fail_limit;         /* bad signatures per address per window; 0 = no limit */
-    int fail_window_s;      /* the window (and the Retry-After of a 429) */
+    const char *issuer;      /* iss every token must carry; NULL or "" = not checked */
+    int64_t leeway_s;        /* clock skew on exp and nbf */
+    int64_t max_lifetime_s;  /* exp - iat at most; 0 = unlimited */
+    size_t cache_size;       /* verified tokens remembered (rounded up to a power of two) */
+    int threads;             /* verification threads; 0 = inline */
+    size_t max_queue;        /* verifications waiting for a thread; 0 = unbounded */
+    int fail_limit;          /* bad signatures per address per window; 0 = no limit */
+    int fail_window_s;       /* the window (and the Retry-After of a 429) */
+    rsv_auth_fails_t *fails; /* failures per address, shared by every gate of the process
+                                (borrowed); NULL: the gate keeps its own */
 } rsv_auth_config_t;
 
 /**
@@ -70,6 +73,13 @@ __attribute__((warn_unused_result)) int rsv_auth_keys_reload(rsv_auth_keys_t *k,
                                                              size_t errlen);
 /** Unregisters from SIGHUP and frees; every rsv_auth using k must be freed first. */
 void rsv_auth_keys_free(rsv_auth_keys_t *k);
+
+/**
+ * The failed-token counts per address, one table for every worker's gate so the limit
+ * holds per process (thread-safe). Free after every gate using it.
+ */
+rsv_auth_fails_t *rsv_auth_fails_new(void);
+void rsv_auth_fails_free(rsv_auth_fails_t *f);
 
 /** result and why (a static string for logs); claims were filled on RSV_AUTH_OK. */
 typedef void (*rsv_auth_cb)(rsv_auth_result_t result, const char *why, void *arg);

@@ -314,6 +314,7 @@ static rsv_server_t *worker_new(rsv_server_t *first, cm_server_t *cs, int i, cha
         srv->admin_token = first->admin_token;
         srv->tls = first->tls;
         srv->keys = first->keys;
+        srv->auth_fails = first->auth_fails;
         srv->cors = first->cors;
     }
     srv->cs = cs;
@@ -334,6 +335,7 @@ static rsv_server_t *worker_new(rsv_server_t *first, cm_server_t *cs, int i, cha
         .max_queue = (size_t)cfg->verify_max_queue,
         .fail_limit = (int)cfg->auth_fail_limit,
         .fail_window_s = (int)cfg->auth_fail_window_s,
+        .fails = first->auth_fails,
     };
     srv->auth = rsv_auth_new(srv->base, srv->keys, &ac);
     char *redis_password = NULL; /* start-up: each worker reads the file before its loop */
@@ -394,6 +396,7 @@ rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen)
     srv->keys = rsv_auth_keys_load(cfg->admission_keys, err, errlen);
     if (srv->keys == NULL)
         goto err;
+    srv->auth_fails = rsv_auth_fails_new();
     if (cfg->checkout_lease_s * 1000 < cfg->pay_timeout_ms + 5000) {
         snprintf(err, errlen, "checkout_lease_s must exceed pay_timeout_ms by at least 5 s");
         goto err;
@@ -507,6 +510,7 @@ void rsv_server_free(rsv_server_t *srv)
     free(srv->all);
     cm_server_free(srv->cs); /* the loops and the shared registry */
     rsv_auth_keys_free(srv->keys);
+    rsv_auth_fails_free(srv->auth_fails);
     cm_tls_free(srv->tls);
     rsv_cors_free(srv->cors);
     free(srv->admin_token);

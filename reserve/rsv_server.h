@@ -31,6 +31,7 @@ struct event_base;
 struct evhttp_request;
 typedef struct rsv_auth rsv_auth_t;
 typedef struct rsv_auth_keys rsv_auth_keys_t;
+typedef struct rsv_auth_fails rsv_auth_fails_t;
 typedef struct rsv_catalog rsv_catalog_t;
 typedef struct rsv_avail rsv_avail_t;
 typedef struct rsv_pay rsv_pay_t;
@@ -107,7 +108,8 @@ struct rsv_server {
     cm_metrics_t *metrics;
     rsv_metrics_t m;
     rsv_auth_t *auth;
-    rsv_auth_keys_t *keys; /* admission keys, reloaded on SIGHUP */
+    rsv_auth_keys_t *keys;        /* admission keys, reloaded on SIGHUP */
+    rsv_auth_fails_t *auth_fails; /* failed tokens per address, shared by the workers */
     rsv_catalog_t *catalog;
     rsv_avail_t *avail;
     rsv_pay_t *pay;

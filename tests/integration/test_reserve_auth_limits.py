@@ -82,6 +82,32 @@ class AuthLimits(stack.ReserveTestCase):
         stack.wait_for(lambda: self.c.post(path, {"seats": ["A-1"]}, token=honest).status == 201,
                        FAIL_WINDOW + 5, interval=0.25, what="hold after the window")
 
+    def test_the_limit_is_per_process_not_per_worker(self):
+        """Forged tokens from one address, each on a new connection: the kernel spreads the
+        connections over the reserve's two workers (SO_REUSEPORT), yet the 429 comes after
+        fail_limit failures in all, not after fail_limit on each worker (2 × the limit)."""
+        import http.client
+        ev = self.new_event(seats=SEATS)
+        path = f"/v1/events/{ev}/holds"
+        src = "127.0.0.9"  # an address of its own: the other tests' failures do not count
+
+        def post_once(tok):
+            conn = http.client.HTTPSConnection(stack.HOST, self.S.reserve_port,
+                                               context=self.S.ctx, timeout=stack.HTTP_TIMEOUT,
+                                               source_address=(src, 0))
+            try:
+                conn.request("POST", path, body=b'{"seats": ["A-1"]}',
+                             headers={"Authorization": f"Bearer {tok}",
+                                      "Content-Type": "application/json"})
+                resp = conn.getresponse()
+                return resp.status
+            finally:
+                conn.close()
+
+        statuses = [post_once(forged(self.S, ev, f"w{i}")) for i in range(2 * FAIL_LIMIT)]
+        self.assertEqual(statuses, [401] * FAIL_LIMIT + [429] * FAIL_LIMIT,
+                         "each on a new connection, spread over both workers")
+
     def test_a_full_verification_queue_answers_503_with_retry_after(self):
         ev = self.new_event(seats=SEATS)
         toks = self.S.tokens(ev, "crowd", 300)
