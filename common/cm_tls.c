@@ -18,7 +18,9 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "cm_config.h"
 #include "cm_mem.h"
 #include "cm_reload.h"
 
@@ -85,6 +87,24 @@ static int on_cert(SSL *ssl, void *arg)
     return ok == 1 ? 1 : 0;
 }
 
+/* The private key from key_file, read like a secret (cm_config_read_secret: a file
+ * readable by group or others is refused, naming it and its mode). NULL + err. */
+static EVP_PKEY *read_key(const char *key_file, char *err, size_t errlen)
+{
+    size_t len = 0;
+    char *pem = cm_config_read_secret("tls_key", key_file, 1, 65536, &len, err, errlen);
+    if (pem == NULL)
+        return NULL;
+    EVP_PKEY *key = NULL;
+    BIO *kb = BIO_new_mem_buf(pem, (int)len);
+    if (kb == NULL || (key = PEM_read_bio_PrivateKey(kb, NULL, NULL, NULL)) == NULL)
+        last_error("private key", key_file, err, errlen);
+    BIO_free(kb);
+    OPENSSL_cleanse(pem, len);
+    free(pem);
+    return key;
+}
+
 int cm_tls_server_reload(cm_tls_ctx_t *ctx, char *err, size_t errlen)
 {
     certs_t *c = certs_idx >= 0 ? SSL_CTX_get_ex_data(ctx, certs_idx) : NULL;
@@ -96,7 +116,7 @@ int cm_tls_server_reload(cm_tls_ctx_t *ctx, char *err, size_t errlen)
     STACK_OF(X509) *chain = sk_X509_new_null();
     EVP_PKEY *key = NULL;
     int rc = -1;
-    BIO *cb = BIO_new_file(c->cert_file, "r"), *kb = BIO_new_file(c->key_file, "r");
+    BIO *cb = BIO_new_file(c->cert_file, "r");
     if (cb == NULL || (cert = PEM_read_bio_X509(cb, NULL, NULL, NULL)) == NULL) {
         last_error("certificate", c->cert_file, err, errlen);
         goto out;
@@ -104,10 +124,8 @@ int cm_tls_server_reload(cm_tls_ctx_t *ctx, char *err, size_t errlen)
     while ((extra = PEM_read_bio_X509(cb, NULL, NULL, NULL)) != NULL)
         sk_X509_push(chain, extra);
     ERR_clear_error(); /* the end of the file */
-    if (kb == NULL || (key = PEM_read_bio_PrivateKey(kb, NULL, NULL, NULL)) == NULL) {
-        last_error("private key", c->key_file, err, errlen);
+    if ((key = read_key(c->key_file, err, errlen)) == NULL)
         goto out;
-    }
     if (X509_check_private_key(cert, key) != 1) {
         last_error("key does not match certificate", c->key_file, err, errlen);
         goto out;
@@ -122,7 +140,6 @@ int cm_tls_server_reload(cm_tls_ctx_t *ctx, char *err, size_t errlen)
     rc = 0;
 out:
     BIO_free(cb);
-    BIO_free(kb);
     X509_free(cert);
     sk_X509_pop_free(chain, X509_free);
     EVP_PKEY_free(key);
@@ -157,7 +174,12 @@ cm_tls_ctx_t *cm_tls_server_new(const char *cert_file, const char *key_file, cha
         last_error("certificate", cert_file, err, errlen);
         goto err;
     }
-    if (SSL_CTX_use_PrivateKey_file(ctx, key_file, SSL_FILETYPE_PEM) != 1) {
+    EVP_PKEY *key = read_key(key_file, err, errlen);
+    if (key == NULL)
+        goto err;
+    int used = SSL_CTX_use_PrivateKey(ctx, key); /* takes its own reference */
+    EVP_PKEY_free(key);
+    if (used != 1) {
         last_error("private key", key_file, err, errlen);
         goto err;
     }

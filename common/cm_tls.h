@@ -32,8 +32,10 @@ typedef struct ssl_ctx_st cm_tls_ctx_t;
 
 /**
  * A server context from a PEM certificate chain and its private key (an ECDSA P-256
- * key is expected; RSA works too), reloaded from the same files on SIGHUP. Returns NULL
- * with a message in err.
+ * key is expected; RSA works too), reloaded from the same files on SIGHUP. The key file
+ * is read as a secret (cm_config_read_secret): one readable or writable by group or
+ * others is refused (at start and on reload), the message naming it and its mode.
+ * Returns NULL with a message in err.
  */
 cm_tls_ctx_t *cm_tls_server_new(const char *cert_file, const char *key_file, char *err,
                                 size_t errlen);

@@ -14,7 +14,8 @@ const cm_config_opt_t gw_config_table[] = {
     {"workers", CM_CFG_INT, S(workers), "0", 0, 256,
      "worker threads, one event loop and listener (SO_REUSEPORT) each; 0 = one per core"},
     {"tls_cert", CM_CFG_STR, S(tls_cert), NULL, 0, 0, "PEM certificate chain (ECDSA P-256)"},
-    {"tls_key", CM_CFG_STR, S(tls_key), NULL, 0, 0, "PEM private key of tls_cert"},
+    {"tls_key", CM_CFG_STR, S(tls_key), NULL, 0, 0,
+     "PEM private key of tls_cert (owner-only: chmod 600)"},
     {"plain_http", CM_CFG_BOOL, S(plain_http), "false", 0, 0,
      "serve plain HTTP instead of TLS (only behind a trusted hop)"},
     {"proxy_from", CM_CFG_STR, S(proxy_from), NULL, 0, 0,
@@ -55,7 +56,8 @@ const cm_config_opt_t gw_config_table[] = {
     {"redis_timeout_ms", CM_CFG_INT, S(redis_timeout_ms), "1000", 10, 60000,
      "deadline of one Redis command"},
     {"signing_keys", CM_CFG_STR, S(signing_keys), NULL, 0, 0,
-     "comma-separated EC P-256 private key PEM files; the last signs, all are published "
+     "comma-separated EC P-256 private key PEM files (owner-only: chmod 600); the last signs, all "
+     "are published "
      "in the JWKS (rotate: append a new key, drop an old one after admission_ttl)"},
     {"ticket_secret_file", CM_CFG_STR, S(ticket_secret_file), NULL, 0, 0,
      "comma-separated files each holding a queue-ticket HMAC secret (at least 32 "

@@ -180,29 +180,6 @@ static double gauge_signer(void *arg)
     return (double)gw_signer_pending(((gw_server_t *)arg)->pool);
 }
 
-/* Start-up only: a whole small file into a heap buffer (NUL-terminated), length in *len. */
-static char *read_file(const char *what, const char *path, size_t max, size_t *len, char *err,
-                       size_t errlen)
-{
-    FILE *f = fopen(path, "rb"); /* blocking-ok: start-up, before the loop */
-    if (f == NULL) {
-        snprintf(err, errlen, "%s %s: %s", what, path, strerror(errno));
-        return NULL;
-    }
-    char *buf = cm_xmalloc(max + 1);
-    size_t n = fread(buf, 1, max + 1, f);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad || n > max) {
-        snprintf(err, errlen, "%s %s: %s", what, path, bad ? "read error" : "file too large");
-        free(buf);
-        return NULL;
-    }
-    buf[n] = '\0';
-    *len = n;
-    return buf;
-}
-
 /* A secret/token file: cm_config_read_secret (owner-only mode, trimmed, at least min). */
 static char *read_secret(const char *what, const char *path, size_t min, size_t *len, char *err,
                          size_t errlen)
@@ -231,7 +208,8 @@ static int load_keys(gw_server_t *srv, char *err, size_t errlen)
         }
         size_t len = 0;
         free(pem);
-        pem = read_file("signing key", p, 65536, &len, err, errlen);
+        /* a private key: owner-only like every secret file */
+        pem = cm_config_read_secret("signing_keys", p, 1, 65536, &len, err, errlen);
         if (pem == NULL)
             goto out;
         char why[256];

@@ -231,6 +231,37 @@ class Secrets(stack.ReserveTestCase):
             self.assertIn(key, out)
             self.assertIn("chmod 600", out)
 
+    def test_private_key_files_readable_by_others_are_refused_at_start(self):
+        """TLS private keys (both services) and the gateway's signing keys are secrets too:
+        a copy readable by group or others stops the service at start, the message naming
+        the key, the file and its mode."""
+        gateway_bin = os.path.join(self.S.build, "gateway", "onsale-gateway")
+        cases = (  # binary, config file, key, the state's file it copies
+            (self.S.reserve_bin, "reserve.conf", "tls_key", "server-key.pem"),
+            (gateway_bin, "gateway.conf", "tls_key", "server-key.pem"),
+            (gateway_bin, "gateway.conf", "signing_keys", os.path.join("keys", "admission-1.pem")),
+        )
+        for binary, conf, key, src in cases:
+            for mode in (0o640, 0o604):
+                loose = os.path.join(self.S.root, f"loose-{key}-{oct(mode)[2:]}.pem")
+                with open(os.path.join(self.S.state, src), "rb") as f, open(loose, "wb") as g:
+                    g.write(f.read())
+                os.chmod(loose, mode)
+                p = subprocess.run([binary, "--config", os.path.join(self.S.state, conf),
+                                    f"--{key}={loose}", "--port=0"], capture_output=True,
+                                   timeout=60, stdin=subprocess.DEVNULL)
+                out = (p.stdout + p.stderr).decode()
+                what = f"{os.path.basename(binary)} {key} mode {oct(mode)}"
+                self.assertNotEqual(p.returncode, 0, f"{what}: started")
+                self.assertIn(key, out, what)
+                self.assertIn(loose, out, what)
+                self.assertIn(f"mode {mode:04o}", out, what)
+                self.assertIn("chmod 600", out, what)
+        # what the stack itself made is owner-only
+        for name in ("server-key.pem", "ca-key.pem", os.path.join("keys", "admission-1.pem")):
+            mode = os.stat(os.path.join(self.S.state, name)).st_mode & 0o777
+            self.assertEqual(mode, 0o600, name)
+
 
 class SlowClients(stack.ReserveTestCase):
     def test_slowloris_does_not_block_others(self):

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -91,6 +92,7 @@ static void make_cert(fixture_t *f)
     fp = fopen(f->key_path, "w");
     PEM_write_PrivateKey(fp, pkey, NULL, NULL, 0, NULL, NULL);
     fclose(fp);
+    assert_int_equal(chmod(f->key_path, 0600), 0); /* a private key is owner-only */
     X509_free(x);
     EVP_PKEY_free(pkey);
 }
@@ -244,6 +246,27 @@ static void bearer_token_is_extracted(void **state)
     assert_string_equal(f->body, "{\"token\":\"\"}");
 }
 
+/* The TLS private key is a secret file: readable by group or others, it is refused at
+ * start and on reload (the old pair keeps serving), the message naming file and mode. */
+static void group_readable_tls_key_is_refused(void **state)
+{
+    fixture_t *f = *state;
+    char err[512];
+    assert_int_equal(chmod(f->key_path, 0640), 0);
+    assert_null(cm_tls_server_new(f->cert_path, f->key_path, err, sizeof(err)));
+    assert_non_null(strstr(err, f->key_path));
+    assert_non_null(strstr(err, "mode 0640"));
+    assert_int_not_equal(cm_tls_server_reload(f->server_tls, err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "tls_key"));
+    assert_int_equal(chmod(f->key_path, 0604), 0);
+    assert_null(cm_tls_server_new(f->cert_path, f->key_path, err, sizeof(err)));
+    assert_non_null(strstr(err, "mode 0604"));
+    assert_int_equal(chmod(f->key_path, 0600), 0);
+    assert_int_equal(cm_tls_server_reload(f->server_tls, err, sizeof(err)), 0);
+    request(f, EVHTTP_REQ_GET, "/bearer", NULL, "Bearer abc.def.ghi");
+    assert_string_equal(f->body, "{\"token\":\"abc.def.ghi\"}");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -252,6 +275,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(body_over_the_limit_is_a_json_413, setup, teardown),
         cmocka_unit_test_setup_teardown(path_segments_are_decoded_and_checked, setup, teardown),
         cmocka_unit_test_setup_teardown(bearer_token_is_extracted, setup, teardown),
+        cmocka_unit_test_setup_teardown(group_readable_tls_key_is_refused, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
