@@ -1,5 +1,6 @@
 /*
- * cm_redis — the one asynchronous Redis client (hiredis async on libevent).
+ * cm_redis — the one asynchronous Redis client (libevent bufferevents, plain TCP or TLS;
+ * hiredis formats commands and parses replies).
  *
  * Runs on the event-loop thread that owns the base; never blocks: connect, commands
  * and reconnects are all asynchronous. Every command has a deadline: when it passes
@@ -51,7 +52,7 @@ typedef enum {
 typedef void (*cm_redis_cb)(const char *err, const cm_redis_reply_t *reply, void *arg);
 
 /**
- * Credentials (Redis 6+ ACL): every new connection sends AUTH user password (or AUTH
+ * Credentials and transport security. Credentials (Redis 6+ ACL): every new connection sends AUTH user password (or AUTH
  * password when user is NULL) as a connect-time step and counts as up only once Redis
  * accepted it; a refusal is logged (never the password) and the connection retried with
  * the usual backoff. password NULL: no AUTH. The strings are copied.
@@ -59,10 +60,19 @@ typedef void (*cm_redis_cb)(const char *err, const cm_redis_reply_t *reply, void
 typedef struct cm_redis_auth {
     const char *user;
     const char *password;
+    /* TLS to Redis (optional): a client context from cm_tls_client_new_cert (the CA that
+     * signed Redis' certificate, and a client certificate when Redis asks for one); NULL:
+     * plain TCP. The client takes its own reference (SSL_CTX_up_ref). */
+    struct ssl_ctx_st *tls;
+    /* The name Redis' certificate must carry (also sent as SNI); NULL or "": the
+     * certificate must carry the IP address connected to (an IP SAN). Copied. */
+    const char *tls_server_name;
 } cm_redis_auth_t;
 
 /** Starts connecting to host:port (an IP address; no DNS). timeout_ms bounds connect
- *  (AUTH included) and each command. NULL never. */
+ *  (TLS handshake and AUTH included) and each command. NULL never. A certificate that
+ *  does not verify is a connect failure like any other: logged with OpenSSL's reason
+ *  ("certificate verify failed (certificate: …)") and retried with the usual backoff. */
 cm_redis_t *cm_redis_new(struct event_base *base, const char *host, int port, int timeout_ms);
 /** cm_redis_new with credentials (auth may be NULL: none). */
 cm_redis_t *cm_redis_new_auth(struct event_base *base, const char *host, int port, int timeout_ms,
@@ -160,9 +170,11 @@ typedef struct {
 /**
  * Reads a CLUSTER SHARDS reply (RESP2 flat maps) into at most max ranges, one per slot
  * range, each with its shard's master (role "master"; a shard without one is skipped).
- * Returns the number of ranges, or -1 when the reply is not shaped like one.
+ * tls: take each master's "tls-port" (a cluster run with tls-cluster yes) instead of its
+ * "port". Returns the number of ranges, or -1 when the reply is not shaped like one.
  */
-int cm_redis_shards_parse(const cm_redis_reply_t *reply, cm_redis_range_t *out, int max);
+int cm_redis_shards_parse(const cm_redis_reply_t *reply, cm_redis_range_t *out, int max,
+                          int tls);
 
 /** Parses one RESP2 reply from bytes (tests and fuzzing); NULL when incomplete/invalid.
  *  Free with cm_redis_reply_free. */

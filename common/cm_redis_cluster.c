@@ -34,6 +34,7 @@
 #include "cm_time.h"
 
 #include <assert.h>
+#include <openssl/ssl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +84,8 @@ struct cm_redis_cluster {
     struct event_base *base;
     int timeout_ms;
     char *auth_user, *auth_password; /* NULL: no AUTH (cm_redis_auth_t) */
+    SSL_CTX *tls;                    /* NULL: plain TCP; else one reference of ours */
+    char *tls_server_name;
     struct timeval cmd_tv_plain;
     const struct timeval *cmd_tv;
     struct node nodes[MAX_NODES];
@@ -210,13 +213,13 @@ static const cm_redis_reply_t *map_get(const cm_redis_reply_t *map, const char *
 }
 
 /* Picks the shard's master (an online one first) into out; 0 found, -1 none / malformed. */
-static int shard_master(const cm_redis_reply_t *nodes, cm_redis_range_t *out)
+static int shard_master(const cm_redis_reply_t *nodes, cm_redis_range_t *out, int tls)
 {
     int found = 0;
 
     for (size_t i = 0; i < cm_redis_reply_count(nodes); i++) {
         const cm_redis_reply_t *n = cm_redis_reply_at(nodes, i);
-        const cm_redis_reply_t *ip = map_get(n, "ip"), *port = map_get(n, "port");
+        const cm_redis_reply_t *ip = map_get(n, "ip"), *port = map_get(n, tls ? "tls-port" : "port");
         size_t len;
         const char *s;
 
@@ -238,7 +241,8 @@ static int shard_master(const cm_redis_reply_t *nodes, cm_redis_range_t *out)
     return found ? 0 : -1;
 }
 
-int cm_redis_shards_parse(const cm_redis_reply_t *reply, cm_redis_range_t *out, int max)
+int cm_redis_shards_parse(const cm_redis_reply_t *reply, cm_redis_range_t *out, int max,
+                          int tls)
 {
     int n = 0;
 
@@ -257,7 +261,7 @@ int cm_redis_shards_parse(const cm_redis_reply_t *reply, cm_redis_range_t *out, 
         ns = cm_redis_reply_count(slots);
         if (ns % 2 != 0)
             return -1;
-        if (shard_master(nodes, &m) != 0)
+        if (shard_master(nodes, &m, tls) != 0)
             continue; /* no master right now: its slots stay unserved */
         for (size_t j = 0; j < ns; j += 2) {
             const cm_redis_reply_t *a = cm_redis_reply_at(slots, j),
@@ -296,6 +300,8 @@ static int release(struct cm_redis_cluster *cl)
             memset(cl->auth_password, 0, strlen(cl->auth_password));
             free(cl->auth_password);
         }
+        SSL_CTX_free(cl->tls);
+        free(cl->tls_server_name);
         free(cl);
         return 0;
     }
@@ -327,7 +333,7 @@ static int node_get(struct cm_redis_cluster *cl, const char *host, int port)
     n = &cl->nodes[cl->nnodes];
     snprintf(n->host, sizeof(n->host), "%s", host);
     n->port = port;
-    cm_redis_auth_t auth = {cl->auth_user, cl->auth_password};
+    cm_redis_auth_t auth = {cl->auth_user, cl->auth_password, cl->tls, cl->tls_server_name};
     n->conn = cm_redis_new_auth(cl->base, host, port, cl->timeout_ms, &auth);
     return cl->nnodes++;
 }
@@ -420,7 +426,7 @@ static void on_shards(const char *err, const cm_redis_reply_t *reply, void *arg)
         return;
     }
     rg = cm_xmalloc(MAX_RANGES * sizeof(*rg));
-    n = cm_redis_shards_parse(reply, rg, MAX_RANGES);
+    n = cm_redis_shards_parse(reply, rg, MAX_RANGES, cl->tls != NULL);
     if (n < 0) {
         cm_log(CM_LOG_WARN, "redis cluster: CLUSTER SHARDS answered something unexpected%s%s",
                cm_redis_reply_type(reply) == CM_REDIS_ERROR ? ": " : "",
@@ -737,6 +743,12 @@ struct cm_redis_cluster *cm_redis_cluster_new(struct event_base *base, const cha
     if (auth != NULL && auth->password != NULL) {
         cl->auth_user = auth->user ? cm_xstrdup(auth->user) : NULL;
         cl->auth_password = cm_xstrdup(auth->password);
+    }
+    if (auth != NULL && auth->tls != NULL) {
+        SSL_CTX_up_ref(auth->tls);
+        cl->tls = auth->tls;
+        if (auth->tls_server_name != NULL && auth->tls_server_name[0] != '\0')
+            cl->tls_server_name = cm_xstrdup(auth->tls_server_name);
     }
     struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
 

@@ -228,6 +228,35 @@ cm_tls_ctx_t *cm_tls_client_new(const char *ca_file, char *err, size_t errlen)
     return ctx;
 }
 
+cm_tls_ctx_t *cm_tls_client_new_cert(const char *ca_file, const char *cert_file,
+                                     const char *key_file, char *err, size_t errlen)
+{
+    SSL_CTX *ctx = cm_tls_client_new(ca_file, err, errlen);
+
+    if (ctx == NULL || (cert_file == NULL && key_file == NULL))
+        return ctx;
+    if (cert_file == NULL || key_file == NULL) {
+        snprintf(err, errlen, "a client certificate needs both its file and its key file");
+        goto err;
+    }
+    if (SSL_CTX_use_certificate_chain_file(ctx, cert_file) != 1) {
+        last_error("client certificate", cert_file, err, errlen);
+        goto err;
+    }
+    if (SSL_CTX_use_PrivateKey_file(ctx, key_file, SSL_FILETYPE_PEM) != 1) {
+        last_error("client key", key_file, err, errlen);
+        goto err;
+    }
+    if (SSL_CTX_check_private_key(ctx) != 1) {
+        last_error("client key does not match its certificate", key_file, err, errlen);
+        goto err;
+    }
+    return ctx;
+err:
+    SSL_CTX_free(ctx);
+    return NULL;
+}
+
 void cm_tls_free(cm_tls_ctx_t *ctx)
 {
     if (ctx == NULL)

@@ -46,6 +46,15 @@ cm_tls_ctx_t *cm_tls_server_new(const char *cert_file, const char *key_file, cha
  */
 cm_tls_ctx_t *cm_tls_client_new(const char *ca_file, char *err, size_t errlen);
 
+/**
+ * cm_tls_client_new that also presents a client certificate (PEM chain cert_file and
+ * its key key_file, checked to match) to servers that ask for one — Redis with
+ * tls-auth-clients. cert_file and key_file both NULL: none. Read once (a restart picks
+ * up new files). Returns NULL with a message in err.
+ */
+cm_tls_ctx_t *cm_tls_client_new_cert(const char *ca_file, const char *cert_file,
+                                     const char *key_file, char *err, size_t errlen);
+
 /** Re-reads a server context's certificate and key now (what SIGHUP does); on failure
  *  the old pair stays. Any thread. 0, or -1 with a message in err. */
 __attribute__((warn_unused_result)) int cm_tls_server_reload(cm_tls_ctx_t *ctx, char *err,

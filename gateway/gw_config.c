@@ -50,6 +50,18 @@ const cm_config_opt_t gw_config_table[] = {
      "Redis ACL user to authenticate as (AUTH user password on every connection)"},
     {"redis_password_file", CM_CFG_STR, S(redis_password_file), NULL, 0, 0,
      "file holding the Redis password, readable by its owner only (unset: no AUTH)"},
+    {"redis_tls", CM_CFG_BOOL, S(redis_tls), "off", 0, 0,
+     "speak TLS to Redis (its tls-port; every cluster node's tls-port with redis_cluster)"},
+    {"redis_tls_ca_file", CM_CFG_STR, S(redis_tls_ca_file), NULL, 0, 0,
+     "PEM file of the CA(s) that signed Redis' certificate (unset: the system store)"},
+    {"redis_tls_cert_file", CM_CFG_STR, S(redis_tls_cert_file), NULL, 0, 0,
+     "client certificate (PEM chain) presented to Redis when it asks (tls-auth-clients); "
+     "needs redis_tls_key_file"},
+    {"redis_tls_key_file", CM_CFG_STR, S(redis_tls_key_file), NULL, 0, 0,
+     "private key of redis_tls_cert_file"},
+    {"redis_tls_server_name", CM_CFG_STR, S(redis_tls_server_name), NULL, 0, 0,
+     "name Redis' certificate must carry (and SNI); unset: the certificate must carry "
+     "the IP address connected to"},
     {"redis_cluster", CM_CFG_STR, S(redis_cluster), NULL, 0, 0,
      "Redis Cluster seed nodes ip:port[,ip:port...]; when set, redis_host/redis_port are "
      "unused and the slot map comes from CLUSTER SHARDS"},

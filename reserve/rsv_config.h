@@ -31,6 +31,11 @@ typedef struct rsv_config {
     char *redis_cluster; /* NULL: single node */
     char *redis_user;
     char *redis_password_file;
+    bool redis_tls;
+    char *redis_tls_ca_file;
+    char *redis_tls_cert_file;
+    char *redis_tls_key_file;
+    char *redis_tls_server_name;
     char *proxy_from; /* NULL: no PROXY headers */
     int64_t drain_grace_ms;
     int64_t redis_timeout_ms;

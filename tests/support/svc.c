@@ -44,6 +44,8 @@ struct svc {
     pid_t pid; /* 0 when not running */
     int port;
     int bus_port; /* Redis Cluster bus port; 0 for a plain server */
+    int tls_port; /* Redis TLS port; 0 for none */
+    char tls_dir[200]; /* where its certificates are (svc_tls_certs) */
     char dir[256];
     char conninfo[200];
     char bindir[200];
@@ -373,14 +375,26 @@ static int redis_launch(struct svc *s)
                     NULL,
                     NULL,
                     NULL,
+                    NULL,
+                    NULL, /* TLS: the arguments below take these places */
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
                     NULL};
-    char bus[16], nodes_conf[64];
+    char bus[16], nodes_conf[64], tls_port[16], cert[260], key[260], ca[260];
+    int i = 29;
     long until = now_ms() + READY_TIMEOUT_MS;
 
     snprintf(port, sizeof(port), "%d", s->port);
     snprintf(acl, sizeof(acl), ">%s", svc_password());
     if (s->bus_port > 0) {
-        int i = 29;
         snprintf(bus, sizeof(bus), "%d", s->bus_port);
         snprintf(nodes_conf, sizeof(nodes_conf), "nodes-%d.conf", s->port);
         argv[i++] = "--cluster-enabled";
@@ -395,6 +409,22 @@ static int redis_launch(struct svc *s)
         argv[i++] = SVC_REDIS_USER;
         argv[i++] = "--masterauth";
         argv[i++] = (char *)svc_password();
+    }
+    if (s->tls_port > 0) {
+        snprintf(tls_port, sizeof(tls_port), "%d", s->tls_port);
+        snprintf(cert, sizeof(cert), "%s/server.pem", s->tls_dir);
+        snprintf(key, sizeof(key), "%s/server-key.pem", s->tls_dir);
+        snprintf(ca, sizeof(ca), "%s/ca.pem", s->tls_dir);
+        argv[i++] = "--tls-port";
+        argv[i++] = tls_port;
+        argv[i++] = "--tls-cert-file";
+        argv[i++] = cert;
+        argv[i++] = "--tls-key-file";
+        argv[i++] = key;
+        argv[i++] = "--tls-ca-cert-file";
+        argv[i++] = ca;
+        argv[i++] = "--tls-auth-clients";
+        argv[i++] = "yes";
     }
     snprintf(log, sizeof(log), "%s/redis.log", s->dir);
     s->pid = spawn(argv, log, 0, 0, 0);
@@ -414,7 +444,7 @@ static int redis_launch(struct svc *s)
     return -1;
 }
 
-svc_redis_t *svc_redis_start(void)
+static svc_redis_t *redis_start(const char *tls_dir)
 {
     svc_redis_t *r = calloc(1, sizeof(*r));
     struct svc *s = &r->s;
@@ -422,11 +452,17 @@ svc_redis_t *svc_redis_start(void)
     if (r == NULL)
         return NULL;
     s->kind = SVC_REDIS;
+    if (tls_dir != NULL)
+        snprintf(s->tls_dir, sizeof(s->tls_dir), "%s", tls_dir);
     if (make_dir(s, "redis") != 0)
         goto err;
     registry_add(s);
     for (int attempt = 0; attempt < 5; attempt++) { /* a probed port may be taken again */
         s->port = free_port();
+        if (tls_dir != NULL)
+            do
+                s->tls_port = free_port();
+            while (s->tls_port == s->port);
         if (s->port > 0 && redis_launch(s) == 0)
             return r;
     }
@@ -435,6 +471,52 @@ svc_redis_t *svc_redis_start(void)
 err:
     svc_redis_stop(r);
     return NULL;
+}
+
+svc_redis_t *svc_redis_start(void)
+{
+    return redis_start(NULL);
+}
+
+svc_redis_t *svc_redis_start_tls(const char *dir)
+{
+    return redis_start(dir);
+}
+
+int svc_redis_tls_port(const svc_redis_t *r)
+{
+    return r->s.tls_port;
+}
+
+int svc_tls_certs(const char *dir)
+{
+    /* EC P-256 keys; every certificate valid for a day. */
+    static const char script[] =
+        "set -e; cd '%s'; "
+        "k() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out \"$1\"; }; "
+        "k ca-key.pem; k other-ca-key.pem; k server-key.pem; k client-key.pem; "
+        "openssl req -x509 -new -key ca-key.pem -subj /CN=svc-test-ca -days 1 -out ca.pem; "
+        "openssl req -x509 -new -key other-ca-key.pem -subj /CN=svc-other-ca -days 1 "
+        "-out other-ca.pem; "
+        "printf 'subjectAltName=IP:127.0.0.1,DNS:redis.test\\n' > server.ext; "
+        "printf 'extendedKeyUsage=clientAuth\\n' > client.ext; "
+        "openssl req -new -key server-key.pem -subj /CN=redis.test -out server.csr; "
+        "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial "
+        "-days 1 -extfile server.ext -out server.pem; "
+        "openssl req -new -key client-key.pem -subj /CN=svc-client -out client.csr; "
+        "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial "
+        "-days 1 -extfile client.ext -out client.pem";
+    char cmd[2048];
+    int rc;
+
+    if ((size_t)snprintf(cmd, sizeof(cmd), script, dir) >= sizeof(cmd))
+        return -1;
+    rc = system(cmd);
+    if (rc != 0) {
+        fprintf(stderr, "svc: making test certificates in %s failed (%d)\n", dir, rc);
+        return -1;
+    }
+    return 0;
 }
 
 int svc_redis_port(const svc_redis_t *r)

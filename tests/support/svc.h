@@ -34,6 +34,21 @@ typedef struct svc_pg svc_pg_t;
 svc_redis_t *svc_redis_start(void);
 /** Its TCP port on SVC_HOST. */
 int svc_redis_port(const svc_redis_t *s);
+/**
+ * TLS (issue 11): svc_redis_start plus a TLS port serving dir/server.pem (made by
+ * svc_tls_certs) that requires a client certificate signed by dir/ca.pem
+ * (tls-auth-clients yes). The plain port stays open for the readiness probe.
+ */
+svc_redis_t *svc_redis_start_tls(const char *dir);
+/** Its TLS port; 0 for a plain server. */
+int svc_redis_tls_port(const svc_redis_t *s);
+/**
+ * Makes test certificates in dir with the openssl command: ca.pem (+ ca-key.pem),
+ * server.pem / server-key.pem (names: IP 127.0.0.1 and DNS redis.test), client.pem /
+ * client-key.pem (signed by ca.pem), and other-ca.pem, a CA that signed nothing here.
+ * 0 or -1 (reason on stderr).
+ */
+int svc_tls_certs(const char *dir);
 /** Its temporary directory (log: redis.log). */
 const char *svc_redis_dir(const svc_redis_t *s);
 /** Kills the server at once (SIGKILL) and reaps it; the port and directory stay. 0 or -1. */

@@ -25,12 +25,17 @@
 #include "cm_err.h"
 #include "cm_log.h"
 #include "cm_redis.h"
+#include "cm_tls.h"
 #include "svc.h"
 
 #define TIMEOUT_MS 2000
 #define HARD_MS    10000
 
 static svc_redis_t *srv;
+/* The "tls" group runs the single-node tests again over TLS (issue 11): tls_ctx is then
+ * the client context (test CA + client certificate) and srv serves TLS on its tls port. */
+static cm_tls_ctx_t *tls_ctx;
+static char tls_dir[] = "/tmp/test_cm_redis_tls.XXXXXX";
 
 struct fx {
     struct event_base *base;
@@ -183,13 +188,59 @@ static int group_teardown(void **state)
     return 0;
 }
 
-/* The credentials of every svc Redis (ACL user, default user off). */
+static int tls_group_setup(void **state)
+{
+    char ca[300], cert[300], key[300], err[300];
+
+    snprintf(tls_dir, sizeof(tls_dir), "/tmp/test_cm_redis_tls.XXXXXX");
+    if (mkdtemp(tls_dir) == NULL || svc_tls_certs(tls_dir) != 0)
+        return -1;
+    snprintf(ca, sizeof(ca), "%s/ca.pem", tls_dir);
+    snprintf(cert, sizeof(cert), "%s/client.pem", tls_dir);
+    snprintf(key, sizeof(key), "%s/client-key.pem", tls_dir);
+    tls_ctx = cm_tls_client_new_cert(ca, cert, key, err, sizeof(err));
+    if (tls_ctx == NULL) {
+        fprintf(stderr, "%s\n", err);
+        return -1;
+    }
+    srv = svc_redis_start_tls(tls_dir);
+    return srv == NULL ? -1 : 0;
+}
+
+static int tls_group_teardown(void **state)
+{
+    char cmd[400];
+
+    group_teardown(state);
+    cm_tls_free(tls_ctx);
+    tls_ctx = NULL;
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tls_dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* The credentials of every svc Redis (ACL user, default user off), over TLS in the
+ * "tls" group. */
 static const cm_redis_auth_t *auth(void)
 {
     static cm_redis_auth_t a;
     a.user = SVC_REDIS_USER;
     a.password = svc_password();
+    a.tls = tls_ctx;
     return &a;
+}
+
+/* No credentials (TLS still, in the "tls" group). */
+static const cm_redis_auth_t *noauth(void)
+{
+    static cm_redis_auth_t a;
+    a.tls = tls_ctx;
+    return &a;
+}
+
+/* The port the client speaks to: the TLS one in the "tls" group. */
+static int srv_port(void)
+{
+    return tls_ctx != NULL ? svc_redis_tls_port(srv) : svc_redis_port(srv);
 }
 
 static int setup(void **state)
@@ -197,7 +248,7 @@ static int setup(void **state)
     static struct fx f;
 
     f.base = event_base_new();
-    f.r = cm_redis_new_auth(f.base, SVC_HOST, svc_redis_port(srv), TIMEOUT_MS, auth());
+    f.r = cm_redis_new_auth(f.base, SVC_HOST, srv_port(), TIMEOUT_MS, auth());
     if (!run_until(f.base, is_connected, f.r, HARD_MS))
         return -1;
     *state = &f;
@@ -370,7 +421,7 @@ static int pinged(void *arg)
 static void test_deadline_then_late_reply_dropped(void **state)
 {
     struct fx *f = *state;
-    cm_redis_t *r = cm_redis_new_auth(f->base, SVC_HOST, svc_redis_port(srv), 100, auth());
+    cm_redis_t *r = cm_redis_new_auth(f->base, SVC_HOST, srv_port(), 100, auth());
     const char *argv[] = {"DEBUG", "SLEEP", "0.5"};
     size_t lens[] = {5, 5, 3};
     struct result res = {0};
@@ -468,8 +519,8 @@ static int unused_port(void)
 static void test_no_server_commands_fail_at_once(void **state)
 {
     struct fx *f = *state;
-    cm_redis_t *down = cm_redis_new(f->base, SVC_HOST, unused_port(), 200);
-    cm_redis_t *named = cm_redis_new_auth(f->base, "localhost", svc_redis_port(srv), 200, auth());
+    cm_redis_t *down = cm_redis_new_auth(f->base, SVC_HOST, unused_port(), 200, noauth());
+    cm_redis_t *named = cm_redis_new_auth(f->base, "localhost", srv_port(), 200, auth());
     const char *argv[] = {"PING"};
     size_t lens[] = {4};
     struct result res = {0};
@@ -509,9 +560,9 @@ static int stuck_listener(int *port, int fds[3])
 static void test_auth_at_connect(void **state)
 {
     struct fx *f = *state;
-    cm_redis_auth_t wrong = {SVC_REDIS_USER, "not-the-password"};
-    cm_redis_t *none = cm_redis_new(f->base, SVC_HOST, svc_redis_port(srv), 200);
-    cm_redis_t *bad = cm_redis_new_auth(f->base, SVC_HOST, svc_redis_port(srv), 200, &wrong);
+    cm_redis_auth_t wrong = {SVC_REDIS_USER, "not-the-password", tls_ctx, NULL};
+    cm_redis_t *none = cm_redis_new_auth(f->base, SVC_HOST, srv_port(), 200, noauth());
+    cm_redis_t *bad = cm_redis_new_auth(f->base, SVC_HOST, srv_port(), 200, &wrong);
     const char *argv[] = {"ACL", "WHOAMI"};
     struct result res = {0};
 
@@ -542,7 +593,7 @@ static void test_connect_deadline(void **state)
     cm_redis_t *r;
 
     assert_int_equal(stuck_listener(&port, fds), 0);
-    r = cm_redis_new(f->base, SVC_HOST, port, 100);
+    r = cm_redis_new_auth(f->base, SVC_HOST, port, 100, noauth());
     run_for(f->base, 450); /* several connect deadlines and retries */
     assert_false(cm_redis_connected(r));
     cm_redis_free(r);
@@ -555,7 +606,7 @@ static void test_connect_deadline(void **state)
 static void test_wedged_connection_is_reopened(void **state)
 {
     struct fx *f = *state;
-    cm_redis_t *r = cm_redis_new_auth(f->base, SVC_HOST, svc_redis_port(srv), 50, auth());
+    cm_redis_t *r = cm_redis_new_auth(f->base, SVC_HOST, srv_port(), 50, auth());
     const char *sleep_argv[] = {"DEBUG", "SLEEP", "1"};
     size_t sleep_len[] = {5, 5, 1};
     const char *ping_argv[] = {"PING"};
@@ -591,7 +642,7 @@ static void test_wedged_connection_is_reopened(void **state)
 static void test_server_loss_fails_pending_then_reconnects(void **state)
 {
     struct fx *f = *state;
-    cm_redis_t *r = cm_redis_new_auth(f->base, SVC_HOST, svc_redis_port(srv), 5000, auth());
+    cm_redis_t *r = cm_redis_new_auth(f->base, SVC_HOST, srv_port(), 5000, auth());
     cm_redis_script_t *s = cm_redis_script_new("one", "return 1");
     const char *blpop[] = {"BLPOP", "t:never", "0"};
     size_t blpop_len[] = {5, 7, 1};
@@ -634,6 +685,123 @@ static void test_server_loss_fails_pending_then_reconnects(void **state)
     cm_redis_script_free(s);
     /* the fixture's own client reconnects as well */
     assert_true(run_until(f->base, is_connected, f->r, HARD_MS));
+}
+
+/* Many commands written before any reply is read: each caller gets its own reply, in
+ * the order sent (INCR counts them). */
+#define PIPELINED 300
+static void test_pipelined_replies_in_order(void **state)
+{
+    struct fx *f = *state;
+    struct result *res = calloc(PIPELINED, sizeof(*res));
+    const char *argv[] = {"INCR", "t:pipelined"};
+    struct result del;
+
+    command(f, &del, 2, (const char *[]){"DEL", "t:pipelined"});
+    for (int i = 0; i < PIPELINED; i++)
+        assert_int_equal(cm_redis_command(f->r, on_result, &res[i], 2, argv, NULL), 0);
+    assert_true(wait_calls(f->base, res, PIPELINED));
+    for (int i = 0; i < PIPELINED; i++) {
+        assert_int_equal(res[i].calls, 1);
+        assert_null(res[i].err);
+        assert_int_equal(res[i].type, CM_REDIS_INT);
+        assert_int_equal(res[i].ival, i + 1);
+    }
+    free(res);
+}
+
+/* Runs the loop for ms with stderr (cm_log's output) sent to a file; returns what was
+ * logged (static buffer). */
+static const char *logged_while_running(struct event_base *base, int ms)
+{
+    static char buf[16384];
+    char path[] = "/tmp/test_cm_redis_log.XXXXXX";
+    int fd = mkstemp(path), saved = dup(2);
+    ssize_t n;
+
+    assert_true(fd >= 0 && saved >= 0);
+    unlink(path);
+    assert_int_equal(dup2(fd, 2), 2);
+    run_for(base, ms);
+    assert_int_equal(dup2(saved, 2), 2);
+    close(saved);
+    n = pread(fd, buf, sizeof(buf) - 1, 0);
+    close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    return buf;
+}
+
+/* A client that must not get in: it never connects, its commands fail at once, and the
+ * log says why (want). */
+static void assert_refused(struct fx *f, cm_redis_t *r, const char *want)
+{
+    const char *argv[] = {"PING"};
+    struct result res = {0};
+    const char *log = logged_while_running(f->base, 300);
+
+    assert_false(cm_redis_connected(r));
+    assert_int_equal(cm_redis_command(r, on_result, &res, 1, argv, NULL), -1);
+    if (strstr(log, want) == NULL)
+        fail_msg("log lacks \"%s\":\n%s", want, log);
+    cm_redis_free(r);
+}
+
+/* Issue 11: the certificate checks. Redis' certificate must chain to the configured CA
+ * and carry the expected name (or, with none configured, the IP address connected to);
+ * Redis in turn requires our client certificate. Any failure is a clear log line and a
+ * client that stays down; the right name connects. */
+static void test_tls_certificate_checks(void **state)
+{
+    struct fx *f = *state;
+    char path[300], cert[300], key[300], err[300];
+    cm_tls_ctx_t *other, *nocert;
+    cm_redis_auth_t a = *auth();
+
+    /* a CA that did not sign the server's certificate */
+    snprintf(path, sizeof(path), "%s/other-ca.pem", tls_dir);
+    snprintf(cert, sizeof(cert), "%s/client.pem", tls_dir);
+    snprintf(key, sizeof(key), "%s/client-key.pem", tls_dir);
+    other = cm_tls_client_new_cert(path, cert, key, err, sizeof(err));
+    assert_non_null(other);
+    a.tls = other;
+    assert_refused(f, cm_redis_new_auth(f->base, SVC_HOST, srv_port(), 200, &a),
+                   "certificate verify failed");
+    cm_tls_free(other);
+
+    /* the right CA, a name the certificate does not carry */
+    a = *auth();
+    a.tls_server_name = "other.test";
+    assert_refused(f, cm_redis_new_auth(f->base, SVC_HOST, srv_port(), 200, &a),
+                   "certificate verify failed (certificate: hostname mismatch)");
+
+    /* no client certificate: Redis refuses the handshake */
+    snprintf(path, sizeof(path), "%s/ca.pem", tls_dir);
+    nocert = cm_tls_client_new(path, err, sizeof(err));
+    assert_non_null(nocert);
+    a = *auth();
+    a.tls = nocert;
+    assert_refused(f, cm_redis_new_auth(f->base, SVC_HOST, srv_port(), 200, &a), "TLS: ");
+    cm_tls_free(nocert);
+
+    /* plain TCP to the TLS port */
+    a = *auth();
+    a.tls = NULL;
+    assert_refused(f, cm_redis_new_auth(f->base, SVC_HOST, srv_port(), 200, &a),
+                   "cannot connect");
+
+    /* a client certificate without its key is refused when the context is made */
+    assert_null(cm_tls_client_new_cert(path, cert, NULL, err, sizeof(err)));
+
+    /* the name the certificate carries, checked instead of the IP address */
+    a = *auth();
+    a.tls_server_name = "redis.test";
+    cm_redis_t *r = cm_redis_new_auth(f->base, SVC_HOST, srv_port(), TIMEOUT_MS, &a);
+    assert_true(run_until(f->base, is_connected, r, HARD_MS));
+    struct fx named = {f->base, r};
+    struct result who;
+    command(&named, &who, 2, (const char *[]){"ACL", "WHOAMI"});
+    assert_string_equal(who.str, SVC_REDIS_USER);
+    cm_redis_free(r);
 }
 
 /* ---- cluster routing: pure functions ---- */
@@ -729,7 +897,7 @@ static void test_shards_parse(void **state)
 
     (void)state;
     assert_non_null(reply);
-    assert_int_equal(cm_redis_shards_parse(reply, rg, 8), 3);
+    assert_int_equal(cm_redis_shards_parse(reply, rg, 8, 0), 3);
     assert_int_equal(rg[0].start, 0);
     assert_int_equal(rg[0].end, 5460);
     assert_string_equal(rg[0].host, "127.0.0.1");
@@ -741,7 +909,7 @@ static void test_shards_parse(void **state)
     assert_string_equal(rg[2].host, "127.0.0.3"); /* the online master wins */
     assert_int_equal(rg[2].port, 7003);
     /* more ranges than room: refused as a whole */
-    assert_int_equal(cm_redis_shards_parse(reply, rg, 2), -1);
+    assert_int_equal(cm_redis_shards_parse(reply, rg, 2, 0), -1);
     cm_redis_reply_free(reply);
 
     /* not a shards answer */
@@ -761,14 +929,14 @@ static void test_shards_parse(void **state)
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         reply = cm_redis_reply_parse(bad[i], strlen(bad[i]));
         assert_non_null(reply);
-        assert_int_equal(cm_redis_shards_parse(reply, rg, 8), -1);
+        assert_int_equal(cm_redis_shards_parse(reply, rg, 8, 0), -1);
         cm_redis_reply_free(reply);
     }
     /* a shard whose nodes list has no master serves nothing (its slots wait for one) */
     reply = cm_redis_reply_parse(
         "*1\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:9\r\n$5\r\nnodes\r\n*0\r\n",
         strlen("*1\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:9\r\n$5\r\nnodes\r\n*0\r\n"));
-    assert_int_equal(cm_redis_shards_parse(reply, rg, 8), 0);
+    assert_int_equal(cm_redis_shards_parse(reply, rg, 8, 0), 0);
     cm_redis_reply_free(reply);
     assert_null(cm_redis_reply_parse("*2\r\n:1\r\n", 8)); /* incomplete */
 }
@@ -1061,6 +1229,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_set_get_binary_safe, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pipelined_replies_in_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_eval_falls_back_on_noscript, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deadline_then_late_reply_dropped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_free_fails_pending_with_shutdown, setup, teardown),
@@ -1086,6 +1255,14 @@ int main(void)
     };
     int failed = cmocka_run_group_tests_name("pure", pure, NULL, NULL);
     failed += cmocka_run_group_tests_name("single", tests, group_setup, group_teardown);
+    failed += cmocka_run_group_tests_name("tls", tests, tls_group_setup, tls_group_teardown);
+    {
+        const struct CMUnitTest tls_only[] = {
+            cmocka_unit_test_setup_teardown(test_tls_certificate_checks, setup, teardown),
+        };
+        failed += cmocka_run_group_tests_name("tls_certificates", tls_only, tls_group_setup,
+                                              tls_group_teardown);
+    }
     failed += cmocka_run_group_tests_name("cluster", clustered, cluster_group_setup,
                                           cluster_group_teardown);
     return failed;
