@@ -66,9 +66,9 @@
 /* Timed-out commands whose late reply has not come yet; past this the link is wedged. */
 #define MAX_ZOMBIES 1024
 /* TCP keepalive like hiredis' redisEnableKeepAlive: probe after 15 s idle, every 5 s. */
-#define KEEPALIVE_IDLE_S 15
+#define KEEPALIVE_IDLE_S  15
 #define KEEPALIVE_INTVL_S 5
-#define KEEPALIVE_CNT 3
+#define KEEPALIVE_CNT     3
 
 enum conn_state { CONN_DOWN, CONN_CONNECTING, CONN_UP };
 

@@ -52,9 +52,9 @@ typedef enum {
 typedef void (*cm_redis_cb)(const char *err, const cm_redis_reply_t *reply, void *arg);
 
 /**
- * Credentials and transport security. Credentials (Redis 6+ ACL): every new connection sends AUTH user password (or AUTH
- * password when user is NULL) as a connect-time step and counts as up only once Redis
- * accepted it; a refusal is logged (never the password) and the connection retried with
+ * Credentials and transport security. Credentials (Redis 6+ ACL): every new connection sends AUTH
+ * user password (or AUTH password when user is NULL) as a connect-time step and counts as up only
+ * once Redis accepted it; a refusal is logged (never the password) and the connection retried with
  * the usual backoff. password NULL: no AUTH. The strings are copied.
  */
 typedef struct cm_redis_auth {
@@ -173,8 +173,7 @@ typedef struct {
  * tls: take each master's "tls-port" (a cluster run with tls-cluster yes) instead of its
  * "port". Returns the number of ranges, or -1 when the reply is not shaped like one.
  */
-int cm_redis_shards_parse(const cm_redis_reply_t *reply, cm_redis_range_t *out, int max,
-                          int tls);
+int cm_redis_shards_parse(const cm_redis_reply_t *reply, cm_redis_range_t *out, int max, int tls);
 
 /** Parses one RESP2 reply from bytes (tests and fuzzing); NULL when incomplete/invalid.
  *  Free with cm_redis_reply_free. */

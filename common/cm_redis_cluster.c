@@ -219,7 +219,8 @@ static int shard_master(const cm_redis_reply_t *nodes, cm_redis_range_t *out, in
 
     for (size_t i = 0; i < cm_redis_reply_count(nodes); i++) {
         const cm_redis_reply_t *n = cm_redis_reply_at(nodes, i);
-        const cm_redis_reply_t *ip = map_get(n, "ip"), *port = map_get(n, tls ? "tls-port" : "port");
+        const cm_redis_reply_t *ip = map_get(n, "ip"),
+                               *port = map_get(n, tls ? "tls-port" : "port");
         size_t len;
         const char *s;
 
@@ -241,8 +242,7 @@ static int shard_master(const cm_redis_reply_t *nodes, cm_redis_range_t *out, in
     return found ? 0 : -1;
 }
 
-int cm_redis_shards_parse(const cm_redis_reply_t *reply, cm_redis_range_t *out, int max,
-                          int tls)
+int cm_redis_shards_parse(const cm_redis_reply_t *reply, cm_redis_range_t *out, int max, int tls)
 {
     int n = 0;
 

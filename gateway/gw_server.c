@@ -353,12 +353,11 @@ static gw_server_t *worker_new(gw_server_t *first, cm_server_t *cs, int i, char 
             return srv;
         }
     }
-    cm_redis_auth_t auth = {cfg->redis_user, redis_password, redis_tls,
-                            cfg->redis_tls_server_name};
+    cm_redis_auth_t auth = {cfg->redis_user, redis_password, redis_tls, cfg->redis_tls_server_name};
     srv->redis = cm_redis_open(srv->base, cfg->redis_host, (int)cfg->redis_port, cfg->redis_cluster,
                                (int)cfg->redis_timeout_ms, &auth);
     cm_tls_free(redis_tls); /* cm_redis holds its own reference */
-    if (redis_password) { /* cm_redis keeps its own copy */
+    if (redis_password) {   /* cm_redis keeps its own copy */
         memset(redis_password, 0, strlen(redis_password));
         free(redis_password);
     }

@@ -43,8 +43,8 @@ struct svc {
     enum svc_kind kind;
     pid_t pid; /* 0 when not running */
     int port;
-    int bus_port; /* Redis Cluster bus port; 0 for a plain server */
-    int tls_port; /* Redis TLS port; 0 for none */
+    int bus_port;      /* Redis Cluster bus port; 0 for a plain server */
+    int tls_port;      /* Redis TLS port; 0 for none */
     char tls_dir[200]; /* where its certificates are (svc_tls_certs) */
     char dir[256];
     char conninfo[200];

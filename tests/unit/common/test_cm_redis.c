@@ -786,8 +786,7 @@ static void test_tls_certificate_checks(void **state)
     /* plain TCP to the TLS port */
     a = *auth();
     a.tls = NULL;
-    assert_refused(f, cm_redis_new_auth(f->base, SVC_HOST, srv_port(), 200, &a),
-                   "cannot connect");
+    assert_refused(f, cm_redis_new_auth(f->base, SVC_HOST, srv_port(), 200, &a), "cannot connect");
 
     /* a client certificate without its key is refused when the context is made */
     assert_null(cm_tls_client_new_cert(path, cert, NULL, err, sizeof(err)));
