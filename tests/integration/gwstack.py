@@ -138,8 +138,8 @@ class Gateway:
 
 
 class GatewayStack:
-    def __init__(self, name, gateways=1, conf=None):
-        self.S = stack.Stack(name)
+    def __init__(self, name, gateways=1, conf=None, redis_tls=None):
+        self.S = stack.Stack(name, redis_tls=redis_tls)
         self.real_build = self.S.build
         # ONSALE_GATEWAY_BIN runs another gateway binary against the same tests (e.g. one
         # built from an earlier commit, to see a regression test fail before its fix).
@@ -181,6 +181,10 @@ class GatewayStack:
             **({"redis_cluster": self.S.redis_seeds} if self.S.cluster else {}),
             "redis_user": self.S.redis_user,
             "redis_password_file": self.S.redis_password_path,
+            **({"redis_tls": "on", "redis_tls_ca_file": self.S.ca,
+                "redis_tls_cert_file": os.path.join(st, "server.pem"),
+                "redis_tls_key_file": os.path.join(st, "server-key.pem")}
+               if self.S.redis_tls else {}),
             "signing_keys": self.S.key_path,
             "ticket_secret_file": self.secret_path,
             "admin_token_file": os.path.join(st, "gateway-admin-token"),
@@ -244,10 +248,10 @@ class GatewayStack:
         return self.room_state(event).get("wm", 0)
 
 
-def module_stack(name=None, gateways=1, conf=None):
+def module_stack(name=None, gateways=1, conf=None, redis_tls=None):
     """Starts the stack and gateways for the calling module (call from setUpModule)."""
     global _CURRENT
-    gs = GatewayStack(name or "gw", gateways, conf)
+    gs = GatewayStack(name or "gw", gateways, conf, redis_tls)
 
     def cleanup():
         global _CURRENT

@@ -26,6 +26,9 @@ ONSALE_IT_LOGS=1 prints the tail of every log in it at teardown.
 ONSALE_IT_TOPOLOGY=cluster runs the module against `ONSALE_TOPOLOGY=cluster deploy/onsale
 up` (Redis Cluster, two reserves and two gateways behind HAProxy): the client then talks to
 HAProxy's reserve front and S.redis is a cluster-aware client (ctest label `cluster`).
+Stack(redis_tls=True) (or ONSALE_IT_REDIS_TLS=1) runs `ONSALE_REDIS_TLS=1 deploy/onsale up`:
+Redis speaks TLS only, and S.redis / S.new_redis() speak TLS with the stack's CA and
+client certificate (S.redis_ssl).
 
 Only the standard library plus Debian's python3-jwt and python3-cryptography.
 """
@@ -476,11 +479,12 @@ async def _oversized(port, ctx, path, token, size, timeout):
 class Redis:
     """Minimal RESP2 client (one connection, reconnects on demand)."""
 
-    def __init__(self, port, auth=None):
+    def __init__(self, port, auth=None, ssl_ctx=None):
         """auth: (user, password) sent as AUTH on every new connection (the stack's Redis
-        refuses anything else: its default user is off)."""
+        refuses anything else: its default user is off). ssl_ctx: speak TLS with it."""
         self.port = port
         self.auth = auth
+        self.ssl_ctx = ssl_ctx
         self.sock = None
         self.buf = b""
 
@@ -537,6 +541,8 @@ class Redis:
     def __call__(self, *args):
         if self.sock is None:
             self.sock = socket.create_connection((HOST, self.port), timeout=10)
+            if self.ssl_ctx is not None:
+                self.sock = self.ssl_ctx.wrap_socket(self.sock, server_hostname=HOST)
             if self.auth is not None:
                 try:
                     ok = self._send(("AUTH",) + tuple(self.auth))
@@ -613,15 +619,16 @@ class ClusterRedis:
 
     ALL_MASTERS = {"FLUSHALL", "FLUSHDB", "DBSIZE"}
 
-    def __init__(self, ports, auth=None):
+    def __init__(self, ports, auth=None, ssl_ctx=None):
         self.ports = list(ports)
         self.auth = auth
+        self.ssl_ctx = ssl_ctx
         self.conns = {}
         self.slots = None
 
     def _conn(self, port):
         if port not in self.conns:
-            self.conns[port] = Redis(port, auth=self.auth)
+            self.conns[port] = Redis(port, auth=self.auth, ssl_ctx=self.ssl_ctx)
         return self.conns[port]
 
     def close(self):
@@ -699,7 +706,7 @@ class ClusterRedis:
 
 
 class Stack:
-    def __init__(self, name="stack", cluster=None):
+    def __init__(self, name="stack", cluster=None, redis_tls=None):
         self.build = _env_dir("ONSALE_BUILD_DIR")
         here = os.path.dirname(os.path.abspath(__file__))
         self.source = _env_dir("ONSALE_SOURCE_DIR", os.path.join(here, "..", ".."))
@@ -714,6 +721,9 @@ class Stack:
         self._kid = None
         self.ctx = None
         self.cluster = topology() == "cluster" if cluster is None else cluster
+        self.redis_tls = (os.environ.get("ONSALE_IT_REDIS_TLS") == "1" if redis_tls is None
+                          else redis_tls)
+        self.redis_ssl = None  # the client context for Redis over TLS, once started
 
     # -- lifecycle
 
@@ -728,6 +738,7 @@ class Stack:
             "ONSALE_PAYSIM_PORT": str(self.paysim_port),
             "ONSALE_HAPROXY_PORT": str(self.haproxy_port),
             "ONSALE_TOPOLOGY": "cluster" if self.cluster else "single",
+            "ONSALE_REDIS_TLS": "1" if self.redis_tls else "0",
             "ONSALE_BUILD": self.build,
             "ONSALE_SKIP_DEPS": "1",
             "ONSALE_SKIP_BUILD": "1",
@@ -786,6 +797,12 @@ class Stack:
             raise RuntimeError(f"deploy/onsale up failed ({p.returncode}):\n{self._tail(log)}")
         self.ca = os.path.join(self.state, "ca.pem")
         self.ctx = ssl.create_default_context(cafile=self.ca)
+        if self.redis_tls:
+            # deploy/onsale: Redis wants a client certificate from the dev CA; the stack's
+            # server certificate is one (extendedKeyUsage clientAuth)
+            self.redis_ssl = ssl.create_default_context(cafile=self.ca)
+            self.redis_ssl.load_cert_chain(os.path.join(self.state, "server.pem"),
+                                           os.path.join(self.state, "server-key.pem"))
         with open(os.path.join(self.state, "admin-token")) as f:
             self.admin_token = f.read().strip()  # the reserve's
         with open(os.path.join(self.state, "gateway-admin-token")) as f:
@@ -951,8 +968,8 @@ class Stack:
         """A Redis client of its own (one per thread): cluster-aware in the cluster
         topology."""
         if self.cluster:
-            return ClusterRedis(self.redis_ports, auth=self.redis_auth)
-        return Redis(self.redis_port, auth=self.redis_auth)
+            return ClusterRedis(self.redis_ports, auth=self.redis_auth, ssl_ctx=self.redis_ssl)
+        return Redis(self.redis_port, auth=self.redis_auth, ssl_ctx=self.redis_ssl)
 
     def sql(self, query):
         """Rows of a query, each a list of text fields (psql -At, '|' separated)."""
