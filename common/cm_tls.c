@@ -286,3 +286,11 @@ void cm_tls_random(void *out, size_t n)
     if (RAND_bytes(out, (int)n) != 1)
         abort();
 }
+
+void cm_tls_server_counts(const cm_tls_ctx_t *ctx, long *handshakes, long *resumed)
+{
+    /* The SSL_CTX_sess_* macros take a non-const context; they only read counters. */
+    SSL_CTX *c = (SSL_CTX *)ctx;
+    *handshakes = c ? SSL_CTX_sess_accept_good(c) : 0;
+    *resumed = c ? SSL_CTX_sess_hits(c) : 0;
+}

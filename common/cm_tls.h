@@ -63,6 +63,12 @@ __attribute__((warn_unused_result)) int cm_tls_server_reload(cm_tls_ctx_t *ctx, 
 /** Stops its SIGHUP reload and drops the context (OpenSSL frees it with its last SSL). */
 void cm_tls_free(cm_tls_ctx_t *ctx);
 
+/**
+ * Handshakes a server context completed since start, and how many of them resumed a
+ * cached session (OpenSSL's per-context counters; a tuning aid for clients' pooling).
+ */
+void cm_tls_server_counts(const cm_tls_ctx_t *ctx, long *handshakes, long *resumed);
+
 /** SHA-256 of n bytes as 64 lower-case hex characters and a NUL. */
 void cm_tls_sha256_hex(const void *data, size_t n, char out[65]);
 

@@ -121,8 +121,9 @@ const cm_config_opt_t rsv_config_table[] = {
      "how long an expired hold is remembered (to answer hold_expired, not unknown_hold)"},
     {"log_level", CM_CFG_STR, S(log_level), "info", 0, 0, "debug, info, warn or error"},
     {"paysim_url", CM_CFG_STR, S(paysim_url), "https://127.0.0.1:8445", 0, 0,
-     "payment provider base URL: https://<IPv4>:<port>[/prefix] (no DNS names; plain "
-     "http:// only to a loopback address, with allow_loopback_http)"},
+     "payment provider base URL: https://<host name or IPv4>[:port][/prefix] (names are "
+     "resolved off the event loop; plain http:// only to a loopback address, with "
+     "allow_loopback_http)"},
     {"allow_loopback_http", CM_CFG_BOOL, S(allow_loopback_http), "false", 0, 0,
      "accept a plain http:// paysim_url when its host is loopback (127.0.0.0/8); any "
      "other host always needs https://"},
@@ -131,7 +132,7 @@ const cm_config_opt_t rsv_config_table[] = {
     {"paysim_api_key", CM_CFG_STR, S(paysim_api_key), NULL, 0, 0,
      "provider secret key, sent as Authorization: Bearer (unset: none)"},
     {"pay_connect_timeout_ms", CM_CFG_INT, S(pay_connect_timeout_ms), "1000", 10, 60000,
-     "deadline for the TCP connection to the provider"},
+     "deadline for the connection to the provider (DNS, TCP and TLS handshake)"},
     {"pay_timeout_ms", CM_CFG_INT, S(pay_timeout_ms), "10000", 100, 600000,
      "deadline of one provider call; past it the outcome is unknown (202 pending)"},
     {"reconcile_interval_ms", CM_CFG_INT, S(reconcile_interval_ms), "1000", 50, 600000,

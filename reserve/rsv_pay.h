@@ -1,16 +1,17 @@
 /*
  * rsv_pay — the reserve's client of the payment provider (API.md, "payment provider"):
  * charge, look a charge up by idempotency key, refund, list the ledger's recent charges.
- * Asynchronous HTTP(S) on the event loop (evhttp client over an OpenSSL bufferevent), one
- * connection per call.
+ * Asynchronous HTTP(S) on the event loop through libcurl's multi interface: connections
+ * are kept alive and reused across calls, TLS sessions resumed, host names resolved off the
+ * loop (libcurl's threaded resolver; the start-up log line says whether this build has
+ * it), the certificate checked against the CA file and the URL's host.
  *
- * Runs on the event-loop thread that owns the base; never blocks: the provider is named
- * by an IPv4 literal (no DNS), connects and requests are non-blocking. Every call has two
- * deadlines — connect (TCP established) and request (the whole exchange); when one
- * passes the connection is closed and the caller gets RSV_PAY_UNKNOWN with
- * cm_err_timeout: a charge whose answer never came may or may not have happened, and
- * only a lookup by its idempotency key may tell. Transport retries are off: the saga
- * decides what to repeat.
+ * Runs on the event-loop thread that owns the base (one client per worker); never blocks.
+ * Every call has two deadlines — connect (TCP and TLS established) and request (the whole
+ * exchange); when one passes the transfer is abandoned and the caller gets
+ * RSV_PAY_UNKNOWN with cm_err_timeout: a charge whose answer never came may or may not have
+ * happened, and only a lookup by its idempotency key may tell. Transport retries are off:
+ * the saga decides what to repeat. Answers are bounded (64 KiB; larger → UNKNOWN).
  *
  * Idempotency: charges are sent with Idempotency-Key = the checkout id, refunds with
  * "rf_" + the checkout id (the caller passes them), so repeating any call after a crash
@@ -74,7 +75,7 @@ typedef struct rsv_pay_result {
 typedef void (*rsv_pay_cb)(const rsv_pay_result_t *res, void *arg);
 
 typedef struct rsv_pay_config {
-    const char *url;     /* http(s)://<IPv4>:<port>[/prefix] */
+    const char *url;     /* http(s)://<host name or IPv4>[:port][/prefix] */
     const char *ca_file; /* PEM CA bundle for https (NULL: the system store) */
     const char *api_key; /* sent as Authorization: Bearer (NULL: none) */
     int connect_timeout_ms;
@@ -84,12 +85,15 @@ typedef struct rsv_pay_config {
 /** A parsed provider URL (rsv_pay_parse_url). */
 typedef struct rsv_pay_url {
     bool tls;
-    char host[64];
+    char host[256]; /* a host name or an IPv4 literal */
     int port;
     char prefix[128]; /* path prefix without the trailing '/', "" for none */
 } rsv_pay_url_t;
 
-/** Parses url. Returns 0, or -1 (not http/https, host not an IPv4 literal, bad port). */
+/**
+ * Parses url. Returns 0, or -1 (not http/https, a host that is not a plain name or IPv4
+ * literal — no user info, IPv6 brackets or escapes —, bad port, query or fragment).
+ */
 __attribute__((warn_unused_result)) int rsv_pay_parse_url(const char *url, rsv_pay_url_t *out);
 
 /**

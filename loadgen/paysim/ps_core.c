@@ -180,6 +180,7 @@ struct ps_server {
     rec_t **list; /* DONE records in commit order */
     size_t nlist, caplist;
     size_t nrecords;
+    uint64_t requests; /* every request answered or held (GET /v1/stats) */
     pending_t *pending;
     journal_t j;
     uint64_t rng;
@@ -1125,6 +1126,18 @@ static void settings_endpoint(ps_server_t *ps, struct evhttp_request *req)
     cm_http_send_json(req, 200, settings_json(&ps->set));
 }
 
+/* How clients use their connections: requests against TLS handshakes (full and resumed)
+ * tell whether a client keeps its connections alive and resumes its sessions. */
+static void get_stats(ps_server_t *ps, struct evhttp_request *req)
+{
+    long hs = 0, resumed = 0;
+    cm_tls_server_counts(ps->tls, &hs, &resumed);
+    cm_http_send_json(req, 200,
+                      json_pack("{s:I, s:I, s:I}", "requests", (json_int_t)ps->requests,
+                                "tls_handshakes", (json_int_t)hs, "tls_resumed",
+                                (json_int_t)resumed));
+}
+
 static void on_request(struct evhttp_request *req, void *arg)
 {
     ps_server_t *ps = arg;
@@ -1132,6 +1145,7 @@ static void on_request(struct evhttp_request *req, void *arg)
     char *seg[4];
     int n = cm_http_path(req, buf, sizeof(buf), seg, 4);
     enum evhttp_cmd_type m = evhttp_request_get_command(req);
+    ps->requests++;
     if (n == 1 && strcmp(seg[0], "healthz") == 0) {
         cm_http_send_json(req, 200, json_pack("{s:s}", "status", "ok"));
         return;
@@ -1147,6 +1161,8 @@ static void on_request(struct evhttp_request *req, void *arg)
             return get_ledger(ps, req);
         if (strcmp(seg[1], "settings") == 0)
             return settings_endpoint(ps, req);
+        if (strcmp(seg[1], "stats") == 0 && m == EVHTTP_REQ_GET)
+            return get_stats(ps, req);
     }
     send_error(req, 404, "invalid_request_error", "not_found", "Unrecognized request URL.");
 }

@@ -23,6 +23,8 @@
  *   GET  /v1/ledger[?event=E]            {"charges":[…],"refunds":[…]} (metadata.event = E)
  *   GET|PATCH /v1/settings               latency, decline/error/timeout rates, timeout mode,
  *                                        refund_error_rate (refunds answered 500, nothing done)
+ *   GET  /v1/stats                       {"requests","tls_handshakes","tls_resumed"}: how
+ *                                        clients use connections (keep-alive, resumption)
  *   GET  /healthz
  *
  * Sources drive single requests without touching the global settings (so tests can

@@ -38,9 +38,16 @@ static void parse_url_forms(void **state)
     assert_false(u.tls);
     assert_int_equal(u.port, 80);
     assert_string_equal(u.prefix, "/psp");
-    const char *bad[] = {"ftp://1.2.3.4",           "https://example.com",   "https://127.0.0.1:0",
-                         "https://127.0.0.1:70000", "https://127.0.0.1:12x", "https://:443",
-                         "https://127.0.0.1/a?b",   "127.0.0.1:8445"};
+    /* Host names are fine (resolved off the loop by libcurl). */
+    assert_int_equal(rsv_pay_parse_url("https://pay.example.com:8443/v2", &u), 0);
+    assert_string_equal(u.host, "pay.example.com");
+    assert_int_equal(u.port, 8443);
+    assert_string_equal(u.prefix, "/v2");
+    const char *bad[] = {"ftp://1.2.3.4",         "https://127.0.0.1:0", "https://127.0.0.1:70000",
+                         "https://127.0.0.1:12x", "https://:443",        "https://127.0.0.1/a?b",
+                         "127.0.0.1:8445",        "https://u:p@host/",   "https://[::1]:443",
+                         "https://ho%2est/",      "https://-host/",      "https://host:-1",
+                         "https://host:+80",      "https://a.b\\@c/",    "https://host/a%2f"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         assert_int_equal(rsv_pay_parse_url(bad[i], &u), -1);
 }
@@ -128,6 +135,8 @@ typedef struct fx {
     char last_key[128];
     char last_auth[128];
     int calls;
+    int peer_port[8]; /* the client's port of each request: equal ports = one connection */
+    int nreq;
     rsv_pay_result_t res;
     int done;
 } fx_t;
@@ -140,6 +149,19 @@ static void provider(struct evhttp_request *req, void *arg)
     const char *auth = cm_http_header(req, "Authorization");
     snprintf(f->last_key, sizeof(f->last_key), "%s", key ? key : "");
     snprintf(f->last_auth, sizeof(f->last_auth), "%s", auth ? auth : "");
+    char *peer = NULL;
+    ev_uint16_t pport = 0;
+    evhttp_connection_get_peer(evhttp_request_get_connection(req), &peer, &pport);
+    if (f->nreq < 8)
+        f->peer_port[f->nreq++] = pport;
+    if (strncmp(uri, "/big", 4) == 0) {
+        size_t n = 100 * 1024;
+        char *big = malloc(n);
+        memset(big, ' ', n);
+        cm_http_send_body(req, 200, "application/json", big, n, false);
+        free(big);
+        return;
+    }
     if (strncmp(uri, "/slow", 5) == 0) {
         f->held = req;
         return;
@@ -198,15 +220,20 @@ static void run(fx_t *f)
     event_base_dispatch(f->base);
 }
 
-static rsv_pay_t *client(fx_t *f, const char *prefix, int port, int timeout_ms)
+static rsv_pay_t *client_at(fx_t *f, const char *host, const char *prefix, int port, int timeout_ms)
 {
     char url[128], err[256];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port ? port : cm_http_server_port(f->srv),
+    snprintf(url, sizeof(url), "http://%s:%d%s", host, port ? port : cm_http_server_port(f->srv),
              prefix);
     rsv_pay_config_t cfg = {url, NULL, "sk_test", 500, timeout_ms};
     rsv_pay_t *p = rsv_pay_new(f->base, &cfg, err, sizeof(err));
     assert_non_null(p);
     return p;
+}
+
+static rsv_pay_t *client(fx_t *f, const char *prefix, int port, int timeout_ms)
+{
+    return client_at(f, "127.0.0.1", prefix, port, timeout_ms);
 }
 
 static void charge_lookup_refund(void **state)
@@ -233,6 +260,38 @@ static void charge_lookup_refund(void **state)
     assert_string_equal(f->res.id, "re_ok");
     assert_string_equal(f->last_key, "rf_co_1");
     assert_int_equal(rsv_pay_inflight(p), 0);
+    rsv_pay_free(p);
+}
+
+/* Three calls in a row travel over one kept-alive connection (the provider sees one client
+ * port), and a provider named by a host name is found without blocking the loop. */
+static void calls_reuse_one_connection_by_host_name(void **state)
+{
+    fx_t *f = *state;
+    rsv_pay_t *p = client_at(f, "localhost", "", 0, 2000);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(rsv_pay_lookup(p, "none", on_result, f), 0);
+        run(f);
+        assert_int_equal(f->done, i + 1);
+        assert_int_equal(f->res.outcome, RSV_PAY_NONE);
+    }
+    assert_int_equal(f->nreq, 3);
+    assert_int_not_equal(f->peer_port[0], 0);
+    assert_int_equal(f->peer_port[1], f->peer_port[0]);
+    assert_int_equal(f->peer_port[2], f->peer_port[0]);
+    rsv_pay_free(p);
+}
+
+/* An answer past the size bound is abandoned: UNKNOWN, not a partial parse. */
+static void oversized_answer_gives_unknown(void **state)
+{
+    fx_t *f = *state;
+    rsv_pay_t *p = client(f, "/big", 0, 2000);
+    assert_int_equal(rsv_pay_charge(p, "co_5", 100, "EUR", NULL, "ev1", on_result, f), 0);
+    run(f);
+    assert_int_equal(f->done, 1);
+    assert_int_equal(f->res.outcome, RSV_PAY_UNKNOWN);
+    assert_non_null(f->res.err);
     rsv_pay_free(p);
 }
 
@@ -288,6 +347,8 @@ int main(void)
         cmocka_unit_test(classify_answers),
         cmocka_unit_test(parse_list_pages),
         cmocka_unit_test_setup_teardown(charge_lookup_refund, setup, teardown),
+        cmocka_unit_test_setup_teardown(calls_reuse_one_connection_by_host_name, setup, teardown),
+        cmocka_unit_test_setup_teardown(oversized_answer_gives_unknown, setup, teardown),
         cmocka_unit_test_setup_teardown(deadline_gives_unknown, setup, teardown),
         cmocka_unit_test_setup_teardown(refused_connection_gives_unknown, setup, teardown),
         cmocka_unit_test_setup_teardown(free_with_call_in_flight, setup, teardown),
