@@ -97,6 +97,50 @@ static void act_free(act_t *a)
     free(a);
 }
 
+/* Runs a's script with the layout seats/pool (as the hold record has them). 0 or -1. */
+static int act_run(act_t *a, const char *seats, const char *pool, cm_redis_cb cb, void *arg)
+{
+    /* KEYS: hold, buyer, active, pool counter, pool units, pool next, seats... */
+    size_t nseats = 0;
+    for (const char *p = seats; p && *p; p++)
+        nseats += *p == ',';
+    nseats += seats && *seats ? 1 : 0;
+    size_t nkeys = 6 + nseats;
+    size_t argc = nkeys + 4 + (size_t)a->nextra;
+    const char **argv = cm_xcalloc(argc, sizeof(char *));
+    char **owned = cm_xcalloc(nkeys, sizeof(char *));
+    size_t k = 0;
+    owned[k++] = rsv_key(a->event, RSV_K_HOLD, a->hold_id);
+    owned[k++] = rsv_key(a->event, RSV_K_BUYER, a->buyer);
+    owned[k++] = rsv_key(a->event, RSV_K_ACTIVE, NULL);
+    owned[k++] = rsv_key(a->event, RSV_K_POOL, pool);
+    owned[k++] = rsv_key(a->event, RSV_K_POOL_UNITS, pool);
+    owned[k++] = rsv_key(a->event, RSV_K_POOL_NEXT, pool);
+    if (nseats) {
+        char *copy = cm_xstrdup(seats), *save = NULL;
+        for (char *t = strtok_r(copy, ",", &save); t && k < nkeys; t = strtok_r(NULL, ",", &save))
+            owned[k++] = rsv_key(a->event, RSV_K_SEAT, t);
+        free(copy);
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < k; i++)
+        argv[n++] = owned[i];
+    argv[n++] = a->hold_id;
+    argv[n++] = a->buyer;
+    argv[n++] = seats ? seats : "";
+    argv[n++] = pool;
+    for (int i = 0; i < a->nextra; i++)
+        argv[n++] = a->extra[i];
+    int rc = k == nkeys
+                 ? cm_redis_eval(a->srv->redis, a->script, cb, arg, (int)nkeys, (int)n, argv, NULL)
+                 : -1;
+    for (size_t i = 0; i < k; i++)
+        free(owned[i]);
+    free(owned);
+    free(argv);
+    return rc;
+}
+
 static void on_act_read(const char *err, const cm_redis_reply_t *reply, void *arg)
 {
     act_t *a = arg;
@@ -109,57 +153,21 @@ static void on_act_read(const char *err, const cm_redis_reply_t *reply, void *ar
         act_free(a);
         return;
     }
-    /* KEYS: hold, buyer, active, pool counter, pool units, pool next, seats... */
-    size_t nseats = 0;
-    for (const char *p = v.seats; p && *p; p++)
-        nseats += *p == ',';
-    nseats += v.seats && *v.seats ? 1 : 0;
-    size_t nkeys = 6 + nseats;
-    size_t argc = nkeys + 4 + (size_t)a->nextra;
-    const char **argv = cm_xcalloc(argc, sizeof(char *));
-    char **owned = cm_xcalloc(nkeys, sizeof(char *));
-    size_t k = 0;
-    owned[k++] = rsv_key(a->event, RSV_K_HOLD, a->hold_id);
-    owned[k++] = rsv_key(a->event, RSV_K_BUYER, a->buyer);
-    owned[k++] = rsv_key(a->event, RSV_K_ACTIVE, NULL);
-    owned[k++] = rsv_key(a->event, RSV_K_POOL, v.pool);
-    owned[k++] = rsv_key(a->event, RSV_K_POOL_UNITS, v.pool);
-    owned[k++] = rsv_key(a->event, RSV_K_POOL_NEXT, v.pool);
-    if (nseats) {
-        char *copy = cm_xstrdup(v.seats), *save = NULL;
-        for (char *t = strtok_r(copy, ",", &save); t && k < nkeys; t = strtok_r(NULL, ",", &save))
-            owned[k++] = rsv_key(a->event, RSV_K_SEAT, t);
-        free(copy);
-    }
-    size_t n = 0;
-    for (size_t i = 0; i < k; i++)
-        argv[n++] = owned[i];
-    argv[n++] = a->hold_id;
-    argv[n++] = a->buyer;
-    argv[n++] = v.seats ? v.seats : "";
-    argv[n++] = v.pool;
-    for (int i = 0; i < a->nextra; i++)
-        argv[n++] = a->extra[i];
-    int rc = k == nkeys ? cm_redis_eval(a->srv->redis, a->script, a->cb, a->arg, (int)nkeys, (int)n,
-                                        argv, NULL)
-                        : -1;
-    for (size_t i = 0; i < k; i++)
-        free(owned[i]);
-    free(owned);
-    free(argv);
+    int rc = act_run(a, v.seats, v.pool, a->cb, a->arg);
     rsv_hold_view_clear(&v);
     if (rc != 0)
         a->cb(cm_err_closed, NULL, a->arg);
     act_free(a);
 }
 
-int rsv_hold_act(rsv_server_t *srv, const cm_redis_script_t *script, const char *hold_id,
-                 const char *buyer, int nextra, const char *const *extra, cm_redis_cb cb, void *arg)
+static act_t *act_new(rsv_server_t *srv, const cm_redis_script_t *script, const char *hold_id,
+                      const char *buyer, int nextra, const char *const *extra, cm_redis_cb cb,
+                      void *arg)
 {
     act_t *a = cm_xcalloc(1, sizeof(*a));
     if (rsv_hold_id_event(hold_id, a->event) != 0) {
         free(a);
-        return -1;
+        return NULL;
     }
     a->srv = srv;
     a->script = script;
@@ -171,6 +179,50 @@ int rsv_hold_act(rsv_server_t *srv, const cm_redis_script_t *script, const char 
         a->extra[i] = cm_xstrdup(extra[i]);
     a->cb = cb;
     a->arg = arg;
+    return a;
+}
+
+/* The script's answer when it ran on a layout we remembered: STALE (the record is not
+ * what we remembered — never expected, a hold's seats and pool do not change) falls back
+ * to reading the record first; anything else is the caller's. */
+static void on_act_known(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    act_t *a = arg;
+    const char *st = err ? NULL : cm_redis_reply_str(cm_redis_reply_at(reply, 0), NULL);
+    if (st && strcmp(st, "STALE") == 0) {
+        char *hkey = rsv_key(a->event, RSV_K_HOLD, a->hold_id);
+        const char *argv[] = {hkey, a->hold_id, a->buyer};
+        int rc = cm_redis_eval(a->srv->redis, rsv_lua()->get, on_act_read, a, 1, 3, argv, NULL);
+        free(hkey);
+        if (rc != 0) {
+            a->cb(cm_err_closed, NULL, a->arg);
+            act_free(a);
+        }
+        return;
+    }
+    a->cb(err, reply, a->arg);
+    act_free(a);
+}
+
+int rsv_hold_act_known(rsv_server_t *srv, const cm_redis_script_t *script, const char *hold_id,
+                       const char *buyer, const char *seats, const char *pool, int nextra,
+                       const char *const *extra, cm_redis_cb cb, void *arg)
+{
+    act_t *a = act_new(srv, script, hold_id, buyer, nextra, extra, cb, arg);
+    if (a == NULL)
+        return -1;
+    int rc = act_run(a, seats, pool, on_act_known, a);
+    if (rc != 0)
+        act_free(a);
+    return rc;
+}
+
+int rsv_hold_act(rsv_server_t *srv, const cm_redis_script_t *script, const char *hold_id,
+                 const char *buyer, int nextra, const char *const *extra, cm_redis_cb cb, void *arg)
+{
+    act_t *a = act_new(srv, script, hold_id, buyer, nextra, extra, cb, arg);
+    if (a == NULL)
+        return -1;
     char *hkey = rsv_key(a->event, RSV_K_HOLD, hold_id);
     const char *argv[] = {hkey, a->hold_id, a->buyer};
     int rc = cm_redis_eval(srv->redis, rsv_lua()->get, on_act_read, a, 1, 3, argv, NULL);

@@ -59,6 +59,18 @@ __attribute__((warn_unused_result)) int
 rsv_hold_act(rsv_server_t *srv, const cm_redis_script_t *script, const char *hold_id,
              const char *buyer, int nextra, const char *const *extra, cm_redis_cb cb, void *arg);
 
+/**
+ * rsv_hold_act without the read: the caller already knows the hold's layout (seats, pool:
+ * from an earlier answer about the same hold — a hold's seats and pool never change). The
+ * script itself checks the layout against the record (load_acting → STALE); on STALE the
+ * record is read and the script runs again, as rsv_hold_act does. One Redis round trip
+ * instead of two. Same contract otherwise.
+ */
+__attribute__((warn_unused_result)) int
+rsv_hold_act_known(rsv_server_t *srv, const cm_redis_script_t *script, const char *hold_id,
+                   const char *buyer, const char *seats, const char *pool, int nextra,
+                   const char *const *extra, cm_redis_cb cb, void *arg);
+
 /* Handlers: each answers req exactly once. */
 void rsv_hold_create(rsv_server_t *srv, struct evhttp_request *req, const char *event);
 void rsv_hold_get(rsv_server_t *srv, struct evhttp_request *req, const char *hold_id);

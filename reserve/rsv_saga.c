@@ -170,7 +170,10 @@ typedef struct saga {
     int64_t extension_ms;
     rsv_hold_view_t view;
     int steps;
-    bool given_back; /* unconvert ran (or was skipped) in this drive */
+    bool given_back;                   /* unconvert ran (or was skipped) in this drive */
+    bool extended;                     /* this drive extended the hold (view holds its layout) */
+    char booking[RSV_CHECKOUT_ID_MAX]; /* the booking id this drive asked for */
+    char *booked_body; /* the 201 answer this drive stored with its booking, or NULL */
     rsv_saga_cb cb;
     void *arg;
     /* the step in flight */
@@ -191,6 +194,7 @@ static void saga_end(saga_t *s, const char *err, int code, const char *body, dou
     s->cb(&end, s->arg);
     rsv_hold_view_clear(&s->view);
     free(s->body);
+    free(s->booked_body);
     free(s);
 }
 
@@ -400,6 +404,7 @@ static void on_extended(const char *err, const cm_redis_reply_t *reply, void *ar
              error_text(s, "amount_mismatch", "payment.amount must equal the hold's amount", NULL),
              -1);
     } else if (strcmp(s->row.state, "created") == 0) {
+        s->extended = true; /* advance() goes on to payment_requested without a 2nd extend */
         step(s, NULL, "hold_extended", "hold extended at checkout start", 0, NULL, lease_s(s));
     } else {
         step(s, NULL, "payment_requested", "payment requested", 0, NULL, lease_s(s));
@@ -621,6 +626,10 @@ static void on_booked(const char *err, const rsv_pg_result_t *res, void *arg)
     const char *detail = rsv_pg_result_value(res, 0, 3);
     int failures = atoi(rsv_pg_result_value(res, 0, 4));
     if (strcmp(outcome, "converted") == 0) {
+        if (strcmp(rsv_pg_result_value(res, 0, 1), s->booking) != 0) {
+            free(s->booked_body); /* booked by an earlier drive: its answer is stored */
+            s->booked_body = NULL;
+        }
         snprintf(s->row.state, sizeof(s->row.state), "converted");
         cm_counter_inc(s->srv->m.saga_transitions);
         rsv_saga_fault(s->srv, "after", "converted");
@@ -669,8 +678,8 @@ static void on_converted(const char *err, const cm_redis_reply_t *reply, void *a
              lease_s(s));
         return;
     }
-    char booking[RSV_CHECKOUT_ID_MAX];
-    rsv_random_id(booking, sizeof(booking), "bk_");
+    char *booking = s->booking;
+    rsv_random_id(booking, sizeof(s->booking), "bk_");
     char *units = units_literal(&s->view);
     if (units == NULL) {
         cm_log(CM_LOG_ERROR, "checkout %s: the hold's units in Redis are malformed", s->row.id);
@@ -688,7 +697,8 @@ static void on_converted(const char *err, const cm_redis_reply_t *reply, void *a
                           "FROM onsale_saga_book($1, $2, $3, $4::text[], $5, $6::int)",
                           6, params, on_booked, s);
     free(units);
-    free(body);
+    free(s->booked_body);
+    s->booked_body = body; /* what onsale_saga_book stores if it books with our id */
     if (rc != 0)
         saga_fail(s, "booking", cm_err_shutdown);
 }
@@ -699,7 +709,14 @@ static void convert(saga_t *s)
     snprintf(keep, sizeof(keep), "%lld", (long long)7 * 86400 * 1000);
     snprintf(amount, sizeof(amount), "%lld", (long long)s->row.amount);
     const char *extra[] = {s->row.id, keep, amount};
-    int rc = rsv_hold_act(s->srv, rsv_lua()->convert, s->row.hold_id, s->row.buyer, 3, extra,
+    int rc;
+    if (s->extended && strcmp(s->view.status, "OK") == 0)
+        /* The layout is known from this drive's extend: no read first (the script
+         * checks it against the record anyway). */
+        rc = rsv_hold_act_known(s->srv, rsv_lua()->convert, s->row.hold_id, s->row.buyer,
+                                s->view.seats, s->view.pool, 3, extra, on_converted, s);
+    else
+        rc = rsv_hold_act(s->srv, rsv_lua()->convert, s->row.hold_id, s->row.buyer, 3, extra,
                           on_converted, s);
     if (rc != 0)
         saga_fail(s, "converting the hold", cm_err_closed);
@@ -820,6 +837,9 @@ static void advance(saga_t *s)
     bool fg = s->mode == RSV_SAGA_FOREGROUND;
     if (rsv_saga_terminal(st)) {
         reread(s);
+    } else if (fg && s->extended && strcmp(st, "hold_extended") == 0) {
+        /* Extended by this drive a moment ago: the same check again adds nothing. */
+        step(s, NULL, "payment_requested", "payment requested", 0, NULL, lease_s(s));
     } else if (strcmp(st, "created") == 0 || strcmp(st, "hold_extended") == 0) {
         if (fg) {
             extend_hold(s);
@@ -845,6 +865,11 @@ static void advance(saga_t *s)
              error_text(s, "payment_declined",
                         "the payment was declined; the hold stays until it expires", NULL),
              -1);
+    } else if (strcmp(st, "converted") == 0 && s->booked_body) {
+        /* This drive booked: the answer it stored is in hand, no need to read it back. */
+        char *body = s->booked_body;
+        s->booked_body = NULL;
+        step(s, NULL, "confirmed", "booking confirmed", 201, body, -1);
     } else if (strcmp(st, "converted") == 0) {
         const char *params[] = {s->row.id};
         if (rsv_pg_query(s->srv->pg, "SELECT response_body FROM checkouts WHERE checkout_id = $1",
