@@ -9,17 +9,25 @@ the worker's loop; issue 9 "Confirmations"):
   passes → 202 pending, and the same single-worker reserve keeps answering other requests
   meanwhile (its loop is not blocked).
 
-Each test runs its own reserve process (test_saga_crash.Reserves) on the stack's config
+And the sequential round trips of one confirmation (docs/confirm.md): the Redis scripts
+one confirmation runs, seen by MONITOR — read, extend, convert (6 before: a second
+extend, and a read before each script) — and the fallback when the hold's record no
+longer has the layout the drive remembered (the script answers STALE: read, run again).
+
+Each Provider test runs its own reserve process (test_saga_crash.Reserves) on the stack's config
 with the provider URL under test.
 """
 
+import hashlib
 import os
+import re
 import socket
 import ssl
 import threading
 import time
 import uuid
 
+import stack
 from test_saga_crash import Reserves
 from test_saga_flows import PAY_TIMEOUT_MS, SagaCase, payment, saga_stack
 
@@ -153,3 +161,99 @@ class Provider(SagaCase):
         self.assertEqual(out["r"].json["state"], "pending")
         self.assertEqual(answered, 10)
         self.assertLess(done_others, out["at"], "other requests waited for the provider")
+
+
+class Monitor:
+    """Redis MONITOR in a thread: the script calls (EVALSHA/EVAL) whose arguments name a
+    given string, in order, as (command, first key)."""
+
+    def __init__(self, s):
+        self.r = stack.Redis(s.redis_port, auth=s.redis_auth)
+        self.lines = []
+        self.stop = False
+        self.r("PING")
+        self.r.sock.settimeout(0.2)
+        self.r.sock.sendall(b"MONITOR\r\n")
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def run(self):
+        while not self.stop:
+            try:
+                line = self.r._line()
+            except (socket.timeout, OSError, ConnectionError):
+                continue
+            self.lines.append(line.decode(errors="replace"))
+
+    def scripts(self, needle):
+        """(script sha, first key) of each script call naming needle; an EVALSHA answered
+        NOSCRIPT and sent again as EVAL (a connection's first use of a script) is one."""
+        out = []
+        for ln in self.lines:
+            args = re.findall(r'"((?:[^"\\]|\\.)*)"', ln)
+            if not args or args[0].lower() not in ("evalsha", "eval") or needle not in ln:
+                continue
+            sha = args[1]
+            if args[0].lower() == "eval":
+                body = args[1].encode().decode("unicode_escape").encode("latin-1")
+                sha = hashlib.sha1(body).hexdigest()
+                if out and out[-1][0] == sha:
+                    continue  # the retry of the EVALSHA just before
+            out.append((sha, args[3] if len(args) > 3 else ""))
+        return out
+
+    def close(self):
+        self.stop = True
+        self.t.join(timeout=5)
+        self.r.close()
+
+
+class RoundTrips(SagaCase):
+    def monitor(self):
+        m = Monitor(self.S)
+        self.addCleanup(m.close)
+        time.sleep(0.2)  # MONITOR is on before the first command we watch
+        return m
+
+    def test_a_confirmation_runs_three_redis_scripts(self):
+        ev = self.new_event(seats=SEATS, max_per_buyer=4)
+        t = self.S.token(ev, "trips")
+        h = self.hold(ev, t, seats=["P-1", "P-2"]).json
+        m = self.monitor()
+        r = self.confirm_src(h, t, "tok_visa")
+        self.assertStatus(r, 201)
+        self.assertEqual(r.json["state"], "confirmed")
+        self.assertEqual(r.json["booking_id"], self.S.sql_value(
+            f"select booking_id from bookings where checkout_id = '{r.json['checkout_id']}'"))
+        time.sleep(0.3)
+        calls = m.scripts(h["hold_id"])
+        # get (the layout), extend, convert: one script each, nothing read twice.
+        self.assertEqual(len(calls), 3, calls)
+        self.assertEqual(self.audit_event(ev), {r.json["checkout_id"]: "charged+booked"})
+
+    def test_a_changed_hold_layout_is_read_again_before_converting(self):
+        ev = self.new_event(seats=SEATS, max_per_buyer=4)
+        t = self.S.token(ev, "stale")
+        h = self.hold(ev, t, seats=["P-3", "P-4"]).json
+        m = self.monitor()
+        out = {}
+        th = threading.Thread(target=lambda: out.update(
+            r=self.confirm_src(h, t, "tok_sim_delay_1200")))
+        th.start()
+        # While the charge is out, the record's layout changes under the drive.
+        key = f"os:{{{ev}}}:h:{h['hold_id']}"
+        deadline = time.monotonic() + 5
+        while len(m.scripts(h["hold_id"])) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.S.redis("HSET", key, "seats", "P-3")
+        th.join(timeout=30)
+        r = out["r"]
+        self.assertStatus(r, 201)
+        time.sleep(0.3)
+        calls = m.scripts(h["hold_id"])
+        # get, extend, convert (STALE), get, convert.
+        self.assertEqual(len(calls), 5, calls)
+        self.assertEqual(calls[2][0], calls[4][0], calls)  # the same script, run again
+        self.assertEqual(self.S.sql_value(
+            f"select count(*) from booking_items i join bookings b using (booking_id) "
+            f"where b.checkout_id = '{r.json['checkout_id']}'"), "1")
