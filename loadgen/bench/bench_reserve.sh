@@ -14,6 +14,12 @@
 #            each) confirmed once with its own Idempotency-Key (mkholds.lua, confirm.lua)
 #     vs     pgbench, same Postgres, C clients: one transaction inserting a checkout, a
 #            booking and a booking item under the unique keys (reserve/pg_*.sql)
+#     and    pgbench replaying the saga's own SQL for one confirmation (reserve/pg_saga.sql:
+#            the same functions, statements and commits, in order, on the real tables),
+#            C clients: what Postgres alone needs per confirmation the way the reserve
+#            asks for it
+#            CPU µs per confirmation of each process (reserve, Postgres — postmaster and
+#            every backend, exited ones included —, Redis, paysim) from /proc over each run
 #   also     the reserve's GET /healthz on the same connections (its transport floor),
 #            each buyer's first hold (token not cached yet) and the first hold on a
 #            fresh event — reported apart, not in the ratios
@@ -202,6 +208,19 @@ check_alive() { reserve_alive || die "the reserve (pid $RESERVE_PID) died during
 # cpu_ticks PID: user+system clock ticks the process has used so far.
 cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
 # cpu_pct TICKS_BEFORE TICKS_AFTER SECONDS: percent of one core.
+# pg_ticks: Postgres' ticks so far — the postmaster, its live backends, and (cutime/cstime)
+# every backend it reaped (pgbench's exit at the end of their run).
+pg_ticks() {
+    local pm t=0 c
+    pm=$(cat "$STATE/run/postgres.pid" 2>/dev/null) || { echo 0; return; }
+    t=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 + $14 + $15 }' "/proc/$pm/stat" 2>/dev/null || echo 0)
+    for c in $(cat "/proc/$pm/task/$pm/children" 2>/dev/null); do
+        t=$((t + $(cpu_ticks "$c")))
+    done
+    echo "$t"
+}
+# us_per TICKS_BEFORE TICKS_AFTER COUNT: CPU microseconds per item.
+us_per() { awk -v a="$1" -v b="$2" -v n="$3" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.0f", (n > 0 ? (b - a) / hz * 1e6 / n : 0) }'; }
 cpu_pct() { awk -v a="$1" -v b="$2" -v s="$3" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.0f", (s > 0 ? (b - a) / hz / s * 100 : 0) }'; }
 
 # admin_put EVENT JSON: creates the event (admin token passed on curl's stdin config).
@@ -418,6 +437,11 @@ redis-cli -h 127.0.0.1 -p "$P_REDIS" "${REDIS_AUTH[@]}" --no-auth-warning EVAL "
 PSQL=(psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$P_PG" -U onsale -d onsale)
 PGCONNECT_TIMEOUT=5 timeout 60 "${PSQL[@]}" -f "$LIB/pg_tables.sql" >"$OUT/pg_tables.log" 2>&1 ||
     { cat "$OUT/pg_tables.log" >&2; die "creating the bench_* tables failed"; }
+# The saga replay's event: Postgres only (the reserve never serves it).
+PGCONNECT_TIMEOUT=5 timeout 60 "${PSQL[@]}" -c "INSERT INTO events (event_id, currency,
+    hold_ttl_seconds, checkout_extension_seconds, max_hold_seconds, max_per_buyer)
+    VALUES ('bench-replay', 'EUR', 300, 300, 900, 0) ON CONFLICT DO NOTHING" >>"$OUT/pg_tables.log" 2>&1 ||
+    { cat "$OUT/pg_tables.log" >&2; die "creating the saga replay event failed"; }
 
 # Warm-up that also sizes the batches: a short confirm run on CALIB_HOLDS holds.
 say "confirms: warm-up (${CALIB_SECONDS}s on $CALIB_HOLDS holds) to size the batches"
@@ -432,6 +456,7 @@ RATE_EST=$(awk -v ok="$(field "$OUT/confirm.0" ok)" -v d="$(field "$OUT/confirm.
     -v ex="$(field "$OUT/confirm.0" exhausted)" 'BEGIN { r = ok / (d / 1e6); if (ex > 0) r *= 2; printf "%.0f", (r < 50 ? 50 : r) }')
 
 declare -a C_RPS C_P50 C_P99 C_WP99 C_CPU C_PCPU C_TPC C_NON C_N G_TPS G_LAT G_FAIL CG_RATIO
+declare -a U_RSV U_PG U_RDS U_PAY U_GPG X_TPS X_PG X_FAIL CX_RATIO
 for ((r = 1; r <= REPS; r++)); do
     n=$(awk -v e="$RATE_EST" -v d="$DURATION" -v max="$HOLD_SEATS" 'BEGIN { n = int(e * d * 1.5) + 500; print (n > max ? max : n) }')
     ev=bench-c$r
@@ -442,9 +467,12 @@ for ((r = 1; r <= REPS; r++)); do
     C_N[r]=$PRE_GOT
 
     say "confirms $r/$REPS: reserve, wrk -t$THREADS -c$CONNS -d${DURATION}s"
-    c0=$(cpu_ticks "$RESERVE_PID") p0=$(cpu_ticks "$PAYSIM_PID")
+    c0=$(cpu_ticks "$RESERVE_PID") p0=$(cpu_ticks "$PAYSIM_PID") g0=$(pg_ticks) d0=$(cpu_ticks "$REDIS_PID")
     wrk_run "$OUT/confirm.$r" "$DURATION" confirm.lua "$OUT/holds-list.$ev" "$THREADS"
-    c1=$(cpu_ticks "$RESERVE_PID") p1=$(cpu_ticks "$PAYSIM_PID")
+    c1=$(cpu_ticks "$RESERVE_PID") p1=$(cpu_ticks "$PAYSIM_PID") g1=$(pg_ticks) d1=$(cpu_ticks "$REDIS_PID")
+    ok=$(field "$OUT/confirm.$r" ok)
+    U_RSV[r]=$(us_per "$c0" "$c1" "$ok") U_PAY[r]=$(us_per "$p0" "$p1" "$ok")
+    U_PG[r]=$(us_per "$g0" "$g1" "$ok") U_RDS[r]=$(us_per "$d0" "$d1" "$ok")
     check_alive "the confirm run"
     dur=$(field "$OUT/confirm.$r" duration_us)
     C_RPS[r]=$(awk -v ok="$(field "$OUT/confirm.$r" ok)" -v d="$dur" 'BEGIN { printf "%.1f", ok / (d / 1e6) }')
@@ -461,14 +489,41 @@ for ((r = 1; r <= REPS; r++)); do
     RATE_EST=$(awk -v a="$RATE_EST" -v b="${C_RPS[r]}" 'BEGIN { printf "%.0f", (b > a ? b : a) }')
 
     say "confirms $r/$REPS: pgbench -c $CONNS -j $THREADS -T $DURATION (pg_confirm.sql)"
+    g0=$(pg_ticks)
     timeout -k 10 $((DURATION + 60)) pgbench -n -h 127.0.0.1 -p "$P_PG" -U onsale -c "$CONNS" \
         -j "$THREADS" -T "$DURATION" -D run="$r" -D n=0 -f "$LIB/pg_confirm.sql" onsale \
         >"$OUT/pgbench.$r" 2>&1 || { tail -n 20 "$OUT/pgbench.$r" >&2; die "pgbench failed"; }
+    g1=$(pg_ticks)
     G_TPS[r]=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' "$OUT/pgbench.$r")
     G_LAT[r]=$(sed -n 's/^latency average = \([0-9.]*\) ms/\1/p' "$OUT/pgbench.$r")
     G_FAIL[r]=$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' "$OUT/pgbench.$r")
     [[ -n ${G_TPS[r]} ]] || { cat "$OUT/pgbench.$r" >&2; die "pgbench printed no tps"; }
     CG_RATIO[r]=$(ratio "${C_RPS[r]}" "${G_TPS[r]}")
+    U_GPG[r]=$(us_per "$g0" "$g1" "$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$OUT/pgbench.$r")")
+
+    # The saga's own SQL, replayed: as many confirmations per client as should take about
+    # DURATION seconds at a sixth of the single-transaction rate (six commits each), each
+    # on a seat of its own created first.
+    per=$(awk -v t="${G_TPS[r]}" -v d="$DURATION" -v c="$CONNS" 'BEGIN { n = int(t * d / 6 / c); print (n < 20 ? 20 : n) }')
+    PGCONNECT_TIMEOUT=5 timeout 120 "${PSQL[@]}" -c "INSERT INTO seats (event_id, seat_id, section, price)
+        SELECT 'bench-replay', 'r$r-' || c || '-' || n, 'R', 100
+          FROM generate_series(0, $((CONNS - 1))) c, generate_series(1, $per) n ON CONFLICT DO NOTHING" \
+        >"$OUT/replay-seats.$r" 2>&1 || { cat "$OUT/replay-seats.$r" >&2; die "creating the replay seats failed"; }
+    say "confirms $r/$REPS: pgbench -c $CONNS -j $THREADS -t $per (pg_saga.sql, the saga's SQL replayed)"
+    g0=$(pg_ticks)
+    timeout -k 10 $((DURATION * 6 + 120)) pgbench -n -h 127.0.0.1 -p "$P_PG" -U onsale -c "$CONNS" \
+        -j "$THREADS" -t "$per" -D run="$r" -D n=0 -f "$LIB/pg_saga.sql" onsale \
+        >"$OUT/pgsaga.$r" 2>&1 || { tail -n 20 "$OUT/pgsaga.$r" >&2; die "pgbench (saga replay) failed"; }
+    g1=$(pg_ticks)
+    X_TPS[r]=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' "$OUT/pgsaga.$r")
+    X_FAIL[r]=$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' "$OUT/pgsaga.$r")
+    [[ -n ${X_TPS[r]} ]] || { cat "$OUT/pgsaga.$r" >&2; die "pgbench (saga replay) printed no tps"; }
+    X_CONFIRMED=$(PGCONNECT_TIMEOUT=5 timeout 30 "${PSQL[@]}" -A -t -c "SELECT count(*) FROM checkouts
+        WHERE event_id = 'bench-replay' AND state = 'confirmed' AND checkout_id LIKE 'co-r$r-%'")
+    [[ $X_CONFIRMED == $((CONNS * per)) ]] ||
+        echo "saga replay $r: $X_CONFIRMED of $((CONNS * per)) checkouts confirmed" >>"$OUT/anomalies"
+    X_PG[r]=$(us_per "$g0" "$g1" "$((CONNS * per))")
+    CX_RATIO[r]=$(ratio "${C_RPS[r]}" "${X_TPS[r]}")
 done
 ELAPSED=$((SECONDS - T_START))
 
@@ -562,6 +617,18 @@ printf '\np50/p99: each request timed by the Lua script; * wrk p99: wrk'"'"'s ow
 printf 'coordinated-omission correction (loadgen/bench/reserve/common.lua says how); cpu%%: of one core;\n'
 printf 'steps/cf: checkout_transitions rows per confirmed checkout (the saga'"'"'s committed steps).\n'
 
+printf '\nCONFIRMS, CPU per confirmation (µs, from /proc over each run) and the saga'"'"'s SQL replayed\n'
+printf '         replay: pgbench -f pg_saga.sql, the six autocommit statements of one confirmation\n'
+row rep 'rsv us/cf' 'pg us/cf' 'redis us' 'pay us/cf' 'pg us/tx1' 'replay/s' 'pg us/rp' 'rp failed' 'rsv/replay' 'rsv/pg cpu'
+for ((r = 1; r <= REPS; r++)); do
+    row "$r" "${U_RSV[r]}" "${U_PG[r]}" "${U_RDS[r]}" "${U_PAY[r]}" "${U_GPG[r]}" "$(fmt "${X_TPS[r]}")" \
+        "${X_PG[r]}" "${X_FAIL[r]:-?}" "${CX_RATIO[r]}" "$(ratio "${U_RSV[r]}" "${U_PG[r]}")"
+done
+sum_line U_RSV U_PG U_RDS U_PAY U_GPG X_TPS X_PG X_FAIL CX_RATIO
+printf 'rsv/pg us/cf: during the reserve'"'"'s run; pg us/tx1: Postgres per single-transaction reference\n'
+printf 'confirmation; pg us/rp: per replayed confirmation; rsv/replay: reserve 201/s over replay/s.\n'
+printf 'Who saturates: the process whose CPU per confirmation times the rate nears one core.\n'
+
 printf '\nRESULT (medians)\n'
 printf '  holds:    reserve %s/s vs Redis SET NX PX %s/s  ratio %s  (target >= 0.50: %s)\n' \
     "$(fmt "$h_med")" "$(fmt "$r_med")" "$(fmt "$hr_med" 3)" "$(verdict "$hr_med" '>=' 0.5)"
@@ -572,6 +639,13 @@ read -r hs_med _ _ _ < <(stats "${HS_RATIO[@]}")
 printf '  holds:    reserve vs the hold script under redis-benchmark: ratio %s  (target >= 0.50: %s)\n' \
     "$(fmt "$hs_med" 3)" "$(verdict "$hs_med" '>=' 0.5)"
 printf '  (ratio of medians: holds %s, confirms %s)\n' "$(ratio "$h_med" "$r_med")" "$(ratio "$c_med" "$g_med")"
+read -r x_med _ _ _ < <(stats "${X_TPS[@]}")
+read -r ur_med _ _ _ < <(stats "${U_RSV[@]}")
+read -r up_med _ _ _ < <(stats "${U_PG[@]}")
+printf '  confirms: reserve vs pgbench single transaction ratio %s  (issue 9 target >= 0.30: %s)\n' \
+    "$(fmt "$cg_med" 3)" "$(verdict "$cg_med" '>=' 0.3)"
+printf '  confirms: reserve vs the saga SQL replayed %s/s: ratio %s; CPU per confirmation reserve %s µs, Postgres %s µs\n' \
+    "$(fmt "$x_med")" "$(ratio "$c_med" "$x_med")" "$ur_med" "$up_med"
 
 printf '\nRESERVE during the run (%s s): alive; log: %s warn, %s error lines' "$ELAPSED" "$LOG_WARN" "$LOG_ERR"
 printf '; metrics: holds %s, conflicts %s, confirmations %s, invalid tokens %s, backend errors %s, uniqueness conflicts %s\n' \
