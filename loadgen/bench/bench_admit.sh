@@ -9,7 +9,9 @@
 # script, an ES256 token signed, the answer. If the tickets run out before the end the
 # rate printed is a lower bound (flagged; raise --fans). Prints admissions/s, latency and
 # the CPU microseconds per admission of the gateway and of Redis (from their own CPU
-# time over the run), medians over REPS rooms.
+# time over the run), the Redis-side cost of one admit script (INFO commandstats: EVALSHA
+# microseconds per call; nearly every EVALSHA of the run is an admission), medians over REPS
+# rooms. The signing part of the gateway's figure is cm_jwt_sign's CPU (bench_crypto.sh).
 #
 # Usage: loadgen/bench/bench_admit.sh [--skip-build] [--reps N] [--fans N] [--duration S]
 #            [--connections C] [--threads T] [--keep]
@@ -49,7 +51,7 @@ done
 
 say() { printf '[%s %s] %s\n' "$PROG" "$(date +%T)" "$*" >&2; }
 die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 1; }
-for c in wrk curl python3 timeout awk; do
+for c in wrk curl python3 timeout awk redis-cli; do
     command -v "$c" >/dev/null 2>&1 || die "'$c' not found"
 done
 
@@ -107,12 +109,19 @@ admin() {
             -X "$1" -H 'Content-Type: application/json' ${3:+--data-binary "$3"} \
             "https://127.0.0.1:$((P_GATEWAY + 20))$2" || true # the gateway's admin listener
 }
+rcli() {
+    REDISCLI_AUTH=$(cat "$STATE/redis-password") redis-cli --no-auth-warning -h 127.0.0.1 \
+        -p "$P_REDIS" --user onsale "$@"
+}
+# evalsha_us: microseconds per EVALSHA call since the last CONFIG RESETSTAT
+evalsha_us() { rcli INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_evalsha:.*usec_per_call=\([0-9.]*\).*/\1/p'; }
 cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
 field() { sed -n 's/^RESULT //p' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { printf "%s", (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 HZ=$(getconf CLK_TCK)
+LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 
-declare -a RATE P50 P99 GWUS RDUS
+declare -a RATE P50 P99 GWUS RDUS LUAUS
 for ((r = 1; r <= REPS; r++)); do
     ev=bench-admit-$r
     code=$(admin PUT "/admin/events/$ev" '{"rate_per_minute":10000000,"max_active":0,"paused":true,"mode":"fifo"}')
@@ -131,10 +140,12 @@ for ((r = 1; r <= REPS; r++)); do
     ((i < 300)) || die "the last fan of $ev was never admitted"
     head -n $((FANS - 1)) "$OUT/tickets.$r" >"$OUT/poll.$r"
     say "room $r/$REPS: wrk -t$THREADS -c$CONNS -d${DURATION}s, each of $((FANS - 1)) tickets polled at most once"
+    rcli CONFIG RESETSTAT >/dev/null
     g0=$(cpu_ticks "$GATEWAY_PID") r0=$(cpu_ticks "$REDIS_PID")
     timeout -k 10 -s INT $((DURATION + 60)) wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --timeout 5s --latency \
         -s "$LIB/admit.lua" "$GW" -- "/q/$ev/status" "$OUT/poll.$r" "$THREADS" >"$OUT/wrk.$r" 2>&1 || true
     g1=$(cpu_ticks "$GATEWAY_PID") r1=$(cpu_ticks "$REDIS_PID")
+    LUAUS[r]=$(evalsha_us)
     grep -q '^RESULT ' "$OUT/wrk.$r" || { cat "$OUT/wrk.$r" >&2; die "wrk printed no result"; }
     ok=$(field "$OUT/wrk.$r" ok) dur=$(field "$OUT/wrk.$r" duration_us)
     bad=$(field "$OUT/wrk.$r" codes | tr ',' '\n' | grep -v '^200:\|^299:' || true)
@@ -145,11 +156,13 @@ for ((r = 1; r <= REPS; r++)); do
     P99[r]=$(awk -v u="$(field "$OUT/wrk.$r" p99_us)" 'BEGIN { printf "%.2f", u / 1000 }')
     GWUS[r]=$(awk -v a="$g0" -v b="$g1" -v n="$ok" -v hz="$HZ" 'BEGIN { printf "%.0f", (b - a) / hz * 1e6 / n }')
     RDUS[r]=$(awk -v a="$r0" -v b="$r1" -v n="$ok" -v hz="$HZ" 'BEGIN { printf "%.0f", (b - a) / hz * 1e6 / n }')
-    printf '%-4s %10s admissions/s  p50 %7s ms  p99 %7s ms  gateway %5s CPU us/admission  redis %5s\n' \
-        "$r" "${RATE[r]}" "${P50[r]}" "${P99[r]}" "${GWUS[r]}" "${RDUS[r]}"
+    printf '%-4s %10s admissions/s  p50 %7s ms  p99 %7s ms  CPU us/admission: gateway %5s  redis %5s (admit script %s)\n' \
+        "$r" "${RATE[r]}" "${P50[r]}" "${P99[r]}" "${GWUS[r]}" "${RDUS[r]}" "${LUAUS[r]:-?}"
 done
 printf '\nfirst admissions end to end: median %s/s (goal >= 8000/s: %s), p50 %s ms, p99 %s ms;\n' \
     "$(median "${RATE[@]}")" "$(awk -v m="$(median "${RATE[@]}")" 'BEGIN { print (m >= 8000 ? "met" : "NOT met") }')" \
     "$(median "${P50[@]}")" "$(median "${P99[@]}")"
-printf 'CPU per admission: gateway %s us, redis %s us (medians of %d rooms of %d fans, wrk -t%d -c%d, %d cores)\n' \
-    "$(median "${GWUS[@]}")" "$(median "${RDUS[@]}")" "$REPS" "$FANS" "$THREADS" "$CONNS" "$(nproc)"
+printf 'CPU per admission: gateway %s us, redis %s us (of which the admit script %s us)\n' \
+    "$(median "${GWUS[@]}")" "$(median "${RDUS[@]}")" "$(median "${LUAUS[@]}")"
+printf '(medians of %d rooms of %d fans, wrk -t%d -c%d, %d cores, load average before: %s)\n' \
+    "$REPS" "$FANS" "$THREADS" "$CONNS" "$(nproc)" "$LOAD0"
