@@ -14,6 +14,7 @@ extern const char rsv_lua_convert[];
 extern const char rsv_lua_unconvert[];
 extern const char rsv_lua_seed[];
 extern const char rsv_lua_avail[];
+extern const char rsv_lua_done[];
 
 static rsv_lua_t scripts;
 static int built;
@@ -35,6 +36,7 @@ const rsv_lua_t *rsv_lua(void)
         scripts.unconvert = make("unconvert", rsv_lua_unconvert);
         scripts.seed = make("seed", rsv_lua_seed);
         scripts.avail = make("avail", rsv_lua_avail);
+        scripts.done = make("done", rsv_lua_done);
         built = 1;
     }
     return &scripts;

@@ -18,6 +18,7 @@ typedef struct rsv_lua {
     cm_redis_script_t *unconvert;
     cm_redis_script_t *seed;
     cm_redis_script_t *avail;
+    cm_redis_script_t *done;
 } rsv_lua_t;
 
 /** The scripts (built on first call; live for the process). */

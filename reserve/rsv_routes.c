@@ -12,6 +12,7 @@
 #include "cm_drain.h"
 #include "cm_mem.h"
 #include "cm_parse.h"
+#include "rsv_active.h"
 #include "rsv_admin.h"
 #include "rsv_avail.h"
 #include "rsv_checkout.h"
@@ -68,7 +69,7 @@ static int method_is(struct evhttp_request *req, enum evhttp_cmd_type t)
     return evhttp_request_get_command(req) == t;
 }
 
-/* /v1/events/{event}/… */
+/* /v1/events/{event}/holds|availability|seats|done */
 static void route_events(rsv_server_t *srv, struct evhttp_request *req, char **seg, int n)
 {
     if (n != 4) {
@@ -83,6 +84,11 @@ static void route_events(rsv_server_t *srv, struct evhttp_request *req, char **s
     if (strcmp(seg[3], "holds") == 0) {
         if (method_is(req, EVHTTP_REQ_POST))
             rsv_hold_create(srv, req, seg[2]);
+        else
+            reply_simple(srv, req, RSV_EP_OTHER, 405, "method_not_allowed", "use POST");
+    } else if (strcmp(seg[3], "done") == 0) {
+        if (method_is(req, EVHTTP_REQ_POST))
+            rsv_active_done(srv, req, seg[2]);
         else
             reply_simple(srv, req, RSV_EP_OTHER, 405, "method_not_allowed", "use POST");
     } else if (strcmp(seg[3], "availability") == 0 || strcmp(seg[3], "seats") == 0) {

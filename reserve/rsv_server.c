@@ -36,9 +36,10 @@
 #define DRAIN_LIMIT_NS (10ull * 1000 * 1000 * 1000)
 
 static const char *const endpoint_names[RSV_EP_COUNT] = {
-    "healthz",      "readyz",          "metrics",         "availability",    "seats",
-    "hold_create",  "hold_get",        "hold_extend",     "hold_release",    "confirm",
-    "checkout_get", "admin_event_put", "admin_event_get", "admin_checkouts", "other",
+    "healthz",         "readyz",          "metrics",      "availability",
+    "seats",           "hold_create",     "hold_get",     "hold_extend",
+    "hold_release",    "confirm",         "checkout_get", "admin_event_put",
+    "admin_event_get", "admin_checkouts", "done",         "other",
 };
 
 size_t rsv_key_prefix(const char *event, char *buf, size_t len)

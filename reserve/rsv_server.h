@@ -53,6 +53,7 @@ typedef enum {
     RSV_EP_ADMIN_EVENT_PUT,
     RSV_EP_ADMIN_EVENT_GET,
     RSV_EP_ADMIN_CHECKOUTS,
+    RSV_EP_DONE,
     RSV_EP_OTHER,
     RSV_EP_COUNT
 } rsv_endpoint_t;
