@@ -264,6 +264,11 @@ class Walk(unittest.TestCase):
                   headers={"Idempotency-Key": uuid.uuid4().hex})
         self.call(pub, "DELETE", f"/v1/holds/{gid}", 204, token=t2)
         self.call(pub, "DELETE", f"/v1/holds/{gid}", 404, token=t2)
+        done = f"/v1/events/{ev}/done"
+        self.call(pub, "POST", done, 200, token=t2)
+        self.call(pub, "POST", done, 401, token="not-a-jwt")
+        self.call(pub, "POST", done, 403, token=S.token("other-ev", "x"))
+        self.call(pub, "POST", "/v1/events/bad%20id/done", 400, token=t2)
 
         self.call(admin, "GET", "/admin/checkouts", 200, token=adm)
         self.call(admin, "GET", f"/admin/checkouts?state=failed&event={ev}&older_than_seconds=0",
