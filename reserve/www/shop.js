@@ -7,6 +7,10 @@
  * The admission token comes from the waiting room in the URL fragment, is kept in
  * sessionStorage (this tab only) and sent only in the Authorization header of calls to
  * the buyer API of this origin. It never goes into a URL query, a cookie or a log.
+ *
+ * A fan who is finished (a loser who gave up, a buyer who has their tickets) presses
+ * "leave the sale": POST /v1/events/{event}/done frees their place in the waiting room's
+ * max_active at once instead of when the admission expires, and the token is forgotten.
  */
 (function () {
   'use strict';
@@ -26,7 +30,7 @@
 
   function $(id) { return document.getElementById(id); }
   function show(id) {
-    ['s-loading', 's-gate', 's-pick', 's-hold', 's-done'].forEach(function (s) { $(s).hidden = s !== id; });
+    ['s-loading', 's-gate', 's-pick', 's-hold', 's-done', 's-left'].forEach(function (s) { $(s).hidden = s !== id; });
   }
 
   /* ---- the admission token ---- */
@@ -608,6 +612,24 @@
     $('done-h').focus();
   }
 
+  /* ---- leaving: the place in the waiting room goes to the next fan ---- */
+  function leave() {
+    return api('POST', evPath('/done')).then(function (res) {
+      if (res.status !== 200) {
+        commonError(res) || alertBox('Leaving the sale failed (' + res.status + ').', 'Try again in a moment.', []);
+        return;
+      }
+      stopPolling();
+      forgetToken();
+      clearAlert();
+      $('who').textContent = 'You have left the sale';
+      if (queueUrl) $('left-link').href = queueUrl; else $('left-link').hidden = true;
+      show('s-left');
+      $('left-h').tabIndex = -1;
+      $('left-h').focus();
+    });
+  }
+
   /* ---- start ---- */
   function gate() {
     if (queueUrl) $('gate-link').href = queueUrl; else $('gate-link').hidden = true;
@@ -628,6 +650,8 @@
     $('release-btn').addEventListener('click', release);
     $('pay-form').addEventListener('submit', pay);
     $('again-btn').addEventListener('click', function () { clearAlert(); selected = []; show('s-pick'); refresh(); });
+    $('leave-btn').addEventListener('click', leave);
+    $('leave-done-btn').addEventListener('click', leave);
     $('slow-s').textContent = String(SLOW_CARD_MS / 1000);
     fetch('config.json', { cache: 'no-store', credentials: 'omit' }).then(function (r) { return r.json(); })
       .catch(function () { return {}; }).then(function (cfg) {

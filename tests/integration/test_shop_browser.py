@@ -139,7 +139,7 @@ class ShopInBrowser(unittest.TestCase):
         self.assertEqual(res["landing_query"], f"?event={ev}", "the storefront URL kept only its own query")
         self.wait_status(ev, self.S.token(ev, "checker"), {"A-1-1": "sold", "A-1-2": "sold",
                                                            "A-1-3": "available"})
-        for name in ("queue", "map", "phone", "hold", "checkout", "booked"):
+        for name in ("queue", "map", "phone", "hold", "checkout", "booked", "left"):
             self.assertTrue(os.path.exists(os.path.join(BROWSER_DIR, "out", f"shop-{name}.png")), name)
 
     def test_loser_declined_slow_card_expiry_and_cors(self):

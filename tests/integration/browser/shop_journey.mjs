@@ -17,7 +17,7 @@
 //
 // journey: queue page → admitted → storefront (token in the fragment, gone from the address
 //   bar) → two seats chosen with the keyboard → hold → countdown → checkout extends the
-//   hold → card → booked.
+//   hold → card → booked → leave the sale (done).
 // loser: a seat picked in the browser is taken by another fan first; the storefront says
 //   so, marks it, and the fan holds another seat and books it.
 // declined: the bank declines the card; the seats stay held; another card books them.
@@ -229,6 +229,13 @@ async function journey(context, spec, sc) {
   await pay(page, 'tok_visa');
   r.booking = await booked(page, 30000);
   await shot(page, 'booked');
+  // done: the fan leaves the sale (POST /v1/events/{event}/done), the token is forgotten
+  await page.locator('#leave-done-btn').click();
+  await page.locator('#s-left').waitFor({ state: 'visible', timeout: 10000 });
+  check(/left the sale/.test(await page.locator('#left-h').innerText()), 'the fan is told they left the sale');
+  const kept = await page.evaluate(() => Object.keys(sessionStorage).filter((k) => k.startsWith('onsale.admission.')));
+  check(kept.length === 0, 'the admission token is forgotten after leaving', kept);
+  await shot(page, 'left');
   check(errors.length === 0, 'no script errors', errors);
   await page.close();
   return r;
