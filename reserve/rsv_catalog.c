@@ -343,7 +343,7 @@ static void refresh_known(rsv_catalog_t *c, uint64_t now, uint64_t max_age)
     op->c = c;
     c->known_loading = true;
     cm_counter_inc(c->srv->m.catalog_queries);
-    if (rsv_pg_query(c->srv->pg_read, KNOWN_SQL, 0, NULL, on_known, op) != 0) {
+    if (rsv_pg_query_first(c->srv->pg_read, KNOWN_SQL, 0, NULL, on_known, op) != 0) {
         c->known_loading = false;
         free(op);
     }
@@ -436,7 +436,7 @@ static void start_load(rsv_catalog_t *c, entry_t *e)
     const char *params[1] = {e->id};
     e->refreshing = 1;
     cm_counter_inc(c->srv->m.catalog_queries);
-    if (rsv_pg_query(c->srv->pg_read, LOAD_SQL, 1, params, on_loaded, op) != 0) {
+    if (rsv_pg_query_first(c->srv->pg_read, LOAD_SQL, 1, params, on_loaded, op) != 0) {
         free(op);
         e->refreshing = 0;
         waiter_t *w = e->waiters;
@@ -707,7 +707,7 @@ void rsv_catalog_seed(rsv_catalog_t *c, rsv_event_t *ev, rsv_seed_cb cb, void *a
     op->c = c;
     snprintf(op->id, sizeof(op->id), "%s", ev->id);
     const char *params[1] = {ev->id};
-    if (rsv_pg_query(c->srv->pg_read, SEED_SQL, 1, params, on_seed_data, op) != 0) {
+    if (rsv_pg_query_first(c->srv->pg_read, SEED_SQL, 1, params, on_seed_data, op) != 0) {
         free(op);
         finish_seed(c, ev->id, cm_err_shutdown);
     }

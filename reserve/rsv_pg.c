@@ -34,6 +34,7 @@
 #include "cm_mem.h"
 
 #include <assert.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -619,7 +620,7 @@ static void on_query_timer(evutil_socket_t fd, short what, void *arg)
     notify(pg, q, err, NULL);
 }
 
-int rsv_pg_query(rsv_pg_t *pg, const char *sql, int nparams, const char *const *params,
+static int query(rsv_pg_t *pg, bool first, const char *sql, int nparams, const char *const *params,
                  rsv_pg_cb cb, void *arg)
 {
     size_t size = sizeof(struct query) + (size_t)nparams * sizeof(char *) + strlen(sql) + 1;
@@ -656,7 +657,10 @@ int rsv_pg_query(rsv_pg_t *pg, const char *sql, int nparams, const char *const *
     }
 
     q->state = Q_WAITING;
-    qlist_push(&pg->waiting, q);
+    if (first)
+        qlist_push_front(&pg->waiting, q);
+    else
+        qlist_push(&pg->waiting, q);
     evtimer_add(q->timer, pg->deadline);
     dispatch(pg);
     if (q->state == Q_WAITING && pg->waiting.n > pg->max_queue) {
@@ -664,6 +668,18 @@ int rsv_pg_query(rsv_pg_t *pg, const char *sql, int nparams, const char *const *
         doom(pg, q, cm_err_busy);
     }
     return 0;
+}
+
+int rsv_pg_query(rsv_pg_t *pg, const char *sql, int nparams, const char *const *params,
+                 rsv_pg_cb cb, void *arg)
+{
+    return query(pg, false, sql, nparams, params, cb, arg);
+}
+
+int rsv_pg_query_first(rsv_pg_t *pg, const char *sql, int nparams, const char *const *params,
+                       rsv_pg_cb cb, void *arg)
+{
+    return query(pg, true, sql, nparams, params, cb, arg);
 }
 
 int rsv_pg_connected(const rsv_pg_t *pg)

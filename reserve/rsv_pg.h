@@ -48,6 +48,15 @@ int rsv_pg_connected(const rsv_pg_t *pg);
 __attribute__((warn_unused_result)) int rsv_pg_query(rsv_pg_t *pg, const char *sql, int nparams,
                                                      const char *const *params, rsv_pg_cb cb,
                                                      void *arg);
+/**
+ * rsv_pg_query ahead of every statement still waiting for a connection: for the few
+ * small statements a request is blocked on (an event's first load), so a flood of
+ * queued reads cannot stand between them and a free connection.
+ */
+__attribute__((warn_unused_result)) int rsv_pg_query_first(rsv_pg_t *pg, const char *sql,
+                                                           int nparams,
+                                                           const char *const *params,
+                                                           rsv_pg_cb cb, void *arg);
 
 int rsv_pg_result_rows(const rsv_pg_result_t *res);
 int rsv_pg_result_cols(const rsv_pg_result_t *res);
