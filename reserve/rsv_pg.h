@@ -54,8 +54,7 @@ __attribute__((warn_unused_result)) int rsv_pg_query(rsv_pg_t *pg, const char *s
  * queued reads cannot stand between them and a free connection.
  */
 __attribute__((warn_unused_result)) int rsv_pg_query_first(rsv_pg_t *pg, const char *sql,
-                                                           int nparams,
-                                                           const char *const *params,
+                                                           int nparams, const char *const *params,
                                                            rsv_pg_cb cb, void *arg);
 
 int rsv_pg_result_rows(const rsv_pg_result_t *res);
