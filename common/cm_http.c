@@ -61,6 +61,7 @@
 #include "cm_mem.h"
 #include "cm_parse.h"
 #include "cm_proxy.h"
+#include "cm_req.h"
 
 /* Bodies between max_body_bytes and this cap are read and answered with a JSON 413;
  * above it evhttp refuses them itself (status 413, its own body) before reading. */
@@ -461,7 +462,7 @@ static void on_proxy_start(evutil_socket_t unused, short what, void *arg)
         proxy_fail(pc, fd, "cannot watch the socket");
 }
 
-const char *cm_http_peer(struct evhttp_request *req)
+static const char *ev_peer_of(struct evhttp_request *req)
 {
     struct evhttp_connection *evcon = evhttp_request_get_connection(req);
     struct bufferevent *bev = evcon != NULL ? evhttp_connection_get_bufferevent(evcon) : NULL;
@@ -595,20 +596,21 @@ static void on_listener_error(struct evconnlistener *l, void *arg)
  */
 #define HSTS "max-age=31536000"
 
-static void on_request(struct evhttp_request *req, void *arg)
+static void on_request(struct evhttp_request *ev, void *arg)
 {
     cm_http_server_t *srv = arg;
-    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    cm_req_t *req = cm_http_evhttp_req(ev);
+    struct evkeyvalq *h = evhttp_request_get_output_headers(ev);
     evhttp_add_header(h, "X-Content-Type-Options", "nosniff");
     if (srv->tls != NULL)
         evhttp_add_header(h, "Strict-Transport-Security", HSTS);
     if (srv->closing) /* draining: evhttp closes the connection after this reply */
         evhttp_add_header(h, "Connection", "close");
-    guard_t *g = guard_of(req);
+    guard_t *g = guard_of(ev);
     if (g != NULL) {
         g->phase = G_HANDLER;
         evtimer_del(g->timer);
-        evhttp_request_set_on_complete_cb(req, on_reply_done, NULL);
+        evhttp_request_set_on_complete_cb(ev, on_reply_done, NULL);
         if (g->over_cap) {
             evhttp_add_header(h, "Connection", "close");
             cm_http_send_error(req, 429, "too_many_connections",
@@ -755,21 +757,167 @@ void cm_http_server_free(cm_http_server_t *srv)
     free(srv);
 }
 
-/* --- requests ------------------------------------------------------------ */
+/* --- the evhttp backend of cm_req_t ---------------------------------------------- */
 
-int cm_http_path(struct evhttp_request *req, char *buf, size_t bufsize, char **segs, int maxsegs)
+/* One per request, allocated when evhttp hands the request over and freed by its reply. */
+typedef struct ev_req {
+    cm_req_t base;
+    struct evhttp_request *ev;
+} ev_req_t;
+
+static struct evhttp_request *ev_of(cm_req_t *r)
 {
-    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
-    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+    return ((ev_req_t *)r)->ev;
+}
+
+static const cm_req_ops_t ev_ops;
+
+struct evhttp_request *cm_http_evhttp_of(cm_req_t *r)
+{
+    return r->ops == &ev_ops ? ev_of(r) : NULL;
+}
+
+static cm_http_method_t ev_method(cm_req_t *r)
+{
+    switch (evhttp_request_get_command(ev_of(r))) {
+    case EVHTTP_REQ_GET:
+        return CM_HTTP_GET;
+    case EVHTTP_REQ_HEAD:
+        return CM_HTTP_HEAD;
+    case EVHTTP_REQ_POST:
+        return CM_HTTP_POST;
+    case EVHTTP_REQ_PUT:
+        return CM_HTTP_PUT;
+    case EVHTTP_REQ_DELETE:
+        return CM_HTTP_DELETE;
+    case EVHTTP_REQ_OPTIONS:
+        return CM_HTTP_OPTIONS;
+    case EVHTTP_REQ_PATCH:
+        return CM_HTTP_PATCH;
+    default:
+        return CM_HTTP_OTHER;
+    }
+}
+
+static const char *ev_path(cm_req_t *r)
+{
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(ev_of(r));
+    return uri ? evhttp_uri_get_path(uri) : NULL;
+}
+
+static const char *ev_query(cm_req_t *r)
+{
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(ev_of(r));
+    return uri ? evhttp_uri_get_query(uri) : NULL;
+}
+
+static const char *ev_header(cm_req_t *r, const char *name)
+{
+    return evhttp_find_header(evhttp_request_get_input_headers(ev_of(r)), name);
+}
+
+static const char *ev_peer(cm_req_t *r)
+{
+    return ev_peer_of(ev_of(r));
+}
+
+static const char *ev_body(cm_req_t *r, size_t *len)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(ev_of(r));
+    *len = evbuffer_get_length(in);
+    return *len > 0 ? (const char *)evbuffer_pullup(in, -1) : NULL;
+}
+
+static void ev_add_header(cm_req_t *r, const char *name, const char *value)
+{
+    evhttp_add_header(evhttp_request_get_output_headers(ev_of(r)), name, value);
+}
+
+static const char *ev_out_header(cm_req_t *r, const char *name)
+{
+    return evhttp_find_header(evhttp_request_get_output_headers(ev_of(r)), name);
+}
+
+static void ev_send(cm_req_t *r, int code, const char *body, size_t len)
+{
+    struct evhttp_request *ev = ev_of(r);
+    free(r);
+    if (body == NULL) {
+        evhttp_send_reply(ev, code, cm_http_reason(code), NULL);
+        return;
+    }
+    struct evbuffer *out = evbuffer_new();
+    if (out == NULL)
+        abort();
+    evbuffer_add(out, body, len);
+    evhttp_send_reply(ev, code, cm_http_reason(code), out);
+    evbuffer_free(out);
+}
+
+static const cm_req_ops_t ev_ops = {
+    .method = ev_method,
+    .path = ev_path,
+    .query = ev_query,
+    .header = ev_header,
+    .peer = ev_peer,
+    .body = ev_body,
+    .add_header = ev_add_header,
+    .out_header = ev_out_header,
+    .send = ev_send,
+};
+
+cm_req_t *cm_http_evhttp_req(struct evhttp_request *ev)
+{
+    ev_req_t *r = cm_xmalloc(sizeof(*r));
+    r->base.ops = &ev_ops;
+    r->ev = ev;
+    return &r->base;
+}
+
+/* --- requests (any backend) ------------------------------------------------------- */
+
+cm_http_method_t cm_http_method(cm_req_t *req)
+{
+    return req->ops->method(req);
+}
+
+const char *cm_http_uri_path(cm_req_t *req)
+{
+    return req->ops->path(req);
+}
+
+const char *cm_http_uri_query(cm_req_t *req)
+{
+    return req->ops->query(req);
+}
+
+const char *cm_http_body(cm_req_t *req, size_t *len)
+{
+    return req->ops->body(req, len);
+}
+
+void cm_http_add_header(cm_req_t *req, const char *name, const char *value)
+{
+    req->ops->add_header(req, name, value);
+}
+
+const char *cm_http_peer(cm_req_t *req)
+{
+    return req->ops->peer(req);
+}
+
+int cm_http_path(cm_req_t *req, char *buf, size_t bufsize, char **segs, int maxsegs)
+{
+    const char *path = req->ops->path(req);
     return path == NULL ? -1 : cm_parse_path(path, buf, bufsize, segs, maxsegs);
 }
 
-const char *cm_http_header(struct evhttp_request *req, const char *name)
+const char *cm_http_header(cm_req_t *req, const char *name)
 {
-    return evhttp_find_header(evhttp_request_get_input_headers(req), name);
+    return req->ops->header(req, name);
 }
 
-const char *cm_http_bearer(struct evhttp_request *req, size_t *len)
+const char *cm_http_bearer(cm_req_t *req, size_t *len)
 {
     const char *authz = cm_http_header(req, "Authorization");
     if (authz == NULL)
@@ -777,21 +925,19 @@ const char *cm_http_bearer(struct evhttp_request *req, size_t *len)
     return cm_parse_bearer(authz, len);
 }
 
-int cm_http_query(struct evhttp_request *req, struct evkeyvalq *q)
+int cm_http_query(cm_req_t *req, struct evkeyvalq *q)
 {
     TAILQ_INIT(q);
-    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
-    const char *query = uri ? evhttp_uri_get_query(uri) : NULL;
+    const char *query = req->ops->query(req);
     if (query == NULL)
         return 0;
     return evhttp_parse_query_str(query, q) == 0 ? 0 : -1;
 }
 
-json_t *cm_http_read_json(struct evhttp_request *req, size_t max_bytes, const char **raw,
-                          size_t *rawlen)
+json_t *cm_http_read_json(cm_req_t *req, size_t max_bytes, const char **raw, size_t *rawlen)
 {
-    struct evbuffer *in = evhttp_request_get_input_buffer(req);
-    size_t len = evbuffer_get_length(in);
+    size_t len = 0;
+    const char *text = req->ops->body(req, &len);
     if (len > max_bytes) {
         char msg[96];
         snprintf(msg, sizeof(msg), "the body is over the limit of %zu bytes", max_bytes);
@@ -802,7 +948,6 @@ json_t *cm_http_read_json(struct evhttp_request *req, size_t max_bytes, const ch
         cm_http_send_error(req, 400, "invalid_request", "a JSON object body is required", NULL);
         return NULL;
     }
-    const char *text = (const char *)evbuffer_pullup(in, -1);
     json_error_t jerr;
     json_t *doc = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (doc == NULL) {
@@ -878,22 +1023,16 @@ const char *cm_http_reason(int code)
     }
 }
 
-void cm_http_send_body(struct evhttp_request *req, int code, const char *content_type,
-                       const char *body, size_t len, bool cacheable)
+void cm_http_send_body(cm_req_t *req, int code, const char *content_type, const char *body,
+                       size_t len, bool cacheable)
 {
-    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-    evhttp_add_header(h, "Content-Type", content_type);
+    req->ops->add_header(req, "Content-Type", content_type);
     if (!cacheable)
-        evhttp_add_header(h, "Cache-Control", "no-store");
-    struct evbuffer *out = evbuffer_new();
-    if (out == NULL)
-        abort();
-    evbuffer_add(out, body, len);
-    evhttp_send_reply(req, code, cm_http_reason(code), out);
-    evbuffer_free(out);
+        req->ops->add_header(req, "Cache-Control", "no-store");
+    req->ops->send(req, code, body != NULL ? body : "", len);
 }
 
-void cm_http_send_json(struct evhttp_request *req, int code, json_t *body)
+void cm_http_send_json(cm_req_t *req, int code, json_t *body)
 {
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     if (body)
@@ -904,8 +1043,8 @@ void cm_http_send_json(struct evhttp_request *req, int code, json_t *body)
     free(text);
 }
 
-void cm_http_send_error(struct evhttp_request *req, int code, const char *error,
-                        const char *message, json_t *extra)
+void cm_http_send_error(cm_req_t *req, int code, const char *error, const char *message,
+                        json_t *extra)
 {
     json_t *body = json_pack("{s:s, s:s}", "error", error, "message", message);
     if (body == NULL)
@@ -914,16 +1053,13 @@ void cm_http_send_error(struct evhttp_request *req, int code, const char *error,
         json_object_update(body, extra);
         json_decref(extra);
     }
-    if (code == 503 || code == 429) {
-        struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-        if (evhttp_find_header(h, "Retry-After") == NULL)
-            evhttp_add_header(h, "Retry-After", "1");
-    }
+    if ((code == 503 || code == 429) && req->ops->out_header(req, "Retry-After") == NULL)
+        req->ops->add_header(req, "Retry-After", "1");
     cm_http_send_json(req, code, body);
 }
 
-void cm_http_send_empty(struct evhttp_request *req, int code)
+void cm_http_send_empty(cm_req_t *req, int code)
 {
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Cache-Control", "no-store");
-    evhttp_send_reply(req, code, cm_http_reason(code), NULL);
+    req->ops->add_header(req, "Cache-Control", "no-store");
+    req->ops->send(req, code, NULL, 0);
 }

@@ -24,9 +24,24 @@
 #include "cm_tls.h"
 
 struct event_base;
-struct evhttp_request;
 struct evkeyvalq;
 typedef struct cm_http_server cm_http_server_t;
+
+/** One request being served, whatever the transport (cm_req.h is the backend side). It
+ *  lives until its reply is sent; every handler ends in exactly one cm_http_send_*. */
+typedef struct cm_req cm_req_t;
+
+/** Request methods (one bit each, so a route can name the set it accepts). */
+typedef enum cm_http_method {
+    CM_HTTP_GET = 1 << 0,
+    CM_HTTP_HEAD = 1 << 1,
+    CM_HTTP_POST = 1 << 2,
+    CM_HTTP_PUT = 1 << 3,
+    CM_HTTP_DELETE = 1 << 4,
+    CM_HTTP_OPTIONS = 1 << 5,
+    CM_HTTP_PATCH = 1 << 6,
+    CM_HTTP_OTHER = 1 << 7,
+} cm_http_method_t;
 typedef struct cm_http_addrs cm_http_addrs_t;
 
 typedef struct cm_http_limits {
@@ -58,7 +73,7 @@ void cm_http_addrs_free(cm_http_addrs_t *a);
 /** Open connections counted for addr right now (tests, metrics). */
 int cm_http_addrs_count(cm_http_addrs_t *a, const char *addr);
 
-typedef void (*cm_http_handler_t)(struct evhttp_request *req, void *arg);
+typedef void (*cm_http_handler_t)(cm_req_t *req, void *arg);
 
 /**
  * Binds addr:port (port 0 = any free port) and serves every request to handler.
@@ -83,30 +98,46 @@ void cm_http_server_free(cm_http_server_t *srv);
 
 /* --- requests ------------------------------------------------------------ */
 
+/** The request's method. */
+cm_http_method_t cm_http_method(cm_req_t *req);
+
+/** The request target's path as sent (not decoded), or NULL. Valid until the reply. */
+const char *cm_http_uri_path(cm_req_t *req);
+
+/** The request target's query as sent (after '?', not decoded), or NULL when none. */
+const char *cm_http_uri_query(cm_req_t *req);
+
+/** The body (not NUL-terminated) and its length; NULL and 0 when empty. Valid until the
+ *  reply. */
+const char *cm_http_body(cm_req_t *req, size_t *len);
+
+/** Adds a header to the reply (name and value are copied). */
+void cm_http_add_header(cm_req_t *req, const char *name, const char *value);
+
 /**
  * Splits the request path into percent-decoded segments stored in buf (bufsize
  * bytes): "/v1/holds/x" → {"v1","holds","x"}. Returns the count, or -1 when the path
  * is too long, has more than maxsegs segments, an empty inner segment, or a segment
  * that decodes to '/' or NUL.
  */
-int cm_http_path(struct evhttp_request *req, char *buf, size_t bufsize, char **segs, int maxsegs);
+int cm_http_path(cm_req_t *req, char *buf, size_t bufsize, char **segs, int maxsegs);
 
 /** The client's address as text: from the connection's PROXY v2 header when it came
  *  through a proxy_from address, else the socket's peer ("?" when unknown). Valid until
  *  the reply. */
-const char *cm_http_peer(struct evhttp_request *req);
+const char *cm_http_peer(cm_req_t *req);
 
 /** A request header (case-insensitive name), or NULL. */
-const char *cm_http_header(struct evhttp_request *req, const char *name);
+const char *cm_http_header(cm_req_t *req, const char *name);
 
 /** The bearer token of the Authorization header, or NULL; its length in *len. */
-const char *cm_http_bearer(struct evhttp_request *req, size_t *len);
+const char *cm_http_bearer(cm_req_t *req, size_t *len);
 
 /**
  * Parses the query string into q (caller frees with evhttp_clear_headers).
  * Returns 0, or -1 on a malformed query.
  */
-int cm_http_query(struct evhttp_request *req, struct evkeyvalq *q);
+int cm_http_query(cm_req_t *req, struct evkeyvalq *q);
 
 /**
  * Reads the body as a JSON object. On failure it has already answered (413
@@ -114,24 +145,23 @@ int cm_http_query(struct evhttp_request *req, struct evkeyvalq *q);
  * The body text is also returned in *raw and *rawlen when raw is not NULL (pointer into
  * the request's buffer, valid until the reply).
  */
-json_t *cm_http_read_json(struct evhttp_request *req, size_t max_bytes, const char **raw,
-                          size_t *rawlen);
+json_t *cm_http_read_json(cm_req_t *req, size_t max_bytes, const char **raw, size_t *rawlen);
 
 /* --- responses: each sends exactly one reply --- */
 
 /** JSON reply; body is stolen (may be NULL for an empty object). */
-void cm_http_send_json(struct evhttp_request *req, int code, json_t *body);
+void cm_http_send_json(cm_req_t *req, int code, json_t *body);
 
 /** {"error": error, "message": message} plus the fields of extra (stolen; may be NULL). */
-void cm_http_send_error(struct evhttp_request *req, int code, const char *error,
-                        const char *message, json_t *extra);
+void cm_http_send_error(cm_req_t *req, int code, const char *error, const char *message,
+                        json_t *extra);
 
 /** A reply with no body (204, 304). */
-void cm_http_send_empty(struct evhttp_request *req, int code);
+void cm_http_send_empty(cm_req_t *req, int code);
 
 /** Any body; cacheable false adds Cache-Control: no-store. */
-void cm_http_send_body(struct evhttp_request *req, int code, const char *content_type,
-                       const char *body, size_t len, bool cacheable);
+void cm_http_send_body(cm_req_t *req, int code, const char *content_type, const char *body,
+                       size_t len, bool cacheable);
 
 /** The standard reason phrase of an HTTP status code. */
 const char *cm_http_reason(int code);

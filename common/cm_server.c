@@ -540,7 +540,7 @@ void cm_worker_req_end(cm_worker_t *w, cm_histogram_t *h, uint64_t start_ns)
 
 /* --- helpers ----------------------------------------------------------------------- */
 
-bool cm_server_bearer_ok(struct evhttp_request *req, const char *token)
+bool cm_server_bearer_ok(cm_req_t *req, const char *token)
 {
     size_t len = 0;
     const char *tok = cm_http_bearer(req, &len);
@@ -556,7 +556,7 @@ bool cm_server_bearer_ok(struct evhttp_request *req, const char *token)
     return diff == 0;
 }
 
-void cm_server_admin_who(struct evhttp_request *req, char *out, size_t outlen)
+void cm_server_admin_who(cm_req_t *req, char *out, size_t outlen)
 {
     size_t len = 0;
     const char *tok = cm_http_bearer(req, &len);
@@ -567,10 +567,10 @@ void cm_server_admin_who(struct evhttp_request *req, char *out, size_t outlen)
     snprintf(out, outlen, "%s (token %s)", cm_http_peer(req), hex);
 }
 
-void cm_server_reply_unavailable(struct evhttp_request *req, const char *what, const char *err)
+void cm_server_reply_unavailable(cm_req_t *req, const char *what, const char *err)
 {
     char msg[160];
     snprintf(msg, sizeof(msg), "%s failed (%s); retry shortly", what, err ? err : "error");
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
+    cm_http_add_header(req, "Retry-After", "1");
     cm_http_send_error(req, 503, "unavailable", msg, NULL);
 }

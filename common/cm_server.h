@@ -26,7 +26,6 @@
 #include "cm_tls.h"
 
 struct event_base;
-struct evhttp_request;
 typedef struct cm_server cm_server_t;
 typedef struct cm_worker cm_worker_t;
 
@@ -118,16 +117,16 @@ void cm_bcast_ack(cm_bcast_t *b);
 /* --- helpers ----------------------------------------------------------------------- */
 
 /** The request's bearer token equals token (constant time in content and length). */
-bool cm_server_bearer_ok(struct evhttp_request *req, const char *token);
+bool cm_server_bearer_ok(cm_req_t *req, const char *token);
 
 /**
  * Who is making an admin request, for the audit log: "<client address> (token
  * <8 hex of its SHA-256>)" — never the token itself.
  */
-void cm_server_admin_who(struct evhttp_request *req, char *out, size_t outlen);
+void cm_server_admin_who(cm_req_t *req, char *out, size_t outlen);
 
 /** 503 unavailable with Retry-After: 1 and message "<what> failed (<err>); retry shortly". */
-void cm_server_reply_unavailable(struct evhttp_request *req, const char *what, const char *err);
+void cm_server_reply_unavailable(cm_req_t *req, const char *what, const char *err);
 
 /** "ip:port" (IPv4; port 0 = any) into addr and *port. 0, or -1 when malformed. */
 int cm_server_parse_listen(const char *text, char *addr, size_t addrlen, int *port);

@@ -51,7 +51,7 @@ static void op_free(admin_op_t *op)
     free(op);
 }
 
-static admin_op_t *op_new(gw_server_t *srv, struct evhttp_request *req, const char *event)
+static admin_op_t *op_new(gw_server_t *srv, cm_req_t *req, const char *event)
 {
     admin_op_t *op = cm_xcalloc(1, sizeof(*op));
     gw_req_start(&op->r, srv, req, GW_EP_ADMIN);
@@ -159,8 +159,7 @@ static void on_settings(const char *err, const cm_redis_reply_t *reply, void *ar
     }
 }
 
-void gw_admin_event_write(gw_server_t *srv, struct evhttp_request *req, const char *event,
-                          bool partial)
+void gw_admin_event_write(gw_server_t *srv, cm_req_t *req, const char *event, bool partial)
 {
     admin_op_t *op = op_new(srv, req, event);
     change_begin(op, partial ? "PATCH" : "PUT");
@@ -200,7 +199,7 @@ void gw_admin_event_write(gw_server_t *srv, struct evhttp_request *req, const ch
     }
 }
 
-void gw_admin_event_get(gw_server_t *srv, struct evhttp_request *req, const char *event)
+void gw_admin_event_get(gw_server_t *srv, cm_req_t *req, const char *event)
 {
     admin_op_t *op = op_new(srv, req, event);
     gw_watermark_refresh(srv, event, on_refreshed, op);
@@ -237,7 +236,7 @@ static void on_unlisted(const char *err, const cm_redis_reply_t *reply, void *ar
     }
 }
 
-void gw_admin_event_delete(gw_server_t *srv, struct evhttp_request *req, const char *event)
+void gw_admin_event_delete(gw_server_t *srv, cm_req_t *req, const char *event)
 {
     admin_op_t *op = op_new(srv, req, event);
     change_begin(op, "DELETE");
@@ -248,7 +247,7 @@ void gw_admin_event_delete(gw_server_t *srv, struct evhttp_request *req, const c
     }
 }
 
-void gw_admin_events_list(gw_server_t *srv, struct evhttp_request *req)
+void gw_admin_events_list(gw_server_t *srv, cm_req_t *req)
 {
     gw_req_t r;
     gw_req_start(&r, srv, req, GW_EP_ADMIN);
@@ -264,7 +263,7 @@ void gw_admin_events_list(gw_server_t *srv, struct evhttp_request *req)
 
 /* --- history (the dashboard's charts open with it) ---------------------------------- */
 
-void gw_admin_event_history(gw_server_t *srv, struct evhttp_request *req, const char *event)
+void gw_admin_event_history(gw_server_t *srv, cm_req_t *req, const char *event)
 {
     gw_req_t r;
     gw_req_start(&r, srv, req, GW_EP_ADMIN);

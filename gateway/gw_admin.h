@@ -13,21 +13,19 @@
 
 #include "gw_server.h"
 #include "gw_watermark.h"
-
-struct evhttp_request;
+#include "cm_http.h"
 
 /** PUT (partial false) or PATCH (partial true) /admin/events/{event}. */
-void gw_admin_event_write(gw_server_t *srv, struct evhttp_request *req, const char *event,
-                          bool partial);
+void gw_admin_event_write(gw_server_t *srv, cm_req_t *req, const char *event, bool partial);
 /** GET /admin/events/{event}: settings plus live stats. */
-void gw_admin_event_get(gw_server_t *srv, struct evhttp_request *req, const char *event);
+void gw_admin_event_get(gw_server_t *srv, cm_req_t *req, const char *event);
 /** DELETE /admin/events/{event}. */
-void gw_admin_event_delete(gw_server_t *srv, struct evhttp_request *req, const char *event);
+void gw_admin_event_delete(gw_server_t *srv, cm_req_t *req, const char *event);
 /** GET /admin/events: every waiting room this gateway knows, with stats. */
-void gw_admin_events_list(gw_server_t *srv, struct evhttp_request *req);
+void gw_admin_events_list(gw_server_t *srv, cm_req_t *req);
 
 /** GET /admin/events/{event}/history: the room's sampled numbers (gw_history.h). */
-void gw_admin_event_history(gw_server_t *srv, struct evhttp_request *req, const char *event);
+void gw_admin_event_history(gw_server_t *srv, cm_req_t *req, const char *event);
 
 /** A room as the admin API shows it: event, settings, stats (new reference). */
 json_t *gw_admin_room_json(const gw_room_t *room);

@@ -630,16 +630,15 @@ char *gw_page_render_answer(const char *event, int code, const json_t *body, int
 
 /* --- replies ----------------------------------------------------------------------------- */
 
-static void security_headers(struct evhttp_request *req, const char *csp)
+static void security_headers(cm_req_t *req, const char *csp)
 {
-    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-    evhttp_add_header(h, "Content-Security-Policy", csp);
-    evhttp_add_header(h, "X-Frame-Options", "DENY");
-    evhttp_add_header(h, "Referrer-Policy", "no-referrer");
+    cm_http_add_header(req, "Content-Security-Policy", csp);
+    cm_http_add_header(req, "X-Frame-Options", "DENY");
+    cm_http_add_header(req, "Referrer-Policy", "no-referrer");
 }
 
 /* The page's own ?from=<n> (see gw_page_info_t.first_position), or 0. */
-static int64_t query_from(struct evhttp_request *req)
+static int64_t query_from(cm_req_t *req)
 {
     struct evkeyvalq q;
     int64_t from = 0;
@@ -652,7 +651,7 @@ static int64_t query_from(struct evhttp_request *req)
     return from;
 }
 
-void gw_page_queue(struct evhttp_request *req, const gw_page_info_t *info)
+void gw_page_queue(cm_req_t *req, const gw_page_info_t *info)
 {
     gw_page_info_t page = *info;
     int64_t from = query_from(req);
@@ -667,7 +666,7 @@ void gw_page_queue(struct evhttp_request *req, const gw_page_info_t *info)
     free(csp);
 }
 
-void gw_page_queue_answer(struct evhttp_request *req, int code, json_t *body)
+void gw_page_queue_answer(cm_req_t *req, int code, json_t *body)
 {
     char buf[1024], *seg[4];
     int n = cm_http_path(req, buf, sizeof(buf), seg, 4);
@@ -684,10 +683,10 @@ void gw_page_queue_answer(struct evhttp_request *req, int code, json_t *body)
     free(csp);
 }
 
-void gw_page_dashboard(struct evhttp_request *req)
+void gw_page_dashboard(cm_req_t *req)
 {
     security_headers(req, gw_page_dashboard_csp());
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Cache-Control", DASHBOARD_CACHE);
+    cm_http_add_header(req, "Cache-Control", DASHBOARD_CACHE);
     cm_http_send_body(req, 200, "text/html; charset=utf-8", gw_www_dashboard_html,
                       strlen(gw_www_dashboard_html), true);
 }

@@ -18,8 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-struct evhttp_request;
+#include "cm_http.h"
 
 /*
  * What the queue page shows. Strings are borrowed for the duration of the call; NULL is
@@ -74,7 +73,7 @@ const char *gw_page_dashboard_csp(void);
  * security headers (CSP, nosniff, no-referrer, no framing). Reads `?from=` from req (see
  * first_position). Sends exactly one reply.
  */
-void gw_page_queue(struct evhttp_request *req, const gw_page_info_t *info);
+void gw_page_queue(cm_req_t *req, const gw_page_info_t *info);
 
 /**
  * The queue page for an answer of the JSON API: code and body are what a join or status
@@ -97,7 +96,7 @@ char *gw_page_render_answer(const char *event, int code, const json_t *body, int
  * added to the reply (Set-Cookie, Retry-After) are kept. body is stolen (NULL is fine).
  * Sends exactly one reply.
  */
-void gw_page_queue_answer(struct evhttp_request *req, int code, json_t *body);
+void gw_page_queue_answer(cm_req_t *req, int code, json_t *body);
 
 /**
  * Answers req with the operator dashboard: 200 text/html, cacheable for a few minutes,
@@ -105,6 +104,6 @@ void gw_page_queue_answer(struct evhttp_request *req, int code, json_t *body);
  * so it can be served without admin auth (the API calls it makes need the token).
  * Sends exactly one reply.
  */
-void gw_page_dashboard(struct evhttp_request *req);
+void gw_page_dashboard(cm_req_t *req);
 
 #endif

@@ -64,11 +64,10 @@ void gw_queue_set_cookie(gw_req_t *r, const char *event, const char *ticket)
     snprintf(cookie, sizeof(cookie),
              GW_COOKIE_PREFIX "%s=%s; HttpOnly; Secure; SameSite=Lax; Path=/q/%s; Max-Age=86400",
              event, ticket, event);
-    evhttp_add_header(evhttp_request_get_output_headers(r->req), "Set-Cookie", cookie);
+    cm_http_add_header(r->req, "Set-Cookie", cookie);
 }
 
-static place_op_t *op_new(gw_server_t *srv, struct evhttp_request *req, gw_endpoint_t ep,
-                          const char *event)
+static place_op_t *op_new(gw_server_t *srv, cm_req_t *req, gw_endpoint_t ep, const char *event)
 {
     place_op_t *op = cm_xcalloc(1, sizeof(*op));
     gw_req_start(&op->r, srv, req, ep);
@@ -328,7 +327,7 @@ static void answer_with_room(place_op_t *op)
         gw_watermark_refresh(op->r.srv, op->event, on_room, op);
 }
 
-void gw_queue_status(gw_server_t *srv, struct evhttp_request *req, const char *event)
+void gw_queue_status(gw_server_t *srv, cm_req_t *req, const char *event)
 {
     place_op_t *op = op_new(srv, req, GW_EP_STATUS, event);
     cm_counter_inc(srv->m.status_polls);
@@ -351,7 +350,7 @@ static void see_page(place_op_t *op)
         gw_watermark_saw_number(room, op->t.gen, op->t.num);
     snprintf(where, sizeof(where), "/q/%s", op->event);
     gw_queue_set_cookie(&op->r, op->event, op->ticket);
-    evhttp_add_header(evhttp_request_get_output_headers(op->r.req), "Location", where);
+    cm_http_add_header(op->r.req, "Location", where);
     gw_reply_text(&op->r, 303, "text/plain; charset=utf-8", "", 0);
     free(op);
 }
@@ -437,7 +436,7 @@ static void on_join(const char *err, const cm_redis_reply_t *reply, void *arg)
 }
 
 /* The fan's address: behind HAProxy, the one its PROXY header names. */
-static const char *peer_of(struct evhttp_request *req)
+static const char *peer_of(cm_req_t *req)
 {
     return cm_http_peer(req);
 }
@@ -446,7 +445,7 @@ static const char *peer_of(struct evhttp_request *req)
 static void take_place(place_op_t *op)
 {
     gw_server_t *srv = op->r.srv;
-    struct evhttp_request *req = op->r.req;
+    cm_req_t *req = op->r.req;
     int wait = gw_limit_take(srv->limit, peer_of(req), cm_time_mono_ns() / 1000000);
     if (wait > 0) {
         cm_counter_inc(srv->m.rate_limited);
@@ -457,7 +456,7 @@ static void take_place(place_op_t *op)
         }
         char ra[16];
         snprintf(ra, sizeof(ra), "%d", wait);
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", ra);
+        cm_http_add_header(req, "Retry-After", ra);
         gw_reply_error(&op->r, 429, "rate_limited", "too many joins from this address; retry later",
                        json_pack("{s:i}", "retry_after_seconds", wait));
         free(op);
@@ -478,7 +477,7 @@ static void take_place(place_op_t *op)
     }
 }
 
-void gw_queue_page(gw_server_t *srv, struct evhttp_request *req, const char *event)
+void gw_queue_page(gw_server_t *srv, cm_req_t *req, const char *event)
 {
     place_op_t *op = op_new(srv, req, GW_EP_PAGE, event);
     op->page = true;
@@ -504,7 +503,7 @@ void gw_queue_page(gw_server_t *srv, struct evhttp_request *req, const char *eve
  * on its own form POST) passes only with Sec-Fetch-Site: same-origin. API clients send
  * neither header and are not affected.
  */
-static bool cross_site(gw_server_t *srv, struct evhttp_request *req)
+static bool cross_site(gw_server_t *srv, cm_req_t *req)
 {
     const char *site = cm_http_header(req, "Sec-Fetch-Site");
     if (site && strcmp(site, "same-origin") != 0 && strcmp(site, "none") != 0)
@@ -525,13 +524,13 @@ static bool cross_site(gw_server_t *srv, struct evhttp_request *req)
     return rest == NULL || strcasecmp(rest, host) != 0;
 }
 
-static bool form_post(struct evhttp_request *req)
+static bool form_post(cm_req_t *req)
 {
     const char *ct = cm_http_header(req, "Content-Type");
     return ct && strncasecmp(ct, "application/x-www-form-urlencoded", 33) == 0;
 }
 
-void gw_queue_join(gw_server_t *srv, struct evhttp_request *req, const char *event)
+void gw_queue_join(gw_server_t *srv, cm_req_t *req, const char *event)
 {
     place_op_t *op = op_new(srv, req, GW_EP_JOIN, event);
     if (cross_site(srv, req)) {

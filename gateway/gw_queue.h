@@ -18,14 +18,13 @@
 #define GW_QUEUE_H
 
 #include "gw_server.h"
-
-struct evhttp_request;
+#include "cm_http.h"
 
 /** POST /q/{event}/join (event already checked as an identifier; JSON, or the page's form). */
-void gw_queue_join(gw_server_t *srv, struct evhttp_request *req, const char *event);
+void gw_queue_join(gw_server_t *srv, cm_req_t *req, const char *event);
 
 /** GET /q/{event}/status. */
-void gw_queue_status(gw_server_t *srv, struct evhttp_request *req, const char *event);
+void gw_queue_status(gw_server_t *srv, cm_req_t *req, const char *event);
 
 /**
  * GET /q/{event}: the queue page (gw_page) for the ticket in the cookie — the same
@@ -33,7 +32,7 @@ void gw_queue_status(gw_server_t *srv, struct evhttp_request *req, const char *e
  * meta refresh alone. Without a usable ticket the page starts as "new" and takes no
  * place: its script, or its form without JavaScript, joins by a same-origin POST.
  */
-void gw_queue_page(gw_server_t *srv, struct evhttp_request *req, const char *event);
+void gw_queue_page(gw_server_t *srv, cm_req_t *req, const char *event);
 
 /** Adds the ticket cookie (HttpOnly; Secure; SameSite=Lax; Path=/q/<event>) to the reply. */
 void gw_queue_set_cookie(gw_req_t *r, const char *event, const char *ticket);

@@ -24,7 +24,7 @@
 /* join takes no body: clients may send an empty JSON object, nothing more. */
 #define JOIN_BODY_MAX 64
 
-static void reply_simple(gw_server_t *srv, struct evhttp_request *req, gw_endpoint_t ep, int code,
+static void reply_simple(gw_server_t *srv, cm_req_t *req, gw_endpoint_t ep, int code,
                          const char *error, const char *message)
 {
     gw_req_t r;
@@ -32,19 +32,26 @@ static void reply_simple(gw_server_t *srv, struct evhttp_request *req, gw_endpoi
     gw_reply_error(&r, code, error, message, NULL);
 }
 
-static int method_is(struct evhttp_request *req, enum evhttp_cmd_type t)
+static size_t body_len(cm_req_t *req)
 {
-    return evhttp_request_get_command(req) == t;
+    size_t len = 0;
+    cm_http_body(req, &len);
+    return len;
 }
 
-static void health(gw_server_t *srv, struct evhttp_request *req)
+static int method_is(cm_req_t *req, cm_http_method_t t)
+{
+    return cm_http_method(req) == t;
+}
+
+static void health(gw_server_t *srv, cm_req_t *req)
 {
     gw_req_t r;
     gw_req_start(&r, srv, req, GW_EP_HEALTH);
     gw_reply_json(&r, 200, json_pack("{s:s}", "status", "ok"));
 }
 
-static void ready(gw_server_t *srv, struct evhttp_request *req)
+static void ready(gw_server_t *srv, cm_req_t *req)
 {
     gw_req_t r;
     gw_req_start(&r, srv, req, GW_EP_READY);
@@ -57,7 +64,7 @@ static void ready(gw_server_t *srv, struct evhttp_request *req)
                        cm_drain_draining(srv->drain) ? "shutting down" : "Redis is unreachable", o);
 }
 
-static void metrics(gw_server_t *srv, struct evhttp_request *req)
+static void metrics(gw_server_t *srv, cm_req_t *req)
 {
     gw_req_t r;
     gw_req_start(&r, srv, req, GW_EP_METRICS);
@@ -67,18 +74,17 @@ static void metrics(gw_server_t *srv, struct evhttp_request *req)
     free(text);
 }
 
-static void jwks(gw_server_t *srv, struct evhttp_request *req)
+static void jwks(gw_server_t *srv, cm_req_t *req)
 {
     gw_req_t r;
     gw_req_start(&r, srv, req, GW_EP_JWKS);
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Cache-Control",
-                      "public, max-age=60");
+    cm_http_add_header(req, "Cache-Control", "public, max-age=60");
     cm_http_send_body(req, 200, "application/jwk-set+json", srv->jwks, strlen(srv->jwks), true);
     gw_req_replied(&r);
 }
 
 /* GET /admin/: the dashboard holds no data and asks for the token itself (gw_page.h). */
-static void dashboard(gw_server_t *srv, struct evhttp_request *req)
+static void dashboard(gw_server_t *srv, cm_req_t *req)
 {
     gw_req_t r;
     gw_req_start(&r, srv, req, GW_EP_DASHBOARD);
@@ -87,7 +93,7 @@ static void dashboard(gw_server_t *srv, struct evhttp_request *req)
 }
 
 /* /q/{event}[/join|/status] */
-static void route_queue(gw_server_t *srv, struct evhttp_request *req, char **seg, int n)
+static void route_queue(gw_server_t *srv, cm_req_t *req, char **seg, int n)
 {
     if (n < 2 || n > 3) {
         reply_simple(srv, req, GW_EP_OTHER, 404, "not_found", "no such endpoint");
@@ -99,20 +105,20 @@ static void route_queue(gw_server_t *srv, struct evhttp_request *req, char **seg
         return;
     }
     if (n == 2) {
-        if (method_is(req, EVHTTP_REQ_GET) || method_is(req, EVHTTP_REQ_HEAD))
+        if (method_is(req, CM_HTTP_GET) || method_is(req, CM_HTTP_HEAD))
             gw_queue_page(srv, req, seg[1]);
         else
             reply_simple(srv, req, GW_EP_OTHER, 405, "method_not_allowed", "use GET");
     } else if (strcmp(seg[2], "join") == 0) {
-        if (!method_is(req, EVHTTP_REQ_POST))
+        if (!method_is(req, CM_HTTP_POST))
             reply_simple(srv, req, GW_EP_OTHER, 405, "method_not_allowed", "use POST");
-        else if (evbuffer_get_length(evhttp_request_get_input_buffer(req)) > JOIN_BODY_MAX)
+        else if (body_len(req) > JOIN_BODY_MAX)
             reply_simple(srv, req, GW_EP_JOIN, 413, "body_too_large",
                          "join takes no body (at most an empty JSON object)");
         else
             gw_queue_join(srv, req, seg[1]);
     } else if (strcmp(seg[2], "status") == 0) {
-        if (method_is(req, EVHTTP_REQ_GET))
+        if (method_is(req, CM_HTTP_GET))
             gw_queue_status(srv, req, seg[1]);
         else
             reply_simple(srv, req, GW_EP_OTHER, 405, "method_not_allowed", "use GET");
@@ -121,10 +127,10 @@ static void route_queue(gw_server_t *srv, struct evhttp_request *req, char **seg
     }
 }
 
-static void route_admin(gw_server_t *srv, struct evhttp_request *req, char **seg, int n)
+static void route_admin(gw_server_t *srv, cm_req_t *req, char **seg, int n)
 {
     if (n == 1) {
-        if (method_is(req, EVHTTP_REQ_GET))
+        if (method_is(req, CM_HTTP_GET))
             dashboard(srv, req);
         else
             reply_simple(srv, req, GW_EP_OTHER, 405, "method_not_allowed", "use GET");
@@ -139,7 +145,7 @@ static void route_admin(gw_server_t *srv, struct evhttp_request *req, char **seg
         if (!cm_parse_ident(seg[2]))
             reply_simple(srv, req, GW_EP_ADMIN, 400, "invalid_request",
                          "event ids are 1-64 characters of [A-Za-z0-9._-]");
-        else if (method_is(req, EVHTTP_REQ_GET))
+        else if (method_is(req, CM_HTTP_GET))
             gw_admin_event_history(srv, req, seg[2]);
         else
             reply_simple(srv, req, GW_EP_OTHER, 405, "method_not_allowed", "use GET");
@@ -150,7 +156,7 @@ static void route_admin(gw_server_t *srv, struct evhttp_request *req, char **seg
         return;
     }
     if (n == 2) {
-        if (method_is(req, EVHTTP_REQ_GET))
+        if (method_is(req, CM_HTTP_GET))
             gw_admin_events_list(srv, req);
         else
             reply_simple(srv, req, GW_EP_OTHER, 405, "method_not_allowed", "use GET");
@@ -161,17 +167,17 @@ static void route_admin(gw_server_t *srv, struct evhttp_request *req, char **seg
                      "event ids are 1-64 characters of [A-Za-z0-9._-]");
         return;
     }
-    switch (evhttp_request_get_command(req)) {
-    case EVHTTP_REQ_PUT:
+    switch (cm_http_method(req)) {
+    case CM_HTTP_PUT:
         gw_admin_event_write(srv, req, seg[2], false);
         break;
-    case EVHTTP_REQ_PATCH:
+    case CM_HTTP_PATCH:
         gw_admin_event_write(srv, req, seg[2], true);
         break;
-    case EVHTTP_REQ_GET:
+    case CM_HTTP_GET:
         gw_admin_event_get(srv, req, seg[2]);
         break;
-    case EVHTTP_REQ_DELETE:
+    case CM_HTTP_DELETE:
         gw_admin_event_delete(srv, req, seg[2]);
         break;
     default:
@@ -181,7 +187,7 @@ static void route_admin(gw_server_t *srv, struct evhttp_request *req, char **seg
 }
 
 /* The fans' listener and the admin listener share the parsing; admin says which. */
-static void dispatch(gw_server_t *srv, struct evhttp_request *req, bool admin)
+static void dispatch(gw_server_t *srv, cm_req_t *req, bool admin)
 {
     char buf[1024];
     char *seg[MAX_SEGS];
@@ -190,7 +196,7 @@ static void dispatch(gw_server_t *srv, struct evhttp_request *req, bool admin)
         reply_simple(srv, req, GW_EP_OTHER, 400, "invalid_request", "malformed path");
         return;
     }
-    if (n == 1 && method_is(req, EVHTTP_REQ_GET)) {
+    if (n == 1 && method_is(req, CM_HTTP_GET)) {
         if (strcmp(seg[0], "healthz") == 0)
             return health(srv, req);
         if (strcmp(seg[0], "readyz") == 0)
@@ -206,19 +212,19 @@ static void dispatch(gw_server_t *srv, struct evhttp_request *req, bool admin)
         return;
     }
     if (n == 2 && strcmp(seg[0], ".well-known") == 0 && strcmp(seg[1], "jwks.json") == 0 &&
-        method_is(req, EVHTTP_REQ_GET))
+        method_is(req, CM_HTTP_GET))
         return jwks(srv, req);
     if (n >= 1 && strcmp(seg[0], "q") == 0)
         return route_queue(srv, req, seg, n);
     reply_simple(srv, req, GW_EP_OTHER, 404, "not_found", "no such endpoint");
 }
 
-void gw_routes_dispatch(struct evhttp_request *req, void *arg)
+void gw_routes_dispatch(cm_req_t *req, void *arg)
 {
     dispatch(arg, req, false);
 }
 
-void gw_routes_admin(struct evhttp_request *req, void *arg)
+void gw_routes_admin(cm_req_t *req, void *arg)
 {
     dispatch(arg, req, true);
 }

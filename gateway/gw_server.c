@@ -43,7 +43,7 @@ static const char *const endpoint_names[GW_EP_COUNT] = {
 
 /* --- requests ---------------------------------------------------------------------- */
 
-void gw_req_start(gw_req_t *r, gw_server_t *srv, struct evhttp_request *req, gw_endpoint_t ep)
+void gw_req_start(gw_req_t *r, gw_server_t *srv, cm_req_t *req, gw_endpoint_t ep)
 {
     r->srv = srv;
     r->req = req;
@@ -95,7 +95,7 @@ void gw_reply_unavailable(gw_req_t *r, const char *what, const char *err)
     gw_reply_error(r, 503, "unavailable", msg, NULL);
 }
 
-bool gw_admin_authorized(gw_server_t *srv, struct evhttp_request *req)
+bool gw_admin_authorized(gw_server_t *srv, cm_req_t *req)
 {
     return cm_server_bearer_ok(req, srv->admin_token);
 }

@@ -29,7 +29,6 @@
 
 struct event;
 struct event_base;
-struct evhttp_request;
 typedef struct gw_signer gw_signer_t;
 typedef struct gw_limit gw_limit_t;
 typedef struct gw_admit gw_admit_t;
@@ -98,7 +97,7 @@ struct gw_server {
 /** The request being served: embed it first in each handler's operation struct. */
 typedef struct gw_req {
     gw_server_t *srv;
-    struct evhttp_request *req;
+    cm_req_t *req;
     uint64_t start_ns;
     gw_endpoint_t ep;
 } gw_req_t;
@@ -114,7 +113,7 @@ int gw_server_run(gw_server_t *srv);
 void gw_server_free(gw_server_t *srv);
 
 /** Starts a request context (counts it in flight). */
-void gw_req_start(gw_req_t *r, gw_server_t *srv, struct evhttp_request *req, gw_endpoint_t ep);
+void gw_req_start(gw_req_t *r, gw_server_t *srv, cm_req_t *req, gw_endpoint_t ep);
 /** Ends the request context when a cm_http helper already answered. */
 void gw_req_replied(gw_req_t *r);
 /* Each answers the request, records the latency and ends the request context. */
@@ -132,12 +131,12 @@ void gw_reply_unavailable(gw_req_t *r, const char *what, const char *err);
 void gw_server_sync_room(gw_server_t *srv, const char *event, void (*done)(void *arg), void *arg);
 
 /** Routes one request of the fans' listener (gw_routes.c): fan routes only. */
-void gw_routes_dispatch(struct evhttp_request *req, void *arg);
+void gw_routes_dispatch(cm_req_t *req, void *arg);
 /** Routes one request of the admin listener: admin API, dashboard, /metrics, health. */
-void gw_routes_admin(struct evhttp_request *req, void *arg);
+void gw_routes_admin(cm_req_t *req, void *arg);
 
 /** The admin bearer token check (constant time). True when it matches. */
-bool gw_admin_authorized(gw_server_t *srv, struct evhttp_request *req);
+bool gw_admin_authorized(gw_server_t *srv, cm_req_t *req);
 
 #include "gw_keys.h" /* the Redis key schema (GW_ROOMS_KEY, each room's keys) */
 

@@ -73,7 +73,7 @@ static void on_done_auth(rsv_auth_result_t a, const char *why, void *arg)
     }
 }
 
-void rsv_active_done(rsv_server_t *srv, struct evhttp_request *req, const char *event)
+void rsv_active_done(rsv_server_t *srv, cm_req_t *req, const char *event)
 {
     done_op_t *op = cm_xcalloc(1, sizeof(*op));
     rsv_req_start(&op->r, srv, req, RSV_EP_DONE);

@@ -18,10 +18,11 @@
 #ifndef RSV_ACTIVE_H
 #define RSV_ACTIVE_H
 
-struct evhttp_request;
+#include "cm_http.h"
+
 typedef struct rsv_server rsv_server_t;
 
 /** POST /v1/events/{event}/done (event already checked as an identifier). */
-void rsv_active_done(rsv_server_t *srv, struct evhttp_request *req, const char *event);
+void rsv_active_done(rsv_server_t *srv, cm_req_t *req, const char *event);
 
 #endif

@@ -153,7 +153,7 @@ static void on_put(const char *err, const rsv_pg_result_t *res, void *arg)
     rsv_server_sync_event(srv, op->event, on_synced, op); /* every worker forgets it too */
 }
 
-void rsv_admin_event_put(rsv_server_t *srv, struct evhttp_request *req, const char *event)
+void rsv_admin_event_put(rsv_server_t *srv, cm_req_t *req, const char *event)
 {
     put_op_t *op = cm_xcalloc(1, sizeof(*op));
     rsv_req_start(&op->r, srv, req, RSV_EP_ADMIN_EVENT_PUT);
@@ -223,7 +223,7 @@ static void on_get(const char *err, const rsv_pg_result_t *res, void *arg)
     free(r);
 }
 
-void rsv_admin_event_get(rsv_server_t *srv, struct evhttp_request *req, const char *event)
+void rsv_admin_event_get(rsv_server_t *srv, cm_req_t *req, const char *event)
 {
     rsv_req_t *r = cm_xcalloc(1, sizeof(*r));
     rsv_req_start(r, srv, req, RSV_EP_ADMIN_EVENT_GET);

@@ -5,10 +5,11 @@
 #ifndef RSV_ADMIN_H
 #define RSV_ADMIN_H
 
-struct evhttp_request;
+#include "cm_http.h"
+
 typedef struct rsv_server rsv_server_t;
 
-void rsv_admin_event_put(rsv_server_t *srv, struct evhttp_request *req, const char *event);
-void rsv_admin_event_get(rsv_server_t *srv, struct evhttp_request *req, const char *event);
+void rsv_admin_event_put(rsv_server_t *srv, cm_req_t *req, const char *event);
+void rsv_admin_event_get(rsv_server_t *srv, cm_req_t *req, const char *event);
 
 #endif

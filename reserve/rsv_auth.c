@@ -415,7 +415,7 @@ void rsv_auth_free(rsv_auth_t *a)
 
 /* The client's address: the PROXY v2 source behind a balancer, else the socket's peer
  * (cm_http_peer; "?" for a request without a connection, as in the unit tests). */
-static void peer_addr(struct evhttp_request *req, char out[ADDR_MAX])
+static void peer_addr(cm_req_t *req, char out[ADDR_MAX])
 {
     snprintf(out, ADDR_MAX, "%s", cm_http_peer(req));
 }
@@ -438,8 +438,8 @@ static bool hit_still_keyed(rsv_auth_t *a, slot_t *s)
     return false;
 }
 
-void rsv_auth_check(rsv_auth_t *a, struct evhttp_request *req, const char *event,
-                    bool allow_expired, cm_jwt_claims_t *claims, rsv_auth_cb cb, void *arg)
+void rsv_auth_check(rsv_auth_t *a, cm_req_t *req, const char *event, bool allow_expired,
+                    cm_jwt_claims_t *claims, rsv_auth_cb cb, void *arg)
 {
     size_t len = 0;
     const char *tok = cm_http_bearer(req, &len);

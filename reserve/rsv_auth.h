@@ -31,10 +31,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cm_http.h"
 #include "cm_jwt.h"
 
 struct event_base;
-struct evhttp_request;
 typedef struct rsv_auth rsv_auth_t;
 typedef struct rsv_auth_keys rsv_auth_keys_t;
 typedef struct rsv_auth_fails rsv_auth_fails_t;
@@ -98,8 +98,8 @@ void rsv_auth_free(rsv_auth_t *a);
  * full, address limited), else later from the loop. claims must stay valid until then
  * (it lives in the caller's operation). The address is the request's peer.
  */
-void rsv_auth_check(rsv_auth_t *a, struct evhttp_request *req, const char *event,
-                    bool allow_expired, cm_jwt_claims_t *claims, rsv_auth_cb cb, void *arg);
+void rsv_auth_check(rsv_auth_t *a, cm_req_t *req, const char *event, bool allow_expired,
+                    cm_jwt_claims_t *claims, rsv_auth_cb cb, void *arg);
 
 /** Verifications done (cache misses) and cache hits, for tests and metrics. */
 uint64_t rsv_auth_verifications(const rsv_auth_t *a);

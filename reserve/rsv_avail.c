@@ -346,7 +346,7 @@ static void on_event(rsv_event_t *ev, const char *err, void *arg)
         on_seeded(cm_err_closed, s);
 }
 
-void rsv_avail_serve(rsv_server_t *srv, struct evhttp_request *req, const char *event, int seats)
+void rsv_avail_serve(rsv_server_t *srv, cm_req_t *req, const char *event, int seats)
 {
     rsv_req_t *r = cm_xcalloc(1, sizeof(*r));
     rsv_req_start(r, srv, req, seats ? RSV_EP_SEATS : RSV_EP_AVAILABILITY);

@@ -10,7 +10,8 @@
 #ifndef RSV_AVAIL_H
 #define RSV_AVAIL_H
 
-struct evhttp_request;
+#include "cm_http.h"
+
 typedef struct rsv_server rsv_server_t;
 typedef struct rsv_avail rsv_avail_t;
 
@@ -18,7 +19,7 @@ rsv_avail_t *rsv_avail_new(rsv_server_t *srv);
 void rsv_avail_free(rsv_avail_t *a);
 
 /** GET /v1/events/{event}/availability (seats 0) or /seats (seats 1). */
-void rsv_avail_serve(rsv_server_t *srv, struct evhttp_request *req, const char *event, int seats);
+void rsv_avail_serve(rsv_server_t *srv, cm_req_t *req, const char *event, int seats);
 /** Forgets an event's snapshot (its inventory changed). */
 void rsv_avail_invalidate(rsv_avail_t *a, const char *event);
 

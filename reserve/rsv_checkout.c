@@ -142,8 +142,7 @@ static void on_begun(const char *err, const rsv_pg_result_t *res, void *arg)
             confirm_unavailable(op, "replaying the checkout", cm_err_protocol);
             return;
         }
-        evhttp_add_header(evhttp_request_get_output_headers(op->r.req), "Idempotent-Replayed",
-                          "true");
+        cm_http_add_header(op->r.req, "Idempotent-Replayed", "true");
         reply_text_json(op, code == 201 ? 200 : code, rsv_pg_result_value(res, 0, 4));
         confirm_done(op);
     } else {
@@ -237,7 +236,7 @@ static const char *check_confirm_body(confirm_op_t *op, const json_t *body)
 
 static void on_confirm_auth(rsv_auth_result_t a, const char *why, void *arg);
 
-void rsv_checkout_confirm(rsv_server_t *srv, struct evhttp_request *req, const char *hold_id)
+void rsv_checkout_confirm(rsv_server_t *srv, cm_req_t *req, const char *hold_id)
 {
     confirm_op_t *op = cm_xcalloc(1, sizeof(*op));
     rsv_req_start(&op->r, srv, req, RSV_EP_CONFIRM);
@@ -254,7 +253,7 @@ static void on_confirm_auth(rsv_auth_result_t a, const char *why, void *arg)
 {
     confirm_op_t *op = arg;
     rsv_server_t *srv = op->r.srv;
-    struct evhttp_request *req = op->r.req;
+    cm_req_t *req = op->r.req;
     if (a != RSV_AUTH_OK) {
         rsv_reply_auth(&op->r, a, why);
         confirm_done(op);
@@ -355,7 +354,7 @@ static void on_read_auth(rsv_auth_result_t a, const char *why, void *arg)
     }
 }
 
-void rsv_checkout_get(rsv_server_t *srv, struct evhttp_request *req, const char *checkout_id)
+void rsv_checkout_get(rsv_server_t *srv, cm_req_t *req, const char *checkout_id)
 {
     read_op_t *op = cm_xcalloc(1, sizeof(*op));
     rsv_req_start(&op->r, srv, req, RSV_EP_CHECKOUT_GET);
@@ -380,7 +379,7 @@ static void on_admin_list(const char *err, const rsv_pg_result_t *res, void *arg
     free(r);
 }
 
-void rsv_checkout_admin_list(rsv_server_t *srv, struct evhttp_request *req)
+void rsv_checkout_admin_list(rsv_server_t *srv, cm_req_t *req)
 {
     rsv_req_t *r = cm_xcalloc(1, sizeof(*r));
     rsv_req_start(r, srv, req, RSV_EP_ADMIN_CHECKOUTS);

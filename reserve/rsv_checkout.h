@@ -11,12 +11,13 @@
 #ifndef RSV_CHECKOUT_H
 #define RSV_CHECKOUT_H
 
-struct evhttp_request;
+#include "cm_http.h"
+
 typedef struct rsv_server rsv_server_t;
 
-void rsv_checkout_confirm(rsv_server_t *srv, struct evhttp_request *req, const char *hold_id);
-void rsv_checkout_get(rsv_server_t *srv, struct evhttp_request *req, const char *checkout_id);
+void rsv_checkout_confirm(rsv_server_t *srv, cm_req_t *req, const char *hold_id);
+void rsv_checkout_get(rsv_server_t *srv, cm_req_t *req, const char *checkout_id);
 /** GET /admin/checkouts?state=…&older_than_seconds=…&event=…&limit=… (admin checked). */
-void rsv_checkout_admin_list(rsv_server_t *srv, struct evhttp_request *req);
+void rsv_checkout_admin_list(rsv_server_t *srv, cm_req_t *req);
 
 #endif

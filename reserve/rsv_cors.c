@@ -168,21 +168,20 @@ bool rsv_cors_allowed(const rsv_cors_t *c, const char *origin)
     return false;
 }
 
-bool rsv_cors_handle(const rsv_cors_t *c, struct evhttp_request *req)
+bool rsv_cors_handle(const rsv_cors_t *c, cm_req_t *req)
 {
     const char *origin = cm_http_header(req, "Origin");
     if (origin == NULL)
         return false;
-    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
     bool ok = rsv_cors_allowed(c, origin);
-    bool preflight = evhttp_request_get_command(req) == EVHTTP_REQ_OPTIONS &&
+    bool preflight = cm_http_method(req) == CM_HTTP_OPTIONS &&
                      cm_http_header(req, "Access-Control-Request-Method") != NULL;
-    evhttp_add_header(h, "Vary", "Origin");
+    cm_http_add_header(req, "Vary", "Origin");
     if (ok)
-        evhttp_add_header(h, "Access-Control-Allow-Origin", origin);
+        cm_http_add_header(req, "Access-Control-Allow-Origin", origin);
     if (!preflight) {
         if (ok)
-            evhttp_add_header(h, "Access-Control-Expose-Headers", EXPOSE_HEADERS);
+            cm_http_add_header(req, "Access-Control-Expose-Headers", EXPOSE_HEADERS);
         return false;
     }
     if (!ok) {
@@ -190,9 +189,9 @@ bool rsv_cors_handle(const rsv_cors_t *c, struct evhttp_request *req)
                            "this origin is not in the reserve's cors_origins", NULL);
         return true;
     }
-    evhttp_add_header(h, "Access-Control-Allow-Methods", ALLOW_METHODS);
-    evhttp_add_header(h, "Access-Control-Allow-Headers", ALLOW_HEADERS);
-    evhttp_add_header(h, "Access-Control-Max-Age", MAX_AGE);
+    cm_http_add_header(req, "Access-Control-Allow-Methods", ALLOW_METHODS);
+    cm_http_add_header(req, "Access-Control-Allow-Headers", ALLOW_HEADERS);
+    cm_http_add_header(req, "Access-Control-Max-Age", MAX_AGE);
     cm_http_send_empty(req, 204);
     return true;
 }

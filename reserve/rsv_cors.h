@@ -17,8 +17,8 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include "cm_http.h"
 
-struct evhttp_request;
 typedef struct rsv_cors rsv_cors_t;
 
 /** Longest origin kept ("https://" + host + ":" + port). */
@@ -50,6 +50,6 @@ bool rsv_cors_allowed(const rsv_cors_t *c, const char *origin);
  * a preflight (OPTIONS with Access-Control-Request-Method), answers it (204 for an
  * allowed origin, 403 origin_not_allowed otherwise). Returns true when it answered.
  */
-bool rsv_cors_handle(const rsv_cors_t *c, struct evhttp_request *req);
+bool rsv_cors_handle(const rsv_cors_t *c, cm_req_t *req);
 
 #endif

@@ -591,7 +591,7 @@ static void on_create_auth(rsv_auth_result_t a, const char *why, void *arg)
 {
     create_op_t *op = arg;
     rsv_server_t *srv = op->r.srv;
-    struct evhttp_request *req = op->r.req;
+    cm_req_t *req = op->r.req;
     if (a != RSV_AUTH_OK) {
         rsv_reply_auth(&op->r, a, why);
         create_done(op);
@@ -629,7 +629,7 @@ static void on_create_auth(rsv_auth_result_t a, const char *why, void *arg)
     rsv_catalog_get(srv->catalog, op->event, on_create_event, op);
 }
 
-void rsv_hold_create(rsv_server_t *srv, struct evhttp_request *req, const char *event)
+void rsv_hold_create(rsv_server_t *srv, cm_req_t *req, const char *event)
 {
     create_op_t *op = cm_xcalloc(1, sizeof(*op));
     rsv_req_start(&op->r, srv, req, RSV_EP_HOLD_CREATE);
@@ -751,8 +751,8 @@ static void on_hold_auth(rsv_auth_result_t a, const char *why, void *arg)
     rsv_catalog_get(op->r.srv->catalog, op->event, on_hold_event, op);
 }
 
-static void hold_op_start(rsv_server_t *srv, struct evhttp_request *req, const char *hold_id,
-                          hold_verb_t verb, rsv_endpoint_t ep)
+static void hold_op_start(rsv_server_t *srv, cm_req_t *req, const char *hold_id, hold_verb_t verb,
+                          rsv_endpoint_t ep)
 {
     hold_op_t *op = cm_xcalloc(1, sizeof(*op));
     rsv_req_start(&op->r, srv, req, ep);
@@ -767,17 +767,17 @@ static void hold_op_start(rsv_server_t *srv, struct evhttp_request *req, const c
     rsv_auth_check(srv->auth, req, op->event, true, &op->claims, on_hold_auth, op);
 }
 
-void rsv_hold_get(rsv_server_t *srv, struct evhttp_request *req, const char *hold_id)
+void rsv_hold_get(rsv_server_t *srv, cm_req_t *req, const char *hold_id)
 {
     hold_op_start(srv, req, hold_id, OP_GET, RSV_EP_HOLD_GET);
 }
 
-void rsv_hold_extend(rsv_server_t *srv, struct evhttp_request *req, const char *hold_id)
+void rsv_hold_extend(rsv_server_t *srv, cm_req_t *req, const char *hold_id)
 {
     hold_op_start(srv, req, hold_id, OP_EXTEND, RSV_EP_HOLD_EXTEND);
 }
 
-void rsv_hold_release(rsv_server_t *srv, struct evhttp_request *req, const char *hold_id)
+void rsv_hold_release(rsv_server_t *srv, cm_req_t *req, const char *hold_id)
 {
     hold_op_start(srv, req, hold_id, OP_RELEASE, RSV_EP_HOLD_RELEASE);
 }

@@ -18,8 +18,8 @@
 
 #include "cm_parse.h"
 #include "cm_redis.h"
+#include "cm_http.h"
 
-struct evhttp_request;
 typedef struct rsv_server rsv_server_t;
 
 #define RSV_HOLD_ID_MAX (32 + 1 + CM_IDENT_MAX)
@@ -72,9 +72,9 @@ rsv_hold_act_known(rsv_server_t *srv, const cm_redis_script_t *script, const cha
                    const char *const *extra, cm_redis_cb cb, void *arg);
 
 /* Handlers: each answers req exactly once. */
-void rsv_hold_create(rsv_server_t *srv, struct evhttp_request *req, const char *event);
-void rsv_hold_get(rsv_server_t *srv, struct evhttp_request *req, const char *hold_id);
-void rsv_hold_extend(rsv_server_t *srv, struct evhttp_request *req, const char *hold_id);
-void rsv_hold_release(rsv_server_t *srv, struct evhttp_request *req, const char *hold_id);
+void rsv_hold_create(rsv_server_t *srv, cm_req_t *req, const char *event);
+void rsv_hold_get(rsv_server_t *srv, cm_req_t *req, const char *hold_id);
+void rsv_hold_extend(rsv_server_t *srv, cm_req_t *req, const char *hold_id);
+void rsv_hold_release(rsv_server_t *srv, cm_req_t *req, const char *hold_id);
 
 #endif

@@ -23,7 +23,7 @@
 
 #define MAX_SEGS 6
 
-static void reply_simple(rsv_server_t *srv, struct evhttp_request *req, rsv_endpoint_t ep, int code,
+static void reply_simple(rsv_server_t *srv, cm_req_t *req, rsv_endpoint_t ep, int code,
                          const char *error, const char *message)
 {
     rsv_req_t r;
@@ -31,14 +31,14 @@ static void reply_simple(rsv_server_t *srv, struct evhttp_request *req, rsv_endp
     rsv_reply_error(&r, code, error, message, NULL);
 }
 
-static void health(rsv_server_t *srv, struct evhttp_request *req)
+static void health(rsv_server_t *srv, cm_req_t *req)
 {
     rsv_req_t r;
     rsv_req_start(&r, srv, req, RSV_EP_HEALTH);
     rsv_reply_json(&r, 200, json_pack("{s:s}", "status", "ok"));
 }
 
-static void ready(rsv_server_t *srv, struct evhttp_request *req)
+static void ready(rsv_server_t *srv, cm_req_t *req)
 {
     rsv_req_t r;
     rsv_req_start(&r, srv, req, RSV_EP_READY);
@@ -54,7 +54,7 @@ static void ready(rsv_server_t *srv, struct evhttp_request *req)
             cm_drain_draining(srv->drain) ? "shutting down" : "a backing store is unreachable", o);
 }
 
-static void metrics(rsv_server_t *srv, struct evhttp_request *req)
+static void metrics(rsv_server_t *srv, cm_req_t *req)
 {
     rsv_req_t r;
     rsv_req_start(&r, srv, req, RSV_EP_METRICS);
@@ -64,13 +64,13 @@ static void metrics(rsv_server_t *srv, struct evhttp_request *req)
     free(text);
 }
 
-static int method_is(struct evhttp_request *req, enum evhttp_cmd_type t)
+static int method_is(cm_req_t *req, cm_http_method_t t)
 {
-    return evhttp_request_get_command(req) == t;
+    return cm_http_method(req) == t;
 }
 
 /* /v1/events/{event}/holds|availability|seats|done */
-static void route_events(rsv_server_t *srv, struct evhttp_request *req, char **seg, int n)
+static void route_events(rsv_server_t *srv, cm_req_t *req, char **seg, int n)
 {
     if (n != 4) {
         reply_simple(srv, req, RSV_EP_OTHER, 404, "not_found", "no such endpoint");
@@ -82,17 +82,17 @@ static void route_events(rsv_server_t *srv, struct evhttp_request *req, char **s
         return;
     }
     if (strcmp(seg[3], "holds") == 0) {
-        if (method_is(req, EVHTTP_REQ_POST))
+        if (method_is(req, CM_HTTP_POST))
             rsv_hold_create(srv, req, seg[2]);
         else
             reply_simple(srv, req, RSV_EP_OTHER, 405, "method_not_allowed", "use POST");
     } else if (strcmp(seg[3], "done") == 0) {
-        if (method_is(req, EVHTTP_REQ_POST))
+        if (method_is(req, CM_HTTP_POST))
             rsv_active_done(srv, req, seg[2]);
         else
             reply_simple(srv, req, RSV_EP_OTHER, 405, "method_not_allowed", "use POST");
     } else if (strcmp(seg[3], "availability") == 0 || strcmp(seg[3], "seats") == 0) {
-        if (method_is(req, EVHTTP_REQ_GET))
+        if (method_is(req, CM_HTTP_GET))
             rsv_avail_serve(srv, req, seg[2], strcmp(seg[3], "seats") == 0);
         else
             reply_simple(srv, req, RSV_EP_OTHER, 405, "method_not_allowed", "use GET");
@@ -102,19 +102,19 @@ static void route_events(rsv_server_t *srv, struct evhttp_request *req, char **s
 }
 
 /* /v1/holds/{hold}[/extend|/confirm] */
-static void route_holds(rsv_server_t *srv, struct evhttp_request *req, char **seg, int n)
+static void route_holds(rsv_server_t *srv, cm_req_t *req, char **seg, int n)
 {
     if (n == 3) {
-        if (method_is(req, EVHTTP_REQ_GET))
+        if (method_is(req, CM_HTTP_GET))
             rsv_hold_get(srv, req, seg[2]);
-        else if (method_is(req, EVHTTP_REQ_DELETE))
+        else if (method_is(req, CM_HTTP_DELETE))
             rsv_hold_release(srv, req, seg[2]);
         else
             reply_simple(srv, req, RSV_EP_OTHER, 405, "method_not_allowed", "use GET or DELETE");
         return;
     }
     if (n == 4 && (strcmp(seg[3], "extend") == 0 || strcmp(seg[3], "confirm") == 0)) {
-        if (!method_is(req, EVHTTP_REQ_POST))
+        if (!method_is(req, CM_HTTP_POST))
             reply_simple(srv, req, RSV_EP_OTHER, 405, "method_not_allowed", "use POST");
         else if (seg[3][0] == 'e')
             rsv_hold_extend(srv, req, seg[2]);
@@ -125,7 +125,7 @@ static void route_holds(rsv_server_t *srv, struct evhttp_request *req, char **se
     reply_simple(srv, req, RSV_EP_OTHER, 404, "not_found", "no such endpoint");
 }
 
-static void route_admin(rsv_server_t *srv, struct evhttp_request *req, char **seg, int n)
+static void route_admin(rsv_server_t *srv, cm_req_t *req, char **seg, int n)
 {
     if (!rsv_admin_authorized(srv, req)) {
         reply_simple(srv, req, RSV_EP_OTHER, 401, "unauthorized",
@@ -136,9 +136,9 @@ static void route_admin(rsv_server_t *srv, struct evhttp_request *req, char **se
         if (!cm_parse_ident(seg[2])) {
             reply_simple(srv, req, RSV_EP_OTHER, 400, "invalid_request",
                          "event ids are 1-64 characters of [A-Za-z0-9._-]");
-        } else if (method_is(req, EVHTTP_REQ_PUT)) {
+        } else if (method_is(req, CM_HTTP_PUT)) {
             rsv_admin_event_put(srv, req, seg[2]);
-        } else if (method_is(req, EVHTTP_REQ_GET)) {
+        } else if (method_is(req, CM_HTTP_GET)) {
             rsv_admin_event_get(srv, req, seg[2]);
         } else {
             reply_simple(srv, req, RSV_EP_OTHER, 405, "method_not_allowed", "use PUT or GET");
@@ -146,7 +146,7 @@ static void route_admin(rsv_server_t *srv, struct evhttp_request *req, char **se
         return;
     }
     if (n == 2 && strcmp(seg[1], "checkouts") == 0) {
-        if (method_is(req, EVHTTP_REQ_GET))
+        if (method_is(req, CM_HTTP_GET))
             rsv_checkout_admin_list(srv, req);
         else
             reply_simple(srv, req, RSV_EP_OTHER, 405, "method_not_allowed", "use GET");
@@ -156,7 +156,7 @@ static void route_admin(rsv_server_t *srv, struct evhttp_request *req, char **se
 }
 
 /* The fans' listener and the admin listener share the parsing; admin says which. */
-static void dispatch(rsv_server_t *srv, struct evhttp_request *req, bool admin)
+static void dispatch(rsv_server_t *srv, cm_req_t *req, bool admin)
 {
     char buf[1024];
     char *seg[MAX_SEGS];
@@ -165,7 +165,7 @@ static void dispatch(rsv_server_t *srv, struct evhttp_request *req, bool admin)
         reply_simple(srv, req, RSV_EP_OTHER, 400, "invalid_request", "malformed path");
         return;
     }
-    if (n == 1 && method_is(req, EVHTTP_REQ_GET)) {
+    if (n == 1 && method_is(req, CM_HTTP_GET)) {
         if (strcmp(seg[0], "healthz") == 0)
             return health(srv, req);
         if (strcmp(seg[0], "readyz") == 0)
@@ -190,7 +190,7 @@ static void dispatch(rsv_server_t *srv, struct evhttp_request *req, bool admin)
         if (strcmp(seg[1], "holds") == 0 && n >= 3)
             return route_holds(srv, req, seg, n);
         if (strcmp(seg[1], "checkouts") == 0 && n == 3) {
-            if (method_is(req, EVHTTP_REQ_GET))
+            if (method_is(req, CM_HTTP_GET))
                 return rsv_checkout_get(srv, req, seg[2]);
             return reply_simple(srv, req, RSV_EP_OTHER, 405, "method_not_allowed", "use GET");
         }
@@ -198,12 +198,12 @@ static void dispatch(rsv_server_t *srv, struct evhttp_request *req, bool admin)
     reply_simple(srv, req, RSV_EP_OTHER, 404, "not_found", "no such endpoint");
 }
 
-void rsv_routes_dispatch(struct evhttp_request *req, void *arg)
+void rsv_routes_dispatch(cm_req_t *req, void *arg)
 {
     dispatch(arg, req, false);
 }
 
-void rsv_routes_admin(struct evhttp_request *req, void *arg)
+void rsv_routes_admin(cm_req_t *req, void *arg)
 {
     dispatch(arg, req, true);
 }

@@ -76,7 +76,7 @@ void rsv_random_id(char *buf, size_t size, const char *prefix)
 
 /* --- requests ---------------------------------------------------------------------- */
 
-void rsv_req_start(rsv_req_t *r, rsv_server_t *srv, struct evhttp_request *req, rsv_endpoint_t ep)
+void rsv_req_start(rsv_req_t *r, rsv_server_t *srv, cm_req_t *req, rsv_endpoint_t ep)
 {
     r->srv = srv;
     r->req = req;
@@ -134,19 +134,18 @@ void rsv_reply_auth(rsv_req_t *r, int result, const char *why)
     if (result == RSV_AUTH_LIMITED) {
         char secs[24];
         snprintf(secs, sizeof(secs), "%lld", (long long)r->srv->cfg.auth_fail_window_s);
-        evhttp_add_header(evhttp_request_get_output_headers(r->req), "Retry-After", secs);
+        cm_http_add_header(r->req, "Retry-After", secs);
         rsv_reply_error(r, 429, "rate_limited",
                         "too many invalid admission tokens from this address; retry later", NULL);
         return;
     }
     cm_counter_inc(r->srv->m.invalid_tokens);
     cm_log(CM_LOG_DEBUG, "rejected admission token: %s", why ? why : "?");
-    evhttp_add_header(evhttp_request_get_output_headers(r->req), "WWW-Authenticate",
-                      "Bearer error=\"invalid_token\"");
+    cm_http_add_header(r->req, "WWW-Authenticate", "Bearer error=\"invalid_token\"");
     rsv_reply_error(r, 401, "invalid_token", "a valid admission token is required", NULL);
 }
 
-bool rsv_admin_authorized(rsv_server_t *srv, struct evhttp_request *req)
+bool rsv_admin_authorized(rsv_server_t *srv, cm_req_t *req)
 {
     return cm_server_bearer_ok(req, srv->admin_token);
 }

@@ -28,7 +28,6 @@
 #include "rsv_pg.h"
 
 struct event_base;
-struct evhttp_request;
 typedef struct rsv_auth rsv_auth_t;
 typedef struct rsv_auth_keys rsv_auth_keys_t;
 typedef struct rsv_auth_fails rsv_auth_fails_t;
@@ -123,7 +122,7 @@ struct rsv_server {
 /** The request being served: embed it first in each handler's operation struct. */
 typedef struct rsv_req {
     rsv_server_t *srv;
-    struct evhttp_request *req;
+    cm_req_t *req;
     uint64_t start_ns;
     rsv_endpoint_t ep;
 } rsv_req_t;
@@ -139,7 +138,7 @@ int rsv_server_run(rsv_server_t *srv);
 void rsv_server_free(rsv_server_t *srv);
 
 /** Starts a request context (counts it in flight). */
-void rsv_req_start(rsv_req_t *r, rsv_server_t *srv, struct evhttp_request *req, rsv_endpoint_t ep);
+void rsv_req_start(rsv_req_t *r, rsv_server_t *srv, cm_req_t *req, rsv_endpoint_t ep);
 /* Each answers the request, records the latency and ends the request context. */
 void rsv_reply_json(rsv_req_t *r, int code, json_t *body);
 void rsv_reply_error(rsv_req_t *r, int code, const char *error, const char *message, json_t *extra);
@@ -162,12 +161,12 @@ void rsv_server_sync_event(rsv_server_t *srv, const char *event, void (*done)(vo
                            void *arg);
 
 /** Routes one request of the fans' listener (rsv_routes.c): fan routes only. */
-void rsv_routes_dispatch(struct evhttp_request *req, void *arg);
+void rsv_routes_dispatch(cm_req_t *req, void *arg);
 /** Routes one request of the admin listener: admin API, dashboard, /metrics, health. */
-void rsv_routes_admin(struct evhttp_request *req, void *arg);
+void rsv_routes_admin(cm_req_t *req, void *arg);
 
 /** The admin bearer token check (constant time). True when it matches. */
-bool rsv_admin_authorized(rsv_server_t *srv, struct evhttp_request *req);
+bool rsv_admin_authorized(rsv_server_t *srv, cm_req_t *req);
 
 /** "os:{<event>}:" into buf; returns its length. */
 size_t rsv_key_prefix(const char *event, char *buf, size_t len);

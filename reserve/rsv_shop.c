@@ -35,13 +35,12 @@ static const struct {
     {"shop.js", "text/javascript; charset=utf-8", rsv_www_shop_js},
 };
 
-static void security_headers(struct evhttp_request *req)
+static void security_headers(cm_req_t *req)
 {
-    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-    evhttp_add_header(h, "Content-Security-Policy", CSP);
-    evhttp_add_header(h, "X-Content-Type-Options", "nosniff");
-    evhttp_add_header(h, "Referrer-Policy", "no-referrer");
-    evhttp_add_header(h, "X-Frame-Options", "DENY");
+    cm_http_add_header(req, "Content-Security-Policy", CSP);
+    cm_http_add_header(req, "X-Content-Type-Options", "nosniff");
+    cm_http_add_header(req, "Referrer-Policy", "no-referrer");
+    cm_http_add_header(req, "X-Frame-Options", "DENY");
 }
 
 static void config_json(rsv_server_t *srv, rsv_req_t *r)
@@ -51,23 +50,23 @@ static void config_json(rsv_server_t *srv, rsv_req_t *r)
     rsv_reply_json(r, 200, json_pack("{s:s?}", "queue_url", q && *q ? q : NULL));
 }
 
-bool rsv_shop_serve(rsv_server_t *srv, struct evhttp_request *req, char **seg, int n)
+bool rsv_shop_serve(rsv_server_t *srv, cm_req_t *req, char **seg, int n)
 {
     if (n < 1 || n > 2 || strcmp(seg[0], "shop") != 0)
         return false;
     rsv_req_t r;
     rsv_req_start(&r, srv, req, RSV_EP_OTHER);
-    enum evhttp_cmd_type m = evhttp_request_get_command(req);
-    if (m != EVHTTP_REQ_GET && m != EVHTTP_REQ_HEAD) {
+    cm_http_method_t m = cm_http_method(req);
+    if (m != CM_HTTP_GET && m != CM_HTTP_HEAD) {
         rsv_reply_error(&r, 405, "method_not_allowed", "use GET", NULL);
         return true;
     }
-    const char *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
+    const char *path = cm_http_uri_path(req);
     if (n == 1 && strcmp(path, "/shop") == 0) {
         /* keep the query (?event=…); the fragment never reaches the server */
-        const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+        const char *query = cm_http_uri_query(req);
         char *loc = cm_xasprintf("/shop/%s%s", query ? "?" : "", query ? query : "");
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Location", loc);
+        cm_http_add_header(req, "Location", loc);
         free(loc);
         rsv_reply_error(&r, 301, "moved", "the storefront is at /shop/", NULL);
         return true;
@@ -81,7 +80,7 @@ bool rsv_shop_serve(rsv_server_t *srv, struct evhttp_request *req, char **seg, i
         if (strcmp(name, files[i].name) != 0)
             continue;
         security_headers(req);
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Cache-Control", STATIC_CACHE);
+        cm_http_add_header(req, "Cache-Control", STATIC_CACHE);
         cm_http_send_body(req, 200, files[i].ctype, files[i].body, strlen(files[i].body), true);
         rsv_req_replied(&r);
         return true;

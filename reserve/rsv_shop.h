@@ -11,14 +11,14 @@
 #define RSV_SHOP_H
 
 #include <stdbool.h>
+#include "cm_http.h"
 
-struct evhttp_request;
 typedef struct rsv_server rsv_server_t;
 
 /**
  * Serves GET/HEAD /shop, /shop/ and the storefront's files when the path is under
  * /shop; returns false (nothing answered) for every other path.
  */
-bool rsv_shop_serve(rsv_server_t *srv, struct evhttp_request *req, char **seg, int n);
+bool rsv_shop_serve(rsv_server_t *srv, cm_req_t *req, char **seg, int n);
 
 #endif

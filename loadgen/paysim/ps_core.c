@@ -158,7 +158,7 @@ typedef struct pending pending_t;
 struct pending {
     pending_t *prev, *next;
     ps_server_t *ps;
-    struct evhttp_request *req;
+    cm_req_t *req;
     struct event *timer;
     rec_t *rec;
     outcome_t outcome;
@@ -529,14 +529,14 @@ static char *error_body(const char *type, const char *code, const char *message,
     return s;
 }
 
-static void send_text(struct evhttp_request *req, int code, const char *body, bool replayed)
+static void send_text(cm_req_t *req, int code, const char *body, bool replayed)
 {
     if (replayed)
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Idempotent-Replayed", "true");
+        cm_http_add_header(req, "Idempotent-Replayed", "true");
     cm_http_send_body(req, code, "application/json", body, strlen(body), false);
 }
 
-static void send_error(struct evhttp_request *req, int code, const char *type, const char *ecode,
+static void send_error(cm_req_t *req, int code, const char *type, const char *ecode,
                        const char *message)
 {
     char *b = error_body(type, ecode, message, NULL);
@@ -548,8 +548,7 @@ static void send_error(struct evhttp_request *req, int code, const char *type, c
 
 static void on_pending_timer(evutil_socket_t fd, short what, void *arg);
 
-static pending_t *pending_new(ps_server_t *ps, struct evhttp_request *req, rec_t *rec,
-                              outcome_t out)
+static pending_t *pending_new(ps_server_t *ps, cm_req_t *req, rec_t *rec, outcome_t out)
 {
     pending_t *p = cm_xcalloc(1, sizeof(*p));
     p->ps = ps;
@@ -655,8 +654,7 @@ static void finish_charge(pending_t *p)
     commit(p);
 }
 
-static void charge_arrived(ps_server_t *ps, struct evhttp_request *req, const char *key,
-                           json_t *body);
+static void charge_arrived(ps_server_t *ps, cm_req_t *req, const char *key, json_t *body);
 
 static void on_pending_timer(evutil_socket_t fd, short what, void *arg)
 {
@@ -664,7 +662,7 @@ static void on_pending_timer(evutil_socket_t fd, short what, void *arg)
     if (p->rec == NULL) {
         /* A delayed request reaches the provider now. */
         ps_server_t *ps = p->ps;
-        struct evhttp_request *req = p->req;
+        cm_req_t *req = p->req;
         json_t *body = p->arrive_body;
         char *key = p->arrive_key;
         p->arrive_body = NULL;
@@ -689,7 +687,7 @@ static void on_pending_timer(evutil_socket_t fd, short what, void *arg)
 
 /* --- request helpers ----------------------------------------------------------------- */
 
-static bool authorized(ps_server_t *ps, struct evhttp_request *req)
+static bool authorized(ps_server_t *ps, cm_req_t *req)
 {
     if (ps->cfg.api_key == NULL)
         return true;
@@ -718,8 +716,7 @@ static void request_hash(const char *path, const json_t *body, char out[65])
  * Common idempotency gate. Returns the existing record's handling: true when it
  * answered (replay, mismatch, in progress), false when the key is new.
  */
-static bool idempotency_gate(ps_server_t *ps, struct evhttp_request *req, const char *key,
-                             const char *hash)
+static bool idempotency_gate(ps_server_t *ps, cm_req_t *req, const char *key, const char *hash)
 {
     rec_t *r = find_key(ps, key);
     if (r == NULL)
@@ -739,7 +736,7 @@ static bool idempotency_gate(ps_server_t *ps, struct evhttp_request *req, const 
 }
 
 /* Reads Idempotency-Key and the JSON body; answers and returns NULL on a bad request. */
-static json_t *read_mutation(ps_server_t *ps, struct evhttp_request *req, const char **key)
+static json_t *read_mutation(ps_server_t *ps, cm_req_t *req, const char **key)
 {
     if (!authorized(ps, req)) {
         send_error(req, 401, "invalid_request_error", "unauthorized", "Invalid API key.");
@@ -751,14 +748,14 @@ static json_t *read_mutation(ps_server_t *ps, struct evhttp_request *req, const 
                    "an Idempotency-Key header of 1-255 visible ASCII characters is required");
         return NULL;
     }
-    struct evbuffer *in = evhttp_request_get_input_buffer(req);
-    size_t len = evbuffer_get_length(in);
+    size_t len = 0;
+    const char *text = cm_http_body(req, &len);
     if (len == 0 || len > MAX_BODY) {
         send_error(req, 400, "invalid_request_error", "parameter_invalid",
                    "a JSON object body is required");
         return NULL;
     }
-    json_t *b = json_loadb((const char *)evbuffer_pullup(in, -1), len, 0, NULL);
+    json_t *b = json_loadb(text, len, 0, NULL);
     if (!json_is_object(b)) {
         json_decref(b);
         send_error(req, 400, "invalid_request_error", "parameter_invalid",
@@ -812,7 +809,7 @@ static outcome_t draw_outcome(ps_server_t *ps, const char *source, int64_t *late
 
 /* --- endpoints ----------------------------------------------------------------------- */
 
-static void post_charge(ps_server_t *ps, struct evhttp_request *req)
+static void post_charge(ps_server_t *ps, cm_req_t *req)
 {
     const char *key = NULL;
     json_t *body = read_mutation(ps, req, &key);
@@ -846,8 +843,7 @@ static void post_charge(ps_server_t *ps, struct evhttp_request *req)
 }
 
 /* A valid charge request as it reaches the provider (body is borrowed). */
-static void charge_arrived(ps_server_t *ps, struct evhttp_request *req, const char *key,
-                           json_t *body)
+static void charge_arrived(ps_server_t *ps, cm_req_t *req, const char *key, json_t *body)
 {
     json_t *src = json_object_get(body, "source");
     json_t *md = json_object_get(body, "metadata");
@@ -875,7 +871,7 @@ static void charge_arrived(ps_server_t *ps, struct evhttp_request *req, const ch
     pending_arm(p, out == OUT_LOST ? ps->set.timeout_ms : latency);
 }
 
-static void post_refund(ps_server_t *ps, struct evhttp_request *req)
+static void post_refund(ps_server_t *ps, cm_req_t *req)
 {
     const char *key = NULL;
     json_t *body = read_mutation(ps, req, &key);
@@ -943,7 +939,7 @@ static void post_refund(ps_server_t *ps, struct evhttp_request *req)
 
 /* GET /v1/charges?created_gte=T&limit=N[&starting_after=ID]: committed charges, oldest
  * commit first. Answers and returns. */
-static void list_charges(ps_server_t *ps, struct evhttp_request *req, struct evkeyvalq *q)
+static void list_charges(ps_server_t *ps, cm_req_t *req, struct evkeyvalq *q)
 {
     int64_t gte = 0, limit = 100;
     const char *lim = evhttp_find_header(q, "limit");
@@ -981,7 +977,7 @@ static void list_charges(ps_server_t *ps, struct evhttp_request *req, struct evk
         req, 200, json_pack("{s:s, s:o, s:b}", "object", "list", "data", data, "has_more", more));
 }
 
-static void get_charge(ps_server_t *ps, struct evhttp_request *req)
+static void get_charge(ps_server_t *ps, cm_req_t *req)
 {
     if (!authorized(ps, req)) {
         send_error(req, 401, "invalid_request_error", "unauthorized", "Invalid API key.");
@@ -1011,7 +1007,7 @@ static void get_charge(ps_server_t *ps, struct evhttp_request *req)
     evhttp_clear_headers(&q);
 }
 
-static void get_ledger(ps_server_t *ps, struct evhttp_request *req)
+static void get_ledger(ps_server_t *ps, cm_req_t *req)
 {
     if (!authorized(ps, req)) {
         send_error(req, 401, "invalid_request_error", "unauthorized", "Invalid API key.");
@@ -1099,14 +1095,14 @@ static const char *settings_apply(settings_t *s, const json_t *doc)
     return NULL;
 }
 
-static void settings_endpoint(ps_server_t *ps, struct evhttp_request *req)
+static void settings_endpoint(ps_server_t *ps, cm_req_t *req)
 {
     if (!authorized(ps, req)) {
         send_error(req, 401, "invalid_request_error", "unauthorized", "Invalid API key.");
         return;
     }
-    enum evhttp_cmd_type m = evhttp_request_get_command(req);
-    if (m == EVHTTP_REQ_PATCH || m == EVHTTP_REQ_PUT || m == EVHTTP_REQ_POST) {
+    cm_http_method_t m = cm_http_method(req);
+    if (m == CM_HTTP_PATCH || m == CM_HTTP_PUT || m == CM_HTTP_POST) {
         json_t *doc = cm_http_read_json(req, MAX_BODY, NULL, NULL);
         if (doc == NULL)
             return;
@@ -1119,7 +1115,7 @@ static void settings_endpoint(ps_server_t *ps, struct evhttp_request *req)
         }
         ps->set = s;
         cm_log(CM_LOG_INFO, "settings changed");
-    } else if (m != EVHTTP_REQ_GET) {
+    } else if (m != CM_HTTP_GET) {
         send_error(req, 405, "invalid_request_error", "method_not_allowed", "GET or PATCH");
         return;
     }
@@ -1128,7 +1124,7 @@ static void settings_endpoint(ps_server_t *ps, struct evhttp_request *req)
 
 /* How clients use their connections: requests against TLS handshakes (full and resumed)
  * tell whether a client keeps its connections alive and resumes its sessions. */
-static void get_stats(ps_server_t *ps, struct evhttp_request *req)
+static void get_stats(ps_server_t *ps, cm_req_t *req)
 {
     long hs = 0, resumed = 0;
     cm_tls_server_counts(ps->tls, &hs, &resumed);
@@ -1138,30 +1134,30 @@ static void get_stats(ps_server_t *ps, struct evhttp_request *req)
                                 (json_int_t)resumed));
 }
 
-static void on_request(struct evhttp_request *req, void *arg)
+static void on_request(cm_req_t *req, void *arg)
 {
     ps_server_t *ps = arg;
     char buf[512];
     char *seg[4];
     int n = cm_http_path(req, buf, sizeof(buf), seg, 4);
-    enum evhttp_cmd_type m = evhttp_request_get_command(req);
+    cm_http_method_t m = cm_http_method(req);
     ps->requests++;
     if (n == 1 && strcmp(seg[0], "healthz") == 0) {
         cm_http_send_json(req, 200, json_pack("{s:s}", "status", "ok"));
         return;
     }
     if (n == 2 && strcmp(seg[0], "v1") == 0) {
-        if (strcmp(seg[1], "charges") == 0 && m == EVHTTP_REQ_POST)
+        if (strcmp(seg[1], "charges") == 0 && m == CM_HTTP_POST)
             return post_charge(ps, req);
-        if (strcmp(seg[1], "charges") == 0 && m == EVHTTP_REQ_GET)
+        if (strcmp(seg[1], "charges") == 0 && m == CM_HTTP_GET)
             return get_charge(ps, req);
-        if (strcmp(seg[1], "refunds") == 0 && m == EVHTTP_REQ_POST)
+        if (strcmp(seg[1], "refunds") == 0 && m == CM_HTTP_POST)
             return post_refund(ps, req);
-        if (strcmp(seg[1], "ledger") == 0 && m == EVHTTP_REQ_GET)
+        if (strcmp(seg[1], "ledger") == 0 && m == CM_HTTP_GET)
             return get_ledger(ps, req);
         if (strcmp(seg[1], "settings") == 0)
             return settings_endpoint(ps, req);
-        if (strcmp(seg[1], "stats") == 0 && m == EVHTTP_REQ_GET)
+        if (strcmp(seg[1], "stats") == 0 && m == CM_HTTP_GET)
             return get_stats(ps, req);
     }
     send_error(req, 404, "invalid_request_error", "not_found", "Unrecognized request URL.");

@@ -26,6 +26,7 @@
 
 #include "cm_http.h"
 #include "cm_parse.h"
+#include "cm_req.h"
 
 #define MAX_HEADER_BYTES 8192
 #define MAX_BODY_BYTES   16384
@@ -36,8 +37,9 @@ static struct event_base *base;
 static struct evhttp *http;
 static struct sockaddr_un addr;
 
-static void on_request(struct evhttp_request *req, void *arg)
+static void on_request(struct evhttp_request *ev, void *arg)
 {
+    cm_req_t *req = cm_http_evhttp_req(ev);
     (void)arg;
     char buf[1024], *segs[8];
     int n = cm_http_path(req, buf, sizeof(buf), segs, 8);
@@ -60,8 +62,8 @@ static void on_request(struct evhttp_request *req, void *arg)
         cm_http_send_error(req, 400, "invalid_request", "bad path or query", NULL);
         return;
     }
-    enum evhttp_cmd_type m = evhttp_request_get_command(req);
-    if (m == EVHTTP_REQ_POST || m == EVHTTP_REQ_PUT || m == EVHTTP_REQ_PATCH) {
+    cm_http_method_t m = cm_http_method(req);
+    if (m == CM_HTTP_POST || m == CM_HTTP_PUT || m == CM_HTTP_PATCH) {
         json_t *body = cm_http_read_json(req, MAX_BODY_BYTES, NULL, NULL);
         if (body != NULL)
             cm_http_send_json(req, 200, body);

@@ -41,7 +41,7 @@ typedef struct fixture {
 } fixture_t;
 
 /* Handler under test: a few routes exercising the helpers. */
-static void handler(struct evhttp_request *req, void *arg)
+static void handler(cm_req_t *req, void *arg)
 {
     char buf[256];
     char *segs[4];

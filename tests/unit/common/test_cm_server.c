@@ -33,10 +33,10 @@
 typedef struct app {
     cm_worker_t *w;
     int index;
-    int served;                      /* on the worker's thread */
-    int broadcasts;                  /* on the worker's thread */
-    struct event *slow;              /* the delayed answer of /slow */
-    struct evhttp_request *slow_req; /* atomic: the test thread waits for it */
+    int served;         /* on the worker's thread */
+    int broadcasts;     /* on the worker's thread */
+    struct event *slow; /* the delayed answer of /slow */
+    cm_req_t *slow_req; /* atomic: the test thread waits for it */
     uint64_t slow_start;
     cm_histogram_t *lat;
 } app_t;
@@ -63,11 +63,11 @@ static void on_broadcast(void *peer, void *arg, cm_bcast_t *b)
 
 static void on_broadcast_done(void *arg)
 {
-    struct evhttp_request *req = arg;
+    cm_req_t *req = arg;
     cm_http_send_body(req, 200, "text/plain", "done", 4, false);
 }
 
-static void handler(struct evhttp_request *req, void *arg)
+static void handler(cm_req_t *req, void *arg)
 {
     app_t *a = arg;
     char buf[128], *seg[2];

@@ -1,6 +1,6 @@
 /*
  * Unit tests for rsv_auth: the admission gate and its verified-token cache. Tokens are
- * signed at run time with a fresh P-256 key; requests are bare evhttp_request objects
+ * signed at run time with a fresh P-256 key; requests are fake cm_req_t objects
  * carrying only the Authorization header.
  */
 #include <setjmp.h>
@@ -16,13 +16,14 @@
 
 #include <cmocka.h>
 #include <event2/event.h>
-#include <event2/http.h>
+#include <strings.h>
 #include <event2/thread.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 
 #include "cm_jwt.h"
 #include "cm_reload.h"
+#include "cm_req.h"
 #include "rsv_auth.h"
 
 #define ISSUER "onsale-gateway"
@@ -109,15 +110,46 @@ static void on_result(rsv_auth_result_t r, const char *why, void *arg)
     res->why = why;
 }
 
+/* A request as rsv_auth_check sees it: an Authorization header and no connection. */
+typedef struct fake_req {
+    cm_req_t base;
+    char *authz;
+} fake_req_t;
+
+static const char *fake_header(cm_req_t *r, const char *name)
+{
+    return strcasecmp(name, "Authorization") == 0 ? ((fake_req_t *)r)->authz : NULL;
+}
+
+static const char *fake_peer(cm_req_t *r)
+{
+    (void)r;
+    return "?";
+}
+
+static const cm_req_ops_t fake_ops = {.header = fake_header, .peer = fake_peer};
+
+static cm_req_t *fake_new(const char *authz)
+{
+    fake_req_t *r = calloc(1, sizeof(*r));
+    r->base.ops = &fake_ops;
+    r->authz = authz ? strdup(authz) : NULL;
+    return &r->base;
+}
+
+static void fake_free(cm_req_t *r)
+{
+    free(((fake_req_t *)r)->authz);
+    free(r);
+}
+
 static rsv_auth_result_t check(fixture_t *f, const char *authz, const char *event,
                                bool allow_expired, cm_jwt_claims_t *claims)
 {
-    struct evhttp_request *req = evhttp_request_new(NULL, NULL);
-    if (authz)
-        evhttp_add_header(evhttp_request_get_input_headers(req), "Authorization", authz);
+    cm_req_t *req = fake_new(authz);
     result_t res = {-1, NULL};
     rsv_auth_check(f->auth, req, event, allow_expired, claims, on_result, &res);
-    evhttp_request_free(req);
+    fake_free(req);
     /* with no worker threads the answer is synchronous */
     assert_int_not_equal(res.result, -1);
     return (rsv_auth_result_t)res.result;
@@ -223,7 +255,7 @@ static void worker_threads_verify_off_the_loop_and_answer_on_it(void **state)
     rsv_auth_config_t cfg = {.issuer = ISSUER, .cache_size = 64, .threads = 2};
     rsv_auth_t *auth = rsv_auth_new(b.base, keys, &cfg);
     cm_jwt_claims_t claims[40];
-    struct evhttp_request *reqs[40];
+    cm_req_t *reqs[40];
     for (int i = 0; i < 40; i++) {
         char sub[16];
         snprintf(sub, sizeof(sub), "fan-%d", i);
@@ -232,8 +264,7 @@ static void worker_threads_verify_off_the_loop_and_answer_on_it(void **state)
         char authz[4200];
         snprintf(authz, sizeof(authz), "Bearer %s", t);
         free(t);
-        reqs[i] = evhttp_request_new(NULL, NULL);
-        evhttp_add_header(evhttp_request_get_input_headers(reqs[i]), "Authorization", authz);
+        reqs[i] = fake_new(authz);
         rsv_auth_check(auth, reqs[i], "e1", false, &claims[i], on_burst, &b);
     }
     assert_int_equal(b.answered, 0); /* nothing answered inside the calls */
@@ -245,7 +276,7 @@ static void worker_threads_verify_off_the_loop_and_answer_on_it(void **state)
     assert_string_equal(claims[0].sub, "fan-0");
     assert_string_equal(claims[38].sub, "fan-38");
     for (int i = 0; i < 40; i++)
-        evhttp_request_free(reqs[i]);
+        fake_free(reqs[i]);
     rsv_auth_free(auth);
     rsv_auth_keys_free(keys);
     cm_jwt_signer_free(signer);
@@ -344,7 +375,7 @@ static void a_full_verification_queue_answers_busy(void **state)
     rsv_auth_config_t cfg = {.issuer = ISSUER, .cache_size = 1024, .threads = 1, .max_queue = 2};
     rsv_auth_t *auth = rsv_auth_new(base, f->keys, &cfg);
     static cm_jwt_claims_t claims[QUEUE_BURST];
-    static struct evhttp_request *reqs[QUEUE_BURST];
+    static cm_req_t *reqs[QUEUE_BURST];
     static char *toks[QUEUE_BURST];
     tally_t t = {0};
     for (int i = 0; i < QUEUE_BURST; i++) {
@@ -352,8 +383,7 @@ static void a_full_verification_queue_answers_busy(void **state)
         snprintf(sub, sizeof(sub), "fan-%d", i);
         toks[i] = token(f->signer, "e1", sub, 600);
         snprintf(authz, sizeof(authz), "Bearer %s", toks[i]);
-        reqs[i] = evhttp_request_new(NULL, NULL);
-        evhttp_add_header(evhttp_request_get_input_headers(reqs[i]), "Authorization", authz);
+        reqs[i] = fake_new(authz);
     }
     for (int i = 0; i < QUEUE_BURST; i++)
         rsv_auth_check(auth, reqs[i], "e1", false, &claims[i], on_tally, &t);
@@ -370,7 +400,7 @@ static void a_full_verification_queue_answers_busy(void **state)
     assert_int_equal(t.ok + t.busy, QUEUE_BURST);
     assert_true(t.ok >= 1);
     for (int i = 0; i < QUEUE_BURST; i++) {
-        evhttp_request_free(reqs[i]);
+        fake_free(reqs[i]);
         free(toks[i]);
     }
     rsv_auth_free(auth);

@@ -22,6 +22,7 @@
 
 #include "cm_err.h"
 #include "cm_http.h"
+#include "cm_req.h"
 #include "rsv_pay.h"
 
 /* --- pure ------------------------------------------------------------------------------ */
@@ -131,7 +132,7 @@ static void classify_answers(void **state)
 typedef struct fx {
     struct event_base *base;
     cm_http_server_t *srv;
-    struct evhttp_request *held; /* a request the provider never answers (deadline test) */
+    cm_req_t *held; /* a request the provider never answers (deadline test) */
     char last_key[128];
     char last_auth[128];
     int calls;
@@ -141,17 +142,21 @@ typedef struct fx {
     int done;
 } fx_t;
 
-static void provider(struct evhttp_request *req, void *arg)
+static void provider(cm_req_t *req, void *arg)
 {
     fx_t *f = arg;
-    const char *uri = evhttp_request_get_uri(req);
+    const char *query = cm_http_uri_query(req);
+    char uri[512];
+    snprintf(uri, sizeof(uri), "%s%s%s", cm_http_uri_path(req), query ? "?" : "",
+             query ? query : "");
     const char *key = cm_http_header(req, "Idempotency-Key");
     const char *auth = cm_http_header(req, "Authorization");
     snprintf(f->last_key, sizeof(f->last_key), "%s", key ? key : "");
     snprintf(f->last_auth, sizeof(f->last_auth), "%s", auth ? auth : "");
     char *peer = NULL;
     ev_uint16_t pport = 0;
-    evhttp_connection_get_peer(evhttp_request_get_connection(req), &peer, &pport);
+    evhttp_connection_get_peer(evhttp_request_get_connection(cm_http_evhttp_of(req)), &peer,
+                               &pport);
     if (f->nreq < 8)
         f->peer_port[f->nreq++] = pport;
     if (strncmp(uri, "/big", 4) == 0) {
