@@ -164,8 +164,8 @@ static void reply_queued(place_op_t *op, gw_room_t *room)
     int64_t position = (int64_t)op->t.num - room->wm;
     double rate = gw_watermark_rate(room);
     int64_t eta = gw_watermark_eta_s(position, rate);
-    int64_t poll =
-        gw_watermark_poll_ms(position, rate, srv->cfg.poll_min_ms, srv->cfg.poll_max_ms, rnd32());
+    int64_t poll = gw_watermark_poll_eta_ms(position, rate, srv->cfg.poll_min_ms,
+                                            srv->cfg.poll_max_ms, rnd32());
     poll = gw_watermark_poll_cap(poll, position, room->s.rate_per_minute,
                                  room->s.noshow_grace_seconds);
     if (op->page) {

@@ -157,9 +157,25 @@ double gw_watermark_rate(const gw_room_t *room)
 {
     if (room->s.paused || room->s.sold_out)
         return 0;
-    if (room->nsamples >= 4 && room->pass_rate > 0)
-        return room->pass_rate;
-    return (double)room->s.rate_per_minute / 60.0;
+    double measured = room->nsamples >= 4 ? room->pass_rate : 0;
+    return gw_watermark_expected_rate((double)room->s.rate_per_minute / 60.0, measured,
+                                      room->s.max_active, room->active);
+}
+
+double gw_watermark_expected_rate(double configured, double measured, int64_t max_active,
+                                  int64_t active)
+{
+    if (configured <= 0)
+        return 0;
+    /* max_active holds the line: numbers pass as shoppers leave, which only the
+     * measured rate knows (when there is one yet). */
+    if (max_active > 0 && (double)(max_active - active) < configured && measured > 0)
+        return measured < configured ? measured : configured;
+    /* Otherwise a waiting fan is passed at the configured rate, plus the slots of no-shows
+     * passed again. A measured rate below it says only that the line was shorter than
+     * what the rate lets in (joins were the limit, as in the first seconds of a sale),
+     * not how fast the fans now behind will move. */
+    return measured > configured ? measured : configured;
 }
 
 int64_t gw_watermark_eta_s(int64_t position, double rate_per_s)
@@ -184,6 +200,22 @@ int64_t gw_watermark_poll_ms(int64_t position, double rate_per_s, int64_t min_ms
     double jitter = 0.8 + 0.4 * ((double)(rnd % 10001) / 10000.0);
     int64_t ms = (int64_t)(base * jitter);
     return ms < 100 ? 100 : ms;
+}
+
+int64_t gw_watermark_poll_eta_ms(int64_t position, double rate_per_s, int64_t min_ms,
+                                 int64_t max_ms, uint32_t rnd)
+{
+    double u = (double)(rnd % 10001) / 10000.0;
+    if (rate_per_s <= 0) /* paused: about max_ms, not in step */
+        return (int64_t)((double)max_ms * (0.8 + 0.4 * u));
+    double eta = (double)(position > 0 ? position : 0) / rate_per_s * 1000.0;
+    /* just after the watermark is expected to pass them: one poll, not ten */
+    double ms = eta * (1.02 + 0.13 * u);
+    if (ms > (double)max_ms) /* far back: within the last fifth below max_ms, not in step */
+        return (int64_t)((double)max_ms * (0.8 + 0.2 * u));
+    if (ms < (double)min_ms)
+        ms = (double)min_ms * (1.0 + 0.2 * u);
+    return (int64_t)ms;
 }
 
 int64_t gw_watermark_poll_cap(int64_t poll_ms, int64_t position, int64_t rate_per_minute,

@@ -89,11 +89,20 @@ void gw_watermark_saw_number(gw_room_t *room, uint64_t gen, uint64_t num);
 int64_t gw_watermark_now_ms(const gw_room_t *room);
 /** Fans waiting (numbered, not yet let in) plus the pre-queue. */
 int64_t gw_watermark_queue_size(const gw_room_t *room);
-/** Admission rate used for ETAs: measured passes/s, else the configured rate; 0 paused. */
+/** Admission rate used for ETAs and poll hints (gw_watermark_expected_rate of the room's
+ *  configured and measured pass rates); 0 while paused or sold out. */
 double gw_watermark_rate(const gw_room_t *room);
 
 /* --- pure estimators (unit-tested) --- */
 
+/**
+ * Passes per second a fan waiting now can expect: the configured rate (or the measured
+ * rate when higher: no-shows' slots passed again), since a measured rate below it only
+ * shows the line was short; with max_active closer than one second's worth of passes,
+ * the measured rate (at most the configured one) when there is one.
+ */
+double gw_watermark_expected_rate(double configured, double measured, int64_t max_active,
+                                  int64_t active);
 /** Seconds until position reaches the front at rate_per_s; -1 when unknown (rate 0). */
 int64_t gw_watermark_eta_s(int64_t position, double rate_per_s);
 /**
@@ -102,6 +111,14 @@ int64_t gw_watermark_eta_s(int64_t position, double rate_per_s);
  */
 int64_t gw_watermark_poll_ms(int64_t position, double rate_per_s, int64_t min_ms, int64_t max_ms,
                              uint32_t rnd);
+/**
+ * poll_after_ms for a queued fan at position: just after their expected wait (2–15%
+ * later, from rnd), at least min_ms (up to 20% more); when that is beyond max_ms, 80–100%
+ * of max_ms; max_ms ±20% while the rate is 0 (paused). A fan polls about once when the rate holds,
+ * instead of every tenth of the wait: on a big night the polls are what a gateway serves most.
+ */
+int64_t gw_watermark_poll_eta_ms(int64_t position, double rate_per_s, int64_t min_ms,
+                                 int64_t max_ms, uint32_t rnd);
 /**
  * poll_ms capped so that a fan the watermark may pass before their next poll comes
  * back within half the no-show grace (else an honest fan would be counted a no-show and

@@ -176,3 +176,51 @@ class Pause(gwstack.GatewayTestCase):
             self.assertLess(time.monotonic() - t_resume, 1.5)
         finally:
             c2.close()
+
+
+class Eta(gwstack.GatewayTestCase):
+    def test_eta_and_poll_hint_at_join_follow_the_rate_once_a_line_forms(self):
+        # 20/s. A trickle first: three fans let in as they come, so the pass rate the
+        # gateways measure (about 1/s) says how short the line was, not how fast it moves.
+        rate = 20
+        ev = self.new_room(rate_per_minute=rate * 60, noshow_grace_seconds=3600)
+        for _ in range(3):
+            self.join(ev)
+            time.sleep(0.5)
+        time.sleep(1.5)  # the gateways' samples (4+ at 250 ms) see the trickle
+        g = self.GS.gateways[0]
+        t_join = time.monotonic()
+        answers = g.burst([g.req("POST", f"/q/{ev}/join") for _ in range(200)])
+        for r in answers:
+            self.assertEqual(r.status, 201, repr(r))
+        worst = None
+        for r in answers:
+            pos, eta, poll = r.json["position"], r.json["eta_seconds"], r.json["poll_after_ms"]
+            want = pos / rate
+            # the ETA is the wait at the room's rate (rounded up, the burst took a moment)
+            self.assertIsNotNone(eta, repr(r))
+            self.assertGreaterEqual(eta, want - 1.0, repr(r))
+            self.assertLessEqual(eta, want * 1.2 + 1.0, f"ETA from the trickle's rate: {r!r}")
+            # come back just after it: one poll, not a tenth of the wait
+            self.assertLessEqual(poll, max(1200, want * 1000 * 1.15 + 200), repr(r))
+            self.assertGreaterEqual(poll, min(want * 1000 * 0.98, 1000), repr(r))
+            if worst is None or pos > worst.json["position"]:
+                worst = r
+        # The last fan, polling when told: admitted on that poll, or on the next one
+        # (its hint at most a second or so: the watermark is about to pass them).
+        num, eta = ticket_number(worst.json["ticket"]), worst.json["eta_seconds"]
+        c = g.client()
+        try:
+            time.sleep(max(0.0, t_join + worst.json["poll_after_ms"] / 1000 - time.monotonic()))
+            r = self.status(ev, worst.json["ticket"], client=c)
+            if r.json["state"] == "queued":
+                self.assertLessEqual(r.json["poll_after_ms"], 1200, repr(r))
+                time.sleep(r.json["poll_after_ms"] / 1000)
+                r = self.status(ev, worst.json["ticket"], client=c)
+            self.assertEqual(r.json["state"], "admitted", repr(r))
+        finally:
+            c.close()
+        waited = time.monotonic() - t_join
+        # told at join vs the wait for the watermark (as seen by this fan): within 20%
+        self.assertLessEqual(abs(eta - waited) / waited, 0.2,
+                             f"number {num}: ETA {eta} s, admitted after {waited:.1f} s")

@@ -20,6 +20,41 @@ static void test_eta(void **state)
     assert_int_equal(gw_watermark_eta_s(100, 0.0), -1); /* paused: unknown */
 }
 
+static void test_expected_rate(void **state)
+{
+    /* The first seconds of a sale: the line was shorter than the rate lets in, so few
+     * numbers passed; a fan joining now still moves at the configured 5,000/s. */
+    assert_true(gw_watermark_expected_rate(5000.0, 0.4, 0, 0) == 5000.0);
+    assert_true(gw_watermark_expected_rate(5000.0, 0.0, 0, 0) == 5000.0);
+    /* no-shows' slots passed again: faster than configured */
+    assert_true(gw_watermark_expected_rate(100.0, 130.0, 0, 0) == 130.0);
+    /* max_active far away: the configured rate */
+    assert_true(gw_watermark_expected_rate(100.0, 20.0, 10000, 500) == 100.0);
+    /* max_active reached: as fast as shoppers leave, as measured */
+    assert_true(gw_watermark_expected_rate(100.0, 20.0, 1000, 950) == 20.0);
+    assert_true(gw_watermark_expected_rate(100.0, 0.0, 1000, 1000) == 100.0); /* no sample */
+    assert_true(gw_watermark_expected_rate(0.0, 50.0, 0, 0) == 0.0);          /* rate 0 */
+    /* 50,000 places back at 5,000/s: 10 s, polled about every second */
+    double r = gw_watermark_expected_rate(5000.0, 0.4, 0, 0);
+    assert_int_equal(gw_watermark_eta_s(50000, r), 10);
+    assert_int_equal(gw_watermark_poll_ms(50000, r, 1000, 30000, 5000), 1000);
+}
+
+static void test_room_rate(void **state)
+{
+    gw_room_t r;
+    memset(&r, 0, sizeof(r));
+    r.s.rate_per_minute = 300000;
+    r.nsamples = 40;
+    r.pass_rate = 0.5; /* measured before the line formed */
+    assert_true(gw_watermark_rate(&r) == 5000.0);
+    r.s.paused = true;
+    assert_true(gw_watermark_rate(&r) == 0.0);
+    r.s.paused = false;
+    r.s.sold_out = true;
+    assert_true(gw_watermark_rate(&r) == 0.0);
+}
+
 static void test_poll_grows_with_distance_and_is_bounded(void **state)
 {
     /* jitter midpoint: rnd % 10001 == 5000 → factor 1.0 */
@@ -30,6 +65,27 @@ static void test_poll_grows_with_distance_and_is_bounded(void **state)
     assert_int_equal(mid, 20000);
     assert_int_equal(far, 30000);
     assert_int_equal(gw_watermark_poll_ms(5, 0.0, 1000, 30000, 5000), 30000); /* paused */
+}
+
+static void test_poll_eta(void **state)
+{
+    /* 50,000 places back at 5,000/s: 10 s, so come back at 10.2..11.5 s */
+    for (uint32_t r = 0; r < 20000; r += 13) {
+        int64_t v = gw_watermark_poll_eta_ms(50000, 5000.0, 1000, 30000, r);
+        assert_true(v >= 10200 && v <= 11500);
+    }
+    /* near the front: poll_min_ms .. +20% */
+    int64_t front = gw_watermark_poll_eta_ms(10, 5000.0, 1000, 30000, 0);
+    assert_int_equal(front, 1000);
+    assert_true(gw_watermark_poll_eta_ms(10, 5000.0, 1000, 30000, 10000) <= 1200);
+    /* far back (an hour) and paused: about poll_max_ms */
+    int64_t far = gw_watermark_poll_eta_ms(18000000, 5000.0, 1000, 30000, 5000);
+    assert_int_equal(far, 27000);
+    assert_int_equal(gw_watermark_poll_eta_ms(5, 0.0, 1000, 30000, 5000), 30000);
+    assert_int_equal(gw_watermark_poll_eta_ms(5, 0.0, 1000, 30000, 0), 24000);
+    /* never later than poll_max_ms */
+    for (uint32_t r = 0; r < 20000; r += 13)
+        assert_true(gw_watermark_poll_eta_ms(140000, 5000.0, 1000, 30000, r) <= 30000);
 }
 
 static void test_poll_jitter_spread(void **state)
@@ -77,6 +133,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_eta),
+        cmocka_unit_test(test_expected_rate),
+        cmocka_unit_test(test_room_rate),
+        cmocka_unit_test(test_poll_eta),
         cmocka_unit_test(test_poll_grows_with_distance_and_is_bounded),
         cmocka_unit_test(test_poll_jitter_spread),
         cmocka_unit_test(test_poll_cap_near_the_front),
