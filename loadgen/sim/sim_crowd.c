@@ -147,6 +147,20 @@ static void record(sim_crowd_t *c, int ep, const sim_resp_t *resp)
     }
 }
 
+/* The watermark was at least wm at this second (it never goes back within a room): from
+ * the admin API once a second, and from every fan's answer — "queued" at position p for
+ * number n says n - p, "admitted" says n — so the series stays fine-grained when the
+ * admin answers come late on a busy machine (the ETA audit reads it). */
+static void saw_watermark(sim_crowd_t *c, double wm)
+{
+    sim_series_t *s = &c->r->s_watermark;
+    int sec = sec_of(now_rel(c));
+    if (sec < 0 || wm <= 0)
+        return;
+    if (sec >= s->n || s->v[sec] < wm)
+        sim_series_set(s, sec, wm);
+}
+
 static void set_state(sim_fan_t *f, int st)
 {
     sim_run_t *r = f->crowd->r;
@@ -320,9 +334,13 @@ static void on_place(sim_fan_t *f, const sim_resp_t *resp, bool is_join)
         int64_t poll = json_is_integer(pa) ? json_integer_value(pa) : 1000;
         if (strcmp(st, "admitted") == 0) {
             placed(f);
+            saw_watermark(f->crowd, (double)f->num);
             admitted(f, o);
         } else if (strcmp(st, "queued") == 0) {
             placed(f);
+            json_t *pos = json_object_get(o, "position");
+            if (f->num > 0 && json_is_integer(pos))
+                saw_watermark(f->crowd, (double)f->num - (double)json_integer_value(pos));
             if (is_join || f->eta_s < 0) {
                 json_t *eta = json_object_get(o, "eta_seconds");
                 f->eta_s = json_is_integer(eta) ? (int32_t)json_integer_value(eta) : -1;
@@ -893,7 +911,7 @@ static void on_room_stats(const sim_resp_t *resp, void *arg)
     json_t *o = json_loadb(resp->body, resp->body_len, 0, NULL);
     json_t *wm = json_object_get(json_object_get(o, "stats"), "watermark");
     if (json_is_number(wm))
-        sim_series_set(&c->r->s_watermark, sec_of(now_rel(c)), json_number_value(wm));
+        saw_watermark(c, json_number_value(wm));
     json_decref(o);
 }
 
@@ -959,10 +977,10 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         sample_service(c, i, sec);
     if (!c->finished) { /* the watermark: when each number was let in (ETA accuracy) */
         if (sec > 0 && sec - 1 < r->s_watermark.n) /* carried forward until answered */
-            sim_series_set(&r->s_watermark, sec, r->s_watermark.v[sec - 1]);
+            saw_watermark(c, r->s_watermark.v[sec - 1]);
         char path[128];
         snprintf(path, sizeof(path), "/admin/events/%s", r->event);
-        sim_pool_request(c->gwadmin, 0, "GET", path, c->admin_hdr, NULL, on_room_stats, c);
+        sim_pool_request(c->gwadmin, 0, "GET", path, c->gw_admin_hdr, NULL, on_room_stats, c);
     }
     if (r->o->progress) {
         uint64_t rps = r->requests - c->last_requests;
@@ -1135,6 +1153,10 @@ int sim_crowd_run(sim_run_t *r, char *err, size_t errlen)
     free(rsrc);
     if (c->rsv == NULL)
         goto out;
+    /* The reserve limits nothing per address: a fan's hold or confirm takes whichever
+     * connection is free, as on a connection of their own (the gateway's pools stay
+     * pinned: there a fan's address is what the join limit counts). */
+    sim_pool_spread(c->rsv, true);
     c->gwadmin = sim_pool_new(c->base, o->gateway_admin_url, c->tls, 1, NULL, 30, err, errlen);
     c->rsvadmin = sim_pool_new(c->base, o->reserve_admin_url, c->tls, 1, NULL, 30, err, errlen);
     if (c->gwadmin == NULL || c->rsvadmin == NULL)

@@ -55,6 +55,7 @@ typedef struct conn {
     conn_state_t state;
     req_t *head, *tail; /* head is in flight when state == C_BUSY */
     req_t *urgent_last; /* the last urgent request waiting (never the one in flight) */
+    unsigned queued;    /* requests waiting or in flight */
     /* response parser */
     bool in_body;
     int status;
@@ -74,6 +75,8 @@ struct sim_pool {
     conn_t *conns;
     int timeout_s;
     size_t pending;
+    bool spread;     /* any connection may carry any request (sim_pool_spread) */
+    unsigned cursor; /* where the next spread request starts looking */
 };
 
 static void conn_kick(conn_t *c);
@@ -184,6 +187,7 @@ static req_t *pop(conn_t *c)
 {
     req_t *r = c->head;
     if (r) {
+        c->queued--;
         c->head = r->next;
         if (c->head == NULL)
             c->tail = NULL;
@@ -412,10 +416,29 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
     conn_kick(arg);
 }
 
+/* A spread request's connection: the least loaded of a few after the cursor, the first
+ * idle one at once (power of d choices: no scan of the whole pool per request). */
+#define SPREAD_PROBES 16
+static conn_t *pick(sim_pool_t *p, unsigned pin)
+{
+    if (!p->spread)
+        return &p->conns[pin % (unsigned)p->nconns];
+    conn_t *best = NULL;
+    int probes = p->nconns < SPREAD_PROBES ? p->nconns : SPREAD_PROBES;
+    for (int i = 0; i < probes; i++) {
+        conn_t *c = &p->conns[p->cursor++ % (unsigned)p->nconns];
+        if (c->queued == 0)
+            return c;
+        if (best == NULL || c->queued < best->queued)
+            best = c;
+    }
+    return best;
+}
+
 static void enqueue(sim_pool_t *p, unsigned pin, bool urgent, const char *method, const char *path,
                     const char *headers, const char *body, sim_http_cb cb, void *arg)
 {
-    conn_t *c = &p->conns[pin % (unsigned)p->nconns];
+    conn_t *c = pick(p, pin);
     req_t *r = cm_xcalloc(1, sizeof(*r));
     size_t blen = body ? strlen(body) : 0;
     r->wire = cm_xasprintf(
@@ -446,11 +469,17 @@ static void enqueue(sim_pool_t *p, unsigned pin, bool urgent, const char *method
     }
     if (urgent)
         c->urgent_last = r;
+    c->queued++;
     p->pending++;
     if (c->state == C_READY || c->state == C_CLOSED) {
         /* Start it from the loop, so a failure never calls back into our caller. */
         event_base_once(p->base, -1, EV_TIMEOUT, on_kick, c, NULL);
     }
+}
+
+void sim_pool_spread(sim_pool_t *p, bool on)
+{
+    p->spread = on;
 }
 
 void sim_pool_request(sim_pool_t *p, unsigned pin, const char *method, const char *path,

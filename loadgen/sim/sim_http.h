@@ -6,6 +6,7 @@
 #ifndef SIM_HTTP_H
 #define SIM_HTTP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,8 +34,15 @@ typedef void (*sim_http_cb)(const sim_resp_t *resp, void *arg);
 sim_pool_t *sim_pool_new(struct event_base *base, const char *url, sim_tls_ctx_t *tls, int nconns,
                          const char *src_base, int timeout_s, char *err, size_t errlen);
 
-/** Queues a request on connection (pin % nconns). headers: "Name: value\r\n" lines or
- * NULL. body may be NULL. The callback runs exactly once, never from inside this call. */
+/** With on, a request goes to an idle connection (else the least loaded of a few)
+ * instead of its pin's: for a service whose limits do not look at the client's address,
+ * where a fan on a connection of their own would not wait behind other fans. Off by
+ * default. */
+void sim_pool_spread(sim_pool_t *p, bool on);
+
+/** Queues a request on connection (pin % nconns), or as sim_pool_spread says. headers: "Name:
+ * value\r\n" lines or NULL. body may be NULL. The callback runs exactly once, never from inside
+ * this call. */
 void sim_pool_request(sim_pool_t *p, unsigned pin, const char *method, const char *path,
                       const char *headers, const char *body, sim_http_cb cb, void *arg);
 

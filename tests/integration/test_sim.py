@@ -89,6 +89,9 @@ class SimTest(unittest.TestCase):
         self.assertGreater(rep["latencies"]["hold_taken"]["count"], 0)
         self.assertGreater(rep["endpoints"]["join"]["count"], 0)
         self.assertIn("join", out)
+        # The watermark over time (what the ETA audit measures against) was recorded: it
+        # reached every fan's number.
+        self.assertGreaterEqual(max(rep["series"]["watermark"]), rep["fans"], out)
         self.screenshot(out_dir)
 
     def test_prequeue_order_is_a_uniform_shuffle(self):
