@@ -17,7 +17,7 @@ typedef struct gw_lua {
     cm_redis_script_t *remove;
 } gw_lua_t;
 
-/** The scripts (built on first call, on the loop thread; live for the process). */
+/** The scripts (built once, on the first call from any thread; live for the process). */
 const gw_lua_t *gw_lua(void);
 
 #endif

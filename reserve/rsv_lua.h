@@ -21,7 +21,7 @@ typedef struct rsv_lua {
     cm_redis_script_t *done;
 } rsv_lua_t;
 
-/** The scripts (built on first call; live for the process). */
+/** The scripts (built once, on the first call from any thread; live for the process). */
 const rsv_lua_t *rsv_lua(void);
 
 #endif
