@@ -163,7 +163,7 @@ void gw_admin_event_write(gw_server_t *srv, cm_req_t *req, const char *event, bo
 {
     admin_op_t *op = op_new(srv, req, event);
     change_begin(op, partial ? "PATCH" : "PUT");
-    json_t *body = cm_http_read_json(req, (size_t)srv->cfg.max_body_bytes, NULL, NULL);
+    json_t *body = cm_http_read_json(req, (size_t)srv->cfg.server.max_body_bytes, NULL, NULL);
     if (body == NULL) {
         gw_req_replied(&op->r);
         op_free(op);

@@ -15,10 +15,11 @@ int main(int argc, char **argv)
 {
     gw_config_t cfg;
     memset(&cfg, 0, sizeof(cfg));
+    size_t ntable = 0;
+    const cm_config_opt_t *table = gw_config_table(&ntable);
     char err[512] = "";
-    cm_config_result_t cr =
-        cm_config_load(gw_config_table, gw_config_table_len, &cfg, GW_ENV_PREFIX, argc, argv, NULL,
-                       0, NULL, err, sizeof(err));
+    cm_config_result_t cr = cm_config_load(table, ntable, &cfg, GW_ENV_PREFIX, argc, argv, NULL, 0,
+                                           NULL, err, sizeof(err));
     if (cr == CM_CONFIG_HELP)
         return 0;
     if (cr == CM_CONFIG_ERROR) {
@@ -51,6 +52,6 @@ int main(int argc, char **argv)
     rc = gw_server_run(srv) == 0 ? 0 : 1;
     gw_server_free(srv);
 out:
-    cm_config_free(gw_config_table, gw_config_table_len, &cfg);
+    cm_config_free(table, ntable, &cfg);
     return rc;
 }

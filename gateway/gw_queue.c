@@ -519,7 +519,7 @@ static bool cross_site(gw_server_t *srv, cm_req_t *req)
     const char *rest = NULL;
     if (strncmp(origin, "https://", 8) == 0)
         rest = origin + 8;
-    else if (srv->cfg.plain_http && strncmp(origin, "http://", 7) == 0)
+    else if (srv->cfg.server.plain_http && strncmp(origin, "http://", 7) == 0)
         rest = origin + 7;
     return rest == NULL || strcasecmp(rest, host) != 0;
 }

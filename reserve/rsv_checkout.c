@@ -268,7 +268,7 @@ static void on_confirm_auth(rsv_auth_result_t a, const char *why, void *arg)
         return;
     }
     snprintf(op->key, sizeof(op->key), "%s", key);
-    json_t *body = cm_http_read_json(req, (size_t)srv->cfg.max_body_bytes, NULL, NULL);
+    json_t *body = cm_http_read_json(req, (size_t)srv->cfg.server.max_body_bytes, NULL, NULL);
     if (body == NULL) {
         rsv_req_replied(&op->r);
         confirm_done(op);

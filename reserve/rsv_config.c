@@ -4,6 +4,7 @@
  */
 #include "rsv_config.h"
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,42 +14,7 @@
 
 #define S(f) offsetof(rsv_config_t, f)
 
-const cm_config_opt_t rsv_config_table[] = {
-    {"listen_addr", CM_CFG_STR, S(listen_addr), "127.0.0.1", 0, 0, "IPv4 address to listen on"},
-    {"port", CM_CFG_INT, S(port), "8444", 0, 65535, "TCP port (0 = any free port)"},
-    {"workers", CM_CFG_INT, S(workers), "0", 0, 256,
-     "worker threads, one event loop and listener (SO_REUSEPORT) each; 0 = one per core"},
-    {"tls_cert", CM_CFG_STR, S(tls_cert), NULL, 0, 0, "PEM certificate chain (ECDSA P-256)"},
-    {"tls_key", CM_CFG_STR, S(tls_key), NULL, 0, 0,
-     "PEM private key of tls_cert (owner-only: chmod 600)"},
-    {"plain_http", CM_CFG_BOOL, S(plain_http), "false", 0, 0,
-     "serve plain HTTP instead of TLS (only behind a trusted hop)"},
-    {"proxy_from", CM_CFG_STR, S(proxy_from), NULL, 0, 0,
-     "addresses/CIDR blocks (comma-separated) of load balancers whose connections start with "
-     "a PROXY v2 header naming the client (HAProxy send-proxy-v2); needs TLS"},
-    {"drain_grace_ms", CM_CFG_INT, S(drain_grace_ms), "0", 0, 60000,
-     "after SIGTERM, keep accepting this long while /readyz answers 503 and replies close "
-     "their connections, so a load balancer moves traffic away first (set above its check "
-     "interval x fall); 0: stop accepting at once"},
-    {"max_connections", CM_CFG_INT, S(max_connections), "4096", 16, 1000000,
-     "open client connections (all workers together) before the listeners pause"},
-    {"max_body_bytes", CM_CFG_INT, S(max_body_bytes), "65536", 1024, 16777216,
-     "largest JSON request body (larger: 413 body_too_large)"},
-    {"max_header_bytes", CM_CFG_INT, S(max_header_bytes), "8192", 1024, 1048576,
-     "largest request line plus headers"},
-    {"idle_timeout_s", CM_CFG_INT, S(idle_timeout_s), "30", 1, 3600,
-     "seconds a connection may wait between requests, in all (a trickle of bytes does not "
-     "extend it), before it is closed"},
-    {"handshake_timeout_s", CM_CFG_INT, S(handshake_timeout_s), "10", 1, 3600,
-     "seconds a new connection has to complete its TLS handshake"},
-    {"request_timeout_s", CM_CFG_INT, S(request_timeout_s), "30", 1, 3600,
-     "seconds from the first byte of a request until its head and body are read"},
-    {"max_conns_per_addr", CM_CFG_INT, S(max_conns_per_addr), "2048", 0, 1000000,
-     "open connections from one client address (the PROXY header's behind a balancer); "
-     "more get 429 too_many_connections; 0 = unlimited"},
-    {"admin_listen", CM_CFG_STR, S(admin_listen), "127.0.0.1:8464", 0, 0,
-     "ip:port of the admin listener (admin API, dashboard, /metrics; loopback by default); "
-     "the fans' port answers those paths 404"},
+static const cm_config_opt_t own[] = {
     {"redis_host", CM_CFG_STR, S(redis_host), "127.0.0.1", 0, 0, "Redis IPv4 address"},
     {"redis_port", CM_CFG_INT, S(redis_port), "6379", 1, 65535, "Redis port"},
     {"redis_user", CM_CFG_STR, S(redis_user), NULL, 0, 0,
@@ -159,7 +125,32 @@ const cm_config_opt_t rsv_config_table[] = {
      "event id (empty: no link)"},
 };
 
-const size_t rsv_config_table_len = sizeof(rsv_config_table) / sizeof(rsv_config_table[0]);
+#define NOWN (sizeof(own) / sizeof(own[0]))
+
+static cm_config_opt_t table[CM_SERVER_CONFIG_NKEYS + NOWN];
+static size_t table_len;
+static pthread_once_t table_once = PTHREAD_ONCE_INIT;
+
+static void build_table(void)
+{
+    static const cm_server_config_defaults_t d = {
+        .port = "8444",
+        .admin_listen = "127.0.0.1:8464",
+        .max_connections = "4096",
+        .max_body_bytes = "65536",
+        .idle_timeout_s = "30",
+    };
+    table_len = cm_server_config_keys(table, S(server), &d);
+    memcpy(table + table_len, own, sizeof(own));
+    table_len += NOWN;
+}
+
+const cm_config_opt_t *rsv_config_table(size_t *n)
+{
+    pthread_once(&table_once, build_table);
+    *n = table_len;
+    return table;
+}
 
 int rsv_config_add_pg_password(rsv_config_t *cfg, char *err, size_t errlen)
 {

@@ -10,22 +10,10 @@
 #include <stdint.h>
 
 #include "cm_config.h"
+#include "cm_server_config.h"
 
 typedef struct rsv_config {
-    char *listen_addr;
-    int64_t port;
-    int64_t workers;
-    char *tls_cert;
-    char *tls_key;
-    bool plain_http;
-    int64_t max_connections;
-    int64_t max_body_bytes;
-    int64_t max_header_bytes;
-    int64_t idle_timeout_s;
-    int64_t handshake_timeout_s;
-    int64_t request_timeout_s;
-    int64_t max_conns_per_addr;
-    char *admin_listen;
+    cm_server_config_t server; /* the keys every server shares (cm_server_config) */
     char *redis_host;
     int64_t redis_port;
     char *redis_cluster; /* NULL: single node */
@@ -36,8 +24,6 @@ typedef struct rsv_config {
     char *redis_tls_cert_file;
     char *redis_tls_key_file;
     char *redis_tls_server_name;
-    char *proxy_from; /* NULL: no PROXY headers */
-    int64_t drain_grace_ms;
     int64_t redis_timeout_ms;
     char *pg_conninfo;
     char *pg_password_file;
@@ -85,8 +71,9 @@ typedef struct rsv_config {
  */
 int rsv_config_add_pg_password(rsv_config_t *cfg, char *err, size_t errlen);
 
-extern const cm_config_opt_t rsv_config_table[];
-extern const size_t rsv_config_table_len;
+/** The whole table (the shared server keys first, then the reserve's own); n: its length.
+ * Built on first use (thread-safe), then constant. */
+const cm_config_opt_t *rsv_config_table(size_t *n);
 
 #define RSV_ENV_PREFIX "ONSALE_RESERVE_"
 

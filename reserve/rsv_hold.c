@@ -597,7 +597,7 @@ static void on_create_auth(rsv_auth_result_t a, const char *why, void *arg)
         create_done(op);
         return;
     }
-    op->body = cm_http_read_json(req, (size_t)srv->cfg.max_body_bytes, NULL, NULL);
+    op->body = cm_http_read_json(req, (size_t)srv->cfg.server.max_body_bytes, NULL, NULL);
     if (op->body == NULL) {
         rsv_req_replied(&op->r);
         create_done(op);

@@ -22,12 +22,13 @@ int main(int argc, char **argv)
 {
     rsv_config_t cfg;
     memset(&cfg, 0, sizeof(cfg));
+    size_t ntable = 0;
+    const cm_config_opt_t *table = rsv_config_table(&ntable);
     char err[512] = "";
     int pos[4];
     size_t npos = 0;
-    cm_config_result_t cr =
-        cm_config_load(rsv_config_table, rsv_config_table_len, &cfg, RSV_ENV_PREFIX, argc, argv,
-                       pos, 4, &npos, err, sizeof(err));
+    cm_config_result_t cr = cm_config_load(table, ntable, &cfg, RSV_ENV_PREFIX, argc, argv, pos, 4,
+                                           &npos, err, sizeof(err));
     if (cr == CM_CONFIG_HELP)
         return 0;
     if (cr == CM_CONFIG_ERROR) {
@@ -75,6 +76,6 @@ int main(int argc, char **argv)
     rc = rsv_server_run(srv) == 0 ? 0 : 1;
     rsv_server_free(srv);
 out:
-    cm_config_free(rsv_config_table, rsv_config_table_len, &cfg);
+    cm_config_free(table, ntable, &cfg);
     return rc;
 }

@@ -422,45 +422,17 @@ rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen)
     srv->cors = rsv_cors_new(cfg->cors_origins, err, errlen);
     if (srv->cors == NULL)
         goto err;
-    if (!cfg->plain_http) {
-        if (cfg->tls_cert == NULL || cfg->tls_key == NULL) {
-            snprintf(err, errlen, "tls_cert and tls_key must be set (or plain_http = true)");
-            goto err;
-        }
-        srv->tls = cm_tls_server_new(cfg->tls_cert, cfg->tls_key, err, errlen);
-        if (srv->tls == NULL)
-            goto err;
-    }
-    int admin_port = 0;
-    if (cm_server_parse_listen(cfg->admin_listen, srv->admin_addr, sizeof(srv->admin_addr),
-                               &admin_port) != 0) {
-        snprintf(err, errlen, "admin_listen: expected ip:port (IPv4), got '%s'",
-                 cfg->admin_listen ? cfg->admin_listen : "");
+    if (cm_server_config_tls(&cfg->server, &srv->tls, err, errlen) != 0)
         goto err;
-    }
     cm_server_opts_t o = {
         .name = "reserve",
         .metric_prefix = "onsale_reserve",
-        .workers = (int)cfg->workers,
-        .listen_addr = cfg->listen_addr,
-        .port = (int)cfg->port,
-        .admin_addr = srv->admin_addr,
-        .admin_port = admin_port,
         .tls = srv->tls,
-        .limits =
-            {
-                .max_header_bytes = (size_t)cfg->max_header_bytes,
-                .max_body_bytes = (size_t)cfg->max_body_bytes,
-                .idle_timeout_s = (int)cfg->idle_timeout_s,
-                .max_connections = (int)cfg->max_connections,
-                .proxy_from = cfg->proxy_from,
-                .handshake_timeout_s = (int)cfg->handshake_timeout_s,
-                .request_timeout_s = (int)cfg->request_timeout_s,
-                .max_conns_per_addr = (int)cfg->max_conns_per_addr,
-            },
         .drain_limit_ns = DRAIN_LIMIT_NS,
-        .drain_grace_ms = (int)cfg->drain_grace_ms,
     };
+    if (cm_server_config_opts(&cfg->server, &o, srv->admin_addr, sizeof(srv->admin_addr), err,
+                              errlen) != 0)
+        goto err;
     srv->cs = cm_server_new(&o, err, errlen);
     if (srv->cs == NULL)
         goto err;

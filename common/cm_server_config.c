@@ -1,0 +1,110 @@
+/*
+ * cm_server_config — see cm_server_config.h. The table below is the one place the
+ * shared keys are declared; a service's --help and its conf example show them with the
+ * service's own defaults where cm_server_config_defaults_t says so.
+ */
+#include "cm_server_config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define S(f) offsetof(cm_server_config_t, f)
+
+/* Defaults NULL here are the service's (cm_server_config_defaults_t) or unset. */
+static const cm_config_opt_t keys[CM_SERVER_CONFIG_NKEYS] = {
+    {"listen_addr", CM_CFG_STR, S(listen_addr), "127.0.0.1", 0, 0, "IPv4 address to listen on"},
+    {"port", CM_CFG_INT, S(port), NULL, 0, 65535, "TCP port (0 = any free port)"},
+    {"workers", CM_CFG_INT, S(workers), "0", 0, 256,
+     "worker threads, one event loop and listener (SO_REUSEPORT) each; 0 = one per core"},
+    {"tls_cert", CM_CFG_STR, S(tls_cert), NULL, 0, 0, "PEM certificate chain (ECDSA P-256)"},
+    {"tls_key", CM_CFG_STR, S(tls_key), NULL, 0, 0,
+     "PEM private key of tls_cert (owner-only: chmod 600)"},
+    {"plain_http", CM_CFG_BOOL, S(plain_http), "false", 0, 0,
+     "serve plain HTTP instead of TLS (only behind a trusted hop)"},
+    {"proxy_from", CM_CFG_STR, S(proxy_from), NULL, 0, 0,
+     "addresses/CIDR blocks (comma-separated) of load balancers whose connections start with "
+     "a PROXY v2 header naming the client (HAProxy send-proxy-v2); needs TLS"},
+    {"drain_grace_ms", CM_CFG_INT, S(drain_grace_ms), "0", 0, 60000,
+     "after SIGTERM, keep accepting this long while /readyz answers 503 and replies close "
+     "their connections, so a load balancer moves traffic away first (set above its check "
+     "interval x fall); 0: stop accepting at once"},
+    {"max_connections", CM_CFG_INT, S(max_connections), NULL, 16, 1000000,
+     "open client connections (all workers together) before the listeners pause"},
+    {"max_body_bytes", CM_CFG_INT, S(max_body_bytes), NULL, 1024, 16777216,
+     "largest JSON request body (larger: 413 body_too_large)"},
+    {"max_header_bytes", CM_CFG_INT, S(max_header_bytes), "8192", 1024, 1048576,
+     "largest request line plus headers"},
+    {"idle_timeout_s", CM_CFG_INT, S(idle_timeout_s), NULL, 1, 3600,
+     "seconds a connection may wait between requests, in all (a trickle of bytes does not "
+     "extend it), before it is closed"},
+    {"handshake_timeout_s", CM_CFG_INT, S(handshake_timeout_s), "10", 1, 3600,
+     "seconds a new connection has to complete its TLS handshake"},
+    {"request_timeout_s", CM_CFG_INT, S(request_timeout_s), "30", 1, 3600,
+     "seconds from the first byte of a request until its head and body are read"},
+    {"max_conns_per_addr", CM_CFG_INT, S(max_conns_per_addr), "2048", 0, 1000000,
+     "open connections from one client address (the PROXY header's behind a balancer); "
+     "more get 429 too_many_connections; 0 = unlimited"},
+    {"admin_listen", CM_CFG_STR, S(admin_listen), NULL, 0, 0,
+     "ip:port of the admin listener (admin API, dashboard, /metrics; loopback by default); "
+     "the fans' port answers those paths 404"},
+};
+
+size_t cm_server_config_keys(cm_config_opt_t *out, size_t base,
+                             const cm_server_config_defaults_t *d)
+{
+    for (size_t i = 0; i < CM_SERVER_CONFIG_NKEYS; i++) {
+        out[i] = keys[i];
+        out[i].offset += base;
+        const char *name = keys[i].name;
+        if (strcmp(name, "port") == 0)
+            out[i].def = d->port;
+        else if (strcmp(name, "admin_listen") == 0)
+            out[i].def = d->admin_listen;
+        else if (strcmp(name, "max_connections") == 0)
+            out[i].def = d->max_connections;
+        else if (strcmp(name, "max_body_bytes") == 0)
+            out[i].def = d->max_body_bytes;
+        else if (strcmp(name, "idle_timeout_s") == 0)
+            out[i].def = d->idle_timeout_s;
+    }
+    return CM_SERVER_CONFIG_NKEYS;
+}
+
+int cm_server_config_tls(const cm_server_config_t *c, cm_tls_ctx_t **tls, char *err, size_t errlen)
+{
+    *tls = NULL;
+    if (c->plain_http)
+        return 0;
+    if (c->tls_cert == NULL || c->tls_key == NULL) {
+        snprintf(err, errlen, "tls_cert and tls_key must be set (or plain_http = true)");
+        return -1;
+    }
+    *tls = cm_tls_server_new(c->tls_cert, c->tls_key, err, errlen);
+    return *tls == NULL ? -1 : 0;
+}
+
+int cm_server_config_opts(const cm_server_config_t *c, cm_server_opts_t *o, char *admin_addr,
+                          size_t admin_len, char *err, size_t errlen)
+{
+    int admin_port = 0;
+    if (cm_server_parse_listen(c->admin_listen, admin_addr, admin_len, &admin_port) != 0) {
+        snprintf(err, errlen, "admin_listen: expected ip:port (IPv4), got '%s'",
+                 c->admin_listen ? c->admin_listen : "");
+        return -1;
+    }
+    o->workers = (int)c->workers;
+    o->listen_addr = c->listen_addr;
+    o->port = (int)c->port;
+    o->admin_addr = admin_addr;
+    o->admin_port = admin_port;
+    o->limits.max_header_bytes = (size_t)c->max_header_bytes;
+    o->limits.max_body_bytes = (size_t)c->max_body_bytes;
+    o->limits.idle_timeout_s = (int)c->idle_timeout_s;
+    o->limits.max_connections = (int)c->max_connections;
+    o->limits.proxy_from = c->proxy_from;
+    o->limits.handshake_timeout_s = (int)c->handshake_timeout_s;
+    o->limits.request_timeout_s = (int)c->request_timeout_s;
+    o->limits.max_conns_per_addr = (int)c->max_conns_per_addr;
+    o->drain_grace_ms = (int)c->drain_grace_ms;
+    return 0;
+}
