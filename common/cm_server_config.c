@@ -70,6 +70,15 @@ size_t cm_server_config_keys(cm_config_opt_t *out, size_t base,
     return CM_SERVER_CONFIG_NKEYS;
 }
 
+size_t cm_server_config_table(cm_config_opt_t *out, size_t base,
+                              const cm_server_config_defaults_t *d, const cm_config_opt_t *own,
+                              size_t nown)
+{
+    size_t n = cm_server_config_keys(out, base, d);
+    memcpy(out + n, own, nown * sizeof(*own));
+    return n + nown;
+}
+
 int cm_server_config_tls(const cm_server_config_t *c, cm_tls_ctx_t **tls, char *err, size_t errlen)
 {
     *tls = NULL;

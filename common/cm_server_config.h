@@ -59,6 +59,15 @@ size_t cm_server_config_keys(cm_config_opt_t *out, size_t base,
                              const cm_server_config_defaults_t *d);
 
 /**
+ * A service's whole table in out: the shared keys (cm_server_config_keys) first, then
+ * its own nown keys. out holds CM_SERVER_CONFIG_NKEYS + nown entries. Returns the
+ * count. Start-up, main thread.
+ */
+size_t cm_server_config_table(cm_config_opt_t *out, size_t base,
+                              const cm_server_config_defaults_t *d, const cm_config_opt_t *own,
+                              size_t nown);
+
+/**
  * The TLS server context the keys ask for, in *tls (the caller frees it with
  * cm_tls_free): NULL with plain_http. -1 + err when tls_cert or tls_key is missing or
  * does not load (cm_tls_server_new: a key file readable by others is refused).

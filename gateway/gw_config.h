@@ -47,7 +47,7 @@ typedef struct gw_config {
 } gw_config_t;
 
 /** The whole table (the shared server keys first, then the gateway's own); n: its length.
- * Built on first use (thread-safe), then constant. */
+ * Start-up, main thread (the first call builds it). */
 const cm_config_opt_t *gw_config_table(size_t *n);
 
 #define GW_ENV_PREFIX "ONSALE_GATEWAY_"

@@ -4,7 +4,6 @@
  */
 #include "rsv_config.h"
 
-#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,13 +124,7 @@ static const cm_config_opt_t own[] = {
      "event id (empty: no link)"},
 };
 
-#define NOWN (sizeof(own) / sizeof(own[0]))
-
-static cm_config_opt_t table[CM_SERVER_CONFIG_NKEYS + NOWN];
-static size_t table_len;
-static pthread_once_t table_once = PTHREAD_ONCE_INIT;
-
-static void build_table(void)
+const cm_config_opt_t *rsv_config_table(size_t *n)
 {
     static const cm_server_config_defaults_t d = {
         .port = "8444",
@@ -140,15 +133,8 @@ static void build_table(void)
         .max_body_bytes = "65536",
         .idle_timeout_s = "30",
     };
-    table_len = cm_server_config_keys(table, S(server), &d);
-    memcpy(table + table_len, own, sizeof(own));
-    table_len += NOWN;
-}
-
-const cm_config_opt_t *rsv_config_table(size_t *n)
-{
-    pthread_once(&table_once, build_table);
-    *n = table_len;
+    static cm_config_opt_t table[CM_SERVER_CONFIG_NKEYS + sizeof(own) / sizeof(own[0])];
+    *n = cm_server_config_table(table, S(server), &d, own, sizeof(own) / sizeof(own[0]));
     return table;
 }
 

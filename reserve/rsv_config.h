@@ -72,7 +72,7 @@ typedef struct rsv_config {
 int rsv_config_add_pg_password(rsv_config_t *cfg, char *err, size_t errlen);
 
 /** The whole table (the shared server keys first, then the reserve's own); n: its length.
- * Built on first use (thread-safe), then constant. */
+ * Start-up, main thread (the first call builds it). */
 const cm_config_opt_t *rsv_config_table(size_t *n);
 
 #define RSV_ENV_PREFIX "ONSALE_RESERVE_"
