@@ -89,10 +89,10 @@ static int on_cert(SSL *ssl, void *arg)
 
 /* The private key from key_file, read like a secret (cm_config_read_secret: a file
  * readable by group or others is refused, naming it and its mode). NULL + err. */
-static EVP_PKEY *read_key(const char *key_file, char *err, size_t errlen)
+static EVP_PKEY *read_key(const char *what, const char *key_file, char *err, size_t errlen)
 {
     size_t len = 0;
-    char *pem = cm_config_read_secret("tls_key", key_file, 1, 65536, &len, err, errlen);
+    char *pem = cm_config_read_secret(what, key_file, 1, 65536, &len, err, errlen);
     if (pem == NULL)
         return NULL;
     EVP_PKEY *key = NULL;
@@ -124,7 +124,7 @@ int cm_tls_server_reload(cm_tls_ctx_t *ctx, char *err, size_t errlen)
     while ((extra = PEM_read_bio_X509(cb, NULL, NULL, NULL)) != NULL)
         sk_X509_push(chain, extra);
     ERR_clear_error(); /* the end of the file */
-    if ((key = read_key(c->key_file, err, errlen)) == NULL)
+    if ((key = read_key("tls_key", c->key_file, err, errlen)) == NULL)
         goto out;
     if (X509_check_private_key(cert, key) != 1) {
         last_error("key does not match certificate", c->key_file, err, errlen);
@@ -174,7 +174,7 @@ cm_tls_ctx_t *cm_tls_server_new(const char *cert_file, const char *key_file, cha
         last_error("certificate", cert_file, err, errlen);
         goto err;
     }
-    EVP_PKEY *key = read_key(key_file, err, errlen);
+    EVP_PKEY *key = read_key("tls_key", key_file, err, errlen);
     if (key == NULL)
         goto err;
     int used = SSL_CTX_use_PrivateKey(ctx, key); /* takes its own reference */
@@ -232,6 +232,7 @@ cm_tls_ctx_t *cm_tls_client_new_cert(const char *ca_file, const char *cert_file,
                                      const char *key_file, char *err, size_t errlen)
 {
     SSL_CTX *ctx = cm_tls_client_new(ca_file, err, errlen);
+    EVP_PKEY *key = NULL;
 
     if (ctx == NULL || (cert_file == NULL && key_file == NULL))
         return ctx;
@@ -243,7 +244,10 @@ cm_tls_ctx_t *cm_tls_client_new_cert(const char *ca_file, const char *cert_file,
         last_error("client certificate", cert_file, err, errlen);
         goto err;
     }
-    if (SSL_CTX_use_PrivateKey_file(ctx, key_file, SSL_FILETYPE_PEM) != 1) {
+    /* read like every private key: refused when group or others may read it */
+    if ((key = read_key("client key", key_file, err, errlen)) == NULL)
+        goto err;
+    if (SSL_CTX_use_PrivateKey(ctx, key) != 1) {
         last_error("client key", key_file, err, errlen);
         goto err;
     }
@@ -251,8 +255,10 @@ cm_tls_ctx_t *cm_tls_client_new_cert(const char *ca_file, const char *cert_file,
         last_error("client key does not match its certificate", key_file, err, errlen);
         goto err;
     }
+    EVP_PKEY_free(key);
     return ctx;
 err:
+    EVP_PKEY_free(key);
     SSL_CTX_free(ctx);
     return NULL;
 }

@@ -48,7 +48,8 @@ cm_tls_ctx_t *cm_tls_client_new(const char *ca_file, char *err, size_t errlen);
 
 /**
  * cm_tls_client_new that also presents a client certificate (PEM chain cert_file and
- * its key key_file, checked to match) to servers that ask for one — Redis with
+ * its key key_file, checked to match; the key file is refused when group or others may
+ * read it, like every private key) to servers that ask for one — Redis with
  * tls-auth-clients. cert_file and key_file both NULL: none. Read once (a restart picks
  * up new files). Returns NULL with a message in err.
  */

@@ -35,7 +35,10 @@
 # Environment: ONSALE_BUILD (build dir, default <checkout>/build), ONSALE_SKIP_BUILD=1
 # (same as --skip-build), BENCH_HOLD_TOKENS (buyers rotating in the hold run, 5000),
 # BENCH_PYTHON (a python3 with python3-cryptography), BENCH_PAYSIM_LATENCY_MS (the payment
-# simulator's charge latency during the run, 0; it defaults to 20-80 ms on its own).
+# simulator's charge latency during the run, 0; it defaults to 20-80 ms on its own),
+# BENCH_REDIS_TLS=1 (the stack's Redis speaks TLS only: ONSALE_REDIS_TLS=1; the reserve,
+# redis-cli and redis-benchmark all go over TLS). The hold runs also report the CPU time
+# per hold of the reserve and of Redis (µs), the figure docs/sizing.md uses.
 # Needs: wrk, redis-benchmark, redis-cli, pgbench, psql, curl, python3 + cryptography.
 # Exit status: 0 measured (whatever the verdicts), 1 the benchmark could not run.
 set -euo pipefail
@@ -53,6 +56,7 @@ HOLD_TOKENS=${BENCH_HOLD_TOKENS:-5000}
 # compares the reserve's own work with Postgres, so the provider answers at once unless
 # asked otherwise; its journal fsync stays on.
 PAYSIM_LATENCY=${BENCH_PAYSIM_LATENCY_MS:-0}
+REDIS_TLS=${BENCH_REDIS_TLS:-0}
 HOLD_SEATS=199800 # per hold-run event (the reserve takes up to 200,000 seats an event)
 RB_REQUESTS=200000
 RB_KEYSPACE=1000000
@@ -79,6 +83,7 @@ while (($#)); do
     esac
     shift
 done
+[[ $REDIS_TLS == [01] ]] || { printf '%s: BENCH_REDIS_TLS must be 0 or 1\n' "$PROG" >&2; exit 1; }
 [[ $PAYSIM_LATENCY =~ ^[0-9]+$ ]] || { printf '%s: BENCH_PAYSIM_LATENCY_MS must be a number of ms\n' "$PROG" >&2; exit 1; }
 for v in REPS DURATION CONNS HOLD_TOKENS; do
     [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { printf '%s: %s must be a positive integer\n' "$PROG" "$v" >&2; exit 1; }
@@ -121,7 +126,7 @@ onsale() {
         ONSALE_RESERVE_PORT=$P_RESERVE ONSALE_REDIS_PORT=$P_REDIS ONSALE_PG_PORT=$P_PG \
         ONSALE_GATEWAY_PORT=$P_GATEWAY ONSALE_PAYSIM_PORT=$P_PAYSIM \
         ONSALE_PAYSIM_LATENCY_MIN_MS=$PAYSIM_LATENCY ONSALE_PAYSIM_LATENCY_MAX_MS=$PAYSIM_LATENCY \
-        timeout -k 10 240 "$ROOT/deploy/onsale" "$@"
+        ONSALE_REDIS_TLS=$REDIS_TLS timeout -k 10 240 "$ROOT/deploy/onsale" "$@"
 }
 
 # shellcheck disable=SC2317 # invoked by the EXIT trap
@@ -192,6 +197,9 @@ RESERVE_PID=$(cat "$STATE/run/reserve.pid")
 REDIS_PID=$(cat "$STATE/run/redis.pid")
 # The stack's Redis and Postgres take authenticated clients only (ACL user, scram).
 REDIS_AUTH=(--user onsale -a "$(cat "$STATE/redis-password")")
+if ((REDIS_TLS)); then # the stack's client certificate is its server certificate
+    REDIS_AUTH+=(--tls --cacert "$STATE/ca.pem" --cert "$STATE/server.pem" --key "$STATE/server-key.pem")
+fi
 PGPASSWORD=$(cat "$STATE/pg-password")
 export PGPASSWORD
 PAYSIM_PID=$(cat "$STATE/run/paysim.pid" 2>/dev/null || echo 0) # 0: not running
@@ -350,6 +358,7 @@ T_START=$SECONDS
 # 1. holds vs Redis SET NX PX
 
 declare -a H_RPS H_P50 H_P99 H_WP99 H_CPU H_NON R_RPS R_P50 R_P99 R_CPU HR_RATIO
+declare -a H_US H_REDIS_US # CPU µs per hold answered 201: the reserve's, Redis'
 declare -a S_RPS S_P50 S_P99 S_CPU HS_RATIO
 # The hold script as the reserve loads it (rsv_lua.c: the prelude, a newline, the body).
 HOLD_SHA=$({ cat "$ROOT/reserve/lua/prelude.lua"; printf '\n'; cat "$ROOT/reserve/lua/hold_seats.lua"; } |
@@ -374,9 +383,9 @@ for ((r = 1; r <= REPS; r++)); do
     K_P50[r]=$(ms "$f" p50_us) K_P99[r]=$(ms "$f" p99_us)
 
     say "holds $r/$REPS: reserve, wrk -t$THREADS -c$CONNS -d${DURATION}s, seats $HOLD_TOKENS.. with the same tokens"
-    c0=$(cpu_ticks "$RESERVE_PID")
+    c0=$(cpu_ticks "$RESERVE_PID") rc0=$(cpu_ticks "$REDIS_PID")
     wrk_run "$OUT/holds.$r" "$DURATION" holds.lua "$OUT/tokens.$ev" "$ev" "$HOLD_TOKENS" "$((HOLD_SEATS - 1))" "$THREADS"
-    c1=$(cpu_ticks "$RESERVE_PID")
+    c1=$(cpu_ticks "$RESERVE_PID") rc1=$(cpu_ticks "$REDIS_PID")
     check_alive "the hold run"
     f=$OUT/holds.$r
     dur=$(field "$f" duration_us)
@@ -384,6 +393,8 @@ for ((r = 1; r <= REPS; r++)); do
     H_P50[r]=$(ms "$f" p50_us) H_P99[r]=$(ms "$f" p99_us) H_WP99[r]=$(ms "$f" wrk_p99_us)
     H_NON[r]=$(($(field "$f" requests) - $(field "$f" ok)))
     H_CPU[r]=$(cpu_pct "$c0" "$c1" "$(awk -v d="$dur" 'BEGIN { print d / 1e6 }')")
+    H_US[r]=$(us_per "$c0" "$c1" "$(field "$f" ok)")
+    H_REDIS_US[r]=$(us_per "$rc0" "$rc1" "$(field "$f" ok)")
     note_anomalies "holds run $r" "$f" seats
 
     say "holds $r/$REPS: reserve GET /healthz floor, wrk -t$THREADS -c$CONNS -d${FLOOR_SECONDS}s"
@@ -582,6 +593,11 @@ for ((r = 1; r <= REPS; r++)); do
         "$(fmt "${R_RPS[r]}")" "${R_P50[r]}" "${R_P99[r]}" "${R_CPU[r]}" "${HR_RATIO[r]}"
 done
 sum_line H_RPS H_P50 H_P99 H_WP99 H_NON H_CPU R_RPS R_P50 R_P99 R_CPU HR_RATIO
+printf '\nCPU PER HOLD  during the hold runs, CPU time / holds answered 201 (Redis %s)\n' \
+    "$( ((REDIS_TLS)) && echo 'over TLS: BENCH_REDIS_TLS=1' || echo 'over plain TCP')"
+row rep 'rsv µs/hold' 'redis µs/hold'
+for ((r = 1; r <= REPS; r++)); do row "$r" "${H_US[r]}" "${H_REDIS_US[r]}"; done
+sum_line H_US H_REDIS_US
 printf '\nHOLD SCRIPT  redis-benchmark -c %s EVALSHA of the reserve'"'"'s hold script itself (prelude +\n' "$CONNS"
 printf '       hold_seats.lua), the same key pattern under one {event} tag, random hold/buyer/seat ids\n'
 row rep 'script/s' 'p50 ms' 'p99 ms' 'rds cpu%' 'rsv/script'

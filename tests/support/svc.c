@@ -492,7 +492,7 @@ int svc_tls_certs(const char *dir)
 {
     /* EC P-256 keys; every certificate valid for a day. */
     static const char script[] =
-        "set -e; cd '%s'; "
+        "set -e; umask 077; cd '%s'; "
         "k() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out \"$1\"; }; "
         "k ca-key.pem; k other-ca-key.pem; k server-key.pem; k client-key.pem; "
         "openssl req -x509 -new -key ca-key.pem -subj /CN=svc-test-ca -days 1 -out ca.pem; "

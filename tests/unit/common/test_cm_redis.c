@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <arpa/inet.h>
 
@@ -790,6 +791,11 @@ static void test_tls_certificate_checks(void **state)
 
     /* a client certificate without its key is refused when the context is made */
     assert_null(cm_tls_client_new_cert(path, cert, NULL, err, sizeof(err)));
+    /* so is a key that group or others may read, naming the file and its mode */
+    assert_int_equal(chmod(key, 0644), 0);
+    assert_null(cm_tls_client_new_cert(path, cert, key, err, sizeof(err)));
+    assert_non_null(strstr(err, "readable by its owner only (mode 0644"));
+    assert_int_equal(chmod(key, 0600), 0);
 
     /* the name the certificate carries, checked instead of the IP address */
     a = *auth();
@@ -935,6 +941,20 @@ static void test_shards_parse(void **state)
     reply = cm_redis_reply_parse(
         "*1\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:9\r\n$5\r\nnodes\r\n*0\r\n",
         strlen("*1\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:9\r\n$5\r\nnodes\r\n*0\r\n"));
+    assert_int_equal(cm_redis_shards_parse(reply, rg, 8, 0), 0);
+    cm_redis_reply_free(reply);
+
+    /* tls-cluster yes, port 0 (Redis 7.0): a node lists "tls-port" and no "port"; a TLS
+     * client takes it, a plain one finds no address */
+    static const char tls[] =
+        "*1\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:16383\r\n$5\r\nnodes\r\n*1\r\n"
+        "*8\r\n$2\r\nid\r\n$1\r\nx\r\n$8\r\ntls-port\r\n:7443\r\n$2\r\nip\r\n"
+        "$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n";
+    reply = cm_redis_reply_parse(tls, sizeof(tls) - 1);
+    assert_non_null(reply);
+    assert_int_equal(cm_redis_shards_parse(reply, rg, 8, 1), 1);
+    assert_int_equal(rg[0].port, 7443);
+    assert_int_equal(rg[0].end, 16383);
     assert_int_equal(cm_redis_shards_parse(reply, rg, 8, 0), 0);
     cm_redis_reply_free(reply);
     assert_null(cm_redis_reply_parse("*2\r\n:1\r\n", 8)); /* incomplete */
@@ -1119,6 +1139,11 @@ static void test_cluster_follows_moved(void **state)
     assert_true(from >= 0 && to >= 0);
     node_id(f, to, to_id);
     moved_before = errorstat(f, from, "MOVED");
+    /* The new owner first takes the highest config epoch: with a lower one, the gossip of
+     * the old owner's replica (its master's slots, its master's epoch) would hand the
+     * slot back to the old owner, and the two would MOVED the command to each other. */
+    node_command(f, to, &res, 2, (const char *[]){"CLUSTER", "BUMPEPOCH"});
+    assert_int_equal(res.type, CM_REDIS_STATUS);
     assign_slot(f, slot, to_id); /* the client's map is now stale for this slot */
     command(f, &res, 3, (const char *[]){"SET", key, "v"});
     assert_string_equal(res.str, "OK");
