@@ -910,6 +910,23 @@ class Stack:
 
     # -- clients
 
+    @property
+    def reserve_names(self):
+        """deploy/onsale's names of the reserve processes (their NAME.conf in the state
+        directory, run/NAME.pid): reserve-1, reserve-2 in the cluster topology."""
+        return ["reserve-1", "reserve-2"] if self.cluster else ["reserve"]
+
+    @property
+    def gateway_names(self):
+        return ["gateway-1", "gateway-2"] if self.cluster else ["gateway"]
+
+    def pids(self, names):
+        out = []
+        for n in names:
+            with open(os.path.join(self.state, "run", f"{n}.pid")) as f:
+                out.append(int(f.read().split()[0]))
+        return out
+
     def client(self, timeout=HTTP_TIMEOUT):
         return Client(self.reserve_port, self.ctx, timeout=timeout)
 

@@ -221,7 +221,7 @@ class Secrets(stack.ReserveTestCase):
         with open(os.path.join(self.S.state, "admin-token")) as f, open(loose, "w") as g:
             g.write(f.read())
         os.chmod(loose, 0o644)
-        conf = os.path.join(self.S.state, "reserve.conf")
+        conf = os.path.join(self.S.state, f"{self.S.reserve_names[0]}.conf")
         for key in ("admin_token_file", "redis_password_file", "pg_password_file"):
             p = subprocess.run([self.S.reserve_bin, "--config", conf, f"--{key}={loose}",
                                 "--port=0"], capture_output=True, timeout=60,
@@ -237,9 +237,10 @@ class Secrets(stack.ReserveTestCase):
         the key, the file and its mode."""
         gateway_bin = os.path.join(self.S.build, "gateway", "onsale-gateway")
         cases = (  # binary, config file, key, the state's file it copies
-            (self.S.reserve_bin, "reserve.conf", "tls_key", "server-key.pem"),
-            (gateway_bin, "gateway.conf", "tls_key", "server-key.pem"),
-            (gateway_bin, "gateway.conf", "signing_keys", os.path.join("keys", "admission-1.pem")),
+            (self.S.reserve_bin, self.S.reserve_names[0], "tls_key", "server-key.pem"),
+            (gateway_bin, self.S.gateway_names[0], "tls_key", "server-key.pem"),
+            (gateway_bin, self.S.gateway_names[0], "signing_keys",
+             os.path.join("keys", "admission-1.pem")),
         )
         for binary, conf, key, src in cases:
             for mode in (0o640, 0o604):
@@ -247,7 +248,7 @@ class Secrets(stack.ReserveTestCase):
                 with open(os.path.join(self.S.state, src), "rb") as f, open(loose, "wb") as g:
                     g.write(f.read())
                 os.chmod(loose, mode)
-                p = subprocess.run([binary, "--config", os.path.join(self.S.state, conf),
+                p = subprocess.run([binary, "--config", os.path.join(self.S.state, f"{conf}.conf"),
                                     f"--{key}={loose}", "--port=0"], capture_output=True,
                                    timeout=60, stdin=subprocess.DEVNULL)
                 out = (p.stdout + p.stderr).decode()

@@ -58,6 +58,8 @@ class HealthAndMetrics(stack.ReserveTestCase):
         for n in COUNTERS + HISTOGRAMS:
             self.assertIn(f"# TYPE {n} ", text, f"no TYPE line for {n}")
 
+        m = self.S.metrics()  # every reserve's (two behind HAProxy in the cluster topology)
+
         def delta(name):
             return metric_sum(m, name) - metric_sum(m0, name)
 

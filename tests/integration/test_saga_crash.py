@@ -68,7 +68,8 @@ class Reserves:
         env.update(extra_env or {})
         log = open(os.path.join(self.s.root, f"reserve-{port}.log"), "ab")
         p = subprocess.Popen([self.s.reserve_bin, "--config",
-                              os.path.join(self.s.state, "reserve.conf"), "--port", str(port),
+                              os.path.join(self.s.state, f"{self.s.reserve_names[0]}.conf"),
+                              "--port", str(port),
                               f"--admin_listen=127.0.0.1:{admin_port}"],
                              env=env, stdout=log, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL)

@@ -179,14 +179,14 @@ class SimTest(unittest.TestCase):
     def second_gateway(self):
         """A second gateway on its own port against the same Redis (as gwstack.py does)."""
         port, admin_port = stack._free_ports(2)
-        with open(os.path.join(S.state, "gateway.conf")) as f:
+        with open(os.path.join(S.state, f"{S.gateway_names[0]}.conf")) as f:
             conf = re.sub(r"^port = .*$", f"port = {port}", f.read(), flags=re.M)
             conf = re.sub(r"^admin_listen = .*$", f"admin_listen = 127.0.0.1:{admin_port}", conf,
                           flags=re.M)
-        path = os.path.join(S.state, "gateway-2.conf")
+        path = os.path.join(S.state, "gateway-extra.conf")
         with open(path, "w") as f:
             f.write(conf)
-        log = open(os.path.join(S.root, "gateway-2.log"), "ab")
+        log = open(os.path.join(S.root, "gateway-extra.log"), "ab")
         self.addCleanup(log.close)
         p = subprocess.Popen([os.path.join(S.build, "gateway", "onsale-gateway"), "--config",
                               path], stdout=log, stderr=subprocess.STDOUT,
