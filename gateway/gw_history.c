@@ -15,7 +15,6 @@
 #include "cm_mem.h"
 #include "cm_parse.h"
 #include "cm_time.h"
-#include "gw_server.h"
 #include "gw_watermark.h"
 
 const char *const gw_history_fields[GW_HISTORY_NFIELDS] = {
@@ -29,7 +28,7 @@ typedef struct entry {
 } entry_t;
 
 struct gw_history {
-    gw_server_t *srv;
+    gw_rooms_t *rooms_of; /* the watermark's room cache (borrowed) */
     struct event *timer;
     int interval_ms;
     size_t capacity;
@@ -98,11 +97,11 @@ static void values_of(const gw_room_t *room, double *v)
 void gw_history_sample(gw_history_t *h)
 {
     size_t n = 0;
-    gw_room_t **rooms = gw_watermark_all(h->srv, &n);
+    gw_room_t **rooms = gw_rooms_all(h->rooms_of, &n);
     int64_t now = cm_time_wall_ms();
     /* forget rooms that are gone */
     for (size_t i = 0; i < h->n;) {
-        gw_room_t *r = gw_watermark_room(h->srv, h->rooms[i].event);
+        gw_room_t *r = gw_rooms_find(h->rooms_of, h->rooms[i].event);
         if (r == NULL || !r->present) {
             gw_history_ring_clear(&h->rooms[i].ring);
             h->rooms[i] = h->rooms[--h->n];
@@ -133,13 +132,14 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     gw_history_sample(arg);
 }
 
-gw_history_t *gw_history_new(gw_server_t *srv, int interval_ms, int capacity)
+gw_history_t *gw_history_new(struct event_base *base, gw_rooms_t *rooms, int interval_ms,
+                             int capacity)
 {
     gw_history_t *h = cm_xcalloc(1, sizeof(*h));
-    h->srv = srv;
+    h->rooms_of = rooms;
     h->interval_ms = interval_ms > 0 ? interval_ms : 1000;
     h->capacity = capacity > 0 ? (size_t)capacity : 1;
-    h->timer = event_new(srv->base, -1, EV_PERSIST, on_timer, h);
+    h->timer = event_new(base, -1, EV_PERSIST, on_timer, h);
     if (h->timer == NULL)
         abort();
     struct timeval tv = {h->interval_ms / 1000, (h->interval_ms % 1000) * 1000};

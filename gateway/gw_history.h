@@ -16,7 +16,8 @@
 #include <stdint.h>
 
 struct event_base;
-typedef struct gw_server gw_server_t;
+struct event_base;
+typedef struct gw_rooms gw_rooms_t;
 typedef struct gw_room gw_room_t;
 typedef struct gw_history gw_history_t;
 
@@ -39,8 +40,10 @@ void gw_history_ring_push(gw_history_ring_t *r, int64_t t_ms, const double *valu
 /** The i-th sample, oldest first (i < len): its time, and its values into out. */
 int64_t gw_history_ring_at(const gw_history_ring_t *r, size_t i, double *out);
 
-/** Samples every interval_ms, capacity samples per room; the timer starts at once. */
-gw_history_t *gw_history_new(gw_server_t *srv, int interval_ms, int capacity);
+/** Samples rooms (the watermark's room cache, borrowed) every interval_ms on base's loop,
+ * capacity samples per room; the timer starts at once. */
+gw_history_t *gw_history_new(struct event_base *base, gw_rooms_t *rooms, int interval_ms,
+                             int capacity);
 void gw_history_free(gw_history_t *h);
 /** Takes one sample of every room now (the timer's work; tests call it too). */
 void gw_history_sample(gw_history_t *h);

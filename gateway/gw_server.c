@@ -372,7 +372,8 @@ static gw_server_t *worker_new(gw_server_t *first, cm_server_t *cs, int i, char 
     cm_worker_gauge(srv->worker, "onsale_gateway_signer_pending",
                     "admission tokens queued or being signed", gauge_signer, srv);
     gw_watermark_start(srv);
-    srv->history = gw_history_new(srv, (int)cfg->history_interval_ms, (int)cfg->history_samples);
+    srv->history = gw_history_new(srv->base, srv->rooms, (int)cfg->history_interval_ms,
+                                  (int)cfg->history_samples);
     err[0] = '\0';
     return srv;
 }

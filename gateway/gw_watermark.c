@@ -112,16 +112,26 @@ static gw_room_t *find_or_add(gw_server_t *srv, const char *event)
     return r;
 }
 
+gw_room_t *gw_rooms_find(gw_rooms_t *t, const char *event)
+{
+    gw_room_t *r = find(t, event);
+    return r && r->present ? r : NULL;
+}
+
+gw_room_t **gw_rooms_all(gw_rooms_t *t, size_t *n)
+{
+    *n = t->n;
+    return t->v;
+}
+
 gw_room_t *gw_watermark_room(gw_server_t *srv, const char *event)
 {
-    gw_room_t *r = find(srv->rooms, event);
-    return r && r->present ? r : NULL;
+    return gw_rooms_find(srv->rooms, event);
 }
 
 gw_room_t **gw_watermark_all(gw_server_t *srv, size_t *n)
 {
-    *n = srv->rooms->n;
-    return srv->rooms->v;
+    return gw_rooms_all(srv->rooms, n);
 }
 
 void gw_watermark_forget(gw_server_t *srv, const char *event)

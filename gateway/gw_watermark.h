@@ -67,6 +67,10 @@ typedef struct gw_rooms gw_rooms_t;
 gw_rooms_t *gw_rooms_new(void);
 /** Frees every room. */
 void gw_rooms_free(gw_rooms_t *t);
+/** The room of event in t if it is known to exist, else NULL (the loop's thread). */
+gw_room_t *gw_rooms_find(gw_rooms_t *t, const char *event);
+/** Every room of t ever seen (present or not); count in *n. The array is borrowed. */
+gw_room_t **gw_rooms_all(gw_rooms_t *t, size_t *n);
 
 /** The cached room of event if it is known to exist, else NULL. */
 gw_room_t *gw_watermark_room(gw_server_t *srv, const char *event);
