@@ -65,6 +65,8 @@ class Reserves:
     def start(self, extra_env=None, wait=True):
         port, admin_port = stack._free_ports(2)
         env = self.s.env()
+        if self.s.cluster:  # beside the stack's two reserves: within Postgres' connections
+            env["ONSALE_RESERVE_PG_POOL_SIZE"] = "8"
         env.update(extra_env or {})
         log = open(os.path.join(self.s.root, f"reserve-{port}.log"), "ab")
         p = subprocess.Popen([self.s.reserve_bin, "--config",

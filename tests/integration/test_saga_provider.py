@@ -165,10 +165,15 @@ class Provider(SagaCase):
 
 class Monitor:
     """Redis MONITOR in a thread: the script calls (EVALSHA/EVAL) whose arguments name a
-    given string, in order, as (command, first key)."""
+    given string, in order, as (command, first key). In the cluster topology it watches the
+    master that holds the event's keys (their {event} hash tag)."""
 
-    def __init__(self, s):
-        self.r = stack.Redis(s.redis_port, auth=s.redis_auth)
+    def __init__(self, s, event):
+        port = s.redis_port
+        if s.cluster:
+            s.redis.refresh()
+            port = s.redis.slots[stack.key_slot(f"{{{event}}}")]
+        self.r = stack.Redis(port, auth=s.redis_auth)
         self.lines = []
         self.stop = False
         self.r("PING")
@@ -209,8 +214,8 @@ class Monitor:
 
 
 class RoundTrips(SagaCase):
-    def monitor(self):
-        m = Monitor(self.S)
+    def monitor(self, ev):
+        m = Monitor(self.S, ev)
         self.addCleanup(m.close)
         time.sleep(0.2)  # MONITOR is on before the first command we watch
         return m
@@ -219,7 +224,7 @@ class RoundTrips(SagaCase):
         ev = self.new_event(seats=SEATS, max_per_buyer=4)
         t = self.S.token(ev, "trips")
         h = self.hold(ev, t, seats=["P-1", "P-2"]).json
-        m = self.monitor()
+        m = self.monitor(ev)
         r = self.confirm_src(h, t, "tok_visa")
         self.assertStatus(r, 201)
         self.assertEqual(r.json["state"], "confirmed")
@@ -235,7 +240,7 @@ class RoundTrips(SagaCase):
         ev = self.new_event(seats=SEATS, max_per_buyer=4)
         t = self.S.token(ev, "stale")
         h = self.hold(ev, t, seats=["P-3", "P-4"]).json
-        m = self.monitor()
+        m = self.monitor(ev)
         out = {}
         th = threading.Thread(target=lambda: out.update(
             r=self.confirm_src(h, t, "tok_sim_delay_1200")))

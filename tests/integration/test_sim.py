@@ -117,6 +117,11 @@ class SimTest(unittest.TestCase):
         for t in ops:
             self.assertEqual(t.get("status"), 200, t)
 
+    @unittest.skipIf(stack.topology() == "cluster",
+                     "one Redis node and one reserve by nature: the night's operator actions "
+                     "restart the single Redis, SIGKILL and restart the one reserve, and add a "
+                     "second gateway; the cluster's faults are test_cluster_failover and "
+                     "test_rolling_restart")
     def test_faults_night_stays_correct(self):
         gw2, port = self.second_gateway()
         try:
@@ -134,6 +139,10 @@ class SimTest(unittest.TestCase):
             self.assertEqual(ran[label].get("exit"), 0, f"{label}: {ran.get(label)}")
         self.assertIsNotNone(gw2.poll(), "the second gateway was not killed")
 
+    @unittest.skipIf(stack.topology() == "cluster",
+                     "one Redis node by nature: onsale-sim's audit reads seats from the one "
+                     "node of --redis (plain hiredis, no MOVED), so on a cluster it cannot see "
+                     "a stranded seat on another master (a cluster-aware audit is not written)")
     def test_audit_names_a_forged_booking_and_a_stranded_seat(self):
         # A booking nobody paid for, written behind the reserve's back mid-night: the audit
         # must fail and name the check.
@@ -148,7 +157,7 @@ class SimTest(unittest.TestCase):
         # And a seat marked sold in Redis that Postgres never booked: a lost sale.
         strand = ("if [ -n \"$ONSALE_REDIS_PASSWORD_FILE\" ]; then set -- --no-auth-warning "
                   "--user \"$ONSALE_REDIS_USER\" --pass \"$(cat \"$ONSALE_REDIS_PASSWORD_FILE\")\"; fi; "
-                  "redis-cli -p \"$ONSALE_REDIS_PORT\" \"$@\" SET \"os:{$SIM_EVENT}:s:A-2-10\" "
+                  "redis-cli -c -p \"$ONSALE_REDIS_PORT\" \"$@\" SET \"os:{$SIM_EVENT}:s:A-2-10\" "
                   "sold >/dev/null")
         doc.update(name="forged", fans=300,
                    operator=[{"at_s": 0.5, "exec": forge, "label": "forge a booking"},
