@@ -51,12 +51,15 @@
 #include <arpa/inet.h>
 #include <openssl/ssl.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "cm_h1.h"
 #include "cm_log.h"
 #include "cm_mem.h"
 #include "cm_parse.h"
@@ -102,6 +105,13 @@ struct cm_http_server {
     bool stopped;
     bool closing;                            /* replies close their connections */
     int handshake_s, request_s, idle_s, cap; /* guard settings (limits) */
+    int head_s;                              /* h1 engine only */
+    cm_http_engine_t engine;
+    size_t body_cap; /* the transport's default cap */
+    size_t (*route_cap)(cm_http_method_t method, const char *path);
+    size_t max_header_bytes;
+    int idle_plain_s;         /* plain connections' read/write timeout */
+    struct h1_conn *h1_conns; /* the h1 engine's open connections */
     cm_http_addrs_t *addrs;
 };
 
@@ -195,7 +205,8 @@ int cm_http_addrs_count(cm_http_addrs_t *a, const char *addr)
 
 /* --- connection guard: deadlines and the per-address cap ------------------------------- */
 
-typedef enum { G_HANDSHAKE, G_IDLE, G_REQUEST, G_HANDLER } guard_phase_t;
+/* G_BODY: the h1 engine has the head and waits for the body (evhttp: never set). */
+typedef enum { G_HANDSHAKE, G_IDLE, G_REQUEST, G_BODY, G_HANDLER } guard_phase_t;
 
 #define OVER_CAP_IDLE_S 2
 
@@ -204,7 +215,9 @@ typedef struct guard {
     struct event *timer;
     guard_phase_t phase;
     uint64_t idle_since_ns;
+    uint64_t request_start_ns;
     int handshake_s, request_s, idle_s, cap;
+    int head_s; /* h1 engine: the head's own deadline (0: request_s) */
     cm_http_addrs_t *addrs;
     uint64_t addr_key; /* counted in addrs when not 0 */
     bool over_cap;
@@ -259,7 +272,10 @@ static void on_guard_timer(evutil_socket_t fd, short what, void *arg)
         guard_close(g, "idle deadline");
         break;
     case G_REQUEST:
-        guard_close(g, "request deadline");
+        guard_close(g, g->head_s > 0 ? "head deadline" : "request deadline");
+        break;
+    case G_BODY:
+        guard_close(g, "request deadline (body)");
         break;
     case G_HANDLER:
         break;
@@ -333,20 +349,40 @@ static void on_ssl_info(const SSL *ssl, int where, int ret)
     guard_idle(g);
 }
 
+/* A request starts (its first byte arrived on an idle connection): the head deadline, or
+ * the whole request's when there is no separate one. */
+static void guard_request(guard_t *g)
+{
+    if (g->phase != G_IDLE)
+        return;
+    g->phase = G_REQUEST;
+    g->request_start_ns = now_ns();
+    int s = g->head_s > 0 ? g->head_s : g->request_s;
+    if (s > 0)
+        guard_arm(g, (uint64_t)s * SEC_NS);
+    else
+        evtimer_del(g->timer);
+}
+
+/* The h1 engine has the whole head: the body gets what is left of the request deadline. */
+static void guard_body(guard_t *g)
+{
+    g->phase = G_BODY;
+    if (g->request_s <= 0) {
+        evtimer_del(g->timer);
+        return;
+    }
+    uint64_t deadline = g->request_start_ns + (uint64_t)g->request_s * SEC_NS, now = now_ns();
+    guard_arm(g, deadline > now ? deadline - now : 1);
+}
+
 /* Every TLS record read: one arriving on an idle connection starts a request. */
 static void on_ssl_msg(int write_p, int version, int content_type, const void *buf, size_t len,
                        SSL *ssl, void *arg)
 {
     if (write_p || content_type != SSL3_RT_HEADER)
         return;
-    guard_t *g = arg;
-    if (g->phase != G_IDLE)
-        return;
-    g->phase = G_REQUEST;
-    if (g->request_s > 0)
-        guard_arm(g, (uint64_t)g->request_s * SEC_NS);
-    else
-        evtimer_del(g->timer);
+    guard_request(arg);
 }
 
 /* The reply has been written: the connection waits for the next request. */
@@ -531,6 +567,7 @@ static struct bufferevent *on_new_bev(struct event_base *base, void *arg)
         g->idle_s = srv->idle_s;
         g->cap = srv->cap;
         g->addrs = srv->addrs;
+        g->head_s = srv->head_s;
         g->timer = evtimer_new(base, on_guard_timer, g);
         if (g->timer == NULL)
             abort();
@@ -621,6 +658,497 @@ static void on_request(struct evhttp_request *ev, void *arg)
     srv->handler(req, srv->arg);
 }
 
+/* --- our own HTTP/1.1 engine (CM_HTTP_ENGINE_H1) --------------------------------------
+ *
+ * One h1_conn per connection, on the listener's loop. The connection is its own
+ * cm_req_t: requests are served one at a time in arrival order (pipelined requests wait
+ * in the input buffer), so there is never more than one request per connection. States:
+ * H1_HEAD (reading a head) → H1_BODY (reading Content-Length bytes) → H1_HANDLER (the
+ * route has it; its answer may come later, from a Redis callback) → H1_HEAD again, or
+ * H1_CLOSING (flush the answer, then close). The head is copied once into hbuf and parsed
+ * there in place (cm_h1); the body, if any, is copied into a buffer the connection keeps.
+ * The route's body cap is known from the head, so an oversized Content-Length is answered
+ * 413 before a byte of the body is read. An answer is one evbuffer_add of status line,
+ * headers and body assembled in a stack buffer.
+ *
+ * Re-entrancy: bufferevent callbacks may run inside our own calls (an SSL write that
+ * fails calls the event callback from inside evbuffer_add), so every entry point counts
+ * itself in busy and only the outermost one acts on what happened (settle): close, flush
+ * and close, or go on with buffered requests. A connection whose client went away while a
+ * handler holds it loses its bufferevent at once and is freed by the late answer.
+ */
+typedef enum { H1_HEAD, H1_BODY, H1_HANDLER, H1_CLOSING } h1_state_t;
+
+#define H1_OUT_HIGH   (256 * 1024) /* stop serving pipelined requests above this output */
+#define H1_MAX_EMPTY  4            /* CRLFs tolerated before a request line */
+#define H1_STACK_BODY 8192         /* answers up to this body size are built on the stack */
+
+typedef struct h1_conn {
+    cm_req_t req; /* first: the connection is its own request */
+    cm_http_server_t *srv;
+    struct h1_conn *prev, *next; /* in srv->h1_conns while srv is set */
+    struct bufferevent *bev;     /* NULL once closed */
+    h1_state_t state;
+    int busy;
+    bool dead;       /* close as soon as no callback is on the stack */
+    bool eof;        /* the client will send nothing more */
+    bool keep_alive; /* of the current request */
+    bool over_cap;   /* answered 429 to its first request */
+    cm_h1_head_t head;
+    size_t scanned; /* cm_h1_head_end's progress over the input */
+    int empties;
+    char *hbuf; /* max_header_bytes + 1 */
+    char *body;
+    size_t body_len, body_size;
+    char *out; /* response headers added by the handler: "Name: value\r\n"… */
+    size_t out_len, out_size;
+    char peer[INET6_ADDRSTRLEN + 8];
+} h1_conn_t;
+
+static void h1_settle(h1_conn_t *c);
+static void h1_drive(h1_conn_t *c);
+
+static void h1_unlink(h1_conn_t *c)
+{
+    if (c->srv == NULL)
+        return;
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        c->srv->h1_conns = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    c->prev = c->next = NULL;
+}
+
+static void h1_drop_bev(h1_conn_t *c)
+{
+    if (c->bev != NULL) {
+        bufferevent_free(c->bev); /* frees the SSL: connection counts and guard go with it */
+        c->bev = NULL;
+    }
+}
+
+static void h1_free(h1_conn_t *c)
+{
+    h1_unlink(c);
+    h1_drop_bev(c);
+    free(c->hbuf);
+    free(c->body);
+    free(c->out);
+    free(c);
+}
+
+static guard_t *h1_guard(h1_conn_t *c)
+{
+    return c->bev != NULL && c->srv != NULL && c->srv->tls != NULL
+               ? guard_of_ssl(bufferevent_openssl_get_ssl(c->bev))
+               : NULL;
+}
+
+/* The Date header's value, formatted once a second per thread. */
+static const char *h1_date(void)
+{
+    static __thread time_t last;
+    static __thread char text[40];
+    time_t now = time(NULL);
+    if (now != last) {
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        strftime(text, sizeof(text), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+        last = now;
+    }
+    return text;
+}
+
+static void h1_append(char **buf, size_t *len, size_t *size, const char *s, size_t n)
+{
+    if (*len + n > *size) {
+        size_t want = *size ? *size * 2 : 512;
+        while (want < *len + n)
+            want *= 2;
+        *buf = cm_xrealloc(*buf, want);
+        *size = want;
+    }
+    memcpy(*buf + *len, s, n);
+    *len += n;
+}
+
+/* --- the cm_req_t of an h1 connection --- */
+
+static cm_http_method_t h1_method(cm_req_t *r)
+{
+    return ((h1_conn_t *)r)->head.method;
+}
+
+static const char *h1_path(cm_req_t *r)
+{
+    return ((h1_conn_t *)r)->head.path;
+}
+
+static const char *h1_query(cm_req_t *r)
+{
+    return ((h1_conn_t *)r)->head.query;
+}
+
+static const char *h1_header(cm_req_t *r, const char *name)
+{
+    return cm_h1_header(&((h1_conn_t *)r)->head, name);
+}
+
+static const char *h1_peer(cm_req_t *r)
+{
+    h1_conn_t *c = (h1_conn_t *)r;
+    if (c->peer[0] != '\0' || c->bev == NULL)
+        return c->peer[0] != '\0' ? c->peer : "?";
+    SSL *ssl = c->srv != NULL && c->srv->tls != NULL ? bufferevent_openssl_get_ssl(c->bev) : NULL;
+    if (ssl != NULL) {
+        ssl_peer(ssl, c->peer, sizeof(c->peer));
+    } else {
+        struct sockaddr_in sin;
+        socklen_t len = sizeof(sin);
+        if (getpeername(bufferevent_getfd(c->bev), (struct sockaddr *)&sin, &len) == 0 &&
+            sin.sin_family == AF_INET)
+            inet_ntop(AF_INET, &sin.sin_addr, c->peer, sizeof(c->peer));
+    }
+    return c->peer[0] != '\0' ? c->peer : "?";
+}
+
+static const char *h1_body(cm_req_t *r, size_t *len)
+{
+    h1_conn_t *c = (h1_conn_t *)r;
+    *len = c->body_len;
+    return c->body_len > 0 ? c->body : NULL;
+}
+
+static void h1_add_header(cm_req_t *r, const char *name, const char *value)
+{
+    h1_conn_t *c = (h1_conn_t *)r;
+    if (strpbrk(name, "\r\n:") != NULL || strpbrk(value, "\r\n") != NULL) {
+        cm_log(CM_LOG_ERROR, "response header %s dropped: CR or LF in it", name);
+        return;
+    }
+    h1_append(&c->out, &c->out_len, &c->out_size, name, strlen(name));
+    h1_append(&c->out, &c->out_len, &c->out_size, ": ", 2);
+    h1_append(&c->out, &c->out_len, &c->out_size, value, strlen(value));
+    h1_append(&c->out, &c->out_len, &c->out_size, "\r\n", 2);
+}
+
+static bool h1_has_out_header(cm_req_t *r, const char *name)
+{
+    h1_conn_t *c = (h1_conn_t *)r;
+    size_t n = strlen(name);
+    for (size_t i = 0; i + n < c->out_len;) {
+        if (c->out[i + n] == ':' && strncasecmp(c->out + i, name, n) == 0)
+            return true;
+        const char *lf = memchr(c->out + i, '\n', c->out_len - i);
+        if (lf == NULL)
+            break;
+        i = (size_t)(lf - c->out) + 1;
+    }
+    return false;
+}
+
+/* The answer: status line, our headers, the handler's, framing, body — one add. */
+static void h1_write_answer(h1_conn_t *c, int code, const char *body, size_t len)
+{
+    char head[1024];
+    bool tls = c->srv != NULL && c->srv->tls != NULL;
+    bool no_body = body == NULL || code == 204 || code == 304;
+    const char *conn = !c->keep_alive       ? "Connection: close\r\n"
+                       : c->head.minor == 0 ? "Connection: keep-alive\r\n"
+                                            : "";
+    char clen[48] = "";
+    if (!no_body)
+        snprintf(clen, sizeof(clen), "Content-Length: %zu\r\n", len);
+    int n = snprintf(head, sizeof(head),
+                     "HTTP/1.1 %d %s\r\nDate: %s\r\nX-Content-Type-Options: nosniff\r\n%s%s%s",
+                     code, cm_http_reason(code), h1_date(),
+                     tls ? "Strict-Transport-Security: " HSTS "\r\n" : "", conn, clen);
+    if (n < 0 || (size_t)n >= sizeof(head))
+        abort(); /* fixed parts only: cannot happen */
+    if (c->head.method == CM_HTTP_HEAD || no_body)
+        len = 0;
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    size_t total = (size_t)n + c->out_len + 2 + len;
+    if (len <= H1_STACK_BODY && total <= 1024 + 4096 + H1_STACK_BODY) {
+        char buf[1024 + 4096 + H1_STACK_BODY];
+        memcpy(buf, head, (size_t)n);
+        if (c->out_len > 0)
+            memcpy(buf + n, c->out, c->out_len);
+        memcpy(buf + n + c->out_len, "\r\n", 2);
+        if (len > 0)
+            memcpy(buf + n + c->out_len + 2, body, len);
+        evbuffer_add(out, buf, total);
+    } else {
+        h1_append(&c->out, &c->out_len, &c->out_size, "\r\n", 2);
+        evbuffer_add(out, head, (size_t)n);
+        evbuffer_add(out, c->out, c->out_len);
+        if (len > 0)
+            evbuffer_add(out, body, len);
+    }
+    c->out_len = 0;
+}
+
+static void h1_send(cm_req_t *r, int code, const char *body, size_t len)
+{
+    h1_conn_t *c = (h1_conn_t *)r;
+    if (c->state != H1_HANDLER) {
+        cm_log(CM_LOG_ERROR, "a second answer to one request (ignored)");
+        return;
+    }
+    if (c->bev == NULL) { /* the client went away meanwhile */
+        h1_free(c);
+        return;
+    }
+    c->busy++;
+    if (c->eof || c->over_cap || c->srv == NULL || c->srv->closing)
+        c->keep_alive = false;
+    c->state = c->keep_alive ? H1_HEAD : H1_CLOSING;
+    h1_write_answer(c, code, body, len);
+    c->body_len = 0;
+    guard_t *g = h1_guard(c);
+    if (g != NULL && g->phase == G_HANDLER && c->keep_alive)
+        guard_idle(g);
+    c->busy--;
+    h1_settle(c);
+}
+
+static const cm_req_ops_t h1_ops = {
+    .method = h1_method,
+    .path = h1_path,
+    .query = h1_query,
+    .header = h1_header,
+    .peer = h1_peer,
+    .body = h1_body,
+    .add_header = h1_add_header,
+    .has_out_header = h1_has_out_header,
+    .send = h1_send,
+};
+
+/* --- reading requests --- */
+
+/* A refused request: the API.md error body, and the connection closes after it. */
+static void h1_refuse(h1_conn_t *c, int code, const char *why)
+{
+    cm_log(CM_LOG_DEBUG, "refused a request: %d %s", code, why);
+    c->head.method = CM_HTTP_GET; /* the answer carries its body */
+    c->state = H1_HANDLER;
+    c->keep_alive = false;
+    c->out_len = 0;
+    cm_http_send_error(&c->req, code, cm_h1_error_word(code), why, NULL);
+}
+
+/* The handler gets the request (or the 429 of a connection over the per-address cap). */
+static void h1_dispatch(h1_conn_t *c)
+{
+    guard_t *g = h1_guard(c);
+    c->state = H1_HANDLER;
+    if (g != NULL) {
+        g->phase = G_HANDLER;
+        evtimer_del(g->timer);
+        if (g->over_cap) {
+            c->over_cap = true;
+            cm_http_send_error(&c->req, 429, "too_many_connections",
+                               "too many open connections from this address", NULL);
+            return;
+        }
+    }
+    if (c->srv->closing)
+        c->keep_alive = false;
+    c->srv->handler(&c->req, c->srv->arg);
+}
+
+/* Reads what the head needs; true when it was complete (state moved on). */
+static bool h1_read_head(h1_conn_t *c, struct evbuffer *in)
+{
+    size_t len = evbuffer_get_length(in);
+    while (len >= 2 && c->scanned == 0) { /* CRLFs between requests */
+        unsigned char *p = evbuffer_pullup(in, 2);
+        if (p[0] != '\r' || p[1] != '\n')
+            break;
+        if (++c->empties > H1_MAX_EMPTY) {
+            h1_refuse(c, 400, "empty lines instead of a request");
+            return false;
+        }
+        evbuffer_drain(in, 2);
+        len -= 2;
+    }
+    if (len == 0)
+        return false;
+    guard_t *g = h1_guard(c);
+    if (g != NULL)
+        guard_request(g); /* a request already buffered starts now */
+    size_t cap = c->srv->max_header_bytes;
+    size_t n = len < cap ? len : cap;
+    const char *p = (const char *)evbuffer_pullup(in, (ev_ssize_t)n);
+    size_t end = cm_h1_head_end(p, n, &c->scanned);
+    if (end == 0) {
+        if (memchr(p, '\n', n) == NULL && n > CM_H1_MAX_TARGET + 32)
+            h1_refuse(c, 414, "the request target is too long");
+        else if (n >= cap)
+            h1_refuse(c, 431, "the request head is too large");
+        return false;
+    }
+    memcpy(c->hbuf, p, end);
+    evbuffer_drain(in, end);
+    c->scanned = 0;
+    c->empties = 0;
+    c->body_len = 0;
+    if (cm_h1_parse(c->hbuf, end, &c->head) != 0) {
+        h1_refuse(c, c->head.status, c->head.why);
+        return false;
+    }
+    c->keep_alive = c->head.keep_alive;
+    size_t bcap = c->srv->route_cap ? c->srv->route_cap(c->head.method, c->head.path) : SIZE_MAX;
+    if (bcap == SIZE_MAX)
+        bcap = c->srv->body_cap;
+    if (c->head.content_length > 0 && (uint64_t)c->head.content_length > bcap) {
+        char msg[96];
+        snprintf(msg, sizeof(msg), "the body is over the limit of %zu bytes", bcap);
+        h1_refuse(c, 413, msg);
+        return false;
+    }
+    if (c->head.content_length > 0) {
+        c->state = H1_BODY;
+        if (g != NULL)
+            guard_body(g);
+        if (c->head.expect_continue)
+            evbuffer_add(bufferevent_get_output(c->bev), "HTTP/1.1 100 Continue\r\n\r\n", 25);
+    } else {
+        h1_dispatch(c);
+    }
+    return true;
+}
+
+static bool h1_read_body(h1_conn_t *c, struct evbuffer *in)
+{
+    size_t want = (size_t)c->head.content_length;
+    if (evbuffer_get_length(in) < want)
+        return false;
+    if (c->body_size < want) {
+        c->body = cm_xrealloc(c->body, want);
+        c->body_size = want;
+    }
+    evbuffer_remove(in, c->body, want);
+    c->body_len = want;
+    h1_dispatch(c);
+    return true;
+}
+
+/* Serves what the input holds, one request at a time, while answers come at once. */
+static void h1_drive(h1_conn_t *c)
+{
+    c->busy++;
+    while (c->bev != NULL && !c->dead && (c->state == H1_HEAD || c->state == H1_BODY)) {
+        if (evbuffer_get_length(bufferevent_get_output(c->bev)) > H1_OUT_HIGH)
+            break; /* the client is not reading: resumed from the write callback */
+        struct evbuffer *in = bufferevent_get_input(c->bev);
+        if (!(c->state == H1_HEAD ? h1_read_head(c, in) : h1_read_body(c, in)))
+            break;
+    }
+    c->busy--;
+}
+
+/* The outermost entry point decides: close, flush then close, or serve what is buffered. */
+static void h1_settle(h1_conn_t *c)
+{
+    if (c->busy > 0)
+        return;
+    if (c->bev == NULL) {
+        if (c->state != H1_HANDLER)
+            h1_free(c);
+        return;
+    }
+    if (!c->dead && (c->state == H1_HEAD || c->state == H1_BODY)) {
+        h1_drive(c);
+        if (c->eof && (c->state == H1_HEAD || c->state == H1_BODY))
+            c->state = H1_CLOSING; /* nothing more will come: flush what is answered */
+    }
+    bool flushed = evbuffer_get_length(bufferevent_get_output(c->bev)) == 0;
+    if (c->dead || (c->state == H1_CLOSING && flushed)) {
+        if (c->state == H1_HANDLER)
+            h1_drop_bev(c); /* the late answer frees c */
+        else
+            h1_free(c);
+    }
+}
+
+static void on_h1_read(struct bufferevent *bev, void *arg)
+{
+    h1_conn_t *c = arg;
+    if (c->state == H1_HANDLER || c->state == H1_CLOSING)
+        return; /* kept in the input until the answer is out (bounded by the watermark) */
+    h1_settle(c);
+}
+
+static void on_h1_write(struct bufferevent *bev, void *arg)
+{
+    h1_settle(arg);
+}
+
+static void on_h1_event(struct bufferevent *bev, short what, void *arg)
+{
+    h1_conn_t *c = arg;
+    if (what & BEV_EVENT_TIMEOUT) { /* plain connections' idle timeout */
+        if (c->state == H1_HANDLER) {
+            bufferevent_enable(bev, EV_READ | EV_WRITE);
+            return;
+        }
+        c->dead = true;
+    } else if (what & BEV_EVENT_ERROR) {
+        c->dead = true;
+    } else if (what & BEV_EVENT_EOF) {
+        c->eof = true;
+        if (c->state == H1_CLOSING)
+            c->dead = true;
+    }
+    h1_settle(c);
+}
+
+static void on_h1_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+                         int socklen, void *arg)
+{
+    cm_http_server_t *srv = arg;
+    struct bufferevent *bev = on_new_bev(srv->base, srv);
+    if (bev == NULL) {
+        evutil_closesocket(fd);
+        return;
+    }
+    bufferevent_setfd(bev, fd);
+    h1_conn_t *c = cm_xcalloc(1, sizeof(*c));
+    c->req.ops = &h1_ops;
+    c->srv = srv;
+    c->bev = bev;
+    c->hbuf = cm_xmalloc(srv->max_header_bytes + 1);
+    c->next = srv->h1_conns;
+    if (c->next != NULL)
+        c->next->prev = c;
+    srv->h1_conns = c;
+    bufferevent_setcb(bev, on_h1_read, on_h1_write, on_h1_event, c);
+    /* the input holds at most one head and one body more than is being served */
+    bufferevent_setwatermark(bev, EV_READ, 0, srv->max_header_bytes + srv->body_cap);
+    if (srv->tls == NULL && srv->idle_plain_s > 0) {
+        struct timeval tv = {srv->idle_plain_s, 0};
+        bufferevent_set_timeouts(bev, &tv, &tv);
+    }
+    bufferevent_enable(bev, EV_READ | EV_WRITE);
+}
+
+/* Teardown: connections a handler still holds lose their socket and wait for the answer. */
+static void h1_close_all(cm_http_server_t *srv)
+{
+    while (srv->h1_conns != NULL) {
+        h1_conn_t *c = srv->h1_conns;
+        h1_unlink(c);
+        c->srv = NULL;
+        if (c->state == H1_HANDLER)
+            h1_drop_bev(c);
+        else
+            h1_free(c);
+    }
+}
+
 cm_http_server_t *cm_http_server_new(struct event_base *base, const char *addr, int port,
                                      cm_tls_ctx_t *tls, const cm_http_limits_t *limits,
                                      cm_http_handler_t handler, void *arg, char *err, size_t errlen)
@@ -648,6 +1176,15 @@ cm_http_server_t *cm_http_server_new(struct event_base *base, const char *addr, 
                       : 0;
     srv->cap = limits->max_conns_per_addr;
     srv->addrs = limits->addrs;
+    srv->engine = limits->engine;
+    if (srv->engine == CM_HTTP_ENGINE_H1)
+        srv->head_s = limits->head_timeout_s;
+    srv->route_cap = limits->body_cap;
+    srv->max_header_bytes = limits->max_header_bytes > 0 ? limits->max_header_bytes : 8192;
+    srv->body_cap = limits->max_body_bytes * 4;
+    if (srv->body_cap < TRANSPORT_BODY_CAP_MIN)
+        srv->body_cap = TRANSPORT_BODY_CAP_MIN;
+    srv->idle_plain_s = limits->idle_timeout_s > 0 ? limits->idle_timeout_s : 30;
     if (limits->proxy_from != NULL && limits->proxy_from[0] != '\0') {
         if (tls == NULL) {
             snprintf(err, errlen, "proxy_from needs TLS (PROXY headers are read before TLS)");
@@ -685,6 +1222,11 @@ cm_http_server_t *cm_http_server_new(struct event_base *base, const char *addr, 
     socklen_t blen = sizeof(bound);
     if (getsockname(evconnlistener_get_fd(srv->listener), (struct sockaddr *)&bound, &blen) == 0)
         srv->port = ntohs(bound.sin_port);
+    srv->resume_timer = evtimer_new(base, on_resume_timer, srv);
+    if (srv->engine == CM_HTTP_ENGINE_H1) {
+        evconnlistener_set_cb(srv->listener, on_h1_accept, srv);
+        return srv;
+    }
 
     srv->http = evhttp_new(base);
     if (srv->http == NULL) {
@@ -699,15 +1241,11 @@ cm_http_server_t *cm_http_server_new(struct event_base *base, const char *addr, 
     evhttp_set_bevcb(srv->http, on_new_bev, srv);
     evhttp_set_gencb(srv->http, on_request, srv);
     evhttp_set_max_headers_size(srv->http, (ev_ssize_t)limits->max_header_bytes);
-    size_t cap = limits->max_body_bytes * 4;
-    if (cap < TRANSPORT_BODY_CAP_MIN)
-        cap = TRANSPORT_BODY_CAP_MIN;
-    evhttp_set_max_body_size(srv->http, (ev_ssize_t)cap);
+    evhttp_set_max_body_size(srv->http, (ev_ssize_t)srv->body_cap);
     evhttp_set_timeout(srv->http, limits->idle_timeout_s > 0 ? limits->idle_timeout_s : 30);
     evhttp_set_allowed_methods(srv->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
                                               EVHTTP_REQ_PATCH | EVHTTP_REQ_DELETE |
                                               EVHTTP_REQ_HEAD | EVHTTP_REQ_OPTIONS);
-    srv->resume_timer = evtimer_new(base, on_resume_timer, srv);
     return srv;
 err:
     cm_http_server_free(srv);
@@ -744,6 +1282,7 @@ void cm_http_server_free(cm_http_server_t *srv)
     srv->stopped = true;
     while (srv->proxy_pending != NULL) /* their connections may outlive us (deferred frees) */
         proxy_unpend(srv->proxy_pending);
+    h1_close_all(srv);
     if (srv->http)
         evhttp_free(srv->http); /* frees the bound listener and every connection */
     else if (srv->listener)
@@ -833,9 +1372,9 @@ static void ev_add_header(cm_req_t *r, const char *name, const char *value)
     evhttp_add_header(evhttp_request_get_output_headers(ev_of(r)), name, value);
 }
 
-static const char *ev_out_header(cm_req_t *r, const char *name)
+static bool ev_has_out_header(cm_req_t *r, const char *name)
 {
-    return evhttp_find_header(evhttp_request_get_output_headers(ev_of(r)), name);
+    return evhttp_find_header(evhttp_request_get_output_headers(ev_of(r)), name) != NULL;
 }
 
 static void ev_send(cm_req_t *r, int code, const char *body, size_t len)
@@ -862,7 +1401,7 @@ static const cm_req_ops_t ev_ops = {
     .peer = ev_peer,
     .body = ev_body,
     .add_header = ev_add_header,
-    .out_header = ev_out_header,
+    .has_out_header = ev_has_out_header,
     .send = ev_send,
 };
 
@@ -1053,7 +1592,7 @@ void cm_http_send_error(cm_req_t *req, int code, const char *error, const char *
         json_object_update(body, extra);
         json_decref(extra);
     }
-    if ((code == 503 || code == 429) && req->ops->out_header(req, "Retry-After") == NULL)
+    if ((code == 503 || code == 429) && !req->ops->has_out_header(req, "Retry-After"))
         req->ops->add_header(req, "Retry-After", "1");
     cm_http_send_json(req, code, body);
 }

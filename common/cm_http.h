@@ -44,6 +44,11 @@ typedef enum cm_http_method {
 } cm_http_method_t;
 typedef struct cm_http_addrs cm_http_addrs_t;
 
+typedef enum cm_http_engine {
+    CM_HTTP_ENGINE_EVHTTP = 0,
+    CM_HTTP_ENGINE_H1,
+} cm_http_engine_t;
+
 typedef struct cm_http_limits {
     size_t max_header_bytes; /* request line + headers */
     size_t max_body_bytes;   /* JSON bodies; larger → 413 body_too_large */
@@ -65,6 +70,17 @@ typedef struct cm_http_limits {
      * 0 or addrs NULL: no cap. */
     int max_conns_per_addr;
     cm_http_addrs_t *addrs;
+    /* Which HTTP/1.1 implementation serves the listener: evhttp (the default), or our own
+     * engine (cm_h1: heads parsed in place, per-route body caps, a head deadline). */
+    cm_http_engine_t engine;
+    /* CM_HTTP_ENGINE_H1 only. The head (request line and headers) must arrive within
+     * head_timeout_s of the request's first byte (0: request_timeout_s covers it); the
+     * body then gets what is left of request_timeout_s. body_cap gives the largest body
+     * a route accepts, decided from the head before any body byte is read — a larger
+     * Content-Length is answered 413 at once (NULL, or a route it returns SIZE_MAX for:
+     * max(4 × max_body_bytes, 1 MiB)). */
+    int head_timeout_s;
+    size_t (*body_cap)(cm_http_method_t method, const char *path);
 } cm_http_limits_t;
 
 /** A thread-safe count of open connections per client address (fixed size). */

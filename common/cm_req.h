@@ -33,8 +33,8 @@ typedef struct cm_req_ops {
     const char *(*body)(cm_req_t *r, size_t *len);
     /** Adds a response header (copied). */
     void (*add_header)(cm_req_t *r, const char *name, const char *value);
-    /** A response header added so far, or NULL. */
-    const char *(*out_header)(cm_req_t *r, const char *name);
+    /** Whether a response header of that name (case-insensitive) was added so far. */
+    bool (*has_out_header)(cm_req_t *r, const char *name);
     /** Sends the reply: status code and body (NULL: no body at all, as 204/304 have);
      *  ends the request. */
     void (*send)(cm_req_t *r, int code, const char *body, size_t len);

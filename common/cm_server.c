@@ -339,7 +339,9 @@ int cm_worker_listen(cm_worker_t *w, cm_http_handler_t fans, cm_http_handler_t a
     if (s->o.admin_addr != NULL && admin != NULL) {
         int aport = w->index == 0 ? s->o.admin_port : s->admin_port;
         cm_http_limits_t alim = lim;
-        alim.proxy_from = NULL; /* operators connect directly */
+        alim.proxy_from = NULL;              /* operators connect directly */
+        alim.engine = CM_HTTP_ENGINE_EVHTTP; /* not a hot path: every route stays on evhttp */
+        alim.body_cap = NULL;
         w->admin = cm_http_server_new(w->base, s->o.admin_addr, aport, s->o.tls, &alim, admin, arg,
                                       err, errlen);
         if (w->admin == NULL)

@@ -41,6 +41,13 @@ static const cm_config_opt_t keys[CM_SERVER_CONFIG_NKEYS] = {
      "seconds a new connection has to complete its TLS handshake"},
     {"request_timeout_s", CM_CFG_INT, S(request_timeout_s), "30", 1, 3600,
      "seconds from the first byte of a request until its head and body are read"},
+    {"head_timeout_s", CM_CFG_INT, S(head_timeout_s), "10", 1, 3600,
+     "seconds from the first byte of a request until its head (request line and headers) "
+     "is read; the body then has the rest of request_timeout_s (http_engine = h1 only)"},
+    {"http_engine", CM_CFG_STR, S(http_engine), NULL, 0, 0,
+     "what serves HTTP on the fans' listener: h1 (onsale's own strict HTTP/1.1 engine: "
+     "per-route body caps, a head deadline, lean answers) or evhttp (libevent's); the admin "
+     "listener always runs evhttp"},
     {"max_conns_per_addr", CM_CFG_INT, S(max_conns_per_addr), "2048", 0, 1000000,
      "open connections from one client address (the PROXY header's behind a balancer); "
      "more get 429 too_many_connections; 0 = unlimited"},
@@ -66,6 +73,8 @@ size_t cm_server_config_keys(cm_config_opt_t *out, size_t base,
             out[i].def = d->max_body_bytes;
         else if (strcmp(name, "idle_timeout_s") == 0)
             out[i].def = d->idle_timeout_s;
+        else if (strcmp(name, "http_engine") == 0)
+            out[i].def = d->http_engine != NULL ? d->http_engine : "evhttp";
     }
     return CM_SERVER_CONFIG_NKEYS;
 }
@@ -101,6 +110,15 @@ int cm_server_config_opts(const cm_server_config_t *c, cm_server_opts_t *o, char
                  c->admin_listen ? c->admin_listen : "");
         return -1;
     }
+    if (c->http_engine == NULL || strcmp(c->http_engine, "evhttp") == 0) {
+        o->limits.engine = CM_HTTP_ENGINE_EVHTTP;
+    } else if (strcmp(c->http_engine, "h1") == 0) {
+        o->limits.engine = CM_HTTP_ENGINE_H1;
+    } else {
+        snprintf(err, errlen, "http_engine: expected h1 or evhttp, got '%s'", c->http_engine);
+        return -1;
+    }
+    o->limits.head_timeout_s = (int)c->head_timeout_s;
     o->workers = (int)c->workers;
     o->listen_addr = c->listen_addr;
     o->port = (int)c->port;

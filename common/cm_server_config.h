@@ -34,6 +34,8 @@ typedef struct cm_server_config {
     int64_t idle_timeout_s;
     int64_t handshake_timeout_s;
     int64_t request_timeout_s;
+    int64_t head_timeout_s;
+    char *http_engine; /* "h1" or "evhttp": the fans' listener (cm_http_engine_t) */
     int64_t max_conns_per_addr;
     char *admin_listen;
 } cm_server_config_t;
@@ -45,10 +47,11 @@ typedef struct cm_server_config_defaults {
     const char *max_connections;
     const char *max_body_bytes;
     const char *idle_timeout_s;
+    const char *http_engine; /* NULL: "evhttp" */
 } cm_server_config_defaults_t;
 
 /** How many keys cm_server_config_keys writes. */
-#define CM_SERVER_CONFIG_NKEYS 16
+#define CM_SERVER_CONFIG_NKEYS 18
 
 /**
  * Writes the shared keys into out[0 .. CM_SERVER_CONFIG_NKEYS), each offset being
@@ -79,7 +82,7 @@ cm_server_config_tls(const cm_server_config_t *c, cm_tls_ctx_t **tls, char *err,
  * Fills o's workers, listeners, limits and drain grace from c; name, metric_prefix,
  * tls and drain_limit_ns stay the caller's. admin_listen's address is written to
  * admin_addr (o->admin_addr points there, so it must outlive o's use). 0, or -1 + err
- * when admin_listen is not ip:port.
+ * when admin_listen is not ip:port or http_engine neither h1 nor evhttp.
  */
 __attribute__((warn_unused_result)) int cm_server_config_opts(const cm_server_config_t *c,
                                                               cm_server_opts_t *o, char *admin_addr,

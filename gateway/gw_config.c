@@ -87,6 +87,7 @@ const cm_config_opt_t *gw_config_table(size_t *n)
         .max_connections = "16384",
         .max_body_bytes = "16384",
         .idle_timeout_s = "60",
+        .http_engine = "h1",
     };
     static cm_config_opt_t table[CM_SERVER_CONFIG_NKEYS + sizeof(own) / sizeof(own[0])];
     *n = cm_server_config_table(table, S(server), &d, own, sizeof(own) / sizeof(own[0]));

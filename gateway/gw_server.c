@@ -397,6 +397,7 @@ gw_server_t *gw_server_new(const gw_config_t *cfg, char *err, size_t errlen)
     if (cm_server_config_opts(&cfg->server, &o, srv->admin_addr, sizeof(srv->admin_addr), err,
                               errlen) != 0)
         goto err;
+    o.limits.body_cap = gw_routes_body_cap; /* join's cap known from the head (h1) */
     srv->cs = cm_server_new(&o, err, errlen);
     if (srv->cs == NULL)
         goto err;

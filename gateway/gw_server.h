@@ -132,6 +132,9 @@ void gw_server_sync_room(gw_server_t *srv, const char *event, void (*done)(void 
 
 /** Routes one request of the fans' listener (gw_routes.c): fan routes only. */
 void gw_routes_dispatch(cm_req_t *req, void *arg);
+/** The largest body a fans' route accepts, from its head (cm_http_limits_t.body_cap):
+ *  join takes none beyond an empty object; SIZE_MAX elsewhere (the transport's cap). */
+size_t gw_routes_body_cap(cm_http_method_t method, const char *path);
 /** Routes one request of the admin listener: admin API, dashboard, /metrics, health. */
 void gw_routes_admin(cm_req_t *req, void *arg);
 
