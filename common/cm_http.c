@@ -694,6 +694,7 @@ typedef struct h1_conn {
     bool eof;        /* the client will send nothing more */
     bool keep_alive; /* of the current request */
     bool over_cap;   /* answered 429 to its first request */
+    bool lingering;  /* answered and half-closed: reading what the client still sends */
     cm_h1_head_t head;
     size_t scanned; /* cm_h1_head_end's progress over the input */
     int empties;
@@ -888,6 +889,7 @@ static void h1_write_answer(h1_conn_t *c, int code, const char *body, size_t len
             evbuffer_add(out, body, len);
     }
     c->out_len = 0;
+    bufferevent_enable(c->bev, EV_WRITE);
 }
 
 static void h1_send(cm_req_t *r, int code, const char *body, size_t len)
@@ -1013,8 +1015,10 @@ static bool h1_read_head(h1_conn_t *c, struct evbuffer *in)
         c->state = H1_BODY;
         if (g != NULL)
             guard_body(g);
-        if (c->head.expect_continue)
+        if (c->head.expect_continue) {
             evbuffer_add(bufferevent_get_output(c->bev), "HTTP/1.1 100 Continue\r\n\r\n", 25);
+            bufferevent_enable(c->bev, EV_WRITE);
+        }
     } else {
         h1_dispatch(c);
     }
@@ -1050,6 +1054,23 @@ static void h1_drive(h1_conn_t *c)
     c->busy--;
 }
 
+/* A lingering close (as HTTP servers do): closing a socket with unread input makes the
+ * kernel send a reset, which can destroy the answer before the client reads it (a 413
+ * while the client is still sending its body). So: half-close, discard what still comes,
+ * and close at the client's EOF or after H1_LINGER_S. */
+#define H1_LINGER_S 2
+
+static void h1_linger(h1_conn_t *c)
+{
+    c->lingering = true;
+    shutdown(bufferevent_getfd(c->bev), SHUT_WR);
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    evbuffer_drain(in, evbuffer_get_length(in));
+    struct timeval tv = {H1_LINGER_S, 0};
+    bufferevent_set_timeouts(c->bev, &tv, NULL);
+    bufferevent_enable(c->bev, EV_READ);
+}
+
 /* The outermost entry point decides: close, flush then close, or serve what is buffered. */
 static void h1_settle(h1_conn_t *c)
 {
@@ -1069,6 +1090,8 @@ static void h1_settle(h1_conn_t *c)
     if (c->dead || (c->state == H1_CLOSING && flushed)) {
         if (c->state == H1_HANDLER)
             h1_drop_bev(c); /* the late answer frees c */
+        else if (!c->dead && !c->eof && !c->lingering)
+            h1_linger(c);
         else
             h1_free(c);
     }
@@ -1077,7 +1100,11 @@ static void h1_settle(h1_conn_t *c)
 static void on_h1_read(struct bufferevent *bev, void *arg)
 {
     h1_conn_t *c = arg;
-    if (c->state == H1_HANDLER || c->state == H1_CLOSING)
+    if (c->state == H1_CLOSING) { /* nothing more is served: discard */
+        evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
+        return;
+    }
+    if (c->state == H1_HANDLER)
         return; /* kept in the input until the answer is out (bounded by the watermark) */
     h1_settle(c);
 }
@@ -1090,9 +1117,9 @@ static void on_h1_write(struct bufferevent *bev, void *arg)
 static void on_h1_event(struct bufferevent *bev, short what, void *arg)
 {
     h1_conn_t *c = arg;
-    if (what & BEV_EVENT_TIMEOUT) { /* plain connections' idle timeout */
-        if (c->state == H1_HANDLER) {
-            bufferevent_enable(bev, EV_READ | EV_WRITE);
+    if (what & BEV_EVENT_TIMEOUT) { /* plain idle, a client not reading, lingering over */
+        if ((what & BEV_EVENT_READING) && c->state == H1_HANDLER) {
+            bufferevent_enable(bev, EV_READ);
             return;
         }
         c->dead = true;
@@ -1106,14 +1133,12 @@ static void on_h1_event(struct bufferevent *bev, short what, void *arg)
     h1_settle(c);
 }
 
-static void on_h1_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
-                         int socklen, void *arg)
+static int h1_serve(cm_http_server_t *srv, evutil_socket_t fd)
 {
-    cm_http_server_t *srv = arg;
     struct bufferevent *bev = on_new_bev(srv->base, srv);
     if (bev == NULL) {
         evutil_closesocket(fd);
-        return;
+        return -1;
     }
     bufferevent_setfd(bev, fd);
     h1_conn_t *c = cm_xcalloc(1, sizeof(*c));
@@ -1128,11 +1153,30 @@ static void on_h1_accept(struct evconnlistener *l, evutil_socket_t fd, struct so
     bufferevent_setcb(bev, on_h1_read, on_h1_write, on_h1_event, c);
     /* the input holds at most one head and one body more than is being served */
     bufferevent_setwatermark(bev, EV_READ, 0, srv->max_header_bytes + srv->body_cap);
-    if (srv->tls == NULL && srv->idle_plain_s > 0) {
-        struct timeval tv = {srv->idle_plain_s, 0};
-        bufferevent_set_timeouts(bev, &tv, &tv);
+    /* TLS connections' reading is timed by the guard; writing (a client that does not read
+     * its answers) and plain connections by the bufferevent */
+    struct timeval tv = {srv->idle_plain_s, 0};
+    bufferevent_set_timeouts(bev, srv->tls == NULL ? &tv : NULL, &tv);
+    /* Writing waits for an answer, as evhttp does: an SSL bufferevent with writing enabled
+     * would start its handshake on a writable socket, before a PROXY header is read. */
+    bufferevent_disable(bev, EV_WRITE);
+    bufferevent_enable(bev, EV_READ);
+    return 0;
+}
+
+static void on_h1_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+                         int socklen, void *arg)
+{
+    (void)h1_serve(arg, fd);
+}
+
+int cm_http_server_serve_fd(cm_http_server_t *srv, int fd)
+{
+    if (srv->engine != CM_HTTP_ENGINE_H1 || evutil_make_socket_nonblocking(fd) != 0) {
+        close(fd);
+        return -1;
     }
-    bufferevent_enable(bev, EV_READ | EV_WRITE);
+    return h1_serve(srv, fd);
 }
 
 /* Teardown: connections a handler still holds lose their socket and wait for the answer. */

@@ -109,6 +109,10 @@ void cm_http_server_stop_accepting(cm_http_server_t *srv);
 /** While set, every reply carries `Connection: close` (draining: clients reconnect, and
  *  through a load balancer reach another server). */
 void cm_http_server_set_closing(cm_http_server_t *srv, bool closing);
+/** Serves a connected socket (taken over, closed on failure) as if the listener had
+ *  accepted it: tests and the fuzz target drive the engine over a socketpair. H1 engine
+ *  only. 0, or -1. */
+int cm_http_server_serve_fd(cm_http_server_t *srv, int fd);
 /** Closes every connection and frees. NULL is fine. */
 void cm_http_server_free(cm_http_server_t *srv);
 
