@@ -1554,6 +1554,33 @@ json_t *cm_http_read_json(cm_req_t *req, size_t max_bytes, const char **raw, siz
 
 /* --- responses ------------------------------------------------------------ */
 
+int cm_http_json_string(char *out, size_t size, const char *s)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t n = 0;
+    if (size < 3)
+        return -1;
+    out[n++] = '"';
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (n + 8 > size)
+            return -1;
+        if (*p == '"' || *p == '\\') {
+            out[n++] = '\\';
+            out[n++] = (char)*p;
+        } else if (*p < 0x20) {
+            memcpy(out + n, "\\u00", 4);
+            out[n + 4] = hex[*p >> 4];
+            out[n + 5] = hex[*p & 15];
+            n += 6;
+        } else {
+            out[n++] = (char)*p;
+        }
+    }
+    out[n++] = '"';
+    out[n] = '\0';
+    return (int)n;
+}
+
 const char *cm_http_reason(int code)
 {
     switch (code) {

@@ -183,6 +183,13 @@ void cm_http_send_empty(cm_req_t *req, int code);
 void cm_http_send_body(cm_req_t *req, int code, const char *content_type, const char *body,
                        size_t len, bool cacheable);
 
+/**
+ * Writes s as a JSON string — quoted, with '"', '\\' and control characters escaped —
+ * into out (NUL-terminated), for answers written without a JSON tree. Returns its
+ * length, or -1 when out is too small (6 × strlen(s) + 3 bytes always suffice).
+ */
+int cm_http_json_string(char *out, size_t size, const char *s);
+
 /** The standard reason phrase of an HTTP status code. */
 const char *cm_http_reason(int code);
 

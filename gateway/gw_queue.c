@@ -102,6 +102,35 @@ static int read_ticket(place_op_t *op, bool *from_bearer)
     return 1;
 }
 
+/* The hot answers (a queued or pre-queued fan's status and join) are written with
+ * snprintf into a stack buffer, not built as a JSON tree: numbers, and the two strings
+ * escaped by cm_http_json_string (ids and tickets are of a strict charset already). */
+#define JSON_BODY_MAX 1024
+
+typedef struct json_text {
+    char event[6 * CM_IDENT_MAX + 3];
+    char ticket[6 * GW_TICKET_MAX_LEN + 3];
+} json_text_t;
+
+static int json_texts(json_text_t *j, const char *event, const char *ticket)
+{
+    return cm_http_json_string(j->event, sizeof(j->event), event) < 0 ||
+                   cm_http_json_string(j->ticket, sizeof(j->ticket), ticket) < 0
+               ? -1
+               : 0;
+}
+
+/* Sends body (n from snprintf) and frees op. */
+static void reply_json_text(place_op_t *op, const char *body, int n)
+{
+    if (n < 0 || n >= JSON_BODY_MAX) {
+        gw_reply_unavailable(&op->r, "writing the answer", cm_err_protocol);
+    } else {
+        gw_reply_text(&op->r, op->code, "application/json", body, (size_t)n);
+    }
+    free(op);
+}
+
 /* The queue page for op's room; state and numbers as gw_page_info_t describes. */
 static void reply_page(place_op_t *op, gw_room_t *room, const char *state, int64_t position,
                        int64_t eta, int64_t poll)
@@ -150,12 +179,19 @@ static void reply_prequeue(place_op_t *op, gw_room_t *room)
         reply_page(op, room, "prequeue", -1, -1, poll);
         return;
     }
-    json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I}", "event", room->event, "state",
-                          "prequeue", "opens_at", opens, "ticket", op->ticket, "poll_after_ms",
-                          (json_int_t)poll, "prequeue_size", (json_int_t)room->prequeue);
+    json_text_t j;
+    if (json_texts(&j, room->event, op->ticket) != 0) {
+        gw_reply_unavailable(&op->r, "writing the answer", cm_err_protocol);
+        free(op);
+        return;
+    }
+    char body[JSON_BODY_MAX];
+    int n = snprintf(body, sizeof(body),
+                     "{\"event\":%s,\"state\":\"prequeue\",\"opens_at\":\"%s\",\"ticket\":%s,"
+                     "\"poll_after_ms\":%" PRId64 ",\"prequeue_size\":%" PRId64 "}",
+                     j.event, opens, j.ticket, poll, (int64_t)room->prequeue);
     gw_queue_set_cookie(&op->r, room->event, op->ticket);
-    gw_reply_json(&op->r, op->code, o);
-    free(op);
+    reply_json_text(op, body, n);
 }
 
 static void reply_queued(place_op_t *op, gw_room_t *room)
@@ -177,14 +213,23 @@ static void reply_queued(place_op_t *op, gw_room_t *room)
     int64_t queue_size = gw_watermark_queue_size(room);
     if (queue_size < position)
         queue_size = position;
-    json_t *o =
-        json_pack("{s:s, s:s, s:s, s:I, s:I, s:o, s:I, s:b}", "event", room->event, "state",
-                  "queued", "ticket", op->ticket, "position", (json_int_t)position, "queue_size",
-                  (json_int_t)queue_size, "eta_seconds", eta < 0 ? json_null() : json_integer(eta),
-                  "poll_after_ms", (json_int_t)poll, "paused", room->s.paused);
+    json_text_t j;
+    if (json_texts(&j, room->event, op->ticket) != 0) {
+        gw_reply_unavailable(&op->r, "writing the answer", cm_err_protocol);
+        free(op);
+        return;
+    }
+    char eta_text[24] = "null", body[JSON_BODY_MAX];
+    if (eta >= 0)
+        snprintf(eta_text, sizeof(eta_text), "%" PRId64, eta);
+    int n = snprintf(body, sizeof(body),
+                     "{\"event\":%s,\"state\":\"queued\",\"ticket\":%s,\"position\":%" PRId64
+                     ",\"queue_size\":%" PRId64 ",\"eta_seconds\":%s,\"poll_after_ms\":%" PRId64
+                     ",\"paused\":%s}",
+                     j.event, j.ticket, position, queue_size, eta_text, poll,
+                     room->s.paused ? "true" : "false");
     gw_queue_set_cookie(&op->r, room->event, op->ticket);
-    gw_reply_json(&op->r, op->code, o);
-    free(op);
+    reply_json_text(op, body, n);
 }
 
 static void on_lookup(const char *err, const cm_redis_reply_t *reply, void *arg)
