@@ -28,9 +28,16 @@
 # side, from the processes' own CPU time over the run (/proc/<pid>/stat, user + system):
 # on a machine shared with other work, that is the figure to trust.
 #
+# --count adds, after the measured runs, one counting run per side of the status and
+# joins pairs: system calls per answered request (strace -c -f attached to the gateway
+# and to nginx's workers) and, when the shim of loadgen/bench/malloc_count.c is preloaded
+# (MALLOC_COUNT_SO=<built .so>), allocation calls (malloc + calloc + realloc) per request.
+# Counting runs are slowed by strace: their req/s mean nothing, their per-request counts
+# do.
+#
 # Usage: loadgen/bench/bench_gateway.sh [--skip-build] [--reps N] [--duration S]
 #            [--connections C] [--threads T] [--tickets N] [--workers N]
-#            [--nginx-workers W|auto] [--keep]
+#            [--nginx-workers W|auto] [--count] [--keep]
 # Environment: ONSALE_BUILD (build dir, default <checkout>/build), ONSALE_SKIP_BUILD=1.
 # Needs: wrk, nginx, curl, openssl, python3, a build with gateway/onsale-gateway.
 # Exit status: 0 measured (whatever the verdicts), 1 the benchmark could not run.
@@ -49,6 +56,7 @@ NGINX_WORKERS=
 WORKERS=1
 SKIP_BUILD=${ONSALE_SKIP_BUILD:-0}
 KEEP=0
+COUNT=0
 BUILD=${ONSALE_BUILD:-$ROOT/build}
 
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; }
@@ -56,6 +64,7 @@ usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0
 while (($#)); do
     case $1 in
     --skip-build) SKIP_BUILD=1 ;;
+    --count) COUNT=1 ;;
     --reps) REPS=${2:?}; shift ;;
     --duration) DURATION=${2:?}; shift ;;
     --connections) CONNS=${2:?}; shift ;;
@@ -162,6 +171,13 @@ else
         { tail -n 30 "$OUT/build.log" >&2; die "build failed (log above)"; }
 fi
 [[ -x $BUILD/gateway/onsale-gateway ]] || die "$BUILD has no gateway/onsale-gateway"
+
+if ((COUNT)) && [[ -n ${MALLOC_COUNT_SO:-} ]]; then
+    [[ -r $MALLOC_COUNT_SO ]] || die "MALLOC_COUNT_SO=$MALLOC_COUNT_SO is not readable"
+    export MALLOC_COUNT_DIR=$OUT/mc MALLOC_COUNT_MATCH=onsale-gateway,nginx
+    export LD_PRELOAD=$MALLOC_COUNT_SO
+    mkdir -p "$MALLOC_COUNT_DIR"
+fi
 
 for attempt in 1 2 3; do
     pick_ports
@@ -375,6 +391,53 @@ for ((r = 1; r <= REPS; r++)); do
     measure tls "$r" gw "$GW" status.lua 200 "/q/$EV_S/status" "$OUT/tickets" close
     measure tls "$r" ng "$NG" status.lua 200 "/q/$EV_S/status" "$OUT/tickets" close
 done
+# allocs PID…: allocation calls so far (malloc_count.c's files), or empty.
+allocs() {
+    local p t=0
+    [[ -n ${MALLOC_COUNT_DIR:-} ]] || return 0
+    for p in "$@"; do
+        [[ -r $MALLOC_COUNT_DIR/$p ]] || return 0
+        t=$((t + $(awk '{ print $1 + $2 + $3 }' "$MALLOC_COUNT_DIR/$p")))
+    done
+    echo "$t"
+}
+
+# count_run KIND SIDE URL SCRIPT ARGS…: syscalls and allocations per answered request.
+declare -A SYS ALLOC TOPSYS
+count_run() {
+    local kind=$1 side=$2 url=$3 script=$4 f pids a0 a1 spid sargs=() p ok
+    shift 4
+    f=$OUT/count.$kind.$side
+    if [[ $side == gw ]]; then pids=("$GATEWAY_PID"); else pids=("${NGINX_WORKER_PIDS[@]}"); fi
+    for p in "${pids[@]}"; do sargs+=(-p "$p"); done
+    say "counting $kind: $([[ $side == gw ]] && echo gateway || echo nginx) under strace"
+    sleep 0.3
+    a0=$(allocs "${pids[@]}")
+    strace -f -c -S calls -o "$f.strace" "${sargs[@]}" 2>"$f.strace.err" &
+    spid=$!
+    sleep 1
+    wrk_run "$f" "$url" "$script" "$@"
+    kill -INT "$spid" 2>/dev/null || true
+    wait "$spid" 2>/dev/null || true
+    sleep 0.3
+    a1=$(allocs "${pids[@]}")
+    ok=$(field "$f" ok)
+    SYS[$kind.$side]=$(awk -v ok="$ok" '$NF == "total" { printf "%.1f", (ok > 0 ? $4 / ok : 0) }' "$f.strace")
+    TOPSYS[$kind.$side]=$(awk -v ok="$ok" 'NR > 2 && $1 !~ /^-/ && $NF != "total" && ok > 0 {
+        printf "%s %.2f, ", $NF, $4 / ok }' "$f.strace" | head -c 400)
+    if [[ -n $a0 && -n $a1 ]]; then
+        ALLOC[$kind.$side]=$(awk -v a="$a0" -v b="$a1" -v ok="$ok" 'BEGIN { printf "%.1f", (ok > 0 ? (b - a) / ok : 0) }')
+    else
+        ALLOC[$kind.$side]=n/a
+    fi
+}
+if ((COUNT)); then
+    command -v strace >/dev/null || die "--count needs strace"
+    count_run status gw "$GW" status.lua "/q/$EV_S/status" "$OUT/tickets"
+    count_run status ng "$NG" status.lua "/q/$EV_S/status" "$OUT/tickets"
+    count_run joins gw "$GW" join.lua "/q/$EV_J/join"
+    count_run joins ng "$NG" join.lua "/q/$EV_J/join"
+fi
 ELAPSED=$((SECONDS - T_START))
 check_alive "the benchmark"
 tail -c "+$((GLOG_START + 1))" "$GLOG" >"$OUT/gateway-run.log" 2>/dev/null || true
@@ -433,6 +496,19 @@ printf '  status polls  %5s× nginx (≥ 0.80)  %s;  p99 %s ms (< 10)  %s\n' "$R
     "$(verdict "$R_STATUS" '>=' 0.8)" "${MED[P99.status.gw]}" "$(verdict "${MED[P99.status.gw]}" '<' 10)"
 printf '  joins         %5s× nginx (≥ 0.30)  %s\n' "$R_JOINS" "$(verdict "$R_JOINS" '>=' 0.3)"
 printf '  new TLS conns %5s× nginx (≥ 0.80)  %s\n' "$R_TLS" "$(verdict "$R_TLS" '>=' 0.8)"
+if ((COUNT)); then
+    printf '\nper answered request (counting runs under strace; allocations: malloc+calloc+realloc)\n'
+    printf '  %-7s %14s %14s | %14s %14s\n' '' 'gw syscalls' 'gw allocs' 'nginx syscalls' 'nginx allocs'
+    for kind in status joins; do
+        printf '  %-7s %14s %14s | %14s %14s\n' "$kind" "${SYS[$kind.gw]}" "${ALLOC[$kind.gw]}" \
+            "${SYS[$kind.ng]}" "${ALLOC[$kind.ng]}"
+    done
+    for kind in status joins; do
+        for side in gw ng; do
+            printf '  %s %s: %s\n' "$kind" "$side" "${TOPSYS[$kind.$side]}"
+        done
+    done
+fi
 printf '\nmeasured in %d s; gateway log during the runs: %s warnings, %s errors\n' "$ELAPSED" "$LOG_WARN" "$LOG_ERR"
 if [[ -s $OUT/anomalies ]]; then
     printf 'anomalies (answers other than the expected status, socket errors):\n'
