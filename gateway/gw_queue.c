@@ -43,11 +43,17 @@ typedef struct place_op {
 
 static void answer(place_op_t *op, gw_room_t *room);
 
+/* Jitter for poll intervals (no secret): xorshift seeded once per thread from the CSPRNG,
+ * not a RAND_bytes call per answer (each costs OpenSSL's getpid fork check). */
 static uint32_t rnd32(void)
 {
-    uint32_t v;
-    cm_tls_random(&v, sizeof(v));
-    return v;
+    static __thread uint64_t s;
+    while (s == 0)
+        cm_tls_random(&s, sizeof(s));
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return (uint32_t)(s >> 32);
 }
 
 /* A random integer below 2^53 as decimal text (exact as a Lua number and a zset score). */

@@ -30,10 +30,11 @@
 #
 # --count adds, after the measured runs, one counting run per side of the status and
 # joins pairs: system calls per answered request (strace -c -f attached to the gateway
-# and to nginx's workers) and, when the shim of loadgen/bench/malloc_count.c is preloaded
-# (MALLOC_COUNT_SO=<built .so>), allocation calls (malloc + calloc + realloc) per request.
-# Counting runs are slowed by strace: their req/s mean nothing, their per-request counts
-# do.
+# and to nginx's workers) and allocation calls (malloc + calloc + realloc of glibc,
+# counted by perf stat on uprobes; needs root and, once per machine,
+# `perf probe -x <libc.so.6> -a malloc -a calloc -a realloc`; without those probes the
+# column says n/a). Counting runs are slowed by strace: their req/s mean nothing, their
+# per-request counts do.
 #
 # Usage: loadgen/bench/bench_gateway.sh [--skip-build] [--reps N] [--duration S]
 #            [--connections C] [--threads T] [--tickets N] [--workers N]
@@ -171,13 +172,6 @@ else
         { tail -n 30 "$OUT/build.log" >&2; die "build failed (log above)"; }
 fi
 [[ -x $BUILD/gateway/onsale-gateway ]] || die "$BUILD has no gateway/onsale-gateway"
-
-if ((COUNT)) && [[ -n ${MALLOC_COUNT_SO:-} ]]; then
-    [[ -r $MALLOC_COUNT_SO ]] || die "MALLOC_COUNT_SO=$MALLOC_COUNT_SO is not readable"
-    export MALLOC_COUNT_DIR=$OUT/mc MALLOC_COUNT_MATCH=onsale-gateway,nginx
-    export LD_PRELOAD=$MALLOC_COUNT_SO
-    mkdir -p "$MALLOC_COUNT_DIR"
-fi
 
 for attempt in 1 2 3; do
     pick_ports
@@ -391,42 +385,37 @@ for ((r = 1; r <= REPS; r++)); do
     measure tls "$r" gw "$GW" status.lua 200 "/q/$EV_S/status" "$OUT/tickets" close
     measure tls "$r" ng "$NG" status.lua 200 "/q/$EV_S/status" "$OUT/tickets" close
 done
-# allocs PID…: allocation calls so far (malloc_count.c's files), or empty.
-allocs() {
-    local p t=0
-    [[ -n ${MALLOC_COUNT_DIR:-} ]] || return 0
-    for p in "$@"; do
-        [[ -r $MALLOC_COUNT_DIR/$p ]] || return 0
-        t=$((t + $(awk '{ print $1 + $2 + $3 }' "$MALLOC_COUNT_DIR/$p")))
-    done
-    echo "$t"
-}
+ALLOC_EVENTS=probe_libc:malloc,probe_libc:calloc,probe_libc:realloc
+have_alloc_probes() { (($(perf list 2>/dev/null | grep -c 'probe_libc:malloc') > 0)); }
 
 # count_run KIND SIDE URL SCRIPT ARGS…: syscalls and allocations per answered request.
 declare -A SYS ALLOC TOPSYS
 count_run() {
-    local kind=$1 side=$2 url=$3 script=$4 f pids a0 a1 spid sargs=() p ok
+    local kind=$1 side=$2 url=$3 script=$4 f pids ppid= spid sargs=() p ok
     shift 4
     f=$OUT/count.$kind.$side
     if [[ $side == gw ]]; then pids=("$GATEWAY_PID"); else pids=("${NGINX_WORKER_PIDS[@]}"); fi
     for p in "${pids[@]}"; do sargs+=(-p "$p"); done
     say "counting $kind: $([[ $side == gw ]] && echo gateway || echo nginx) under strace"
-    sleep 0.3
-    a0=$(allocs "${pids[@]}")
+    if have_alloc_probes; then
+        perf stat -x, -e "$ALLOC_EVENTS" -p "$(
+            IFS=,
+            echo "${pids[*]}"
+        )" -o "$f.perf" &
+        ppid=$!
+    fi
     strace -f -c -S calls -o "$f.strace" "${sargs[@]}" 2>"$f.strace.err" &
     spid=$!
     sleep 1
     wrk_run "$f" "$url" "$script" "$@"
-    kill -INT "$spid" 2>/dev/null || true
-    wait "$spid" 2>/dev/null || true
-    sleep 0.3
-    a1=$(allocs "${pids[@]}")
+    kill -INT "$spid" ${ppid:+"$ppid"} 2>/dev/null || true
+    wait "$spid" ${ppid:+"$ppid"} 2>/dev/null || true
     ok=$(field "$f" ok)
     SYS[$kind.$side]=$(awk -v ok="$ok" '$NF == "total" { printf "%.1f", (ok > 0 ? $4 / ok : 0) }' "$f.strace")
     TOPSYS[$kind.$side]=$(awk -v ok="$ok" 'NR > 2 && $1 !~ /^-/ && $NF != "total" && ok > 0 {
         printf "%s %.2f, ", $NF, $4 / ok }' "$f.strace" | head -c 400)
-    if [[ -n $a0 && -n $a1 ]]; then
-        ALLOC[$kind.$side]=$(awk -v a="$a0" -v b="$a1" -v ok="$ok" 'BEGIN { printf "%.1f", (ok > 0 ? (b - a) / ok : 0) }')
+    if [[ -n $ppid && -s $f.perf ]]; then
+        ALLOC[$kind.$side]=$(awk -F, -v ok="$ok" '$3 ~ /probe_libc/ { t += $1 } END { printf "%.1f", (ok > 0 ? t / ok : 0) }' "$f.perf")
     else
         ALLOC[$kind.$side]=n/a
     fi
