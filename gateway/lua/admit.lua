@@ -3,8 +3,9 @@
 -- number, ARGV[3] = visitor id, ARGV[4] = jti to use if this is the first claim.
 -- The first claim records '<iat>:<exp>:<jti>' (iat = Redis TIME, exp = iat +
 -- admission_ttl_seconds), marks the number claimed, and adds the visitor to the active
--- set until exp; every later claim returns the same record, so the same ticket always
--- gets the same admission.
+-- set until exp (the reserve lowers or ends that entry when the fan's last hold ends or
+-- the fan says they are done: reserve/lua/done.lua); every later claim returns the same
+-- record, so the same ticket always gets the same admission.
 --
 -- Invariant 11 is enforced here, where admissions happen: every first claim takes a token
 -- from the room's claim bucket, which fills at rate_per_minute while admissions flow and
