@@ -2,7 +2,8 @@
 # tests/lint/no_blocking.sh <repo> — the event loop never blocks (STYLE.md).
 #
 # Scans the server sources (gateway/*.c, reserve/*.c, loadgen/paysim/*.c) for blocking
-# calls: PQexec*, PQconnectdb*, redisCommand*, redisConnect*, getaddrinfo,
+# calls: PQexec*, PQconnectdb*, redisCommand*, redisConnect*, curl_easy_perform,
+# curl_multi_perform/_wait/_poll (libcurl runs only through curl_multi_socket_action), getaddrinfo,
 # evutil_getaddrinfo, gethostbyname, sleep, usleep, nanosleep, fopen, popen, system.
 # Comments and string literals are ignored, so a comment may name them.
 #
@@ -38,6 +39,7 @@ fi
 out=$(awk -v EXEMPT="reserve/rsv_pg.c:rsv_pg_migrate" '
 BEGIN {
     calls = "(PQexec[A-Za-z]*|PQconnectdb[A-Za-z]*|redisCommand[A-Za-z]*|redisConnect[A-Za-z]*|" \
+            "curl_easy_perform|curl_multi_perform|curl_multi_wait|curl_multi_poll|" \
             "evutil_getaddrinfo|getaddrinfo|gethostbyname|nanosleep|usleep|sleep|fopen|popen|system)"
     pat = "(^|[^A-Za-z0-9_])" calls "[ \t]*\\("
     marker = "/\\*[ \t]*blocking-ok:[ \t]*[^ \t*][^*]*\\*/"
