@@ -364,7 +364,7 @@ declare -a S_RPS S_P50 S_P99 S_CPU HS_RATIO
 HOLD_SHA=$({ cat "$ROOT/reserve/lua/prelude.lua"; printf '\n'; cat "$ROOT/reserve/lua/hold_seats.lua"; } |
     redis-cli -h 127.0.0.1 -p "$P_REDIS" "${REDIS_AUTH[@]}" --no-auth-warning -x SCRIPT LOAD) || die "SCRIPT LOAD of hold_seats failed"
 redis-cli -h 127.0.0.1 -p "$P_REDIS" "${REDIS_AUTH[@]}" --no-auth-warning SET 'os:{rb}:seed' 1 >/dev/null || die "redis-cli SET failed"
-declare -a K_RPS K_P50 K_P99 K_CPU K_FIRST F_RPS HF_RATIO
+declare -a K_RPS K_P50 K_P99 K_CPU K_FIRST F_RPS HF_RATIO K_US R_US S_US
 for ((r = 1; r <= REPS; r++)); do
     ev=bench-h$r
     say "holds $r/$REPS: event $ev ($HOLD_SEATS seats), $HOLD_TOKENS buyers' tokens"
@@ -378,6 +378,7 @@ for ((r = 1; r <= REPS; r++)); do
     precreate "$ev" "$HOLD_TOKENS" "$OUT/tokens.$ev" "$OUT/cold-holds.$ev" "$CONNS"
     c1=$(cpu_ticks "$RESERVE_PID")
     f=$OUT/pre.$ev.wrk
+    K_US[r]=$(us_per "$c0" "$c1" "$(field "$f" ok)")
     K_CPU[r]=$(cpu_pct "$c0" "$c1" "$(awk -v d="$(field "$f" span_us)" 'BEGIN { print d / 1e6 }')")
     K_RPS[r]=$(awk -v ok="$(field "$f" ok)" -v d="$(field "$f" span_us)" 'BEGIN { printf "%.1f", (d > 0 ? ok / (d / 1e6) : 0) }')
     K_P50[r]=$(ms "$f" p50_us) K_P99[r]=$(ms "$f" p99_us)
@@ -418,6 +419,7 @@ for ((r = 1; r <= REPS; r++)); do
     IFS=, read -r _ rps _ _ p50 _ p99 _ <<<"$line"
     R_RPS[r]=$rps R_P50[r]=$p50 R_P99[r]=$p99
     R_CPU[r]=$(cpu_pct "$c0" "$c1" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')")
+    R_US[r]=$(us_per "$c0" "$c1" "$RB_REQUESTS")
     HR_RATIO[r]=$(ratio "${H_RPS[r]}" "${R_RPS[r]}")
 
     say "holds $r/$REPS: redis-benchmark -c $CONNS -n $RB_REQUESTS EVALSHA hold_seats"
@@ -438,6 +440,7 @@ for ((r = 1; r <= REPS; r++)); do
     IFS=, read -r _ rps _ _ p50 _ p99 _ <<<"$line"
     S_RPS[r]=$rps S_P50[r]=$p50 S_P99[r]=$p99
     S_CPU[r]=$(cpu_pct "$c0" "$c1" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')")
+    S_US[r]=$(us_per "$c0" "$c1" "$RB_REQUESTS")
     HS_RATIO[r]=$(ratio "${H_RPS[r]}" "${S_RPS[r]}")
 done
 redis-cli -h 127.0.0.1 -p "$P_REDIS" "${REDIS_AUTH[@]}" --no-auth-warning EVAL "for _, k in ipairs(redis.call('KEYS', 'os:{rb}:*')) do redis.call('UNLINK', k) end" 0 >/dev/null 2>&1 || true
@@ -617,6 +620,12 @@ for ((r = 1; r <= REPS; r++)); do
     row "$r" "$(fmt "${K_RPS[r]}")" "${K_P50[r]}" "${K_P99[r]}" "${K_CPU[r]}" "${K_FIRST[r]}"
 done
 sum_line K_RPS K_P50 K_P99 K_CPU K_FIRST
+
+printf '\nFIRST HOLDS AND REDIS, CPU per request (µs, from /proc over each run): the reserve per\n'
+printf '       first hold (token verified); Redis per SET NX PX and per hold script (redis-benchmark)\n'
+row rep 'rsv us/1st' 'rds us/set' 'rds us/scr'
+for ((r = 1; r <= REPS; r++)); do row "$r" "${K_US[r]}" "${R_US[r]}" "${S_US[r]}"; done
+sum_line K_US R_US S_US
 
 printf '\nCONFIRMS reserve: POST /v1/holds/H/confirm, each pre-created hold once, one buyer per hold\n'
 if ((PAYSIM_PID)); then
