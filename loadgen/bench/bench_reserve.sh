@@ -232,12 +232,19 @@ us_per() { awk -v a="$1" -v b="$2" -v n="$3" -v hz="$(getconf CLK_TCK)" 'BEGIN {
 cpu_pct() { awk -v a="$1" -v b="$2" -v s="$3" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.0f", (s > 0 ? (b - a) / hz / s * 100 : 0) }'; }
 
 # admin_put EVENT JSON: creates the event (admin token passed on curl's stdin config).
+# A big event's save can pass the reserve's Postgres deadline on a busy machine: its
+# 503 says "retry shortly", and PUT is idempotent, so it is tried up to five times.
 admin_put() {
-    local code
-    code=$(printf 'header = "Authorization: Bearer %s"\n' "$(cat "$STATE/admin-token")" |
-        curl -s -K - -o "$OUT/admin_body" -w '%{http_code}' --max-time 120 --cacert "$STATE/ca.pem" \
-            -X PUT -H 'Content-Type: application/json' --data-binary "$2" \
-            "https://127.0.0.1:$((P_RESERVE + 20))/admin/events/$1") || true
+    local code attempt
+    for attempt in 1 2 3 4 5; do
+        code=$(printf 'header = "Authorization: Bearer %s"\n' "$(cat "$STATE/admin-token")" |
+            curl -s -K - -o "$OUT/admin_body" -w '%{http_code}' --max-time 120 --cacert "$STATE/ca.pem" \
+                -X PUT -H 'Content-Type: application/json' --data-binary "$2" \
+                "https://127.0.0.1:$((P_RESERVE + 20))/admin/events/$1") || true
+        [[ $code == 503 ]] || break
+        say "PUT /admin/events/$1 answered 503 (attempt $attempt): retrying"
+        sleep 3
+    done
     [[ $code == 201 || $code == 200 ]] ||
         die "PUT /admin/events/$1 answered '$code': $(head -c 300 "$OUT/admin_body" 2>/dev/null)"
 }
