@@ -37,7 +37,8 @@
 # BENCH_PYTHON (a python3 with python3-cryptography), BENCH_PAYSIM_LATENCY_MS (the payment
 # simulator's charge latency during the run, 0; it defaults to 20-80 ms on its own),
 # BENCH_REDIS_TLS=1 (the stack's Redis speaks TLS only: ONSALE_REDIS_TLS=1; the reserve,
-# redis-cli and redis-benchmark all go over TLS). The hold runs also report the CPU time
+# redis-cli and redis-benchmark all go over TLS), BENCH_PG_TIMEOUT_MS (the reserve's
+# pg_timeout_ms during the run, 60000). The hold runs also report the CPU time
 # per hold of the reserve and of Redis (µs), the figure docs/sizing.md uses.
 # Needs: wrk, redis-benchmark, redis-cli, pgbench, psql, curl, python3 + cryptography.
 # Exit status: 0 measured (whatever the verdicts), 1 the benchmark could not run.
@@ -57,6 +58,9 @@ HOLD_TOKENS=${BENCH_HOLD_TOKENS:-5000}
 # asked otherwise; its journal fsync stays on.
 PAYSIM_LATENCY=${BENCH_PAYSIM_LATENCY_MS:-0}
 REDIS_TLS=${BENCH_REDIS_TLS:-0}
+# The reserve's Postgres deadline: saving a 199,800-seat event is one statement that a
+# busy machine can stretch past the default 5 s.
+PG_TIMEOUT_MS=${BENCH_PG_TIMEOUT_MS:-60000}
 HOLD_SEATS=199800 # per hold-run event (the reserve takes up to 200,000 seats an event)
 RB_REQUESTS=200000
 RB_KEYSPACE=1000000
@@ -126,6 +130,7 @@ onsale() {
         ONSALE_RESERVE_PORT=$P_RESERVE ONSALE_REDIS_PORT=$P_REDIS ONSALE_PG_PORT=$P_PG \
         ONSALE_GATEWAY_PORT=$P_GATEWAY ONSALE_PAYSIM_PORT=$P_PAYSIM \
         ONSALE_PAYSIM_LATENCY_MIN_MS=$PAYSIM_LATENCY ONSALE_PAYSIM_LATENCY_MAX_MS=$PAYSIM_LATENCY \
+        ONSALE_RESERVE_PG_TIMEOUT_MS=$PG_TIMEOUT_MS \
         ONSALE_REDIS_TLS=$REDIS_TLS timeout -k 10 240 "$ROOT/deploy/onsale" "$@"
 }
 
