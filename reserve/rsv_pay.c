@@ -39,7 +39,10 @@
 #include "cm_mem.h"
 #include "cm_time.h"
 
-#define BODY_MAX (64 * 1024)
+/* Answers are bounded: one charge or refund is a small object; a ledger page (up to
+ * PAGE_LIMIT charges with their metadata, rsv_ledger) needs more room. */
+#define BODY_MAX      (64 * 1024)
+#define LIST_BODY_MAX (4 * 1024 * 1024)
 
 typedef struct call call_t;
 struct call {
@@ -50,7 +53,8 @@ struct call {
     struct curl_slist *headers;
     char *body; /* the answer read so far */
     size_t len;
-    bool too_big; /* the answer passed BODY_MAX: abandoned */
+    size_t max;   /* bound on the answer's size */
+    bool too_big; /* the answer passed max: abandoned */
     rsv_pay_cb cb;
     void *arg;
     uint64_t start_ns;
@@ -280,8 +284,8 @@ static void on_transfer_done(call_t *c, CURLcode code)
         if (code == CURLE_OPERATION_TIMEDOUT) {
             cm_log(CM_LOG_WARN, "payment provider: no answer within the deadline");
             res.err = cm_err_timeout;
-        } else if (c->too_big) {
-            cm_log(CM_LOG_WARN, "payment provider: answer larger than %d bytes", BODY_MAX);
+        } else if (c->too_big || code == CURLE_FILESIZE_EXCEEDED) {
+            cm_log(CM_LOG_WARN, "payment provider: answer larger than %zu bytes", c->max);
             res.err = cm_err_protocol;
         } else {
             cm_log(CM_LOG_WARN, "payment provider: %s", curl_easy_strerror(code));
@@ -398,7 +402,7 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
 {
     call_t *c = arg;
     size_t n = size * nmemb;
-    if (c->len + n >= BODY_MAX) {
+    if (c->len + n >= c->max) {
         c->too_big = true;
         return 0; /* abandons the transfer (CURLE_WRITE_ERROR) */
     }
@@ -436,7 +440,8 @@ static int start_call(rsv_pay_t *p, rsv_pay_op_t op, bool post, const char *path
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)p->timeout_ms);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, c);
-    curl_easy_setopt(e, CURLOPT_MAXFILESIZE, (long)BODY_MAX);
+    c->max = op == RSV_PAY_OP_LIST ? LIST_BODY_MAX : BODY_MAX;
+    curl_easy_setopt(e, CURLOPT_MAXFILESIZE, (long)c->max);
     if (p->ca_file)
         curl_easy_setopt(e, CURLOPT_CAINFO, p->ca_file);
     struct curl_slist *h = NULL;

@@ -11,7 +11,8 @@
  * exchange); when one passes the transfer is abandoned and the caller gets
  * RSV_PAY_UNKNOWN with cm_err_timeout: a charge whose answer never came may or may not have
  * happened, and only a lookup by its idempotency key may tell. Transport retries are off:
- * the saga decides what to repeat. Answers are bounded (64 KiB; larger → UNKNOWN).
+ * the saga decides what to repeat. Answers are bounded (64 KiB, a ledger page 4 MiB;
+ * larger → UNKNOWN with cm_err_protocol).
  *
  * Idempotency: charges are sent with Idempotency-Key = the checkout id, refunds with
  * "rf_" + the checkout id (the caller passes them), so repeating any call after a crash

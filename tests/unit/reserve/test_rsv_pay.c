@@ -159,6 +159,17 @@ static void provider(cm_req_t *req, void *arg)
                                &pport);
     if (f->nreq < 8)
         f->peer_port[f->nreq++] = pport;
+    if (strncmp(uri, "/biglist", 8) == 0) { /* a valid ledger page past 64 KiB */
+        const char *page = "{\"object\":\"list\",\"has_more\":false,\"data\":[{\"id\":\"ch_1\","
+                           "\"status\":\"succeeded\",\"amount\":100,\"created\":1}]}";
+        size_t n = 100 * 1024, pl = strlen(page);
+        char *big = malloc(n);
+        memset(big, ' ', n);
+        memcpy(big + n - pl, page, pl);
+        cm_http_send_body(req, 200, "application/json", big, n, false);
+        free(big);
+        return;
+    }
     if (strncmp(uri, "/big", 4) == 0) {
         size_t n = 100 * 1024;
         char *big = malloc(n);
@@ -296,7 +307,19 @@ static void oversized_answer_gives_unknown(void **state)
     run(f);
     assert_int_equal(f->done, 1);
     assert_int_equal(f->res.outcome, RSV_PAY_UNKNOWN);
-    assert_non_null(f->res.err);
+    assert_ptr_equal(f->res.err, cm_err_protocol);
+    rsv_pay_free(p);
+}
+
+/* A ledger page may be larger than a charge's bound (rsv_ledger asks for 200 charges). */
+static void a_ledger_page_past_64k_is_listed(void **state)
+{
+    fx_t *f = *state;
+    rsv_pay_t *p = client(f, "/biglist", 0, 2000);
+    assert_int_equal(rsv_pay_list(p, 0, NULL, 200, on_result, f), 0);
+    run(f);
+    assert_int_equal(f->done, 1);
+    assert_int_equal(f->res.outcome, RSV_PAY_LISTED);
     rsv_pay_free(p);
 }
 
@@ -354,6 +377,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(charge_lookup_refund, setup, teardown),
         cmocka_unit_test_setup_teardown(calls_reuse_one_connection_by_host_name, setup, teardown),
         cmocka_unit_test_setup_teardown(oversized_answer_gives_unknown, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_ledger_page_past_64k_is_listed, setup, teardown),
         cmocka_unit_test_setup_teardown(deadline_gives_unknown, setup, teardown),
         cmocka_unit_test_setup_teardown(refused_connection_gives_unknown, setup, teardown),
         cmocka_unit_test_setup_teardown(free_with_call_in_flight, setup, teardown),
