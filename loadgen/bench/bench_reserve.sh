@@ -232,6 +232,16 @@ pg_ticks() {
     done
     echo "$t"
 }
+# paysim_stats: "requests handshakes resumed" from the payment simulator (GET /v1/stats),
+# or "0 0 0" when it has none (not running, or an older simulator).
+paysim_stats() {
+    curl -s --max-time 5 --cacert "$STATE/ca.pem" "https://127.0.0.1:$P_PAYSIM/v1/stats" 2>/dev/null |
+        "$PY" -c 'import json, sys
+try:
+    d = json.load(sys.stdin); print(d["requests"], d["tls_handshakes"], d["tls_resumed"])
+except Exception:
+    print(0, 0, 0)' 2>/dev/null || echo 0 0 0
+}
 # us_per TICKS_BEFORE TICKS_AFTER COUNT: CPU microseconds per item.
 us_per() { awk -v a="$1" -v b="$2" -v n="$3" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.0f", (n > 0 ? (b - a) / hz * 1e6 / n : 0) }'; }
 cpu_pct() { awk -v a="$1" -v b="$2" -v s="$3" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.0f", (s > 0 ? (b - a) / hz / s * 100 : 0) }'; }
@@ -493,10 +503,13 @@ for ((r = 1; r <= REPS; r++)); do
     C_N[r]=$PRE_GOT
 
     say "confirms $r/$REPS: reserve, wrk -t$THREADS -c$CONNS -d${DURATION}s"
+    read -r pq0 ph0 pr0 < <(paysim_stats)
     c0=$(cpu_ticks "$RESERVE_PID") p0=$(cpu_ticks "$PAYSIM_PID") g0=$(pg_ticks) d0=$(cpu_ticks "$REDIS_PID")
     wrk_run "$OUT/confirm.$r" "$DURATION" confirm.lua "$OUT/holds-list.$ev" "$THREADS"
     c1=$(cpu_ticks "$RESERVE_PID") p1=$(cpu_ticks "$PAYSIM_PID") g1=$(pg_ticks) d1=$(cpu_ticks "$REDIS_PID")
     ok=$(field "$OUT/confirm.$r" ok)
+    read -r pq1 ph1 pr1 < <(paysim_stats)
+    PAY_REQ=$((${PAY_REQ:-0} + pq1 - pq0)) PAY_HS=$((${PAY_HS:-0} + ph1 - ph0)) PAY_RES=$((${PAY_RES:-0} + pr1 - pr0))
     U_RSV[r]=$(us_per "$c0" "$c1" "$ok") U_PAY[r]=$(us_per "$p0" "$p1" "$ok")
     U_PG[r]=$(us_per "$g0" "$g1" "$ok") U_RDS[r]=$(us_per "$d0" "$d1" "$ok")
     check_alive "the confirm run"
@@ -665,6 +678,8 @@ sum_line U_RSV U_PG U_RDS U_PAY U_GPG X_TPS X_PG X_FAIL CX_RATIO
 printf 'rsv/pg us/cf: during the reserve'"'"'s run; pg us/tx1: Postgres per single-transaction reference\n'
 printf 'confirmation; pg us/rp: per replayed confirmation; rsv/replay: reserve 201/s over replay/s.\n'
 printf 'Who saturates: the process whose CPU per confirmation times the rate nears one core.\n'
+printf 'paysim during the reserve'"'"'s confirm runs: %s requests over %s TLS handshakes (%s resumed)\n' \
+    "${PAY_REQ:-0}" "${PAY_HS:-0}" "${PAY_RES:-0}"
 
 printf '\nRESULT (medians)\n'
 printf '  holds:    reserve %s/s vs Redis SET NX PX %s/s  ratio %s  (target >= 0.50: %s)\n' \
