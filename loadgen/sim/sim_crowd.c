@@ -170,6 +170,25 @@ static void set_state(sim_fan_t *f, int st)
 }
 
 static void finish_night(sim_crowd_t *c);
+static void record(sim_crowd_t *c, int ep, const sim_resp_t *resp);
+
+static void on_left(const sim_resp_t *resp, void *arg)
+{
+    record(arg, EP_DONE, resp);
+}
+
+/* A loser who presses "I'm done" (the storefront's button): the reserve stops counting
+ * them toward the room's max_active at once, not after their admission's TTL. Nobody
+ * waits for the answer (the fan has left); it goes into the endpoint table. */
+static void say_done(sim_fan_t *f)
+{
+    sim_crowd_t *c = f->crowd;
+    char path[128];
+    char *hdr = cm_xasprintf("Authorization: Bearer %s\r\n", f->token);
+    snprintf(path, sizeof(path), "/v1/events/%s/done", c->r->event);
+    sim_pool_request(c->rsv, f->id, "POST", path, hdr, NULL, on_left, c);
+    free(hdr);
+}
 
 static void fan_done(sim_fan_t *f, int outcome)
 {
@@ -184,6 +203,8 @@ static void fan_done(sim_fan_t *f, int outcome)
     f->done_ns = now_rel(c);
     if (outcome == O_LOST && f->admitted_ns > 0)
         sim_hist_add(&r->loser_heard, (uint64_t)(f->done_ns - f->admitted_ns) / 1000);
+    if (outcome == O_LOST && f->leaves && f->token && !c->finished)
+        say_done(f);
     free(f->token);
     f->token = NULL;
     if (++c->done == r->nfans)
@@ -808,6 +829,7 @@ static void plan_fans(sim_crowd_t *c)
                                                               : B_NORMAL;
         f->dbl = rnd01(c) < s->double_click;
         f->retry = rnd01(c) < s->retry;
+        f->leaves = s->done_when_lost > 0 && rnd01(c) < s->done_when_lost; /* no draw at 0 */
         f->ga = rnd01(c) < s->ga_share;
         f->want =
             (uint16_t)(s->seats_min + (int)(rnd(c) % (uint64_t)(s->seats_max - s->seats_min + 1)));

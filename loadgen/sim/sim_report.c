@@ -16,8 +16,8 @@
 #include "cm_mem.h"
 #include "cm_parse.h"
 
-static const char *const EP_NAMES[EP_N] = {"join",    "status",   "hold",
-                                           "confirm", "checkout", "admin"};
+static const char *const EP_NAMES[EP_N] = {"join",     "status", "hold", "confirm",
+                                           "checkout", "done",   "admin"};
 
 static double ms(uint64_t us)
 {

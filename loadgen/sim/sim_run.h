@@ -80,7 +80,8 @@ typedef struct sim_fan {
     uint32_t id;
     uint8_t state, outcome, behaviour;
     bool dbl, retry, ga, in_prequeue;
-    uint8_t gw; /* which gateway this fan talks to */
+    bool leaves; /* says "I'm done" after losing (frees their max_active place) */
+    uint8_t gw;  /* which gateway this fan talks to */
     uint16_t hold_attempts, errors, confirm_attempts, polls;
     uint16_t want;         /* units wanted */
     uint16_t confirms_out; /* confirm requests in flight (double click: 2) */
@@ -107,7 +108,7 @@ typedef struct sim_endpoint {
     char sample[240];     /* the last answer >= 400 other than 409/429, for the report */
 } sim_endpoint_t;
 
-enum { EP_JOIN, EP_STATUS, EP_HOLD, EP_CONFIRM, EP_CHECKOUT, EP_ADMIN, EP_N };
+enum { EP_JOIN, EP_STATUS, EP_HOLD, EP_CONFIRM, EP_CHECKOUT, EP_DONE, EP_ADMIN, EP_N };
 
 typedef struct sim_run {
     sim_scenario_t *sc;

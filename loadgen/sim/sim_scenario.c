@@ -295,8 +295,9 @@ sim_scenario_t *sim_scenario_load(const char *path, char *err, size_t errlen)
         FAIL("seats_per_buyer: 1 <= min <= max <= 10");
 
     static const char *const b_keys[] = {
-        "abandon_queue", "abandon_after_s",   "vanish_holding",    "pay_too_slowly",
-        "double_click",  "retry_after_error", "max_hold_attempts", NULL};
+        "abandon_queue",     "abandon_after_s", "vanish_holding",
+        "pay_too_slowly",    "double_click",    "retry_after_error",
+        "max_hold_attempts", "done_when_lost",  NULL};
     json_t *b = json_object_get(doc, "behaviours");
     if (check_keys(b, "behaviours", b_keys, err, errlen) != 0)
         goto err;
@@ -309,7 +310,8 @@ sim_scenario_t *sim_scenario_load(const char *path, char *err, size_t errlen)
         num(b, "pay_too_slowly", 0, 1, &s->slow, err, errlen, "behaviours") ||
         num(b, "double_click", 0, 1, &s->double_click, err, errlen, "behaviours") ||
         num(b, "retry_after_error", 0, 1, &s->retry, err, errlen, "behaviours") ||
-        num(b, "max_hold_attempts", 1, 1000, &mha, err, errlen, "behaviours"))
+        num(b, "max_hold_attempts", 1, 1000, &mha, err, errlen, "behaviours") ||
+        num(b, "done_when_lost", 0, 1, &s->done_when_lost, err, errlen, "behaviours"))
         goto err;
     s->max_hold_attempts = (int)mha;
     if (s->abandon + s->vanish + s->slow > 1.0 + 1e-9)

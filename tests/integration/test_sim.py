@@ -111,6 +111,10 @@ class SimTest(unittest.TestCase):
             self.assertGreater(o[k], 0, f"no fan {k}: {out}")
         # Double clicks reached the reserve (more confirm requests than purchases).
         self.assertGreater(rep["endpoints"]["confirm"]["count"], o["bought"])
+        # Losers who pressed "I'm done" left max_active's count: the reserve said 200.
+        done = rep["endpoints"]["done"]
+        self.assertGreater(done["count"], 0, out)
+        self.assertEqual(done["by_class"]["2xx"], done["count"], done["by_class"])
         # The operator's rate change, pause, resume and max_active were all accepted.
         ops = [t for t in rep["timeline"] if t["label"].startswith("operator:")]
         self.assertEqual(len(ops), 4, rep["timeline"])

@@ -79,6 +79,13 @@ static void test_expansion(void **state)
     assert_int_equal(s->seats[5].row, 2);
     assert_int_equal(s->seats_max, 2);
     assert_int_equal(s->arrival, ARR_BURST);
+    assert_true(s->done_when_lost == 0.0); /* nobody says "I'm done" unless told */
+    sim_scenario_free(s);
+    path = write_tmp("{" BASE ",\"behaviours\":{\"done_when_lost\":0.8}}");
+    s = sim_scenario_load(path, err, sizeof(err));
+    unlink(path);
+    assert_non_null(s);
+    assert_true(s->done_when_lost == 0.8);
     sim_scenario_free(s);
 }
 
@@ -90,6 +97,7 @@ static void test_errors(void **state)
     expect_error("{" BASE ",\"bogus\":1}", "bogus");
     expect_error("{" BASE ",\"behaviours\":{\"vanish_holdin\":0.1}}", "vanish_holdin");
     expect_error("{" BASE ",\"behaviours\":{\"vanish_holding\":2}}", "vanish_holding");
+    expect_error("{" BASE ",\"behaviours\":{\"done_when_lost\":1.5}}", "done_when_lost");
     expect_error("{\"name\":\"t\",\"fans\":0,\"room\":{},\"inventory\":{}}", "fans");
     expect_error("{\"name\":\"a b\",\"fans\":1,\"room\":{},\"inventory\":{}}", "name");
     expect_error("{\"name\":\"t\",\"fans\":1,\"room\":{},\"inventory\":{}}", "neither seats");
