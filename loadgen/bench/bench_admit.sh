@@ -10,7 +10,8 @@
 # rate printed is a lower bound (flagged; raise --fans). Prints admissions/s, latency and
 # the CPU microseconds per admission of the gateway and of Redis (from their own CPU
 # time over the run), the Redis-side cost of one admit script (INFO commandstats: EVALSHA
-# microseconds per call; nearly every EVALSHA of the run is an admission), medians over REPS
+# microseconds per call, wall clock inside Redis, so inflated on a loaded machine; nearly
+# every EVALSHA of the run is an admission), medians over REPS
 # rooms. The signing part of the gateway's figure is cm_jwt_sign's CPU (bench_crypto.sh).
 #
 # Usage: loadgen/bench/bench_admit.sh [--skip-build] [--reps N] [--fans N] [--duration S]
