@@ -870,6 +870,10 @@ static void h1_write_answer(h1_conn_t *c, int code, const char *body, size_t len
         abort(); /* fixed parts only: cannot happen */
     if (c->head.method == CM_HTTP_HEAD || no_body)
         len = 0;
+    /* Writing enabled first: the SSL bufferevent then writes from inside evbuffer_add, in
+     * this loop iteration, instead of after every other ready callback (a burst of
+     * handshakes would hold every answer back). */
+    bufferevent_enable(c->bev, EV_WRITE);
     struct evbuffer *out = bufferevent_get_output(c->bev);
     size_t total = (size_t)n + c->out_len + 2 + len;
     if (len <= H1_STACK_BODY && total <= 1024 + 4096 + H1_STACK_BODY) {
@@ -889,7 +893,6 @@ static void h1_write_answer(h1_conn_t *c, int code, const char *body, size_t len
             evbuffer_add(out, body, len);
     }
     c->out_len = 0;
-    bufferevent_enable(c->bev, EV_WRITE);
 }
 
 static void h1_send(cm_req_t *r, int code, const char *body, size_t len)
@@ -1016,8 +1019,8 @@ static bool h1_read_head(h1_conn_t *c, struct evbuffer *in)
         if (g != NULL)
             guard_body(g);
         if (c->head.expect_continue) {
-            evbuffer_add(bufferevent_get_output(c->bev), "HTTP/1.1 100 Continue\r\n\r\n", 25);
             bufferevent_enable(c->bev, EV_WRITE);
+            evbuffer_add(bufferevent_get_output(c->bev), "HTTP/1.1 100 Continue\r\n\r\n", 25);
         }
     } else {
         h1_dispatch(c);
