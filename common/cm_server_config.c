@@ -80,10 +80,11 @@ size_t cm_server_config_keys(cm_config_opt_t *out, size_t base,
 }
 
 size_t cm_server_config_table(cm_config_opt_t *out, size_t base,
-                              const cm_server_config_defaults_t *d, const cm_config_opt_t *own,
-                              size_t nown)
+                              const cm_server_config_defaults_t *d, size_t redis_base,
+                              const cm_config_opt_t *own, size_t nown)
 {
     size_t n = cm_server_config_keys(out, base, d);
+    n += cm_redis_config_keys(out + n, redis_base);
     memcpy(out + n, own, nown * sizeof(*own));
     return n + nown;
 }

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "cm_config.h"
+#include "cm_redis_config.h"
 #include "cm_server.h"
 
 typedef struct cm_server_config {
@@ -62,13 +63,14 @@ size_t cm_server_config_keys(cm_config_opt_t *out, size_t base,
                              const cm_server_config_defaults_t *d);
 
 /**
- * A service's whole table in out: the shared keys (cm_server_config_keys) first, then
- * its own nown keys. out holds CM_SERVER_CONFIG_NKEYS + nown entries. Returns the
+ * A service's whole table in out: the shared server keys (cm_server_config_keys, at
+ * base), the Redis keys (cm_redis_config_keys, at redis_base), then its own nown keys.
+ * out holds CM_SERVER_CONFIG_NKEYS + CM_REDIS_CONFIG_NKEYS + nown entries. Returns the
  * count. Start-up, main thread.
  */
 size_t cm_server_config_table(cm_config_opt_t *out, size_t base,
-                              const cm_server_config_defaults_t *d, const cm_config_opt_t *own,
-                              size_t nown);
+                              const cm_server_config_defaults_t *d, size_t redis_base,
+                              const cm_config_opt_t *own, size_t nown);
 
 /**
  * The TLS server context the keys ask for, in *tls (the caller frees it with

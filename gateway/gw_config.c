@@ -10,29 +10,6 @@
 #define S(f) offsetof(gw_config_t, f)
 
 static const cm_config_opt_t own[] = {
-    {"redis_host", CM_CFG_STR, S(redis_host), "127.0.0.1", 0, 0, "Redis IPv4 address"},
-    {"redis_port", CM_CFG_INT, S(redis_port), "6379", 1, 65535, "Redis port"},
-    {"redis_user", CM_CFG_STR, S(redis_user), NULL, 0, 0,
-     "Redis ACL user to authenticate as (AUTH user password on every connection)"},
-    {"redis_password_file", CM_CFG_STR, S(redis_password_file), NULL, 0, 0,
-     "file holding the Redis password, readable by its owner only (unset: no AUTH)"},
-    {"redis_tls", CM_CFG_BOOL, S(redis_tls), "off", 0, 0,
-     "speak TLS to Redis (its tls-port; every cluster node's tls-port with redis_cluster)"},
-    {"redis_tls_ca_file", CM_CFG_STR, S(redis_tls_ca_file), NULL, 0, 0,
-     "PEM file of the CA(s) that signed Redis' certificate (unset: the system store)"},
-    {"redis_tls_cert_file", CM_CFG_STR, S(redis_tls_cert_file), NULL, 0, 0,
-     "client certificate (PEM chain) presented to Redis when it asks (tls-auth-clients); "
-     "needs redis_tls_key_file"},
-    {"redis_tls_key_file", CM_CFG_STR, S(redis_tls_key_file), NULL, 0, 0,
-     "private key of redis_tls_cert_file"},
-    {"redis_tls_server_name", CM_CFG_STR, S(redis_tls_server_name), NULL, 0, 0,
-     "name Redis' certificate must carry (and SNI); unset: the certificate must carry "
-     "the IP address connected to"},
-    {"redis_cluster", CM_CFG_STR, S(redis_cluster), NULL, 0, 0,
-     "Redis Cluster seed nodes ip:port[,ip:port...]; when set, redis_host/redis_port are "
-     "unused and the slot map comes from CLUSTER SHARDS"},
-    {"redis_timeout_ms", CM_CFG_INT, S(redis_timeout_ms), "1000", 10, 60000,
-     "deadline of one Redis command"},
     {"signing_keys", CM_CFG_STR, S(signing_keys), NULL, 0, 0,
      "comma-separated EC P-256 private key PEM files (owner-only: chmod 600); the last signs, all "
      "are published "
@@ -89,7 +66,8 @@ const cm_config_opt_t *gw_config_table(size_t *n)
         .idle_timeout_s = "60",
         .http_engine = "h1",
     };
-    static cm_config_opt_t table[CM_SERVER_CONFIG_NKEYS + sizeof(own) / sizeof(own[0])];
-    *n = cm_server_config_table(table, S(server), &d, own, sizeof(own) / sizeof(own[0]));
+    static cm_config_opt_t
+        table[CM_SERVER_CONFIG_NKEYS + CM_REDIS_CONFIG_NKEYS + sizeof(own) / sizeof(own[0])];
+    *n = cm_server_config_table(table, S(server), &d, S(redis), own, sizeof(own) / sizeof(own[0]));
     return table;
 }

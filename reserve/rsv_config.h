@@ -10,21 +10,12 @@
 #include <stdint.h>
 
 #include "cm_config.h"
+#include "cm_redis_config.h"
 #include "cm_server_config.h"
 
 typedef struct rsv_config {
     cm_server_config_t server; /* the keys every server shares (cm_server_config) */
-    char *redis_host;
-    int64_t redis_port;
-    char *redis_cluster; /* NULL: single node */
-    char *redis_user;
-    char *redis_password_file;
-    bool redis_tls;
-    char *redis_tls_ca_file;
-    char *redis_tls_cert_file;
-    char *redis_tls_key_file;
-    char *redis_tls_server_name;
-    int64_t redis_timeout_ms;
+    cm_redis_config_t redis;   /* redis_* keys (cm_redis_config) */
     char *pg_conninfo;
     char *pg_password_file;
     int64_t pg_pool_size;

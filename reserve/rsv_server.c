@@ -338,39 +338,9 @@ static rsv_server_t *worker_new(rsv_server_t *first, cm_server_t *cs, int i, cha
         .fails = first->auth_fails,
     };
     srv->auth = rsv_auth_new(srv->base, srv->keys, &ac);
-    char *redis_password = NULL; /* start-up: each worker reads the file before its loop */
-    if (cfg->redis_password_file != NULL) {
-        redis_password = cm_config_read_secret("redis_password_file", cfg->redis_password_file, 1,
-                                               4096, NULL, err, errlen);
-        if (redis_password == NULL)
-            return srv;
-    }
-    cm_tls_ctx_t *redis_tls = NULL; /* read once per worker, before its loop */
-    if (cfg->redis_tls) {
-        char why[300];
-        redis_tls = cm_tls_client_new_cert(cfg->redis_tls_ca_file, cfg->redis_tls_cert_file,
-                                           cfg->redis_tls_key_file, why, sizeof(why));
-        if (redis_tls == NULL) {
-            snprintf(err, errlen, "redis_tls: %s", why);
-            if (redis_password) {
-                memset(redis_password, 0, strlen(redis_password));
-                free(redis_password);
-            }
-            return srv;
-        }
-    }
-    cm_redis_auth_t auth = {cfg->redis_user, redis_password, redis_tls, cfg->redis_tls_server_name};
-    srv->redis = cm_redis_open(srv->base, cfg->redis_host, (int)cfg->redis_port, cfg->redis_cluster,
-                               (int)cfg->redis_timeout_ms, &auth);
-    cm_tls_free(redis_tls); /* cm_redis holds its own reference */
-    if (redis_password) {   /* cm_redis keeps its own copy */
-        memset(redis_password, 0, strlen(redis_password));
-        free(redis_password);
-    }
-    if (srv->redis == NULL) {
-        snprintf(err, errlen, "redis_cluster: expected ip:port[,ip:port...]");
+    srv->redis = cm_redis_config_open(srv->base, &cfg->redis, err, errlen); /* before its loop */
+    if (srv->redis == NULL)
         return srv;
-    }
     srv->pg = rsv_pg_new(srv->base, cfg->pg_conninfo, pool, (int)cfg->pg_timeout_ms,
                          (int)cfg->pg_max_queue);
     int read_pool = (int)((cfg->pg_read_pool_size + n - 1) / n);
