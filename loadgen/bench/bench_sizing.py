@@ -18,7 +18,8 @@ milliseconds per operation of gateways, reserves, Redis and Postgres (utime+stim
 /proc, all processes of a kind). CPU per operation is the sizing figure: it does not
 depend on how busy the shared machine was; throughput does.
 
-Usage: bench_sizing.py [--topology single|cluster] [--n N] [--threads T]
+Usage: bench_sizing.py [--topology single|cluster] [--n N] [--threads T] [--redis-tls]
+--redis-tls: the stack's Redis speaks TLS only (ONSALE_REDIS_TLS=1), the services too.
 Environment: ONSALE_BUILD_DIR (default <checkout>/build). Exit 0 when measured.
 """
 
@@ -90,7 +91,7 @@ def redis_calls(S):
     ports = R.masters() if S.cluster else [S.redis_port]
     total = scripts = 0
     for p in ports:
-        for line in stack.Redis(p, auth=S.redis_auth)("INFO", "commandstats").decode().splitlines():
+        for line in stack.Redis(p, auth=S.redis_auth, ssl_ctx=S.redis_ssl)("INFO", "commandstats").decode().splitlines():
             if line.startswith("cmdstat_"):
                 calls = int(line.split("calls=")[1].split(",")[0])
                 total += calls
@@ -153,8 +154,9 @@ def main():
     ap.add_argument("--topology", default="single", choices=["single", "cluster"])
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--redis-tls", action="store_true")
     a = ap.parse_args()
-    S = stack.Stack("sizing", cluster=a.topology == "cluster")
+    S = stack.Stack("sizing", cluster=a.topology == "cluster", redis_tls=a.redis_tls)
     try:
         S.start()
         gw_port = S.haproxy_port if S.cluster else S.gateway_port
@@ -228,7 +230,8 @@ def main():
                          per["cpu_postgres"], per["scripts"]))
             if errs:
                 print(f"{name}: {len(errs)} errors, first {errs[0]}", file=sys.stderr)
-        print(f"\ntopology {a.topology}: n={a.n} per phase, {a.threads} threads, "
+        print(f"\ntopology {a.topology}{' (Redis over TLS)' if a.redis_tls else ''}: "
+              f"n={a.n} per phase, {a.threads} threads, "
               f"{os.cpu_count()} cores")
         print("background (idle, per second): " +
               ", ".join(f"{k} {v:.1f}" for k, v in bg.items()))
