@@ -1,11 +1,18 @@
 /*
  * rsv_auth — see rsv_auth.h.
  *
- * The cache is direct-mapped (one slot per hash bucket, a newer token replaces an
- * older one): O(1), bounded memory, no eviction bookkeeping. A slot holds a copy of
- * the token, so a hash collision can never hand one buyer another's claims. Each slot
- * remembers the key generation it was verified under; after a reload a hit is honoured
- * only if its kid is still in the keyset.
+ * The verified-token cache (token_cache_t) is the process's: it hangs off the keys every
+ * worker's gate shares, so a buyer verified on one worker is a hit on every other (with
+ * workers = 2 a per-worker cache made half of a buyer's second requests verify again).
+ * It is direct-mapped (one slot per hash bucket, a newer token replaces an older one):
+ * O(1), bounded memory, no eviction bookkeeping. Lock striping: CACHE_LOCKS mutexes, slot i
+ * under lock i % CACHE_LOCKS, each held only to compare or copy one slot, so the loops
+ * rarely meet on a lock (memcached's item locks). A slot holds a copy of the token, so a
+ * hash collision can never hand one buyer another's claims, and the fingerprint of the
+ * policy it was verified under (issuer, lifetime, leeway), so a gate never accepts what a
+ * laxer one verified. Each slot remembers the key generation it was verified under; after
+ * a reload a hit is honoured only if its kid is still in the keyset, else the slot is
+ * emptied. exp and nbf are judged on every use, so an entry never outlives its token.
  *
  * The failure limiter (rsv_auth_fails_t) is direct-mapped too (FAIL_SLOTS addresses): a
  * slot holds one address, its failures and when its window began. An address that
@@ -16,8 +23,9 @@
  *
  * Workers take jobs from a mutex-protected FIFO and put finished ones on a done list,
  * then wake the loop with event_active (thread-safe: the base is created after
- * evthread_use_pthreads). The loop thread alone touches the cache and the callbacks; the
- * failure table is shared by the loops and locked. Keys: a mutex-guarded pointer to a
+ * evthread_use_pthreads). The loop thread alone runs the callbacks; the cache and the
+ * failure table are shared by the loops and locked. Lock order: a cache lock, then the
+ * keys' mutex (never the reverse). Keys: a mutex-guarded pointer to a
  * reference-counted keyset; a verification holds a reference while it runs, so a reload never frees
  * keys in use.
  */
@@ -41,20 +49,29 @@
 #define MAX_THREADS 16
 #define FAIL_SLOTS  4096
 #define ADDR_MAX    64
+#define CACHE_LOCKS 64 /* a power of two */
+
+typedef struct slot {
+    char *token;
+    size_t len;
+    uint64_t gen;    /* key generation it was verified under */
+    uint64_t policy; /* fingerprint of the policy it was verified under */
+    cm_jwt_claims_t claims;
+} slot_t;
+
+typedef struct token_cache {
+    pthread_mutex_t locks[CACHE_LOCKS];
+    slot_t *slots;
+    size_t mask;
+} token_cache_t;
 
 struct rsv_auth_keys {
     pthread_mutex_t mu;
     cm_jwt_keyset_t *cur;
     char *path; /* NULL: never reloaded */
     atomic_uint_fast64_t gen;
+    token_cache_t *cache; /* made by the first gate (under mu), freed with the keys */
 };
-
-typedef struct slot {
-    char *token;
-    size_t len;
-    uint64_t gen;
-    cm_jwt_claims_t claims;
-} slot_t;
 
 typedef struct fail_slot {
     char addr[ADDR_MAX];
@@ -89,8 +106,8 @@ struct rsv_auth {
     rsv_auth_keys_t *keys;
     rsv_auth_config_t cfg;
     char *issuer;
-    slot_t *slots;
-    size_t mask;
+    uint64_t policy; /* fingerprint of issuer, max_lifetime_s, leeway_s */
+    token_cache_t *cache;
     rsv_auth_fails_t *fails;
     bool own_fails; /* made by this gate (cfg.fails was NULL) */
     uint64_t verifications, hits, busy, limited;
@@ -105,6 +122,57 @@ struct rsv_auth {
     pthread_t threads[MAX_THREADS];
     struct event *wake;
 };
+
+/* ---- the verified-token cache ---- */
+
+static token_cache_t *cache_new(size_t size)
+{
+    token_cache_t *c = cm_xcalloc(1, sizeof(*c));
+    size_t n = CACHE_LOCKS;
+    while (n < size)
+        n <<= 1;
+    for (int i = 0; i < CACHE_LOCKS; i++)
+        pthread_mutex_init(&c->locks[i], NULL);
+    c->slots = cm_xcalloc(n, sizeof(slot_t));
+    c->mask = n - 1;
+    return c;
+}
+
+static void cache_free(token_cache_t *c)
+{
+    if (c == NULL)
+        return;
+    for (size_t i = 0; i <= c->mask; i++)
+        free(c->slots[i].token);
+    for (int i = 0; i < CACHE_LOCKS; i++)
+        pthread_mutex_destroy(&c->locks[i]);
+    free(c->slots);
+    free(c);
+}
+
+static pthread_mutex_t *slot_lock(token_cache_t *c, size_t i)
+{
+    return &c->locks[i & (CACHE_LOCKS - 1)];
+}
+
+/* After a reload (on the reload thread): empties every slot whose kid the new keys no
+ * longer hold, and marks the rest current. A verification that started under the old
+ * keys and lands later carries the old generation; its first hit checks its kid. */
+static void cache_sweep(token_cache_t *c, const cm_jwt_keyset_t *ks, uint64_t gen)
+{
+    for (size_t i = 0; c && i <= c->mask; i++) {
+        pthread_mutex_t *mu = slot_lock(c, i);
+        pthread_mutex_lock(mu);
+        slot_t *s = &c->slots[i];
+        if (s->token && !cm_jwt_keyset_has_kid(ks, s->claims.kid)) {
+            free(s->token);
+            memset(s, 0, sizeof(*s));
+        } else if (s->token && s->gen < gen) {
+            s->gen = gen;
+        }
+        pthread_mutex_unlock(mu);
+    }
+}
 
 /* ---- keys ---- */
 
@@ -144,10 +212,13 @@ int rsv_auth_keys_reload(rsv_auth_keys_t *k, char *err, size_t errlen)
     }
     pthread_mutex_lock(&k->mu);
     cm_jwt_keyset_t *old = k->cur;
-    k->cur = ks;
-    atomic_fetch_add(&k->gen, 1);
+    k->cur = cm_jwt_keyset_ref(ks);
+    uint64_t gen = atomic_fetch_add(&k->gen, 1) + 1;
+    token_cache_t *cache = k->cache;
     pthread_mutex_unlock(&k->mu);
     cm_jwt_keyset_free(old); /* freed when the last verification using it ends */
+    cache_sweep(cache, ks, gen);
+    cm_jwt_keyset_free(ks);
     return 0;
 }
 
@@ -175,6 +246,7 @@ void rsv_auth_keys_free(rsv_auth_keys_t *k)
     if (k->path != NULL)
         cm_reload_remove(on_reload, k);
     cm_jwt_keyset_free(k->cur);
+    cache_free(k->cache);
     free(k->path);
     pthread_mutex_destroy(&k->mu);
     free(k);
@@ -266,19 +338,31 @@ static rsv_auth_result_t judge(const rsv_auth_t *a, const cm_jwt_claims_t *c, in
     return RSV_AUTH_OK;
 }
 
+/* Remembers a correctly signed token; takes j->token. Any thread. */
+static void cache_put(rsv_auth_t *a, job_t *j)
+{
+    size_t i = hash(j->token, j->len) & a->cache->mask;
+    pthread_mutex_t *mu = slot_lock(a->cache, i);
+    pthread_mutex_lock(mu);
+    slot_t *s = &a->cache->slots[i];
+    char *old = s->token;
+    s->token = j->token;
+    s->len = j->len;
+    s->gen = j->gen;
+    s->policy = a->policy;
+    s->claims = j->claims;
+    pthread_mutex_unlock(mu);
+    j->token = NULL;
+    free(old);
+}
+
 /* Loop thread: records a verification's outcome and answers its caller. */
 static void complete(rsv_auth_t *a, job_t *j)
 {
     const char *why = NULL;
     rsv_auth_result_t r;
     if (j->result == CM_JWT_OK || j->result == CM_JWT_EXPIRED) {
-        slot_t *s = &a->slots[hash(j->token, j->len) & a->mask];
-        free(s->token);
-        s->token = j->token;
-        s->len = j->len;
-        s->gen = j->gen;
-        s->claims = j->claims;
-        j->token = NULL;
+        cache_put(a, j);
         *j->out = j->claims;
         r = judge(a, &j->claims, (int64_t)time(NULL), j->has_event ? j->event : NULL,
                   j->allow_expired, &why);
@@ -352,21 +436,30 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+static uint64_t policy_fingerprint(const rsv_auth_config_t *cfg)
+{
+    char buf[512];
+    int n = snprintf(buf, sizeof(buf), "%s|%lld|%lld", cfg->issuer ? cfg->issuer : "",
+                     (long long)cfg->max_lifetime_s, (long long)cfg->leeway_s);
+    return hash(buf, n > 0 && (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
+}
+
 rsv_auth_t *rsv_auth_new(struct event_base *base, rsv_auth_keys_t *keys,
                          const rsv_auth_config_t *cfg)
 {
     rsv_auth_t *a = cm_xcalloc(1, sizeof(*a));
-    size_t n = 16;
-    while (n < cfg->cache_size)
-        n <<= 1;
     a->keys = keys;
     a->cfg = *cfg;
     a->issuer = cfg->issuer && cfg->issuer[0] ? cm_xstrdup(cfg->issuer) : NULL;
     a->cfg.issuer = a->issuer;
     if (a->cfg.fail_window_s <= 0)
         a->cfg.fail_window_s = 1;
-    a->slots = cm_xcalloc(n, sizeof(slot_t));
-    a->mask = n - 1;
+    a->policy = policy_fingerprint(&a->cfg);
+    pthread_mutex_lock(&keys->mu);
+    if (keys->cache == NULL)
+        keys->cache = cache_new(cfg->cache_size);
+    a->cache = keys->cache;
+    pthread_mutex_unlock(&keys->mu);
     a->own_fails = cfg->fails == NULL;
     a->fails = a->own_fails ? rsv_auth_fails_new() : cfg->fails;
     pthread_mutex_init(&a->lock, NULL);
@@ -402,9 +495,6 @@ void rsv_auth_free(rsv_auth_t *a)
         }
     if (a->wake)
         event_free(a->wake);
-    for (size_t i = 0; i <= a->mask; i++)
-        free(a->slots[i].token);
-    free(a->slots);
     if (a->own_fails)
         rsv_auth_fails_free(a->fails);
     free(a->issuer);
@@ -420,7 +510,8 @@ static void peer_addr(cm_req_t *req, char out[ADDR_MAX])
     snprintf(out, ADDR_MAX, "%s", cm_http_peer(req));
 }
 
-/* A cache hit still stands if the keys changed since only when its kid is still held. */
+/* A cache hit still stands if the keys changed since only when its kid is still held;
+ * else the slot is emptied. Called with the slot's lock held. */
 static bool hit_still_keyed(rsv_auth_t *a, slot_t *s)
 {
     uint64_t gen = atomic_load(&a->keys->gen);
@@ -438,6 +529,22 @@ static bool hit_still_keyed(rsv_auth_t *a, slot_t *s)
     return false;
 }
 
+/* Copies the claims of tok into out when the cache holds it under this gate's policy and
+ * its key is still trusted. Any thread. */
+static bool cache_get(rsv_auth_t *a, const char *tok, size_t len, cm_jwt_claims_t *out)
+{
+    size_t i = hash(tok, len) & a->cache->mask;
+    pthread_mutex_t *mu = slot_lock(a->cache, i);
+    pthread_mutex_lock(mu);
+    slot_t *s = &a->cache->slots[i];
+    bool hit = s->token && s->len == len && s->policy == a->policy &&
+               memcmp(s->token, tok, len) == 0 && hit_still_keyed(a, s);
+    if (hit)
+        *out = s->claims;
+    pthread_mutex_unlock(mu);
+    return hit;
+}
+
 void rsv_auth_check(rsv_auth_t *a, cm_req_t *req, const char *event, bool allow_expired,
                     cm_jwt_claims_t *claims, rsv_auth_cb cb, void *arg)
 {
@@ -453,10 +560,8 @@ void rsv_auth_check(rsv_auth_t *a, cm_req_t *req, const char *event, bool allow_
         return;
     }
     int64_t now = (int64_t)time(NULL);
-    slot_t *s = &a->slots[hash(tok, len) & a->mask];
-    if (s->token && s->len == len && memcmp(s->token, tok, len) == 0 && hit_still_keyed(a, s)) {
+    if (cache_get(a, tok, len, claims)) {
         a->hits++;
-        *claims = s->claims;
         rsv_auth_result_t r = judge(a, claims, now, event, allow_expired, &why);
         cb(r, why, arg);
         return;
@@ -525,4 +630,27 @@ uint64_t rsv_auth_busy(const rsv_auth_t *a)
 uint64_t rsv_auth_limited(const rsv_auth_t *a)
 {
     return a->limited;
+}
+
+size_t rsv_auth_keys_cached(rsv_auth_keys_t *k)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&k->mu);
+    token_cache_t *c = k->cache;
+    pthread_mutex_unlock(&k->mu);
+    for (size_t i = 0; c && i <= c->mask; i++) {
+        pthread_mutex_t *mu = slot_lock(c, i);
+        pthread_mutex_lock(mu);
+        n += c->slots[i].token != NULL;
+        pthread_mutex_unlock(mu);
+    }
+    return n;
+}
+
+size_t rsv_auth_keys_cache_capacity(rsv_auth_keys_t *k)
+{
+    pthread_mutex_lock(&k->mu);
+    size_t n = k->cache ? k->cache->mask + 1 : 0;
+    pthread_mutex_unlock(&k->mu);
+    return n;
 }

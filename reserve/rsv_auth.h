@@ -2,11 +2,12 @@
  * rsv_auth — the admission gate (DESIGN.md invariant 9): only a buyer holding a
  * validly signed ES256 admission token for the event reaches inventory.
  *
- * A token's signature is checked once (cm_jwt_verify: algorithm pinned to ES256, key
- * by kid, aud, iss, maximum lifetime) and the verified claims are remembered in a
- * bounded direct-mapped cache keyed by the whole token, so a busy buyer costs one
- * signature check, not one per request; exp and nbf are compared to the clock on every
- * use. Failed tokens are never cached (garbage cannot evict good entries).
+ * A token's signature is checked once per process (cm_jwt_verify: algorithm pinned to
+ * ES256, key by kid, aud, iss, maximum lifetime) and the verified claims are remembered
+ * in a bounded direct-mapped cache keyed by the whole token, shared by every worker's
+ * gate (it belongs to the keys), so a busy buyer costs one signature check, not one per
+ * request or per worker; exp and nbf are compared to the clock on every use. Failed
+ * tokens are never cached (garbage cannot evict good entries).
  *
  * What abuse can cost: cache misses wait in a bounded queue (RSV_AUTH_BUSY → 503 with
  * Retry-After when it is full), and an address whose tokens failed verification
@@ -18,8 +19,9 @@
  * SIGHUP (cm_reload) from the same file: a key dropped from the file stops verifying at
  * once — cached tokens signed by a removed kid are refused at their next use.
  *
- * Threads: an rsv_auth lives on one event loop (its cache and callbacks are that
- * loop's; the failure table, rsv_auth_fails_t, is the process's, shared by every worker); ES256
+ * Threads: an rsv_auth lives on one event loop (its callbacks and counters are that
+ * loop's; the token cache and the failure table, rsv_auth_fails_t, are the process's,
+ * shared by every worker and locked); ES256
  * verification runs on `threads` worker threads and the result is handed back to the loop (redis
  * bio.c style): a burst of new buyers does not stall the requests of everyone else. threads = 0
  * verifies inline. rsv_auth_keys_* are safe from any thread.
@@ -52,7 +54,9 @@ typedef struct rsv_auth_config {
     const char *issuer;      /* iss every token must carry; NULL or "" = not checked */
     int64_t leeway_s;        /* clock skew on exp and nbf */
     int64_t max_lifetime_s;  /* exp - iat at most; 0 = unlimited */
-    size_t cache_size;       /* verified tokens remembered (rounded up to a power of two) */
+    size_t cache_size;       /* verified tokens remembered, per process (rounded up to a
+                                power of two, at least 64): the first gate made on a
+                                rsv_auth_keys_t sizes the cache every later one shares */
     int threads;             /* verification threads; 0 = inline */
     size_t max_queue;        /* verifications waiting for a thread; 0 = unbounded */
     int fail_limit;          /* bad signatures per address per window; 0 = no limit */
@@ -71,8 +75,13 @@ rsv_auth_keys_t *rsv_auth_keys_new(cm_jwt_keyset_t *ks);
 /** Re-reads the file now (what SIGHUP does); on failure the old keys stay. 0 / -1. */
 __attribute__((warn_unused_result)) int rsv_auth_keys_reload(rsv_auth_keys_t *k, char *err,
                                                              size_t errlen);
-/** Unregisters from SIGHUP and frees; every rsv_auth using k must be freed first. */
+/** Unregisters from SIGHUP and frees (with the token cache); every rsv_auth using k must
+ * be freed first. */
 void rsv_auth_keys_free(rsv_auth_keys_t *k);
+/** Tokens the process's cache holds now, and how many it can hold (0 before the first
+ * gate), for tests. Any thread. */
+size_t rsv_auth_keys_cached(rsv_auth_keys_t *k);
+size_t rsv_auth_keys_cache_capacity(rsv_auth_keys_t *k);
 
 /**
  * The failed-token counts per address, one table for every worker's gate so the limit

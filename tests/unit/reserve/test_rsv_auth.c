@@ -3,6 +3,7 @@
  * signed at run time with a fresh P-256 key; requests are fake cm_req_t objects
  * carrying only the Authorization header.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -481,6 +482,212 @@ static void sighup_reloads_the_keys_from_their_file(void **state)
     unlink(path);
 }
 
+/* Issue 9: with workers = 2 a buyer's next request may land on the other worker; the
+ * cache is the process's, so it is a hit there, not a second verification. */
+static void a_token_verified_on_one_worker_is_a_hit_on_another(void **state)
+{
+    fixture_t *f = *state;
+    rsv_auth_config_t cfg = {.issuer = ISSUER, .max_lifetime_s = 3600, .cache_size = 64};
+    rsv_auth_t *a = f->auth, *b = rsv_auth_new(NULL, f->keys, &cfg);
+    char *t = token(f->signer, "e1", "fan-ab", 600);
+    cm_jwt_claims_t c;
+    assert_int_equal(check_token(f, t, "e1", false, &c), RSV_AUTH_OK); /* worker A verifies */
+    assert_int_equal(rsv_auth_verifications(a), 1);
+    f->auth = b;
+    memset(&c, 0, sizeof(c));
+    assert_int_equal(check_token(f, t, "e1", false, &c), RSV_AUTH_OK); /* worker B: a hit */
+    assert_string_equal(c.sub, "fan-ab");
+    assert_int_equal(rsv_auth_verifications(b), 0);
+    assert_int_equal(rsv_auth_hits(b), 1);
+    /* a hit is still judged against this request's event and clock */
+    assert_int_equal(check_token(f, t, "e2", false, &c), RSV_AUTH_WRONG_EVENT);
+    /* a gate with another policy (no issuer check, other lifetime) does not take the
+     * hit: what one policy verified is not what another would have */
+    rsv_auth_config_t lax = {.cache_size = 64};
+    f->auth = rsv_auth_new(NULL, f->keys, &lax);
+    assert_int_equal(check_token(f, t, "e1", false, &c), RSV_AUTH_OK);
+    assert_int_equal(rsv_auth_verifications(f->auth), 1);
+    rsv_auth_free(f->auth);
+    rsv_auth_free(b);
+    f->auth = a;
+    free(t);
+}
+
+/* The cache holds at most its capacity (the first gate's cache_size, rounded up to a
+ * power of two) however many distinct buyers come, and forged tokens never enter it. */
+static void the_process_cache_is_bounded_and_holds_no_forgery(void **state)
+{
+    fixture_t *f = *state;
+    size_t cap = rsv_auth_keys_cache_capacity(f->keys);
+    assert_int_equal(cap, 64);
+    cm_jwt_claims_t c;
+    for (int i = 0; i < 400; i++) {
+        char sub[16];
+        snprintf(sub, sizeof(sub), "fan-%d", i);
+        char *t = token(f->signer, "e1", sub, 600);
+        assert_int_equal(check_token(f, t, "e1", false, &c), RSV_AUTH_OK);
+        free(t);
+        assert_true(rsv_auth_keys_cached(f->keys) <= cap);
+    }
+    assert_true(rsv_auth_keys_cached(f->keys) > cap / 2); /* it was used */
+    assert_int_equal(rsv_auth_verifications(f->auth), 400);
+    /* a forged token occupies nothing: the cache's content is unchanged after 50 */
+    rsv_auth_config_t cfg = {.issuer = ISSUER, .max_lifetime_s = 3600, .cache_size = 64};
+    rsv_auth_t *fresh = rsv_auth_new(NULL, f->keys, &cfg);
+    assert_int_equal(rsv_auth_keys_cache_capacity(f->keys), cap); /* shared, not resized */
+    rsv_auth_free(fresh);
+    size_t before = rsv_auth_keys_cached(f->keys);
+    uint64_t v = rsv_auth_verifications(f->auth);
+    for (int i = 0; i < 50; i++) {
+        char sub[16];
+        snprintf(sub, sizeof(sub), "mallory-%d", i);
+        char *t = token(f->stranger, "e1", sub, 600);
+        assert_int_equal(check_token(f, t, "e1", false, &c), RSV_AUTH_INVALID);
+        assert_int_equal(check_token(f, t, "e1", false, &c), RSV_AUTH_INVALID);
+        free(t);
+    }
+    assert_int_equal(rsv_auth_verifications(f->auth) - v, 100); /* never a hit */
+    assert_int_equal(rsv_auth_keys_cached(f->keys), before);
+}
+
+/* A key removed by a reload stops accepting what it signed on every worker: the reload
+ * empties its tokens' slots at once, and the other worker's next use verifies again. */
+static void a_reload_evicts_the_removed_keys_tokens_from_every_worker(void **state)
+{
+    (void)state;
+    char err[256], path[] = "/tmp/onsale-test-keys-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    char *a_priv = new_key_pem(), *b_priv = new_key_pem();
+    char *a_pub = public_pem_of_signer_key(a_priv), *b_pub = public_pem_of_signer_key(b_priv);
+    cm_jwt_signer_t *a = cm_jwt_signer_new(NULL, a_priv, strlen(a_priv), err, sizeof(err));
+    cm_jwt_signer_t *b = cm_jwt_signer_new(NULL, b_priv, strlen(b_priv), err, sizeof(err));
+    char both[8192];
+    snprintf(both, sizeof(both), "%s%s", a_pub, b_pub);
+    write_file(path, both);
+    rsv_auth_keys_t *keys = rsv_auth_keys_load(path, err, sizeof(err));
+    assert_non_null(keys);
+    rsv_auth_config_t cfg = {.issuer = ISSUER, .cache_size = 64};
+    fixture_t w1 = {.auth = rsv_auth_new(NULL, keys, &cfg)};
+    fixture_t w2 = {.auth = rsv_auth_new(NULL, keys, &cfg)};
+    cm_jwt_claims_t c;
+    char *ta = token(a, "e1", "fan-a", 600), *tb = token(b, "e1", "fan-b", 600);
+    assert_int_equal(check_token(&w1, ta, "e1", false, &c), RSV_AUTH_OK);
+    assert_int_equal(check_token(&w1, tb, "e1", false, &c), RSV_AUTH_OK);
+    assert_int_equal(rsv_auth_keys_cached(keys), 2);
+
+    write_file(path, b_pub); /* A is retired */
+    assert_int_equal(rsv_auth_keys_reload(keys, err, sizeof(err)), 0);
+    assert_int_equal(rsv_auth_keys_cached(keys), 1); /* A's token is gone already */
+    assert_int_equal(check_token(&w2, ta, "e1", false, &c), RSV_AUTH_INVALID);
+    assert_int_equal(rsv_auth_verifications(w2.auth), 1); /* it had to verify: no hit */
+    /* B's token survived the reload and is a hit on the other worker */
+    assert_int_equal(check_token(&w2, tb, "e1", false, &c), RSV_AUTH_OK);
+    assert_string_equal(c.sub, "fan-b");
+    assert_int_equal(rsv_auth_hits(w2.auth), 1);
+    assert_int_equal(check_token(&w1, ta, "e1", false, &c), RSV_AUTH_INVALID);
+
+    rsv_auth_free(w1.auth);
+    rsv_auth_free(w2.auth);
+    rsv_auth_keys_free(keys);
+    cm_jwt_signer_free(a);
+    cm_jwt_signer_free(b);
+    free(ta);
+    free(tb);
+    free(a_priv);
+    free(b_priv);
+    free(a_pub);
+    free(b_pub);
+    unlink(path);
+}
+
+/* Workers hammer the one cache at once (each thread is a worker with its own gate and
+ * its own verification threads) while the keys reload underneath: every answer is right,
+ * and under ThreadSanitizer (ONSALE_SANITIZE=thread) no access races. */
+#define HAMMER_THREADS 4
+#define HAMMER_TOKENS  48
+#define HAMMER_ROUNDS  40
+
+typedef struct hammer {
+    rsv_auth_keys_t *keys;
+    char **authz; /* HAMMER_TOKENS; every fourth is forged */
+    int ok, invalid, other;
+    uint64_t hits;
+} hammer_t;
+
+static void *hammer_worker(void *arg)
+{
+    hammer_t *h = arg;
+    rsv_auth_config_t cfg = {.issuer = ISSUER, .cache_size = 32};
+    rsv_auth_t *auth = rsv_auth_new(NULL, h->keys, &cfg);
+    fixture_t f = {.auth = auth};
+    for (int r = 0; r < HAMMER_ROUNDS; r++)
+        for (int i = 0; i < HAMMER_TOKENS; i++) {
+            cm_jwt_claims_t c;
+            rsv_auth_result_t res =
+                check(&f, h->authz[(i * 7 + r) % HAMMER_TOKENS], "e1", false, &c);
+            h->ok += res == RSV_AUTH_OK;
+            h->invalid += res == RSV_AUTH_INVALID;
+            h->other += res != RSV_AUTH_OK && res != RSV_AUTH_INVALID;
+        }
+    h->hits = rsv_auth_hits(auth);
+    rsv_auth_free(auth);
+    return NULL;
+}
+
+static void workers_hammer_the_shared_cache_while_keys_reload(void **state)
+{
+    fixture_t *f = *state;
+    char err[256], path[] = "/tmp/onsale-test-keys-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    char *priv = new_key_pem(), *pub = public_pem_of_signer_key(priv);
+    cm_jwt_signer_t *signer = cm_jwt_signer_new(NULL, priv, strlen(priv), err, sizeof(err));
+    write_file(path, pub);
+    rsv_auth_keys_t *keys = rsv_auth_keys_load(path, err, sizeof(err));
+    assert_non_null(keys);
+    char *authz[HAMMER_TOKENS];
+    for (int i = 0; i < HAMMER_TOKENS; i++) {
+        char sub[16], *t;
+        snprintf(sub, sizeof(sub), "fan-%d", i);
+        t = token(i % 4 == 3 ? f->stranger : signer, "e1", sub, 600);
+        authz[i] = malloc(strlen(t) + 8);
+        sprintf(authz[i], "Bearer %s", t);
+        free(t);
+    }
+    /* the first gate sizes the cache: 64 slots for 36 good tokens, so collisions too */
+    rsv_auth_config_t cfg = {.issuer = ISSUER, .cache_size = 32};
+    rsv_auth_t *sizing = rsv_auth_new(NULL, keys, &cfg);
+    hammer_t h[HAMMER_THREADS];
+    pthread_t th[HAMMER_THREADS];
+    for (int i = 0; i < HAMMER_THREADS; i++) {
+        h[i] = (hammer_t){.keys = keys, .authz = authz};
+        assert_int_equal(pthread_create(&th[i], NULL, hammer_worker, &h[i]), 0);
+    }
+    for (int i = 0; i < 5; i++) /* same keys each time: nothing may be refused */
+        assert_int_equal(rsv_auth_keys_reload(keys, err, sizeof(err)), 0);
+    uint64_t hits = 0;
+    for (int i = 0; i < HAMMER_THREADS; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        assert_int_equal(h[i].ok, HAMMER_ROUNDS * HAMMER_TOKENS * 3 / 4);
+        assert_int_equal(h[i].invalid, HAMMER_ROUNDS * HAMMER_TOKENS / 4);
+        assert_int_equal(h[i].other, 0);
+        hits += h[i].hits;
+    }
+    assert_true(hits > 0);
+    assert_true(rsv_auth_keys_cached(keys) <= rsv_auth_keys_cache_capacity(keys));
+    rsv_auth_free(sizing);
+    rsv_auth_keys_free(keys);
+    for (int i = 0; i < HAMMER_TOKENS; i++)
+        free(authz[i]);
+    cm_jwt_signer_free(signer);
+    free(priv);
+    free(pub);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -497,6 +704,13 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_token_is_verified_once_then_served_from_the_cache, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(worker_threads_verify_off_the_loop_and_answer_on_it, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(a_token_verified_on_one_worker_is_a_hit_on_another, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(the_process_cache_is_bounded_and_holds_no_forgery, setup,
+                                        teardown),
+        cmocka_unit_test(a_reload_evicts_the_removed_keys_tokens_from_every_worker),
+        cmocka_unit_test_setup_teardown(workers_hammer_the_shared_cache_while_keys_reload, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
