@@ -1,6 +1,7 @@
 """Integration harness for the gateway, on top of stack.py.
 
-One private stack per test module (Redis, Postgres, payment simulator, reserve via
+One private stack per test module (with ONSALE_IT_SHARE_STACKS=1, one per process for
+every module of equal configuration: see stack.py) (Redis, Postgres, payment simulator, reserve via
 `deploy/onsale up`, as stack.py does) plus the gateway processes this module starts
 itself, against the stack's Redis, with a config it writes into the stack's state
 directory (server certificate, admission key and admin token come from the stack; the
@@ -42,6 +43,7 @@ import stack
 from stack import HOST, Client, wait_for
 
 READY_TIMEOUT = 30
+ROOMS_KEY = "os:gateway:rooms"  # gateway/gw_keys.h GW_ROOMS_KEY
 _CURRENT = None
 
 # What the tests' gateways run with (every key of deploy/gateway.conf.example that the
@@ -153,13 +155,10 @@ class GatewayStack:
     def start(self):
         if not os.access(self.gateway_bin, os.X_OK):
             raise RuntimeError(f"onsale-gateway not built: {self.gateway_bin}")
-        # deploy/onsale sees no gateway in the shadow build dir (see the module doc).
-        self.shadow = tempfile.mkdtemp(prefix="onsale-gw-build-")
-        os.chmod(self.shadow, 0o755)
-        for d in ("reserve", "loadgen"):
-            os.symlink(os.path.join(self.real_build, d), os.path.join(self.shadow, d))
-        self.S.build = self.shadow
-        self.S.start()
+        # With ONSALE_IT_SHARE_STACKS=1 an equally configured stack of an earlier module
+        # (kind "gateway": brought up without deploy/onsale's gateway) is taken over.
+        self.S = stack.acquire(self.S, "gateway", self._start_stack)
+        self.shadow = getattr(self.S, "shadow", None)
         st = self.S.state
         self.secret_path = os.path.join(st, "gateway-ticket-secret")
         if not os.path.exists(self.secret_path):
@@ -169,6 +168,16 @@ class GatewayStack:
         ports = stack._free_ports(self.n)
         for i in range(self.n):
             self.add_gateway(f"g{i + 1}", ports[i])
+
+    def _start_stack(self):
+        # deploy/onsale sees no gateway in the shadow build dir (see the module doc).
+        self.shadow = tempfile.mkdtemp(prefix="onsale-gw-build-")
+        os.chmod(self.shadow, 0o755)
+        self.S.shadow = self.shadow  # removed with the stack when it is shared
+        for d in ("reserve", "loadgen"):
+            os.symlink(os.path.join(self.real_build, d), os.path.join(self.shadow, d))
+        self.S.build = self.shadow
+        self.S.start()
 
     def base_conf(self, port):
         st = self.S.state
@@ -212,10 +221,16 @@ class GatewayStack:
             except Exception as e:  # noqa: BLE001 — keep tearing down
                 import sys
                 sys.stderr.write(f"[gwstack] stopping gateway {g.name}: {e}\n")
+        self.gateways = []
+        shared = False
         try:
-            self.S.stop()
+            shared = stack.release(self.S)
+            if shared:
+                # The next module's gateways start as on a fresh stack: they learn no room
+                # of this module (each gateway ticks every room in the set).
+                self.S.redis("DEL", ROOMS_KEY)
         finally:
-            if self.shadow:
+            if self.shadow and not shared:
                 shutil.rmtree(self.shadow, ignore_errors=True)
 
     @property

@@ -21,6 +21,12 @@ Usage in a test module:
 
 Environment: ONSALE_BUILD_DIR (the build directory: reserve/onsale-reserve,
 loadgen/onsale-token), ONSALE_SOURCE_DIR (the repository: deploy/onsale).
+ONSALE_IT_SHARE_STACKS=1 (integration.cluster_suites sets it) shares stacks across the
+modules of one process: a module whose stack would be configured exactly like one already
+running (same topology, same environment for every service — Stack.config_key()) takes
+that one instead of bringing up another, and every shared stack goes down when the
+process exits. Tests already use fresh event ids and keys (new_id), so they stay
+independent; a module that configures its services differently still gets its own.
 ONSALE_IT_KEEP_STATE=1 keeps the temporary directory after the run,
 ONSALE_IT_LOGS=1 prints the tail of every log in it at teardown.
 ONSALE_IT_TOPOLOGY=cluster runs the module against `ONSALE_TOPOLOGY=cluster deploy/onsale
@@ -34,6 +40,7 @@ Only the standard library plus Debian's python3-jwt and python3-cryptography.
 """
 
 import asyncio
+import atexit
 import base64
 import collections
 import hashlib
@@ -61,6 +68,7 @@ READY_TIMEOUT = 60     # after `up` returns, until /readyz answers 200
 HTTP_TIMEOUT = 30      # one request on the synchronous client
 
 _CURRENT = None        # the stack of the module being run
+_SHARED = {}           # (kind, Stack.config_key()) -> a running Stack kept for the process
 
 
 def _env_dir(name, default=None):
@@ -385,7 +393,8 @@ async def _open_conns(port, ctx, n, concurrency, timeout):
 
 async def _fire(conns, reqs, timeout):
     """Writes every request (one per connection) back to back, then reads every answer.
-    Latency of each = from just before its write to its full response."""
+    Latency of each = from just before its write (Response.sent_at, time.monotonic()) to
+    its full response."""
     t_send = [0.0] * len(reqs)
     loop = asyncio.get_running_loop()
 
@@ -407,7 +416,9 @@ async def _fire(conns, reqs, timeout):
             lat = time.monotonic() - t_send[i]
             if headers.get("connection", "").lower() == "close":
                 c.alive = False
-            return Response(method, path, status, headers, body, latency=lat)
+            resp = Response(method, path, status, headers, body, latency=lat)
+            resp.sent_at = t_send[i]  # time.monotonic() just before the write
+            return resp
         except Exception as e:  # noqa: BLE001 — a transport failure is a result
             c.alive = False
             return Response(method, path, None, {}, b"", latency=time.monotonic() - t_send[i],
@@ -748,6 +759,38 @@ class Stack:
             "ONSALE_GATEWAY_WORKERS": "2",
         })
         return e
+
+    # Environment variables that name this instance (its directory, ports, build) rather
+    # than how its services are configured.
+    _INSTANCE_VARS = ("ONSALE_STATE", "ONSALE_BUILD")
+
+    def config_key(self):
+        """What decides how this stack's services behave — the topology and every
+        ONSALE_* variable env() gives them — with its own directory and ports left out
+        (computed on a probe before any port is chosen): two stacks with equal keys are
+        interchangeable for a test that uses fresh ids."""
+        probe = object.__new__(type(self))
+        probe.__dict__.update(self.__dict__)
+        probe.state = "@state"
+        for attr in ("instance_reserve_port", "reserve_port", "redis_port", "pg_port",
+                     "gateway_port", "paysim_port", "haproxy_port"):
+            setattr(probe, attr, 0)
+        env = probe.env()
+        return (self.cluster, self.redis_tls,
+                tuple(sorted((k, v) for k, v in env.items()
+                             if k.startswith("ONSALE_") and k not in self._INSTANCE_VARS)))
+
+    def healthy(self):
+        """The reserve answers /readyz 200 (a shared stack is checked before reuse)."""
+        if not self.started:
+            return False
+        c = self.client(timeout=5)
+        try:
+            return c.get("/readyz").status == 200
+        except (OSError, ssl.SSLError, http.client.HTTPException):
+            return False
+        finally:
+            c.close()
 
     def start(self):
         for path, what in ((self.script, "deploy/onsale"), (self.reserve_bin, "onsale-reserve"),
@@ -1188,21 +1231,69 @@ def pool_available(avail, pool):
 # --------------------------------------------------------------------------- unittest glue
 
 
+def sharing():
+    """ONSALE_IT_SHARE_STACKS=1: modules of this process share equally configured stacks."""
+    return os.environ.get("ONSALE_IT_SHARE_STACKS") == "1"
+
+
+def _stop_shared():
+    for st in list(_SHARED.values()):
+        try:
+            st.stop()
+        finally:
+            shadow = getattr(st, "shadow", None)
+            if shadow:
+                shutil.rmtree(shadow, ignore_errors=True)
+    _SHARED.clear()
+
+
+def acquire(s, kind, start=None):
+    """s started (by start(), default s.start), or — when sharing and a healthy stack of
+    the same kind and config_key() is running — that one. Pair with release()."""
+    key = (kind, s.config_key()) if sharing() else None
+    if key is not None:
+        old = _SHARED.get(key)
+        if old is not None and old.healthy():
+            sys.stderr.write(f"[stack] {s.name}: sharing the running stack {old.name} "
+                             f"({old.root})\n")
+            return old
+        if old is not None:
+            sys.stderr.write(f"[stack] shared stack {old.root} is not ready; starting another\n")
+            del _SHARED[key]
+            old.stop()
+    (start or s.start)()
+    if key is not None:
+        if not _SHARED:
+            atexit.register(_stop_shared)
+        _SHARED[key] = s
+    return s
+
+
+def release(s):
+    """Stops s unless it is shared (then it goes down when the process exits)."""
+    if s not in _SHARED.values():
+        s.stop()
+        return False
+    return True
+
+
 def module_stack(name=None):
-    """Starts a stack for the calling module (call from setUpModule); its teardown is
-    registered first, so it runs even when start-up fails half way."""
+    """Starts a stack for the calling module (call from setUpModule), or takes the
+    process's equally configured one when sharing; its teardown is registered first, so
+    it runs even when start-up fails half way."""
     global _CURRENT
     s = Stack(name or "stack")
+    taken = [s]
 
     def cleanup():
         global _CURRENT
         _CURRENT = None
-        s.stop()
+        release(taken[0])
 
     unittest.addModuleCleanup(cleanup)
     _CURRENT = s
-    s.start()
-    return s
+    taken[0] = _CURRENT = acquire(s, "stack")
+    return _CURRENT
 
 
 def new_id(prefix="ev"):
