@@ -92,8 +92,8 @@ static int request_line(char *line, cm_h1_head_t *h)
         return fail(h, 400, "malformed request line");
     *sp2 = '\0';
     char *version = sp2 + 1;
-    if (strlen(target) > CM_H1_MAX_TARGET)
-        return fail(h, 414, "the request target is too long");
+    if (strcspn(target, "?") > CM_H1_MAX_PATH)
+        return fail(h, 414, "the request target's path is too long");
     if (target[0] != '/')
         return fail(h, 400, "the request target must be a path (origin-form)");
     for (char *c = target; *c; c++)
@@ -241,6 +241,18 @@ int cm_h1_parse(char *buf, size_t len, cm_h1_head_t *h)
     if (next != end)
         return fail(h, 400, "bytes after the end of the head");
     return framing(h);
+}
+
+bool cm_h1_line_path_too_long(const char *buf, size_t len)
+{
+    const char *sp = memchr(buf, ' ', len);
+    if (sp == NULL)
+        return false;
+    const char *path = sp + 1, *end = buf + len;
+    size_t n = 0;
+    while (path + n < end && path[n] != '?' && path[n] != ' ')
+        n++;
+    return n > CM_H1_MAX_PATH;
 }
 
 const char *cm_h1_header(const cm_h1_head_t *h, const char *name)

@@ -11,7 +11,10 @@
  *     line ends: that is where request smuggling lives). Up to two empty lines before the
  *     request line are skipped (clients may send a CRLF after a body);
  *   - request line: `METHOD SP origin-form SP HTTP/1.x`, single spaces; the target is
- *     visible ASCII starting with '/', at most CM_H1_MAX_TARGET bytes (longer: 414);
+ *     visible ASCII starting with '/'; its path (up to '?') at most CM_H1_MAX_PATH bytes
+ *     (longer: 414). The query is bounded only by the head's own cap (the engine's
+ *     max_header_bytes), as evhttp bounds it: links carry long queries (a storefront's
+ *     `?event=…&…`), while no route has a path near that long;
  *     HTTP/1.0 and HTTP/1.1 only (another HTTP/x.y: 505); an unknown method is 501;
  *   - header lines `name: value`: the name a token with no space before the colon, the
  *     value without control characters (HTAB allowed), leading/trailing blanks dropped;
@@ -33,8 +36,8 @@
 #include "cm_http.h"
 
 #define CM_H1_MAX_HEADERS 64
-#define CM_H1_MAX_TARGET  2048
-#define CM_H1_MAX_EMPTY   2 /* empty lines skipped before a request line */
+#define CM_H1_MAX_PATH    2048 /* the target's path; its query fills the head if it must */
+#define CM_H1_MAX_EMPTY   2    /* empty lines skipped before a request line */
 
 typedef struct cm_h1_header {
     const char *name;
@@ -70,6 +73,13 @@ size_t cm_h1_head_end(const char *buf, size_t len, size_t *scanned);
  * buf. Returns 0, or -1 with h->status (400, 411, 414, 431, 501, 505) and h->why.
  */
 int cm_h1_parse(char *buf, size_t len, cm_h1_head_t *h);
+
+/**
+ * Whether an incomplete request line buf[0..len) (no LF seen yet) already has a path
+ * longer than CM_H1_MAX_PATH, so the engine can answer 414 before the line ends. A long
+ * line whose path is short (a long query) is not: the head's cap bounds it.
+ */
+bool cm_h1_line_path_too_long(const char *buf, size_t len);
 
 /** A header of a parsed head (case-insensitive name; the first of several), or NULL. */
 const char *cm_h1_header(const cm_h1_head_t *h, const char *name);

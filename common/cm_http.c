@@ -989,7 +989,8 @@ static bool h1_read_head(h1_conn_t *c, struct evbuffer *in)
     const char *p = (const char *)evbuffer_pullup(in, (ev_ssize_t)n);
     size_t end = cm_h1_head_end(p, n, &c->scanned);
     if (end == 0) {
-        if (memchr(p, '\n', n) == NULL && n > CM_H1_MAX_TARGET + 32)
+        bool in_line = memchr(p, '\n', n) == NULL; /* still the request line */
+        if (in_line && (n >= cap || cm_h1_line_path_too_long(p, n)))
             h1_refuse(c, 414, "the request target is too long");
         else if (n >= cap)
             h1_refuse(c, 431, "the request head is too large");

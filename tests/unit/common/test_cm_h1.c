@@ -128,11 +128,11 @@ static void test_refused_version_method_sizes(void **state)
     refused("GET / HTTP/2.0\r\nHost: a\r\n\r\n", 505);
     refused("GET / HTTP/1.2\r\nHost: a\r\n\r\n", 505);
     refused("BREW / HTTP/1.1\r\nHost: a\r\n\r\n", 501);
-    char *big = malloc(CM_H1_MAX_TARGET + 64);
-    memset(big, 'a', CM_H1_MAX_TARGET + 64);
+    char *big = malloc(CM_H1_MAX_PATH + 64);
+    memset(big, 'a', CM_H1_MAX_PATH + 64);
     memcpy(big, "GET /", 5);
-    memcpy(big + CM_H1_MAX_TARGET + 6, " HTTP/1.1\r\nHost: a\r\n\r\n", 23);
-    big[CM_H1_MAX_TARGET + 29] = '\0';
+    memcpy(big + CM_H1_MAX_PATH + 6, " HTTP/1.1\r\nHost: a\r\n\r\n", 23);
+    big[CM_H1_MAX_PATH + 29] = '\0';
     refused(big, 414);
     free(big);
     char many[8192] = "GET / HTTP/1.1\r\nHost: a\r\n";
@@ -140,6 +140,47 @@ static void test_refused_version_method_sizes(void **state)
         strcat(many, "X-A: b\r\n");
     strcat(many, "\r\n");
     refused(many, 431);
+}
+
+/* Regression: a storefront link `/shop?event=…` with a 3000-byte query was refused 414
+ * (the cap was on the whole target); the path is capped, the query fills the head. */
+static void test_long_query_is_kept_whole(void **state)
+{
+    static char text[8192];
+    char q[3100];
+    memset(q, 'y', sizeof(q) - 1);
+    q[sizeof(q) - 1] = '\0';
+    snprintf(text, sizeof(text), "GET /shop?event=demo&x=%s HTTP/1.1\r\nHost: a\r\n\r\n", q);
+    assert_int_equal(parse(text), 0);
+    assert_string_equal(head.path, "/shop");
+    assert_int_equal(strlen(head.query), strlen("event=demo&x=") + strlen(q));
+    assert_memory_equal(head.query, "event=demo&x=yyy", 16);
+    /* a path of exactly the cap is served */
+    char path[CM_H1_MAX_PATH + 1];
+    memset(path, 'p', sizeof(path) - 1);
+    path[0] = '/';
+    path[sizeof(path) - 1] = '\0';
+    snprintf(text, sizeof(text), "GET %s?%s HTTP/1.1\r\nHost: a\r\n\r\n", path, q);
+    assert_int_equal(parse(text), 0);
+    assert_int_equal(strlen(head.path), CM_H1_MAX_PATH);
+    /* one byte more is 414, however short the query */
+    snprintf(text, sizeof(text), "GET %sp?q=1 HTTP/1.1\r\nHost: a\r\n\r\n", path);
+    refused(text, 414);
+}
+
+/* The engine's early 414, while the request line is still arriving. */
+static void test_line_path_too_long(void **state)
+{
+    static char line[CM_H1_MAX_PATH + 4096];
+    memset(line, 'a', sizeof(line));
+    memcpy(line, "GET /", 5);
+    assert_true(cm_h1_line_path_too_long(line, CM_H1_MAX_PATH + 5));
+    assert_false(cm_h1_line_path_too_long(line, CM_H1_MAX_PATH + 4)); /* exactly the cap */
+    line[100] = '?';                                                  /* a long query */
+    assert_false(cm_h1_line_path_too_long(line, sizeof(line)));
+    assert_false(cm_h1_line_path_too_long("GET / HTTP/1.1", 14));
+    memset(line, 'G', sizeof(line)); /* no space yet: no path */
+    assert_false(cm_h1_line_path_too_long(line, sizeof(line)));
 }
 
 int main(void)
@@ -151,6 +192,8 @@ int main(void)
         cmocka_unit_test(test_refused_lines),
         cmocka_unit_test(test_refused_framing),
         cmocka_unit_test(test_refused_version_method_sizes),
+        cmocka_unit_test(test_long_query_is_kept_whole),
+        cmocka_unit_test(test_line_path_too_long),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
