@@ -107,7 +107,8 @@ struct cm_http_server {
     int handshake_s, request_s, idle_s, cap; /* guard settings (limits) */
     int head_s;                              /* h1 engine only */
     cm_http_engine_t engine;
-    size_t body_cap; /* the transport's default cap */
+    size_t body_cap;       /* the transport's default cap */
+    size_t max_body_bytes; /* limits.max_body_bytes: CM_HTTP_BODY_CAP_JSON */
     size_t (*route_cap)(cm_http_method_t method, const char *path);
     size_t max_header_bytes;
     int idle_plain_s;         /* plain connections' read/write timeout */
@@ -1009,9 +1010,14 @@ static bool h1_read_head(h1_conn_t *c, struct evbuffer *in)
     size_t bcap = c->srv->route_cap ? c->srv->route_cap(c->head.method, c->head.path) : SIZE_MAX;
     if (bcap == SIZE_MAX)
         bcap = c->srv->body_cap;
+    else if (bcap == CM_HTTP_BODY_CAP_JSON)
+        bcap = c->srv->max_body_bytes;
     if (c->head.content_length > 0 && (uint64_t)c->head.content_length > bcap) {
         char msg[96];
-        snprintf(msg, sizeof(msg), "the body is over the limit of %zu bytes", bcap);
+        if (bcap == 0)
+            snprintf(msg, sizeof(msg), "this request takes no body");
+        else
+            snprintf(msg, sizeof(msg), "the body is over the limit of %zu bytes", bcap);
         h1_refuse(c, 413, msg);
         return false;
     }
@@ -1229,6 +1235,7 @@ cm_http_server_t *cm_http_server_new(struct event_base *base, const char *addr, 
         srv->head_s = limits->head_timeout_s;
     srv->route_cap = limits->body_cap;
     srv->max_header_bytes = limits->max_header_bytes > 0 ? limits->max_header_bytes : 8192;
+    srv->max_body_bytes = limits->max_body_bytes;
     srv->body_cap = limits->max_body_bytes * 4;
     if (srv->body_cap < TRANSPORT_BODY_CAP_MIN)
         srv->body_cap = TRANSPORT_BODY_CAP_MIN;

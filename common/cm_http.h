@@ -78,10 +78,15 @@ typedef struct cm_http_limits {
      * body then gets what is left of request_timeout_s. body_cap gives the largest body
      * a route accepts, decided from the head before any body byte is read — a larger
      * Content-Length is answered 413 at once (NULL, or a route it returns SIZE_MAX for:
-     * max(4 × max_body_bytes, 1 MiB)). */
+     * max(4 × max_body_bytes, 1 MiB); CM_HTTP_BODY_CAP_JSON: max_body_bytes). path is the
+     * target's path as sent (not decoded), from any loop thread: a pure function. */
     int head_timeout_s;
     size_t (*body_cap)(cm_http_method_t method, const char *path);
 } cm_http_limits_t;
+
+/** What a body_cap function returns for a route whose body is the listener's JSON
+ *  (cm_http_limits_t.max_body_bytes is its cap). */
+#define CM_HTTP_BODY_CAP_JSON (SIZE_MAX - 1)
 
 /** A thread-safe count of open connections per client address (fixed size). */
 cm_http_addrs_t *cm_http_addrs_new(void);

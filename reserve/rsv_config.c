@@ -109,6 +109,7 @@ const cm_config_opt_t *rsv_config_table(size_t *n)
         .max_connections = "4096",
         .max_body_bytes = "65536",
         .idle_timeout_s = "30",
+        .http_engine = "h1",
     };
     static cm_config_opt_t
         table[CM_SERVER_CONFIG_NKEYS + CM_REDIS_CONFIG_NKEYS + sizeof(own) / sizeof(own[0])];

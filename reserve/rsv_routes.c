@@ -155,6 +155,33 @@ static void route_admin(rsv_server_t *srv, cm_req_t *req, char **seg, int n)
     reply_simple(srv, req, RSV_EP_OTHER, 404, "not_found", "no such endpoint");
 }
 
+/* path is "<prefix><one segment><suffix>", as sent (an encoded name gets the small cap:
+ * the handler's own check still applies). */
+static bool one_segment_between(const char *path, const char *prefix, const char *suffix)
+{
+    size_t n = strlen(path), pl = strlen(prefix), sl = strlen(suffix);
+    if (n <= pl + sl || strncmp(path, prefix, pl) != 0 || strcmp(path + n - sl, suffix) != 0)
+        return false;
+    return memchr(path + pl, '/', n - pl - sl) == NULL;
+}
+
+size_t rsv_routes_body_cap(cm_http_method_t method, const char *path)
+{
+    switch (method) {
+    case CM_HTTP_GET:
+    case CM_HTTP_HEAD:
+    case CM_HTTP_OPTIONS:
+        return 0;
+    case CM_HTTP_POST:
+        if (one_segment_between(path, "/v1/events/", "/holds") ||
+            one_segment_between(path, "/v1/holds/", "/confirm"))
+            return CM_HTTP_BODY_CAP_JSON;
+        return RSV_TINY_BODY_MAX; /* done, extend, an unknown path */
+    default:
+        return RSV_TINY_BODY_MAX; /* DELETE a hold; other methods get their 404/405 */
+    }
+}
+
 /* The fans' listener and the admin listener share the parsing; admin says which. */
 static void dispatch(rsv_server_t *srv, cm_req_t *req, bool admin)
 {

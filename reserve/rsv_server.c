@@ -403,6 +403,7 @@ rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen)
     if (cm_server_config_opts(&cfg->server, &o, srv->admin_addr, sizeof(srv->admin_addr), err,
                               errlen) != 0)
         goto err;
+    o.limits.body_cap = rsv_routes_body_cap; /* each route's cap known from the head (h1) */
     srv->cs = cm_server_new(&o, err, errlen);
     if (srv->cs == NULL)
         goto err;

@@ -316,6 +316,67 @@ class Client:
         return self.request("DELETE", path, **kw)
 
 
+class RawConn:
+    """A raw TLS connection for what http.client cannot send (a head trickled byte by byte,
+    a Content-Length with no body after it, pipelined requests); keeps the bytes read past
+    one response for the next."""
+
+    def __init__(self, port, ctx, timeout=10):
+        raw = socket.create_connection((HOST, port), timeout=timeout)
+        self.s = ctx.wrap_socket(raw, server_hostname=HOST)
+        self.pushback = b""
+
+    def send(self, data):
+        self.s.sendall(data)
+
+    def recv(self, n):
+        if self.pushback:
+            b, self.pushback = self.pushback, b""
+            return b
+        return self.s.recv(n)
+
+    def response(self, head_request=False):
+        """(status, headers (lower-case names), body) of the next response."""
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            chunk = self.recv(4096)
+            if not chunk:
+                raise ConnectionError(f"closed before a full head: {buf!r}")
+            buf += chunk
+        head, rest = buf.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ", 2)[1])
+        headers = {}
+        for line in lines[1:]:
+            k, v = line.split(":", 1)
+            headers[k.strip().lower()] = v.strip()
+        n = 0 if head_request else int(headers.get("content-length", "0"))
+        while len(rest) < n:
+            chunk = self.recv(4096)
+            if not chunk:
+                raise ConnectionError("closed inside a body")
+            rest += chunk
+        self.pushback = rest[n:]
+        return status, headers, rest[:n]
+
+    def closed_within(self, limit_s):
+        """Seconds until the server closed the connection, or None past limit_s."""
+        start = time.monotonic()
+        self.s.settimeout(0.25)
+        while time.monotonic() - start < limit_s:
+            try:
+                if self.s.recv(4096) == b"":
+                    return time.monotonic() - start
+            except (socket.timeout, TimeoutError):
+                pass
+            except OSError:
+                return time.monotonic() - start
+        return None
+
+    def close(self):
+        self.s.close()
+
+
 def delayed(req, seconds):
     """The same request, written `seconds` after the rest of its burst."""
     return (req[0], req[1], req[2], seconds)

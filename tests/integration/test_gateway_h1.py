@@ -10,7 +10,7 @@ import socket
 import time
 
 import gwstack
-from stack import HOST
+import stack
 
 HEAD_S = 2
 REQUEST_S = 6
@@ -23,66 +23,9 @@ def setUpModule():
         "idle_timeout_s": IDLE_S})
 
 
-def read_response(s, head_request=False):
-    """(status, headers (lower-case names), body) of one response read from s."""
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        chunk = s.recv(4096)
-        if not chunk:
-            raise ConnectionError(f"closed before a full head: {buf!r}")
-        buf += chunk
-    head, rest = buf.split(b"\r\n\r\n", 1)
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split(" ", 2)[1])
-    headers = {}
-    for line in lines[1:]:
-        k, v = line.split(":", 1)
-        headers[k.strip().lower()] = v.strip()
-    n = 0 if head_request else int(headers.get("content-length", "0"))
-    while len(rest) < n:
-        chunk = s.recv(4096)
-        if not chunk:
-            raise ConnectionError("closed inside a body")
-        rest += chunk
-    s.pushback = rest[n:]
-    return status, headers, rest[:n]
-
-
-class Conn:
-    """A raw TLS connection that keeps bytes read past one response for the next."""
-
+class Conn(stack.RawConn):
     def __init__(self, tc, timeout=10):
-        raw = socket.create_connection((HOST, tc.GS.g.port), timeout=timeout)
-        self.s = tc.GS.S.ctx.wrap_socket(raw, server_hostname=HOST)
-        self.pushback = b""
-
-    def send(self, data):
-        self.s.sendall(data)
-
-    def recv(self, n):
-        if self.pushback:
-            b, self.pushback = self.pushback, b""
-            return b
-        return self.s.recv(n)
-
-    def response(self, head_request=False):
-        return read_response(self, head_request)
-
-    def closed_within(self, limit_s):
-        start = time.monotonic()
-        self.s.settimeout(0.25)
-        while time.monotonic() - start < limit_s:
-            try:
-                if self.s.recv(4096) == b"":
-                    return time.monotonic() - start
-            except (socket.timeout, TimeoutError):
-                pass
-            except OSError:
-                return time.monotonic() - start
-        return None
-
-    def close(self):
-        self.s.close()
+        super().__init__(tc.GS.g.port, tc.GS.S.ctx, timeout)
 
 
 class H1(gwstack.GatewayTestCase):
