@@ -625,14 +625,32 @@ static void on_booked(const char *err, const rsv_pg_result_t *res, void *arg)
     const char *reason = rsv_pg_result_value(res, 0, 2);
     const char *detail = rsv_pg_result_value(res, 0, 3);
     int failures = atoi(rsv_pg_result_value(res, 0, 4));
-    if (strcmp(outcome, "converted") == 0) {
+    if (strcmp(outcome, "confirmed") == 0) {
         if (strcmp(rsv_pg_result_value(res, 0, 1), s->booking) != 0) {
-            free(s->booked_body); /* booked by an earlier drive: its answer is stored */
-            s->booked_body = NULL;
+            /* Booked by an earlier drive: its answer is stored (a replay answers the
+             * original booking id). */
+            snprintf(s->row.state, sizeof(s->row.state), "confirmed");
+            reread(s);
+            return;
         }
+        /* paid → converted → confirmed, committed together (migration 004). */
+        snprintf(s->row.state, sizeof(s->row.state), "confirmed");
+        cm_counter_add(s->srv->m.saga_transitions, 2);
+        rsv_saga_fault(s->srv, "after", "confirmed");
+        double age = s->view.created_ms > 0
+                         ? (double)(cm_time_wall_ms() - s->view.created_ms) / 1000.0
+                         : -1;
+        char *body = s->booked_body;
+        s->booked_body = NULL;
+        saga_end(s, NULL, 201, body, age);
+        free(body);
+        return;
+    } else if (strcmp(outcome, "converted") == 0) {
+        /* Left converted by an earlier version: converted → confirmed with the stored
+         * answer, read back. */
+        free(s->booked_body);
+        s->booked_body = NULL;
         snprintf(s->row.state, sizeof(s->row.state), "converted");
-        cm_counter_inc(s->srv->m.saga_transitions);
-        rsv_saga_fault(s->srv, "after", "converted");
     } else if (strcmp(outcome, "failed") == 0) {
         /* Not a conflict: retried by the reconciler, refunded after book_max_attempts. */
         cm_counter_inc(s->srv->m.booking_failures);
@@ -865,12 +883,9 @@ static void advance(saga_t *s)
              error_text(s, "payment_declined",
                         "the payment was declined; the hold stays until it expires", NULL),
              -1);
-    } else if (strcmp(st, "converted") == 0 && s->booked_body) {
-        /* This drive booked: the answer it stored is in hand, no need to read it back. */
-        char *body = s->booked_body;
-        s->booked_body = NULL;
-        step(s, NULL, "confirmed", "booking confirmed", 201, body, -1);
     } else if (strcmp(st, "converted") == 0) {
+        /* Only a checkout an earlier version left here: the booking now confirms in its
+         * own transaction (onsale_saga_book). */
         const char *params[] = {s->row.id};
         if (rsv_pg_query(s->srv->pg, "SELECT response_body FROM checkouts WHERE checkout_id = $1",
                          1, params, on_confirm_body, s) != 0)

@@ -9,6 +9,7 @@
  *
  *   created → hold_extended → payment_requested → paid | declined | unknown
  *   paid → converted → confirmed          paid → refunding → refunded
+ *   (the booking commits paid → converted → confirmed in one transaction, 004)
  *   declined → failed                     unknown → paid | declined | released
  *   created | hold_extended → failed (hold gone) | released (abandoned)
  *   released | failed → refunding        (money turned up after all: a late charge)
@@ -20,7 +21,7 @@
  *
  * The tables and lookups: any thread. rsv_saga_drive() (event-loop thread) takes one
  * checkout from the state Postgres has for it to a terminal state (or to a state it must
- * wait in), one committed transition per step (deploy/sql), refusing any step the
+ * wait in), one committed transition per step (deploy/sql; the booking commits two), refusing any step the
  * transition table does not have. The confirm handler drives its own checkout in the
  * foreground (it extends the hold and charges); the reconciler drives open ones in the
  * background (it only asks the provider, so a buyer who walked away is never charged

@@ -46,6 +46,8 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
 LIB=$ROOT/loadgen/bench/reserve
+# The commits of one confirmation in pg_saga.sql (its statements: each its own transaction).
+SAGA_COMMITS=$(grep -c '^SELECT' "$LIB/pg_saga.sql")
 PROG=bench_reserve
 
 REPS=3
@@ -541,16 +543,16 @@ for ((r = 1; r <= REPS; r++)); do
     U_GPG[r]=$(us_per "$g0" "$g1" "$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$OUT/pgbench.$r")")
 
     # The saga's own SQL, replayed: as many confirmations per client as should take about
-    # DURATION seconds at a sixth of the single-transaction rate (six commits each), each
-    # on a seat of its own created first.
-    per=$(awk -v t="${G_TPS[r]}" -v d="$DURATION" -v c="$CONNS" 'BEGIN { n = int(t * d / 6 / c); print (n < 20 ? 20 : n) }')
+    # DURATION seconds at 1/SAGA_COMMITS of the single-transaction rate, each on a seat of
+    # its own created first.
+    per=$(awk -v t="${G_TPS[r]}" -v d="$DURATION" -v c="$CONNS" -v k="$SAGA_COMMITS" 'BEGIN { n = int(t * d / k / c); print (n < 20 ? 20 : n) }')
     PGCONNECT_TIMEOUT=5 timeout 120 "${PSQL[@]}" -c "INSERT INTO seats (event_id, seat_id, section, price)
         SELECT 'bench-replay', 'r$r-' || c || '-' || n, 'R', 100
           FROM generate_series(0, $((CONNS - 1))) c, generate_series(1, $per) n ON CONFLICT DO NOTHING" \
         >"$OUT/replay-seats.$r" 2>&1 || { cat "$OUT/replay-seats.$r" >&2; die "creating the replay seats failed"; }
     say "confirms $r/$REPS: pgbench -c $CONNS -j $THREADS -t $per (pg_saga.sql, the saga's SQL replayed)"
     g0=$(pg_ticks)
-    timeout -k 10 $((DURATION * 6 + 120)) pgbench -n -h 127.0.0.1 -p "$P_PG" -U onsale -c "$CONNS" \
+    timeout -k 10 $((DURATION * SAGA_COMMITS + 120)) pgbench -n -h 127.0.0.1 -p "$P_PG" -U onsale -c "$CONNS" \
         -j "$THREADS" -t "$per" -D run="$r" -D n=0 -f "$LIB/pg_saga.sql" onsale \
         >"$OUT/pgsaga.$r" 2>&1 || { tail -n 20 "$OUT/pgsaga.$r" >&2; die "pgbench (saga replay) failed"; }
     g1=$(pg_ticks)
@@ -668,7 +670,7 @@ printf 'coordinated-omission correction (loadgen/bench/reserve/common.lua says h
 printf 'steps/cf: checkout_transitions rows per confirmed checkout (the saga'"'"'s committed steps).\n'
 
 printf '\nCONFIRMS, CPU per confirmation (µs, from /proc over each run) and the saga'"'"'s SQL replayed\n'
-printf '         replay: pgbench -f pg_saga.sql, the six autocommit statements of one confirmation\n'
+printf '         replay: pgbench -f pg_saga.sql, the %s autocommit statements of one confirmation\n' "$SAGA_COMMITS"
 row rep 'rsv us/cf' 'pg us/cf' 'redis us' 'pay us/cf' 'pg us/tx1' 'replay/s' 'pg us/rp' 'rp failed' 'rsv/replay' 'rsv/pg cpu'
 for ((r = 1; r <= REPS; r++)); do
     row "$r" "${U_RSV[r]}" "${U_PG[r]}" "${U_RDS[r]}" "${U_PAY[r]}" "${U_GPG[r]}" "$(fmt "${X_TPS[r]}")" \

@@ -15,6 +15,7 @@ log), tracked by pid and killed by pid.
 """
 
 import collections
+import json
 import os
 import signal
 import subprocess
@@ -38,8 +39,7 @@ CRASH_PLAN = [
     ("before:paid", "tok_visa", None),
     ("after:paid", "tok_visa", None),
     ("before:converted", "tok_visa", None),
-    ("after:converted", "tok_visa", None),
-    ("before:confirmed", "tok_visa", None),
+    ("after:confirmed", "tok_visa", None),  # the booking commits paid→converted→confirmed
     ("after:declined", "tok_chargeDeclined", None),
     ("before:failed", "tok_chargeDeclined", None),
     ("after:unknown", "tok_sim_late", None),
@@ -178,6 +178,72 @@ class CrashEveryStep(SagaCase):
                          f"outcomes {dict(dist)}; final states {dict(states)}\n")
         # Every branch is represented.
         self.assertTrue(dist["charged+booked"] and dist["refunded"] and dist["nothing"], dist)
+
+
+class BookingRace(SagaCase):
+    """The booking confirms in one commit: two bookings of one paid checkout racing in
+    Postgres leave one booking, both callers answer its id, and a replay of the buyer's
+    confirm answers that same booking."""
+
+    def setUp(self):
+        super().setUp()
+        self.r = Reserves(self.S)
+        self.addCleanup(self.r.stop_all)
+
+    def test_concurrent_bookings_of_one_paid_checkout_then_replay(self):
+        ev = self.new_event("race", seats=[{"id": "B-1", "section": "B", "price": 4000}],
+                            max_per_buyer=4)
+        tok = self.S.token(ev, "racer")
+        # A reserve that dies after the charge and the hold's conversion, right before the
+        # booking: the checkout stays paid with the seat converted in Redis.
+        p = self.r.start({"ONSALE_RESERVE_FAULT": "before:converted",
+                          "ONSALE_RESERVE_RECONCILE_INTERVAL_MS": "600000"})
+        h = self.hold(ev, tok, seats=["B-1"]).json
+        key = uuid.uuid4().hex
+        c = self.r.client(p, timeout=15)
+        try:
+            with self.assertRaises(Exception):  # the process dies mid-request
+                c.post(f"/v1/holds/{h['hold_id']}/confirm", payment(h["amount"]), token=tok,
+                       headers={"Idempotency-Key": key})
+        finally:
+            c.close()
+        self.assertEqual(p.wait(timeout=15), -signal.SIGKILL)
+        cid = self.S.sql_value(f"select checkout_id from checkouts where event_id = '{ev}'")
+        self.assertEqual(self.checkout_state(cid), "paid")
+        # Eight bookings of it at once, each with its own booking id.
+        out = {}
+
+        def book(i):
+            body = json.dumps({"checkout_id": cid, "booking_id": f"bk_race{i}"})
+            out[i] = self.S.sql(
+                f"select outcome, booking_id from onsale_saga_book('{cid}', 'bk_race{i}', "
+                f"NULL, '{{B-1}}'::text[], '{body}', 3)")[0]
+        ts = [threading.Thread(target=book, args=(i,)) for i in range(8)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(60)
+        self.assertEqual(len(out), 8, out)
+        winners = {bk for _, bk in out.values()}
+        self.assertEqual(len(winners), 1, out)
+        self.assertEqual({o for o, _ in out.values()}, {"confirmed"}, out)
+        won = winners.pop()
+        self.assertEqual(self.S.sql(f"select booking_id from bookings where checkout_id = '{cid}'"),
+                         [[won]])
+        self.assertEqual(self.checkout_state(cid), "confirmed")
+        tr = self.transitions(cid)
+        self.assertEqual(tr.count(("paid", "converted")), 1, tr)
+        self.assertEqual(tr.count(("converted", "confirmed")), 1, tr)
+        self.assertIsNone(self.S.sql_value(
+            f"select lease_until from checkouts where checkout_id = '{cid}' "
+            f"and lease_until is not null"))
+        # The buyer's replay (same key) answers the booking that won, with its stored body.
+        again = self.confirm_src(h, tok, "tok_visa", key=key)
+        self.assertStatus(again, 200)
+        self.assertEqual(again.json["booking_id"], won, repr(again))
+        self.assertEqual(again.json["checkout_id"], cid)
+        self.assertEqual(len([ch for ch in self.pay.ledger(ev)["charges"]
+                              if ch["status"] == "succeeded"]), 1)
 
 
 class TwoReconcilers(SagaCase):

@@ -122,6 +122,20 @@ class SagaCase(stack.ReserveTestCase):
             f"select coalesce(from_state,''), to_state from checkout_transitions "
             f"where checkout_id = '{cid}' order by id")]
 
+    def commits(self, cid):
+        """The checkout's transitions grouped by the Postgres transaction that wrote them
+        (rows of one transaction share their xmin), in order."""
+        groups = []
+        last = None
+        for xid, frm, to in self.S.sql(
+                f"select xmin::text, coalesce(from_state,''), to_state from checkout_transitions "
+                f"where checkout_id = '{cid}' order by id"):
+            if xid != last:
+                groups.append([])
+                last = xid
+            groups[-1].append((frm, to))
+        return groups
+
     def audit_event(self, ev):
         """Every checkout of ev against Postgres and the simulator's ledger: terminal, and
         exactly one of {one charge, one booking} / {charge refunded, no booking} /
@@ -181,6 +195,8 @@ class Branches(SagaCase):
             ("", "created"), ("created", "hold_extended"),
             ("hold_extended", "payment_requested"), ("payment_requested", "paid"),
             ("paid", "converted"), ("converted", "confirmed")])
+        # The booking commits both of its transitions together (docs/confirm.md).
+        self.assertIn([("paid", "converted"), ("converted", "confirmed")], self.commits(cid))
         g = self.c.get(f"/v1/checkouts/{cid}", token=t)
         self.assertStatus(g, 200)
         self.assertEqual(g.json["state"], "confirmed")

@@ -6,8 +6,8 @@
 --   2 onsale_saga_step created→hold_extended      (after the hold's extend)    commit
 --   3 onsale_saga_step →payment_requested          (before the charge)         commit
 --   4 onsale_saga_step →paid, with the charge id   (after the provider's 201)  commit
---   5 onsale_saga_book booking + item, paid→converted, the 201 answer stored   commit
---   6 onsale_saga_step converted→confirmed                                     commit
+--   5 onsale_saga_book booking + item, paid→converted→confirmed, the 201 answer
+--                      stored (one transaction since migration 004)          commit
 -- on the real tables, functions and triggers (deploy/sql), on the event bench-replay
 -- whose seats 'r<run>-<client>-<n>' bench_reserve.sh creates first (-t per client at
 -- most as many as it created). Ids: :run (-D), pgbench's :client_id, a per-client
@@ -18,4 +18,3 @@ SELECT applied, state FROM onsale_saga_step('co-r:run-:client_id-:n', '{created}
 SELECT applied, state FROM onsale_saga_step('co-r:run-:client_id-:n', '{hold_extended}'::text[], 'payment_requested', 'payment requested', NULL, NULL, NULL, NULL::int, NULL, 30::int);
 SELECT applied, state FROM onsale_saga_step('co-r:run-:client_id-:n', '{payment_requested,unknown}'::text[], 'paid', 'the provider confirmed the charge', 'ch_r:run-:client_id-:n', NULL, NULL, NULL::int, NULL, 30::int);
 SELECT outcome, booking_id, refund_reason, detail, failures FROM onsale_saga_book('co-r:run-:client_id-:n', 'bk-r:run-:client_id-:n', NULL, '{"r:run-:client_id-:n"}'::text[], '{"checkout_id":"co-r:run-:client_id-:n","booking_id":"bk-r:run-:client_id-:n","state":"confirmed","event":"bench-replay","hold_id":"0123456789abcdef0123456789abcdef.bench-replay","seats":["r:run-:client_id-:n"],"amount":100,"currency":"EUR","charge_id":"ch_r:run-:client_id-:n"}', 3::int);
-SELECT applied, state FROM onsale_saga_step('co-r:run-:client_id-:n', '{converted}'::text[], 'confirmed', 'booking confirmed', 'ch_r:run-:client_id-:n', NULL, NULL, 201::int, '{"checkout_id":"co-r:run-:client_id-:n","booking_id":"bk-r:run-:client_id-:n","state":"confirmed","event":"bench-replay","hold_id":"0123456789abcdef0123456789abcdef.bench-replay","seats":["r:run-:client_id-:n"],"amount":100,"currency":"EUR","charge_id":"ch_r:run-:client_id-:n"}', NULL::int);
