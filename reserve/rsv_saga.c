@@ -637,9 +637,8 @@ static void on_booked(const char *err, const rsv_pg_result_t *res, void *arg)
         snprintf(s->row.state, sizeof(s->row.state), "confirmed");
         cm_counter_add(s->srv->m.saga_transitions, 2);
         rsv_saga_fault(s->srv, "after", "confirmed");
-        double age = s->view.created_ms > 0
-                         ? (double)(cm_time_wall_ms() - s->view.created_ms) / 1000.0
-                         : -1;
+        double age =
+            s->view.created_ms > 0 ? (double)(cm_time_wall_ms() - s->view.created_ms) / 1000.0 : -1;
         char *body = s->booked_body;
         s->booked_body = NULL;
         saga_end(s, NULL, 201, body, age);

@@ -21,8 +21,8 @@
  *
  * The tables and lookups: any thread. rsv_saga_drive() (event-loop thread) takes one
  * checkout from the state Postgres has for it to a terminal state (or to a state it must
- * wait in), one committed transition per step (deploy/sql; the booking commits two), refusing any step the
- * transition table does not have. The confirm handler drives its own checkout in the
+ * wait in), one committed transition per step (deploy/sql; the booking commits two), refusing any
+ * step the transition table does not have. The confirm handler drives its own checkout in the
  * foreground (it extends the hold and charges); the reconciler drives open ones in the
  * background (it only asks the provider, so a buyer who walked away is never charged
  * late). The provider calls are idempotent (charge key = checkout id, refund key = "rf_"
