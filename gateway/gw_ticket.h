@@ -29,9 +29,16 @@ typedef struct gw_ticket {
     char visitor[GW_VISITOR_LEN + 1]; /* lower-case hex */
 } gw_ticket_t;
 
-/** HMAC-SHA256 of msg under key into out (32 bytes). */
+/**
+ * HMAC-SHA256 of msg under key into out (32 bytes). Any thread: each thread keeps a few
+ * contexts keyed once (keys up to 128 bytes; longer ones are keyed per call), freed when
+ * the thread ends.
+ */
 void gw_ticket_hmac(const void *key, size_t keylen, const void *msg, size_t n,
                     unsigned char out[32]);
+
+/** How many contexts this thread has keyed so far (a cached key is not keyed again). */
+unsigned long gw_ticket_hmac_keyed(void);
 
 /**
  * Writes the ticket's text (NUL-terminated) into out. Returns its length, or 0 when the

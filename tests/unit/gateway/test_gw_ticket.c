@@ -9,6 +9,9 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -32,6 +35,75 @@ static void test_hmac_rfc4231_case2(void **state)
     gw_ticket_hmac("Jefe", 4, "what do ya want for nothing?", 28, mac);
     cm_hex_encode(mac, 32, hex);
     assert_string_equal(hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+}
+
+/* The reference: OpenSSL's one-shot HMAC(), keyed on every call. */
+static void one_shot(const void *key, size_t keylen, const void *msg, size_t n,
+                     unsigned char out[32])
+{
+    unsigned int len = 32;
+    assert_non_null(HMAC(EVP_sha256(), key, (int)keylen, msg, n, out, &len));
+}
+
+/* The per-thread contexts: a key is keyed once, then reused; other keys (rotation, a key
+ * that is a prefix of another, more keys than slots, a key too long to cache) each get
+ * the right MAC. */
+static void test_hmac_context_reused_per_key(void **state)
+{
+    static const char a[] = "first-secret-0123456789", b[] = "first-secret-012345678";
+    unsigned char longkey[300], mac[32], ref[32];
+    memset(longkey, 0x5a, sizeof(longkey));
+    const char *msg = "onsale-queue-ticket";
+    unsigned long before = gw_ticket_hmac_keyed();
+    for (int i = 0; i < 3; i++) {
+        gw_ticket_hmac(a, strlen(a), msg, strlen(msg), mac);
+        one_shot(a, strlen(a), msg, strlen(msg), ref);
+        assert_memory_equal(mac, ref, 32);
+    }
+    assert_int_equal(gw_ticket_hmac_keyed() - before, 1); /* keyed once, reused twice */
+    gw_ticket_hmac(b, strlen(b), msg, strlen(msg), mac); /* a prefix of a: another key */
+    one_shot(b, strlen(b), msg, strlen(msg), ref);
+    assert_memory_equal(mac, ref, 32);
+    assert_int_equal(gw_ticket_hmac_keyed() - before, 2);
+    for (int k = 0; k < 6; k++) { /* more keys than slots: the oldest are replaced */
+        char key[8];
+        snprintf(key, sizeof(key), "k%d", k);
+        gw_ticket_hmac(key, strlen(key), msg, strlen(msg), mac);
+        one_shot(key, strlen(key), msg, strlen(msg), ref);
+        assert_memory_equal(mac, ref, 32);
+    }
+    gw_ticket_hmac(a, strlen(a), msg, 0, mac); /* replaced: keyed again, still right */
+    one_shot(a, strlen(a), msg, 0, ref);
+    assert_memory_equal(mac, ref, 32);
+    unsigned long keyed = gw_ticket_hmac_keyed();
+    gw_ticket_hmac(longkey, sizeof(longkey), msg, strlen(msg), mac); /* not cached */
+    one_shot(longkey, sizeof(longkey), msg, strlen(msg), ref);
+    assert_memory_equal(mac, ref, 32);
+    assert_int_equal(gw_ticket_hmac_keyed(), keyed);
+}
+
+static void *hmac_in_thread(void *arg)
+{
+    unsigned char *mac = arg;
+    gw_ticket_hmac("thread-key", 10, "m", 1, mac);
+    gw_ticket_hmac("thread-key", 10, "m", 1, mac);
+    return (void *)(uintptr_t)gw_ticket_hmac_keyed();
+}
+
+/* A thread keys its own contexts; they go with the thread (ASan's leak check at exit
+ * fails this test if the thread's contexts are not freed). */
+static void test_hmac_contexts_per_thread_freed(void **state)
+{
+    unsigned char mac[32], ref[32];
+    for (int i = 0; i < 4; i++) {
+        pthread_t t;
+        void *keyed = NULL;
+        assert_int_equal(pthread_create(&t, NULL, hmac_in_thread, mac), 0);
+        assert_int_equal(pthread_join(t, &keyed), 0);
+        assert_int_equal((uintptr_t)keyed, 1); /* a fresh thread keys its own, once */
+        one_shot("thread-key", 10, "m", 1, ref);
+        assert_memory_equal(mac, ref, 32);
+    }
 }
 
 static void test_round_trip(void **state)
@@ -200,6 +272,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hmac_rfc4231_case2),
+        cmocka_unit_test(test_hmac_context_reused_per_key),
+        cmocka_unit_test(test_hmac_contexts_per_thread_freed),
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_prequeue_number_zero),
         cmocka_unit_test(test_other_event_refused),
