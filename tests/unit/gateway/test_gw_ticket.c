@@ -61,7 +61,7 @@ static void test_hmac_context_reused_per_key(void **state)
         assert_memory_equal(mac, ref, 32);
     }
     assert_int_equal(gw_ticket_hmac_keyed() - before, 1); /* keyed once, reused twice */
-    gw_ticket_hmac(b, strlen(b), msg, strlen(msg), mac); /* a prefix of a: another key */
+    gw_ticket_hmac(b, strlen(b), msg, strlen(msg), mac);  /* a prefix of a: another key */
     one_shot(b, strlen(b), msg, strlen(msg), ref);
     assert_memory_equal(mac, ref, 32);
     assert_int_equal(gw_ticket_hmac_keyed() - before, 2);
