@@ -31,6 +31,7 @@
 
 typedef struct place_op {
     gw_req_t r;
+    cm_pool_t *pool; /* this worker's pool of operations (srv->place_ops) */
     char event[CM_IDENT_MAX + 1];
     gw_ticket_t t;
     char ticket[GW_TICKET_MAX_LEN];
@@ -42,6 +43,11 @@ typedef struct place_op {
 } place_op_t;
 
 static void answer(place_op_t *op, gw_room_t *room);
+
+static void op_free(place_op_t *op)
+{
+    cm_pool_put(op->pool, op);
+}
 
 /* Jitter for poll intervals (no secret): xorshift seeded once per thread from the CSPRNG,
  * not a RAND_bytes call per answer (each costs OpenSSL's getpid fork check). */
@@ -73,9 +79,15 @@ void gw_queue_set_cookie(gw_req_t *r, const char *event, const char *ticket)
     cm_http_add_header(r->req, "Set-Cookie", cookie);
 }
 
+/* Operations come from the worker's pool: no allocation per request once warm. */
+#define PLACE_OPS_KEPT 1024
+
 static place_op_t *op_new(gw_server_t *srv, cm_req_t *req, gw_endpoint_t ep, const char *event)
 {
-    place_op_t *op = cm_xcalloc(1, sizeof(*op));
+    if (srv->place_ops == NULL)
+        srv->place_ops = cm_pool_new(sizeof(place_op_t), PLACE_OPS_KEPT);
+    place_op_t *op = cm_pool_get(srv->place_ops);
+    op->pool = srv->place_ops;
     gw_req_start(&op->r, srv, req, ep);
     snprintf(op->event, sizeof(op->event), "%s", event);
     op->code = 200;
@@ -134,7 +146,7 @@ static void reply_json_text(place_op_t *op, const char *body, int n)
     } else {
         gw_reply_text(&op->r, op->code, "application/json", body, (size_t)n);
     }
-    free(op);
+    op_free(op);
 }
 
 /* The queue page for op's room; state and numbers as gw_page_info_t describes. */
@@ -154,7 +166,7 @@ static void reply_page(place_op_t *op, gw_room_t *room, const char *state, int64
         gw_queue_set_cookie(&op->r, op->event, op->ticket);
     gw_page_queue(op->r.req, &info);
     gw_req_replied(&op->r);
-    free(op);
+    op_free(op);
 }
 
 static void reply_invalid_ticket(place_op_t *op, const char *why)
@@ -167,7 +179,7 @@ static void reply_invalid_ticket(place_op_t *op, const char *why)
     }
     cm_counter_inc(op->r.srv->m.rejected_tickets);
     gw_reply_error(&op->r, 401, "invalid_ticket", why, NULL);
-    free(op);
+    op_free(op);
 }
 
 static void reply_prequeue(place_op_t *op, gw_room_t *room)
@@ -188,7 +200,7 @@ static void reply_prequeue(place_op_t *op, gw_room_t *room)
     json_text_t j;
     if (json_texts(&j, room->event, op->ticket) != 0) {
         gw_reply_unavailable(&op->r, "writing the answer", cm_err_protocol);
-        free(op);
+        op_free(op);
         return;
     }
     char body[JSON_BODY_MAX];
@@ -222,7 +234,7 @@ static void reply_queued(place_op_t *op, gw_room_t *room)
     json_text_t j;
     if (json_texts(&j, room->event, op->ticket) != 0) {
         gw_reply_unavailable(&op->r, "writing the answer", cm_err_protocol);
-        free(op);
+        op_free(op);
         return;
     }
     char eta_text[24] = "null", body[JSON_BODY_MAX];
@@ -250,11 +262,11 @@ static void on_lookup(const char *err, const cm_redis_reply_t *reply, void *arg)
     if (what == NULL || room == NULL) {
         if (room == NULL && err == NULL) {
             gw_reply_error(&op->r, 404, "unknown_event", "no waiting room for this event", NULL);
-            free(op);
+            op_free(op);
             return;
         }
         gw_reply_unavailable(&op->r, "the pre-queue lookup", err ? err : cm_err_protocol);
-        free(op);
+        op_free(op);
         return;
     }
     if (strcmp(what, "number") == 0) {
@@ -263,7 +275,7 @@ static void on_lookup(const char *err, const cm_redis_reply_t *reply, void *arg)
         if (gw_ticket_encode(srv->ticket_secret, srv->ticket_secret_len, op->event, &op->t,
                              op->ticket, sizeof(op->ticket)) == 0) {
             gw_reply_unavailable(&op->r, "issuing a ticket", cm_err_protocol);
-            free(op);
+            op_free(op);
             return;
         }
         room->opened = true;
@@ -273,7 +285,7 @@ static void on_lookup(const char *err, const cm_redis_reply_t *reply, void *arg)
         reply_prequeue(op, room);
     } else {
         gw_reply_error(&op->r, 404, "unknown_event", "no waiting room for this event", NULL);
-        free(op);
+        op_free(op);
     }
 }
 
@@ -290,7 +302,7 @@ static void lookup_number(place_op_t *op)
     if (cm_redis_eval(op->r.srv->redis, gw_lua()->lookup, on_lookup, op, GW_K_COUNT, argc, argv,
                       NULL) != 0) {
         gw_reply_unavailable(&op->r, "the pre-queue lookup", cm_err_closed);
-        free(op);
+        op_free(op);
     }
 }
 
@@ -329,7 +341,7 @@ static void answer(place_op_t *op, gw_room_t *room)
         memcpy(ticket, op->ticket, sizeof(ticket));
         int code = op->code;
         bool page = op->page;
-        free(op);
+        op_free(op);
         gw_admit_serve(&r, room, &t, ticket, code, page);
         return;
     }
@@ -341,12 +353,12 @@ static void answer(place_op_t *op, gw_room_t *room)
     }
     if (room->s.sold_out) {
         gw_reply_error(&op->r, 410, "sold_out", "this event is sold out", NULL);
-        free(op);
+        op_free(op);
         return;
     }
     if (room->s.closes_at > 0 && gw_watermark_now_ms(room) >= room->s.closes_at) {
         gw_reply_error(&op->r, 410, "closed", "this waiting room is closed", NULL);
-        free(op);
+        op_free(op);
         return;
     }
     reply_queued(op, room);
@@ -357,12 +369,12 @@ static void on_room(const char *err, gw_room_t *room, void *arg)
     place_op_t *op = arg;
     if (err != NULL) {
         gw_reply_unavailable(&op->r, "loading the waiting room", err);
-        free(op);
+        op_free(op);
         return;
     }
     if (room == NULL) {
         gw_reply_error(&op->r, 404, "unknown_event", "no waiting room for this event", NULL);
-        free(op);
+        op_free(op);
         return;
     }
     answer(op, room);
@@ -403,7 +415,7 @@ static void see_page(place_op_t *op)
     gw_queue_set_cookie(&op->r, op->event, op->ticket);
     cm_http_add_header(op->r.req, "Location", where);
     gw_reply_text(&op->r, 303, "text/plain; charset=utf-8", "", 0);
-    free(op);
+    op_free(op);
 }
 
 static void on_join(const char *err, const cm_redis_reply_t *reply, void *arg)
@@ -418,14 +430,14 @@ static void on_join(const char *err, const cm_redis_reply_t *reply, void *arg)
         if (err == NULL && cm_redis_reply_type(reply) == CM_REDIS_ERROR)
             cm_log(CM_LOG_WARN, "join: %s", cm_redis_reply_str(reply, NULL));
         gw_reply_unavailable(&op->r, "joining the queue", err ? err : cm_err_protocol);
-        free(op);
+        op_free(op);
         return;
     }
     if (strcmp(what, "queued") == 0 || strcmp(what, "prequeue") == 0) {
         const char *gen = cm_redis_reply_str(cm_redis_reply_at(reply, 1), NULL);
         if (gen == NULL || gw_settings_gen_parse(gen, &op->t.gen) != 0) {
             gw_reply_unavailable(&op->r, "joining the queue", cm_err_protocol);
-            free(op);
+            op_free(op);
             return;
         }
         op->t.num = (uint64_t)cm_redis_reply_int(cm_redis_reply_at(reply, 2));
@@ -433,7 +445,7 @@ static void on_join(const char *err, const cm_redis_reply_t *reply, void *arg)
         if (gw_ticket_encode(srv->ticket_secret, srv->ticket_secret_len, op->event, &op->t,
                              op->ticket, sizeof(op->ticket)) == 0) {
             gw_reply_unavailable(&op->r, "issuing a ticket", cm_err_protocol);
-            free(op);
+            op_free(op);
             return;
         }
         cm_counter_inc(srv->m.joins);
@@ -483,7 +495,7 @@ static void on_join(const char *err, const cm_redis_reply_t *reply, void *arg)
     } else {
         gw_reply_unavailable(&op->r, "joining the queue", cm_err_protocol);
     }
-    free(op);
+    op_free(op);
 }
 
 /* The fan's address: behind HAProxy, the one its PROXY header names. */
@@ -510,7 +522,7 @@ static void take_place(place_op_t *op)
         cm_http_add_header(req, "Retry-After", ra);
         gw_reply_error(&op->r, 429, "rate_limited", "too many joins from this address; retry later",
                        json_pack("{s:i}", "retry_after_seconds", wait));
-        free(op);
+        op_free(op);
         return;
     }
     memset(&op->t, 0, sizeof(op->t));
@@ -524,7 +536,7 @@ static void take_place(place_op_t *op)
     argv[argc++] = score;
     if (cm_redis_eval(srv->redis, gw_lua()->join, on_join, op, GW_K_COUNT, argc, argv, NULL) != 0) {
         gw_reply_unavailable(&op->r, "joining the queue", cm_err_closed);
-        free(op);
+        op_free(op);
     }
 }
 
@@ -588,7 +600,7 @@ void gw_queue_join(gw_server_t *srv, cm_req_t *req, const char *event)
         cm_counter_inc(srv->m.rejected_tickets);
         gw_reply_error(&op->r, 403, "cross_site",
                        "a browser may join only from this waiting room's own page", NULL);
-        free(op);
+        op_free(op);
         return;
     }
     op->form = form_post(req);

@@ -411,6 +411,8 @@ static void worker_free(gw_server_t *srv)
     srv->history = NULL;
     gw_rooms_free(srv->rooms);
     srv->rooms = NULL;
+    cm_pool_free(srv->place_ops); /* last: operations still out come back to it */
+    srv->place_ops = NULL;
 }
 
 void gw_server_free(gw_server_t *srv)

@@ -21,6 +21,7 @@
 
 #include "cm_http.h"
 #include "cm_jwt.h"
+#include "cm_mem.h"
 #include "cm_metrics.h"
 #include "cm_redis.h"
 #include "cm_server.h"
@@ -90,6 +91,7 @@ struct gw_server {
     gw_limit_t *limit;
     gw_rooms_t *rooms;
     gw_history_t *history; /* the dashboard's history of every room (gw_history.h) */
+    cm_pool_t *place_ops;  /* gw_queue's operations (joins, status polls), reused */
     struct event *tick;
     struct cm_drain *drain; /* SIGTERM: stop accepting, finish in-flight requests */
 };
