@@ -49,6 +49,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <arpa/inet.h>
+#include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -851,7 +852,50 @@ static bool h1_has_out_header(cm_req_t *r, const char *name)
     return false;
 }
 
-/* The answer: status line, our headers, the handler's, framing, body — one add. */
+/*
+ * Writing an answer straight to the connection when nothing is queued before it, as nginx
+ * does: a bufferevent arms its write event for every add to an empty output and disarms
+ * it once flushed — two epoll_ctl per answer — even when the socket took everything at
+ * once. Only what did not go out is left to the bufferevent (and only then is its write
+ * event armed). A TLS answer goes out as one SSL_write of at most one record: all of it,
+ * or none from the bufferevent's point of view — when SSL_write wants to wait, OpenSSL
+ * has sealed the record and keeps what the socket did not take; the bufferevent's own
+ * SSL_write of the same bytes, moved into its output (it sets
+ * SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER; one contiguous chunk of the same length, as
+ * OpenSSL requires), finishes it. An error is left for the bufferevent to find again and
+ * report through the event callback, as if it had written.
+ */
+typedef enum { H1_WROTE_NONE, H1_WROTE_SOME, H1_WROTE_ALL } h1_wrote_t;
+
+static h1_wrote_t h1_write_now(h1_conn_t *c, const char *buf, size_t len, size_t *written)
+{
+    *written = 0;
+    if (c->srv == NULL || evbuffer_get_length(bufferevent_get_output(c->bev)) != 0)
+        return H1_WROTE_NONE;
+    if (c->srv->tls != NULL) {
+        SSL *ssl = bufferevent_openssl_get_ssl(c->bev);
+        if (ssl == NULL || !SSL_is_init_finished(ssl) || len > SSL3_RT_MAX_PLAIN_LENGTH)
+            return H1_WROTE_NONE;
+        ERR_clear_error();
+        int n = SSL_write(ssl, buf, (int)len);
+        if (n > 0 && (size_t)n == len) {
+            *written = len;
+            return H1_WROTE_ALL;
+        }
+        int err = SSL_get_error(ssl, n);
+        ERR_clear_error();
+        return err == SSL_ERROR_WANT_WRITE || err == SSL_ERROR_WANT_READ ? H1_WROTE_SOME
+                                                                         : H1_WROTE_NONE;
+    }
+    ssize_t n = send(bufferevent_getfd(c->bev), buf, len, MSG_NOSIGNAL);
+    if (n <= 0)
+        return H1_WROTE_NONE; /* EAGAIN, or an error the bufferevent reports */
+    *written = (size_t)n;
+    return (size_t)n == len ? H1_WROTE_ALL : H1_WROTE_SOME;
+}
+
+/* The answer: status line, our headers, the handler's, framing, body — written at once
+ * when the connection takes it (h1_write_now), else one add to the output. */
 static void h1_write_answer(h1_conn_t *c, int code, const char *body, size_t len)
 {
     char head[1024];
@@ -871,10 +915,6 @@ static void h1_write_answer(h1_conn_t *c, int code, const char *body, size_t len
         abort(); /* fixed parts only: cannot happen */
     if (c->head.method == CM_HTTP_HEAD || no_body)
         len = 0;
-    /* Writing enabled first: the SSL bufferevent then writes from inside evbuffer_add, in
-     * this loop iteration, instead of after every other ready callback (a burst of
-     * handshakes would hold every answer back). */
-    bufferevent_enable(c->bev, EV_WRITE);
     struct evbuffer *out = bufferevent_get_output(c->bev);
     size_t total = (size_t)n + c->out_len + 2 + len;
     if (len <= H1_STACK_BODY && total <= 1024 + 4096 + H1_STACK_BODY) {
@@ -885,14 +925,28 @@ static void h1_write_answer(h1_conn_t *c, int code, const char *body, size_t len
         memcpy(buf + n + c->out_len, "\r\n", 2);
         if (len > 0)
             memcpy(buf + n + c->out_len + 2, body, len);
-        evbuffer_add(out, buf, total);
-    } else {
-        h1_append(&c->out, &c->out_len, &c->out_size, "\r\n", 2);
-        evbuffer_add(out, head, (size_t)n);
-        evbuffer_add(out, c->out, c->out_len);
-        if (len > 0)
-            evbuffer_add(out, body, len);
+        c->out_len = 0;
+        size_t written;
+        h1_wrote_t w = h1_write_now(c, buf, total, &written);
+        if (w == H1_WROTE_ALL)
+            return;
+        /* Writing enabled first: the SSL bufferevent then writes as soon as the socket
+         * is writable, not after every other ready callback. */
+        bufferevent_enable(c->bev, EV_WRITE);
+        if (tls && w == H1_WROTE_SOME) { /* the same bytes, one chunk: see h1_write_now */
+            evbuffer_add(out, buf, total);
+            evbuffer_pullup(out, -1);
+        } else {
+            evbuffer_add(out, buf + written, total - written);
+        }
+        return;
     }
+    bufferevent_enable(c->bev, EV_WRITE);
+    h1_append(&c->out, &c->out_len, &c->out_size, "\r\n", 2);
+    evbuffer_add(out, head, (size_t)n);
+    evbuffer_add(out, c->out, c->out_len);
+    if (len > 0)
+        evbuffer_add(out, body, len);
     c->out_len = 0;
 }
 

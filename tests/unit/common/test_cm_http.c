@@ -1,7 +1,10 @@
 /*
  * Loop tests for cm_http: a real TLS listener on 127.0.0.1:0 with a certificate made
  * at run time, driven by an evhttp client over an OpenSSL bufferevent. Each test runs
- * the loop until its request completes or a hard 5 s timeout — never sleep().
+ * the loop until its request completes or a hard 5 s timeout — never sleep(). The h1
+ * engine's write path is driven by a blocking OpenSSL client on a thread of its own (the
+ * server's loop runs on the test's thread), so the test can look at the client's socket
+ * while the handler is still on the stack.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,6 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -248,6 +256,233 @@ static void bearer_token_is_extracted(void **state)
 
 /* The TLS private key is a secret file: readable by group or others, it is refused at
  * start and on reload (the old pair keeps serving), the message naming file and mode. */
+/* --- the h1 engine's write path ------------------------------------------------------- */
+
+#define BIG_BODY 8000 /* within the engine's stack-built answers: one TLS record each */
+
+typedef struct h1_fixture {
+    fixture_t f;
+    int client_fd;      /* the client's socket, set before its first request */
+    int go[2];          /* the handler → the client: read now */
+    int done[2];        /* the client → the loop: finished */
+    int queued_at_send; /* bytes the answer's send added to the client's receive queue */
+    int npipelined;     /* requests the client sends at once (big answers) */
+    int rcvbuf;         /* the client's SO_RCVBUF and the server's SO_SNDBUF (0: default) */
+    int listen_fd;      /* rcvbuf set: the test's own listener, its socket served by srv */
+    int answers_ok;     /* complete, in-order answers the client read */
+    int big_answered;   /* big answers sent by the handler */
+    struct event *done_ev;
+} h1_fixture_t;
+
+static void h1_handler(cm_req_t *req, void *arg)
+{
+    h1_fixture_t *h = arg;
+    const char *path = cm_http_uri_path(req);
+    if (strncmp(path, "/big/", 5) == 0) { /* BIG_BODY bytes of the letter after /big/ */
+        static char body[BIG_BODY];
+        memset(body, path[5], sizeof(body));
+        cm_http_send_body(req, 200, "text/plain", body, sizeof(body), false);
+        if (++h->big_answered == h->npipelined) /* all answered: the client may read */
+            assert_int_equal(write(h->go[1], "g", 1), 1);
+        return;
+    }
+    int before = 0; /* session tickets may wait there already */
+    assert_int_equal(ioctl(h->client_fd, FIONREAD, &before), 0);
+    cm_http_send_body(req, 200, "text/plain", "small", 5, false);
+    /* the answer is on the client's socket already, before this loop iteration ends */
+    assert_int_equal(ioctl(h->client_fd, FIONREAD, &h->queued_at_send), 0);
+    h->queued_at_send -= before;
+    assert_int_equal(write(h->go[1], "g", 1), 1);
+}
+
+static void on_client_done(evutil_socket_t fd, short what, void *arg)
+{
+    event_base_loopexit(arg, NULL);
+}
+
+static int setup_h1(void **state)
+{
+    h1_fixture_t *h = calloc(1, sizeof(*h));
+    fixture_t *f = &h->f;
+    make_cert(f);
+    char err[256];
+    f->server_tls = cm_tls_server_new(f->cert_path, f->key_path, err, sizeof(err));
+    assert_non_null(f->server_tls);
+    f->client_tls = SSL_CTX_new(TLS_client_method());
+    f->base = event_base_new();
+    cm_http_limits_t lim = {.max_header_bytes = 8192,
+                            .max_body_bytes = 100,
+                            .idle_timeout_s = 5,
+                            .max_connections = 64,
+                            .engine = CM_HTTP_ENGINE_H1};
+    f->srv = cm_http_server_new(f->base, "127.0.0.1", 0, f->server_tls, &lim, h1_handler, h, err,
+                                sizeof(err));
+    assert_non_null(f->srv);
+    assert_int_equal(pipe(h->go), 0);
+    assert_int_equal(pipe(h->done), 0);
+    h->client_fd = -1;
+    h->done_ev = event_new(f->base, h->done[0], EV_READ, on_client_done, f->base);
+    event_add(h->done_ev, NULL);
+    *state = h;
+    return 0;
+}
+
+static int teardown_h1(void **state)
+{
+    h1_fixture_t *h = *state;
+    event_free(h->done_ev);
+    close(h->go[0]);
+    close(h->go[1]);
+    close(h->done[0]);
+    close(h->done[1]);
+    cm_http_server_free(h->f.srv);
+    event_base_free(h->f.base);
+    SSL_CTX_free(h->f.client_tls);
+    cm_tls_free(h->f.server_tls);
+    unlink(h->f.cert_path);
+    unlink(h->f.key_path);
+    free(h);
+    return 0;
+}
+
+/* Reads one answer (head + Content-Length body) from ssl into buf; its body length. */
+static int read_answer(SSL *ssl, char *buf, size_t size, char **body)
+{
+    size_t got = 0;
+    for (;;) {
+        buf[got] = '\0';
+        char *end = strstr(buf, "\r\n\r\n");
+        if (end != NULL) {
+            const char *cl = strstr(buf, "Content-Length: ");
+            if (cl == NULL || cl > end)
+                return -1;
+            size_t want = (size_t)(end + 4 - buf) + (size_t)atoi(cl + 16);
+            if (got >= want) {
+                *body = end + 4;
+                return atoi(cl + 16);
+            }
+        }
+        if (got + 1 >= size)
+            return -1;
+        /* one byte at a time past a head: never read into the next pipelined answer */
+        int n = SSL_read(ssl, buf + got, 1);
+        if (n <= 0)
+            return -1;
+        got += (size_t)n;
+    }
+}
+
+static void *h1_client(void *arg)
+{
+    h1_fixture_t *h = arg;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (h->rcvbuf > 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &h->rcvbuf, sizeof(h->rcvbuf));
+    struct sockaddr_in sin = {.sin_family = AF_INET,
+                              .sin_port = htons((uint16_t)cm_http_server_port(h->f.srv))};
+    socklen_t slen = sizeof(sin);
+    if (h->listen_fd >= 0)
+        getsockname(h->listen_fd, (struct sockaddr *)&sin, &slen);
+    else
+        inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    SSL *ssl = SSL_new(h->f.client_tls);
+    if (connect(fd, (struct sockaddr *)&sin, sizeof(sin)) != 0 || !SSL_set_fd(ssl, fd) ||
+        SSL_connect(ssl) != 1)
+        goto out;
+    char buf[BIG_BODY + 1024], *body;
+    /* A TLS 1.3 server sends its session tickets after the handshake: read them (and
+     * the small answer) only once the handler said so, so the queue it measured holds
+     * the answer's record and nothing of ours was consumed. */
+    h->client_fd = fd;
+    if (h->npipelined == 0) {
+        const char *rq = "GET /small HTTP/1.1\r\nHost: x\r\n\r\n";
+        if (SSL_write(ssl, rq, (int)strlen(rq)) <= 0)
+            goto out;
+        char g;
+        if (read(h->go[0], &g, 1) != 1)
+            goto out;
+        if (read_answer(ssl, buf, sizeof(buf), &body) == 5 && memcmp(body, "small", 5) == 0)
+            h->answers_ok++;
+        goto out;
+    }
+    /* every request at once, none of the answers read until all are sent */
+    char rqs[64 * 40];
+    size_t o = 0;
+    for (int i = 0; i < h->npipelined; i++)
+        o += (size_t)snprintf(rqs + o, sizeof(rqs) - o, "GET /big/%c HTTP/1.1\r\nHost: x\r\n\r\n",
+                              'a' + i % 26);
+    if (SSL_write(ssl, rqs, (int)o) <= 0)
+        goto out;
+    char g;
+    if (read(h->go[0], &g, 1) != 1) /* the socket is full: later answers wait behind */
+        goto out;
+    for (int i = 0; i < h->npipelined; i++) {
+        if (read_answer(ssl, buf, sizeof(buf), &body) != BIG_BODY)
+            break;
+        int same = 1;
+        for (int k = 0; k < BIG_BODY; k++)
+            same &= body[k] == 'a' + i % 26;
+        if (!same)
+            break;
+        h->answers_ok++;
+    }
+out:
+    SSL_free(ssl);
+    close(fd);
+    ssize_t w = write(h->done[1], "d", 1);
+    (void)w;
+    return NULL;
+}
+
+static void h1_run_client(h1_fixture_t *h)
+{
+    pthread_t t;
+    h->listen_fd = -1;
+    if (h->rcvbuf > 0) { /* small socket buffers both ways: the server's taken over */
+        struct sockaddr_in sin = {.sin_family = AF_INET};
+        inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+        h->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+        assert_int_equal(bind(h->listen_fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+        assert_int_equal(listen(h->listen_fd, 1), 0);
+    }
+    assert_int_equal(pthread_create(&t, NULL, h1_client, h), 0);
+    if (h->listen_fd >= 0) {
+        int fd = accept(h->listen_fd, NULL, NULL);
+        assert_true(fd >= 0);
+        assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &h->rcvbuf, sizeof(h->rcvbuf)), 0);
+        assert_int_equal(cm_http_server_serve_fd(h->f.srv, fd), 0);
+        close(h->listen_fd);
+    }
+    struct timeval hard = {10, 0};
+    event_base_loopexit(h->f.base, &hard);
+    event_base_dispatch(h->f.base);
+    assert_int_equal(pthread_join(t, NULL), 0);
+}
+
+/* An answer the connection can take is written by the handler's send itself (as nginx
+ * does), not left for a write event armed and disarmed per answer: it is on the client's
+ * socket before the loop runs again. */
+static void h1_answer_is_written_at_once(void **state)
+{
+    h1_fixture_t *h = *state;
+    h1_run_client(h);
+    assert_int_equal(h->answers_ok, 1);
+    assert_true(h->queued_at_send > 0);
+}
+
+/* Answers a client does not read yet: they fill its socket until a TLS record cannot go
+ * out whole (OpenSSL keeps it; the bufferevent finishes it from its own copy), and the
+ * pipelined answers behind it queue — every answer arrives whole and in order once the
+ * client reads. 20 × 8 kB: more than the socket takes, less than the output watermark. */
+static void h1_answers_to_a_slow_reader_arrive_whole(void **state)
+{
+    h1_fixture_t *h = *state;
+    h->npipelined = 20;
+    h->rcvbuf = 2048;
+    h1_run_client(h);
+    assert_int_equal(h->answers_ok, 20);
+}
+
 static void group_readable_tls_key_is_refused(void **state)
 {
     fixture_t *f = *state;
@@ -276,6 +511,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(path_segments_are_decoded_and_checked, setup, teardown),
         cmocka_unit_test_setup_teardown(bearer_token_is_extracted, setup, teardown),
         cmocka_unit_test_setup_teardown(group_readable_tls_key_is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(h1_answer_is_written_at_once, setup_h1, teardown_h1),
+        cmocka_unit_test_setup_teardown(h1_answers_to_a_slow_reader_arrive_whole, setup_h1,
+                                        teardown_h1),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
