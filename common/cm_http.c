@@ -1127,6 +1127,14 @@ static void h1_drive(h1_conn_t *c)
 static void h1_linger(h1_conn_t *c)
 {
     c->lingering = true;
+    SSL *ssl = c->srv != NULL && c->srv->tls != NULL ? bufferevent_openssl_get_ssl(c->bev) : NULL;
+    if (ssl != NULL) {
+        /* close_notify first (a bufferevent frees its SSL without one): a session closed
+         * cleanly stays in the server's cache, so the client's ticket resumes it */
+        ERR_clear_error();
+        (void)SSL_shutdown(ssl);
+        ERR_clear_error();
+    }
     shutdown(bufferevent_getfd(c->bev), SHUT_WR);
     struct evbuffer *in = bufferevent_get_input(c->bev);
     evbuffer_drain(in, evbuffer_get_length(in));

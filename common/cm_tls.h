@@ -18,10 +18,11 @@
  * ECDHE-ECDSA P-256 handshake costs ~0.1 ms of CPU, fans keep their connection alive
  * while they poll, and the "new TLS connections" benchmark measures full handshakes
  * anyway (wrk never resumes). What is left is OpenSSL's server-side cache (TLS 1.2
- * session IDs, TLS 1.3 stateful tickets), shared by the workers of one process — but
- * OpenSSL drops a session from it when the SSL is freed without our close_notify, which
- * is how libevent's bufferevents close, so in practice every new connection is a full
- * handshake. That is the cost of this choice, and it is a bounded one.
+ * session IDs, TLS 1.3 stateful tickets — one per handshake, not OpenSSL's default two:
+ * each is a copy of the session put into the cache), shared by the workers of one
+ * process. OpenSSL drops a session from it when the SSL is freed without our
+ * close_notify, which is how libevent's bufferevents close; the h1 engine sends one when
+ * it closes a connection after an answer (Connection: close), so those sessions resume.
  */
 #ifndef CM_TLS_H
 #define CM_TLS_H

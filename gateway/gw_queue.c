@@ -62,12 +62,18 @@ static uint32_t rnd32(void)
     return (uint32_t)(s >> 32);
 }
 
-/* A random integer below 2^53 as decimal text (exact as a Lua number and a zset score). */
+/* v's top 53 bits as decimal text (exact as a Lua number and a zset score). */
+static void score_text(uint64_t v, char out[24])
+{
+    snprintf(out, 24, "%" PRIu64, v >> 11);
+}
+
+/* A random integer below 2^53 as decimal text. */
 static void random_score(char out[24])
 {
     uint64_t v;
     cm_tls_random(&v, sizeof(v));
-    snprintf(out, 24, "%" PRIu64, v >> 11);
+    score_text(v, out);
 }
 
 void gw_queue_set_cookie(gw_req_t *r, const char *event, const char *ticket)
@@ -526,12 +532,18 @@ static void take_place(place_op_t *op)
         return;
     }
     memset(&op->t, 0, sizeof(op->t));
-    gw_ticket_new_visitor(op->t.visitor);
+    /* the visitor id and the lottery score from one CSPRNG call (each call costs
+     * OpenSSL's fork check, a getpid) */
+    unsigned char raw[GW_VISITOR_LEN / 2 + sizeof(uint64_t)];
+    uint64_t v;
+    cm_tls_random(raw, sizeof(raw));
+    cm_hex_encode(raw, GW_VISITOR_LEN / 2, op->t.visitor);
+    memcpy(&v, raw + GW_VISITOR_LEN / 2, sizeof(v));
     gw_keys_t keys;
     char score[24];
     const char *argv[GW_K_COUNT + 2];
     int argc = gw_keys_argv(op->event, &keys, argv);
-    random_score(score);
+    score_text(v, score);
     argv[argc++] = op->t.visitor;
     argv[argc++] = score;
     if (cm_redis_eval(srv->redis, gw_lua()->join, on_join, op, GW_K_COUNT, argc, argv, NULL) != 0) {

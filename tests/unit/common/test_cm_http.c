@@ -7,6 +7,7 @@
  * while the handler is still on the stack.
  */
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -271,6 +272,8 @@ typedef struct h1_fixture {
     int listen_fd;      /* rcvbuf set: the test's own listener, its socket served by srv */
     int answers_ok;     /* complete, in-order answers the client read */
     int big_answered;   /* big answers sent by the handler */
+    bool resume;        /* the client: Connection: close, then a second connection */
+    int reused;         /* the second connection resumed the first one's session */
     struct event *done_ev;
 } h1_fixture_t;
 
@@ -284,6 +287,10 @@ static void h1_handler(cm_req_t *req, void *arg)
         cm_http_send_body(req, 200, "text/plain", body, sizeof(body), false);
         if (++h->big_answered == h->npipelined) /* all answered: the client may read */
             assert_int_equal(write(h->go[1], "g", 1), 1);
+        return;
+    }
+    if (strcmp(path, "/close") == 0) {
+        cm_http_send_body(req, 200, "text/plain", "bye", 3, false);
         return;
     }
     int before = 0; /* session tickets may wait there already */
@@ -372,6 +379,35 @@ static int read_answer(SSL *ssl, char *buf, size_t size, char **body)
     }
 }
 
+/* One connection: a request with Connection: close, its answer, then the server's close;
+ * the session to resume (or NULL). reused: whether this one resumed `session`. */
+static SSL_SESSION *close_once(h1_fixture_t *h, SSL_SESSION *session, int *reused)
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET,
+                              .sin_port = htons((uint16_t)cm_http_server_port(h->f.srv))};
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    SSL *ssl = SSL_new(h->f.client_tls);
+    SSL_SESSION *got = NULL;
+    char buf[1024], *body;
+    const char *rq = "GET /close HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    if (session != NULL)
+        SSL_set_session(ssl, session);
+    if (connect(fd, (struct sockaddr *)&sin, sizeof(sin)) != 0 || !SSL_set_fd(ssl, fd) ||
+        SSL_connect(ssl) != 1 || SSL_write(ssl, rq, (int)strlen(rq)) <= 0 ||
+        read_answer(ssl, buf, sizeof(buf), &body) != 3)
+        goto out;
+    while (SSL_read(ssl, buf, sizeof(buf)) > 0) /* to the server's close */
+        ;
+    *reused = SSL_session_reused(ssl);
+    got = SSL_get1_session(ssl);
+    SSL_shutdown(ssl); /* a client freeing its SSL without one spoils its own session */
+out:
+    SSL_free(ssl);
+    close(fd);
+    return got;
+}
+
 static void *h1_client(void *arg)
 {
     h1_fixture_t *h = arg;
@@ -385,6 +421,19 @@ static void *h1_client(void *arg)
         getsockname(h->listen_fd, (struct sockaddr *)&sin, &slen);
     else
         inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    if (h->resume) {
+        int first = -1;
+        SSL_SESSION *sess = close_once(h, NULL, &first);
+        if (sess != NULL && first == 0) {
+            SSL_SESSION_free(close_once(h, sess, &h->reused));
+            h->answers_ok = 2;
+        }
+        SSL_SESSION_free(sess);
+        close(fd);
+        ssize_t w = write(h->done[1], "d", 1);
+        (void)w;
+        return NULL;
+    }
     SSL *ssl = SSL_new(h->f.client_tls);
     if (connect(fd, (struct sockaddr *)&sin, sizeof(sin)) != 0 || !SSL_set_fd(ssl, fd) ||
         SSL_connect(ssl) != 1)
@@ -483,6 +532,19 @@ static void h1_answers_to_a_slow_reader_arrive_whole(void **state)
     assert_int_equal(h->answers_ok, 20);
 }
 
+/* A connection the server closes after its answer (Connection: close) ends with a TLS
+ * close_notify, so its session stays in the server's cache and the ticket the client got
+ * resumes it (a bufferevent frees its SSL without one, and OpenSSL drops the session of
+ * a connection closed that way). */
+static void h1_session_of_a_closed_connection_resumes(void **state)
+{
+    h1_fixture_t *h = *state;
+    h->resume = true;
+    h1_run_client(h);
+    assert_int_equal(h->answers_ok, 2);
+    assert_int_equal(h->reused, 1);
+}
+
 static void group_readable_tls_key_is_refused(void **state)
 {
     fixture_t *f = *state;
@@ -513,6 +575,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(group_readable_tls_key_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(h1_answer_is_written_at_once, setup_h1, teardown_h1),
         cmocka_unit_test_setup_teardown(h1_answers_to_a_slow_reader_arrive_whole, setup_h1,
+                                        teardown_h1),
+        cmocka_unit_test_setup_teardown(h1_session_of_a_closed_connection_resumes, setup_h1,
                                         teardown_h1),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
