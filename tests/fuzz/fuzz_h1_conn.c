@@ -2,7 +2,8 @@
  * Fuzz target: bytes a client sends, through cm_http's own HTTP/1.1 engine (cm_h1) into
  * the request accessors the routes use, over a socketpair (no port, no TIME_WAIT: ten
  * million connections leave nothing behind). The engine runs with small limits (1 KiB
- * head, per-route body caps: /join 0 bytes, else 256) and a handler that takes the
+ * head, per-route body caps: /join 0 bytes, /json max_body_bytes (64: the
+ * CM_HTTP_BODY_CAP_JSON answer), else 256) and a handler that takes the
  * request apart the way the routes do — path segments, query, bearer, headers, the JSON
  * body — and answers at once, or later from a zero-timeout timer ("/later/…"), or not
  * before the client has gone ("/late/…" answers after the connection closed). The pure
@@ -38,7 +39,11 @@ static cm_req_t *later;
 static size_t body_cap(cm_http_method_t m, const char *path)
 {
     size_t n = strlen(path);
-    return n >= 5 && strcmp(path + n - 5, "/join") == 0 ? 0 : 256;
+    if (n >= 5 && strcmp(path + n - 5, "/join") == 0)
+        return 0;
+    if (n >= 5 && strcmp(path + n - 5, "/json") == 0)
+        return CM_HTTP_BODY_CAP_JSON;
+    return 256;
 }
 
 static void answer(cm_req_t *req)
