@@ -1,9 +1,11 @@
 /*
  * rsv_checkout — see rsv_checkout.h.
  *
- * confirm: validate → onsale_saga_begin (new / resume / busy / done / mismatch) → the
- * saga (rsv_saga_drive, foreground: extend the hold, charge with the checkout id
- * as Idempotency-Key, convert or refund; one committed transition per step) → the
+ * confirm: validate → extend the hold (Redis) → onsale_saga_start (new / resume / busy /
+ * done / mismatch; a new checkout is recorded where the extend left it — payment_requested
+ * or failed — in one commit) → the saga (rsv_saga_drive, foreground: charge with the
+ * checkout id as Idempotency-Key, convert or refund; a resumed one extends the hold
+ * itself; one committed step per external effect) → the
  * answer it ends with: 201 confirmed, 402 declined, 409 hold_expired with the refund,
  * 202 pending when the payment outcome is not known yet (the reconciler finishes it).
  * Any answer but 503 for a terminal checkout is stored and replayed for the same key.
@@ -26,6 +28,7 @@
 #include "rsv_auth.h"
 #include "rsv_catalog.h"
 #include "rsv_hold.h"
+#include "rsv_lua.h"
 #include "rsv_reconcile.h"
 #include "rsv_saga.h"
 #include "rsv_server.h"
@@ -44,11 +47,16 @@ typedef struct confirm_op {
     char currency[4];
     char source[128];
     rsv_event_t *ev;
+    /* the hold's extend, run before the checkout is recorded */
+    bool extended; /* view holds the extend script's answer */
+    rsv_hold_view_t view;
+    rsv_saga_extend_t verdict;
 } confirm_op_t;
 
 static void confirm_done(confirm_op_t *op)
 {
     rsv_event_unref(op->ev);
+    rsv_hold_view_clear(&op->view);
     free(op);
 }
 
@@ -147,8 +155,21 @@ static void on_begun(const char *err, const rsv_pg_result_t *res, void *arg)
         confirm_done(op);
     } else {
         /* new or resumed: drive the saga from the state Postgres has. */
-        if (strcmp(outcome, "new") == 0)
-            rsv_saga_fault(op->r.srv, "after", "created");
+        bool fresh = strcmp(outcome, "new") == 0;
+        const char *state = rsv_pg_result_value(res, 0, 2);
+        rsv_server_t *srv = op->r.srv;
+        if (fresh)
+            rsv_saga_fault(srv, "after", state);
+        if (fresh && strcmp(state, "failed") == 0) {
+            /* created → failed, committed with the checkout: the extend's answer. */
+            cm_counter_inc(srv->m.saga_transitions);
+            if (op->verdict == RSV_SAGA_EXTEND_EXPIRED)
+                cm_counter_inc(srv->m.holds_expired);
+            reply_text_json(op, atoi(rsv_pg_result_value(res, 0, 3)),
+                            rsv_pg_result_value(res, 0, 4));
+            confirm_done(op);
+            return;
+        }
         rsv_saga_row_t row;
         memset(&row, 0, sizeof(row));
         snprintf(row.id, sizeof(row.id), "%s", op->checkout_id);
@@ -163,26 +184,87 @@ static void on_begun(const char *err, const rsv_pg_result_t *res, void *arg)
         snprintf(row.refund_id, sizeof(row.refund_id), "%s", rsv_pg_result_value(res, 0, 6));
         snprintf(row.refund_reason, sizeof(row.refund_reason), "%s",
                  rsv_pg_result_value(res, 0, 7));
-        rsv_saga_drive(op->r.srv, &row, RSV_SAGA_FOREGROUND, op->ev->checkout_extension_s * 1000,
-                       on_saga_end, op);
+        int64_t ext_ms = op->ev->checkout_extension_s * 1000;
+        if (fresh && strcmp(state, "payment_requested") == 0) {
+            /* created → hold_extended → payment_requested, committed with the checkout. */
+            cm_counter_add(srv->m.saga_transitions, 2);
+            rsv_saga_drive_extended(srv, &row, ext_ms, &op->view, on_saga_end, op);
+        } else {
+            rsv_saga_drive(srv, &row, RSV_SAGA_FOREGROUND, ext_ms, on_saga_end, op);
+        }
     }
 }
 
-static void begin(confirm_op_t *op)
+/*
+ * Starts the checkout (onsale_saga_start) with what the hold's extend said: a new checkout
+ * is recorded in payment_requested (or failed, with its answer) in one commit; without an
+ * extend answer (Redis failed) it starts in created and the saga extends the hold itself.
+ */
+static void begin(confirm_op_t *op, const char *new_id)
 {
-    char amount[24], lease[24];
+    char amount[24], lease[24], code_s[16];
     snprintf(amount, sizeof(amount), "%lld", (long long)op->amount);
     snprintf(lease, sizeof(lease), "%lld", (long long)op->r.srv->cfg.checkout_lease_s);
+    const char *to = NULL, *reason = NULL;
+    char *body = NULL;
+    int code = 0;
+    if (op->extended) {
+        op->verdict = rsv_saga_extend_verdict(new_id, &op->view, op->amount, &code, &body, &reason);
+        if (op->verdict == RSV_SAGA_EXTEND_OK)
+            to = "payment_requested";
+        else if (op->verdict != RSV_SAGA_EXTEND_ERROR)
+            to = "failed";
+        snprintf(code_s, sizeof(code_s), "%d", code);
+    }
+    const char *params[] = {new_id,      op->event, op->claims.sub,       op->key, op->hash,
+                            op->hold_id, amount,    op->currency,         lease,   op->source,
+                            to,          reason,    code ? code_s : NULL, body};
+    if (to)
+        rsv_saga_fault(op->r.srv, "before", "created");
+    int rc = rsv_pg_query(op->r.srv->pg,
+                          "SELECT outcome, checkout_id, state, response_code, response_body, "
+                          "charge_id, refund_id, refund_reason "
+                          "FROM onsale_saga_start($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, "
+                          "$12, $13::int, $14)",
+                          14, params, on_begun, op);
+    free(body);
+    if (rc != 0)
+        confirm_unavailable(op, "starting the checkout", cm_err_shutdown);
+}
+
+static void on_pre_extended(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    confirm_op_t *op = arg;
     char new_id[CHECKOUT_ID_MAX];
     rsv_random_id(new_id, sizeof(new_id), "co_");
-    const char *params[] = {new_id,      op->event, op->claims.sub, op->key, op->hash,
-                            op->hold_id, amount,    op->currency,   lease,   op->source};
-    if (rsv_pg_query(op->r.srv->pg,
-                     "SELECT outcome, checkout_id, state, response_code, response_body, "
-                     "charge_id, refund_id, refund_reason "
-                     "FROM onsale_saga_begin($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-                     10, params, on_begun, op) != 0)
-        confirm_unavailable(op, "starting the checkout", cm_err_shutdown);
+    if (err || rsv_hold_view_parse(reply, &op->view) != 0) {
+        /* The checkout starts in created and the saga tries the extend again (a replay
+         * needs no Redis at all). */
+        cm_log(CM_LOG_WARN, "hold %s: extending at checkout start: %s", op->hold_id,
+               err ? err : cm_err_protocol);
+        rsv_hold_view_clear(&op->view);
+        op->extended = false;
+    } else {
+        op->extended = true;
+    }
+    begin(op, new_id);
+}
+
+/*
+ * The hold is extended first, before anything is recorded: an extend without a checkout
+ * is harmless (never past the event's max_hold_seconds), and the checkout is then
+ * recorded where the extend left it in one commit (docs/confirm.md).
+ */
+static void extend_first(confirm_op_t *op)
+{
+    rsv_server_t *srv = op->r.srv;
+    char ext[24], keep[24];
+    snprintf(ext, sizeof(ext), "%lld", (long long)op->ev->checkout_extension_s * 1000);
+    snprintf(keep, sizeof(keep), "%lld", (long long)srv->cfg.hold_record_keep_s * 1000);
+    const char *extra[] = {ext, keep};
+    if (rsv_hold_act(srv, rsv_lua()->extend, op->hold_id, op->claims.sub, 2, extra, on_pre_extended,
+                     op) != 0)
+        on_pre_extended(cm_err_closed, NULL, op);
 }
 
 static void on_confirm_event(rsv_event_t *ev, const char *err, void *arg)
@@ -208,7 +290,7 @@ static void on_confirm_event(rsv_event_t *ev, const char *err, void *arg)
         confirm_done(op);
         return;
     }
-    begin(op);
+    extend_first(op);
 }
 
 /* Validates the confirm body; fills amount/currency. NULL when fine, else the message. */

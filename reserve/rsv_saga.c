@@ -215,10 +215,11 @@ static void end_pending(saga_t *s)
     free(b);
 }
 
-static char *error_text(const saga_t *s, const char *error, const char *message, json_t *extra)
+static char *error_text_id(const char *checkout_id, const char *error, const char *message,
+                           json_t *extra)
 {
-    json_t *o =
-        json_pack("{s:s, s:s, s:s}", "error", error, "message", message, "checkout_id", s->row.id);
+    json_t *o = json_pack("{s:s, s:s, s:s}", "error", error, "message", message, "checkout_id",
+                          checkout_id);
     if (extra) {
         json_object_update(o, extra);
         json_decref(extra);
@@ -226,6 +227,11 @@ static char *error_text(const saga_t *s, const char *error, const char *message,
     char *t = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     return t;
+}
+
+static char *error_text(const saga_t *s, const char *error, const char *message, json_t *extra)
+{
+    return error_text_id(s->row.id, error, message, extra);
 }
 
 /* --- reading the stored answer after someone else finished --------------------------- */
@@ -375,6 +381,43 @@ static int lease_s(const saga_t *s)
 
 /* --- hold extension (foreground, checkout start) ------------------------------------- */
 
+rsv_saga_extend_t rsv_saga_extend_verdict(const char *checkout_id, const rsv_hold_view_t *v,
+                                          int64_t amount, int *code, char **body,
+                                          const char **reason)
+{
+    const char *st = v->status;
+    *code = 0;
+    *body = NULL;
+    *reason = NULL;
+    if (strcmp(st, "NOTFOUND") == 0) {
+        *code = 404;
+        *reason = "hold not found at checkout start";
+        *body = error_text_id(checkout_id, "unknown_hold", "no such hold of yours", NULL);
+        return RSV_SAGA_EXTEND_NOTFOUND;
+    } else if (strcmp(st, "EXPIRED") == 0 || strcmp(st, "GONE") == 0) {
+        *code = 409;
+        *reason = "hold expired before payment";
+        *body = error_text_id(checkout_id, "hold_expired",
+                              "the hold expired before it was confirmed", NULL);
+        return RSV_SAGA_EXTEND_EXPIRED;
+    } else if (strcmp(st, "CONVERTED") == 0) {
+        *code = 409;
+        *reason = "hold already converted";
+        *body = error_text_id(checkout_id, "hold_converted",
+                              "the hold was already confirmed by another checkout", NULL);
+        return RSV_SAGA_EXTEND_CONVERTED;
+    } else if (strcmp(st, "OK") != 0) {
+        return RSV_SAGA_EXTEND_ERROR;
+    } else if (v->amount != amount) {
+        *code = 400;
+        *reason = "amount mismatch";
+        *body = error_text_id(checkout_id, "amount_mismatch",
+                              "payment.amount must equal the hold's amount", NULL);
+        return RSV_SAGA_EXTEND_MISMATCH;
+    }
+    return RSV_SAGA_EXTEND_OK;
+}
+
 static void on_extended(const char *err, const cm_redis_reply_t *reply, void *arg)
 {
     saga_t *s = arg;
@@ -383,27 +426,24 @@ static void on_extended(const char *err, const cm_redis_reply_t *reply, void *ar
         saga_fail(s, "extending the hold", err ? err : cm_err_protocol);
         return;
     }
-    const char *st = s->view.status;
     const char *from[] = {"created", "hold_extended", NULL};
-    if (strcmp(st, "NOTFOUND") == 0) {
-        step(s, from, "failed", "hold not found at checkout start", 404,
-             error_text(s, "unknown_hold", "no such hold of yours", NULL), -1);
-    } else if (strcmp(st, "EXPIRED") == 0 || strcmp(st, "GONE") == 0) {
-        cm_counter_inc(s->srv->m.holds_expired);
-        step(s, from, "failed", "hold expired before payment", 409,
-             error_text(s, "hold_expired", "the hold expired before it was confirmed", NULL), -1);
-    } else if (strcmp(st, "CONVERTED") == 0) {
-        step(s, from, "failed", "hold already converted", 409,
-             error_text(s, "hold_converted", "the hold was already confirmed by another checkout",
-                        NULL),
-             -1);
-    } else if (strcmp(st, "OK") != 0) {
+    int code;
+    char *body;
+    const char *reason;
+    switch (rsv_saga_extend_verdict(s->row.id, &s->view, s->row.amount, &code, &body, &reason)) {
+    case RSV_SAGA_EXTEND_OK:
+        break;
+    case RSV_SAGA_EXTEND_ERROR:
         saga_fail(s, "extending the hold", cm_err_protocol);
-    } else if (s->view.amount != s->row.amount) {
-        step(s, from, "failed", "amount mismatch", 400,
-             error_text(s, "amount_mismatch", "payment.amount must equal the hold's amount", NULL),
-             -1);
-    } else if (strcmp(s->row.state, "created") == 0) {
+        return;
+    case RSV_SAGA_EXTEND_EXPIRED:
+        cm_counter_inc(s->srv->m.holds_expired);
+        /* fall through */
+    default:
+        step(s, from, "failed", reason, code, body, -1);
+        return;
+    }
+    if (strcmp(s->row.state, "created") == 0) {
         s->extended = true; /* advance() goes on to payment_requested without a 2nd extend */
         step(s, NULL, "hold_extended", "hold extended at checkout start", 0, NULL, lease_s(s));
     } else {
@@ -897,6 +937,25 @@ static void advance(saga_t *s)
     } else {
         saga_fail(s, "unknown checkout state", cm_err_protocol);
     }
+}
+
+void rsv_saga_drive_extended(rsv_server_t *srv, const rsv_saga_row_t *row, int64_t extension_ms,
+                             rsv_hold_view_t *extended, rsv_saga_cb cb, void *arg)
+{
+    saga_t *s = cm_xcalloc(1, sizeof(*s));
+    s->srv = srv;
+    s->row = *row;
+    s->mode = RSV_SAGA_FOREGROUND;
+    s->extension_ms = extension_ms;
+    s->cb = cb;
+    s->arg = arg;
+    s->view = *extended; /* taken */
+    memset(extended, 0, sizeof(*extended));
+    s->extended = true;
+    if (rsv_saga_terminal(s->row.state))
+        reread(s);
+    else
+        advance(s);
 }
 
 void rsv_saga_drive(rsv_server_t *srv, const rsv_saga_row_t *row, rsv_saga_mode_t mode,

@@ -9,7 +9,9 @@
  *
  *   created → hold_extended → payment_requested → paid | declined | unknown
  *   paid → converted → confirmed          paid → refunding → refunded
- *   (the booking commits paid → converted → confirmed in one transaction, 004)
+ *   (one commit each: created → hold_extended → payment_requested | failed when a new
+ *   checkout is recorded after its hold's extend, migration 005; paid → converted →
+ *   confirmed with the booking, 004)
  *   declined → failed                     unknown → paid | declined | released
  *   created | hold_extended → failed (hold gone) | released (abandoned)
  *   released | failed → refunding        (money turned up after all: a late charge)
@@ -21,16 +23,19 @@
  *
  * The tables and lookups: any thread. rsv_saga_drive() (event-loop thread) takes one
  * checkout from the state Postgres has for it to a terminal state (or to a state it must
- * wait in), one committed transition per step (deploy/sql; the booking commits two), refusing any
- * step the transition table does not have. The confirm handler drives its own checkout in the
- * foreground (it extends the hold and charges); the reconciler drives open ones in the
+ * wait in), one commit per step (deploy/sql; the booking's commit holds two transitions),
+ * refusing any step the transition table does not have. The confirm handler drives its own checkout
+ * in the foreground (it extends the hold and charges); the reconciler drives open ones in the
  * background (it only asks the provider, so a buyer who walked away is never charged
  * late). The provider calls are idempotent (charge key = checkout id, refund key = "rf_"
  * + checkout id), so repeating any step after a crash is harmless.
  *
  * Fault points (tests): the `fault` setting, e.g. ONSALE_RESERVE_FAULT=after:paid, makes
  * the process SIGKILL itself right after committing that transition ("before:<state>":
- * right before committing it). Several may be given, comma-separated.
+ * right before committing it). Several may be given, comma-separated. A commit holding
+ * several transitions answers to the last one's after: point (after:payment_requested,
+ * after:confirmed) and to the first one's before: point (before:created — the hold
+ * extended, nothing recorded —, before:converted).
  */
 #ifndef RSV_SAGA_H
 #define RSV_SAGA_H
@@ -134,6 +139,33 @@ typedef void (*rsv_saga_cb)(const rsv_saga_end_t *end, void *arg);
  */
 void rsv_saga_drive(rsv_server_t *srv, const rsv_saga_row_t *row, rsv_saga_mode_t mode,
                     int64_t extension_ms, rsv_saga_cb cb, void *arg);
+
+/** What the hold's extend at checkout start says about a checkout (its script's answer). */
+typedef enum {
+    RSV_SAGA_EXTEND_OK,        /* extended, amount matches: on to payment_requested */
+    RSV_SAGA_EXTEND_NOTFOUND,  /* created → failed, 404 unknown_hold */
+    RSV_SAGA_EXTEND_EXPIRED,   /* created → failed, 409 hold_expired */
+    RSV_SAGA_EXTEND_CONVERTED, /* created → failed, 409 hold_converted */
+    RSV_SAGA_EXTEND_MISMATCH,  /* created → failed, 400 amount_mismatch */
+    RSV_SAGA_EXTEND_ERROR,     /* not an answer of the extend script */
+} rsv_saga_extend_t;
+
+/**
+ * Classifies the extend's answer v for checkout checkout_id of amount. For a failure,
+ * *code, *body (heap, the caller frees it; it names checkout_id) and *reason (static: the
+ * transition's reason) describe created → failed; else they are 0 / NULL.
+ */
+rsv_saga_extend_t rsv_saga_extend_verdict(const char *checkout_id, const rsv_hold_view_t *v,
+                                          int64_t amount, int *code, char **body,
+                                          const char **reason);
+
+/**
+ * Like rsv_saga_drive (foreground) for a checkout whose hold the caller extended itself
+ * (extended: the extend's answer, taken — *extended is left empty) before
+ * onsale_saga_start recorded it: no second extend, and the conversion uses its layout.
+ */
+void rsv_saga_drive_extended(rsv_server_t *srv, const rsv_saga_row_t *row, int64_t extension_ms,
+                             rsv_hold_view_t *extended, rsv_saga_cb cb, void *arg);
 
 /** Kills the process (SIGKILL) when `when`:`state` is a configured fault point. */
 void rsv_saga_fault(rsv_server_t *srv, const char *when, const char *state);

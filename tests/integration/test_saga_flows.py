@@ -195,12 +195,40 @@ class Branches(SagaCase):
             ("", "created"), ("created", "hold_extended"),
             ("hold_extended", "payment_requested"), ("payment_requested", "paid"),
             ("paid", "converted"), ("converted", "confirmed")])
-        # The booking commits both of its transitions together (docs/confirm.md).
-        self.assertIn([("paid", "converted"), ("converted", "confirmed")], self.commits(cid))
+        # Three commits (docs/confirm.md): the start after the hold's extend, the charge's
+        # outcome, the booking.
+        self.assertEqual(self.commits(cid), [
+            [("", "created"), ("created", "hold_extended"),
+             ("hold_extended", "payment_requested")],
+            [("payment_requested", "paid")],
+            [("paid", "converted"), ("converted", "confirmed")]])
         g = self.c.get(f"/v1/checkouts/{cid}", token=t)
         self.assertStatus(g, 200)
         self.assertEqual(g.json["state"], "confirmed")
         self.assertEqual(self.audit_event(ev), {cid: "charged+booked"})
+
+    def test_a_hold_refused_at_start_fails_in_one_commit_and_replays(self):
+        ev = self.new_event(seats=SEATS, max_per_buyer=4)
+        t = self.S.token(ev, "wrongamount")
+        h = self.hold(ev, t, seats=["A-8"]).json
+        key = uuid.uuid4().hex
+        body = {"payment": {"amount": h["amount"] + 1, "currency": "EUR", "source": "tok_visa"}}
+        r = self.c.post(f"/v1/holds/{h['hold_id']}/confirm", body, token=t,
+                        headers={"Idempotency-Key": key})
+        self.assertStatus(r, 400, "amount_mismatch")
+        cid = r.json["checkout_id"]
+        self.assertEqual(self.commits(cid), [[("", "created"), ("created", "failed")]])
+        self.assertIsNone(self.S.sql_value(
+            f"select lease_until from checkouts where checkout_id = '{cid}'"))
+        again = self.c.post(f"/v1/holds/{h['hold_id']}/confirm", body, token=t,
+                            headers={"Idempotency-Key": key})
+        self.assertStatus(again, 400, "amount_mismatch")
+        self.assertEqual(again.json, r.json)
+        self.assertEqual(again.header("Idempotent-Replayed"), "true")
+        self.assertEqual(self.pay.ledger(ev)["charges"], [])
+        # The hold is still the buyer's, and the right amount confirms it.
+        ok = self.confirm_src(h, t, "tok_visa")
+        self.assertStatus(ok, 201)
 
     def test_decline_answers_402_and_the_hold_stays(self):
         ev = self.new_event(seats=SEATS, max_per_buyer=4)
