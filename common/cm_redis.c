@@ -638,6 +638,13 @@ static void conn_start(cm_redis_t *r)
         connect_failed(r, why);
         return;
     }
+    /* The loop's highest priority (0), so that where a base has several (cm_server's
+     * workers) a pass with Redis bytes to move runs before client work and before the
+     * commands' deadlines (which keep the default, lower priority). Set only now: the
+     * connect (setfd) re-assigns the bufferevent's events at the default priority. It
+     * fails only for an event already active (a connect refused at once), which the
+     * next connection retries: nothing to report. */
+    (void)bufferevent_priority_set(r->bev, 0);
     set_state(r, CONN_CONNECTING);
 }
 
@@ -678,7 +685,10 @@ cm_redis_t *cm_redis_new_auth(struct event_base *base, const char *host, int por
         abort();
     }
     /* All command deadlines share one duration: a common timeout keeps them in a FIFO
-     * instead of the timer heap. */
+     * instead of the timer heap. It also orders them after a reply already read: the
+     * queue's expiry runs as an event of its own, and the deadlines it activates queue up
+     * behind the deferred read callback that the socket's read scheduled in the same
+     * pass (test_reply_read_before_its_deadline). */
     r->cmd_tv_plain = tv;
     r->cmd_tv = event_base_init_common_timeout(base, &tv);
     if (r->cmd_tv == NULL)

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h>
 
@@ -441,6 +442,48 @@ static void test_deadline_then_late_reply_dropped(void **state)
     assert_int_equal(res.calls, 1);
     assert_true(cm_redis_connected(r)); /* a deadline does not cost the connection */
 
+    cm_redis_free(r);
+}
+
+/* A client callback that keeps the loop busy for 300 ms (a burst of TLS handshakes). */
+static void on_busy(evutil_socket_t fd, short what, void *arg)
+{
+    struct timespec t0, t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < 300);
+}
+
+/*
+ * Issue 9 (the simulator's connection bursts): the command is written, then a client
+ * event holds the loop past the command's 100 ms deadline while Redis answers at once.
+ * On the next pass both the reply and the deadline are due: the reply must win, so the
+ * caller gets its PONG, not a timeout. (Deadlines on a plain timer instead of the common
+ * timeout queue fail this: the timer runs before the deferred read callback.)
+ */
+static void test_reply_read_before_its_deadline(void **state)
+{
+    struct fx *f = *state;
+    cm_redis_t *r = cm_redis_new_auth(f->base, SVC_HOST, srv_port(), 100, auth());
+    const char *argv[] = {"PING"};
+    size_t lens[] = {4};
+    struct result res = {0};
+    struct timeval now = {0, 0};
+    struct event *busy = evtimer_new(f->base, on_busy, NULL);
+
+    assert_true(run_until(f->base, is_connected, r, HARD_MS));
+    assert_int_equal(cm_redis_command(r, on_result, &res, 1, argv, lens), 0);
+    /* due at once: the next pass writes the command (an I/O event, served first), then
+     * runs the busy callback; the pass after it reads the reply and finds the deadline
+     * past */
+    evtimer_add(busy, &now);
+    assert_true(wait_calls(f->base, &res, 1));
+    assert_null(res.err);
+    assert_int_equal(res.type, CM_REDIS_STATUS);
+    assert_string_equal(res.str, "PONG");
+    event_free(busy);
     cm_redis_free(r);
 }
 
@@ -1256,6 +1299,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pipelined_replies_in_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_eval_falls_back_on_noscript, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deadline_then_late_reply_dropped, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reply_read_before_its_deadline, setup, teardown),
         cmocka_unit_test_setup_teardown(test_free_fails_pending_with_shutdown, setup, teardown),
         cmocka_unit_test_setup_teardown(test_free_inside_callback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_server_commands_fail_at_once, setup, teardown),
