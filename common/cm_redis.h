@@ -80,7 +80,9 @@ cm_redis_t *cm_redis_new_auth(struct event_base *base, const char *host, int por
 /**
  * Cluster mode: seeds is "ip:port[,ip:port…]" (IP addresses, at most 16). The client asks
  * a connected seed for CLUSTER SHARDS, connects to every master, and refreshes the map
- * every second and on MOVED / lost nodes. cm_redis_connected() is 1 once every slot has
+ * every second and on MOVED / lost nodes — asking the node a MOVED named, else a master
+ * of its current map (a replica may describe the map from before a failover), and any
+ * other node only when none of them is up. cm_redis_connected() is 1 once every slot has
  * a master and each such master's connection is up. NULL when seeds does not parse.
  */
 cm_redis_t *cm_redis_new_cluster(struct event_base *base, const char *seeds, int timeout_ms);

@@ -18,10 +18,14 @@
  * A command is resent only when it provably did not run (not sent, or refused with a
  * redirection); one whose connection dropped after it was sent is answered cm_err_closed.
  *
- * The slot map is a 16384-entry table of node indexes loaded from CLUSTER SHARDS (asked of
- * any connected node, round robin), refreshed every second, and sooner (at most every
- * 100 ms) after a MOVED, a lost node or a command that found its node down — which is how
- * a failover is followed: the promoted replica shows up as its shard's master.
+ * The slot map is a 16384-entry table of node indexes loaded from CLUSTER SHARDS, refreshed
+ * every second, and sooner (at most every 100 ms) after a MOVED, a lost node or a command
+ * that found its node down — which is how a failover is followed: the promoted replica
+ * shows up as its shard's master. Whom it asks matters: a replica, a seed or a restarted
+ * old master may still describe the map from before a failover, and a client that took
+ * its answer would route back to the dead master. So the map is asked of the node a MOVED
+ * just named (it holds the slot by the cluster's own word), else of a master of the map
+ * in use (round robin), and of any other connected node only when no master is up.
  *
  * Re-entrancy follows cm_redis.c: user callbacks may issue commands or free the client;
  * every entry point holds a reference, and the memory goes with the last one.
@@ -97,6 +101,7 @@ struct cm_redis_cluster {
     int refreshing;
     uint64_t last_refresh_ns;
     unsigned rr;
+    int prefer; /* the node a MOVED named: asked first at the next refresh; or -1 */
     struct ccmd *head, *tail;
     int refs;
     int closing;
@@ -362,22 +367,39 @@ static void refresh_soon(struct cm_redis_cluster *cl)
     arm_refresh(cl, now >= next ? 0 : (int)((next - now) / 1000000ULL) + 1);
 }
 
+/* Sends CLUSTER SHARDS to node i; 1 when sent. */
+static int ask_shards(struct cm_redis_cluster *cl, int i)
+{
+    static const char *argv[] = {"CLUSTER", "SHARDS"};
+
+    if (!node_up(cl, i) || cm_redis_command(cl->nodes[i].conn, on_shards, cl, 2, argv, NULL) != 0)
+        return 0;
+    cl->refreshing = 1;
+    cl->last_refresh_ns = cm_time_mono_ns();
+    return 1;
+}
+
+/* Asks for the map: the node a MOVED named, else a master of the map in use, else (no
+ * map yet, or none of its masters is up) any connected node; round robin within each. */
 static void on_refresh_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct cm_redis_cluster *cl = arg;
-    static const char *argv[] = {"CLUSTER", "SHARDS"};
+    int prefer = cl->prefer;
 
     if (cl->refreshing)
         return;
-    for (int k = 0; k < cl->nnodes; k++) {
-        int i = (int)((cl->rr + (unsigned)k) % (unsigned)cl->nnodes);
-        if (!node_up(cl, i))
-            continue;
-        cl->rr = (unsigned)i + 1;
-        if (cm_redis_command(cl->nodes[i].conn, on_shards, cl, 2, argv, NULL) == 0) {
-            cl->refreshing = 1;
-            cl->last_refresh_ns = cm_time_mono_ns();
-            return;
+    cl->prefer = -1;
+    if (prefer >= 0 && ask_shards(cl, prefer))
+        return;
+    for (int masters_only = 1; masters_only >= 0; masters_only--) {
+        for (int k = 0; k < cl->nnodes; k++) {
+            int i = (int)((cl->rr + (unsigned)k) % (unsigned)cl->nnodes);
+            if (masters_only && !cl->nodes[i].owns)
+                continue;
+            if (ask_shards(cl, i)) {
+                cl->rr = (unsigned)i + 1;
+                return;
+            }
         }
     }
     arm_refresh(cl, REFRESH_MIN_MS); /* no node is up yet */
@@ -563,6 +585,7 @@ static int redirect(struct ccmd *c, cm_redis_redir_t kind, unsigned slot, const 
     if (kind == CM_REDIS_REDIR_MOVED) {
         cl->slots[slot] = (uint16_t)i;
         cl->nodes[i].owns = 1;
+        cl->prefer = i;
         refresh_soon(cl);
     } else {
         c->asked = 1;
@@ -761,6 +784,7 @@ struct cm_redis_cluster *cm_redis_cluster_new(struct event_base *base, const cha
         cl->cmd_tv = &cl->cmd_tv_plain;
     for (int s = 0; s < CM_REDIS_SLOTS; s++)
         cl->slots[s] = NO_NODE;
+    cl->prefer = -1;
     cl->refresh = evtimer_new(base, on_refresh_timer, cl);
     if (cl->refresh == NULL) {
         cm_log(CM_LOG_ERROR, "redis cluster: cannot create a timer");

@@ -16,13 +16,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h>
 
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <event2/listener.h>
 
 #include "cm_err.h"
 #include "cm_log.h"
@@ -1279,6 +1283,105 @@ static void test_cluster_master_failover(void **state)
     assert_string_equal(res.str, "kept");
 }
 
+/* A node with a stale view of the cluster (a replica or a restarted old master that has
+ * not heard of a failover yet): it answers CLUSTER SHARDS with one shard, every slot, whose
+ * master is dead_port, where nothing listens. */
+struct stale_node {
+    struct evconnlistener *l;
+    struct bufferevent *conns[8];
+    int nconns;
+    int port;
+    int dead_port;
+    int shards_asked;
+};
+
+static void on_stale_read(struct bufferevent *bev, void *arg)
+{
+    struct stale_node *sn = arg;
+    struct evbuffer *in = bufferevent_get_input(bev), *out = bufferevent_get_output(bev);
+    size_t len = evbuffer_get_length(in);
+    cm_redis_reply_t *req = cm_redis_reply_parse((const char *)evbuffer_pullup(in, -1), len);
+    const char *name;
+
+    if (req == NULL)
+        return; /* not complete yet (one request at a time: the client waits for answers) */
+    evbuffer_drain(in, len);
+    name = cm_redis_reply_str(cm_redis_reply_at(req, 0), NULL);
+    if (name != NULL && strcasecmp(name, "AUTH") == 0) {
+        evbuffer_add_printf(out, "+OK\r\n");
+    } else if (name != NULL && strcasecmp(name, "CLUSTER") == 0) {
+        sn->shards_asked++;
+        evbuffer_add_printf(out,
+                            "*1\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:16383\r\n$5\r\nnodes\r\n"
+                            "*1\r\n*8\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$4\r\nport\r\n:%d\r\n"
+                            "$4\r\nrole\r\n$6\r\nmaster\r\n$6\r\nhealth\r\n$6\r\nonline\r\n",
+                            sn->dead_port);
+    } else {
+        evbuffer_add_printf(out, "-ERR unknown command\r\n");
+    }
+    cm_redis_reply_free(req);
+}
+
+static void on_stale_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+                            int salen, void *arg)
+{
+    struct stale_node *sn = arg;
+    struct bufferevent *bev =
+        bufferevent_socket_new(evconnlistener_get_base(l), fd, BEV_OPT_CLOSE_ON_FREE);
+
+    assert_non_null(bev);
+    assert_true(sn->nconns < 8);
+    sn->conns[sn->nconns++] = bev;
+    bufferevent_setcb(bev, on_stale_read, NULL, NULL, sn);
+    bufferevent_enable(bev, EV_READ);
+}
+
+/*
+ * Issue 9: after a failover, a replica or a restarted old master may still describe the
+ * old map. The client must refresh its map from the masters of the map it uses (or the
+ * node a MOVED named), never round robin over every node it knows: here a stale seed
+ * that was asked once at start (no map yet) must not be asked again while the masters
+ * are up, and the client keeps serving.
+ */
+static void test_cluster_map_asked_of_masters(void **state)
+{
+    struct fx *f = *state;
+    struct stale_node sn = {.dead_port = unused_port()};
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    socklen_t salen = sizeof(sa);
+    char seeds[64];
+    struct result res;
+    cm_redis_t *r;
+    int asked;
+
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sn.l = evconnlistener_new_bind(f->base, on_stale_accept, &sn,
+                                   LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 16,
+                                   (struct sockaddr *)&sa, sizeof(sa));
+    assert_non_null(sn.l);
+    assert_int_equal(getsockname(evconnlistener_get_fd(sn.l), (struct sockaddr *)&sa, &salen), 0);
+    sn.port = ntohs(sa.sin_port);
+    /* the stale node first: it is the one asked for the very first map */
+    snprintf(seeds, sizeof(seeds), SVC_HOST ":%d," SVC_HOST ":%d", sn.port,
+             svc_redis_cluster_port(cluster, 0));
+    r = cm_redis_new_cluster_auth(f->base, seeds, TIMEOUT_MS, auth());
+    assert_non_null(r);
+    assert_true(run_until(f->base, is_connected, r, HARD_MS));
+    asked = sn.shards_asked;
+    /* four refreshes (one a second): a round robin over the five known nodes reaches the
+     * stale one within them */
+    run_for(f->base, 4500);
+    assert_int_equal(sn.shards_asked, asked);
+    assert_true(cm_redis_connected(r));
+    struct fx rf = {f->base, r};
+    command(&rf, &res, 3, (const char *[]){"SET", "stale:{s1}", "v"});
+    assert_int_equal(res.type, CM_REDIS_STATUS);
+    cm_redis_free(r);
+    for (int i = 0; i < sn.nconns; i++)
+        bufferevent_free(sn.conns[i]);
+    evconnlistener_free(sn.l);
+}
+
 static void test_cluster_bad_seeds(void **state)
 {
     struct event_base *base = event_base_new();
@@ -1320,6 +1423,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cluster_follows_moved, cluster_setup, teardown),
         cmocka_unit_test_setup_teardown(test_cluster_follows_ask, cluster_setup, teardown),
         cmocka_unit_test_setup_teardown(test_cluster_master_failover, cluster_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cluster_map_asked_of_masters, cluster_setup, teardown),
     };
     int failed = cmocka_run_group_tests_name("pure", pure, NULL, NULL);
     failed += cmocka_run_group_tests_name("single", tests, group_setup, group_teardown);
