@@ -33,9 +33,9 @@ import stack
 import subprocess
 from stack import HOST
 
-BURST = int(os.environ.get("ONSALE_TEST_BURST", "400"))  # new connections per worker
+BURST = int(os.environ.get("ONSALE_TEST_BURST", "800"))  # new connections per worker
 WARM = 64  # keep-alive connections with a join always in flight
-REDIS_TIMEOUT_MS = 200
+REDIS_TIMEOUT_MS = 500
 RUN_TIMEOUT = 60
 
 
