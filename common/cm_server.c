@@ -75,6 +75,9 @@ struct cm_worker {
     cm_drain_t *drain;
     struct event *sample_ev;
     sampled_t *sampled;
+    bool (*ready_fn)(void *); /* its backends reachable, sampled with the gauges */
+    void *ready_arg;
+    int ready;    /* atomic: ready_fn's last answer */
     int inflight; /* atomic */
     pthread_t thread;
     bool started;
@@ -128,6 +131,8 @@ static double read_cell(void *arg)
 
 static void sample_all(cm_worker_t *w)
 {
+    if (w->ready_fn)
+        __atomic_store_n(&w->ready, w->ready_fn(w->ready_arg) ? 1 : 0, __ATOMIC_RELAXED);
     for (sampled_t *s = w->sampled; s; s = s->next) {
         double d = s->fn(s->arg);
         uint64_t b;
@@ -390,6 +395,20 @@ void cm_worker_gauge(cm_worker_t *w, const char *name, const char *help, double 
     c->next = w->sampled;
     w->sampled = c;
     cm_metrics_gauge_fn(w->server->metrics, name, help, NULL, read_cell, c);
+}
+
+void cm_worker_readiness(cm_worker_t *w, bool (*fn)(void *), void *arg)
+{
+    w->ready_fn = fn;
+    w->ready_arg = arg;
+}
+
+bool cm_server_ready(const cm_server_t *s)
+{
+    for (int i = 0; i < s->n; i++)
+        if (s->w[i].ready_fn && !__atomic_load_n(&s->w[i].ready, __ATOMIC_RELAXED))
+            return false;
+    return true;
 }
 
 /* --- running ----------------------------------------------------------------------- */

@@ -97,6 +97,20 @@ void cm_worker_req_end(cm_worker_t *w, cm_histogram_t *h, uint64_t start_ns);
 void cm_worker_gauge(cm_worker_t *w, const char *name, const char *help, double (*fn)(void *),
                      void *arg);
 
+/**
+ * Whether this worker's backends (Redis, Postgres) are reachable: fn(arg) is sampled with
+ * the gauges, on the worker's own thread. Main thread, before run. A worker with none
+ * counts as ready.
+ */
+void cm_worker_readiness(cm_worker_t *w, bool (*fn)(void *), void *arg);
+/**
+ * True when every worker's last sample said ready. A load balancer's health check lands
+ * on one worker while the fans' requests land on any, so /readyz asks this as well as its
+ * own worker: a process is ready only when each worker can serve (a freshly started
+ * worker may still be loading its Redis Cluster slot map, say).
+ */
+bool cm_server_ready(const cm_server_t *s);
+
 /* --- between workers ------------------------------------------------------------- */
 
 typedef struct cm_bcast cm_bcast_t;

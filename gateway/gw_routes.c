@@ -57,8 +57,11 @@ static void ready(gw_server_t *srv, cm_req_t *req)
     gw_req_t r;
     gw_req_start(&r, srv, req, GW_EP_READY);
     int redis = cm_redis_connected(srv->redis);
-    json_t *o = json_pack("{s:s, s:b}", "status", redis ? "ready" : "unavailable", "redis", redis);
-    if (redis && !cm_drain_draining(srv->drain))
+    /* this worker now, and every worker at its last sample: a request may land on any */
+    int workers = cm_server_ready(srv->cs);
+    json_t *o = json_pack("{s:s, s:b, s:b}", "status", redis && workers ? "ready" : "unavailable",
+                          "redis", redis, "workers", workers);
+    if (redis && workers && !cm_drain_draining(srv->drain))
         gw_reply_json(&r, 200, o);
     else
         gw_reply_error(&r, 503, "unavailable",

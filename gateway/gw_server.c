@@ -175,6 +175,11 @@ static double gauge_redis(void *arg)
     return cm_redis_connected(((gw_server_t *)arg)->redis);
 }
 
+static bool redis_ready(void *arg)
+{
+    return cm_redis_connected(((gw_server_t *)arg)->redis);
+}
+
 static double gauge_signer(void *arg)
 {
     return (double)gw_signer_pending(((gw_server_t *)arg)->pool);
@@ -339,6 +344,7 @@ static gw_server_t *worker_new(gw_server_t *first, cm_server_t *cs, int i, char 
         return srv;
     cm_worker_gauge(srv->worker, "onsale_gateway_redis_up", "Redis connections up (one per worker)",
                     gauge_redis, srv);
+    cm_worker_readiness(srv->worker, redis_ready, srv);
     cm_worker_gauge(srv->worker, "onsale_gateway_signer_pending",
                     "admission tokens queued or being signed", gauge_signer, srv);
     gw_watermark_start(srv);

@@ -44,9 +44,12 @@ static void ready(rsv_server_t *srv, cm_req_t *req)
     rsv_req_start(&r, srv, req, RSV_EP_READY);
     int redis = cm_redis_connected(srv->redis);
     int pg = rsv_pg_connected(srv->pg) > 0;
-    json_t *o = json_pack("{s:s, s:b, s:b}", "status", redis && pg ? "ready" : "unavailable",
-                          "redis", redis, "postgres", pg);
-    if (redis && pg && !cm_drain_draining(srv->drain))
+    /* this worker now, and every worker at its last sample: a request may land on any */
+    int workers = cm_server_ready(srv->cs);
+    int up = redis && pg && workers;
+    json_t *o = json_pack("{s:s, s:b, s:b, s:b}", "status", up ? "ready" : "unavailable", "redis",
+                          redis, "postgres", pg, "workers", workers);
+    if (up && !cm_drain_draining(srv->drain))
         rsv_reply_json(&r, 200, o);
     else
         rsv_reply_error(

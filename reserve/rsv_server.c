@@ -296,6 +296,12 @@ static double gauge_redis(void *arg)
     return cm_redis_connected(((rsv_server_t *)arg)->redis);
 }
 
+static bool backends_ready(void *arg)
+{
+    rsv_server_t *srv = arg;
+    return cm_redis_connected(srv->redis) && rsv_pg_connected(srv->pg) > 0;
+}
+
 /* Start-up only: the admin token (cm_config_read_secret: owner-only mode, trimmed). */
 static char *read_token_file(const char *path, char *err, size_t errlen)
 {
@@ -366,6 +372,7 @@ static rsv_server_t *worker_new(rsv_server_t *first, cm_server_t *cs, int i, cha
                     gauge_pg, srv);
     cm_worker_gauge(srv->worker, "onsale_reserve_redis_up", "Redis connections up (one per worker)",
                     gauge_redis, srv);
+    cm_worker_readiness(srv->worker, backends_ready, srv);
     err[0] = '\0';
     return srv;
 }

@@ -2,9 +2,10 @@
  * Tests for cm_server: two workers on one port (plain HTTP on 127.0.0.1:0), driven by
  * blocking clients on the test's own thread while cm_server_run runs on another.
  * Covers: every worker serves (SO_REUSEPORT spreads the connections), /metrics-style
- * totals over the workers, a broadcast reaching every other worker, and SIGTERM
- * draining every worker (a request in flight is still answered). Hard timeouts on every
- * socket; no sleep() except the short poll while waiting for the run to end.
+ * totals over the workers, a broadcast reaching every other worker, SIGTERM draining
+ * every worker (a request in flight is still answered), and readiness as the AND of every
+ * worker's. Hard timeouts on every socket; no sleep() except short polls while waiting for
+ * the run to end or for the workers' next readiness sample.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,6 +24,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cm_http.h"
@@ -39,6 +41,7 @@ typedef struct app {
     cm_req_t *slow_req; /* atomic: the test thread waits for it */
     uint64_t slow_start;
     cm_histogram_t *lat;
+    int up; /* atomic: the readiness the worker samples */
 } app_t;
 
 typedef struct fx {
@@ -94,6 +97,11 @@ static void handler(cm_req_t *req, void *arg)
     }
 }
 
+static bool app_ready(void *arg)
+{
+    return __atomic_load_n(&((app_t *)arg)->up, __ATOMIC_RELAXED) != 0;
+}
+
 static void *runner(void *arg)
 {
     fx_t *f = arg;
@@ -128,6 +136,8 @@ static int setup(void **state)
         a->lat = cm_metrics_histogram(cm_server_metrics(f->s), "onsale_test_seconds", "x", NULL,
                                       cm_metrics_latency_bounds, cm_metrics_latency_nbounds);
         assert_int_equal(cm_worker_listen(a->w, handler, NULL, a, err, sizeof(err)), 0);
+        a->up = 1;
+        cm_worker_readiness(a->w, app_ready, a);
     }
     assert_true(cm_server_port(f->s) > 0);
     /* The stop signal must reach the server's own loop, not this test thread: the runner
@@ -273,6 +283,32 @@ static void sigterm_drains_every_worker(void **state)
     assert_string_equal(s.body, "slow");
 }
 
+/* cm_server_ready as the workers' samples see it within 5 s (they sample every 250 ms). */
+static bool ready_becomes(cm_server_t *s, bool want)
+{
+    for (int i = 0; i < 500; i++) {
+        if (cm_server_ready(s) == want)
+            return true;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return false;
+}
+
+/* One worker whose backends are down makes the process unready (a health check may land on
+ * the other worker); it is ready again once every worker's sample says so. */
+static void ready_only_when_every_worker_is(void **state)
+{
+    fx_t *f = *state;
+    assert_true(ready_becomes(f->s, true));
+    __atomic_store_n(&f->apps[1].up, 0, __ATOMIC_RELAXED);
+    assert_true(ready_becomes(f->s, false));
+    __atomic_store_n(&f->apps[1].up, 1, __ATOMIC_RELAXED);
+    assert_true(ready_becomes(f->s, true));
+    __atomic_store_n(&f->apps[0].up, 0, __ATOMIC_RELAXED);
+    assert_true(ready_becomes(f->s, false));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -280,6 +316,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(metrics_are_totals, setup, teardown),
         cmocka_unit_test_setup_teardown(broadcast_reaches_every_other_worker, setup, teardown),
         cmocka_unit_test_setup_teardown(sigterm_drains_every_worker, setup, teardown),
+        cmocka_unit_test_setup_teardown(ready_only_when_every_worker_is, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
