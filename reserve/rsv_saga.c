@@ -939,16 +939,23 @@ static void advance(saga_t *s)
     }
 }
 
-void rsv_saga_drive_extended(rsv_server_t *srv, const rsv_saga_row_t *row, int64_t extension_ms,
-                             rsv_hold_view_t *extended, rsv_saga_cb cb, void *arg)
+static saga_t *saga_new(rsv_server_t *srv, const rsv_saga_row_t *row, rsv_saga_mode_t mode,
+                        int64_t extension_ms, rsv_saga_cb cb, void *arg)
 {
     saga_t *s = cm_xcalloc(1, sizeof(*s));
     s->srv = srv;
     s->row = *row;
-    s->mode = RSV_SAGA_FOREGROUND;
+    s->mode = mode;
     s->extension_ms = extension_ms;
     s->cb = cb;
     s->arg = arg;
+    return s;
+}
+
+void rsv_saga_drive_extended(rsv_server_t *srv, const rsv_saga_row_t *row, int64_t extension_ms,
+                             rsv_hold_view_t *extended, rsv_saga_cb cb, void *arg)
+{
+    saga_t *s = saga_new(srv, row, RSV_SAGA_FOREGROUND, extension_ms, cb, arg);
     s->view = *extended; /* taken */
     memset(extended, 0, sizeof(*extended));
     s->extended = true;
@@ -961,13 +968,7 @@ void rsv_saga_drive_extended(rsv_server_t *srv, const rsv_saga_row_t *row, int64
 void rsv_saga_drive(rsv_server_t *srv, const rsv_saga_row_t *row, rsv_saga_mode_t mode,
                     int64_t extension_ms, rsv_saga_cb cb, void *arg)
 {
-    saga_t *s = cm_xcalloc(1, sizeof(*s));
-    s->srv = srv;
-    s->row = *row;
-    s->mode = mode;
-    s->extension_ms = extension_ms;
-    s->cb = cb;
-    s->arg = arg;
+    saga_t *s = saga_new(srv, row, mode, extension_ms, cb, arg);
     if (rsv_saga_terminal(s->row.state))
         reread(s); /* answers from the loop, with the stored answer */
     else

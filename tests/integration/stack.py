@@ -373,6 +373,22 @@ class RawConn:
                 return time.monotonic() - start
         return None
 
+    def trickle_until_closed(self, limit_s, wait_s=1.0):
+        """Sends one byte, waits up to wait_s for the server to answer or close, again and
+        again: seconds from the first byte until the server closed, or None past limit_s."""
+        start = time.monotonic()
+        self.s.settimeout(wait_s)
+        while time.monotonic() - start < limit_s:
+            try:
+                self.s.sendall(b"X")
+                if self.s.recv(4096) == b"":
+                    return time.monotonic() - start
+            except (socket.timeout, TimeoutError):
+                pass
+            except OSError:
+                return time.monotonic() - start
+        return None
+
     def close(self):
         self.s.close()
 

@@ -6,7 +6,6 @@ body, never a crash or a hang), pipelining in order, HTTP/1.0 and HEAD, and the 
 fallback. Raw TLS sockets against the real gateway."""
 
 import json
-import socket
 import time
 
 import gwstack
@@ -50,20 +49,7 @@ class H1(gwstack.GatewayTestCase):
     def test_trickled_head_is_cut_at_the_head_deadline(self):
         c = self.conn()
         c.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
-        start = time.monotonic()
-        c.s.settimeout(0.25)
-        closed = None
-        while time.monotonic() - start < REQUEST_S + 4:
-            try:
-                c.s.sendall(b"X")
-                if c.s.recv(4096) == b"":
-                    closed = time.monotonic() - start
-                    break
-            except (socket.timeout, TimeoutError):
-                pass
-            except OSError:
-                closed = time.monotonic() - start
-                break
+        closed = c.trickle_until_closed(REQUEST_S + 4, wait_s=0.25)
         self.assertIsNotNone(closed, "a head trickled a byte at a time was kept open")
         self.assertGreaterEqual(closed, HEAD_S - 0.5)
         self.assertLess(closed, REQUEST_S - 1, "cut by the whole-request deadline, not the head's")

@@ -13,9 +13,7 @@ in front of the cluster's reserves passes the bytes through (TCP mode)."""
 import json
 import os
 import signal
-import socket
 import subprocess
-import time
 import unittest
 
 import stack
@@ -67,20 +65,7 @@ class H1(stack.ReserveTestCase):
     def test_slow_head_is_cut_at_the_head_deadline(self):
         c = self.conn()
         c.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
-        start = time.monotonic()
-        c.s.settimeout(1)
-        closed = None
-        while time.monotonic() - start < REQUEST_S + 4:  # one byte a second
-            try:
-                c.s.sendall(b"X")
-                if c.s.recv(4096) == b"":
-                    closed = time.monotonic() - start
-                    break
-            except (socket.timeout, TimeoutError):
-                pass
-            except OSError:
-                closed = time.monotonic() - start
-                break
+        closed = c.trickle_until_closed(REQUEST_S + 4, wait_s=1)
         self.assertIsNotNone(closed, "a head trickled a byte a second was kept open")
         self.assertGreaterEqual(closed, HEAD_S - 0.5)
         self.assertLess(closed, REQUEST_S - 1, "cut by the whole-request deadline, not the head's")
