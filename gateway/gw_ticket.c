@@ -88,6 +88,7 @@ static EVP_MAC_CTX *keyed_ctx(const void *key, size_t keylen)
         OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, "SHA256", 0),
         OSSL_PARAM_construct_end(),
     };
+    pthread_once(&cache_once, cache_init_once); /* hmac_alg */
     EVP_MAC_CTX *ctx = EVP_MAC_CTX_new(hmac_alg);
     if (ctx != NULL && EVP_MAC_init(ctx, key, keylen, params) != 1) {
         EVP_MAC_CTX_free(ctx);
@@ -134,7 +135,6 @@ unsigned long gw_ticket_hmac_keyed(void)
 void gw_ticket_hmac(const void *key, size_t keylen, const void *msg, size_t n,
                     unsigned char out[32])
 {
-    pthread_once(&cache_once, cache_init_once);
     EVP_MAC_CTX *ctx = cached_ctx(key, keylen), *own = NULL;
     if (ctx == NULL)
         ctx = own = keyed_ctx(key, keylen);

@@ -361,26 +361,20 @@ class RawConn:
 
     def closed_within(self, limit_s):
         """Seconds until the server closed the connection, or None past limit_s."""
-        start = time.monotonic()
-        self.s.settimeout(0.25)
-        while time.monotonic() - start < limit_s:
-            try:
-                if self.s.recv(4096) == b"":
-                    return time.monotonic() - start
-            except (socket.timeout, TimeoutError):
-                pass
-            except OSError:
-                return time.monotonic() - start
-        return None
+        return self._until_closed(limit_s, 0.25, None)
 
     def trickle_until_closed(self, limit_s, wait_s=1.0):
         """Sends one byte, waits up to wait_s for the server to answer or close, again and
         again: seconds from the first byte until the server closed, or None past limit_s."""
+        return self._until_closed(limit_s, wait_s, b"X")
+
+    def _until_closed(self, limit_s, wait_s, nudge):
         start = time.monotonic()
         self.s.settimeout(wait_s)
         while time.monotonic() - start < limit_s:
             try:
-                self.s.sendall(b"X")
+                if nudge:
+                    self.s.sendall(nudge)
                 if self.s.recv(4096) == b"":
                     return time.monotonic() - start
             except (socket.timeout, TimeoutError):
