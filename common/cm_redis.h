@@ -127,6 +127,15 @@ __attribute__((warn_unused_result)) int cm_redis_eval(cm_redis_t *r, const cm_re
                                                       int argc, const char **argv,
                                                       const size_t *argvlen);
 
+/**
+ * The RESP form of a command (what hiredis' redisFormatCommandArgv writes, without its
+ * allocation and its sprintf per argument): cm_redis_resp_len gives the exact size,
+ * cm_redis_resp_write writes it into out (at least that many bytes) and returns it.
+ * argvlen NULL: every argument is a C string. Pure, any thread.
+ */
+size_t cm_redis_resp_len(int argc, const char **argv, const size_t *argvlen);
+size_t cm_redis_resp_write(char *out, int argc, const char **argv, const size_t *argvlen);
+
 /* Reply accessors (hiredis stays private to this module). */
 cm_redis_type_t cm_redis_reply_type(const cm_redis_reply_t *r);
 long long cm_redis_reply_int(const cm_redis_reply_t *r);

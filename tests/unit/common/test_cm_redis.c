@@ -28,6 +28,8 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
+#include <hiredis/hiredis.h>
+
 #include "cm_err.h"
 #include "cm_log.h"
 #include "cm_redis.h"
@@ -856,6 +858,85 @@ static void test_tls_certificate_checks(void **state)
     cm_redis_free(r);
 }
 
+/* ---- the RESP writer: byte for byte what hiredis writes for the same argv ---- */
+
+/* cm_redis_resp_len and cm_redis_resp_write against redisFormatCommandArgv. */
+static void assert_resp_as_hiredis(int argc, const char **argv, const size_t *argvlen)
+{
+    char *want = NULL;
+    int want_len = redisFormatCommandArgv(&want, argc, argv, argvlen);
+    assert_true(want_len > 0 && want != NULL);
+    size_t len = cm_redis_resp_len(argc, argv, argvlen);
+    assert_int_equal(len, (size_t)want_len);
+    char *got = malloc(len + 1);
+    got[len] = '#'; /* a guard: not one byte past the length given */
+    assert_int_equal(cm_redis_resp_write(got, argc, argv, argvlen), len);
+    assert_memory_equal(got, want, len);
+    assert_int_equal(got[len], '#');
+    free(got);
+    redisFreeCommand(want);
+}
+
+static void test_resp_writer_matches_hiredis(void **state)
+{
+    (void)state;
+    /* C strings (argvlen NULL), an empty argument, a join's EVALSHA */
+    const char *ping[] = {"PING"};
+    assert_resp_as_hiredis(1, ping, NULL);
+    const char *set[] = {"SET", "", "v"};
+    assert_resp_as_hiredis(3, set, NULL);
+    const char *join[] = {"EVALSHA", "0123456789abcdef0123456789abcdef01234567", "11",
+                          "os:{e}:q:cfg", "os:{e}:q:n", "os:{e}:q:st", "os:{e}:q:wb",
+                          "os:{e}:q:pre", "os:{e}:q:pl", "os:{e}:q:cb", "os:{e}:q:sb",
+                          "os:{e}:q:adm", "os:{e}:q:gone", "os:{e}:active",
+                          "0123456789abcdef0123456789abcdef", "9007199254740991"};
+    assert_resp_as_hiredis(16, join, NULL);
+    /* binary arguments: NUL, CR LF and '$' '*' inside, lengths given */
+    const char *bin[] = {"SET", "a\0b", "\r\n$3\r\n*1"};
+    const size_t binlen[] = {3, 3, 10};
+    assert_resp_as_hiredis(3, bin, binlen);
+    /* every count of digits in a length and in argc: 9/10, 99/100, 999/1000, …, 100000 */
+    static char big[100001];
+    memset(big, 'x', sizeof(big));
+    const size_t lens[] = {0, 1, 9, 10, 99, 100, 999, 1000, 9999, 10000, 99999, 100000};
+    for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+        const char *argv[] = {"SET", "k", big};
+        const size_t argvlen[] = {3, 1, lens[i]};
+        assert_resp_as_hiredis(3, argv, argvlen);
+    }
+    const int counts[] = {9, 10, 99, 100, 1000};
+    static const char *many[1000];
+    for (int i = 0; i < 1000; i++)
+        many[i] = i % 2 ? "v" : "";
+    for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++)
+        assert_resp_as_hiredis(counts[i], many, NULL);
+}
+
+/* Property: random argvs (random count, lengths and bytes, seeded) write as hiredis'. */
+static void test_resp_writer_random_argv(void **state)
+{
+    (void)state;
+    uint64_t seed = 0x9e3779b97f4a7c15u;
+    static char bytes[70000];
+    for (size_t i = 0; i < sizeof(bytes); i++) {
+        seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+        bytes[i] = (char)seed;
+    }
+    for (int round = 0; round < 2000; round++) {
+        const char *argv[40];
+        size_t argvlen[40];
+        seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+        int argc = 1 + (int)(seed % 40);
+        for (int i = 0; i < argc; i++) {
+            seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+            size_t len = (seed >> 8) % (i == 0 && round % 100 == 0 ? 65536 : 300);
+            argv[i] = bytes + (seed >> 32) % (sizeof(bytes) - len);
+            argvlen[i] = len;
+        }
+        assert_resp_as_hiredis(argc, argv, argvlen);
+    }
+}
+
 /* ---- cluster routing: pure functions ---- */
 
 static void test_crc16_and_key_slots(void **state)
@@ -1413,6 +1494,8 @@ int main(void)
                                         teardown),
     };
     const struct CMUnitTest pure[] = {
+        cmocka_unit_test(test_resp_writer_matches_hiredis),
+        cmocka_unit_test(test_resp_writer_random_argv),
         cmocka_unit_test(test_crc16_and_key_slots),
         cmocka_unit_test(test_redirect_parse),
         cmocka_unit_test(test_shards_parse),
