@@ -885,11 +885,22 @@ static void test_resp_writer_matches_hiredis(void **state)
     assert_resp_as_hiredis(1, ping, NULL);
     const char *set[] = {"SET", "", "v"};
     assert_resp_as_hiredis(3, set, NULL);
-    const char *join[] = {"EVALSHA", "0123456789abcdef0123456789abcdef01234567", "11",
-                          "os:{e}:q:cfg", "os:{e}:q:n", "os:{e}:q:st", "os:{e}:q:wb",
-                          "os:{e}:q:pre", "os:{e}:q:pl", "os:{e}:q:cb", "os:{e}:q:sb",
-                          "os:{e}:q:adm", "os:{e}:q:gone", "os:{e}:active",
-                          "0123456789abcdef0123456789abcdef", "9007199254740991"};
+    const char *join[] = {"EVALSHA",
+                          "0123456789abcdef0123456789abcdef01234567",
+                          "11",
+                          "os:{e}:q:cfg",
+                          "os:{e}:q:n",
+                          "os:{e}:q:st",
+                          "os:{e}:q:wb",
+                          "os:{e}:q:pre",
+                          "os:{e}:q:pl",
+                          "os:{e}:q:cb",
+                          "os:{e}:q:sb",
+                          "os:{e}:q:adm",
+                          "os:{e}:q:gone",
+                          "os:{e}:active",
+                          "0123456789abcdef0123456789abcdef",
+                          "9007199254740991"};
     assert_resp_as_hiredis(16, join, NULL);
     /* binary arguments: NUL, CR LF and '$' '*' inside, lengths given */
     const char *bin[] = {"SET", "a\0b", "\r\n$3\r\n*1"};
