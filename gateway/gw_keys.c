@@ -1,9 +1,14 @@
 /*
  * gw_keys — see gw_keys.h.
+ *
+ * The names are written with memcpy: gw_keys_of ran eleven snprintf per join, the
+ * largest part of the join's formatting cost in the profile (docs/performance.md,
+ * round 3). The per-thread cache needs no lock and no invalidation: a room's key names
+ * depend on its event id alone.
  */
 #include "gw_keys.h"
 
-#include <stdio.h>
+#include <string.h>
 
 static const char *const suffix[GW_K_COUNT] = {
     [GW_K_CFG] = "q:cfg", [GW_K_N] = "q:n",       [GW_K_ST] = "q:st",       [GW_K_WB] = "q:wb",
@@ -13,8 +18,16 @@ static const char *const suffix[GW_K_COUNT] = {
 
 void gw_keys_of(const char *event, gw_keys_t *k)
 {
-    for (int i = 0; i < GW_K_COUNT; i++)
-        snprintf(k->name[i], sizeof(k->name[i]), "os:{%s}:%s", event, suffix[i]);
+    size_t elen = strnlen(event, CM_IDENT_MAX);
+    for (int i = 0; i < GW_K_COUNT; i++) {
+        char *p = k->name[i];
+        size_t slen = strlen(suffix[i]);
+        memcpy(p, "os:{", 4);
+        memcpy(p + 4, event, elen);
+        memcpy(p + 4 + elen, "}:", 2);
+        memcpy(p + 6 + elen, suffix[i], slen + 1);
+        k->len[i] = 6 + elen + slen;
+    }
 }
 
 int gw_keys_argv(const char *event, gw_keys_t *k, const char **argv)
@@ -22,5 +35,35 @@ int gw_keys_argv(const char *event, gw_keys_t *k, const char **argv)
     gw_keys_of(event, k);
     for (int i = 0; i < GW_K_COUNT; i++)
         argv[i] = k->name[i];
+    return GW_K_COUNT;
+}
+
+typedef struct cached {
+    char event[CM_IDENT_MAX + 1]; /* "" while the slot is free */
+    gw_keys_t keys;
+} cached_t;
+
+static __thread cached_t cache[GW_KEYS_CACHED];
+static __thread unsigned next_slot; /* the slot a miss replaces: round robin */
+
+int gw_keys_cached(const char *event, const char **argv, size_t *argvlen)
+{
+    size_t elen = strnlen(event, CM_IDENT_MAX);
+    cached_t *c = NULL;
+    for (int i = 0; i < GW_KEYS_CACHED && c == NULL; i++)
+        if (cache[i].event[0] != '\0' && strncmp(cache[i].event, event, elen) == 0 &&
+            cache[i].event[elen] == '\0')
+            c = &cache[i];
+    if (c == NULL) {
+        c = &cache[next_slot];
+        next_slot = (next_slot + 1) % GW_KEYS_CACHED;
+        memcpy(c->event, event, elen);
+        c->event[elen] = '\0';
+        gw_keys_of(c->event, &c->keys);
+    }
+    for (int i = 0; i < GW_K_COUNT; i++) {
+        argv[i] = c->keys.name[i];
+        argvlen[i] = c->keys.len[i];
+    }
     return GW_K_COUNT;
 }

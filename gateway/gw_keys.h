@@ -7,7 +7,10 @@
  * script stays atomic under Redis Cluster. The one cross-event key, GW_ROOMS_KEY (room
  * discovery), is never touched by a script (see its comment).
  *
- * Pure functions, any thread.
+ * gw_keys_of writes the names by hand (no snprintf: this runs on every join and poll that
+ * reaches Redis); gw_keys_cached keeps them per thread, built once per room.
+ *
+ * Pure functions (gw_keys_cached: per-thread state only), any thread.
  */
 #ifndef GW_KEYS_H
 #define GW_KEYS_H
@@ -36,9 +39,13 @@ typedef enum {
 
 typedef struct gw_keys {
     char name[GW_K_COUNT][GW_KEY_MAX];
+    size_t len[GW_K_COUNT]; /* strlen(name[i]) */
 } gw_keys_t;
 
-/** Fills k with every key of event's room ("os:{<event>}:q:cfg", …, "os:{<event>}:active"). */
+/**
+ * Fills k with every key of event's room ("os:{<event>}:q:cfg", …, "os:{<event>}:active").
+ * event is an identifier (at most CM_IDENT_MAX bytes; a longer one is cut there).
+ */
 void gw_keys_of(const char *event, gw_keys_t *k);
 
 /**
@@ -46,6 +53,16 @@ void gw_keys_of(const char *event, gw_keys_t *k);
  * outlive argv's use); returns GW_K_COUNT, the nkeys of cm_redis_eval.
  */
 int gw_keys_argv(const char *event, gw_keys_t *k, const char **argv);
+
+/** How many rooms' keys each thread keeps (gw_keys_cached); past that the oldest goes. */
+#define GW_KEYS_CACHED 8
+
+/**
+ * Like gw_keys_argv, with the lengths (argvlen[0 .. GW_K_COUNT-1]), from this thread's
+ * cache: the names are built on a room's first call only. argv points into the cache:
+ * use it before this thread's next gw_keys_cached call (cm_redis_eval copies it).
+ */
+int gw_keys_cached(const char *event, const char **argv, size_t *argvlen);
 
 /**
  * The Redis set listing every waiting room: discovery only, so a gateway learns rooms

@@ -49,6 +49,109 @@ static void op_free(place_op_t *op)
     cm_pool_put(op->pool, op);
 }
 
+/* --- hand-written text: a bounded cursor that remembers overflowing ---------------- */
+
+typedef struct text {
+    char *p, *end; /* end: the last byte, kept for the NUL */
+    bool over;
+} text_t;
+
+static text_t text_at(char *out, size_t size)
+{
+    return (text_t){.p = out, .end = out + (size > 0 ? size - 1 : 0), .over = size == 0};
+}
+
+static void put(text_t *t, const char *s, size_t n)
+{
+    if (t->over || (size_t)(t->end - t->p) < n) {
+        t->over = true;
+        return;
+    }
+    memcpy(t->p, s, n);
+    t->p += n;
+}
+
+#define PUT_LIT(t, lit) put((t), (lit), sizeof(lit) - 1)
+
+static void put_str(text_t *t, const char *s)
+{
+    put(t, s, strlen(s));
+}
+
+/* v in decimal (INT64_MIN included). */
+static void put_i64(text_t *t, int64_t v)
+{
+    char buf[24];
+    char *p = buf + sizeof(buf);
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u != 0);
+    if (v < 0)
+        *--p = '-';
+    put(t, p, (size_t)(buf + sizeof(buf) - p));
+}
+
+/* s as a JSON string (cm_http_json_string's escaping). */
+static void put_json(text_t *t, const char *s)
+{
+    if (t->over)
+        return;
+    int n = cm_http_json_string(t->p, (size_t)(t->end - t->p) + 1, s);
+    if (n < 0 || t->p + n > t->end)
+        t->over = true;
+    else
+        t->p += n;
+}
+
+/* The length written and its NUL, or 0 when it did not fit. */
+static size_t text_done(text_t *t, char *out)
+{
+    if (t->over)
+        return 0;
+    *t->p = '\0';
+    return (size_t)(t->p - out);
+}
+
+size_t gw_queue_queued_json(char *out, size_t size, const gw_queued_answer_t *a)
+{
+    text_t t = text_at(out, size);
+    PUT_LIT(&t, "{\"event\":");
+    put_json(&t, a->event);
+    PUT_LIT(&t, ",\"state\":\"queued\",\"ticket\":");
+    put_json(&t, a->ticket);
+    PUT_LIT(&t, ",\"position\":");
+    put_i64(&t, a->position);
+    PUT_LIT(&t, ",\"queue_size\":");
+    put_i64(&t, a->queue_size);
+    PUT_LIT(&t, ",\"eta_seconds\":");
+    if (a->eta_seconds >= 0)
+        put_i64(&t, a->eta_seconds);
+    else
+        PUT_LIT(&t, "null");
+    PUT_LIT(&t, ",\"poll_after_ms\":");
+    put_i64(&t, a->poll_after_ms);
+    if (a->paused)
+        PUT_LIT(&t, ",\"paused\":true}");
+    else
+        PUT_LIT(&t, ",\"paused\":false}");
+    return text_done(&t, out);
+}
+
+size_t gw_queue_cookie_text(char *out, size_t size, const char *event, const char *ticket)
+{
+    text_t t = text_at(out, size);
+    PUT_LIT(&t, GW_COOKIE_PREFIX);
+    put_str(&t, event);
+    PUT_LIT(&t, "=");
+    put_str(&t, ticket);
+    PUT_LIT(&t, "; HttpOnly; Secure; SameSite=Lax; Path=/q/");
+    put_str(&t, event);
+    PUT_LIT(&t, "; Max-Age=86400");
+    return text_done(&t, out);
+}
+
 /* Jitter for poll intervals (no secret): xorshift seeded once per thread from the CSPRNG,
  * not a RAND_bytes call per answer (each costs OpenSSL's getpid fork check). */
 static uint32_t rnd32(void)
@@ -62,27 +165,27 @@ static uint32_t rnd32(void)
     return (uint32_t)(s >> 32);
 }
 
-/* v's top 53 bits as decimal text (exact as a Lua number and a zset score). */
-static void score_text(uint64_t v, char out[24])
+/* v's top 53 bits as decimal text (exact as a Lua number and a zset score); its length. */
+static size_t score_text(uint64_t v, char out[24])
 {
-    snprintf(out, 24, "%" PRIu64, v >> 11);
+    text_t t = text_at(out, 24);
+    put_i64(&t, (int64_t)(v >> 11));
+    return text_done(&t, out);
 }
 
-/* A random integer below 2^53 as decimal text. */
-static void random_score(char out[24])
+/* A random integer below 2^53 as decimal text; its length. */
+static size_t random_score(char out[24])
 {
     uint64_t v;
     cm_tls_random(&v, sizeof(v));
-    score_text(v, out);
+    return score_text(v, out);
 }
 
 void gw_queue_set_cookie(gw_req_t *r, const char *event, const char *ticket)
 {
     char cookie[GW_TICKET_MAX_LEN + 2 * CM_IDENT_MAX + 128];
-    snprintf(cookie, sizeof(cookie),
-             GW_COOKIE_PREFIX "%s=%s; HttpOnly; Secure; SameSite=Lax; Path=/q/%s; Max-Age=86400",
-             event, ticket, event);
-    cm_http_add_header(r->req, "Set-Cookie", cookie);
+    if (gw_queue_cookie_text(cookie, sizeof(cookie), event, ticket) > 0)
+        cm_http_add_header(r->req, "Set-Cookie", cookie);
 }
 
 /* Operations come from the worker's pool: no allocation per request once warm. */
@@ -237,23 +340,19 @@ static void reply_queued(place_op_t *op, gw_room_t *room)
     int64_t queue_size = gw_watermark_queue_size(room);
     if (queue_size < position)
         queue_size = position;
-    json_text_t j;
-    if (json_texts(&j, room->event, op->ticket) != 0) {
-        gw_reply_unavailable(&op->r, "writing the answer", cm_err_protocol);
-        op_free(op);
-        return;
-    }
-    char eta_text[24] = "null", body[JSON_BODY_MAX];
-    if (eta >= 0)
-        snprintf(eta_text, sizeof(eta_text), "%" PRId64, eta);
-    int n = snprintf(body, sizeof(body),
-                     "{\"event\":%s,\"state\":\"queued\",\"ticket\":%s,\"position\":%" PRId64
-                     ",\"queue_size\":%" PRId64 ",\"eta_seconds\":%s,\"poll_after_ms\":%" PRId64
-                     ",\"paused\":%s}",
-                     j.event, j.ticket, position, queue_size, eta_text, poll,
-                     room->s.paused ? "true" : "false");
+    gw_queued_answer_t a = {
+        .event = room->event,
+        .ticket = op->ticket,
+        .position = position,
+        .queue_size = queue_size,
+        .eta_seconds = eta,
+        .poll_after_ms = poll,
+        .paused = room->s.paused,
+    };
+    char body[JSON_BODY_MAX];
+    size_t n = gw_queue_queued_json(body, sizeof(body), &a);
     gw_queue_set_cookie(&op->r, room->event, op->ticket);
-    reply_json_text(op, body, n);
+    reply_json_text(op, body, n > 0 ? (int)n : -1);
 }
 
 static void on_lookup(const char *err, const cm_redis_reply_t *reply, void *arg)
@@ -297,16 +396,17 @@ static void on_lookup(const char *err, const cm_redis_reply_t *reply, void *arg)
 
 static void lookup_number(place_op_t *op)
 {
-    gw_keys_t keys;
     char score[24];
     const char *argv[GW_K_COUNT + 2];
-    int argc = gw_keys_argv(op->event, &keys, argv);
-    random_score(score);
+    size_t argvlen[GW_K_COUNT + 2];
+    int argc = gw_keys_cached(op->event, argv, argvlen);
+    argvlen[argc] = strlen(op->t.visitor);
     argv[argc++] = op->t.visitor;
+    argvlen[argc] = random_score(score);
     argv[argc++] = score;
     op->looked_up = true;
     if (cm_redis_eval(op->r.srv->redis, gw_lua()->lookup, on_lookup, op, GW_K_COUNT, argc, argv,
-                      NULL) != 0) {
+                      argvlen) != 0) {
         gw_reply_unavailable(&op->r, "the pre-queue lookup", cm_err_closed);
         op_free(op);
     }
@@ -539,14 +639,16 @@ static void take_place(place_op_t *op)
     cm_tls_random(raw, sizeof(raw));
     cm_hex_encode(raw, GW_VISITOR_LEN / 2, op->t.visitor);
     memcpy(&v, raw + GW_VISITOR_LEN / 2, sizeof(v));
-    gw_keys_t keys;
     char score[24];
     const char *argv[GW_K_COUNT + 2];
-    int argc = gw_keys_argv(op->event, &keys, argv);
-    score_text(v, score);
+    size_t argvlen[GW_K_COUNT + 2];
+    int argc = gw_keys_cached(op->event, argv, argvlen);
+    argvlen[argc] = GW_VISITOR_LEN;
     argv[argc++] = op->t.visitor;
+    argvlen[argc] = score_text(v, score);
     argv[argc++] = score;
-    if (cm_redis_eval(srv->redis, gw_lua()->join, on_join, op, GW_K_COUNT, argc, argv, NULL) != 0) {
+    if (cm_redis_eval(srv->redis, gw_lua()->join, on_join, op, GW_K_COUNT, argc, argv, argvlen) !=
+        0) {
         gw_reply_unavailable(&op->r, "joining the queue", cm_err_closed);
         op_free(op);
     }

@@ -37,4 +37,19 @@ void gw_queue_page(gw_server_t *srv, cm_req_t *req, const char *event);
 /** Adds the ticket cookie (HttpOnly; Secure; SameSite=Lax; Path=/q/<event>) to the reply. */
 void gw_queue_set_cookie(gw_req_t *r, const char *event, const char *ticket);
 
+/* The hot answers' text, written by hand (no snprintf): pure, any thread. Each returns the
+ * length written (a NUL follows it), or 0 when the text and its NUL do not fit in size. */
+
+/** The queued answer of a status poll or a join (API.md); eta_seconds < 0 is null. */
+typedef struct gw_queued_answer {
+    const char *event, *ticket; /* escaped as JSON strings */
+    int64_t position, queue_size, eta_seconds, poll_after_ms;
+    bool paused;
+} gw_queued_answer_t;
+
+size_t gw_queue_queued_json(char *out, size_t size, const gw_queued_answer_t *a);
+
+/** The Set-Cookie value gw_queue_set_cookie sends (cookie name GW_COOKIE_PREFIX<event>). */
+size_t gw_queue_cookie_text(char *out, size_t size, const char *event, const char *ticket);
+
 #endif
