@@ -335,3 +335,94 @@ class DoubleSubmit(SagaCase):
         self.assertEqual(self.S.sql_value(
             f"select count(*) from bookings where event_id = '{ev}'"), "1")
         self.assertEqual(self.audit_event(ev), {first.json["checkout_id"]: "charged+booked"})
+
+
+class RowWrites(SagaCase):
+    """What one confirmation writes (migration 006, docs/confirm.md): the checkout row once
+    per commit — inserted in payment_requested, one UPDATE to paid, one to confirmed — and
+    the full audit trail, six transition rows with their reasons. Counted by Postgres
+    itself (pg_stat_xact_user_tables, inside the transaction that calls each function)."""
+
+    HASH = "ab" * 32
+
+    def writes(self, call):
+        """Runs call in one transaction; its row counts: (checkouts inserted, checkouts
+        updated, transitions inserted)."""
+        rows = self.S.sql(
+            f"{call}; select 'W', "
+            "coalesce(sum(n_tup_ins) filter (where relname = 'checkouts'), 0), "
+            "coalesce(sum(n_tup_upd) filter (where relname = 'checkouts'), 0), "
+            "coalesce(sum(n_tup_ins) filter (where relname = 'checkout_transitions'), 0) "
+            "from pg_stat_xact_user_tables")
+        return tuple(int(x) for x in next(r for r in rows if r[0] == "W")[1:])
+
+    def start(self, ev, cid, buyer, key, to, reason="NULL", code="NULL", body="NULL"):
+        return (f"select outcome, state from onsale_saga_start('{cid}', '{ev}', '{buyer}', "
+                f"'{key}', '{self.HASH}', 'hold-{cid}', 12000, 'EUR', 30, 'tok_visa', {to}, "
+                f"{reason}, {code}::int, {body})")
+
+    def trail(self, cid):
+        return [tuple(r) for r in self.S.sql(
+            f"select coalesce(from_state,''), to_state, reason from checkout_transitions "
+            f"where checkout_id = '{cid}' order by id")]
+
+    def test_a_confirmation_writes_the_checkout_once_per_commit(self):
+        ev = self.new_event(seats=SEATS, max_per_buyer=4)
+        cid = "co_rows_" + uuid.uuid4().hex[:12]
+        self.assertEqual(self.writes(self.start(ev, cid, "rw1", "k1", "'payment_requested'")),
+                         (1, 0, 3))
+        self.assertEqual(self.S.sql(f"select state, payment_source, lease_until > now() "
+                                    f"from checkouts where checkout_id = '{cid}'"),
+                         [["payment_requested", "tok_visa", "t"]])
+        self.assertEqual(self.writes(
+            f"select applied, state from onsale_saga_step('{cid}', "
+            "'{payment_requested,unknown}'::text[], 'paid', 'the provider confirmed the charge', "
+            f"'ch_{cid}', NULL, NULL, NULL::int, NULL, 30)"), (0, 1, 1))
+        self.assertEqual(self.writes(
+            f"select outcome from onsale_saga_book('{cid}', 'bk_{cid}', NULL, "
+            f"'{{A-20}}'::text[], '{{}}', 3)"), (0, 1, 2))
+        self.assertEqual(self.S.sql(f"select state, booking_id, response_code, lease_until "
+                                    f"is null from checkouts where checkout_id = '{cid}'"),
+                         [["confirmed", f"bk_{cid}", "201", "t"]])
+        # The same trail, reasons included, as when every hop was its own UPDATE.
+        self.assertEqual(self.trail(cid), [
+            ("", "created", "confirm requested"),
+            ("created", "hold_extended", "hold extended at checkout start"),
+            ("hold_extended", "payment_requested", "payment requested"),
+            ("payment_requested", "paid", "the provider confirmed the charge"),
+            ("paid", "converted", "hold re-checked in Redis; booking inserted"),
+            ("converted", "confirmed", "booking confirmed")])
+
+    def test_a_refused_start_and_a_replay_write_what_they_say(self):
+        ev = self.new_event(seats=SEATS, max_per_buyer=4)
+        cid = "co_rows_" + uuid.uuid4().hex[:12]
+        self.assertEqual(self.writes(self.start(
+            ev, cid, "rw2", "k2", "'failed'", "'the hold''s amount differs'", "400",
+            "'{\"error\":\"amount_mismatch\"}'")), (1, 0, 2))
+        self.assertEqual(self.trail(cid), [("", "created", "confirm requested"),
+                                           ("created", "failed", "the hold's amount differs")])
+        self.assertEqual(self.S.sql(f"select state, response_code, lease_until is null "
+                                    f"from checkouts where checkout_id = '{cid}'"),
+                         [["failed", "400", "t"]])
+        # A replay names a path for a row it does not insert: nothing is written, and the
+        # path does not leak into the next transition of the same transaction.
+        other = "co_rows_" + uuid.uuid4().hex[:12]
+        self.assertEqual(self.writes(self.start(ev, other, "rw2", "k2", "'payment_requested'")),
+                         (0, 0, 0))
+        cid3 = "co_rows_" + uuid.uuid4().hex[:12]
+        self.assertEqual(self.writes(
+            self.start(ev, cid3, "rw3", "k3", "NULL") + "; "
+            + self.start(ev, cid3 + "x", "rw3", "k3", "'payment_requested'") + "; "
+            + f"select onsale_saga_step('{cid3}', '{{created}}'::text[], 'released', "
+              "'abandoned', NULL, NULL, NULL, NULL::int, NULL, NULL)"), (1, 1, 2))
+        self.assertEqual(self.trail(cid3), [("", "created", "confirm requested"),
+                                            ("created", "released", "abandoned")])
+
+    def test_a_checkout_is_never_deleted(self):
+        ev = self.new_event(seats=SEATS, max_per_buyer=4)
+        cid = "co_rows_" + uuid.uuid4().hex[:12]
+        self.writes(self.start(ev, cid, "rw4", "k4", "NULL"))
+        with self.assertRaisesRegex(AssertionError, "never deleted"):
+            self.S.sql(f"delete from checkouts where checkout_id = '{cid}'")
+        self.assertEqual(self.S.sql_value(
+            f"select count(*) from checkouts where checkout_id = '{cid}'"), "1")
