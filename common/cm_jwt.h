@@ -105,6 +105,18 @@ char *cm_jwt_keyset_jwks(const cm_jwt_keyset_t *ks);
 cm_jwt_result_t cm_jwt_verify(const cm_jwt_keyset_t *ks, const char *token, size_t len,
                               const cm_jwt_policy_t *policy, int64_t now_s, cm_jwt_claims_t *out);
 
+/**
+ * Every check of cm_jwt_verify except the signature (the signature segment must only have
+ * a signature's length): shape, alg pinned to ES256, kid among ks' keys, claim types,
+ * aud, iss, lifetime, nbf and exp. CM_JWT_OK says nothing about who made the token: use
+ * it only where the exact token bytes are proven another way — the reserve's token
+ * records (docs/tokens.md): the gateway stores SHA-256 of every token it signs, and a
+ * hold taken with an inspected token requires that record. Never CM_JWT_BAD_SIGNATURE.
+ * Any thread.
+ */
+cm_jwt_result_t cm_jwt_inspect(const cm_jwt_keyset_t *ks, const char *token, size_t len,
+                               const cm_jwt_policy_t *policy, int64_t now_s, cm_jwt_claims_t *out);
+
 /** A short snake_case reason for logs and metrics labels ("bad_alg", "expired", …). */
 const char *cm_jwt_result_str(cm_jwt_result_t r);
 

@@ -259,6 +259,33 @@ static void op_free(admit_op_t *op)
     free(op);
 }
 
+/* The token record's key: "os:{<event>}:tk:<hex sha256 of the token>" — the reserve's
+ * RSV_K_TOKEN (reserve/rsv_keys.h, reserve/lua/prelude.lua), in the event's hash slot so
+ * the reserve's hold script can read it under Redis Cluster. */
+#define TOKEN_RECORD_KIND "tk:"
+
+static void on_record_set(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    (void)arg;
+    /* Nothing waits on it: without the record the reserve verifies the signature. */
+    if (err != NULL || cm_redis_reply_type(reply) == CM_REDIS_ERROR)
+        cm_log(CM_LOG_DEBUG, "admission token record: %s",
+               err ? err : cm_redis_reply_str(reply, NULL));
+}
+
+/* Records the token just signed (docs/tokens.md): SET tk:<sha256> 1 PXAT exp, sent before
+ * the answer and not waited for. */
+static void record_token(gw_server_t *srv, const char *event, const char *token, int64_t exp)
+{
+    char hash[65], key[CM_IDENT_MAX + 80], pxat[24];
+    cm_tls_sha256_hex(token, strlen(token), hash);
+    snprintf(key, sizeof(key), "os:{%s}:" TOKEN_RECORD_KIND "%s", event, hash);
+    snprintf(pxat, sizeof(pxat), "%" PRId64, exp * 1000);
+    const char *argv[] = {"SET", key, "1", "PXAT", pxat};
+    if (cm_redis_command(srv->redis, on_record_set, NULL, 5, argv, NULL) != 0)
+        cm_log(CM_LOG_DEBUG, "admission token record: Redis not connected");
+}
+
 static void on_signed(const char *err, char *token, void *arg)
 {
     admit_op_t *op = arg;
@@ -270,6 +297,7 @@ static void on_signed(const char *err, char *token, void *arg)
         op_free(op);
         return;
     }
+    record_token(srv, op->room->event, token, op->claims.exp);
     entry_t *e =
         insert(srv->admit, op->room->s.gen, op->t.num, op->room->event, op->claims.exp, token);
     reply_admitted(&op->r, op->room, op->ticket, e, op->code, op->page);

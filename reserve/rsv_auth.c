@@ -44,6 +44,7 @@
 #include "cm_mem.h"
 #include "cm_reload.h"
 #include "cm_time.h"
+#include "cm_tls.h"
 
 #define TOKEN_MAX   4096
 #define MAX_THREADS 16
@@ -110,7 +111,7 @@ struct rsv_auth {
     token_cache_t *cache;
     rsv_auth_fails_t *fails;
     bool own_fails; /* made by this gate (cfg.fails was NULL) */
-    uint64_t verifications, hits, busy, limited;
+    uint64_t verifications, hits, busy, limited, inspected;
     /* workers */
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -545,8 +546,37 @@ static bool cache_get(rsv_auth_t *a, const char *tok, size_t len, cm_jwt_claims_
     return hit;
 }
 
-void rsv_auth_check(rsv_auth_t *a, cm_req_t *req, const char *event, bool allow_expired,
-                    cm_jwt_claims_t *claims, rsv_auth_cb cb, void *arg)
+/* Judges a token the cache does not hold without its signature (rsv_auth_check_new). */
+static void inspect(rsv_auth_t *a, const char *tok, size_t len, const char *event, int64_t now,
+                    cm_jwt_claims_t *claims, char record[65], rsv_auth_cb cb, void *arg)
+{
+    cm_jwt_policy_t pol = {
+        .issuer = a->issuer,
+        .leeway_s = a->cfg.leeway_s,
+        .max_lifetime_s = a->cfg.max_lifetime_s,
+    };
+    uint64_t gen;
+    cm_jwt_keyset_t *ks = keys_get(a->keys, &gen);
+    cm_jwt_result_t jr = cm_jwt_inspect(ks, tok, len, &pol, now, claims);
+    cm_jwt_keyset_free(ks);
+    if (jr != CM_JWT_OK) {
+        cb(RSV_AUTH_INVALID, cm_jwt_result_str(jr), arg);
+        return;
+    }
+    const char *why = NULL;
+    rsv_auth_result_t r = judge(a, claims, now, event, false, &why);
+    if (r != RSV_AUTH_OK) {
+        cb(r, why, arg);
+        return;
+    }
+    cm_tls_sha256_hex(tok, len, record);
+    a->inspected++;
+    cb(RSV_AUTH_UNVERIFIED, NULL, arg);
+}
+
+/* rsv_auth_check, and rsv_auth_check_new when record is not NULL. */
+static void check(rsv_auth_t *a, cm_req_t *req, const char *event, bool allow_expired,
+                  cm_jwt_claims_t *claims, char *record, rsv_auth_cb cb, void *arg)
 {
     size_t len = 0;
     const char *tok = cm_http_bearer(req, &len);
@@ -564,6 +594,10 @@ void rsv_auth_check(rsv_auth_t *a, cm_req_t *req, const char *event, bool allow_
         a->hits++;
         rsv_auth_result_t r = judge(a, claims, now, event, allow_expired, &why);
         cb(r, why, arg);
+        return;
+    }
+    if (record != NULL && a->cfg.records) {
+        inspect(a, tok, len, event, now, claims, record, cb, arg);
         return;
     }
     char addr[ADDR_MAX];
@@ -610,6 +644,38 @@ void rsv_auth_check(rsv_auth_t *a, cm_req_t *req, const char *event, bool allow_
     a->todo_n++;
     pthread_cond_signal(&a->cond);
     pthread_mutex_unlock(&a->lock);
+}
+
+void rsv_auth_check(rsv_auth_t *a, cm_req_t *req, const char *event, bool allow_expired,
+                    cm_jwt_claims_t *claims, rsv_auth_cb cb, void *arg)
+{
+    check(a, req, event, allow_expired, claims, NULL, cb, arg);
+}
+
+void rsv_auth_check_new(rsv_auth_t *a, cm_req_t *req, const char *event, cm_jwt_claims_t *claims,
+                        char record[65], rsv_auth_cb cb, void *arg)
+{
+    check(a, req, event, false, claims, record, cb, arg);
+}
+
+void rsv_auth_remember(rsv_auth_t *a, cm_req_t *req, const cm_jwt_claims_t *claims)
+{
+    size_t len = 0;
+    const char *tok = cm_http_bearer(req, &len);
+    if (tok == NULL || len == 0 || len > TOKEN_MAX)
+        return;
+    job_t j = {
+        .token = cm_xstrndup(tok, len),
+        .len = len,
+        .gen = 0, /* older than any keys: the first hit checks the kid is still held */
+        .claims = *claims,
+    };
+    cache_put(a, &j);
+}
+
+uint64_t rsv_auth_inspected(const rsv_auth_t *a)
+{
+    return a->inspected;
 }
 
 uint64_t rsv_auth_verifications(const rsv_auth_t *a)

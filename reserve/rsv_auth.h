@@ -48,6 +48,8 @@ typedef enum {
     RSV_AUTH_WRONG_EVENT, /* 403 wrong_event: valid, but for another event */
     RSV_AUTH_BUSY,        /* 503 + Retry-After: the verification queue is full */
     RSV_AUTH_LIMITED,     /* 429 + Retry-After: too many failed tokens from this address */
+    RSV_AUTH_UNVERIFIED,  /* rsv_auth_check_new only: every claim fine, the signature not
+                             checked; good only with the token's record (see there) */
 } rsv_auth_result_t;
 
 typedef struct rsv_auth_config {
@@ -63,6 +65,8 @@ typedef struct rsv_auth_config {
     int fail_window_s;       /* the window (and the Retry-After of a 429) */
     rsv_auth_fails_t *fails; /* failures per address, shared by every gate of the process
                                 (borrowed); NULL: the gate keeps its own */
+    bool records;            /* rsv_auth_check_new answers RSV_AUTH_UNVERIFIED on a cache
+                                miss (token records, docs/tokens.md); false: it verifies */
 } rsv_auth_config_t;
 
 /**
@@ -109,6 +113,29 @@ void rsv_auth_free(rsv_auth_t *a);
  */
 void rsv_auth_check(rsv_auth_t *a, cm_req_t *req, const char *event, bool allow_expired,
                     cm_jwt_claims_t *claims, rsv_auth_cb cb, void *arg);
+
+/**
+ * rsv_auth_check for taking a new hold (exp must not have passed). With cfg.records on, a
+ * token the cache does not hold is not verified: its claims are judged without the
+ * signature (cm_jwt_inspect: ES256 header, a kid the keys hold now, aud, iss, lifetime,
+ * nbf, exp, and the event) and the answer is RSV_AUTH_UNVERIFIED, record filled with the
+ * hex SHA-256 of the whole token — the id of the record the gateway wrote when it signed
+ * it. The caller must then make its Redis step conditional on that record existing; if
+ * it existed, rsv_auth_remember; if not, rsv_auth_check (the full verification) before
+ * acting. record is not touched on any other answer. Loop thread, as rsv_auth_check.
+ */
+void rsv_auth_check_new(rsv_auth_t *a, cm_req_t *req, const char *event, cm_jwt_claims_t *claims,
+                        char record[65], rsv_auth_cb cb, void *arg);
+
+/**
+ * Caches the request's token as verified with claims (from rsv_auth_check_new): Redis
+ * held its record, so the gateway signed exactly these bytes. Its kid is checked again
+ * at its first use from the cache.
+ */
+void rsv_auth_remember(rsv_auth_t *a, cm_req_t *req, const cm_jwt_claims_t *claims);
+
+/** Tokens judged without their signature (RSV_AUTH_UNVERIFIED answers). */
+uint64_t rsv_auth_inspected(const rsv_auth_t *a);
 
 /** Verifications done (cache misses) and cache hits, for tests and metrics. */
 uint64_t rsv_auth_verifications(const rsv_auth_t *a);

@@ -43,6 +43,9 @@ static const cm_config_opt_t own[] = {
     {"verify_threads", CM_CFG_INT, S(verify_threads), "2", 0, 16,
      "threads verifying new admission tokens off the event loops (all workers together; "
      "0 = on each loop)"},
+    {"token_records", CM_CFG_BOOL, S(token_records), "true", 0, 0,
+     "a buyer's first hold needs no signature check when Redis holds the record the "
+     "gateway wrote of that exact token (docs/tokens.md); false = verify every new token"},
     {"token_issuer", CM_CFG_STR, S(token_issuer), "onsale-gateway", 0, 0,
      "iss every admission token must carry (the gateway's issuer); empty = not checked"},
     {"token_max_lifetime_s", CM_CFG_INT, S(token_max_lifetime_s), "86400", 0, 31536000,

@@ -27,6 +27,7 @@ typedef struct rsv_config {
     int64_t token_leeway_s;
     int64_t token_cache_size;
     int64_t verify_threads;
+    bool token_records;
     char *token_issuer;
     int64_t token_max_lifetime_s;
     int64_t verify_max_queue;

@@ -305,6 +305,8 @@ typedef struct create_op {
     int seeded;
     char idem[65];     /* sha256(buyer, Idempotency-Key), "" without the header */
     char req_hash[65]; /* sha256 of the canonical body, "" without the header */
+    char record[65];   /* sha256 of the token, when unverified */
+    bool unverified;   /* the token's signature was not checked: the script needs its record */
 } create_op_t;
 
 static void create_done(create_op_t *op)
@@ -362,6 +364,18 @@ static void replay_hold(create_op_t *op)
     }
 }
 
+/* The full verification of a token whose record was missing; then the hold, once more. */
+static void on_create_verified(rsv_auth_result_t a, const char *why, void *arg)
+{
+    create_op_t *op = arg;
+    if (a != RSV_AUTH_OK) {
+        rsv_reply_auth(&op->r, a, why);
+        create_done(op);
+        return;
+    }
+    run_create(op);
+}
+
 static void on_create_reply(const char *err, const cm_redis_reply_t *reply, void *arg)
 {
     create_op_t *op = arg;
@@ -374,6 +388,20 @@ static void on_create_reply(const char *err, const cm_redis_reply_t *reply, void
         return;
     }
     const char *st = cm_redis_reply_str(cm_redis_reply_at(reply, 0), NULL) ?: "";
+    if (op->unverified && strcmp(st, "UNVERIFIED") == 0) {
+        /* No record of this token (not from our gateway, or Redis lost it): verify it. */
+        cm_counter_inc(m->token_records[1]);
+        op->unverified = false;
+        rsv_auth_check(op->r.srv->auth, op->r.req, op->event, false, &op->claims,
+                       on_create_verified, op);
+        return;
+    }
+    if (op->unverified && strcmp(st, "NOSEED") != 0) {
+        /* The record matched: the gateway signed exactly this token. */
+        cm_counter_inc(m->token_records[0]);
+        op->unverified = false;
+        rsv_auth_remember(op->r.srv->auth, op->r.req, &op->claims);
+    }
     if (strcmp(st, "NOSEED") == 0 && !op->seeded) {
         op->seeded = 1;
         rsv_catalog_seed(op->r.srv->catalog, op->ev, on_create_seeded, op);
@@ -429,6 +457,22 @@ static void on_create_reply(const char *err, const cm_redis_reply_t *reply, void
     create_done(op);
 }
 
+/* The hold script's keys, in one buffer: no allocation for a hold of up to a few seats. */
+typedef struct hold_keys {
+    char stack[24 * RSV_KEY_MAX];
+    char *buf;
+    size_t cap, used;
+} hold_keys_t;
+
+/* The next key of hk, or NULL when it does not fit (an identifier longer than checked). */
+static const char *hold_key(hold_keys_t *hk, const char *event, const char *kind, const char *id)
+{
+    char *k = rsv_key_buf(hk->buf + hk->used, hk->cap - hk->used, event, kind, id);
+    if (k != NULL)
+        hk->used += strlen(k) + 1;
+    return k;
+}
+
 static void run_create(create_op_t *op)
 {
     rsv_server_t *srv = op->r.srv;
@@ -440,36 +484,48 @@ static void run_create(create_op_t *op)
     snprintf(amount, sizeof(amount), "%lld", (long long)op->amount);
     snprintf(keep, sizeof(keep), "%lld", (long long)srv->cfg.hold_record_keep_s * 1000);
     snprintf(qty, sizeof(qty), "%lld", (long long)op->quantity);
-    char *seed = rsv_key(op->event, RSV_K_SEED, NULL);
-    char *hkey = rsv_key(op->event, RSV_K_HOLD, op->hold_id);
-    char *bkey = rsv_key(op->event, RSV_K_BUYER, op->claims.sub);
-    char *akey = rsv_key(op->event, RSV_K_ACTIVE, NULL);
-    char *ikey = rsv_key(op->event, RSV_K_IDEM, op->idem);
-    int rc;
+    json_t *seats = op->pool ? NULL : json_object_get(op->body, "seats");
+    size_t n = json_array_size(seats);
+    hold_keys_t hk = {.buf = hk.stack, .cap = sizeof(hk.stack)};
+    if ((n + 8) * RSV_KEY_MAX > sizeof(hk.stack)) { /* more seats than the stack holds */
+        hk.cap = (n + 8) * RSV_KEY_MAX;
+        hk.buf = cm_xmalloc(hk.cap);
+    }
+    const char *e = op->event;
+    const char *seed = hold_key(&hk, e, RSV_K_SEED, NULL);
+    const char *hkey = hold_key(&hk, e, RSV_K_HOLD, op->hold_id);
+    const char *bkey = hold_key(&hk, e, RSV_K_BUYER, op->claims.sub);
+    const char *akey = hold_key(&hk, e, RSV_K_ACTIVE, NULL);
+    const char *ikey = hold_key(&hk, e, RSV_K_IDEM, op->idem);
+    const char *tkey = hold_key(&hk, e, RSV_K_TOKEN, op->unverified ? op->record : "");
+    const char *need = op->unverified ? "1" : "";
+    int rc = -1;
     if (op->pool) {
-        char *pkey = rsv_key(op->event, RSV_K_POOL, op->pool->id);
-        char *ukey = rsv_key(op->event, RSV_K_POOL_UNITS, op->pool->id);
-        const char *argv[] = {seed,         hkey,        bkey,           pkey, ukey,        akey,
-                              ikey,         op->hold_id, op->claims.sub, ttl,  maxhold,     limit,
-                              op->pool->id, qty,         amount,         keep, op->req_hash};
-        rc =
-            cm_redis_eval(srv->redis, rsv_lua()->hold_pool, on_create_reply, op, 7, 17, argv, NULL);
-        free(pkey);
-        free(ukey);
+        const char *pkey = hold_key(&hk, e, RSV_K_POOL, op->pool->id);
+        const char *ukey = hold_key(&hk, e, RSV_K_POOL_UNITS, op->pool->id);
+        const char *argv[] = {seed,   hkey,    bkey,         pkey,         ukey,
+                              akey,   ikey,    tkey,         op->hold_id,  op->claims.sub,
+                              ttl,    maxhold, limit,        op->pool->id, qty,
+                              amount, keep,    op->req_hash, need};
+        if (pkey && ukey && seed && hkey && bkey && akey && ikey && tkey)
+            rc = cm_redis_eval(srv->redis, rsv_lua()->hold_pool, on_create_reply, op, 8, 19, argv,
+                               NULL);
     } else {
-        json_t *seats = json_object_get(op->body, "seats");
-        size_t n = json_array_size(seats);
-        const char **argv = cm_xcalloc(5 + n + 9, sizeof(char *));
-        char **keys = cm_xcalloc(n, sizeof(char *));
+        const char *stack_argv[6 + 16 + 10], **argv = stack_argv;
+        if (n > 16)
+            argv = cm_xcalloc(6 + n + 10, sizeof(char *));
         size_t a = 0;
         argv[a++] = seed;
         argv[a++] = hkey;
         argv[a++] = bkey;
         argv[a++] = akey;
         argv[a++] = ikey;
-        for (size_t i = 0; i < n; i++)
-            argv[a++] = keys[i] =
-                rsv_key(op->event, RSV_K_SEAT, json_string_value(json_array_get(seats, i)));
+        argv[a++] = tkey;
+        bool fits = seed && hkey && bkey && akey && ikey && tkey;
+        for (size_t i = 0; i < n; i++) {
+            argv[a] = hold_key(&hk, e, RSV_K_SEAT, json_string_value(json_array_get(seats, i)));
+            fits = fits && argv[a++] != NULL;
+        }
         argv[a++] = op->hold_id;
         argv[a++] = op->claims.sub;
         argv[a++] = ttl;
@@ -479,18 +535,15 @@ static void run_create(create_op_t *op)
         argv[a++] = amount;
         argv[a++] = keep;
         argv[a++] = op->req_hash;
-        rc = cm_redis_eval(srv->redis, rsv_lua()->hold_seats, on_create_reply, op, (int)(5 + n),
-                           (int)a, argv, NULL);
-        for (size_t i = 0; i < n; i++)
-            free(keys[i]);
-        free(keys);
-        free(argv);
+        argv[a++] = need;
+        if (fits)
+            rc = cm_redis_eval(srv->redis, rsv_lua()->hold_seats, on_create_reply, op, (int)(6 + n),
+                               (int)a, argv, NULL);
+        if (argv != stack_argv)
+            free(argv);
     }
-    free(seed);
-    free(hkey);
-    free(bkey);
-    free(akey);
-    free(ikey);
+    if (hk.buf != hk.stack)
+        free(hk.buf);
     if (rc != 0) {
         rsv_reply_unavailable(&op->r, "taking the hold", cm_err_closed);
         create_done(op);
@@ -592,7 +645,8 @@ static void on_create_auth(rsv_auth_result_t a, const char *why, void *arg)
     create_op_t *op = arg;
     rsv_server_t *srv = op->r.srv;
     cm_req_t *req = op->r.req;
-    if (a != RSV_AUTH_OK) {
+    op->unverified = a == RSV_AUTH_UNVERIFIED;
+    if (a != RSV_AUTH_OK && a != RSV_AUTH_UNVERIFIED) {
         rsv_reply_auth(&op->r, a, why);
         create_done(op);
         return;
@@ -634,8 +688,9 @@ void rsv_hold_create(rsv_server_t *srv, cm_req_t *req, const char *event)
     create_op_t *op = cm_xcalloc(1, sizeof(*op));
     rsv_req_start(&op->r, srv, req, RSV_EP_HOLD_CREATE);
     snprintf(op->event, sizeof(op->event), "%s", event);
-    /* Taking a new hold needs a token that is valid now. */
-    rsv_auth_check(srv->auth, req, event, false, &op->claims, on_create_auth, op);
+    /* Taking a new hold needs a token that is valid now; a buyer's first one may be
+     * proven by the gateway's record of it instead of its signature. */
+    rsv_auth_check_new(srv->auth, req, event, &op->claims, op->record, on_create_auth, op);
 }
 
 /* --- operations on an existing hold -------------------------------------------------- */

@@ -10,6 +10,8 @@
 #ifndef RSV_KEYS_H
 #define RSV_KEYS_H
 
+#include <stddef.h>
+
 #define RSV_K_SEED       "seed"
 #define RSV_K_SEAT       "s:"
 #define RSV_K_HOLD       "h:"
@@ -18,10 +20,17 @@
 #define RSV_K_POOL_UNITS "pu:"
 #define RSV_K_POOL_NEXT  "pn:"
 #define RSV_K_POOL_OLD   "pe:" /* held pool units before pu: (dropped on re-seed) */
+#define RSV_K_TOKEN      "tk:" /* + hex sha256 of an admission token (the gateway writes it) */
 #define RSV_K_ACTIVE     "active"
 #define RSV_K_IDEM       "ik:" /* + sha256(buyer "\n" Idempotency-Key) of a hold creation */
 
 /** "os:{<event>}:<kind><id>" (id NULL: none), heap (free()). */
 char *rsv_key(const char *event, const char *kind, const char *id);
+
+/** Longest key of identifiers (event, seat, pool, hold, buyer, hashes) the reserve accepts. */
+#define RSV_KEY_MAX 320
+
+/** rsv_key written into buf (cap bytes); returns buf, or NULL when it does not fit. */
+char *rsv_key_buf(char *buf, size_t cap, const char *event, const char *kind, const char *id);
 
 #endif

@@ -265,6 +265,13 @@ static void register_metrics(rsv_server_t *srv)
     x->invalid_tokens =
         cm_metrics_counter(m, "onsale_reserve_invalid_tokens_total",
                            "requests with a missing or invalid admission token", NULL);
+    x->token_records[0] =
+        cm_metrics_counter(m, "onsale_reserve_token_records_total",
+                           "first holds whose token was judged by its gateway record "
+                           "(matched: no signature check; missing: verified instead)",
+                           "result=\"matched\"");
+    x->token_records[1] =
+        cm_metrics_counter(m, "onsale_reserve_token_records_total", NULL, "result=\"missing\"");
     x->uniqueness_conflicts =
         cm_metrics_counter(m, "onsale_reserve_uniqueness_conflicts_total",
                            "bookings refused by the Postgres unique constraint", NULL);
@@ -342,6 +349,7 @@ static rsv_server_t *worker_new(rsv_server_t *first, cm_server_t *cs, int i, cha
         .fail_limit = (int)cfg->auth_fail_limit,
         .fail_window_s = (int)cfg->auth_fail_window_s,
         .fails = first->auth_fails,
+        .records = cfg->token_records,
     };
     srv->auth = rsv_auth_new(srv->base, srv->keys, &ac);
     srv->redis = cm_redis_config_open(srv->base, &cfg->redis, err, errlen); /* before its loop */

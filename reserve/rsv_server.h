@@ -64,6 +64,7 @@ typedef struct rsv_metrics {
     cm_counter_t *holds_released;
     cm_counter_t *limit_exceeded;
     cm_counter_t *invalid_tokens;
+    cm_counter_t *token_records[2]; /* matched, missing (rsv_hold: a first hold's record) */
     cm_counter_t *uniqueness_conflicts;
     cm_counter_t *confirmations;
     cm_counter_t *confirm_replays;

@@ -34,7 +34,9 @@
 #                                       [--connections C] [--keep]
 # Environment: ONSALE_BUILD (build dir, default <checkout>/build), ONSALE_SKIP_BUILD=1
 # (same as --skip-build), BENCH_HOLD_TOKENS (buyers rotating in the hold run, 5000),
-# BENCH_PYTHON (a python3 with python3-cryptography), BENCH_PAYSIM_LATENCY_MS (the payment
+# BENCH_TOKEN_RECORDS (1: each minted token is recorded in Redis as the gateway records
+# the tokens it signs; 0: none, every first hold verifies), BENCH_PYTHON (a python3 with
+# python3-cryptography), BENCH_PAYSIM_LATENCY_MS (the payment
 # simulator's charge latency during the run, 0; it defaults to 20-80 ms on its own),
 # BENCH_REDIS_TLS=1 (the stack's Redis speaks TLS only: ONSALE_REDIS_TLS=1; the reserve,
 # redis-cli and redis-benchmark all go over TLS), BENCH_PG_TIMEOUT_MS (the reserve's
@@ -55,6 +57,10 @@ DURATION=10       # seconds per measured run
 CONNS=50          # concurrent connections / clients, ours and reference alike
 THREADS=2         # wrk threads, pgbench -j
 HOLD_TOKENS=${BENCH_HOLD_TOKENS:-5000}
+# Token records (docs/tokens.md): the minted tokens are recorded in Redis as the gateway
+# records the tokens it signs, so a buyer's first hold needs no signature check; 0 = no
+# records (every first hold verifies the signature, as without a gateway in front).
+TOKEN_RECORDS=${BENCH_TOKEN_RECORDS:-1}
 # The payment simulator's charge latency (it defaults to 20-80 ms). The confirm target
 # compares the reserve's own work with Postgres, so the provider answers at once unless
 # asked otherwise; its journal fsync stays on.
@@ -89,6 +95,7 @@ while (($#)); do
     esac
     shift
 done
+[[ $TOKEN_RECORDS == [01] ]] || { printf '%s: BENCH_TOKEN_RECORDS must be 0 or 1\n' "$PROG" >&2; exit 1; }
 [[ $REDIS_TLS == [01] ]] || { printf '%s: BENCH_REDIS_TLS must be 0 or 1\n' "$PROG" >&2; exit 1; }
 [[ $PAYSIM_LATENCY =~ ^[0-9]+$ ]] || { printf '%s: BENCH_PAYSIM_LATENCY_MS must be a number of ms\n' "$PROG" >&2; exit 1; }
 for v in REPS DURATION CONNS HOLD_TOKENS; do
@@ -286,6 +293,22 @@ mint() {
     "$PY" "$LIB/mint_tokens.py" --key "$STATE/keys/admission-1.pem" --template "$tpl" \
         --event "$1" --sub "$2" --count "$3" >"$4" || die "minting tokens failed"
     [[ $(wc -l <"$4") -eq $3 ]] || die "minted $(wc -l <"$4") tokens, wanted $3"
+    ((TOKEN_RECORDS)) || return 0
+    # What the gateway does when it hands a token out (gateway/gw_admit.c record_token):
+    # SET os:{E}:tk:<sha256 of the token> 1 PXAT <exp in ms>, one per token.
+    "$PY" -c '
+import base64, hashlib, json, sys
+ev = sys.argv[1]
+out = sys.stdout.buffer
+for line in open(sys.argv[2], "rb"):
+    tok = line.strip()
+    p = tok.split(b".")[1]
+    exp = json.loads(base64.urlsafe_b64decode(p + b"=" * (-len(p) % 4)))["exp"]
+    args = [b"SET", ("os:{%s}:tk:" % ev).encode() + hashlib.sha256(tok).hexdigest().encode(),
+            b"1", b"PXAT", str(exp * 1000).encode()]
+    out.write(b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args))
+' "$1" "$4" | redis-cli -h 127.0.0.1 -p "$P_REDIS" "${REDIS_AUTH[@]}" --no-auth-warning --pipe \
+        >"$OUT/records.log" 2>&1 || { cat "$OUT/records.log" >&2; die "writing the token records failed"; }
 }
 
 # field FILE KEY: KEY=value from the RESULT line of a wrk output.
@@ -449,13 +472,14 @@ for ((r = 1; r <= REPS; r++)); do
     say "holds $r/$REPS: redis-benchmark -c $CONNS -n $RB_REQUESTS EVALSHA hold_seats"
     c0=$(cpu_ticks "$REDIS_PID")
     t0=$(date +%s.%N)
-    # KEYS seed, hold, buyer, active, idempotency record, seat; ARGV hold id, buyer, ttl
-    # ms, max hold ms, max per buyer (0, as the benchmark's events), seats, amount,
-    # record keep ms, request hash ('' = no Idempotency-Key), as rsv_hold.c passes them
+    # KEYS seed, hold, buyer, active, idempotency record, token record, seat; ARGV hold
+    # id, buyer, ttl ms, max hold ms, max per buyer (0, as the benchmark's events), seats,
+    # amount, record keep ms, request hash ('' = no Idempotency-Key), token record needed
+    # ('' = a cached, verified token), as rsv_hold.c passes them
     timeout -k 10 120 redis-benchmark -h 127.0.0.1 -p "$P_REDIS" "${REDIS_AUTH[@]}" -c "$CONNS" -n "$RB_REQUESTS" \
-        -r "$RB_KEYSPACE" --csv EVALSHA "$HOLD_SHA" 6 'os:{rb}:seed' 'os:{rb}:h:__rand_int__' \
-        'os:{rb}:b:__rand_int__' 'os:{rb}:active' 'os:{rb}:ik:' 'os:{rb}:s:__rand_int__' \
-        hold-id buyer 600000 900000 0 A-1-1 5000 3600000 '' >"$OUT/redis-hold.$r" 2>&1 ||
+        -r "$RB_KEYSPACE" --csv EVALSHA "$HOLD_SHA" 7 'os:{rb}:seed' 'os:{rb}:h:__rand_int__' \
+        'os:{rb}:b:__rand_int__' 'os:{rb}:active' 'os:{rb}:ik:' 'os:{rb}:tk:' 'os:{rb}:s:__rand_int__' \
+        hold-id buyer 600000 900000 0 A-1-1 5000 3600000 '' '' >"$OUT/redis-hold.$r" 2>&1 ||
         { cat "$OUT/redis-hold.$r" >&2; die "redis-benchmark (hold script) failed"; }
     t1=$(date +%s.%N)
     c1=$(cpu_ticks "$REDIS_PID")
@@ -649,7 +673,8 @@ done
 sum_line K_RPS K_P50 K_P99 K_CPU K_FIRST
 
 printf '\nFIRST HOLDS AND REDIS, CPU per request (µs, from /proc over each run): the reserve per\n'
-printf '       first hold (token verified); Redis per SET NX PX and per hold script (redis-benchmark)\n'
+printf '       first hold (%s); Redis per SET NX PX and per hold script (redis-benchmark)\n' \
+    "$( ((TOKEN_RECORDS)) && echo 'token proven by its gateway record' || echo 'token verified: BENCH_TOKEN_RECORDS=0')"
 row rep 'rsv us/1st' 'rds us/set' 'rds us/scr'
 for ((r = 1; r <= REPS; r++)); do row "$r" "${K_US[r]}" "${R_US[r]}" "${S_US[r]}"; done
 sum_line K_US R_US S_US

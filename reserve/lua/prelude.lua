@@ -13,6 +13,10 @@
 --   pn:<pool>       last pool unit number handed to a booking
 --   ik:<sha256>     a hold creation's Idempotency-Key (sha256 of buyer and key):
 --                   '<request hash>:<hold id>', kept as long as the hold record
+--   tk:<sha256>     an admission token the gateway signed (hex SHA-256 of the whole
+--                   token), written by the gateway when it hands the token out and
+--                   expiring with it: a buyer's first hold needs it or a verification
+--                   (docs/tokens.md); only read here
 --   active          shoppers the gateway admitted: member = visitor, score = when their
 --                   activity lapses; a live hold keeps its taker active until it expires,
 --                   a confirmation or release ends the activity once no other hold lives
@@ -107,6 +111,12 @@ local function idem_record(ikey, hash, hold, until_ms)
         redis.call('SET', ikey, hash .. ':' .. hold)
         redis.call('PEXPIREAT', ikey, until_ms)
     end
+end
+
+-- Whether a hold may proceed on its token: verified by the reserve (needed ~= '1'), or
+-- the gateway's record of that exact token exists.
+local function token_recorded(tkey, needed)
+    return needed ~= '1' or redis.call('EXISTS', tkey) == 1
 end
 
 local function split(s)

@@ -404,6 +404,16 @@ class Admission(gwstack.GatewayTestCase):
                              audience="onsale-reserve")
         self.assertEqual(c_other, claims, "another gateway issued another admission")
 
+        # each token handed out is recorded in the event's slot, expiring with it
+        # (docs/tokens.md), so the reserve's first hold needs no signature check
+        import hashlib
+        for t, c in ((tok, claims), (other.json["admission_token"], c_other)):
+            key = f"os:{{{ev}}}:tk:{hashlib.sha256(t.encode()).hexdigest()}"
+            self.assertEqual(int(self.GS.redis("PEXPIRETIME", key)), c["exp"] * 1000,
+                             "token record missing or not expiring with the token")
+        names = "onsale_reserve_token_records_total"
+        before = stack.metric_sum(self.GS.S.metrics(), names, result="matched")
+
         # reserve accepts it
         rc = self.GS.S.client()
         try:
@@ -411,6 +421,8 @@ class Admission(gwstack.GatewayTestCase):
         finally:
             rc.close()
         self.assertStatus(h, 201, msg="reserve hold with the gateway's admission token:")
+        self.assertEqual(stack.metric_sum(self.GS.S.metrics(), names, result="matched"),
+                         before + 1, "the hold was not proven by the gateway's token record")
         st = self.GS.admin("GET", f"/admin/events/{ev}").json["stats"]
         self.assertEqual(st["admitted_total"], 1)
         self.assertGreaterEqual(st["active"], 1)

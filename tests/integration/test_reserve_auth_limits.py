@@ -21,6 +21,8 @@ ENV = {
     "ONSALE_RESERVE_AUTH_FAIL_WINDOW_S": str(FAIL_WINDOW),
     "ONSALE_RESERVE_VERIFY_THREADS": "1",
     "ONSALE_RESERVE_VERIFY_MAX_QUEUE": "1",
+    # token records off (docs/tokens.md): every new token costs a verification here
+    "ONSALE_RESERVE_TOKEN_RECORDS": "false",
 }
 
 
@@ -131,6 +133,23 @@ class AuthLimits(stack.ReserveTestCase):
         again = self.S.burst([self.S.req("GET", r.path, token=toks[i])
                               for i, r in enumerate(resps) if r.status == 503][:1])
         self.assertIn(again[0].status, (404, 503))
+
+    def test_token_records_off_verifies_every_new_token(self):
+        import hashlib
+        ev = self.new_event(seats=SEATS, max_per_buyer=4)
+        real = self.S.token(ev, "records-off")
+        h, p, _ = real.split(".")
+        forged = ".".join([h, p, stack.b64url(b"\x01" * 64)])
+        for t in (real, forged):  # even the forged bytes recorded, as if by a gateway
+            key = f"os:{{{ev}}}:tk:{hashlib.sha256(t.encode()).hexdigest()}"
+            self.S.redis("SET", key, "1", "PX", "600000")
+        names = "onsale_reserve_token_records_total"
+        before = stack.metric_sum(self.S.metrics(), names)
+        r = self.c.post(f"/v1/events/{ev}/holds", {"seats": ["A-1"]}, token=forged)
+        self.assertStatus(r, 401, "invalid_token", msg="recorded forged token, records off:")
+        self.hold(ev, real, seats=["A-1"])
+        self.assertEqual(stack.metric_sum(self.S.metrics(), names), before,
+                         "a token was judged by its record with token_records = false")
 
     def test_sighup_reloads_the_admission_keys(self):
         from cryptography.hazmat.primitives.asymmetric import ec

@@ -60,22 +60,26 @@ class Event:
         return s(self.r("EVAL", SCRIPTS[name], len(keys), *keys, *args))
 
     # taking holds
+    # record: None = the token was verified; else the token record's id, which must exist
     def seats(self, buyer, seats, ttl=60000, limit=0, amount=None, cap=600000, idem="",
-              req=""):
+              req="", record=None):
         hid = self.hold_id()
         keys = [self.k("seed"), self.k("h:", hid), self.k("b:", buyer), self.k("active"),
-                self.k("ik:", idem)]
+                self.k("ik:", idem), self.k("tk:", record or "")]
         keys += [self.k("s:", x) for x in seats]
         rep = self.run("hold_seats", keys, hid, buyer, ttl, cap, limit, ",".join(seats),
-                       amount if amount is not None else 100 * len(seats), 3600000, req)
+                       amount if amount is not None else 100 * len(seats), 3600000, req,
+                       "" if record is None else "1")
         return hid, rep
 
-    def pool(self, buyer, pool, qty, ttl=60000, limit=0, cap=600000, idem="", req=""):
+    def pool(self, buyer, pool, qty, ttl=60000, limit=0, cap=600000, idem="", req="",
+             record=None):
         hid = self.hold_id()
         keys = [self.k("seed"), self.k("h:", hid), self.k("b:", buyer), self.k("p:", pool),
-                self.k("pu:", pool), self.k("active"), self.k("ik:", idem)]
+                self.k("pu:", pool), self.k("active"), self.k("ik:", idem),
+                self.k("tk:", record or "")]
         rep = self.run("hold_pool", keys, hid, buyer, ttl, cap, limit, pool, qty, 50 * qty,
-                       3600000, req)
+                       3600000, req, "" if record is None else "1")
         return hid, rep
 
     # acting on a hold: read it first, as rsv_hold_act does
@@ -110,6 +114,47 @@ class LuaCase(unittest.TestCase):
         # Issue 11: nothing outside the declared keys (all under the test's prefix).
         strangers = [s(k) for k in self.r.scan_keys("*") if not s(k).startswith("t:{")]
         self.assertEqual(strangers, [], "a script built a key outside KEYS")
+
+
+class TokenRecords(LuaCase):
+    """A hold on a token the reserve did not verify needs the gateway's record of it."""
+
+    def test_without_the_record_nothing_is_held(self):
+        e = self.e
+        self.r("SET", e.k("p:", "ga"), "10")
+        _, rep = e.seats("u1", ["A-1"], record="ab" * 32)
+        self.assertEqual(rep, ["UNVERIFIED"])
+        _, rep = e.pool("u1", "ga", 2, record="ab" * 32)
+        self.assertEqual(rep, ["UNVERIFIED"])
+        # nothing was taken or written: the seat, the pool, the buyer, the active set
+        self.assertEqual(self.r("EXISTS", e.k("s:", "A-1")), 0)
+        self.assertEqual(s(self.r("GET", e.k("p:", "ga"))), "10")
+        self.assertEqual(self.r("EXISTS", e.k("b:", "u1")), 0)
+        self.assertIsNone(e.active("u1"))
+        # an Idempotency-Key's earlier answer is not revealed either
+        _, rep = e.seats("u2", ["A-2"], idem="k", req="h")
+        self.assertEqual(rep[0], "OK")
+        _, rep = e.seats("u2", ["A-2"], idem="k", req="h", record="cd" * 32)
+        self.assertEqual(rep, ["UNVERIFIED"])
+
+    def test_with_the_record_it_holds(self):
+        e = self.e
+        self.r("SET", e.k("p:", "ga"), "10")
+        self.r("SET", e.k("tk:", "ef" * 32), "1", "PX", 60000)
+        _, rep = e.seats("u1", ["A-1"], record="ef" * 32)
+        self.assertEqual(rep[0], "OK")
+        _, rep = e.pool("u1", "ga", 2, record="ef" * 32)
+        self.assertEqual(rep[0], "OK")
+        # a record of another token does not stand for this one
+        _, rep = e.seats("u1", ["A-3"], record="01" * 32)
+        self.assertEqual(rep, ["UNVERIFIED"])
+
+    def test_an_expired_record_is_no_record(self):
+        e = self.e
+        self.r("SET", e.k("tk:", "aa" * 32), "1", "PX", 1)
+        time.sleep(0.01)
+        _, rep = e.seats("u1", ["A-1"], record="aa" * 32)
+        self.assertEqual(rep, ["UNVERIFIED"])
 
 
 class Holds(LuaCase):

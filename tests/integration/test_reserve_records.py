@@ -1,0 +1,152 @@
+"""A buyer's first hold proven by the gateway's record of their token instead of an ES256
+verification (issue 9, docs/tokens.md): the gateway stores SHA-256 of every admission
+token it hands out under os:{<event>}:tk:<hash>, expiring with the token; the reserve
+judges an uncached token's claims without its signature and the hold script holds only
+if that record exists, else the reserve verifies the signature as before.
+
+Each test tries to get a hold out of a token the gateway never signed (or no longer
+vouches for) while records exist, and checks which path decided
+(onsale_reserve_token_records_total{result="matched"|"missing"})."""
+
+import hashlib
+import time
+
+import stack
+from stack import metric_sum
+
+SEATS = [{"id": f"A-{i}", "section": "A", "price": 12000} for i in range(1, 7)]
+GA = [{"id": "ga", "capacity": 10, "price": 3000}]
+RECORDS = "onsale_reserve_token_records_total"
+
+
+def setUpModule():
+    stack.module_stack("records")
+
+
+def record(S, event, token, exp_ms=None):
+    """What the gateway does when it hands token out (gateway/gw_admit.c record_token)."""
+    key = f"os:{{{event}}}:tk:{hashlib.sha256(token.encode()).hexdigest()}"
+    if exp_ms is None:
+        exp_ms = stack.jwt_parts(token)[1]["exp"] * 1000
+    S.redis("SET", key, "1", "PXAT", str(exp_ms))
+    return key
+
+
+def forged_signature(token):
+    """The same header and claims with a signature of the right shape that verifies for
+    nobody."""
+    h, p, _ = token.split(".")
+    return ".".join([h, p, stack.b64url(b"\x01" * 64)])
+
+
+class TokenRecords(stack.ReserveTestCase):
+    def counts(self):
+        m = self.S.metrics()
+        return (metric_sum(m, RECORDS, result="matched"),
+                metric_sum(m, RECORDS, result="missing"))
+
+    def assertCounts(self, before, matched, missing, msg):
+        after = self.counts()
+        self.assertEqual((after[0] - before[0], after[1] - before[1]), (matched, missing),
+                         f"{msg}: token records matched/missing went {before} → {after}")
+
+    def test_recorded_token_holds_without_a_signature_check(self):
+        ev = self.new_event(seats=SEATS, pools=GA, max_per_buyer=6)
+        tok = self.S.token(ev, "recorded")
+        record(self.S, ev, tok)
+        before = self.counts()
+        h = self.hold(ev, tok, seats=["A-1", "A-2"])
+        self.assertCounts(before, 1, 0, "first hold with a recorded token")
+        # then cached as verified: every later request of the buyer is a cache hit
+        self.hold(ev, tok, pool="ga", quantity=2)
+        r = self.c.get(f"/v1/holds/{h.json['hold_id']}", token=tok)
+        self.assertStatus(r, 200)
+        self.assertEqual(r.json["seats"], ["A-1", "A-2"])
+        self.assertCounts(before, 1, 0, "later requests of the same buyer")
+        # a GA hold as a first hold takes the same path
+        tok2 = self.S.token(ev, "recorded-ga")
+        record(self.S, ev, tok2)
+        self.hold(ev, tok2, pool="ga", quantity=1)
+        self.assertCounts(before, 2, 0, "a first hold on a pool")
+
+    def test_unrecorded_token_is_verified_and_holds(self):
+        ev = self.new_event(seats=SEATS, pools=GA)
+        before = self.counts()
+        tok = self.S.token(ev, "not-recorded")  # minted here, not by a gateway
+        self.hold(ev, tok, seats=["A-1"])
+        self.assertCounts(before, 0, 1, "a token without a record")
+        self.hold(ev, self.S.token(ev, "not-recorded-ga"), pool="ga", quantity=1)
+        self.assertCounts(before, 0, 2, "a pool hold with a token without a record")
+
+    def test_forged_signature_never_holds_with_or_without_records(self):
+        ev = self.new_event(seats=SEATS, pools=GA)
+        real = self.S.token(ev, "victim")
+        forged = forged_signature(real)
+        path = f"/v1/events/{ev}/holds"
+        before = self.counts()
+        # no record at all: the fallback verification refuses it
+        r = self.c.post(path, {"seats": ["A-1"]}, token=forged)
+        self.assertStatus(r, 401, "invalid_token", msg="forged signature, no record:")
+        # the real token recorded: its record is not the forged token's
+        record(self.S, ev, real)
+        r = self.c.post(path, {"seats": ["A-1"]}, token=forged)
+        self.assertStatus(r, 401, "invalid_token", msg="forged signature, real token recorded:")
+        r = self.c.post(path, {"pool": "ga", "quantity": 1}, token=forged)
+        self.assertStatus(r, 401, "invalid_token", msg="forged signature on a pool:")
+        # claims copied from the real token under another sub, signed by another key
+        from cryptography.hazmat.primitives.asymmetric import ec
+        claims = stack.jwt_parts(real)[1]
+        other = self.S.sign(dict(claims, sub="mallory"), key=ec.generate_private_key(ec.SECP256R1()))
+        r = self.c.post(path, {"seats": ["A-1"]}, token=other)
+        self.assertStatus(r, 401, "invalid_token", msg="claims copied, another key:")
+        self.assertCounts(before, 0, 4, "forged tokens")
+        # nothing was held: the real buyer takes A-1
+        self.hold(ev, real, seats=["A-1"])
+        self.assertCounts(before, 1, 4, "the real token")
+
+    def test_record_of_an_untrusted_kid_does_not_admit(self):
+        # Signed by a key the reserve does not hold (a gateway key since removed from
+        # admission_keys): its record exists, the kid check refuses it first.
+        from cryptography.hazmat.primitives.asymmetric import ec
+        ev = self.new_event(seats=SEATS)
+        tok = self.S.sign(self.S.claims(ev, "old-key"), key=ec.generate_private_key(ec.SECP256R1()),
+                          headers={"kid": "removed-key"})
+        record(self.S, ev, tok)
+        before = self.counts()
+        r = self.c.post(f"/v1/events/{ev}/holds", {"seats": ["A-1"]}, token=tok)
+        self.assertStatus(r, 401, "invalid_token", msg="recorded token of an unknown kid:")
+        self.assertCounts(before, 0, 0, "an unknown kid never reaches Redis")
+
+    def test_expired_token_with_a_live_record_does_not_hold(self):
+        ev = self.new_event(seats=SEATS)
+        now = int(time.time())
+        tok = self.S.sign(dict(self.S.claims(ev, "late"), iat=now - 7200, nbf=now - 7200,
+                               exp=now - 3600))
+        record(self.S, ev, tok, exp_ms=(now + 600) * 1000)  # a record outliving its token
+        before = self.counts()
+        r = self.c.post(f"/v1/events/{ev}/holds", {"seats": ["A-1"]}, token=tok)
+        self.assertStatus(r, 401, "invalid_token", msg="expired token with a record:")
+        self.assertCounts(before, 0, 0, "an expired token never reaches Redis")
+
+    def test_token_for_another_event_with_a_record_there_is_403(self):
+        e1 = self.new_event(seats=SEATS)
+        e2 = self.new_event(seats=SEATS)
+        tok = self.S.token(e1, "roamer")
+        record(self.S, e1, tok)
+        record(self.S, e2, tok)
+        r = self.c.post(f"/v1/events/{e2}/holds", {"seats": ["A-1"]}, token=tok)
+        self.assertStatus(r, 403, "wrong_event")
+
+    def test_records_lost_with_redis_fall_back_to_verification(self):
+        ev = self.new_event(seats=SEATS)
+        toks = [self.S.token(ev, f"lost-{i}") for i in range(2)]
+        for t in toks:
+            record(self.S, ev, t)
+        self.hold(ev, toks[0], seats=["A-1"])
+        before = self.counts()
+        self.assertEqual(self.S.redis("FLUSHALL"), "OK")  # Redis lost everything
+        h = self.hold(ev, toks[1], seats=["A-2"])
+        self.assertCounts(before, 0, 1, "a recorded token after Redis lost its records")
+        self.assertEqual(h.json["seats"], ["A-2"])
+        # the first buyer is cached as verified: still served
+        self.hold(ev, toks[0], seats=["A-3"])
