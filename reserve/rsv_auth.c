@@ -255,14 +255,22 @@ void rsv_auth_keys_free(rsv_auth_keys_t *k)
 
 /* ---- the gate ---- */
 
+/* Bucket of a token or an address: eight bytes a step (a token is ~400 bytes and hashed on
+ * every request; byte-wise FNV cost a microsecond). Only valid tokens are cached, so
+ * nobody chooses the inputs that fill the cache. */
 static uint64_t hash(const char *s, size_t n)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 1099511628211ull;
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ n, w;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&w, s + i, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
     }
-    return h;
+    w = 0;
+    memcpy(&w, s + i, n - i);
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 29);
 }
 
 static int64_t mono_s(void)

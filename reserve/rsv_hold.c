@@ -364,6 +364,86 @@ static void replay_hold(create_op_t *op)
     }
 }
 
+/* JSON answers written without a tree (as the gateway's hot answers): each string through
+ * cm_http_json_string into a buffer big enough for all of them escaped. */
+typedef struct json_out {
+    char *buf;
+    size_t size, len;
+    bool failed;
+} json_out_t;
+
+static void out_raw(json_out_t *j, const char *s)
+{
+    size_t n = strlen(s);
+    if (j->failed || j->len + n >= j->size) {
+        j->failed = true;
+        return;
+    }
+    memcpy(j->buf + j->len, s, n + 1);
+    j->len += n;
+}
+
+static void out_str(json_out_t *j, const char *s)
+{
+    int n = j->failed ? -1 : cm_http_json_string(j->buf + j->len, j->size - j->len, s);
+    if (n < 0)
+        j->failed = true;
+    else
+        j->len += (size_t)n;
+}
+
+/* 201 with the hold just taken: what hold_json gives for it, in the same order. */
+static void reply_created(create_op_t *op, int64_t exp_ms)
+{
+    const char *currency = op->ev->currency;
+    char stack[2048], num[64], exp[32];
+    size_t worst = 6 * (strlen(op->hold_id) + strlen(op->event) +
+                        (op->seats_csv ? 2 * strlen(op->seats_csv) : 0) +
+                        (op->pool ? strlen(op->pool->id) : 0) + (currency ? strlen(currency) : 0)) +
+                   256;
+    json_out_t j = {.buf = stack, .size = sizeof(stack)};
+    if (worst > sizeof(stack)) {
+        j.buf = cm_xmalloc(worst);
+        j.size = worst;
+    }
+    out_raw(&j, "{\"hold_id\":");
+    out_str(&j, op->hold_id);
+    out_raw(&j, ",\"event\":");
+    out_str(&j, op->event);
+    out_raw(&j, ",\"state\":\"held\",");
+    if (op->pool) {
+        out_raw(&j, "\"pool\":");
+        out_str(&j, op->pool->id);
+        snprintf(num, sizeof(num), ",\"quantity\":%lld", (long long)op->quantity);
+        out_raw(&j, num);
+    } else {
+        json_t *seats = json_object_get(op->body, "seats");
+        out_raw(&j, "\"seats\":[");
+        for (size_t i = 0; i < json_array_size(seats); i++) {
+            if (i)
+                out_raw(&j, ",");
+            out_str(&j, json_string_value(json_array_get(seats, i)));
+        }
+        out_raw(&j, "]");
+    }
+    cm_format_rfc3339(exp_ms, exp, sizeof(exp));
+    out_raw(&j, ",\"expires_at\":");
+    out_str(&j, exp);
+    snprintf(num, sizeof(num), ",\"amount\":%lld", (long long)op->amount);
+    out_raw(&j, num);
+    if (currency) {
+        out_raw(&j, ",\"currency\":");
+        out_str(&j, currency);
+    }
+    out_raw(&j, "}");
+    if (j.failed)
+        rsv_reply_unavailable(&op->r, "writing the answer", cm_err_protocol);
+    else
+        rsv_reply_text(&op->r, 201, "application/json", j.buf, j.len);
+    if (j.buf != stack)
+        free(j.buf);
+}
+
 /* The full verification of a token whose record was missing; then the hold, once more. */
 static void on_create_verified(rsv_auth_result_t a, const char *why, void *arg)
 {
@@ -409,15 +489,7 @@ static void on_create_reply(const char *err, const cm_redis_reply_t *reply, void
     }
     if (strcmp(st, "OK") == 0) {
         cm_counter_inc(m->holds_taken);
-        rsv_hold_view_t v = {
-            .exp_ms = reply_i64(reply, 1), .amount = op->amount, .qty = op->quantity};
-        v.cap_ms = 0;
-        if (op->pool)
-            snprintf(v.pool, sizeof(v.pool), "%s", op->pool->id);
-        else
-            v.seats = op->seats_csv;
-        json_t *o = hold_json(op->hold_id, op->event, "held", &v, op->ev->currency);
-        rsv_reply_json(&op->r, 201, o);
+        reply_created(op, reply_i64(reply, 1));
     } else if (strcmp(st, "REPLAY") == 0) {
         const char *hid = cm_redis_reply_str(cm_redis_reply_at(reply, 1), NULL);
         if (hid && strlen(hid) < sizeof(op->hold_id)) {
@@ -473,17 +545,36 @@ static const char *hold_key(hold_keys_t *hk, const char *event, const char *kind
     return k;
 }
 
+/* v in decimal into buf (24 bytes: any int64); returns buf. Six per hold: not snprintf. */
+static char *dec(char buf[24], int64_t v)
+{
+    char tmp[24];
+    size_t n = 0;
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    size_t o = 0;
+    if (v < 0)
+        buf[o++] = '-';
+    while (n)
+        buf[o++] = tmp[--n];
+    buf[o] = '\0';
+    return buf;
+}
+
 static void run_create(create_op_t *op)
 {
     rsv_server_t *srv = op->r.srv;
     rsv_event_t *ev = op->ev;
     char ttl[24], maxhold[24], limit[24], amount[24], keep[24], qty[24];
-    snprintf(ttl, sizeof(ttl), "%lld", (long long)ev->hold_ttl_s * 1000);
-    snprintf(maxhold, sizeof(maxhold), "%lld", (long long)ev->max_hold_s * 1000);
-    snprintf(limit, sizeof(limit), "%lld", (long long)ev->max_per_buyer);
-    snprintf(amount, sizeof(amount), "%lld", (long long)op->amount);
-    snprintf(keep, sizeof(keep), "%lld", (long long)srv->cfg.hold_record_keep_s * 1000);
-    snprintf(qty, sizeof(qty), "%lld", (long long)op->quantity);
+    dec(ttl, ev->hold_ttl_s * 1000);
+    dec(maxhold, ev->max_hold_s * 1000);
+    dec(limit, ev->max_per_buyer);
+    dec(amount, op->amount);
+    dec(keep, srv->cfg.hold_record_keep_s * 1000);
+    dec(qty, op->quantity);
     json_t *seats = op->pool ? NULL : json_object_get(op->body, "seats");
     size_t n = json_array_size(seats);
     hold_keys_t hk = {.buf = hk.stack, .cap = sizeof(hk.stack)};

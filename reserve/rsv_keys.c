@@ -3,7 +3,7 @@
  */
 #include "rsv_keys.h"
 
-#include <stdio.h>
+#include <string.h>
 
 #include "cm_mem.h"
 
@@ -14,6 +14,16 @@ char *rsv_key(const char *event, const char *kind, const char *id)
 
 char *rsv_key_buf(char *buf, size_t cap, const char *event, const char *kind, const char *id)
 {
-    int n = snprintf(buf, cap, "os:{%s}:%s%s", event, kind, id ? id : "");
-    return n >= 0 && (size_t)n < cap ? buf : NULL;
+    /* on every hold, several times: concatenation, not snprintf */
+    const char *parts[] = {"os:{", event, "}:", kind, id ? id : ""};
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+        size_t len = strlen(parts[i]);
+        if (n + len >= cap)
+            return NULL;
+        memcpy(buf + n, parts[i], len);
+        n += len;
+    }
+    buf[n] = '\0';
+    return buf;
 }
