@@ -15,6 +15,12 @@
  * verification until the window ends — a forged token with a valid public kid costs a
  * full ECDSA verification, so an attacker may not ask for them at will.
  *
+ * Token records (docs/tokens.md): taking a new hold (rsv_auth_check_new) may skip the
+ * signature of an uncached token whose every other claim is fine; the hold script then
+ * holds only if the gateway's record of that exact token is in Redis, and the reserve
+ * verifies the signature when it is not (rsv_auth_check) or caches the token as verified
+ * when it was (rsv_auth_remember).
+ *
  * Keys (rsv_auth_keys_t) are shared by every rsv_auth of the process and reloaded on
  * SIGHUP (cm_reload) from the same file: a key dropped from the file stops verifying at
  * once — cached tokens signed by a removed kid are refused at their next use.
