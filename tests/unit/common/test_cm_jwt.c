@@ -820,6 +820,47 @@ static void test_result_str(void **state)
     assert_string_equal(cm_jwt_result_str(CM_JWT_EXPIRED), "expired");
 }
 
+/* cm_jwt_inspect: every check but the signature (token records, docs/tokens.md). */
+static void test_inspect_checks_all_but_the_signature(void **state)
+{
+    fixture_t *f = *state;
+    cm_jwt_claims_t in = sample_claims(), out;
+    cm_jwt_policy_t pol = {.issuer = in.iss};
+    char *tok = cm_jwt_sign(f->signer, &in, AUD);
+    assert_int_equal(cm_jwt_inspect(f->ks, tok, strlen(tok), &pol, NOW, &out), CM_JWT_OK);
+    assert_string_equal(out.sub, in.sub);
+    assert_string_equal(out.kid, cm_jwt_signer_kid(f->signer));
+    /* a signature of the right shape that verifies for nobody passes inspection, never
+     * verification: inspection alone proves nothing about who made the token */
+    char *forged = strdup(tok);
+    char *sig = strrchr(forged, '.') + 1;
+    memset(sig, 'A', strlen(sig));
+    assert_int_equal(cm_jwt_inspect(f->ks, forged, strlen(forged), &pol, NOW, &out), CM_JWT_OK);
+    assert_int_equal(cm_jwt_verify(f->ks, forged, strlen(forged), &pol, NOW, &out),
+                     CM_JWT_BAD_SIGNATURE);
+    /* a signature of another length is malformed */
+    sig[10] = '\0';
+    assert_int_equal(cm_jwt_inspect(f->ks, forged, strlen(forged), &pol, NOW, &out),
+                     CM_JWT_MALFORMED);
+    free(forged);
+    /* every other check stands: time, audience, issuer, alg, kid */
+    assert_int_equal(cm_jwt_inspect(f->ks, tok, strlen(tok), &pol, in.exp + 10, &out),
+                     CM_JWT_EXPIRED);
+    cm_jwt_policy_t other_iss = {.issuer = "someone-else"};
+    assert_int_equal(cm_jwt_inspect(f->ks, tok, strlen(tok), &other_iss, NOW, &out),
+                     CM_JWT_BAD_ISSUER);
+    cm_jwt_policy_t other_aud = {.audience = "other-service"};
+    assert_int_equal(cm_jwt_inspect(f->ks, tok, strlen(tok), &other_aud, NOW, &out),
+                     CM_JWT_BAD_AUDIENCE);
+    cm_jwt_keyset_t *empty = cm_jwt_keyset_new();
+    assert_int_equal(cm_jwt_inspect(empty, tok, strlen(tok), &pol, NOW, &out), CM_JWT_UNKNOWN_KID);
+    cm_jwt_keyset_free(empty);
+    char *none = craft_es256(f->key, header_for(f, "none"), good_payload);
+    assert_int_equal(cm_jwt_inspect(f->ks, none, strlen(none), NULL, NOW, &out), CM_JWT_BAD_ALG);
+    free(none);
+    free(tok);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void)
@@ -844,6 +885,7 @@ int main(void)
         T(test_load_file),
         cmocka_unit_test(test_result_str),
         T(test_issuer_and_lifetime),
+        T(test_inspect_checks_all_but_the_signature),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -228,6 +228,67 @@ static void a_token_is_verified_once_then_served_from_the_cache(void **state)
     free(t);
 }
 
+/* Token records (docs/tokens.md): rsv_auth_check_new judges an uncached token without
+ * its signature and names its record; rsv_auth_remember caches it once the record held. */
+static void new_holds_name_the_token_record_instead_of_verifying(void **state)
+{
+    fixture_t *f = *state;
+    rsv_auth_config_t cfg = {
+        .issuer = ISSUER, .max_lifetime_s = 3600, .cache_size = 64, .records = true};
+    rsv_auth_t *a = rsv_auth_new(NULL, f->keys, &cfg);
+    char *t = token(f->signer, "e1", "fan-r", 600), authz[4200], record[65] = "";
+    snprintf(authz, sizeof(authz), "Bearer %s", t);
+    cm_req_t *req = fake_new(authz);
+    cm_jwt_claims_t c;
+    result_t res = {-1, NULL};
+    rsv_auth_check_new(a, req, "e1", &c, record, on_result, &res);
+    assert_int_equal(res.result, RSV_AUTH_UNVERIFIED);
+    assert_string_equal(c.sub, "fan-r");
+    assert_int_equal(strlen(record), 64); /* hex SHA-256 of the whole token */
+    assert_int_equal(rsv_auth_verifications(a), 0);
+    assert_int_equal(rsv_auth_inspected(a), 1);
+    /* the record held: cached as verified, a hit from now on (any gate of the process) */
+    rsv_auth_remember(a, req, &c);
+    res.result = -1;
+    rsv_auth_check_new(a, req, "e1", &c, record, on_result, &res);
+    assert_int_equal(res.result, RSV_AUTH_OK);
+    assert_int_equal(check_token(f, t, "e1", false, &c), RSV_AUTH_OK);
+    assert_int_equal(rsv_auth_verifications(f->auth), 0);
+    fake_free(req);
+
+    /* what inspection refuses never reaches Redis: another event, expired, unknown key */
+    char *other = token(f->signer, "e2", "fan-r", 600);
+    char *late = token(f->signer, "e1", "fan-r", -60);
+    char *stranger = token(f->stranger, "e1", "fan-r", 600); /* same kid, other key: */
+    const struct {
+        const char *tok;
+        int want;
+    } cases[] = {{other, RSV_AUTH_WRONG_EVENT},
+                 {late, RSV_AUTH_INVALID},
+                 {stranger, RSV_AUTH_UNVERIFIED}}; /* …only its record could vouch for it */
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(authz, sizeof(authz), "Bearer %s", cases[i].tok);
+        req = fake_new(authz);
+        res.result = -1;
+        rsv_auth_check_new(a, req, "e1", &c, record, on_result, &res);
+        assert_int_equal(res.result, cases[i].want);
+        fake_free(req);
+    }
+    /* the gate without records verifies, as rsv_auth_check does */
+    snprintf(authz, sizeof(authz), "Bearer %s", stranger);
+    req = fake_new(authz);
+    res.result = -1;
+    rsv_auth_check_new(f->auth, req, "e1", &c, record, on_result, &res);
+    assert_int_equal(res.result, RSV_AUTH_INVALID);
+    assert_int_equal(rsv_auth_verifications(f->auth), 1);
+    fake_free(req);
+    rsv_auth_free(a);
+    free(t);
+    free(other);
+    free(late);
+    free(stranger);
+}
+
 typedef struct burst {
     int answered, ok;
     struct event_base *base;
@@ -611,6 +672,54 @@ static void a_reload_evicts_the_removed_keys_tokens_from_every_worker(void **sta
     unlink(path);
 }
 
+/* A token cached through its record (rsv_auth_remember) is dropped like any other when
+ * its key leaves the keys, at the reload or at its next use. */
+static void a_remembered_token_of_a_removed_key_is_refused(void **state)
+{
+    (void)state;
+    char err[256], path[] = "/tmp/onsale-test-keys-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    char *a_priv = new_key_pem(), *b_priv = new_key_pem();
+    char *a_pub = public_pem_of_signer_key(a_priv), *b_pub = public_pem_of_signer_key(b_priv);
+    cm_jwt_signer_t *a = cm_jwt_signer_new(NULL, a_priv, strlen(a_priv), err, sizeof(err));
+    write_file(path, a_pub);
+    rsv_auth_keys_t *keys = rsv_auth_keys_load(path, err, sizeof(err));
+    assert_non_null(keys);
+    rsv_auth_config_t cfg = {.issuer = ISSUER, .cache_size = 64, .records = true};
+    fixture_t w = {.auth = rsv_auth_new(NULL, keys, &cfg)};
+    char *ta = token(a, "e1", "fan-a", 600), authz[4200], record[65];
+    snprintf(authz, sizeof(authz), "Bearer %s", ta);
+    cm_req_t *req = fake_new(authz);
+    cm_jwt_claims_t c;
+    result_t res = {-1, NULL};
+    rsv_auth_check_new(w.auth, req, "e1", &c, record, on_result, &res);
+    assert_int_equal(res.result, RSV_AUTH_UNVERIFIED);
+    rsv_auth_remember(w.auth, req, &c);
+    assert_int_equal(check_token(&w, ta, "e1", false, &c), RSV_AUTH_OK);
+    assert_int_equal(rsv_auth_hits(w.auth), 1);
+
+    write_file(path, b_pub); /* A is retired */
+    assert_int_equal(rsv_auth_keys_reload(keys, err, sizeof(err)), 0);
+    assert_int_equal(rsv_auth_keys_cached(keys), 0);
+    assert_int_equal(check_token(&w, ta, "e1", false, &c), RSV_AUTH_INVALID);
+    res.result = -1;
+    rsv_auth_check_new(w.auth, req, "e1", &c, record, on_result, &res);
+    assert_int_equal(res.result, RSV_AUTH_INVALID); /* unknown kid, before any record */
+
+    fake_free(req);
+    rsv_auth_free(w.auth);
+    rsv_auth_keys_free(keys);
+    cm_jwt_signer_free(a);
+    free(ta);
+    free(a_priv);
+    free(b_priv);
+    free(a_pub);
+    free(b_pub);
+    unlink(path);
+}
+
 /* Workers hammer the one cache at once (each thread is a worker with its own gate and
  * its own verification threads) while the keys reload underneath: every answer is right,
  * and under ThreadSanitizer (ONSALE_SANITIZE=thread) no access races. */
@@ -719,6 +828,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(the_process_cache_is_bounded_and_holds_no_forgery, setup,
                                         teardown),
         cmocka_unit_test(a_reload_evicts_the_removed_keys_tokens_from_every_worker),
+        cmocka_unit_test(a_remembered_token_of_a_removed_key_is_refused),
+        cmocka_unit_test_setup_teardown(new_holds_name_the_token_record_instead_of_verifying, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(workers_hammer_the_shared_cache_while_keys_reload, setup,
                                         teardown),
     };
