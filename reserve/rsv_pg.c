@@ -14,6 +14,16 @@
  * (DOWN). Sockets are watched with two persistent events (read, write), recreated
  * whenever libpq's socket may have changed (during connect, PQsocket can change).
  *
+ * A statement with parameters runs prepared: the first time a connection sees its SQL it
+ * sends Parse (PQsendPrepare) and, once that succeeded, Bind/Execute of the named
+ * statement (PQsendQueryPrepared) — one more round trip, once per statement and
+ * connection; every later run skips the server's parse, analysis and, once its generic
+ * plan is chosen, planning. Up to PREPARED_MAX texts per connection (beyond, and when a
+ * Parse fails, the statement runs unnamed as before: the caller sees the same answer).
+ * A connection's prepared statements die with it: the list is emptied with every
+ * PQfinish. Nothing here ever changes the schema; DDL run by others invalidates the
+ * server's cached plans by itself.
+ *
  * Each query is one heap block (record, params, SQL) with its deadline timer, started at
  * rsv_pg_query: it waits in a bounded FIFO, runs on one connection, or — when its answer
  * is already known (queue full, connection broke while sending) — sits "doomed" with its
@@ -44,6 +54,7 @@
 
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 2000
+#define PREPARED_MAX   64 /* statements prepared per connection */
 /* pg_advisory_lock key of rsv_pg_migrate: "onsale" as a big-endian integer */
 #define MIGRATE_LOCK_KEY "122520172850277"
 
@@ -80,9 +91,13 @@ struct conn {
     struct event *rev, *wev; /* persistent watchers on fd */
     struct event *timer;     /* connect deadline (CONNECTING) or backoff (DOWN) */
     int backoff_ms;
-    int quiet;       /* failures already logged at WARN since the last success */
-    struct query *q; /* CONN_BUSY: the query in flight */
-    PGresult *res;   /* the result kept for q */
+    int quiet;                 /* failures already logged at WARN since the last success */
+    struct query *q;           /* CONN_BUSY: the query in flight */
+    PGresult *res;             /* the result kept for q */
+    char *stmts[PREPARED_MAX]; /* SQL of the statements prepared on pq (named "s<i>") */
+    unsigned hashes[PREPARED_MAX];
+    int nstmts;
+    int preparing; /* CONN_BUSY: q's SQL is being prepared as "s<nstmts>" */
 };
 
 struct rsv_pg {
@@ -103,6 +118,7 @@ struct rsv_pg {
 
 static void conn_start(struct conn *c);
 static void dispatch(rsv_pg_t *pg);
+static void prepared(struct conn *c);
 
 /* ---- lists, references, callbacks ---- */
 
@@ -321,6 +337,15 @@ static void log_failure(struct conn *c, const char *what, const char *why)
     c->quiet = 1;
 }
 
+/* c's session is gone (PQfinish): so are its prepared statements. */
+static void forget_statements(struct conn *c)
+{
+    for (int i = 0; i < c->nstmts; i++)
+        free(c->stmts[i]);
+    c->nstmts = 0;
+    c->preparing = 0;
+}
+
 /**
  * Closes the connection and returns its in-flight query (detached, for the caller to
  * answer). reopen_now: connect again at once instead of after the backoff.
@@ -342,6 +367,7 @@ static struct query *conn_drop(struct conn *c, const char *what, const char *why
         PQfinish(c->pq);
         c->pq = NULL;
     }
+    forget_statements(c);
     conn_set_state(c, CONN_DOWN);
     if (reopen_now && !c->pg->closing) {
         evtimer_del(c->timer);
@@ -443,6 +469,18 @@ static int keep_result(struct conn *c, PGresult *res)
     return 0;
 }
 
+/*
+ * A prepared statement whose result columns changed under it (another session's DDL,
+ * e.g. a column added to a table it reads with *): Postgres refuses to run it again.
+ * The connection is reopened, so that each of its statements is prepared afresh; the
+ * one query that met it gets the error.
+ */
+static int stale_statement(const PGresult *res)
+{
+    const char *st = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    return st != NULL && strcmp(st, "0A000") == 0;
+}
+
 /* PQgetResult said NULL: answers the query; the connection goes idle or down. */
 static void finish_query(struct conn *c)
 {
@@ -464,7 +502,9 @@ static void finish_query(struct conn *c)
     } else {
         err = res == NULL ? cm_err_protocol : is_ok(res) ? NULL : cm_err_server;
         conn_set_state(c, CONN_IDLE);
-        if (watch(c, 1, 0, 0) != 0)
+        if (err == cm_err_server && c->nstmts > 0 && stale_statement(res))
+            conn_drop(c, "prepared statements reset", PQresultErrorMessage(res), 1);
+        else if (watch(c, 1, 0, 0) != 0)
             conn_drop(c, "connection lost", "cannot watch the socket", 0);
     }
     hold(pg);
@@ -492,7 +532,10 @@ static void busy_io(struct conn *c, short what)
     while (!PQisBusy(pq)) {
         PGresult *res = PQgetResult(pq);
         if (res == NULL) {
-            finish_query(c);
+            if (c->preparing && PQstatus(pq) == CONNECTION_OK)
+                prepared(c);
+            else
+                finish_query(c);
             return;
         }
         if (keep_result(c, res) != 0) {
@@ -548,17 +591,86 @@ static void on_conn_timer(evutil_socket_t fd, short what, void *arg)
 
 /* ---- queries ---- */
 
+static unsigned sql_hash(const char *sql)
+{
+    unsigned h = 2166136261u; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)sql; *p != '\0'; p++)
+        h = (h ^ *p) * 16777619u;
+    return h;
+}
+
+/* Index of sql among c's prepared statements, or -1. */
+static int find_statement(const struct conn *c, const char *sql, unsigned h)
+{
+    for (int i = 0; i < c->nstmts; i++)
+        if (c->hashes[i] == h && strcmp(c->stmts[i], sql) == 0)
+            return i;
+    return -1;
+}
+
+/*
+ * Sends q on c: a statement with parameters as prepared "s<i>" when c has it, else its
+ * Parse first when c has room (prepared() sends the execution), else unnamed. Returns
+ * libpq's verdict (1 sent).
+ */
+static int send_statement(struct conn *c, struct query *q)
+{
+    char name[16];
+
+    if (q->nparams == 0)
+        return PQsendQuery(c->pq, q->sql);
+    unsigned h = sql_hash(q->sql);
+    int i = find_statement(c, q->sql, h);
+    if (i >= 0) {
+        snprintf(name, sizeof(name), "s%d", i);
+        return PQsendQueryPrepared(c->pq, name, q->nparams, q->params, NULL, NULL, 0);
+    }
+    if (c->nstmts < PREPARED_MAX) {
+        snprintf(name, sizeof(name), "s%d", c->nstmts);
+        c->hashes[c->nstmts] = h;
+        c->preparing = 1;
+        return PQsendPrepare(c->pq, name, q->sql, q->nparams, NULL);
+    }
+    return PQsendQueryParams(c->pq, q->sql, q->nparams, NULL, q->params, NULL, NULL, 0);
+}
+
+/*
+ * The Parse of c's query ended (PQgetResult said NULL, the connection is fine): on
+ * success the statement is c's, then the query runs — prepared, or unnamed when the
+ * Parse failed, so that its caller gets the error an unnamed run gives.
+ */
+static void prepared(struct conn *c)
+{
+    struct query *q = c->q;
+    PGresult *res = c->res;
+    char name[16];
+    int ok, flush;
+
+    c->res = NULL;
+    c->preparing = 0;
+    if (res != NULL && is_ok(res)) {
+        snprintf(name, sizeof(name), "s%d", c->nstmts);
+        c->stmts[c->nstmts++] = cm_xstrdup(q->sql);
+        ok = PQsendQueryPrepared(c->pq, name, q->nparams, q->params, NULL, NULL, 0);
+    } else {
+        ok = PQsendQueryParams(c->pq, q->sql, q->nparams, NULL, q->params, NULL, NULL, 0);
+    }
+    if (res != NULL)
+        PQclear(res);
+    flush = ok ? PQflush(c->pq) : -1;
+    if (flush < 0 || watch(c, 1, flush == 1, 0) != 0)
+        conn_lost(c, PQerrorMessage(c->pq));
+}
+
 /* Hands q to idle connection c. Returns 0 when sent (or doomed), -1 when c is broken. */
 static int send_query(struct conn *c, struct query *q)
 {
     rsv_pg_t *pg = c->pg;
     int ok, flush;
 
-    if (q->nparams == 0)
-        ok = PQsendQuery(c->pq, q->sql);
-    else
-        ok = PQsendQueryParams(c->pq, q->sql, q->nparams, NULL, q->params, NULL, NULL, 0);
+    ok = send_statement(c, q);
     if (!ok) {
+        c->preparing = 0;
         if (PQstatus(c->pq) == CONNECTION_OK) { /* libpq refused the query itself */
             cm_log(CM_LOG_ERROR, "postgres conn %d: cannot send query: %s", c->id,
                    PQerrorMessage(c->pq));
@@ -788,6 +900,7 @@ void rsv_pg_free(rsv_pg_t *pg)
         if (c->pq != NULL)
             PQfinish(c->pq);
         c->pq = NULL;
+        forget_statements(c);
         conn_set_state(c, CONN_DOWN); /* no reconnect: the pool is closing */
         if (q != NULL)
             notify(pg, q, cm_err_shutdown, NULL);

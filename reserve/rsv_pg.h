@@ -1,6 +1,8 @@
 /*
  * rsv_pg — the one asynchronous Postgres client: a small pool of libpq connections
- * driven by the event loop (PQsendQueryParams + PQsocket events).
+ * driven by the event loop (PQsendQueryParams + PQsocket events). A statement with
+ * parameters is prepared once per connection and then runs prepared (a session-level
+ * pooler in between must keep a client on one server connection for its session).
  *
  * Runs on the event-loop thread; never blocks after the loop starts: connects use
  * PQconnectStart/PQconnectPoll, queries PQsendQueryParams/PQconsumeInput. Each query

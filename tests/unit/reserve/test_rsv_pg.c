@@ -273,6 +273,52 @@ static void test_sql_error_gives_sqlstate(void **state)
     rsv_pg_free(pg);
 }
 
+/*
+ * A statement with parameters is prepared once per connection and then runs prepared; a
+ * Parse that fails answers the error an unnamed run gives; a statement whose result
+ * columns changed (DDL) costs one error and a fresh connection, never a stuck statement.
+ */
+static void test_statements_run_prepared(void **state)
+{
+    rsv_pg_t *pg = pool(1, 5000, 100);
+    const char *sql = "SELECT $1::int * 2";
+    const char *p[] = {"21"};
+    struct qres q;
+
+    for (int i = 0; i < 3; i++) {
+        q = query(pg, sql, 1, p);
+        assert_null(q.err);
+        assert_string_equal(q.v[0], "42");
+    }
+    const char *look[] = {sql};
+    q = query(pg, "SELECT count(*) FROM pg_prepared_statements WHERE statement = $1", 1, look);
+    assert_null(q.err);
+    assert_string_equal(q.v[0], "1");
+
+    for (int i = 0; i < 2; i++) {
+        q = query(pg, "SELEC $1", 1, p);
+        assert_ptr_equal(q.err, cm_err_server);
+        assert_string_equal(q.sqlstate, "42601");
+    }
+    assert_int_equal(rsv_pg_connected(pg), 1);
+
+    const char *one[] = {"1"};
+    const char *sel = "SELECT * FROM t_prep WHERE a = $1::int";
+    query_ok(pg, "CREATE TABLE t_prep (a int); INSERT INTO t_prep VALUES (1)");
+    q = query(pg, sel, 1, one);
+    assert_null(q.err);
+    assert_int_equal(q.cols, 1);
+    query_ok(pg, "ALTER TABLE t_prep ADD COLUMN b int");
+    q = query(pg, sel, 1, one);
+    assert_ptr_equal(q.err, cm_err_server);
+    assert_string_equal(q.sqlstate, "0A000");
+    q = query(pg, sel, 1, one);
+    assert_null(q.err);
+    assert_int_equal(q.cols, 2);
+    query_ok(pg, "DROP TABLE t_prep");
+    rsv_pg_free(pg);
+}
+
 struct sleeper_gone {
     rsv_pg_t *pg;
     struct qres q;
@@ -525,6 +571,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_query_with_params, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sql_error_gives_sqlstate, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_statements_run_prepared, setup, teardown),
         cmocka_unit_test_setup_teardown(test_timeout_reopens_connection, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_concurrent_queries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_queue_overflow_is_busy, setup, teardown),
