@@ -2,11 +2,14 @@
 -- statements, in the same order, each its own transaction (autocommit, as rsv_pg sends
 -- them) — the happy path of a foreground checkout (reserve/rsv_checkout.c, rsv_saga.c;
 -- docs/confirm.md counts them):
---   1 onsale_saga_start  insert the checkout, created→hold_extended→payment_requested
---                        (after the hold's extend, before the charge; 005)     commit
---   2 onsale_saga_step   →paid, with the charge id (after the provider's 201)  commit
+--   1 onsale_saga_start  insert the checkout in payment_requested, its transitions
+--                        created→hold_extended→payment_requested (after the
+--                        hold's extend, before the charge; 005, one row since 006)  commit
+--   2 onsale_saga_step   →paid, with the charge id (after the provider's 201)       commit
 --   3 onsale_saga_book   booking + item, paid→converted→confirmed, the 201 answer
---                        stored (one transaction since migration 004)          commit
+--                        stored (one transaction since 004, one UPDATE since 006)   commit
+-- pgbench sends them unprepared (simple protocol); the reserve runs them prepared
+-- (reserve/rsv_pg.c), so the replay costs Postgres a little more than the reserve's.
 -- on the real tables, functions and triggers (deploy/sql), on the event bench-replay
 -- whose seats 'r<run>-<client>-<n>' bench_reserve.sh creates first (-t per client at
 -- most as many as it created). Ids: :run (-D), pgbench's :client_id, a per-client
