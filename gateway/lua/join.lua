@@ -5,10 +5,16 @@
 -- after it, the next number.
 -- Returns {'queued', gen, number, now} | {'prequeue', gen, 0, now} | {'unknown'} |
 -- {'sold_out'} | {'closed'} | {'not_open', prequeue_at} | {'prequeue_full', opens_at}.
-local c = load_cfg()
-if not c then
+-- Cost: this script is Redis' whole share of a join, so it reads only the fields it needs
+-- (HMGET and HGET, not HGETALL of the settings and the counters: ~15 -> ~9 µs per join,
+-- docs/performance.md, round 3). A room always has a gen (settings.lua, advance.lua).
+local cf = redis.call('HMGET', K.cfg, 'gen', 'sold_out', 'closes_at', 'prequeue_at',
+                      'opens_at', 'mode', 'max_prequeue')
+if not cf[1] then
     return {'unknown'}
 end
+local c = {gen = cf[1], sold_out = cf[2], closes_at = cf[3], prequeue_at = cf[4],
+           opens_at = cf[5], mode = cf[6], max_prequeue = cf[7]}
 if c.sold_out == '1' then
     return {'sold_out'}
 end
@@ -19,7 +25,7 @@ end
 if c.prequeue_at and now < num(c.prequeue_at, 0) then
     return {'not_open', c.prequeue_at}
 end
-local st = hgetall(K.st)
+local st = {opened = redis.call('HGET', K.st, 'opened')}
 open_room(c, st, now)
 if st.opened ~= '1' then
     if redis.call('ZCARD', K.pre) >= num(c.max_prequeue, 1000000) then
