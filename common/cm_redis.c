@@ -3,13 +3,13 @@
  *
  * Runs on the loop thread that owns the event_base, and never blocks. hiredis does what
  * it is good at, reading RESP (redisReader); commands are written as RESP straight into
- * the connection's output buffer by cm_redis_resp_write (measured: redisFormatCommandArgv
- * costs an allocation and a sprintf per argument, ~1 µs for a join's EVALSHA). This
- * module owns the transport: one libevent bufferevent per connection, a plain socket or
- * bufferevent_openssl over it when TLS is configured
- * (Debian's hiredis 0.14 has no TLS). One transport serves both so that plain and TLS
- * connections share every rule below; measured against hiredis' async context on plain
- * TCP it costs nothing measurable (docs/sizing.md, "Redis over TLS").
+ * the connection's output buffer by cm_redis_resp_write (redisFormatCommandArgv costs an
+ * allocation and a sprintf per argument: 17 for a join's EVALSHA, docs/performance.md).
+ * This module owns the transport: one libevent bufferevent per connection, a plain
+ * socket or bufferevent_openssl over it when TLS is configured (Debian's hiredis 0.14
+ * has no TLS). One transport serves both so that plain and TLS connections share every
+ * rule below; measured against hiredis' async context on plain TCP it costs nothing
+ * measurable (docs/sizing.md, "Redis over TLS").
  *
  * The connection's lifecycle is a state enum changed only by set_state(): DOWN (r->timer
  * is the reconnect backoff, 100 ms doubling to 2 s) → CONNECTING (r->timer is the connect
