@@ -26,7 +26,9 @@
 # processes (default 1 and 1: one event loop against one; --nginx-workers W|auto sets
 # nginx's alone). Every row also gives the CPU microseconds per answered request of each
 # side, from the processes' own CPU time over the run (/proc/<pid>/stat, user + system):
-# on a machine shared with other work, that is the figure to trust.
+# on a machine shared with other work, that is the figure to trust. The joins table adds
+# Redis' CPU microseconds per join (join.lua runs there for every join: the other half of
+# a join's cost, which the gateway's figure does not include).
 #
 # --count adds, after the measured runs, one counting run per side of the status and
 # joins pairs: system calls per answered request (strace -c -f attached to the gateway
@@ -189,6 +191,7 @@ GW=https://127.0.0.1:$P_GATEWAY
 NG=https://127.0.0.1:$P_NGINX
 CA=$STATE/ca.pem
 GATEWAY_PID=$(cat "$STATE/run/gateway.pid")
+REDIS_PID=$(cat "$STATE/run/redis.pid" 2>/dev/null || echo 0) # a join's other half: its script
 GLOG_START=$(stat -c %s "$GLOG" 2>/dev/null || echo 0)
 
 # ---------------------------------------------------------------------------------------
@@ -350,16 +353,18 @@ NG_TLS=$(tls_params "$P_NGINX")
 # the measurements
 
 # measure KIND REP SIDE URL SCRIPT OK ARGS…: one run; sets RPS/P50/P99/CPU of KIND.SIDE[REP]
-declare -A RPS P50 P99 CPU US
+declare -A RPS P50 P99 CPU US RUS
 measure() {
-    local kind=$1 r=$2 side=$3 url=$4 script=$5 ok=$6 f c0 c1 dur pids
+    local kind=$1 r=$2 side=$3 url=$4 script=$5 ok=$6 f c0 c1 r0 r1 dur pids
     shift 6
     f=$OUT/$kind.$side.$r
     if [[ $side == gw ]]; then pids=("$GATEWAY_PID"); else pids=("${NGINX_WORKER_PIDS[@]}"); fi
     say "$kind $r/$REPS: $([[ $side == gw ]] && echo gateway || echo nginx), wrk -t$THREADS -c$CONNS -d${DURATION}s"
     c0=$(cpu_ticks "${pids[@]}")
+    r0=$(cpu_ticks "$REDIS_PID")
     wrk_run "$f" "$url" "$script" "$@"
     c1=$(cpu_ticks "${pids[@]}")
+    r1=$(cpu_ticks "$REDIS_PID")
     [[ $side == gw ]] && check_alive "the $kind run"
     dur=$(field "$f" duration_us)
     RPS[$kind.$side.$r]=$(awk -v ok="$(field "$f" ok)" -v d="$dur" 'BEGIN { printf "%.0f", ok / (d / 1e6) }')
@@ -368,6 +373,8 @@ measure() {
     CPU[$kind.$side.$r]=$(cpu_pct "$c0" "$c1" "$(awk -v d="$dur" 'BEGIN { print d / 1e6 }')")
     US[$kind.$side.$r]=$(awk -v a="$c0" -v b="$c1" -v ok="$(field "$f" ok)" -v hz="$(getconf CLK_TCK)" \
         'BEGIN { printf "%.0f", (ok > 0 ? (b - a) / hz * 1e6 / ok : 0) }')
+    RUS[$kind.$side.$r]=$(awk -v a="$r0" -v b="$r1" -v ok="$(field "$f" ok)" -v hz="$(getconf CLK_TCK)" \
+        'BEGIN { printf "%.1f", (ok > 0 ? (b - a) / hz * 1e6 / ok : 0) }')
     note_anomalies "$kind $side run $r" "$f" "$ok"
 }
 
@@ -475,6 +482,12 @@ for kind in status joins tls; do
         "${MED[RPS.$kind.gw]}" "${MED[P50.$kind.gw]}" "${MED[P99.$kind.gw]}" '' "${MED[US.$kind.gw]}" \
         "${MED[RPS.$kind.ng]}" "${MED[P50.$kind.ng]}" "${MED[P99.$kind.ng]}" '' "${MED[US.$kind.ng]}" \
         "$(ratio "${MED[RPS.$kind.gw]}" "${MED[RPS.$kind.ng]}")"
+    if [[ $kind == joins ]]; then # Redis runs join.lua for each: its CPU is the join's too
+        vals=()
+        for ((r = 1; r <= REPS; r++)); do vals+=("${RUS[joins.gw.$r]}"); done
+        printf '  Redis CPU us per join (join.lua; not in the gateway figure): %s, median %s\n\n' \
+            "${vals[*]}" "$(median "${vals[@]}")"
+    fi
 done
 
 R_STATUS=$(ratio "${MED[RPS.status.gw]}" "${MED[RPS.status.ng]}")
