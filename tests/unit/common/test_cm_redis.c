@@ -904,7 +904,7 @@ static void test_resp_writer_matches_hiredis(void **state)
     assert_resp_as_hiredis(16, join, NULL);
     /* binary arguments: NUL, CR LF and '$' '*' inside, lengths given */
     const char *bin[] = {"SET", "a\0b", "\r\n$3\r\n*1"};
-    const size_t binlen[] = {3, 3, 10};
+    const size_t binlen[] = {3, 3, 8};
     assert_resp_as_hiredis(3, bin, binlen);
     /* every count of digits in a length and in argc: 9/10, 99/100, 999/1000, …, 100000 */
     static char big[100001];
