@@ -271,9 +271,10 @@ static int read_ticket(place_op_t *op, bool *from_bearer)
     return 1;
 }
 
-/* The hot answers (a queued or pre-queued fan's status and join) are written with
- * snprintf into a stack buffer, not built as a JSON tree: numbers, and the two strings
- * escaped by cm_http_json_string (ids and tickets are of a strict charset already). */
+/* The hot answers (a queued or pre-queued fan's status and join) go into a stack buffer,
+ * not a JSON tree: numbers, and the two strings escaped by cm_http_json_string (ids and
+ * tickets are of a strict charset already). The queued answer, the one of every poll and
+ * join, is written by hand (gw_queue_queued_json); the pre-queue's by snprintf. */
 #define JSON_BODY_MAX 1024
 
 typedef struct json_text {
