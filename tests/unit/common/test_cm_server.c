@@ -9,6 +9,7 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -49,6 +50,7 @@ typedef struct fx {
     app_t apps[WORKERS];
     pthread_t runner;
     int rc;
+    bool joined; /* the runner has returned (stop_and_wait) */
 } fx_t;
 
 static void on_slow(evutil_socket_t fd, short what, void *arg)
@@ -152,9 +154,20 @@ static int setup(void **state)
     return 0;
 }
 
+static void stop_runner(fx_t *f)
+{
+    if (f->joined)
+        return;
+    kill(getpid(), SIGTERM);
+    pthread_join(f->runner, NULL);
+    f->joined = true;
+}
+
+/* The server is freed only once its loops have returned, also after a failed assertion. */
 static int teardown(void **state)
 {
     fx_t *f = *state;
+    stop_runner(f);
     for (int i = 0; i < WORKERS; i++)
         cm_worker_close(f->apps[i].w);
     for (int i = 0; i < WORKERS; i++)
@@ -200,8 +213,7 @@ static int get(int port, const char *path, char *body, size_t bodylen)
 
 static void stop_and_wait(fx_t *f)
 {
-    kill(getpid(), SIGTERM);
-    pthread_join(f->runner, NULL);
+    stop_runner(f);
     assert_int_equal(f->rc, 0);
 }
 
@@ -307,6 +319,7 @@ static void ready_only_when_every_worker_is(void **state)
     assert_true(ready_becomes(f->s, true));
     __atomic_store_n(&f->apps[0].up, 0, __ATOMIC_RELAXED);
     assert_true(ready_becomes(f->s, false));
+    stop_and_wait(f);
 }
 
 int main(void)
