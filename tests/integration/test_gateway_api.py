@@ -3,6 +3,7 @@ forged or moved (DESIGN.md invariant 10), the admission JWT checked by an indepe
 implementation (python3-jwt) against the JWKS and accepted by reserve (invariant 9), the
 same admission for repeated polls, the per-address join limit, sold out / closed."""
 
+import hashlib
 import json
 import os
 import time
@@ -345,6 +346,16 @@ class Admission(gwstack.GatewayTestCase):
             return r if r.status == 200 and r.json.get("state") == "admitted" else None
         return stack.wait_for(poll, timeout, interval=0.1, what="admission")
 
+    def record_expiry(self, ev, token, timeout=5):
+        """PEXPIRETIME of token's record, once it exists (else -2 after timeout)."""
+        key = f"os:{{{ev}}}:tk:{hashlib.sha256(token.encode()).hexdigest()}"
+        deadline = time.monotonic() + timeout
+        while True:
+            pexp = int(self.GS.redis("PEXPIRETIME", key))
+            if pexp != -2 or time.monotonic() > deadline:
+                return pexp
+            time.sleep(0.02)
+
     def test_admission_jwt_verifies_against_jwks_and_reserve_accepts_it(self):
         import jwt  # python3-jwt, an independent ES256 implementation
         ev = gwstack.new_id("adm")
@@ -393,23 +404,24 @@ class Admission(gwstack.GatewayTestCase):
         # recorded once in Redis: a second gateway (no cache) signs the same claims
         g2 = self.GS.add_gateway(gwstack.new_id("g"))
         c2 = g2.client()
+        # Each token handed out is recorded in the event's slot, expiring with it
+        # (docs/tokens.md), so the reserve's first hold needs no signature check. A gateway
+        # sends the record without waiting for it: looked for while its gateway still runs.
         try:
             other = self.status(ev, t, client=c2)
+            self.assertStatus(other, 200)
+            expiry = {tok: self.record_expiry(ev, tok),
+                      other.json["admission_token"]:
+                          self.record_expiry(ev, other.json["admission_token"])}
         finally:
             c2.close()
             g2.stop()
             self.GS.gateways.remove(g2)
-        self.assertStatus(other, 200)
         c_other = jwt.decode(other.json["admission_token"], pub, algorithms=["ES256"],
                              audience="onsale-reserve")
         self.assertEqual(c_other, claims, "another gateway issued another admission")
-
-        # each token handed out is recorded in the event's slot, expiring with it
-        # (docs/tokens.md), so the reserve's first hold needs no signature check
-        import hashlib
         for t, c in ((tok, claims), (other.json["admission_token"], c_other)):
-            key = f"os:{{{ev}}}:tk:{hashlib.sha256(t.encode()).hexdigest()}"
-            self.assertEqual(int(self.GS.redis("PEXPIRETIME", key)), c["exp"] * 1000,
+            self.assertEqual(expiry[t], c["exp"] * 1000,
                              "token record missing or not expiring with the token")
         names = "onsale_reserve_token_records_total"
         before = stack.metric_sum(self.GS.S.metrics(), names, result="matched")
