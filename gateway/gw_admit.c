@@ -16,6 +16,7 @@
 #include "cm_err.h"
 #include "cm_log.h"
 #include "cm_mem.h"
+#include "cm_text.h"
 #include "cm_time.h"
 #include "cm_tls.h"
 #include "gw_keys.h"
@@ -149,41 +150,15 @@ static void reply_page(gw_req_t *r, gw_room_t *room, const char *state, int64_t 
     gw_req_replied(r);
 }
 
-/* JSON answers are written without a tree (as gw_queue's queued answers): strings go
- * through cm_http_json_string, one after the other, into a buffer big enough for any of
- * them escaped (6 bytes per input byte at worst). */
-typedef struct json_out {
-    char *buf;
-    size_t size, len;
-    bool failed;
-} json_out_t;
-
-static void json_raw(json_out_t *j, const char *s)
+/* JSON answers are written without a tree (cm_text, as gw_queue's queued answers); one
+ * that did not fit is a 503, never a cut answer. */
+static void reply_text(gw_req_t *r, int code, cm_text_t *t, char *out)
 {
-    size_t n = strlen(s);
-    if (j->failed || j->len + n >= j->size) {
-        j->failed = true;
-        return;
-    }
-    memcpy(j->buf + j->len, s, n + 1);
-    j->len += n;
-}
-
-static void json_str(json_out_t *j, const char *s)
-{
-    int n = j->failed ? -1 : cm_http_json_string(j->buf + j->len, j->size - j->len, s);
-    if (n < 0)
-        j->failed = true;
-    else
-        j->len += (size_t)n;
-}
-
-static void reply_json_out(gw_req_t *r, int code, json_out_t *j)
-{
-    if (j->failed)
+    size_t n = cm_text_done(t, out);
+    if (n == 0)
         gw_reply_unavailable(r, "writing the answer", cm_err_protocol);
     else
-        gw_reply_text(r, code, "application/json", j->buf, j->len);
+        gw_reply_text(r, code, "application/json", out, n);
 }
 
 static void reply_admitted(gw_req_t *r, gw_room_t *room, const char *ticket, const entry_t *e,
@@ -197,30 +172,31 @@ static void reply_admitted(gw_req_t *r, gw_room_t *room, const char *ticket, con
     char exp[32];
     cm_format_rfc3339(e->exp * 1000, exp, sizeof(exp));
     const char *redirect = redirect_of(r->srv, room);
-    char stack[4096];
-    json_out_t j = {.buf = stack, .size = sizeof(stack)};
-    size_t worst = 6 * (strlen(room->event) + strlen(ticket) + strlen(e->token) + strlen(redirect) +
-                        strlen(exp)) +
+    char stack[4096], *out = stack;
+    size_t worst = CM_TEXT_JSON_WORST(strlen(room->event) + strlen(ticket) + strlen(e->token) +
+                                      strlen(redirect) + strlen(exp)) +
                    256;
-    if (worst > sizeof(stack)) { /* a long token or redirect URL: the heap, once */
-        j.buf = cm_xmalloc(worst);
-        j.size = worst;
-    }
-    json_raw(&j, "{\"event\":");
-    json_str(&j, room->event);
-    json_raw(&j, ",\"state\":\"admitted\",\"ticket\":");
-    json_str(&j, ticket);
-    json_raw(&j, ",\"admission_token\":");
-    json_str(&j, e->token);
-    json_raw(&j, ",\"expires_at\":");
-    json_str(&j, exp);
-    json_raw(&j, ",\"redirect_url\":");
-    json_str(&j, redirect);
-    json_raw(&j, room->s.handoff_post ? ",\"handoff\":\"post\"}" : ",\"handoff\":\"fragment\"}");
+    if (worst > sizeof(stack)) /* a long token or redirect URL: the heap, once */
+        out = cm_xmalloc(worst);
+    cm_text_t t = cm_text_at(out, worst > sizeof(stack) ? worst : sizeof(stack));
+    CM_TEXT_LIT(&t, "{\"event\":");
+    cm_text_json(&t, room->event);
+    CM_TEXT_LIT(&t, ",\"state\":\"admitted\",\"ticket\":");
+    cm_text_json(&t, ticket);
+    CM_TEXT_LIT(&t, ",\"admission_token\":");
+    cm_text_json(&t, e->token);
+    CM_TEXT_LIT(&t, ",\"expires_at\":");
+    cm_text_json(&t, exp);
+    CM_TEXT_LIT(&t, ",\"redirect_url\":");
+    cm_text_json(&t, redirect);
+    if (room->s.handoff_post)
+        CM_TEXT_LIT(&t, ",\"handoff\":\"post\"}");
+    else
+        CM_TEXT_LIT(&t, ",\"handoff\":\"fragment\"}");
     gw_queue_set_cookie(r, room->event, ticket);
-    reply_json_out(r, code, &j);
-    if (j.buf != stack)
-        free(j.buf);
+    reply_text(r, code, &t, out);
+    if (out != stack)
+        free(out);
 }
 
 static void reply_expired(gw_req_t *r)
@@ -238,20 +214,19 @@ static void reply_front(gw_req_t *r, gw_room_t *room, const char *ticket, int co
         reply_page(r, room, "queued", 1, NULL);
         return;
     }
-    char body[6 * (CM_IDENT_MAX + GW_TICKET_MAX_LEN) + 256], num[64];
-    json_out_t j = {.buf = body, .size = sizeof(body)};
-    json_raw(&j, "{\"event\":");
-    json_str(&j, room->event);
-    json_raw(&j, ",\"state\":\"queued\",\"ticket\":");
-    json_str(&j, ticket);
-    snprintf(num, sizeof(num), ",\"position\":1,\"queue_size\":%" PRId64,
-             gw_watermark_queue_size(room));
-    json_raw(&j, num);
-    snprintf(num, sizeof(num), ",\"eta_seconds\":0,\"poll_after_ms\":%" PRId64 "}",
-             (int64_t)r->srv->cfg.poll_min_ms);
-    json_raw(&j, num);
+    char body[CM_TEXT_JSON_WORST(CM_IDENT_MAX + GW_TICKET_MAX_LEN) + 256];
+    cm_text_t t = cm_text_at(body, sizeof(body));
+    CM_TEXT_LIT(&t, "{\"event\":");
+    cm_text_json(&t, room->event);
+    CM_TEXT_LIT(&t, ",\"state\":\"queued\",\"ticket\":");
+    cm_text_json(&t, ticket);
+    CM_TEXT_LIT(&t, ",\"position\":1,\"queue_size\":");
+    cm_text_i64(&t, gw_watermark_queue_size(room));
+    CM_TEXT_LIT(&t, ",\"eta_seconds\":0,\"poll_after_ms\":");
+    cm_text_i64(&t, (int64_t)r->srv->cfg.poll_min_ms);
+    CM_TEXT_LIT(&t, "}");
     gw_queue_set_cookie(r, room->event, ticket);
-    reply_json_out(r, code, &j);
+    reply_text(r, code, &t, body);
 }
 
 static void op_free(admit_op_t *op)

@@ -20,6 +20,7 @@
 #include "cm_log.h"
 #include "cm_mem.h"
 #include "cm_parse.h"
+#include "cm_text.h"
 #include "cm_time.h"
 #include "cm_tls.h"
 #include "gw_admit.h"
@@ -50,107 +51,42 @@ static void op_free(place_op_t *op)
     cm_pool_put(op->pool, op);
 }
 
-/* --- hand-written text: a bounded cursor that remembers overflowing ---------------- */
-
-typedef struct text {
-    char *p, *end; /* end: the last byte, kept for the NUL */
-    bool over;
-} text_t;
-
-static text_t text_at(char *out, size_t size)
-{
-    return (text_t){.p = out, .end = out + (size > 0 ? size - 1 : 0), .over = size == 0};
-}
-
-static void put(text_t *t, const char *s, size_t n)
-{
-    if (t->over || (size_t)(t->end - t->p) < n) {
-        t->over = true;
-        return;
-    }
-    memcpy(t->p, s, n);
-    t->p += n;
-}
-
-#define PUT_LIT(t, lit) put((t), (lit), sizeof(lit) - 1)
-
-static void put_str(text_t *t, const char *s)
-{
-    put(t, s, strlen(s));
-}
-
-/* v in decimal (INT64_MIN included). */
-static void put_i64(text_t *t, int64_t v)
-{
-    char buf[24];
-    char *p = buf + sizeof(buf);
-    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-    do {
-        *--p = (char)('0' + u % 10);
-        u /= 10;
-    } while (u != 0);
-    if (v < 0)
-        *--p = '-';
-    put(t, p, (size_t)(buf + sizeof(buf) - p));
-}
-
-/* s as a JSON string (cm_http_json_string's escaping). */
-static void put_json(text_t *t, const char *s)
-{
-    if (t->over)
-        return;
-    int n = cm_http_json_string(t->p, (size_t)(t->end - t->p) + 1, s);
-    if (n < 0 || t->p + n > t->end)
-        t->over = true;
-    else
-        t->p += n;
-}
-
-/* The length written and its NUL, or 0 when it did not fit. */
-static size_t text_done(text_t *t, char *out)
-{
-    if (t->over)
-        return 0;
-    *t->p = '\0';
-    return (size_t)(t->p - out);
-}
-
 size_t gw_queue_queued_json(char *out, size_t size, const gw_queued_answer_t *a)
 {
-    text_t t = text_at(out, size);
-    PUT_LIT(&t, "{\"event\":");
-    put_json(&t, a->event);
-    PUT_LIT(&t, ",\"state\":\"queued\",\"ticket\":");
-    put_json(&t, a->ticket);
-    PUT_LIT(&t, ",\"position\":");
-    put_i64(&t, a->position);
-    PUT_LIT(&t, ",\"queue_size\":");
-    put_i64(&t, a->queue_size);
-    PUT_LIT(&t, ",\"eta_seconds\":");
+    cm_text_t t = cm_text_at(out, size);
+    CM_TEXT_LIT(&t, "{\"event\":");
+    cm_text_json(&t, a->event);
+    CM_TEXT_LIT(&t, ",\"state\":\"queued\",\"ticket\":");
+    cm_text_json(&t, a->ticket);
+    CM_TEXT_LIT(&t, ",\"position\":");
+    cm_text_i64(&t, a->position);
+    CM_TEXT_LIT(&t, ",\"queue_size\":");
+    cm_text_i64(&t, a->queue_size);
+    CM_TEXT_LIT(&t, ",\"eta_seconds\":");
     if (a->eta_seconds >= 0)
-        put_i64(&t, a->eta_seconds);
+        cm_text_i64(&t, a->eta_seconds);
     else
-        PUT_LIT(&t, "null");
-    PUT_LIT(&t, ",\"poll_after_ms\":");
-    put_i64(&t, a->poll_after_ms);
+        CM_TEXT_LIT(&t, "null");
+    CM_TEXT_LIT(&t, ",\"poll_after_ms\":");
+    cm_text_i64(&t, a->poll_after_ms);
     if (a->paused)
-        PUT_LIT(&t, ",\"paused\":true}");
+        CM_TEXT_LIT(&t, ",\"paused\":true}");
     else
-        PUT_LIT(&t, ",\"paused\":false}");
-    return text_done(&t, out);
+        CM_TEXT_LIT(&t, ",\"paused\":false}");
+    return cm_text_done(&t, out);
 }
 
 size_t gw_queue_cookie_text(char *out, size_t size, const char *event, const char *ticket)
 {
-    text_t t = text_at(out, size);
-    PUT_LIT(&t, GW_COOKIE_PREFIX);
-    put_str(&t, event);
-    PUT_LIT(&t, "=");
-    put_str(&t, ticket);
-    PUT_LIT(&t, "; HttpOnly; Secure; SameSite=Lax; Path=/q/");
-    put_str(&t, event);
-    PUT_LIT(&t, "; Max-Age=86400");
-    return text_done(&t, out);
+    cm_text_t t = cm_text_at(out, size);
+    CM_TEXT_LIT(&t, GW_COOKIE_PREFIX);
+    cm_text_str(&t, event);
+    CM_TEXT_LIT(&t, "=");
+    cm_text_str(&t, ticket);
+    CM_TEXT_LIT(&t, "; HttpOnly; Secure; SameSite=Lax; Path=/q/");
+    cm_text_str(&t, event);
+    CM_TEXT_LIT(&t, "; Max-Age=86400");
+    return cm_text_done(&t, out);
 }
 
 /* Jitter for poll intervals (no secret): xorshift seeded once per thread from the CSPRNG,
@@ -210,9 +146,9 @@ static void random_bytes(void *out, size_t n)
 /* v's top 53 bits as decimal text (exact as a Lua number and a zset score); its length. */
 static size_t score_text(uint64_t v, char out[24])
 {
-    text_t t = text_at(out, 24);
-    put_i64(&t, (int64_t)(v >> 11));
-    return text_done(&t, out);
+    cm_text_t t = cm_text_at(out, 24);
+    cm_text_i64(&t, (int64_t)(v >> 11));
+    return cm_text_done(&t, out);
 }
 
 /* A random integer below 2^53 as decimal text; its length. */

@@ -17,6 +17,7 @@
 #include "cm_http.h"
 #include "cm_log.h"
 #include "cm_mem.h"
+#include "cm_text.h"
 #include "cm_tls.h"
 #include "rsv_auth.h"
 #include "rsv_catalog.h"
@@ -364,84 +365,56 @@ static void replay_hold(create_op_t *op)
     }
 }
 
-/* JSON answers written without a tree (as the gateway's hot answers): each string through
- * cm_http_json_string into a buffer big enough for all of them escaped. */
-typedef struct json_out {
-    char *buf;
-    size_t size, len;
-    bool failed;
-} json_out_t;
-
-static void out_raw(json_out_t *j, const char *s)
-{
-    size_t n = strlen(s);
-    if (j->failed || j->len + n >= j->size) {
-        j->failed = true;
-        return;
-    }
-    memcpy(j->buf + j->len, s, n + 1);
-    j->len += n;
-}
-
-static void out_str(json_out_t *j, const char *s)
-{
-    int n = j->failed ? -1 : cm_http_json_string(j->buf + j->len, j->size - j->len, s);
-    if (n < 0)
-        j->failed = true;
-    else
-        j->len += (size_t)n;
-}
-
 /* 201 with the hold just taken: what hold_json gives for it, in the same order. */
 static void reply_created(create_op_t *op, int64_t exp_ms)
 {
     const char *currency = op->ev->currency;
-    char stack[2048], num[64], exp[32];
-    size_t worst = 6 * (strlen(op->hold_id) + strlen(op->event) +
-                        (op->seats_csv ? 2 * strlen(op->seats_csv) : 0) +
-                        (op->pool ? strlen(op->pool->id) : 0) + (currency ? strlen(currency) : 0)) +
+    char stack[2048], exp[32], *out = stack;
+    size_t worst = CM_TEXT_JSON_WORST(strlen(op->hold_id) + strlen(op->event) +
+                                      (op->seats_csv ? 2 * strlen(op->seats_csv) : 0) +
+                                      (op->pool ? strlen(op->pool->id) : 0) +
+                                      (currency ? strlen(currency) : 0)) +
                    256;
-    json_out_t j = {.buf = stack, .size = sizeof(stack)};
-    if (worst > sizeof(stack)) {
-        j.buf = cm_xmalloc(worst);
-        j.size = worst;
-    }
-    out_raw(&j, "{\"hold_id\":");
-    out_str(&j, op->hold_id);
-    out_raw(&j, ",\"event\":");
-    out_str(&j, op->event);
-    out_raw(&j, ",\"state\":\"held\",");
+    if (worst > sizeof(stack))
+        out = cm_xmalloc(worst);
+    cm_text_t t = cm_text_at(out, worst > sizeof(stack) ? worst : sizeof(stack));
+    CM_TEXT_LIT(&t, "{\"hold_id\":");
+    cm_text_json(&t, op->hold_id);
+    CM_TEXT_LIT(&t, ",\"event\":");
+    cm_text_json(&t, op->event);
+    CM_TEXT_LIT(&t, ",\"state\":\"held\",");
     if (op->pool) {
-        out_raw(&j, "\"pool\":");
-        out_str(&j, op->pool->id);
-        snprintf(num, sizeof(num), ",\"quantity\":%lld", (long long)op->quantity);
-        out_raw(&j, num);
+        CM_TEXT_LIT(&t, "\"pool\":");
+        cm_text_json(&t, op->pool->id);
+        CM_TEXT_LIT(&t, ",\"quantity\":");
+        cm_text_i64(&t, op->quantity);
     } else {
         json_t *seats = json_object_get(op->body, "seats");
-        out_raw(&j, "\"seats\":[");
+        CM_TEXT_LIT(&t, "\"seats\":[");
         for (size_t i = 0; i < json_array_size(seats); i++) {
             if (i)
-                out_raw(&j, ",");
-            out_str(&j, json_string_value(json_array_get(seats, i)));
+                CM_TEXT_LIT(&t, ",");
+            cm_text_json(&t, json_string_value(json_array_get(seats, i)));
         }
-        out_raw(&j, "]");
+        CM_TEXT_LIT(&t, "]");
     }
     cm_format_rfc3339(exp_ms, exp, sizeof(exp));
-    out_raw(&j, ",\"expires_at\":");
-    out_str(&j, exp);
-    snprintf(num, sizeof(num), ",\"amount\":%lld", (long long)op->amount);
-    out_raw(&j, num);
+    CM_TEXT_LIT(&t, ",\"expires_at\":");
+    cm_text_json(&t, exp);
+    CM_TEXT_LIT(&t, ",\"amount\":");
+    cm_text_i64(&t, op->amount);
     if (currency) {
-        out_raw(&j, ",\"currency\":");
-        out_str(&j, currency);
+        CM_TEXT_LIT(&t, ",\"currency\":");
+        cm_text_json(&t, currency);
     }
-    out_raw(&j, "}");
-    if (j.failed)
+    CM_TEXT_LIT(&t, "}");
+    size_t n = cm_text_done(&t, out);
+    if (n == 0)
         rsv_reply_unavailable(&op->r, "writing the answer", cm_err_protocol);
     else
-        rsv_reply_text(&op->r, 201, "application/json", j.buf, j.len);
-    if (j.buf != stack)
-        free(j.buf);
+        rsv_reply_text(&op->r, 201, "application/json", out, n);
+    if (out != stack)
+        free(out);
 }
 
 /* The full verification of a token whose record was missing; then the hold, once more. */
@@ -548,19 +521,9 @@ static const char *hold_key(hold_keys_t *hk, const char *event, const char *kind
 /* v in decimal into buf (24 bytes: any int64); returns buf. Six per hold: not snprintf. */
 static char *dec(char buf[24], int64_t v)
 {
-    char tmp[24];
-    size_t n = 0;
-    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-    do {
-        tmp[n++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    size_t o = 0;
-    if (v < 0)
-        buf[o++] = '-';
-    while (n)
-        buf[o++] = tmp[--n];
-    buf[o] = '\0';
+    cm_text_t t = cm_text_at(buf, 24);
+    cm_text_i64(&t, v);
+    cm_text_done(&t, buf);
     return buf;
 }
 
