@@ -7,35 +7,19 @@
  * reason.
  */
 #include "fuzz.h"
-#include <openssl/evp.h>
-#include <openssl/pem.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cm_jwt.h"
+#include "fuzz_keys.h"
 
 static cm_jwt_keyset_t *keys;
-
-static void init(void)
-{
-    EVP_PKEY *k = EVP_EC_gen("P-256");
-    BIO *b = BIO_new(BIO_s_mem());
-    PEM_write_bio_PUBKEY(b, k);
-    char *pem = NULL;
-    long n = BIO_get_mem_data(b, &pem);
-    char err[256];
-    keys = cm_jwt_keyset_new();
-    if (cm_jwt_keyset_add_pem(keys, NULL, pem, (size_t)n, err, sizeof(err)) != 0)
-        abort();
-    BIO_free(b);
-    EVP_PKEY_free(k);
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (keys == NULL)
-        init();
+        keys = fuzz_keyset(NULL);
     cm_jwt_claims_t c;
     static const cm_jwt_policy_t pol = {
         .issuer = "onsale-gateway", .leeway_s = 5, .max_lifetime_s = 86400};

@@ -8,14 +8,13 @@
  * exactly when inspection accepted the token.
  */
 #include "fuzz.h"
-#include <openssl/evp.h>
-#include <openssl/pem.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cm_jwt.h"
+#include "fuzz_keys.h"
 #include "cm_parse.h"
 
 #define MAX_CLAIMS 2048
@@ -25,17 +24,7 @@ static char header[128], signature[128];
 
 static void init(void)
 {
-    EVP_PKEY *k = EVP_EC_gen("P-256");
-    BIO *b = BIO_new(BIO_s_mem());
-    PEM_write_bio_PUBKEY(b, k);
-    char *pem = NULL;
-    long n = BIO_get_mem_data(b, &pem);
-    char err[256];
-    keys = cm_jwt_keyset_new();
-    if (cm_jwt_keyset_add_pem(keys, "k1", pem, (size_t)n, err, sizeof(err)) != 0)
-        abort();
-    BIO_free(b);
-    EVP_PKEY_free(k);
+    keys = fuzz_keyset("k1");
     static const char h[] = "{\"alg\":\"ES256\",\"typ\":\"JWT\",\"kid\":\"k1\"}";
     cm_base64url_encode((const unsigned char *)h, sizeof(h) - 1, header);
     static const unsigned char zeros[64];
