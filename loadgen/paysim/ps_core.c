@@ -175,6 +175,7 @@ struct ps_server {
     cm_tls_ctx_t *tls;
     cm_http_server_t *http;
     settings_t set;
+    settings_t defaults; /* the configured settings: what PUT /v1/settings starts from */
     rec_t *by_key[NBUCKETS];
     rec_t *by_id[NBUCKETS];
     rec_t **list; /* DONE records in commit order */
@@ -1106,7 +1107,9 @@ static void settings_endpoint(ps_server_t *ps, cm_req_t *req)
         json_t *doc = cm_http_read_json(req, MAX_BODY, NULL, NULL);
         if (doc == NULL)
             return;
-        settings_t s = ps->set;
+        /* PUT defines the provider completely: what it does not name is the configured
+         * default, whatever an earlier PATCH left. PATCH (and POST) change what they name. */
+        settings_t s = m == CM_HTTP_PUT ? ps->defaults : ps->set;
         const char *bad = settings_apply(&s, doc);
         json_decref(doc);
         if (bad) {
@@ -1116,7 +1119,7 @@ static void settings_endpoint(ps_server_t *ps, cm_req_t *req)
         ps->set = s;
         cm_log(CM_LOG_INFO, "settings changed");
     } else if (m != CM_HTTP_GET) {
-        send_error(req, 405, "invalid_request_error", "method_not_allowed", "GET or PATCH");
+        send_error(req, 405, "invalid_request_error", "method_not_allowed", "GET, PUT or PATCH");
         return;
     }
     cm_http_send_json(req, 200, settings_json(&ps->set));
@@ -1193,6 +1196,7 @@ ps_server_t *ps_server_new(struct event_base *base, const ps_config_t *cfg, char
                  "latency_min_ms > latency_max_ms, or decline+error+timeout over 100%%");
         goto err;
     }
+    ps->defaults = ps->set;
     if (!cfg->plain_http) {
         if (cfg->tls_cert == NULL || cfg->tls_key == NULL) {
             snprintf(err, errlen, "tls_cert and tls_key must be set (or plain_http = true)");

@@ -21,8 +21,10 @@
  *                      {"object":"list","data":[charge…],"has_more":bool}; each charge
  *                      carries its metadata, status, refunded and amount_refunded
  *   GET  /v1/ledger[?event=E]            {"charges":[…],"refunds":[…]} (metadata.event = E)
- *   GET|PATCH /v1/settings               latency, decline/error/timeout rates, timeout mode,
- *                                        refund_error_rate (refunds answered 500, nothing done)
+ *   GET|PATCH|PUT /v1/settings           latency, decline/error/timeout rates, timeout mode,
+ *                                        refund_error_rate (refunds answered 500, nothing done);
+ *                                        PATCH changes the keys it names, PUT sets every key
+ *                                        (those it does not name to the configured defaults)
  *   GET  /v1/stats                       {"requests","tls_handshakes","tls_resumed"}: how
  *                                        clients use connections (keep-alive, resumption)
  *   GET  /healthz

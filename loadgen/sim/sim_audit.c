@@ -129,12 +129,12 @@ static json_t *fetch_ledger(sim_run_t *r)
                      f.legacy ? "/v1/ledger" : "/v1/charges");
 }
 
-static redisContext *redis_open(sim_run_t *r)
+static redisContext *redis_connect(sim_run_t *r, const char *host, int port)
 {
     struct timeval tv = {5, 0};
-    redisContext *rc = redisConnectWithTimeout(r->o->redis_host, r->o->redis_port, tv);
+    redisContext *rc = redisConnectWithTimeout(host, port, tv);
     if (rc == NULL || rc->err) {
-        fprintf(stderr, "onsale-sim: redis %s:%d: %s\n", r->o->redis_host, r->o->redis_port,
+        fprintf(stderr, "onsale-sim: redis %s:%d: %s\n", host, port,
                 rc ? rc->errstr : "out of memory");
         redisFree(rc);
         return NULL;
@@ -152,6 +152,27 @@ static redisContext *redis_open(sim_run_t *r)
         }
     }
     return rc;
+}
+
+/* The Redis node that serves the event's keys. Every key of an event carries the hash tag
+ * {event}, so they share one slot: on a Redis Cluster the node of --redis answers MOVED
+ * with the master that owns it, and the audit reads that master (plain commands, one
+ * node, no cluster client needed). */
+static redisContext *redis_open(sim_run_t *r)
+{
+    redisContext *rc = redis_connect(r, r->o->redis_host, r->o->redis_port);
+    if (rc == NULL)
+        return NULL;
+    redisReply *rep = redisCommand(rc, "EXISTS os:{%s}:seed", r->event);
+    char host[256];
+    int port = 0;
+    bool moved = rep && rep->type == REDIS_REPLY_ERROR &&
+                 sscanf(rep->str, "MOVED %*d %255[^:]:%d", host, &port) == 2 && port > 0;
+    freeReplyObject(rep);
+    if (!moved)
+        return rc;
+    redisFree(rc);
+    return redis_connect(r, host, port);
 }
 
 /* ------------------------------------------------------------------ checks */

@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include "sim_crowd.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <math.h>
@@ -124,6 +125,58 @@ void sim_run_violation(sim_run_t *r, const char *check, const char *fmt, ...)
     r->nviol++;
 }
 
+/* The error code of a refusal's body: the value of its first "error" member, found by
+ * a bounded scan (every refusal of both services is {"error": "<code>", ...}; parsing the
+ * JSON of each of a few hundred thousand 429s would cost the crowd more than it measures). */
+static void error_code(const sim_resp_t *resp, char *out, size_t outlen)
+{
+    snprintf(out, outlen, "-");
+    if (resp->err) {
+        snprintf(out, outlen, "%s", resp->err);
+        return;
+    }
+    const char *b = resp->body, *end = resp->body ? resp->body + resp->body_len : NULL;
+    static const char key[] = "\"error\"";
+    for (const char *p = b; p && p + sizeof(key) - 1 < end; p++) {
+        if (memcmp(p, key, sizeof(key) - 1) != 0)
+            continue;
+        p += sizeof(key) - 1;
+        while (p < end && (*p == ' ' || *p == ':'))
+            p++;
+        if (p >= end || *p != '"')
+            return;
+        size_t n = 0;
+        for (p++; p < end && *p != '"' && n + 1 < outlen; p++)
+            if (isalnum((unsigned char)*p) || *p == '_' || *p == '.' || *p == '-')
+                out[n++] = *p;
+        out[n] = '\0';
+        if (n == 0)
+            snprintf(out, outlen, "-");
+        return;
+    }
+}
+
+static void count_cause(sim_endpoint_t *e, const sim_resp_t *resp)
+{
+    char code[sizeof(e->causes[0].code)];
+    error_code(resp, code, sizeof(code));
+    int status = resp->err ? 0 : resp->status;
+    for (int i = 0; i < e->ncauses; i++) {
+        if (e->causes[i].status == status && strcmp(e->causes[i].code, code) == 0) {
+            e->causes[i].n++;
+            return;
+        }
+    }
+    if (e->ncauses == SIM_MAX_CAUSES) {
+        e->other_causes++;
+        return;
+    }
+    sim_cause_t *k = &e->causes[e->ncauses++];
+    k->status = status;
+    snprintf(k->code, sizeof(k->code), "%s", code);
+    k->n = 1;
+}
+
 static void record(sim_crowd_t *c, int ep, const sim_resp_t *resp)
 {
     sim_run_t *r = c->r;
@@ -132,6 +185,8 @@ static void record(sim_crowd_t *c, int ep, const sim_resp_t *resp)
     if (cls < 0 || cls > 5)
         cls = 0;
     r->ep[ep].by_class[cls]++;
+    if (cls == 0 || cls >= 4)
+        count_cause(&r->ep[ep], resp);
     if (resp->err)
         snprintf(r->ep[ep].sample, sizeof(r->ep[ep].sample), "%s", resp->err);
     else if (resp->status >= 400 && resp->status != 409 && resp->status != 410 &&
@@ -1108,9 +1163,11 @@ static void start_night(sim_crowd_t *c)
         free(body);
         return;
     }
-    if (c->setup_step == 2 && s->payment && c->paysim) {
-        char *b = json_dumps(s->payment, JSON_COMPACT);
-        sim_pool_request(c->paysim, 0, "PATCH", "/v1/settings", NULL, b, on_setup, c);
+    if (c->setup_step == 2 && c->paysim) {
+        /* PUT, not PATCH: the scenario defines the provider completely, and a knob it does
+         * not name is the simulator's default, not what an earlier night left behind. */
+        char *b = s->payment ? json_dumps(s->payment, JSON_COMPACT) : cm_xstrdup("{}");
+        sim_pool_request(c->paysim, 0, "PUT", "/v1/settings", NULL, b, on_setup, c);
         free(b);
         return;
     }

@@ -293,14 +293,24 @@ int main(int argc, char **argv)
         free(pw);
     }
     o.state_dir = env("ONSALE_STATE");
-    char *pidfiles[4] = {NULL};
-    if (o.nservices == 0 && o.state_dir) {
-        static const char *const names[] = {"gateway", "reserve", "paysim", "redis"};
-        for (int i = 0; i < 4; i++) {
-            pidfiles[i] = cm_xasprintf("%s/run/%s.pid", o.state_dir, names[i]);
-            add_service(&o, names[i], pidfiles[i]);
-        }
+    /* The stack's processes, in either topology: those with a pid file in the state dir
+     * (single: gateway, reserve, redis; cluster: gateway-N, reserve-N, redis-N, haproxy). */
+    static const char *const names[] = {"gateway",   "gateway-1", "gateway-2", "reserve",
+                                        "reserve-1", "reserve-2", "paysim",    "redis",
+                                        "redis-1",   "redis-2",   "redis-3",   "haproxy"};
+    enum { NNAMES = sizeof(names) / sizeof(names[0]) };
+    _Static_assert(NNAMES <= SIM_MAX_SERVICES, "SIM_MAX_SERVICES holds every stack process");
+    char *pidfiles[NNAMES] = {NULL};
+    for (int i = 0; o.nservices == 0 && o.state_dir && i < NNAMES; i++) {
+        pidfiles[i] = cm_xasprintf("%s/run/%s.pid", o.state_dir, names[i]);
+        if (access(pidfiles[i], F_OK) == 0)
+            continue;
+        free(pidfiles[i]);
+        pidfiles[i] = NULL;
     }
+    for (int i = 0; i < NNAMES; i++)
+        if (pidfiles[i])
+            add_service(&o, names[i], pidfiles[i]);
     o.progress = !no_progress && isatty(2);
 
     sim_run_t r = {0};
@@ -365,7 +375,7 @@ done:
     json_decref(r.timeline);
     json_decref(r.ledger);
     json_decref(r.figures);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < NNAMES; i++)
         free(pidfiles[i]);
     free(out);
     free(extra);

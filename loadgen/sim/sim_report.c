@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cm_mem.h"
 #include "cm_parse.h"
@@ -28,6 +29,76 @@ static double duration_s(const sim_run_t *r)
 {
     double d = (double)r->end_ns / 1e9;
     return d > 0.001 ? d : 0.001;
+}
+
+/* "429 rate_limited": n, … for one endpoint's refusals and transport errors. */
+static json_t *causes_json(const sim_endpoint_t *e)
+{
+    json_t *o = json_object();
+    char key[64];
+    for (int i = 0; i < e->ncauses; i++) {
+        snprintf(key, sizeof(key), "%d %s", e->causes[i].status, e->causes[i].code);
+        json_object_set_new(o, key, json_integer((json_int_t)e->causes[i].n));
+    }
+    if (e->other_causes)
+        json_object_set_new(o, "other", json_integer((json_int_t)e->other_causes));
+    return o;
+}
+
+static uint64_t cause_count(const sim_endpoint_t *e, int status, const char *code)
+{
+    for (int i = 0; i < e->ncauses; i++)
+        if (e->causes[i].status == status && strcmp(e->causes[i].code, code) == 0)
+            return e->causes[i].n;
+    return 0;
+}
+
+/* What paced the night, most binding first, each with its evidence: per-address join
+ * limits (joins refused 429 rate_limited), the CPU (the services together near every core
+ * of the machine, or one process near a whole core of its own), or the operator's
+ * admission rate (fans waited in the queue). A rule of thumb read from the figures, not a
+ * profile: it says where to look. */
+static json_t *pacing(const sim_run_t *r)
+{
+    json_t *a = json_array();
+    char ev[200];
+    const sim_endpoint_t *join = &r->ep[EP_JOIN];
+    uint64_t limited = cause_count(join, 429, "rate_limited");
+    if (join->hist.count && limited * 20 > join->hist.count) {
+        snprintf(ev, sizeof(ev), "%llu of %llu joins refused 429 rate_limited",
+                 (unsigned long long)limited, (unsigned long long)join->hist.count);
+        json_array_append_new(
+            a, json_pack("{s:s, s:s}", "resource", "per-address join limits", "evidence", ev));
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    double total = 0, top = 0;
+    const char *top_name = NULL;
+    for (int i = 0; i < r->nsvc; i++) {
+        double mean = r->svc[i].samples ? r->svc[i].cpu_sum / r->svc[i].samples : 0.0;
+        total += mean;
+        if (mean > top) {
+            top = mean;
+            top_name = r->svc[i].name;
+        }
+    }
+    if (top_name && (total >= 85.0 * (double)(cores > 0 ? cores : 1) || top >= 85.0)) {
+        snprintf(ev, sizeof(ev), "services %.0f%% of %ld cores on average, %s %.0f%%", total, cores,
+                 top_name, top);
+        char res[64];
+        snprintf(res, sizeof(res), "CPU (%s)", top_name);
+        json_array_append_new(a, json_pack("{s:s, s:s}", "resource", res, "evidence", ev));
+    }
+    double wait = ms(sim_hist_quantile(&r->time_to_admission, .5)) / 1000.0;
+    if (wait >= 1.0) {
+        snprintf(ev, sizeof(ev), "fans waited %.1f s in the queue at the median", wait);
+        json_array_append_new(
+            a, json_pack("{s:s, s:s}", "resource", "admission rate", "evidence", ev));
+    }
+    if (json_array_size(a) == 0)
+        json_array_append_new(a,
+                              json_pack("{s:s, s:s}", "resource", "arrivals", "evidence",
+                                        "nothing saturated: the night went at the crowd's pace"));
+    return a;
 }
 
 static json_t *headline(const sim_run_t *r)
@@ -71,6 +142,9 @@ static json_t *headline(const sim_run_t *r)
     json_object_set_new(h, "units_bought", json_integer((json_int_t)r->units_bought));
     json_object_set_new(h, "inventory_units", json_integer(r->total_units));
     json_object_set_new(h, "audit", json_string(r->nviol ? "violations" : "clean"));
+    json_t *pace = pacing(r);
+    json_object_set(h, "paced_by", json_object_get(json_array_get(pace, 0), "resource"));
+    json_object_set_new(h, "pacing", pace);
     return h;
 }
 
@@ -100,6 +174,7 @@ json_t *sim_report_json(const sim_run_t *r)
                       (json_int_t)r->ep[i].by_class[2], "3xx", (json_int_t)r->ep[i].by_class[3],
                       "4xx", (json_int_t)r->ep[i].by_class[4], "5xx",
                       (json_int_t)r->ep[i].by_class[5]));
+        json_object_set_new(e, "by_cause", causes_json(&r->ep[i]));
         if (r->ep[i].sample[0])
             json_object_set_new(e, "last_unexpected", json_string(r->ep[i].sample));
         json_object_set_new(eps, EP_NAMES[i], e);
@@ -157,6 +232,18 @@ void sim_report_print(const sim_run_t *r, FILE *out)
                 ms(sim_hist_quantile(h, .5)), ms(sim_hist_quantile(h, .9)),
                 ms(sim_hist_quantile(h, .99)), ms(h->max), (unsigned long long)r->ep[i].by_class[4],
                 (unsigned long long)r->ep[i].by_class[5], (unsigned long long)r->ep[i].by_class[0]);
+    }
+    for (int i = 0; i < EP_N; i++) {
+        const sim_endpoint_t *e = &r->ep[i];
+        if (e->ncauses == 0)
+            continue;
+        fprintf(out, "  %-8s refused or failed, by cause:", EP_NAMES[i]);
+        for (int k = 0; k < e->ncauses; k++)
+            fprintf(out, "%s %d %s %llu", k ? "," : "", e->causes[k].status, e->causes[k].code,
+                    (unsigned long long)e->causes[k].n);
+        if (e->other_causes)
+            fprintf(out, ", other %llu", (unsigned long long)e->other_causes);
+        fputc('\n', out);
     }
     for (int i = 0; i < EP_N; i++)
         if (r->ep[i].sample[0])
@@ -220,6 +307,11 @@ void sim_report_print(const sim_run_t *r, FILE *out)
         fprintf(out, "%-10s peak RSS %.1f MB, CPU peak %.0f%% mean %.0f%%\n", r->svc[i].name,
                 (double)r->svc[i].peak_rss_kb / 1024.0, r->svc[i].peak_cpu,
                 r->svc[i].samples ? r->svc[i].cpu_sum / r->svc[i].samples : 0.0);
+    json_t *pace = json_object_get(h, "pacing");
+    for (size_t i = 0; i < json_array_size(pace); i++)
+        fprintf(out, "%s %s: %s\n", i ? "    then" : "paced by",
+                json_string_value(json_object_get(json_array_get(pace, i), "resource")),
+                json_string_value(json_object_get(json_array_get(pace, i), "evidence")));
     json_decref(h);
     if (r->nviol == 0) {
         fprintf(out, "\naudit: clean\n");
@@ -470,7 +562,25 @@ static void html(const sim_run_t *r, FILE *f)
                 ms(sim_hist_quantile(x, .99)), ms(x->max), (unsigned long long)r->ep[i].by_class[4],
                 (unsigned long long)r->ep[i].by_class[5], (unsigned long long)r->ep[i].by_class[0]);
     }
-    fprintf(f, "</table>\n<h2>Outcomes</h2><table><tr>");
+    fprintf(f, "</table>\n<h2>Refusals and errors by cause</h2><table><tr><th>endpoint</th>"
+               "<th>status</th><th>cause</th><th>count</th></tr>");
+    for (int i = 0; i < EP_N; i++)
+        for (int k = 0; k < r->ep[i].ncauses; k++) {
+            const sim_cause_t *c = &r->ep[i].causes[k];
+            fprintf(f, "<tr><td>%s</td><td>%d</td><td>", EP_NAMES[i], c->status);
+            esc(f, c->code);
+            fprintf(f, "</td><td>%llu</td></tr>", (unsigned long long)c->n);
+        }
+    json_t *pace = json_object_get(h, "pacing");
+    fprintf(f, "</table>\n<h2>What paced the night</h2><ol>");
+    for (size_t i = 0; i < json_array_size(pace); i++) {
+        fprintf(f, "<li><b>");
+        esc(f, json_string_value(json_object_get(json_array_get(pace, i), "resource")));
+        fprintf(f, "</b>: ");
+        esc(f, json_string_value(json_object_get(json_array_get(pace, i), "evidence")));
+        fprintf(f, "</li>");
+    }
+    fprintf(f, "</ol>\n<h2>Outcomes</h2><table><tr>");
     for (int i = 1; i < O_NOUTCOMES; i++)
         fprintf(f, "<th>%s</th>", sim_outcome_name(i));
     fprintf(f, "</tr><tr>");

@@ -15,7 +15,7 @@
 #include "sim_stats.h"
 
 #define SIM_MAX_GATEWAYS 8
-#define SIM_MAX_SERVICES 8
+#define SIM_MAX_SERVICES 12
 
 typedef struct sim_opts {
     const char *gateway_urls[SIM_MAX_GATEWAYS];
@@ -101,11 +101,24 @@ typedef struct sim_violation {
     char *detail;
 } sim_violation_t;
 
+/* One cause of refusals: an HTTP status with the error code of its body
+ * ({"error": "<code>"}), or status 0 with the transport error. */
+typedef struct sim_cause {
+    int status;
+    char code[40];
+    uint64_t n;
+} sim_cause_t;
+
+#define SIM_MAX_CAUSES 16
+
 typedef struct sim_endpoint {
     const char *name;
     sim_hist_t hist;
     uint64_t by_class[6]; /* 0 = transport error, 1..5 = 1xx..5xx */
     char sample[240];     /* the last answer >= 400 other than 409/429, for the report */
+    sim_cause_t causes[SIM_MAX_CAUSES]; /* 4xx, 5xx and transport errors by cause */
+    int ncauses;
+    uint64_t other_causes; /* answers whose cause did not fit in causes[] */
 } sim_endpoint_t;
 
 enum { EP_JOIN, EP_STATUS, EP_HOLD, EP_CONFIRM, EP_CHECKOUT, EP_DONE, EP_ADMIN, EP_N };
