@@ -567,6 +567,8 @@ static void on_refund(const rsv_pay_result_t *res, void *arg)
         msg = "the booking could not be recorded; the payment was refunded";
     } else if (strcmp(reason, "sold_out") == 0) {
         msg = "the pool had no free unit left; the payment was refunded";
+    } else if (strcmp(reason, "hold_changed") == 0) {
+        msg = "the hold's items changed while it was being paid for; the payment was refunded";
     } else {
         msg = "a unit of this hold was already booked; the payment was refunded";
     }
@@ -719,11 +721,28 @@ static void on_booked(const char *err, const rsv_pg_result_t *res, void *arg)
     advance(s);
 }
 
+/* The hold this drive extended (and charged for) has other items than the one it converted:
+ * its record changed under the charge and the convert script's STALE made the conversion read
+ * it again. A drive that did not extend knows no other layout than the record's. */
+static bool items_changed(const saga_t *s, const char *charged_seats, const char *charged_pool)
+{
+    if (!s->extended)
+        return false;
+    return strcmp(charged_seats ? charged_seats : "", s->view.seats ? s->view.seats : "") != 0 ||
+           strcmp(charged_pool, s->view.pool) != 0;
+}
+
 static void on_converted(const char *err, const cm_redis_reply_t *reply, void *arg)
 {
     saga_t *s = arg;
+    char *charged_seats = s->view.seats, charged_pool[sizeof(s->view.pool)];
+    snprintf(charged_pool, sizeof(charged_pool), "%s", s->view.pool);
+    s->view.seats = NULL;
     rsv_hold_view_clear(&s->view);
-    if (err || rsv_hold_view_parse(reply, &s->view) != 0) {
+    int parsed = err ? -1 : rsv_hold_view_parse(reply, &s->view);
+    bool changed = parsed == 0 && items_changed(s, charged_seats, charged_pool);
+    free(charged_seats);
+    if (parsed != 0) {
         saga_fail(s, "converting the hold", err ? err : cm_err_protocol);
         return;
     }
@@ -733,6 +752,18 @@ static void on_converted(const char *err, const cm_redis_reply_t *reply, void *a
         snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "hold_expired");
         step(s, NULL, "refunding", "paid, but the hold had expired at conversion: refund", 0, NULL,
              lease_s(s));
+        return;
+    }
+    if (changed) {
+        /* Never book other items than the ones paid for: what the conversion took in Redis
+         * goes back (needs_giveback), then the payment. */
+        cm_log(CM_LOG_ERROR,
+               "checkout %s: hold %s changed its items while being paid for; the payment is "
+               "refunded",
+               s->row.id, s->row.hold_id);
+        snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "hold_changed");
+        step(s, NULL, "refunding", "paid, but the hold's items changed under the charge: refund", 0,
+             NULL, lease_s(s));
         return;
     }
     char *booking = s->booking;
@@ -789,7 +820,7 @@ static bool needs_giveback(const saga_t *s)
 {
     const char *r = s->row.refund_reason;
     return !s->given_back && (strcmp(r, "seat_unavailable") == 0 || strcmp(r, "sold_out") == 0 ||
-                              strcmp(r, "booking_failed") == 0);
+                              strcmp(r, "booking_failed") == 0 || strcmp(r, "hold_changed") == 0);
 }
 
 static void giveback_end(saga_t *s, const char *what, const char *err)

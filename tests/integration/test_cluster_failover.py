@@ -17,6 +17,7 @@ import uuid
 import cluster_util as cu
 import stack
 from stack import Client, key_slot, wait_for
+from test_saga_flows import TERMINAL, SagaCase
 
 S = None
 
@@ -26,7 +27,7 @@ def setUpModule():
     S = cu.module_cluster_stack("failover")
 
 
-class MasterFailover(stack.ReserveTestCase):
+class MasterFailover(SagaCase):
     def test_kill_the_events_master_mid_sale(self):
         cap = 400
         ev = self.new_event(pools=[{"id": "floor", "capacity": cap, "price": 2500}],
@@ -49,7 +50,8 @@ class MasterFailover(stack.ReserveTestCase):
         old_port = R.slots[slot]
         node = S.redis_ports.index(old_port) + 1
 
-        sold = []  # (booking_id, quantity) of every confirmation answered 201
+        sold = []  # (checkout_id, booking_id, quantity) of every confirmation answered 201
+        tried = []  # (hold_id, token, amount, Idempotency-Key, status or exception name)
         outcomes = {}
         lock = threading.Lock()
         stop = threading.Event()
@@ -68,14 +70,20 @@ class MasterFailover(stack.ReserveTestCase):
                                    token=tok)
                         code = h.status
                         if code == 201:
+                            key = uuid.uuid4().hex
+                            attempt = [h.json["hold_id"], tok, h.json["amount"], key, "sent"]
+                            with lock:
+                                tried.append(attempt)
                             cf = c.post(f"/v1/holds/{h.json['hold_id']}/confirm",
                                         {"payment": {"amount": h.json["amount"],
                                                      "currency": "EUR", "source": "tok_visa"}},
-                                        token=tok, headers={"Idempotency-Key": uuid.uuid4().hex})
+                                        token=tok, headers={"Idempotency-Key": key})
                             code = ("confirm", cf.status)
+                            attempt[4] = cf.status
                             if cf.status == 201:
                                 with lock:
-                                    sold.append((cf.json["booking_id"], cf.json["quantity"]))
+                                    sold.append((cf.json["checkout_id"], cf.json["booking_id"],
+                                                 cf.json["quantity"]))
                                     if "kill" in first_ok_after and "t" not in first_ok_after \
                                             and t > first_ok_after["kill"]:
                                         first_ok_after["t"] = time.monotonic()
@@ -121,14 +129,7 @@ class MasterFailover(stack.ReserveTestCase):
         self.assertGreater(len(sold), before, "no sale after the failover")
         # resumes within the failover time plus a map refresh and a client deadline
         self.assertLess(resume_s, failover_s + 5.0)
-        # no unit sold twice, none sold beyond capacity, every 201 is a booking
-        rows = S.sql(f"select seat_id, booking_id from booking_items where event_id = '{ev}'")
-        units = [r[0] for r in rows]
-        self.assertEqual(len(units), len(set(units)))
-        self.assertLessEqual(len(units), cap)
-        booked = {r[1] for r in rows}
-        self.assertEqual({b for b, _ in sold} - booked, set(), "a confirmed sale has no booking")
-        self.assertEqual(sum(q for _, q in sold), len(units))
+        self.audit_the_money(ev, cap, sold, tried)
         # every fan keeps their place
         for ticket, pos in fans:
             st = gw.get(f"/q/{ev}/status", token=ticket)
@@ -136,6 +137,57 @@ class MasterFailover(stack.ReserveTestCase):
             self.assertLessEqual(st.json["position"], pos, repr(st))
         gw.close()
         R.close()
+
+    def audit_the_money(self, ev, cap, sold, tried):
+        """Every checkout of ev settled and audited against the provider's ledger."""
+        def settled():
+            rows = S.sql(f"select state from checkouts where event_id = '{ev}'")
+            return rows and all(r[0] in TERMINAL for r in rows)
+        # The reconciler settles what the failover cut (after its reconcile_after_s, 30 s).
+        wait_for(settled, 120, interval=0.5, what="every checkout of the event settled")
+        audit = self.audit_event(ev)  # kept charge ↔ one booking; charge, no booking: refunded
+        by_key = {k: (cid, hid) for cid, k, hid in S.sql(
+            f"select checkout_id, idem_key, hold_id from checkouts where event_id = '{ev}'")}
+        # every buyer told "confirmed" has that booking and kept the charge
+        booked = dict(S.sql(f"select checkout_id, booking_id from bookings "
+                            f"where event_id = '{ev}'"))
+        for cid, bid, _ in sold:
+            self.assertEqual(audit.get(cid), "charged+booked", cid)
+            self.assertEqual(booked.get(cid), bid, f"{cid}: confirmed, not that booking")
+        # the confirmations the failover cut: each checkout is in the audit, and a replay of
+        # its key answers what the ledger says
+        cut = [a for a in tried if a[4] != 201]
+        seen = {}
+        for hold_id, tok, amount, key, status in cut:
+            if key not in by_key:
+                seen["never recorded"] = seen.get("never recorded", 0) + 1
+                continue  # the request never reached Postgres: no checkout, no charge
+            cid, hid = by_key[key]
+            self.assertEqual(hid, hold_id)
+            outcome = audit[cid]
+            seen[outcome] = seen.get(outcome, 0) + 1
+            r = self.c.post(f"/v1/holds/{hold_id}/confirm",
+                            {"payment": {"amount": amount, "currency": "EUR",
+                                         "source": "tok_visa"}},
+                            token=tok, headers={"Idempotency-Key": key})
+            if outcome == "charged+booked":
+                self.assertEqual((r.status, r.json.get("booking_id")), (200, booked[cid]),
+                                 f"{cid} (cut: {status}): {r!r}")
+            else:
+                self.assertNotIn(r.status, (200, 201), f"{cid} (cut: {status}): {r!r}")
+                if outcome == "refunded":
+                    self.assertEqual(r.json["refund"]["amount"], amount, repr(r))
+        keys = [a[3] for a in tried]
+        self.assertEqual(len(keys), len(set(keys)))
+        self.assertEqual(set(by_key) - set(keys), set(), "a checkout no buyer asked for")
+        # the bookings are the audited ones, within capacity, no unit twice
+        self.assertEqual(set(booked), {c for c, o in audit.items() if o == "charged+booked"})
+        units = [r[0] for r in S.sql(f"select seat_id from booking_items "
+                                     f"where event_id = '{ev}'")]
+        self.assertEqual(len(units), len(set(units)))
+        self.assertLessEqual(len(units), cap)
+        stack.note(f"failover audit: {len(tried)} confirmations, {len(sold)} answered 201, "
+                   f"{len(cut)} cut or refused: {seen}; {len(booked)} bookings")
 
 
 if __name__ == "__main__":

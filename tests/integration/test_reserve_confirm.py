@@ -5,6 +5,7 @@ import uuid
 
 import stack
 from stack import summarize
+from test_saga_flows import Paysim
 
 
 def setUpModule():
@@ -202,9 +203,27 @@ class RedisLoss(stack.ReserveTestCase):
         self.assertEqual(self.S.sql_value(
             f"select count(*) from bookings where event_id = '{ev}'"), "1")
         self.assert_no_half_written(ev)
-        state = self.S.sql_value(
-            f"select state from checkouts where event_id = '{ev}' and buyer = 'stale-view'")
+        # The payment went back: by the provider's ledger, the refused checkout keeps no
+        # charge — refunded in full, once — or was never charged at all.
+        cid, state, refund_id = self.S.sql(
+            f"select checkout_id, state, coalesce(refund_id, '') from checkouts "
+            f"where event_id = '{ev}' and buyer = 'stale-view'")[0]
         self.assertIn(state, ("refunded", "failed"), "the refused checkout ended terminal")
+        led = Paysim(self.S).ledger(ev)
+        paid = [ch for ch in led["charges"]
+                if ch["idempotency_key"] == cid and ch["status"] == "succeeded"]
+        refunds = {ch["id"]: [rf for rf in led["refunds"] if rf["charge"] == ch["id"]]
+                   for ch in paid}
+        self.assertLessEqual(len(paid), 1, led)
+        for ch in paid:
+            self.assertEqual([(rf["amount"], rf["status"]) for rf in refunds[ch["id"]]],
+                             [(h2.json["amount"], "succeeded")], f"charge {ch['id']} kept: {led}")
+            self.assertEqual(ch["amount"], h2.json["amount"])
+            self.assertEqual(state, "refunded")
+            self.assertEqual(refund_id, refunds[ch["id"]][0]["id"])
+            self.assertEqual(c2.json.get("refund", {}).get("id"), refund_id, repr(c2))
+        if state == "refunded":
+            self.assertEqual(len(paid), 1, f"refunded without a charge: {led}")
         after = stack.metric_sum(self.S.metrics(), "onsale_reserve_uniqueness_conflicts_total")
         self.assertEqual(after - before, 1, "one booking refused by the unique constraint")
 

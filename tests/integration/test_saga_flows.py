@@ -13,11 +13,15 @@ import json
 import os
 import ssl
 import time
+import unittest
 import uuid
 import http.client
 
 import stack
 from stack import summarize, wait_for
+
+# Stack.env as stack.py defines it, before any module of this process could change it.
+_STACK_ENV = stack.Stack.env
 
 PAY_TIMEOUT_MS = 1500   # reserve's provider deadline
 PAYSIM_LATE_MS = 2500   # simulator: a "late"/"lost" answer comes after this
@@ -42,22 +46,32 @@ def saga_env(s):
     }
 
 
-def saga_stack(name):
-    """stack.module_stack with saga_env() in the environment of every service. (Until
-    deploy/onsale wires paysim_url/paysim_ca itself, the environment carries them.)"""
-    orig = stack.Stack.env
+class SagaStack(stack.Stack):
+    """A stack whose services all run with saga_env() (until deploy/onsale wires
+    paysim_url/paysim_ca itself, the environment carries them). A subclass, so the saga
+    settings go with this stack — its restarts included — and never into stack.Stack, which
+    every later module of the same process uses."""
 
     def env(self):
-        e = orig(self)
+        e = super().env()
         e.update(saga_env(self))
         return e
 
-    stack.Stack.env = env
-    try:
-        s = stack.module_stack(name)
-    finally:
-        pass
-    return s
+
+def saga_stack(name):
+    """stack.module_stack for a SagaStack: started for the calling module (call from
+    setUpModule), or the process's equally configured one when sharing."""
+    s = SagaStack(name)
+    taken = [s]
+
+    def cleanup():
+        stack._CURRENT = None
+        stack.release(taken[0])
+
+    unittest.addModuleCleanup(cleanup)
+    stack._CURRENT = s
+    taken[0] = stack._CURRENT = stack.acquire(s, "stack")
+    return stack._CURRENT
 
 
 class Paysim:
@@ -148,10 +162,11 @@ class SagaCase(stack.ReserveTestCase):
         for rf in led["refunds"]:
             refunds.setdefault(rf["charge"], []).append(rf)
         rows = self.S.sql(f"select c.checkout_id, c.state, coalesce(c.charge_id,''), "
-                          f"(select count(*) from bookings b where b.checkout_id = c.checkout_id) "
+                          f"(select count(*) from bookings b where b.checkout_id = c.checkout_id), "
+                          f"coalesce(c.refund_id,'') "
                           f"from checkouts c where c.event_id = '{ev}'")
         out = {}
-        for cid, state, charge_id, nbook in rows:
+        for cid, state, charge_id, nbook, refund_id in rows:
             nbook = int(nbook)
             self.assertIn(state, TERMINAL, f"checkout {cid} not terminal: {state}")
             chs = charges.get(cid, [])
@@ -166,7 +181,12 @@ class SagaCase(stack.ReserveTestCase):
             elif ok and rfs:
                 outcome = "refunded"
                 self.assertEqual((nbook, state), (0, "refunded"), f"{cid}: refunded, booked?")
-                self.assertFalse(False)
+                # The whole charge went back, and the checkout names that charge and refund.
+                rf = rfs[0]
+                self.assertEqual(rf["status"], "succeeded", f"{cid}: {rf}")
+                self.assertEqual((rf["amount"], rf["currency"]),
+                                 (ok[0]["amount"], ok[0]["currency"]), f"{cid}: partial refund")
+                self.assertEqual((charge_id, refund_id), (ok[0]["id"], rf["id"]), cid)
             else:
                 outcome = "nothing"
                 self.assertEqual(nbook, 0, f"{cid}: booked without a charge")
@@ -249,7 +269,8 @@ class Branches(SagaCase):
                             checkout_extension_seconds=0, max_hold_seconds=1)
         t, t2 = self.S.token(ev, "slowpay"), self.S.token(ev, "other")
         h = self.hold(ev, t, seats=["A-3"]).json
-        r = self.confirm_src(h, t, "tok_sim_delay_1300")
+        key = uuid.uuid4().hex
+        r = self.confirm_src(h, t, "tok_sim_delay_1300", key=key)
         self.assertStatus(r, 409, "hold_expired")
         self.assertEqual(r.json["refund"]["status"], "refunded", repr(r))
         self.assertTrue(r.json["refund"]["id"].startswith("re_"), repr(r))
@@ -260,9 +281,19 @@ class Branches(SagaCase):
         # The seat is free for others.
         self.hold(ev, t2, seats=["A-3"])
         self.assertEqual(self.audit_event(ev), {cid: "refunded"})
-        # Replay answers the same refund.
-        again = self.confirm_src(h, t, "tok_sim_delay_1300", key=None)
-        self.assertIn(again.status, (409,), repr(again))
+        # A replay of the same key answers the same refund: the stored answer, no second
+        # checkout, charge or refund.
+        again = self.confirm_src(h, t, "tok_sim_delay_1300", key=key)
+        self.assertStatus(again, 409, "hold_expired")
+        self.assertEqual(again.header("Idempotent-Replayed"), "true")
+        self.assertEqual(again.json, r.json)
+        self.assertEqual((again.json["refund"]["id"], again.json["refund"]["amount"]),
+                         (r.json["refund"]["id"], h["amount"]))
+        led = self.pay.ledger(ev)
+        self.assertEqual([(x["id"], x["amount"]) for x in led["refunds"]],
+                         [(r.json["refund"]["id"], h["amount"])], led)
+        self.assertEqual(len(led["charges"]), 1, led)
+        self.assertEqual(self.audit_event(ev), {cid: "refunded"})
 
     def test_timeout_charge_happened_then_reconciler_books(self):
         ev = self.new_event(seats=SEATS, max_per_buyer=4)
@@ -298,6 +329,15 @@ class Branches(SagaCase):
         self.assertEqual(self.audit_event(ev), {cid: "nothing"})
         g = self.c.get(f"/v1/checkouts/{cid}", token=t)
         self.assertEqual(g.json["state"], "released", repr(g))
+
+    def test_saga_stack_leaves_stack_env_alone(self):
+        """The saga settings are the saga stack's own: stack.Stack (every other module's
+        stacks) is as stack.py defines it, while this stack's env() carries them."""
+        self.assertIs(stack.Stack.env, _STACK_ENV)
+        self.assertIsInstance(self.S, SagaStack)
+        e = self.S.env()
+        for k, v in saga_env(self.S).items():
+            self.assertEqual(e.get(k), v, k)
 
     def test_admin_lists_stuck_checkouts_and_metrics(self):
         r = self.S.admin("GET", "/admin/checkouts?state=unknown&older_than_seconds=60")

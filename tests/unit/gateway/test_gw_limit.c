@@ -1,6 +1,11 @@
 /*
  * Unit tests for gateway/gw_limit.c: the per-address join bucket (burst, refill,
  * Retry-After), independence of addresses, and a bounded table under an address flood.
+ *
+ * gw_limit.c is compiled into this test, its allocations counted, so the flood test can
+ * assert the bound gw_limit.h promises — a fixed table of about twice `size` slots,
+ * allocated once, never more entries than slots — and that the flood does not push an
+ * active address out (only the longest idle is forgotten).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,9 +13,24 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 
+#include "cm_mem.h"
 #include "gw_limit.h"
+
+static size_t allocated; /* bytes gw_limit asked cm_mem for */
+
+static void *count_xcalloc(size_t count, size_t n)
+{
+    allocated += count * n;
+    return cm_xcalloc(count, n);
+}
+
+#define cm_xcalloc count_xcalloc
+#include "gw_limit.c"
+#undef cm_xcalloc
 
 static void test_burst_then_refill(void **state)
 {
@@ -39,14 +59,42 @@ static void test_unlimited(void **state)
     gw_limit_free(l);
 }
 
+static size_t entries(const gw_limit_t *l)
+{
+    size_t n = 0;
+    for (size_t i = 0; i <= l->mask; i++)
+        n += l->slots[i].key != 0;
+    return n;
+}
+
 static void test_flood_of_addresses_stays_bounded(void **state)
 {
-    gw_limit_t *l = gw_limit_new(60, 1, 16);
+    (void)state;
+    const size_t size = 16;
+    allocated = 0;
+    gw_limit_t *l = gw_limit_new(60, 1, size); /* one a second, burst 1 */
+    size_t slots = l->mask + 1, at_start = allocated;
+    assert_true(slots >= size && slots <= 4 * size); /* "size: addresses tracked" */
+    assert_int_equal(at_start, sizeof(*l) + slots * sizeof(slot_t));
     char addr[32];
+    int hot_allowed = 0, hot_calls = 0;
     for (int i = 0; i < 100000; i++) {
         snprintf(addr, sizeof(addr), "10.%d.%d.%d", (i >> 16) & 255, (i >> 8) & 255, i & 255);
         assert_int_equal(gw_limit_take(l, addr, i), 0); /* new addresses always get in */
+        if (i % 10 == 0) {                              /* one client keeps joining */
+            hot_calls++;
+            hot_allowed += gw_limit_take(l, "192.0.2.1", i) == 0;
+        }
+        if (i % 1000 == 999)
+            assert_true(entries(l) <= slots);
     }
+    assert_int_equal(allocated, at_start); /* the flood allocated nothing */
+    assert_true(entries(l) <= slots);
+    assert_true(entries(l) >= size); /* and the table is used, not bypassed */
+    /* 100 s at one a second (plus its burst): the flood never made it forget the active
+     * client, whose refusals outnumber its passes 100 to 1. */
+    assert_int_equal(hot_calls, 10000);
+    assert_true(hot_allowed >= 100 && hot_allowed <= 101);
     gw_limit_free(l);
 }
 

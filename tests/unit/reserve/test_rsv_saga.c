@@ -2,7 +2,9 @@
  * test_rsv_saga — reserve/rsv_saga.c: the checkout state machine's tables are
  * consistent (names unique and parseable, every transition between known states, every
  * open state can reach a terminal one, confirmed and refunded are final, money-holding
- * states never end elsewhere), the buyer's view of each state, and — against a real
+ * states never end elsewhere), rsv_saga_allowed against the diagram of rsv_saga.h and
+ * docs/confirm.md written out by hand (every pair of states: allowed iff drawn; the moves
+ * that would lose money refused by name), the buyer's view of each state, and — against a real
  * Postgres with every migration of deploy/sql applied — the CHECK constraint on
  * checkouts.state names exactly the enum's states and the reconciler's partial indexes
  * exclude exactly the terminal ones.
@@ -99,6 +101,94 @@ static void transitions_are_a_sound_machine(void **state)
     assert_false(rsv_saga_allowed(RSV_SAGA_PAID, RSV_SAGA_RELEASED));
     assert_false(rsv_saga_allowed_names("paid", "nope"));
     assert_true(rsv_saga_allowed_names("released", "refunding"));
+}
+
+/* The diagram of rsv_saga.h and docs/confirm.md, written out here by hand (not read from
+ * the table): every move a checkout may make. */
+static const char *const documented[][2] = {
+    {"created", "hold_extended"},
+    {"created", "failed"},
+    {"created", "released"},
+    {"hold_extended", "payment_requested"},
+    {"hold_extended", "failed"},
+    {"hold_extended", "released"},
+    {"payment_requested", "paid"},
+    {"payment_requested", "declined"},
+    {"payment_requested", "unknown"},
+    {"payment_requested", "released"}, /* confirm.md: the provider has none → released */
+    {"unknown", "paid"},
+    {"unknown", "declined"},
+    {"unknown", "released"},
+    {"converting", "paid"}, /* resolved like unknown */
+    {"converting", "declined"},
+    {"converting", "unknown"},
+    {"converting", "released"},
+    {"paid", "converted"},
+    {"paid", "refunding"},
+    {"converted", "confirmed"},
+    {"declined", "failed"},
+    {"refunding", "refunded"},
+    {"released", "refunding"},
+    {"failed", "refunding"},
+};
+
+static bool is_documented(const char *from, const char *to)
+{
+    for (size_t i = 0; i < sizeof(documented) / sizeof(documented[0]); i++)
+        if (strcmp(documented[i][0], from) == 0 && strcmp(documented[i][1], to) == 0)
+            return true;
+    return false;
+}
+
+static void allowed_is_exactly_the_documented_diagram(void **state)
+{
+    (void)state;
+    /* The enum, the names and the documented states agree: 13 states, 4 of them final. */
+    assert_int_equal(RSV_SAGA_NSTATES, 13);
+    int terminal = 0;
+    for (int s = 0; s < RSV_SAGA_NSTATES; s++)
+        terminal += rsv_saga_is_terminal((rsv_saga_state_t)s);
+    assert_int_equal(terminal, 4);
+    for (size_t i = 0; i < sizeof(documented) / sizeof(documented[0]); i++) {
+        assert_int_not_equal(rsv_saga_state_parse(documented[i][0]), RSV_SAGA_INVALID);
+        assert_int_not_equal(rsv_saga_state_parse(documented[i][1]), RSV_SAGA_INVALID);
+    }
+    /* Every ordered pair: allowed iff documented (so nothing undocumented is allowed). */
+    int allowed = 0;
+    for (int a = 0; a < RSV_SAGA_NSTATES; a++)
+        for (int b = 0; b < RSV_SAGA_NSTATES; b++) {
+            const char *from = rsv_saga_state_names[a], *to = rsv_saga_state_names[b];
+            bool yes = rsv_saga_allowed((rsv_saga_state_t)a, (rsv_saga_state_t)b);
+            if (yes != is_documented(from, to))
+                fail_msg("%s -> %s: allowed %d, documented %d", from, to, yes,
+                         is_documented(from, to));
+            assert_int_equal(rsv_saga_allowed_names(from, to), yes);
+            allowed += yes;
+        }
+    assert_int_equal(allowed, (int)(sizeof(documented) / sizeof(documented[0])));
+    assert_int_equal((int)rsv_saga_ntransitions, allowed);
+    /* Out of range never moves. */
+    assert_false(rsv_saga_allowed(RSV_SAGA_INVALID, RSV_SAGA_CREATED));
+    assert_false(rsv_saga_allowed(RSV_SAGA_CREATED, RSV_SAGA_INVALID));
+    assert_false(rsv_saga_allowed(RSV_SAGA_NSTATES, RSV_SAGA_REFUNDED));
+    assert_false(rsv_saga_allowed(RSV_SAGA_REFUNDING, RSV_SAGA_NSTATES));
+    /* The moves that would lose money or sell without it, refused by name. */
+    static const char *const forbidden[][2] = {
+        {"paid", "released"},       {"paid", "failed"},        {"paid", "confirmed"},
+        {"created", "paid"},        {"hold_extended", "paid"}, {"created", "confirmed"},
+        {"declined", "paid"},       {"refunding", "paid"},     {"refunding", "confirmed"},
+        {"confirmed", "refunding"}, {"refunded", "refunding"}, {"refunded", "paid"},
+        {"released", "paid"},       {"failed", "confirmed"},   {"unknown", "confirmed"},
+        {"converted", "refunding"},
+    };
+    for (size_t i = 0; i < sizeof(forbidden) / sizeof(forbidden[0]); i++)
+        if (rsv_saga_allowed_names(forbidden[i][0], forbidden[i][1]))
+            fail_msg("%s -> %s is allowed", forbidden[i][0], forbidden[i][1]);
+    /* Confirmed and refunded have no exit at all. */
+    for (int b = 0; b < RSV_SAGA_NSTATES; b++) {
+        assert_false(rsv_saga_allowed(RSV_SAGA_CONFIRMED, (rsv_saga_state_t)b));
+        assert_false(rsv_saga_allowed(RSV_SAGA_REFUNDED, (rsv_saga_state_t)b));
+    }
 }
 
 static void buyers_see_five_states(void **state)
@@ -206,6 +296,7 @@ int main(void)
     const struct CMUnitTest pure[] = {
         cmocka_unit_test(names_are_unique_and_parse),
         cmocka_unit_test(transitions_are_a_sound_machine),
+        cmocka_unit_test(allowed_is_exactly_the_documented_diagram),
         cmocka_unit_test(buyers_see_five_states),
     };
     const struct CMUnitTest db[] = {
