@@ -6,15 +6,21 @@
 -- failover to a lagging replica, a restart from an old file) loses no fan's place:
 --   [1] gen of the room as this gateway last saw it ('' = none), [2] the highest
 --   watermark it saw, [3] the highest queue number it saw (issued, or in a verified
---   ticket), [4] admissions claimed, [5] opened (0/1), [6..] the room's settings as
---   field/value pairs ('' = none).
+--   ticket), [4] admissions claimed, [5] opened (0/1), [6] the restore jump (numbers
+--   other gateways may have handed out that this one has not seen yet:
+--   gw_watermark_restore_jump), [7..] the room's settings as field/value pairs ('' = none).
 -- Recovery, all idempotent (max of what any gateway knew):
 --   * the room's hash is missing but a gateway holds it (and no tombstone says the room
 --     was deleted): its settings are written back, gen included, so every ticket still
 --     verifies and the operator's settings are intact;
---   * the watermark, the last number and the claimed count never go below what a
---     gateway saw; numbers at or below a watermark restored this way (rwm) were let in
---     before the loss, so their claims after it are not new admissions.
+--   * the watermark and the claimed count never go below what a gateway saw; numbers at
+--     or below a watermark restored this way (rwm) were let in before the loss, so their
+--     claims after it are not new admissions;
+--   * a last number below what this gateway saw proves Redis lost numbers (q:n only
+--     grows otherwise), and others may have handed out more since this gateway last
+--     learned q:n: numbering resumes past the highest it saw plus the jump, so no number
+--     is handed out twice (docs/design.md, invariant 13). The first gateway to notice
+--     jumps; the others then find q:n at or above what they saw and leave it.
 --
 -- Outflow control, in order:
 --   1. batches passed more than noshow_grace_seconds ago are retired: their numbers whose
@@ -32,11 +38,11 @@ local c = load_cfg()
 local now = now_ms()
 local restored = 0
 if not c then
-    if gen == '' or #ARGV < 7 or redis.call('GET', K.gone) == gen then
+    if gen == '' or #ARGV < 8 or redis.call('GET', K.gone) == gen then
         return {0}
     end
     local flat = {}
-    for i = 6, #ARGV do
+    for i = 7, #ARGV do
         flat[#flat + 1] = ARGV[i]
     end
     redis.call('HSET', K.cfg, unpack(flat))
@@ -60,7 +66,7 @@ if c.gen == gen then
         redis.call('HSET', K.st, 'claimed', clf)
     end
     if num(redis.call('GET', K.n), 0) < nf then
-        redis.call('SET', K.n, nf)
+        redis.call('SET', K.n, nf + math.max(0, math.floor(num(ARGV[6], 0))))
     end
 end
 open_room(c, st, now)
