@@ -60,15 +60,16 @@ if c.closes_at and now >= num(c.closes_at, 0) then
     return {'closed'}
 end
 local sf = redis.call('HMGET', K.st, 'wm', 'rhi', 'inb', 'inc', 'rwm', 'ctok', 'clast', 'opened',
-                      'claimed')
+                      'claimed', 'slo', 'shi')
 local st = {wm = sf[1], rhi = sf[2], inb = sf[3], inc = sf[4], rwm = sf[5], ctok = sf[6],
-            clast = sf[7], opened = sf[8], claimed = sf[9]}
+            clast = sf[7], opened = sf[8], claimed = sf[9], slo = sf[10], shi = sf[11]}
 if number > num(st.wm, 0) then
     return {'not_yet'}
 end
 redis.call('SETBIT', K.sb, number, 1)
 local rhi, maxa = num(st.rhi, 0), num(c.max_active, 0)
-local late = number <= rhi
+-- late: a retired number, or one in the hole advance.lua skipped (in no batch either)
+local late = number <= rhi or (number > num(st.slo, 0) and number <= num(st.shi, 0))
 if (late or shared) and maxa > 0 then
     local pending = num(st.inb, 0) - num(st.inc, 0)
     if active_count(now) + pending >= maxa then

@@ -409,5 +409,38 @@ class Restore(LuaTestCase):
                          120)
 
 
+    def test_the_hole_a_jump_left_is_skipped_but_numbers_seen_in_it_are_passed(self):
+        room = self.room(rate_per_minute="6000", noshow_grace_seconds="3600")
+        for _ in range(10):
+            room.join()
+        _, cfg = room.advance()
+        flat = [x for kv in cfg.items() for x in kv]
+        for k in room.keys:
+            self.r("DEL", k)
+        head, _ = room.advance(cfg["gen"], "0", "10", "0", "1", "100", *flat)
+        self.assertEqual(head["n"], 110)
+        # another gateway had handed out up to 14 before the loss: those are held
+        room.advance(cfg["gen"], "0", "14", "0", "1", "100", *flat)
+        # its next advance knows q:n: the hole's top says nothing about who holds what
+        room.advance(cfg["gen"], "0", "110", "0", "1", "100", *flat)
+        st = room.st()
+        self.assertEqual((st["hlo"], st["hhi"]), (14, 110))
+        self.assertEqual(room.join()[1][2], 111)
+        room.hset_st(last=past(1000), credit=0)  # a second of credit: up to 100 passes
+        head, _ = room.advance()
+        self.assertEqual(head["wm"], 110, "passed up to 14, then the hole skipped")
+        self.assertEqual([s(b).split(":")[1:] for b in self.r("LRANGE", room.k["wb"], 0, -1)],
+                         [["1", "14"]], "the hole is in no batch (it cannot be no-shows)")
+        st = room.st()
+        self.assertEqual((st["slo"], st["shi"]), (14, 110))
+        self.assertNotIn("hlo", st)
+        # a fan of the hole (of a gateway that never told) claims late: metered, not in inc
+        self.assertEqual(room.admit(50, visitor="late")[0], "new")
+        self.assertEqual(room.st()["inc"], 0)
+        self.assertEqual(room.admit(3, visitor="early")[0], "new")
+        self.assertEqual(room.st()["inc"], 1)
+        self.assertOnlyDeclaredKeys(room)
+
+
 if __name__ == "__main__":
     unittest.main()
