@@ -2,8 +2,10 @@
  * gw_admit — see gw_admit.h.
  *
  * The cache: chained hash on (room generation, number) with FIFO eviction (a ring of
- * entry slots, the oldest overwritten first). Admissions are written once and never
- * change, so there is nothing to invalidate; an expired one is answered as expired.
+ * entry slots, the oldest overwritten first); an entry matches only its event and its
+ * visitor too, so a second visitor holding the same number (docs/design.md, invariant
+ * 13) never gets another fan's token. Admissions are written once and never change, so
+ * there is nothing to invalidate; an expired one is answered as expired.
  */
 #include "gw_admit.h"
 
@@ -30,6 +32,7 @@ typedef struct entry {
     bool used;
     uint64_t gen, num;
     char event[CM_IDENT_MAX + 1];
+    char visitor[GW_VISITOR_LEN + 1];
     int64_t exp;
     char *token;
 } entry_t;
@@ -80,10 +83,12 @@ static size_t bucket_of(const gw_admit_t *a, uint64_t gen, uint64_t num)
     return (size_t)(h >> 17) & (a->nbuckets - 1);
 }
 
-static entry_t *lookup(gw_admit_t *a, uint64_t gen, uint64_t num, const char *event)
+static entry_t *lookup(gw_admit_t *a, uint64_t gen, uint64_t num, const char *event,
+                       const char *visitor)
 {
     for (entry_t *e = a->buckets[bucket_of(a, gen, num)]; e; e = e->next) {
-        if (e->gen == gen && e->num == num && strcmp(e->event, event) == 0)
+        if (e->gen == gen && e->num == num && strcmp(e->event, event) == 0 &&
+            strcmp(e->visitor, visitor) == 0)
             return e;
     }
     return NULL;
@@ -102,10 +107,10 @@ static void unlink_entry(gw_admit_t *a, entry_t *e)
 }
 
 /* Stores the token (taking it); returns the cached entry. */
-static entry_t *insert(gw_admit_t *a, uint64_t gen, uint64_t num, const char *event, int64_t exp,
-                       char *token)
+static entry_t *insert(gw_admit_t *a, uint64_t gen, uint64_t num, const char *event,
+                       const char *visitor, int64_t exp, char *token)
 {
-    entry_t *e = lookup(a, gen, num, event);
+    entry_t *e = lookup(a, gen, num, event, visitor);
     if (e) {
         free(token);
         return e;
@@ -118,12 +123,30 @@ static entry_t *insert(gw_admit_t *a, uint64_t gen, uint64_t num, const char *ev
     e->gen = gen;
     e->num = num;
     snprintf(e->event, sizeof(e->event), "%s", event);
+    snprintf(e->visitor, sizeof(e->visitor), "%s", visitor);
     e->exp = exp;
     e->token = token;
     size_t b = bucket_of(a, gen, num);
     e->next = a->buckets[b];
     a->buckets[b] = e;
     return e;
+}
+
+const char *gw_admit_cache_find(gw_admit_t *a, uint64_t gen, uint64_t num, const char *event,
+                                const char *visitor, int64_t *exp)
+{
+    const entry_t *e = lookup(a, gen, num, event, visitor);
+    if (e == NULL)
+        return NULL;
+    if (exp)
+        *exp = e->exp;
+    return e->token;
+}
+
+const char *gw_admit_cache_put(gw_admit_t *a, uint64_t gen, uint64_t num, const char *event,
+                               const char *visitor, int64_t exp, char *token)
+{
+    return insert(a, gen, num, event, visitor, exp, token)->token;
 }
 
 static const char *redirect_of(gw_server_t *srv, const gw_room_t *room)
@@ -273,18 +296,22 @@ static void on_signed(const char *err, char *token, void *arg)
         return;
     }
     record_token(srv, op->room->event, token, op->claims.exp);
-    entry_t *e =
-        insert(srv->admit, op->room->s.gen, op->t.num, op->room->event, op->claims.exp, token);
+    entry_t *e = insert(srv->admit, op->room->s.gen, op->t.num, op->room->event, op->t.visitor,
+                        op->claims.exp, token);
     reply_admitted(&op->r, op->room, op->ticket, e, op->code, op->page);
     op_free(op);
 }
 
-/* rec = "<iat>:<exp>:<jti>" */
-static int parse_record(const char *rec, cm_jwt_claims_t *c)
+/* rec = "<iat>:<exp>:<jti>:<visitor>" (admit.lua), which must be visitor's own; or the
+ * legacy "<iat>:<exp>:<jti>", which names nobody. */
+static int parse_record(const char *rec, const char *visitor, cm_jwt_claims_t *c)
 {
     int64_t iat, exp;
-    char jti[65];
-    if (rec == NULL || sscanf(rec, "%" SCNd64 ":%" SCNd64 ":%64s", &iat, &exp, jti) != 3)
+    char jti[65], owner[GW_VISITOR_LEN + 2] = "";
+    if (rec == NULL)
+        return -1;
+    int got = sscanf(rec, "%" SCNd64 ":%" SCNd64 ":%64[^:]:%33s", &iat, &exp, jti, owner);
+    if (got < 3 || (got == 4 && strcmp(owner, visitor) != 0))
         return -1;
     c->iat = iat;
     c->nbf = iat;
@@ -312,7 +339,7 @@ static void on_admit(const char *err, const cm_redis_reply_t *reply, void *arg)
                           ? cm_redis_reply_str(cm_redis_reply_at(reply, 1), NULL)
                           : NULL;
     if (what && (strcmp(what, "new") == 0 || strcmp(what, "existing") == 0)) {
-        if (parse_record(rec, &op->claims) != 0) {
+        if (parse_record(rec, op->t.visitor, &op->claims) != 0) {
             gw_reply_unavailable(&op->r, "admission record", cm_err_protocol);
             op_free(op);
             return;
@@ -350,7 +377,7 @@ void gw_admit_serve(gw_req_t *r, gw_room_t *room, const gw_ticket_t *t, const ch
                     int code, bool page)
 {
     gw_server_t *srv = r->srv;
-    entry_t *e = lookup(srv->admit, room->s.gen, t->num, room->event);
+    entry_t *e = lookup(srv->admit, room->s.gen, t->num, room->event, t->visitor);
     if (e != NULL) {
         if (e->exp <= cm_time_wall_ms() / 1000) {
             reply_expired(r);

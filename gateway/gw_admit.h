@@ -5,6 +5,8 @@
  * (iat, exp, jti) once per number and adds the fan to the active set; the claims are
  * then signed on the signer's threads and the token kept in an in-memory cache, so
  * repeated polls of the same ticket get the very same token without Redis or signing.
+ * Both the record and the cache belong to the ticket's visitor: a fan is only ever
+ * handed a token whose sub is their own, even if another ticket carries their number.
  * Another gateway asked for the same ticket finds the same record in Redis and signs the
  * same claims (same jti; ECDSA signatures differ byte-wise but carry the same claims).
  *
@@ -15,6 +17,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "gw_server.h"
 #include "gw_ticket.h"
@@ -24,6 +27,21 @@
 gw_admit_t *gw_admit_new(size_t size);
 /** Frees the cache (the server frees the signer and Redis first). NULL is fine. */
 void gw_admit_free(gw_admit_t *a);
+
+/**
+ * The cached token of (gen, num, event, visitor) and its exp into *exp (may be NULL), or
+ * NULL: an admission is found only by the visitor it was signed for. The token is
+ * borrowed until the next gw_admit_cache_put (which may evict it).
+ */
+const char *gw_admit_cache_find(gw_admit_t *a, uint64_t gen, uint64_t num, const char *event,
+                                const char *visitor, int64_t *exp);
+/**
+ * Caches token (malloc'd; taken, and freed at once when that visitor's admission is
+ * cached already) for (gen, num, event, visitor), evicting the oldest entry when full.
+ * Returns the cached token (borrowed, as above).
+ */
+const char *gw_admit_cache_put(gw_admit_t *a, uint64_t gen, uint64_t num, const char *event,
+                               const char *visitor, int64_t exp, char *token);
 
 /**
  * Answers r (started by the caller) for ticket t, whose number is at or below room's

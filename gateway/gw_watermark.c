@@ -28,7 +28,7 @@
 #define SAMPLE_EVERY_MS 250
 #define RELIST_TICKS    25
 #define ADVANCE_HEAD    10 /* advance.lua's reply before the settings pairs */
-#define RESTORE_ARGS    5  /* advance.lua's ARGV before the settings pairs */
+#define RESTORE_ARGS    6  /* advance.lua's ARGV before the settings pairs */
 
 struct gw_rooms {
     gw_room_t **v;
@@ -238,6 +238,32 @@ int64_t gw_watermark_poll_cap(int64_t poll_ms, int64_t position, int64_t rate_pe
     return poll_ms;
 }
 
+int64_t gw_watermark_restore_jump(double join_peak_per_s, uint64_t stale_ms)
+{
+    double peak = join_peak_per_s > 0 ? join_peak_per_s : 0;
+    /* Joins need Redis: a gateway cut off longer than the rate window learns of the loss
+     * after the gateways that were not (they tick every GW_TICK_MAX_MS at most), so
+     * its staleness counts up to the window, not without bound (one hole, not a huge one). */
+    if (stale_ms > RATE_WINDOW_MS)
+        stale_ms = RATE_WINDOW_MS;
+    double jump = 2.0 * peak * (double)(stale_ms + GW_TICK_MAX_MS) / 1000.0 + 0.999;
+    return jump > GW_RESTORE_JUMP_MIN ? (int64_t)jump : GW_RESTORE_JUMP_MIN;
+}
+
+/* The fastest join rate between consecutive samples from old to now (ring positions). */
+static double join_peak(const gw_room_t *room, size_t span)
+{
+    double peak = 0;
+    for (size_t i = 0; i < span; i++) {
+        const gw_sample_t *b = &room->samples[(room->head + GW_SAMPLES - 1 - i) % GW_SAMPLES];
+        const gw_sample_t *a = &room->samples[(room->head + GW_SAMPLES - 2 - i) % GW_SAMPLES];
+        double dt = (double)(b->mono_ms - a->mono_ms) / 1000.0;
+        if (dt > 0 && (double)(b->n - a->n) / dt > peak)
+            peak = (double)(b->n - a->n) / dt;
+    }
+    return peak;
+}
+
 void gw_watermark_sample(gw_room_t *room, uint64_t mono_ms)
 {
     if (room->nsamples > 0) {
@@ -252,12 +278,15 @@ void gw_watermark_sample(gw_room_t *room, uint64_t mono_ms)
     /* oldest sample inside the window */
     const gw_sample_t *now = &room->samples[(room->head + GW_SAMPLES - 1) % GW_SAMPLES];
     const gw_sample_t *old = now;
+    size_t span = 0;
     for (size_t i = 1; i < room->nsamples; i++) {
         const gw_sample_t *s = &room->samples[(room->head + GW_SAMPLES - 1 - i) % GW_SAMPLES];
         if (now->mono_ms - s->mono_ms > RATE_WINDOW_MS)
             break;
         old = s;
+        span = i;
     }
+    room->join_peak = join_peak(room, span);
     double dt = (double)(now->mono_ms - old->mono_ms) / 1000.0;
     if (dt <= 0)
         return;
@@ -309,7 +338,8 @@ static bool apply(gw_room_t *r, const cm_redis_reply_t *reply)
     if (r->n_seen < r->n)
         r->n_seen = r->n;
     r->present = true;
-    gw_watermark_sample(r, cm_time_mono_ns() / 1000000);
+    r->learned_ms = cm_time_mono_ns() / 1000000;
+    gw_watermark_sample(r, r->learned_ms);
     cm_gauge_set(r->g_queue, (double)gw_watermark_queue_size(r));
     cm_gauge_set(r->g_wm, (double)r->wm);
     cm_gauge_set(r->g_n, (double)r->n);
@@ -367,18 +397,23 @@ void gw_watermark_refresh(gw_server_t *srv, const char *event, gw_room_cb cb, vo
     const char **argv = cm_xcalloc(GW_K_COUNT + RESTORE_ARGS + npairs, sizeof(char *));
     gw_keys_t keys;
     int argc = gw_keys_argv(event, &keys, argv);
-    char gen[21] = "", wm[24] = "0", n[24] = "0", claimed[24] = "0";
+    char gen[21] = "", wm[24] = "0", n[24] = "0", claimed[24] = "0", jump[24] = "0";
     if (npairs > 0) {
         gw_settings_gen_text(r->s.gen, gen);
         snprintf(wm, sizeof(wm), "%" PRId64, r->wm);
         snprintf(n, sizeof(n), "%" PRId64, r->n_seen > r->n ? r->n_seen : r->n);
         snprintf(claimed, sizeof(claimed), "%" PRId64, r->claimed);
+        uint64_t now = cm_time_mono_ns() / 1000000;
+        snprintf(
+            jump, sizeof(jump), "%" PRId64,
+            gw_watermark_restore_jump(r->join_peak, now > r->learned_ms ? now - r->learned_ms : 0));
     }
     argv[argc++] = gen;
     argv[argc++] = wm;
     argv[argc++] = n;
     argv[argc++] = claimed;
     argv[argc++] = r && r->opened ? "1" : "0";
+    argv[argc++] = jump;
     for (size_t i = 0; i < npairs; i++)
         argv[argc++] = r->cfg_raw[i];
     cm_counter_inc(srv->m.advance_runs);

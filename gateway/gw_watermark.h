@@ -14,7 +14,9 @@
  * number issued or seen in a verified ticket, the claimed count — and advance.lua writes
  * back whatever Redis lacks (max of what any gateway knew). Fans' numbers live in their
  * signed tickets, so every fan keeps their place. A room deleted through the API leaves
- * a tombstone, so it is not written back.
+ * a tombstone, so it is not written back. Numbering resumes past the highest number this
+ * gateway saw plus gw_watermark_restore_jump, so a number another gateway handed out
+ * since this one last learned the count is not handed out again (invariant 13).
  *
  * Loop thread only. Rooms are never freed before the server is: a deleted room is only
  * marked absent, so operations in flight may keep a room pointer across an await.
@@ -31,7 +33,9 @@
 
 typedef struct gw_server gw_server_t;
 
-#define GW_SAMPLES 64
+#define GW_SAMPLES          64
+#define GW_TICK_MAX_MS      250 /* tick_ms's maximum (gw_config.c) */
+#define GW_RESTORE_JUMP_MIN 64  /* numbers skipped at least when Redis lost some */
 
 typedef struct gw_sample {
     uint64_t mono_ms;
@@ -59,6 +63,8 @@ typedef struct gw_room {
     gw_sample_t samples[GW_SAMPLES];
     size_t nsamples, head;
     double pass_rate, join_rate, claim_rate; /* per second over the last ~10 s */
+    double join_peak;    /* fastest joins per second between two samples of those ~10 s */
+    uint64_t learned_ms; /* monotonic ms of the last advance answer (when n was learned) */
     cm_gauge_t *g_queue, *g_wm, *g_n, *g_claimed, *g_active, *g_noshows;
 } gw_room_t;
 
@@ -131,6 +137,14 @@ int64_t gw_watermark_poll_eta_ms(int64_t position, double rate_per_s, int64_t mi
  */
 int64_t gw_watermark_poll_cap(int64_t poll_ms, int64_t position, int64_t rate_per_minute,
                               int64_t grace_seconds);
+/**
+ * The restore jump (advance.lua ARGV[6]): how many numbers other gateways may have
+ * handed out that this gateway has not seen, stale_ms after it last learned the room's
+ * count, when the room's joins came at most join_peak_per_s: twice the peak over the
+ * staleness (counted up to 10 s) plus one longest tick (GW_TICK_MAX_MS, an advance in
+ * flight), and never fewer than GW_RESTORE_JUMP_MIN.
+ */
+int64_t gw_watermark_restore_jump(double join_peak_per_s, uint64_t stale_ms);
 /** Records a sample (at most one per 250 ms) and recomputes the room's rates. */
 void gw_watermark_sample(gw_room_t *room, uint64_t mono_ms);
 

@@ -6,15 +6,23 @@
 -- failover to a lagging replica, a restart from an old file) loses no fan's place:
 --   [1] gen of the room as this gateway last saw it ('' = none), [2] the highest
 --   watermark it saw, [3] the highest queue number it saw (issued, or in a verified
---   ticket), [4] admissions claimed, [5] opened (0/1), [6..] the room's settings as
---   field/value pairs ('' = none).
+--   ticket), [4] admissions claimed, [5] opened (0/1), [6] the restore jump (numbers
+--   other gateways may have handed out that this one has not seen yet:
+--   gw_watermark_restore_jump), [7..] the room's settings as field/value pairs ('' = none).
 -- Recovery, all idempotent (max of what any gateway knew):
 --   * the room's hash is missing but a gateway holds it (and no tombstone says the room
 --     was deleted): its settings are written back, gen included, so every ticket still
 --     verifies and the operator's settings are intact;
---   * the watermark, the last number and the claimed count never go below what a
---     gateway saw; numbers at or below a watermark restored this way (rwm) were let in
---     before the loss, so their claims after it are not new admissions.
+--   * the watermark and the claimed count never go below what a gateway saw; numbers at
+--     or below a watermark restored this way (rwm) were let in before the loss, so their
+--     claims after it are not new admissions;
+--   * a last number below what this gateway saw proves Redis lost numbers (q:n only
+--     grows otherwise), and others may have handed out more since this gateway last
+--     learned q:n: numbering resumes past the highest it saw plus the jump, so no number
+--     is handed out twice (docs/design.md, invariant 13). The first gateway to notice
+--     jumps; the others then find q:n at or above what they saw and leave it. The jump
+--     leaves a hole (hlo, hhi]: each later advance whose gateway saw numbers inside it
+--     (before the jump) raises hlo to them, and the rest is skipped (step 4).
 --
 -- Outflow control, in order:
 --   1. batches passed more than noshow_grace_seconds ago are retired: their numbers whose
@@ -24,6 +32,11 @@
 --      sold out (capped at one second's worth, so an empty queue banks no burst);
 --   3. passes = floor(credit), at most the fans waiting, and with max_active > 0 at most
 --      max_active - active - (passed numbers still inside their grace and unclaimed).
+--   4. while a hole is pending, passes stop at hlo; once the watermark reaches it, it
+--      moves to hhi at once, without credit and without a batch: no gateway that has
+--      ticked since the loss handed out those numbers. A fan of one that has not yet is
+--      let in with the rest (its place was ahead of hhi anyway) and claims as a late
+--      claimer (admit.lua: slo/shi), so its claim is still metered.
 -- Claims themselves are metered by admit.lua's claim bucket (invariant 11).
 -- Returns {1, now, wm, n, claimed, active, noshows, opened, prequeue, restored, cfg...}
 -- (cfg as flat field/value pairs), or {0} when the room does not exist.
@@ -32,11 +45,11 @@ local c = load_cfg()
 local now = now_ms()
 local restored = 0
 if not c then
-    if gen == '' or #ARGV < 7 or redis.call('GET', K.gone) == gen then
+    if gen == '' or #ARGV < 8 or redis.call('GET', K.gone) == gen then
         return {0}
     end
     local flat = {}
-    for i = 6, #ARGV do
+    for i = 7, #ARGV do
         flat[#flat + 1] = ARGV[i]
     end
     redis.call('HSET', K.cfg, unpack(flat))
@@ -59,8 +72,18 @@ if c.gen == gen then
         st.claimed = clf
         redis.call('HSET', K.st, 'claimed', clf)
     end
+    local jump = math.max(0, math.floor(num(ARGV[6], 0)))
     if num(redis.call('GET', K.n), 0) < nf then
-        redis.call('SET', K.n, nf)
+        redis.call('SET', K.n, nf + jump)
+        if jump > 0 then
+            st.hlo, st.hhi = nf, nf + jump
+            redis.call('HSET', K.st, 'hlo', st.hlo, 'hhi', st.hhi)
+        end
+    elseif nf > num(st.hlo, 0) and nf < num(st.hhi, 0) then
+        -- below hhi, what this gateway saw predates the jump (q:n has been past hhi
+        -- since): numbers up to nf were handed out, so fans may hold them
+        st.hlo = nf
+        redis.call('HSET', K.st, 'hlo', nf)
     end
 end
 open_room(c, st, now)
@@ -105,9 +128,18 @@ if flowing(c, st, now) then
     if maxa > 0 then
         passes = math.min(passes, maxa - active - (inb - inc))
     end
+    local hlo, hhi = num(st.hlo, 0), num(st.hhi, 0)
+    if hhi > 0 then
+        passes = math.min(passes, hlo - wm)
+    end
     if passes > 0 then
         redis.call('RPUSH', K.wb, now .. ':' .. (wm + 1) .. ':' .. (wm + passes))
         wm, credit, inb = wm + passes, credit - passes, inb + passes
+    end
+    if hhi > 0 and wm >= hlo then
+        wm = math.max(wm, hhi)
+        redis.call('HSET', K.st, 'slo', hlo, 'shi', hhi)
+        redis.call('HDEL', K.st, 'hlo', 'hhi')
     end
     credit = math.min(credit, cap)
 else

@@ -13,7 +13,9 @@
 --                             batches still inside the no-show grace), rhi (highest retired
 --                             number), noshows, claimed, ctok/clast (the claim bucket),
 --                             rwm (numbers at or below it were let in before Redis lost
---                             its data), pseq (arrival counter of a fifo pre-queue)
+--                             its data), pseq (arrival counter of a fifo pre-queue),
+--                             hlo/hhi (the hole a restore jump left, pending: advance.lua),
+--                             slo/shi (the last hole skipped: its claims are late)
 --   K.wb     'os:{e}:q:wb'    list of passed batches '<ms>:<lo>:<hi>' awaiting their
 --                             no-show verdict
 --   K.pre    'os:{e}:q:pre'   zset: the pre-queue, visitor -> order score (random, or the

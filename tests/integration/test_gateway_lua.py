@@ -250,8 +250,9 @@ class Admit(LuaTestCase):
         self.assertEqual(room.admit(4), ["not_yet"])
         first = room.admit(2, visitor="a")
         self.assertEqual(first[0], "new")
-        iat, exp, jti = first[1].split(":")
+        iat, exp, jti, who = first[1].split(":")
         self.assertEqual(int(exp) - int(iat), 600)
+        self.assertEqual(who, "a")
         self.assertEqual(room.admit(2, visitor="a"), ["existing", first[1]])
         self.assertEqual(room.admit(2, gen="999"), ["unknown"])
         self.assertEqual(self.r("ZSCORE", room.k["active"], "a"), str(int(exp) * 1000).encode())
@@ -290,6 +291,34 @@ class Admit(LuaTestCase):
         room.r("ZREM", room.k["active"], "a")
         self.assertEqual(room.admit(2, visitor="b")[0], "new")
 
+    def test_a_number_held_by_two_visitors_gives_each_its_own_admission(self):
+        # regression: admit.lua answered 'existing' with the first visitor's record to
+        # whoever presented the number (two tickets share one after a Redis loss)
+        room = self.passed(3, rate="6000")
+        a, b = room.admit(2, visitor="a"), room.admit(2, visitor="b")
+        self.assertEqual((a[0], b[0]), ("new", "new"))
+        self.assertEqual((a[1].split(":")[3], b[1].split(":")[3]), ("a", "b"))
+        self.assertNotEqual(a[1].split(":")[2], b[1].split(":")[2], "one jti for two fans")
+        self.assertEqual(room.admit(2, visitor="a"), ["existing", a[1]])
+        self.assertEqual(room.admit(2, visitor="b"), ["existing", b[1]])
+        self.assertIsNotNone(self.r("ZSCORE", room.k["active"], "b"))
+        st = room.st()
+        self.assertEqual((st["claimed"], st["inc"]), (2, 1), "inc counts numbers, not claims")
+        self.assertOnlyDeclaredKeys(room)
+
+    def test_a_second_visitor_of_a_number_is_metered_even_below_rwm(self):
+        room = self.passed(3, rate="60")  # the bucket holds one claim
+        room.hset_st(rwm=3, ctok=0, clast=room.redis_now_ms())  # and it is empty
+        self.assertEqual(room.admit(2, visitor="a")[0], "new")  # let in before the loss
+        self.assertEqual(room.admit(2, visitor="b"), ["wait"])
+        room.hset_st(clast=past(1000))
+        self.assertEqual(room.admit(2, visitor="b")[0], "new")
+
+    def test_a_legacy_record_naming_no_visitor_is_answered_as_before(self):
+        room = self.passed(3)
+        self.r("HSET", room.k["adm"], 2, "1700000000:1700000600:abc")
+        self.assertEqual(room.admit(2, visitor="x"), ["existing", "1700000000:1700000600:abc"])
+
     def test_sold_out_and_closed(self):
         room = self.passed(2, sold_out="1")
         self.assertEqual(room.admit(1), ["sold_out"])
@@ -315,7 +344,7 @@ class SettingsAndDelete(LuaTestCase):
         self.assertEqual(room.run("delete"), 1)
         self.assertEqual(room.run("delete"), 0)
         self.assertEqual(self.r("GET", room.k["gone"]), b"12345")
-        self.assertIsNone(room.advance("12345", "5", "5", "0", "1", "gen", "12345",
+        self.assertIsNone(room.advance("12345", "5", "5", "0", "1", "0", "gen", "12345",
                                        "rate_per_minute", "60"),
                           "a deleted room was written back")
         self.assertEqual(s(room.put(gen="55")[0]), "created")
@@ -335,25 +364,82 @@ class Restore(LuaTestCase):
             flat += [k, v]
         self.r("UNLINK", *room.keys)  # Redis lost everything
         head2, cfg2 = room.advance(cfg["gen"], str(head["wm"]), "23", str(head["claimed"]), "1",
-                                   *flat)
+                                   "64", *flat)
         self.assertEqual(head2["restored"], 1)
         self.assertEqual(cfg2, cfg)
         self.assertGreaterEqual(head2["wm"], head["wm"])
-        self.assertEqual(head2["n"], 23, "numbers seen in tickets are never handed out again")
+        self.assertEqual(head2["n"], 23 + 64, "numbers seen in tickets are never handed out "
+                         "again, nor those others may have handed out since")
         self.assertEqual(room.st()["rwm"], head["wm"])
-        self.assertEqual(room.join()[1][2], 24)
+        self.assertEqual(room.join()[1][2], 88)
         # a second gateway with an older view changes nothing
-        head3, _ = room.advance(cfg["gen"], "3", "10", "0", "1", *flat)
+        head3, _ = room.advance(cfg["gen"], "3", "10", "0", "1", "64", *flat)
         self.assertEqual(head3["restored"], 0)
         self.assertGreaterEqual(head3["wm"], head2["wm"])
-        self.assertEqual(head3["n"], 24)
+        self.assertEqual(head3["n"], 88)
 
     def test_floors_of_another_generation_are_ignored(self):
         room = self.room()
         room.join()
-        head, _ = room.advance("999", "50", "50", "0", "1", "gen", "999")
+        head, _ = room.advance("999", "50", "50", "0", "1", "64", "gen", "999")
         self.assertEqual((head["n"], head["restored"]), (1, 0))
         self.assertLess(head["wm"], 50)
+
+    def test_a_lost_count_resumes_past_what_a_gateway_saw_plus_the_jump(self):
+        # regression: the restore set q:n to the highest number the restoring gateway saw,
+        # so numbers other gateways had handed out since were handed out again
+        room = self.room(rate_per_minute="600", paused="1")
+        for _ in range(10):
+            room.join()
+        _, cfg = room.advance()
+        flat = [x for kv in cfg.items() for x in kv]
+        for k in room.keys:  # Redis lost everything of the room
+            self.r("DEL", k)
+        head, _ = room.advance(cfg["gen"], "0", "12", "0", "1", "100", *flat)
+        self.assertEqual((head["restored"], head["n"]), (1, 112))
+        # a gateway that saw less than the jump covers leaves the count alone
+        head, _ = room.advance(cfg["gen"], "0", "60", "0", "1", "100", *flat)
+        self.assertEqual(head["n"], 112)
+        self.assertEqual(room.join()[1][2], 113)
+        # a count lost alone (a lagging replica) jumps too; one intact is left as it is
+        self.r("SET", room.k["n"], 5)
+        self.assertEqual(room.advance(cfg["gen"], "0", "113", "0", "1", "7", *flat)[0]["n"],
+                         120)
+        self.assertEqual(room.advance(cfg["gen"], "0", "120", "0", "1", "7", *flat)[0]["n"],
+                         120)
+
+
+    def test_the_hole_a_jump_left_is_skipped_but_numbers_seen_in_it_are_passed(self):
+        room = self.room(rate_per_minute="6000", noshow_grace_seconds="3600")
+        for _ in range(10):
+            room.join()
+        _, cfg = room.advance()
+        flat = [x for kv in cfg.items() for x in kv]
+        for k in room.keys:
+            self.r("DEL", k)
+        head, _ = room.advance(cfg["gen"], "0", "10", "0", "1", "100", *flat)
+        self.assertEqual(head["n"], 110)
+        # another gateway had handed out up to 14 before the loss: those are held
+        room.advance(cfg["gen"], "0", "14", "0", "1", "100", *flat)
+        # its next advance knows q:n: the hole's top says nothing about who holds what
+        room.advance(cfg["gen"], "0", "110", "0", "1", "100", *flat)
+        st = room.st()
+        self.assertEqual((st["hlo"], st["hhi"]), (14, 110))
+        self.assertEqual(room.join()[1][2], 111)
+        room.hset_st(last=past(1000), credit=0)  # a second of credit: up to 100 passes
+        head, _ = room.advance()
+        self.assertEqual(head["wm"], 110, "passed up to 14, then the hole skipped")
+        self.assertEqual([s(b).split(":")[1:] for b in self.r("LRANGE", room.k["wb"], 0, -1)],
+                         [["1", "14"]], "the hole is in no batch (it cannot be no-shows)")
+        st = room.st()
+        self.assertEqual((st["slo"], st["shi"]), (14, 110))
+        self.assertNotIn("hlo", st)
+        # a fan of the hole (of a gateway that never told) claims late: metered, not in inc
+        self.assertEqual(room.admit(50, visitor="late")[0], "new")
+        self.assertEqual(room.st()["inc"], 0)
+        self.assertEqual(room.admit(3, visitor="early")[0], "new")
+        self.assertEqual(room.st()["inc"], 1)
+        self.assertOnlyDeclaredKeys(room)
 
 
 if __name__ == "__main__":

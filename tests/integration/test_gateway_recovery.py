@@ -3,7 +3,13 @@ room with 1,000 fans, some admitted, then Redis loses everything (FLUSHALL): eve
 fan's status answers the same place, admitted fans stay admitted, the operator's
 settings are intact, new fans queue behind everyone, and admission resumes at the rate.
 And a Redis killed with SIGKILL and started again from its append-only file loses
-nothing at all (the gateways find every key as they left it)."""
+nothing at all (the gateways find every key as they left it). Invariant 13 — a number
+handed out just before the loss (which the restoring gateway had not seen yet) is not
+handed out again, and every fan's admission token carries their own visitor id.
+
+"After the gateways' next tick" is never a sleep here: a condition only a tick makes
+true is polled for, through a connection per request (so every worker of a gateway,
+each with its own view of the room, answers)."""
 
 import os
 import re
@@ -14,13 +20,19 @@ import unittest
 
 import gwstack
 import stack
-from gwstack import ticket_number
+from gwstack import ticket_fields, ticket_number
 
 RATE = 600
+PROBES = 20  # statuses polled at once, each on its own connection: every worker answers
 
 
 def setUpModule():
     gwstack.module_stack("gw-recovery", gateways=2)
+
+
+def proc_state(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
 
 
 class Recovery(gwstack.GatewayTestCase):
@@ -31,11 +43,11 @@ class Recovery(gwstack.GatewayTestCase):
         c = gw.client()
         self.addCleanup(c.close)
         for t, r in zip(tickets, res):
-            for _ in range(5):  # a 503 says "retry shortly" (Redis slow under a burst): do
-                if r.status != 503:
-                    break
-                time.sleep(0.5)
-                r = self.status(ev, t, client=c)
+            if r.status == 503:  # "retry shortly" (Redis slow under a burst): do, bounded
+                def answered(t=t):
+                    again = self.status(ev, t, client=c)
+                    return again if again.status != 503 else None
+                r = stack.wait_for(answered, 5, interval=0.2, what="a status other than 503")
             self.assertEqual(r.status, 200, f"status of #{ticket_number(t)}: {r!r}")
             j = r.json
             out[ticket_number(t)] = (j["state"], j.get("position"),
@@ -59,9 +71,40 @@ class Recovery(gwstack.GatewayTestCase):
                         claimed.add(num)
             time.sleep(0.05)
         self.patch(ev, paused=True)
-        time.sleep(0.5)  # every gateway has seen the pause and the last watermark
         self.assertEqual(len(claimed), want)
+        self.wait_caught_up(ev, tickets)
         return claimed
+
+    def wait_caught_up(self, ev, tickets):
+        """Waits for the gateways' next ticks after a pause: the room's watermark in Redis
+        no longer moves, and every worker of every gateway has it once the fans just
+        behind it hear position = number - watermark from each."""
+        wm = self.GS.watermark(ev)
+        by_num = {ticket_number(t): t for t in tickets}
+        probe = [by_num[n] for n in range(wm + 1, wm + 1 + PROBES) if n in by_num]
+        self.assertTrue(probe, "no fan behind the watermark to ask")
+        for g in self.GS.gateways:
+            def caught_up(g=g):
+                res = g.burst([g.req("GET", f"/q/{ev}/status", token=t) for t in probe])
+                return all(r.status == 200 and r.json.get("state") == "queued" and
+                           r.json.get("position") == ticket_number(t) - wm
+                           for t, r in zip(probe, res))
+            stack.wait_for(caught_up, 10, what=f"every worker of {g.name} at watermark {wm}")
+
+    def stop(self, g):
+        """Stops g (SIGSTOP: every thread, so it neither ticks nor answers) until SIGCONT,
+        or the end of the test whatever happens."""
+        self.addCleanup(g.proc.send_signal, signal.SIGCONT)
+        g.proc.send_signal(signal.SIGSTOP)
+        stack.wait_for(lambda: proc_state(g.proc.pid) == "T", 5, what=f"{g.name} stopped")
+
+    def status_everywhere(self, ev, ticket):
+        """The status codes of ticket polled PROBES times at once on every gateway."""
+        codes = set()
+        for g in self.GS.gateways:
+            res = g.burst([g.req("GET", f"/q/{ev}/status", token=ticket)] * PROBES)
+            codes |= {r.status for r in res}
+        return codes
 
     def settings_of(self, ev, gw):
         r = self.GS.admin("GET", f"/admin/events/{ev}", gw=gw)
@@ -103,10 +146,14 @@ class Recovery(gwstack.GatewayTestCase):
         self.assertGreater(ticket_number(j["ticket"]), 1000)
         self.assertIn(ev.encode(), self.GS.redis("SMEMBERS", "os:gateway:rooms"))
 
-        # admission resumes at the rate (measured on Redis' clock)
+        # admission resumes at the rate (measured on Redis' clock, over 4 s from the first
+        # advance that passed a number after the resume)
+        wm_paused = self.GS.watermark(ev)
         self.patch(ev, paused=False)
-        time.sleep(1.0)
-        s0 = self.GS.room_state(ev)
+        def flowing():
+            st = self.GS.room_state(ev)
+            return st if st.get("wm", 0) > wm_paused else None
+        s0 = stack.wait_for(flowing, 5, what="the watermark moving after the resume")
         time.sleep(4.0)
         s1 = self.GS.room_state(ev)
         per_s = (s1["wm"] - s0["wm"]) / ((s1["last"] - s0["last"]) / 1000.0)
@@ -121,13 +168,50 @@ class Recovery(gwstack.GatewayTestCase):
                 logs += f.read()
         self.assertIn(f"waiting room {ev} was missing from Redis: written back".encode(), logs)
 
+    def test_a_number_handed_out_before_a_loss_is_not_handed_out_again(self):
+        """Regression (invariant 13): after a Redis loss the first gateway to tick set q:n
+        to the highest number it had seen, so the number another gateway had just handed
+        out went to a second fan; and the admission cache, keyed by number and not by
+        visitor, then handed that fan the first one's token."""
+        g1, g2 = self.GS.gateways
+        ev = self.new_room(rate_per_minute=60000, noshow_grace_seconds=3600, max_active=0)
+        c1, c2 = g1.client(), g2.client()
+        self.addCleanup(c1.close)
+        self.addCleanup(c2.close)
+        early = self.join(ev, client=c1).json["ticket"]
+        self.assertEqual(self.status_everywhere(ev, early), {200})  # both hold the room
+        self.stop(g1)  # g1 does not learn of the next number
+        first = self.join(ev, client=c2).json["ticket"]
+        self.stop(g2)  # and g2 does not tick before the loss
+        self.assertEqual(self.GS.redis("FLUSHALL"), "OK")
+        g1.proc.send_signal(signal.SIGCONT)  # g1 ticks first and writes the room back
+        stack.wait_for(lambda: self.GS.redis("EXISTS", f"os:{{{ev}}}:q:cfg"), 5,
+                       what="the room written back by g1")
+        second = self.join(ev, client=c1).json["ticket"]
+        g2.proc.send_signal(signal.SIGCONT)
+        fans = {"first": first, "second": second}
+        for c in (c1, c2):  # one connection: one worker, and its cache, per gateway
+            for who, t in fans.items():
+                def admitted(t=t, c=c):
+                    r = self.status(ev, t, client=c)
+                    return r.json if r.status == 200 and r.json["state"] == "admitted" else None
+                j = stack.wait_for(admitted, 10, what=f"the {who} fan admitted")
+                sub = stack.jwt_parts(j["admission_token"])[1]["sub"]
+                self.assertEqual(sub, ticket_fields(t)[3], f"the {who} fan's token")
+        numbers = [ticket_number(t) for t in (early, first, second)]
+        self.assertEqual(len(set(numbers)), 3, f"two live tickets share a number: {numbers}")
+
     def test_a_deleted_room_is_not_written_back(self):
         ev = self.new_room(rate_per_minute=RATE)
-        self.join(ev)
-        time.sleep(0.3)  # both gateways hold it
+        ticket = self.join(ev).json["ticket"]
+        # every worker of both gateways holds the room (a worker answers a status from
+        # the room it holds, or loads it first)
+        self.assertEqual(self.status_everywhere(ev, ticket), {200})
         r = self.GS.admin("DELETE", f"/admin/events/{ev}")
         self.assertStatus(r, 200)
-        time.sleep(0.5)  # several ticks of both gateways
+        # every worker has ticked since: none answers from the room it held any more
+        stack.wait_for(lambda: self.status_everywhere(ev, ticket) == {404}, 10,
+                       what="every worker's tick after the delete")
         for g in self.GS.gateways:
             self.assertStatus(self.GS.admin("GET", f"/admin/events/{ev}", gw=g), 404,
                               "unknown_event")

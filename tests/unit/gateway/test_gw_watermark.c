@@ -129,6 +129,31 @@ static void test_rates_from_samples(void **state)
     assert_int_equal(r.nsamples, n);
 }
 
+static void test_join_peak_is_the_fastest_stretch_of_the_window(void **state)
+{
+    gw_room_t r;
+    memset(&r, 0, sizeof(r));
+    int64_t n = 0;
+    for (int i = 0; i <= 40; i++) { /* 10 joins per 250 ms, but 500 in one of them */
+        n += i == 20 ? 500 : 10;
+        r.n = n;
+        gw_watermark_sample(&r, 1000000 + 250 * (uint64_t)i);
+    }
+    assert_true(r.join_peak > 1999.0 && r.join_peak < 2001.0);
+    assert_true(r.join_rate < r.join_peak / 10);
+}
+
+static void test_restore_jump_covers_the_peak_over_the_staleness(void **state)
+{
+    /* a quiet room still skips the minimum */
+    assert_int_equal(gw_watermark_restore_jump(0, 100), GW_RESTORE_JUMP_MIN);
+    /* 1,000 joins/s, knowledge 250 ms old: twice 1,000 * (0.25 + 0.25) s */
+    assert_int_equal(gw_watermark_restore_jump(1000, 250), 1000);
+    /* staleness counts up to the 10 s window */
+    assert_int_equal(gw_watermark_restore_jump(100, 10000), 2050);
+    assert_int_equal(gw_watermark_restore_jump(100, 3600000), 2050);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -140,6 +165,8 @@ int main(void)
         cmocka_unit_test(test_poll_jitter_spread),
         cmocka_unit_test(test_poll_cap_near_the_front),
         cmocka_unit_test(test_rates_from_samples),
+        cmocka_unit_test(test_join_peak_is_the_fastest_stretch_of_the_window),
+        cmocka_unit_test(test_restore_jump_covers_the_peak_over_the_staleness),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
