@@ -102,6 +102,17 @@ static void on_synced(void *arg)
         reset_redis(op);
 }
 
+static void on_announced(const char *err, void *arg)
+{
+    put_op_t *op = arg;
+    if (err)
+        cm_log(CM_LOG_WARN,
+               "event %s: bumping the catalogue generation in Redis: %s (other reserves may "
+               "call it unknown for up to catalog_refresh_ms)",
+               op->event, err);
+    rsv_server_sync_event(op->r.srv, op->event, on_synced, op); /* every worker forgets it */
+}
+
 /* The audit line of a change: who, what, the outcome (created, updated, …), the version
  * now and its settings (the version before is the one the previous line logged). */
 static void log_change(put_op_t *op)
@@ -150,7 +161,7 @@ static void on_put(const char *err, const rsv_pg_result_t *res, void *arg)
     rsv_avail_invalidate(srv->avail, op->event);
     op->code = strcmp(op->outcome, "created") == 0 ? 201 : 200;
     log_change(op);
-    rsv_server_sync_event(srv, op->event, on_synced, op); /* every worker forgets it too */
+    rsv_catalog_announce(srv->catalog, on_announced, op); /* every reserve: read your writes */
 }
 
 void rsv_admin_event_put(rsv_server_t *srv, cm_req_t *req, const char *event)
