@@ -150,3 +150,20 @@ int rsv_config_add_pg_password(rsv_config_t *cfg, char *err, size_t errlen)
     cfg->pg_conninfo = ci;
     return 0;
 }
+
+int rsv_config_check(const rsv_config_t *cfg, char *err, size_t errlen)
+{
+    /* A checkout's lease must outlast its longest provider call with room to record the
+     * answer: a lease that lapses mid-charge lets the reconciler drive the same checkout
+     * while the first charge is still out (docs/hold-ttl.md). */
+    int64_t need_ms = cfg->pay_timeout_ms + RSV_LEASE_MARGIN_MS;
+    if (cfg->checkout_lease_s * 1000 < need_ms) {
+        snprintf(err, errlen,
+                 "checkout_lease_s (%lld s) must be at least pay_timeout_ms + %d ms (%lld ms): "
+                 "a shorter lease lets the reconciler take a checkout in the middle of its "
+                 "charge",
+                 (long long)cfg->checkout_lease_s, RSV_LEASE_MARGIN_MS, (long long)need_ms);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,59 @@
+"""The money and consistency edges of the reserve (real Redis, Postgres and simulator).
+
+- checkout_lease_s shorter than pay_timeout_ms + 5 s: the reserve refuses to start
+  (regression: lease_lapsing_mid_charge — the reconciler could take a checkout while its
+  charge was still out).
+- After a sold_out refusal (a stale Redis counter handed out pool units past the
+  capacity), only units Postgres has go back to the counter (regression:
+  unconvert_returned_units_postgres_never_had — later buyers were charged and refunded).
+- The event's currency cannot change while holds or open checkouts live: 409
+  currency_in_use (regression: currency_changed_under_live_holds).
+- A charge whose checkout is still open past ledger_settle_s is checked again until the
+  checkout settles (regression: ledger_dropped_open_charge_past_settle — the cursor had
+  moved past it, so money of a checkout that then ended unpaid was never refunded).
+"""
+
+import subprocess
+import time
+
+import stack
+from stack import metric_sum, wait_for
+from test_saga_flows import PAY_TIMEOUT_MS, SagaCase, saga_env
+
+LEDGER_INTERVAL_MS = 300
+SLOW_MS = PAY_TIMEOUT_MS + 1000  # a charge answered after the reserve's deadline: 202
+
+
+def setUpModule():
+    orig = stack.Stack.env
+
+    def env(self):
+        e = orig(self)
+        e.update(saga_env(self))
+        e.update({
+            "ONSALE_RESERVE_LEDGER_INTERVAL_MS": str(LEDGER_INTERVAL_MS),
+            "ONSALE_RESERVE_LEDGER_SETTLE_S": "0",
+            # nothing but these tests finishes a pending checkout
+            "ONSALE_RESERVE_RECONCILE_AFTER_S": "3600",
+        })
+        return e
+
+    stack.Stack.env = env
+    try:
+        stack.module_stack("edges")
+    finally:
+        stack.Stack.env = orig
+
+
+SEATS = [{"id": f"A-{i}", "section": "A", "price": 1000} for i in range(1, 9)]
+
+
+class ConfigRefusal(stack.ReserveTestCase):
+    def test_lease_shorter_than_pay_timeout_refuses_to_start(self):
+        p = subprocess.run(
+            [self.S.reserve_bin, "--checkout_lease_s=5", "--pay_timeout_ms=10000",
+             "--pg_conninfo=host=127.0.0.1 port=1 dbname=none connect_timeout=1"],
+            capture_output=True, stdin=subprocess.DEVNULL, timeout=30)
+        err = p.stderr.decode()
+        self.assertEqual(p.returncode, 2, f"exit {p.returncode}: {err}")
+        self.assertIn("checkout_lease_s (5 s) must be at least pay_timeout_ms + 5000 ms", err)
