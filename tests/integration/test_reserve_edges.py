@@ -57,3 +57,26 @@ class ConfigRefusal(stack.ReserveTestCase):
         err = p.stderr.decode()
         self.assertEqual(p.returncode, 2, f"exit {p.returncode}: {err}")
         self.assertIn("checkout_lease_s (5 s) must be at least pay_timeout_ms + 5000 ms", err)
+
+
+class SoldOutGiveBack(SagaCase):
+    def test_sold_out_gives_back_only_units_postgres_has(self):
+        ev = self.new_event(pools=[{"id": "floor", "capacity": 2, "price": 500}],
+                            max_per_buyer=4)
+        t1, t2, t3 = (self.S.token(ev, b) for b in ("first", "stale", "later"))
+        h = self.hold(ev, t1, pool="floor", quantity=2).json
+        self.assertStatus(self.confirm(h["hold_id"], t1, h["amount"]), 201)
+        # A stale restore: the counter says 2 free, the unit numbers go on from 2, so the
+        # next hold gets floor#3 and floor#4, which Postgres never had.
+        counter = "os:{%s}:p:floor" % ev
+        self.assertEqual(self.S.redis("SET", counter, "2"), "OK")
+        h2 = self.hold(ev, t2, pool="floor", quantity=2).json
+        r = self.confirm(h2["hold_id"], t2, h2["amount"])
+        self.assertStatus(r, 409, "sold_out")
+        self.assertEqual(self.S.sql_value(
+            f"select state from checkouts where event_id = '{ev}' and buyer = 'stale'"),
+            "refunded")
+        self.assertEqual(self.S.redis("GET", counter), b"0",
+                         "no unit of the refused hold goes back: Postgres has none free")
+        r = self.c.post(f"/v1/events/{ev}/holds", {"pool": "floor", "quantity": 1}, token=t3)
+        self.assertStatus(r, 409, "sold_out", msg="a later buyer:")
