@@ -80,3 +80,33 @@ class SoldOutGiveBack(SagaCase):
                          "no unit of the refused hold goes back: Postgres has none free")
         r = self.c.post(f"/v1/events/{ev}/holds", {"pool": "floor", "quantity": 1}, token=t3)
         self.assertStatus(r, 409, "sold_out", msg="a later buyer:")
+
+
+class CurrencyChange(SagaCase):
+    def put(self, ev, **spec):
+        return self.S.admin("PUT", f"/admin/events/{ev}", {"seats": SEATS, **spec})
+
+    def test_currency_waits_for_live_holds(self):
+        ev = self.new_event(seats=SEATS, max_per_buyer=2)
+        t = self.S.token(ev, "holder")
+        h = self.hold(ev, t, seats=["A-1"]).json
+        self.assertStatus(self.put(ev, currency="USD", max_per_buyer=2), 409, "currency_in_use")
+        self.assertStatus(self.put(ev, currency="EUR", max_per_buyer=3), 200,
+                          msg="settings other than the currency still change:")
+        self.assertEqual(self.c.delete(f"/v1/holds/{h['hold_id']}", token=t).status, 204)
+        r = self.put(ev, currency="USD", max_per_buyer=3)
+        self.assertStatus(r, 200, msg="no hold lives:")
+        self.assertEqual(r.json.get("currency"), "USD", repr(r))
+
+    def test_currency_waits_for_open_checkouts(self):
+        ev = self.new_event(seats=SEATS, max_per_buyer=2)
+        t = self.S.token(ev, "slow-payer")
+        h = self.hold(ev, t, seats=["A-2"]).json
+        r = self.confirm_src(h, t, f"tok_sim_delay_{SLOW_MS}")
+        self.assertStatus(r, 202)
+        # the hold is spent: only the open checkout stands in the way
+        self.S.redis("DEL", "os:{%s}:active" % ev)
+        self.assertStatus(self.put(ev, currency="USD"), 409, "currency_in_use")
+        self.S.sql(f"update checkouts set state = 'failed', lease_until = null "
+                   f"where event_id = '{ev}'")
+        self.assertStatus(self.put(ev, currency="USD"), 200, msg="every checkout ended:")
