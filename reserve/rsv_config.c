@@ -93,7 +93,8 @@ static const cm_config_opt_t own[] = {
     {"ledger_window_s", CM_CFG_INT, S(ledger_window_s), "86400", 60, 31536000,
      "how far back the first ledger check after start looks"},
     {"ledger_settle_s", CM_CFG_INT, S(ledger_settle_s), "600", 0, 86400,
-     "charges younger than this are looked at again on the next ledger check"},
+     "a charge whose checkout is still open this long after it is logged for an operator "
+     "(it is checked again on every ledger check until its checkout settles)"},
     {"fault", CM_CFG_STR, S(fault), NULL, 0, 0,
      "tests only: after:<state>|before:<state>[,...] SIGKILLs the process at that step"},
     {"cors_origins", CM_CFG_STR, S(cors_origins), "", 0, 0,

@@ -110,3 +110,35 @@ class CurrencyChange(SagaCase):
         self.S.sql(f"update checkouts set state = 'failed', lease_until = null "
                    f"where event_id = '{ev}'")
         self.assertStatus(self.put(ev, currency="USD"), 200, msg="every checkout ended:")
+
+
+class LedgerOpenPastSettle(SagaCase):
+    def test_open_charge_past_settle_is_refunded_when_its_checkout_ends_unpaid(self):
+        ev = self.new_event(seats=SEATS, max_per_buyer=2)
+        t = self.S.token(ev, "ledger-late")
+        h = self.hold(ev, t, seats=["A-3"]).json
+        r = self.confirm_src(h, t, f"tok_sim_delay_{SLOW_MS}")
+        self.assertStatus(r, 202)
+        cid = r.json["checkout_id"]
+
+        def landed():
+            return next((c for c in self.pay.ledger(ev)["charges"]
+                         if c.get("idempotency_key") == cid and c.get("paid")), None)
+        charge = wait_for(landed, 20, interval=0.1, what="the charge landed at the provider")
+        # Scans read it while its checkout is open; ledger_settle_s = 0, so it is past the
+        # settle time once its second is over. A few scans more, then the checkout ends
+        # unpaid without its saga seeing the charge.
+        since = time.time()
+        scans = metric_sum(self.S.metrics(), "onsale_reserve_ledger_scans_total")
+        wait_for(lambda: time.time() > since + 1.1 and metric_sum(
+            self.S.metrics(), "onsale_reserve_ledger_scans_total") >= scans + 4, 20,
+            interval=0.1, what="ledger scans past the settle time")
+        self.assertNotIn(self.checkout_state(cid), ("refunding", "refunded"))
+        self.S.sql(f"update checkouts set state = 'released', lease_until = null "
+                   f"where checkout_id = '{cid}'")
+        wait_for(lambda: self.checkout_state(cid) in ("refunding", "refunded"), 20,
+                 interval=0.2, what=f"the ledger takes checkout {cid} back to refunding "
+                                    f"(now {self.checkout_state(cid)})")
+        why = self.S.sql_value(f"select reason from checkout_transitions where checkout_id = "
+                               f"'{cid}' and to_state = 'refunding' order by id desc limit 1")
+        self.assertIn(charge.get("id", ""), why or "", "the audit names the charge")
