@@ -30,6 +30,8 @@ typedef struct waiter {
     rsv_catalog_cb cb;
     rsv_seed_cb seed_cb;
     void *arg;
+    bool fresh; /* a recheck: wants a copy loaded at generation gen */
+    int64_t gen;
 } waiter_t;
 
 typedef enum { ENTRY_LOADING, ENTRY_READY, ENTRY_MISSING } entry_state_t;
@@ -46,7 +48,8 @@ typedef struct entry {
     entry_state_t state;
     rsv_event_t *ev;
     uint64_t checked_ns; /* last confirmed against Postgres (or found missing) */
-    int64_t gen;         /* c->gen_seen when its last load started */
+    int64_t gen;         /* c->gen_seen when the copy (or "missing") was loaded */
+    int64_t load_gen;    /* c->gen_seen when the load out started */
     int refreshing;
     waiter_t *waiters;      /* waiting for the load */
     waiter_t *seed_waiters; /* waiting for the seed */
@@ -85,6 +88,7 @@ typedef struct known_waiter {
     char id[CM_IDENT_MAX + 1];
     rsv_catalog_cb cb;
     void *arg;
+    bool fresh; /* rsv_catalog_recheck: a cached copy older than the generation reloads */
 } known_waiter_t;
 
 typedef struct gen_op {
@@ -325,11 +329,17 @@ typedef struct known_op {
     int64_t gen; /* c->gen_seen when the listing started */
 } known_op_t;
 
+static void fresh_get(rsv_catalog_t *c, const char *id, rsv_catalog_cb cb, void *arg,
+                      lookup_t mode);
+
 static void redispatch(rsv_catalog_t *c, known_waiter_t *w, lookup_t mode)
 {
     for (known_waiter_t *next; w; w = next) {
         next = w->next;
-        catalog_get(c, w->id, w->cb, w->arg, mode);
+        if (w->fresh)
+            fresh_get(c, w->id, w->cb, w->arg, mode);
+        else
+            catalog_get(c, w->id, w->cb, w->arg, mode);
         free(w);
     }
 }
@@ -458,15 +468,20 @@ static void send_gen(rsv_catalog_t *c)
     }
 }
 
-/* Before answering "no such event": read the generation (a GET sent after now). */
+/* Before answering "no such event" (or "no such seat", fresh): read the generation (a
+ * GET sent after now). */
+static void gen_wait_as(rsv_catalog_t *c, const char *id, rsv_catalog_cb cb, void *arg, bool fresh)
+{
+    known_waiter_t **list = c->gen_op ? &c->gen_next : &c->gen_waiters;
+    push_waiter(list, id, cb, arg);
+    (*list)->fresh = fresh;
+    if (c->gen_op == NULL)
+        send_gen(c);
+}
+
 static void gen_wait(rsv_catalog_t *c, const char *id, rsv_catalog_cb cb, void *arg)
 {
-    if (c->gen_op) {
-        push_waiter(&c->gen_next, id, cb, arg);
-        return;
-    }
-    push_waiter(&c->gen_waiters, id, cb, arg);
-    send_gen(c);
+    gen_wait_as(c, id, cb, arg, false);
 }
 
 /* An id not in the set, whose set may predate an event created since: it waits for a
@@ -575,6 +590,7 @@ static void on_loaded(const char *err, const rsv_pg_result_t *res, void *arg)
         return;
     }
     e->checked_ns = cm_time_mono_ns();
+    e->gen = e->load_gen;
     rsv_event_t *ev = NULL;
     if (rsv_pg_result_rows(res) == 1)
         ev = event_from_json(e->id, rsv_pg_result_value(res, 0, 0));
@@ -583,9 +599,15 @@ static void on_loaded(const char *err, const rsv_pg_result_t *res, void *arg)
     e->state = ev ? ENTRY_READY : ENTRY_MISSING;
     if (ev)
         rsv_event_ref(ev); /* the waiters' borrow, released below */
+    char id[CM_IDENT_MAX + 1];
+    snprintf(id, sizeof(id), "%s", e->id);
+    int64_t gen = e->gen;
     while (w) {
         waiter_t *next = w->next;
-        w->cb(ev, NULL, w->arg);
+        if (w->fresh && w->gen != gen) /* a recheck this load started too early for */
+            fresh_get(c, id, w->cb, w->arg, LOOKUP_CHECKED);
+        else
+            w->cb(ev, NULL, w->arg);
         free(w);
         w = next;
     }
@@ -599,7 +621,7 @@ static void start_load(rsv_catalog_t *c, entry_t *e)
     snprintf(op->id, sizeof(op->id), "%s", e->id);
     const char *params[1] = {e->id};
     e->refreshing = 1;
-    e->gen = c->gen_seen;
+    e->load_gen = c->gen_seen;
     cm_counter_inc(c->srv->m.catalog_queries);
     if (rsv_pg_query_first(c->srv->pg_read, LOAD_SQL, 1, params, on_loaded, op) != 0) {
         free(op);
@@ -610,6 +632,22 @@ static void start_load(rsv_catalog_t *c, entry_t *e)
             e->state = ENTRY_MISSING, e->checked_ns = 0;
         fail_waiters(w, 0, cm_err_shutdown);
     }
+}
+
+/* Rechecks that waited on a cached entry whose background check failed: the copy. */
+static void serve_cached(entry_t *e)
+{
+    waiter_t *w = e->waiters;
+    e->waiters = NULL;
+    rsv_event_t *ev = e->ev;
+    if (ev)
+        rsv_event_ref(ev);
+    for (waiter_t *next; w; w = next) {
+        next = w->next;
+        w->cb(ev, NULL, w->arg);
+        free(w);
+    }
+    rsv_event_unref(ev);
 }
 
 static void on_version(const char *err, const rsv_pg_result_t *res, void *arg)
@@ -624,10 +662,12 @@ static void on_version(const char *err, const rsv_pg_result_t *res, void *arg)
     if (err) {
         e->refreshing = 0; /* keep serving the cached copy; try again later */
         free(op);
+        serve_cached(e);
         return;
     }
     int64_t v = rsv_pg_result_rows(res) == 1 ? atoll(rsv_pg_result_value(res, 0, 0)) : -1;
-    if (e->ev && v == e->ev->version) {
+    /* A recheck that waits wants a load that started after it: this check may not be. */
+    if (e->ev && v == e->ev->version && e->waiters == NULL) {
         e->refreshing = 0;
         e->checked_ns = cm_time_mono_ns();
         free(op);
@@ -640,6 +680,31 @@ static void on_version(const char *err, const rsv_pg_result_t *res, void *arg)
 void rsv_catalog_get(rsv_catalog_t *c, const char *event_id, rsv_catalog_cb cb, void *arg)
 {
     catalog_get(c, event_id, cb, arg, LOOKUP_ASK);
+}
+
+void rsv_catalog_recheck(rsv_catalog_t *c, const char *event_id, rsv_catalog_cb cb, void *arg)
+{
+    gen_wait_as(c, event_id, cb, arg, true);
+}
+
+/* After the generation read of a recheck: a cached copy loaded before the generation
+ * read is loaded again (the caller gets the new one); else as any lookup. */
+static void fresh_get(rsv_catalog_t *c, const char *id, rsv_catalog_cb cb, void *arg, lookup_t mode)
+{
+    entry_t *e = find(c, id);
+    if (mode != LOOKUP_CHECKED || e == NULL || e->state != ENTRY_READY || e->gen == c->gen_seen) {
+        catalog_get(c, id, cb, arg, mode);
+        return;
+    }
+    waiter_t *w = cm_xcalloc(1, sizeof(*w));
+    w->cb = cb;
+    w->arg = arg;
+    w->fresh = true;
+    w->gen = c->gen_seen;
+    w->next = e->waiters;
+    e->waiters = w;
+    if (!e->refreshing) /* else the check or load out serves it (again if too early) */
+        start_load(c, e);
 }
 
 static void catalog_get(rsv_catalog_t *c, const char *event_id, rsv_catalog_cb cb, void *arg,

@@ -88,6 +88,14 @@ void rsv_catalog_free(rsv_catalog_t *c);
  * with rsv_event_ref / rsv_event_unref.
  */
 void rsv_catalog_get(rsv_catalog_t *c, const char *event_id, rsv_catalog_cb cb, void *arg);
+/**
+ * Like rsv_catalog_get, for a caller about to refuse what the cached copy lacks (a seat
+ * or pool unknown to it): reads the catalogue generation first and, when an admin
+ * change was answered since the copy was loaded, loads it again. Costs a Redis round
+ * trip (coalesced), so only for the refusing path.
+ */
+void rsv_catalog_recheck(rsv_catalog_t *c, const char *event_id, rsv_catalog_cb cb, void *arg);
+
 typedef void (*rsv_catalog_done_cb)(const char *err, void *arg);
 /**
  * After an admin change is committed and before it is answered: bumps the catalogue

@@ -4,8 +4,11 @@ An event the operator just created through one reserve's admin API must be known
 every reserve once that call has answered: holds and confirmations routed to the other
 reserve at once answer as on the first, never 404 unknown_event (regression:
 new_event_unknown_on_the_other_reserve — the other reserve trusted its cached list of
-event ids for up to 250 ms and its "missing" entries for a second). A flood of made-up
-event ids still costs no Postgres query per request.
+event ids for up to 250 ms and its "missing" entries for a second), and a seat the
+operator just added is never 404 unknown_seat there (regression:
+new_seat_unknown_on_the_other_reserve — its cached inventory was re-checked every
+catalog_refresh_ms only). A flood of made-up event ids still costs no Postgres query per
+request.
 """
 
 import uuid
@@ -56,6 +59,23 @@ class ReadYourWrites(stack.ReserveTestCase):
                              f"round {n}: confirms of a fresh event's hold: {summarize(res)}")
             self.assertEqual(sum(r.status == 201 for r in res), 1,
                              f"round {n}: one confirmation: {summarize(res)}")
+
+    def test_replaced_inventory_is_current_on_every_reserve_at_once(self):
+        seats = [{"id": f"A-{i}", "section": "A", "price": 1000} for i in range(1, 2 * HOLDS + 1)]
+        ev = self.create_now(seats=seats[:HOLDS], max_per_buyer=2)
+        # both reserves cache the first inventory (a hold each way, spread by HAProxy)
+        warm = [S.req("POST", f"/v1/events/{ev}/holds", token=S.token(ev, f"w{i}"),
+                      body={"seats": [f"A-{i + 1}"]}) for i in range(HOLDS)]
+        res = S.burst(warm)
+        self.assertEqual({r.status for r in res}, {201}, f"warm-up: {summarize(res)}")
+        r = S.admin("PUT", f"/admin/events/{ev}",
+                    {"currency": "EUR", "seats": seats, "max_per_buyer": 2})
+        self.assertStatus(r, 200, msg="replace:")
+        reqs = [S.req("POST", f"/v1/events/{ev}/holds", token=S.token(ev, f"n{i}"),
+                      body={"seats": [f"A-{HOLDS + i + 1}"]}) for i in range(HOLDS)]
+        res = S.burst(reqs)
+        self.assertEqual([r.status for r in res], [201] * HOLDS,
+                         f"holds of the new seats right after the PUT: {summarize(res)}")
 
     def test_bogus_event_flood_costs_no_query_per_request(self):
         self.create_now(pools=[{"id": "floor", "capacity": 5, "price": 100}])
