@@ -5,6 +5,11 @@
  * onsale_event_put writes it in one transaction. When the inventory changed, the
  * event's Redis state is dropped (the seed marker and pool counters), so the next
  * operation loads it afresh from Postgres.
+ *
+ * A PUT that changes an existing event's currency first asks Postgres for open
+ * checkouts and Redis for live holds (the event's active-buyer set): an amount agreed in
+ * one currency must not be charged in another, so the change waits (409
+ * currency_in_use) until none live.
  */
 #include "rsv_admin.h"
 
@@ -15,6 +20,7 @@
 #include "cm_err.h"
 #include "cm_log.h"
 #include "cm_mem.h"
+#include "cm_time.h"
 #include "rsv_avail.h"
 #include "rsv_catalog.h"
 #include "rsv_keys.h"
@@ -102,6 +108,17 @@ static void on_synced(void *arg)
         reset_redis(op);
 }
 
+static void on_announced(const char *err, void *arg)
+{
+    put_op_t *op = arg;
+    if (err)
+        cm_log(CM_LOG_WARN,
+               "event %s: bumping the catalogue generation in Redis: %s (other reserves may "
+               "call it unknown for up to catalog_refresh_ms)",
+               op->event, err);
+    rsv_server_sync_event(op->r.srv, op->event, on_synced, op); /* every worker forgets it */
+}
+
 /* The audit line of a change: who, what, the outcome (created, updated, …), the version
  * now and its settings (the version before is the one the previous line logged). */
 static void log_change(put_op_t *op)
@@ -150,7 +167,80 @@ static void on_put(const char *err, const rsv_pg_result_t *res, void *arg)
     rsv_avail_invalidate(srv->avail, op->event);
     op->code = strcmp(op->outcome, "created") == 0 ? 201 : 200;
     log_change(op);
-    rsv_server_sync_event(srv, op->event, on_synced, op); /* every worker forgets it too */
+    rsv_catalog_announce(srv->catalog, on_announced, op); /* every reserve: read your writes */
+}
+
+static void save(put_op_t *op)
+{
+    char *text = json_dumps(op->doc, JSON_COMPACT);
+    const char *params[] = {op->event, text};
+    int rc =
+        rsv_pg_query(op->r.srv->pg, "SELECT outcome, version FROM onsale_event_put($1, $2::jsonb)",
+                     2, params, on_put, op);
+    free(text);
+    if (rc != 0) {
+        rsv_reply_unavailable(&op->r, "saving the event", cm_err_shutdown);
+        put_done(op);
+    }
+}
+
+static void currency_in_use(put_op_t *op, const char *what)
+{
+    char msg[160];
+    snprintf(msg, sizeof(msg), "the currency cannot change while %s; retry once they have ended",
+             what);
+    rsv_reply_error(&op->r, 409, "currency_in_use", msg, NULL);
+    put_done(op);
+}
+
+static void on_live_holds(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    put_op_t *op = arg;
+    if (err || cm_redis_reply_type(reply) != CM_REDIS_INT) {
+        rsv_reply_unavailable(&op->r, "counting the event's holds", err ? err : cm_err_server);
+        put_done(op);
+        return;
+    }
+    if (cm_redis_reply_int(reply) > 0) {
+        currency_in_use(op, "holds live");
+        return;
+    }
+    save(op);
+}
+
+/* Row: the currency saved, 't' when a checkout is not terminal. None: a new event. */
+static const char CURRENCY_SQL[] =
+    "SELECT e.currency, EXISTS (SELECT 1 FROM checkouts c WHERE c.event_id = e.event_id"
+    " AND c.state NOT IN ('confirmed', 'failed', 'released', 'refunded'))"
+    " FROM events e WHERE e.event_id = $1";
+
+static void on_currency(const char *err, const rsv_pg_result_t *res, void *arg)
+{
+    put_op_t *op = arg;
+    if (err) {
+        rsv_reply_unavailable(&op->r, "reading the event", err);
+        put_done(op);
+        return;
+    }
+    const char *want = json_string_value(json_object_get(op->doc, "currency"));
+    if (rsv_pg_result_rows(res) != 1 || strcmp(rsv_pg_result_value(res, 0, 0), want) == 0) {
+        save(op); /* new, or the same currency */
+        return;
+    }
+    if (strcmp(rsv_pg_result_value(res, 0, 1), "t") == 0) {
+        currency_in_use(op, "checkouts are open");
+        return;
+    }
+    char *akey = rsv_key(op->event, RSV_K_ACTIVE, NULL);
+    char now[24];
+    snprintf(now, sizeof(now), "(%lld", (long long)cm_time_wall_ms());
+    const char *argv[] = {"ZCOUNT", akey, now, "+inf"};
+    int rc = cm_redis_command(op->r.srv->redis, on_live_holds, op, 4, argv, NULL);
+    free(akey);
+    if (rc != 0) {
+        rsv_reply_unavailable(&op->r, "counting the event's holds", cm_err_closed);
+        put_done(op);
+    }
 }
 
 void rsv_admin_event_put(rsv_server_t *srv, cm_req_t *req, const char *event)
@@ -173,13 +263,9 @@ void rsv_admin_event_put(rsv_server_t *srv, cm_req_t *req, const char *event)
         put_done(op);
         return;
     }
-    char *text = json_dumps(op->doc, JSON_COMPACT);
-    const char *params[] = {event, text};
-    int rc = rsv_pg_query(srv->pg, "SELECT outcome, version FROM onsale_event_put($1, $2::jsonb)",
-                          2, params, on_put, op);
-    free(text);
-    if (rc != 0) {
-        rsv_reply_unavailable(&op->r, "saving the event", cm_err_shutdown);
+    const char *params[] = {event};
+    if (rsv_pg_query(srv->pg, CURRENCY_SQL, 1, params, on_currency, op) != 0) {
+        rsv_reply_unavailable(&op->r, "reading the event", cm_err_shutdown);
         put_done(op);
     }
 }

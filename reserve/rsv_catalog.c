@@ -30,15 +30,26 @@ typedef struct waiter {
     rsv_catalog_cb cb;
     rsv_seed_cb seed_cb;
     void *arg;
+    bool fresh; /* a recheck: wants a copy loaded at generation gen */
+    int64_t gen;
 } waiter_t;
 
 typedef enum { ENTRY_LOADING, ENTRY_READY, ENTRY_MISSING } entry_state_t;
+
+/* How a lookup may answer "no such event". ASK: read the catalogue generation in Redis
+ * first (the request arrived after every admin change it must see, so a generation read
+ * after its arrival tells whether the set of ids can be trusted); CHECKED: that read is
+ * done (c->gen_seen); LISTED: the set was listed after the request arrived; ALONE: no set,
+ * look the id up in Postgres. */
+typedef enum { LOOKUP_ASK, LOOKUP_CHECKED, LOOKUP_LISTED, LOOKUP_ALONE } lookup_t;
 
 typedef struct entry {
     char id[CM_IDENT_MAX + 1];
     entry_state_t state;
     rsv_event_t *ev;
     uint64_t checked_ns; /* last confirmed against Postgres (or found missing) */
+    int64_t gen;         /* c->gen_seen when the copy (or "missing") was loaded */
+    int64_t load_gen;    /* c->gen_seen when the load out started */
     int refreshing;
     waiter_t *waiters;      /* waiting for the load */
     waiter_t *seed_waiters; /* waiting for the seed */
@@ -56,23 +67,36 @@ struct rsv_catalog {
     size_t nknown, capknown;
     bool known_loaded, known_loading;
     uint64_t known_ns;
-    struct known_waiter *known_waiters; /* ids not in the set, waiting for a re-listing */
+    struct known_waiter *known_waiters; /* ids not in the set, served by the listing out */
+    struct known_waiter *known_next;    /* ids not in the set, waiting for the next listing */
+    /* The catalogue generation (RSV_CATALOG_GEN_KEY): every admin change bumps it in Redis
+     * after its commit and before its answer. An id not in the set is refused only when a
+     * generation read after the request arrived equals the one read before the set was
+     * listed; else the ids are listed again first. Reads are coalesced: one GET out at a
+     * time, requests arriving meanwhile wait for the next one, so a flood of made-up ids
+     * costs about one GET per round trip and no Postgres query. */
+    int64_t gen_seen;                 /* the last generation read (-1: none yet) */
+    int64_t gen_listed;               /* the generation the set reflects (-1: unknown) */
+    int64_t gen_listing;              /* gen_seen when the listing out started */
+    struct gen_op *gen_op;            /* the GET out, or NULL */
+    struct known_waiter *gen_waiters; /* served by the GET out */
+    struct known_waiter *gen_next;    /* arrived after it was sent */
 };
-
-/* An id not in a set older than KNOWN_FRESH_NS waits for one re-listing (an event just
- * created on another reserve); a younger set answers at once. So unknown ids cost at
- * most one listing per KNOWN_FRESH_NS, whatever the request rate. */
-#define KNOWN_FRESH_NS (250ull * 1000 * 1000)
 
 typedef struct known_waiter {
     struct known_waiter *next;
     char id[CM_IDENT_MAX + 1];
     rsv_catalog_cb cb;
     void *arg;
+    bool fresh; /* rsv_catalog_recheck: a cached copy older than the generation reloads */
 } known_waiter_t;
 
+typedef struct gen_op {
+    rsv_catalog_t *c; /* NULL once the catalogue is gone */
+} gen_op_t;
+
 static void catalog_get(rsv_catalog_t *c, const char *event_id, rsv_catalog_cb cb, void *arg,
-                        bool use_known);
+                        lookup_t mode);
 
 static const char LOAD_SQL[] =
     "SELECT json_build_object("
@@ -227,7 +251,17 @@ rsv_catalog_t *rsv_catalog_new(rsv_server_t *srv)
 {
     rsv_catalog_t *c = cm_xcalloc(1, sizeof(*c));
     c->srv = srv;
+    c->gen_seen = c->gen_listed = c->gen_listing = -1;
     return c;
+}
+
+static void fail_known(known_waiter_t *w)
+{
+    for (known_waiter_t *next; w; w = next) {
+        next = w->next;
+        w->cb(NULL, cm_err_shutdown, w->arg);
+        free(w);
+    }
 }
 
 static void fail_waiters(waiter_t *w, int seed, const char *err)
@@ -257,12 +291,12 @@ void rsv_catalog_free(rsv_catalog_t *c)
     for (size_t i = 0; i < c->nknown; i++)
         free(c->known[i]);
     free(c->known);
-    while (c->known_waiters) {
-        known_waiter_t *w = c->known_waiters;
-        c->known_waiters = w->next;
-        w->cb(NULL, cm_err_shutdown, w->arg);
-        free(w);
-    }
+    fail_known(c->known_waiters);
+    fail_known(c->known_next);
+    fail_known(c->gen_waiters);
+    fail_known(c->gen_next);
+    if (c->gen_op)
+        c->gen_op->c = NULL; /* its reply finds the catalogue gone */
     free(c);
 }
 
@@ -292,24 +326,65 @@ static void known_add(rsv_catalog_t *c, const char *id)
 
 typedef struct known_op {
     rsv_catalog_t *c;
+    int64_t gen; /* c->gen_seen when the listing started */
 } known_op_t;
+
+static void fresh_get(rsv_catalog_t *c, const char *id, rsv_catalog_cb cb, void *arg,
+                      lookup_t mode);
+
+static void redispatch(rsv_catalog_t *c, known_waiter_t *w, lookup_t mode)
+{
+    for (known_waiter_t *next; w; w = next) {
+        next = w->next;
+        if (w->fresh)
+            fresh_get(c, w->id, w->cb, w->arg, mode);
+        else
+            catalog_get(c, w->id, w->cb, w->arg, mode);
+        free(w);
+    }
+}
+
+static void push_waiter(known_waiter_t **list, const char *id, rsv_catalog_cb cb, void *arg)
+{
+    known_waiter_t *w = cm_xcalloc(1, sizeof(*w));
+    snprintf(w->id, sizeof(w->id), "%s", id);
+    w->cb = cb;
+    w->arg = arg;
+    w->next = *list;
+    *list = w;
+}
+
+static void refresh_known(rsv_catalog_t *c, uint64_t now, uint64_t max_age);
+
+/* The ids queued while the listing that just ended was out want one started after them. */
+static void list_again(rsv_catalog_t *c)
+{
+    c->known_waiters = c->known_next;
+    c->known_next = NULL;
+    if (c->known_waiters == NULL)
+        return;
+    refresh_known(c, cm_time_mono_ns(), 0);
+    if (!c->known_loading) { /* could not ask: each looks its id up alone */
+        known_waiter_t *w = c->known_waiters;
+        c->known_waiters = NULL;
+        redispatch(c, w, LOOKUP_ALONE);
+    }
+}
 
 static void on_known(const char *err, const rsv_pg_result_t *res, void *arg)
 {
     known_op_t *op = arg;
     rsv_catalog_t *c = op->c;
+    int64_t gen = op->gen;
     free(op);
     c->known_loading = false;
     known_waiter_t *w = c->known_waiters;
     c->known_waiters = NULL;
     if (err) {
         cm_log(CM_LOG_WARN, "listing events: %s", err);
+        list_again(c);
         /* keep the set we have; the waiters look their id up themselves */
-        for (known_waiter_t *next; w; w = next) {
-            next = w->next;
-            catalog_get(c, w->id, w->cb, w->arg, false);
-            free(w);
-        }
+        redispatch(c, w, LOOKUP_ALONE);
         return;
     }
     for (size_t i = 0; i < c->nknown; i++)
@@ -327,11 +402,9 @@ static void on_known(const char *err, const rsv_pg_result_t *res, void *arg)
         qsort(c->known, c->nknown, sizeof(char *), cmp_str);
     c->known_loaded = true;
     c->known_ns = cm_time_mono_ns();
-    for (known_waiter_t *next; w; w = next) {
-        next = w->next;
-        catalog_get(c, w->id, w->cb, w->arg, true); /* the set is fresh: no new wait */
-        free(w);
-    }
+    c->gen_listed = gen;
+    list_again(c);
+    redispatch(c, w, LOOKUP_LISTED); /* listed after they arrived: no new wait */
 }
 
 /* Re-lists the event ids when the set is older than max_age_ns (one listing at a time). */
@@ -341,11 +414,117 @@ static void refresh_known(rsv_catalog_t *c, uint64_t now, uint64_t max_age)
         return;
     known_op_t *op = cm_xcalloc(1, sizeof(*op));
     op->c = c;
+    op->gen = c->gen_listing = c->gen_seen;
     c->known_loading = true;
     cm_counter_inc(c->srv->m.catalog_queries);
     if (rsv_pg_query_first(c->srv->pg_read, KNOWN_SQL, 0, NULL, on_known, op) != 0) {
         c->known_loading = false;
         free(op);
+    }
+}
+
+/* --- the catalogue generation ---------------------------------------------------- */
+
+static void send_gen(rsv_catalog_t *c);
+
+static void on_gen(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    gen_op_t *op = arg;
+    rsv_catalog_t *c = op->c;
+    free(op);
+    if (c == NULL)
+        return;
+    c->gen_op = NULL;
+    known_waiter_t *w = c->gen_waiters;
+    c->gen_waiters = c->gen_next; /* they arrived after this GET was sent: the next one */
+    c->gen_next = NULL;
+    lookup_t mode = LOOKUP_LISTED; /* Redis did not answer: the set as it is decides */
+    cm_redis_type_t t = err ? CM_REDIS_ERROR : cm_redis_reply_type(reply);
+    if (t == CM_REDIS_NIL || t == CM_REDIS_STR) {
+        const char *v = t == CM_REDIS_STR ? cm_redis_reply_str(reply, NULL) : "0";
+        c->gen_seen = strtoll(v, NULL, 10);
+        mode = LOOKUP_CHECKED;
+    } else {
+        cm_log(CM_LOG_DEBUG, "reading the catalogue generation: %s",
+               err ? err : cm_redis_reply_str(reply, NULL));
+    }
+    if (c->gen_waiters)
+        send_gen(c);
+    redispatch(c, w, mode);
+}
+
+static void send_gen(rsv_catalog_t *c)
+{
+    gen_op_t *op = cm_xcalloc(1, sizeof(*op));
+    op->c = c;
+    const char *argv[] = {"GET", RSV_CATALOG_GEN_KEY};
+    c->gen_op = op;
+    if (cm_redis_command(c->srv->redis, on_gen, op, 2, argv, NULL) != 0) {
+        c->gen_op = NULL;
+        free(op);
+        known_waiter_t *w = c->gen_waiters;
+        c->gen_waiters = NULL;
+        redispatch(c, w, LOOKUP_LISTED);
+    }
+}
+
+/* Before answering "no such event" (or "no such seat", fresh): read the generation (a
+ * GET sent after now). */
+static void gen_wait_as(rsv_catalog_t *c, const char *id, rsv_catalog_cb cb, void *arg, bool fresh)
+{
+    known_waiter_t **list = c->gen_op ? &c->gen_next : &c->gen_waiters;
+    push_waiter(list, id, cb, arg);
+    (*list)->fresh = fresh;
+    if (c->gen_op == NULL)
+        send_gen(c);
+}
+
+static void gen_wait(rsv_catalog_t *c, const char *id, rsv_catalog_cb cb, void *arg)
+{
+    gen_wait_as(c, id, cb, arg, false);
+}
+
+/* An id not in the set, whose set may predate an event created since: it waits for a
+ * listing that reflects the generation just read (the one out, or the next). */
+static void wait_listing(rsv_catalog_t *c, const char *id, rsv_catalog_cb cb, void *arg)
+{
+    if (c->known_loading) {
+        bool covers = c->gen_seen >= 0 && c->gen_listing == c->gen_seen;
+        push_waiter(covers ? &c->known_waiters : &c->known_next, id, cb, arg);
+        return;
+    }
+    push_waiter(&c->known_waiters, id, cb, arg);
+    refresh_known(c, cm_time_mono_ns(), 0);
+    if (!c->known_loading) { /* could not ask: look it up alone */
+        known_waiter_t *w = c->known_waiters;
+        c->known_waiters = NULL;
+        redispatch(c, w, LOOKUP_ALONE);
+    }
+}
+
+typedef struct announce_op {
+    rsv_catalog_done_cb cb;
+    void *arg;
+} announce_op_t;
+
+static void on_announced(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    announce_op_t *op = arg;
+    if (err == NULL && cm_redis_reply_type(reply) != CM_REDIS_INT)
+        err = cm_err_server;
+    op->cb(err, op->arg);
+    free(op);
+}
+
+void rsv_catalog_announce(rsv_catalog_t *c, rsv_catalog_done_cb cb, void *arg)
+{
+    announce_op_t *op = cm_xcalloc(1, sizeof(*op));
+    op->cb = cb;
+    op->arg = arg;
+    const char *argv[] = {"INCR", RSV_CATALOG_GEN_KEY};
+    if (cm_redis_command(c->srv->redis, on_announced, op, 2, argv, NULL) != 0) {
+        free(op);
+        cb(cm_err_closed, arg);
     }
 }
 
@@ -411,6 +590,7 @@ static void on_loaded(const char *err, const rsv_pg_result_t *res, void *arg)
         return;
     }
     e->checked_ns = cm_time_mono_ns();
+    e->gen = e->load_gen;
     rsv_event_t *ev = NULL;
     if (rsv_pg_result_rows(res) == 1)
         ev = event_from_json(e->id, rsv_pg_result_value(res, 0, 0));
@@ -419,9 +599,15 @@ static void on_loaded(const char *err, const rsv_pg_result_t *res, void *arg)
     e->state = ev ? ENTRY_READY : ENTRY_MISSING;
     if (ev)
         rsv_event_ref(ev); /* the waiters' borrow, released below */
+    char id[CM_IDENT_MAX + 1];
+    snprintf(id, sizeof(id), "%s", e->id);
+    int64_t gen = e->gen;
     while (w) {
         waiter_t *next = w->next;
-        w->cb(ev, NULL, w->arg);
+        if (w->fresh && w->gen != gen) /* a recheck this load started too early for */
+            fresh_get(c, id, w->cb, w->arg, LOOKUP_CHECKED);
+        else
+            w->cb(ev, NULL, w->arg);
         free(w);
         w = next;
     }
@@ -435,6 +621,7 @@ static void start_load(rsv_catalog_t *c, entry_t *e)
     snprintf(op->id, sizeof(op->id), "%s", e->id);
     const char *params[1] = {e->id};
     e->refreshing = 1;
+    e->load_gen = c->gen_seen;
     cm_counter_inc(c->srv->m.catalog_queries);
     if (rsv_pg_query_first(c->srv->pg_read, LOAD_SQL, 1, params, on_loaded, op) != 0) {
         free(op);
@@ -445,6 +632,22 @@ static void start_load(rsv_catalog_t *c, entry_t *e)
             e->state = ENTRY_MISSING, e->checked_ns = 0;
         fail_waiters(w, 0, cm_err_shutdown);
     }
+}
+
+/* Rechecks that waited on a cached entry whose background check failed: the copy. */
+static void serve_cached(entry_t *e)
+{
+    waiter_t *w = e->waiters;
+    e->waiters = NULL;
+    rsv_event_t *ev = e->ev;
+    if (ev)
+        rsv_event_ref(ev);
+    for (waiter_t *next; w; w = next) {
+        next = w->next;
+        w->cb(ev, NULL, w->arg);
+        free(w);
+    }
+    rsv_event_unref(ev);
 }
 
 static void on_version(const char *err, const rsv_pg_result_t *res, void *arg)
@@ -459,10 +662,12 @@ static void on_version(const char *err, const rsv_pg_result_t *res, void *arg)
     if (err) {
         e->refreshing = 0; /* keep serving the cached copy; try again later */
         free(op);
+        serve_cached(e);
         return;
     }
     int64_t v = rsv_pg_result_rows(res) == 1 ? atoll(rsv_pg_result_value(res, 0, 0)) : -1;
-    if (e->ev && v == e->ev->version) {
+    /* A recheck that waits wants a load that started after it: this check may not be. */
+    if (e->ev && v == e->ev->version && e->waiters == NULL) {
         e->refreshing = 0;
         e->checked_ns = cm_time_mono_ns();
         free(op);
@@ -474,43 +679,67 @@ static void on_version(const char *err, const rsv_pg_result_t *res, void *arg)
 
 void rsv_catalog_get(rsv_catalog_t *c, const char *event_id, rsv_catalog_cb cb, void *arg)
 {
-    catalog_get(c, event_id, cb, arg, true);
+    catalog_get(c, event_id, cb, arg, LOOKUP_ASK);
+}
+
+void rsv_catalog_recheck(rsv_catalog_t *c, const char *event_id, rsv_catalog_cb cb, void *arg)
+{
+    gen_wait_as(c, event_id, cb, arg, true);
+}
+
+/* After the generation read of a recheck: a cached copy loaded before the generation
+ * read is loaded again (the caller gets the new one); else as any lookup. */
+static void fresh_get(rsv_catalog_t *c, const char *id, rsv_catalog_cb cb, void *arg, lookup_t mode)
+{
+    entry_t *e = find(c, id);
+    if (mode != LOOKUP_CHECKED || e == NULL || e->state != ENTRY_READY || e->gen == c->gen_seen) {
+        catalog_get(c, id, cb, arg, mode);
+        return;
+    }
+    waiter_t *w = cm_xcalloc(1, sizeof(*w));
+    w->cb = cb;
+    w->arg = arg;
+    w->fresh = true;
+    w->gen = c->gen_seen;
+    w->next = e->waiters;
+    e->waiters = w;
+    if (!e->refreshing) /* else the check or load out serves it (again if too early) */
+        start_load(c, e);
 }
 
 static void catalog_get(rsv_catalog_t *c, const char *event_id, rsv_catalog_cb cb, void *arg,
-                        bool use_known)
+                        lookup_t mode)
 {
     uint64_t now = cm_time_mono_ns();
     entry_t *e = find(c, event_id);
     refresh_known(c, now, (uint64_t)c->srv->cfg.catalog_refresh_ms * 1000000ull);
-    /* While the first listing is still out, an id not cached waits for it too: otherwise
-     * every request of a burst arriving at a fresh worker would query on its own. */
-    if (use_known && e == NULL && (c->known_loaded || c->known_loading) && !is_known(c, event_id)) {
-        if (c->known_loaded && now - c->known_ns <= KNOWN_FRESH_NS) {
-            cb(NULL, NULL, arg); /* no such event, as of a recent listing: no query */
-            return;
-        }
-        known_waiter_t *w = cm_xcalloc(1, sizeof(*w));
-        snprintf(w->id, sizeof(w->id), "%s", event_id);
-        w->cb = cb;
-        w->arg = arg;
-        w->next = c->known_waiters;
-        c->known_waiters = w;
-        refresh_known(c, now, KNOWN_FRESH_NS);
-        if (!c->known_loading) { /* could not ask: look it up alone */
-            c->known_waiters = w->next;
-            free(w);
-            catalog_get(c, event_id, cb, arg, false);
-        }
+    /* An id not in the set (or while the first listing is still out, so that a burst at a
+     * fresh worker costs one query): "no such event" once the generation says the set is
+     * current, else after a new listing. */
+    if (mode != LOOKUP_ALONE && e == NULL && (c->known_loaded || c->known_loading) &&
+        !is_known(c, event_id)) {
+        if (mode == LOOKUP_ASK)
+            gen_wait(c, event_id, cb, arg);
+        else if (mode == LOOKUP_LISTED || (c->known_loaded && c->gen_listed == c->gen_seen))
+            cb(NULL, NULL, arg); /* no such event, as of every admin change answered: no query */
+        else
+            wait_listing(c, event_id, cb, arg);
         return;
     }
     if (e == NULL) {
         prune_missing(c);
         e = add(c, event_id);
         e->state = ENTRY_LOADING;
-    } else if (e->state == ENTRY_MISSING && now - e->checked_ns > NEGATIVE_TTL_NS &&
-               !e->refreshing) {
-        e->state = ENTRY_LOADING;
+    } else if (e->state == ENTRY_MISSING && !e->refreshing) {
+        if (mode == LOOKUP_ASK) {
+            gen_wait(c, event_id, cb, arg);
+            return;
+        }
+        /* Found missing before an admin change, or now listed: look again. */
+        bool changed = (mode == LOOKUP_CHECKED && e->gen != c->gen_seen) ||
+                       (mode == LOOKUP_LISTED && is_known(c, event_id));
+        if (changed || now - e->checked_ns > NEGATIVE_TTL_NS)
+            e->state = ENTRY_LOADING;
     }
     if (e->state == ENTRY_READY) {
         uint64_t max_age = (uint64_t)c->srv->cfg.catalog_refresh_ms * 1000000ull;

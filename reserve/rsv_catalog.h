@@ -5,9 +5,14 @@
  * the hot path (take a hold) validates seat ids and reads the event's settings with
  * no round trip. A cached event is re-checked against Postgres (its version) every
  * catalog_refresh_ms in the background, so an operator's change made through another
- * reserve process is seen within that time. Unknown events are remembered briefly so
- * a flood of bogus ids does not become a flood of queries. Correctness never depends
- * on this cache: Redis scripts and Postgres constraints decide every sale.
+ * reserve process is seen within that time. An event is never "unknown" here once the
+ * admin call that created it has answered, on any reserve: every admin change bumps a
+ * generation in Redis (RSV_CATALOG_GEN_KEY) before it answers, and an id missing from
+ * the cached set of event ids is refused only when a generation read after the request
+ * arrived says the set is current (else the ids are listed again first). Those reads are
+ * coalesced and the set is kept, so a flood of bogus ids costs about one Redis GET per
+ * round trip and no Postgres query; known events cost no round trip at all. Correctness
+ * never depends on this cache: Redis scripts and Postgres constraints decide every sale.
  *
  * Also owns the Redis "seed": loading an event's pool counters and sold seats into
  * Redis from Postgres when Redis does not have them (first use, or after Redis lost
@@ -68,6 +73,9 @@ typedef struct rsv_event {
     int refs;
 } rsv_event_t;
 
+/** The Redis key of the catalogue generation (one per deployment, not per event). */
+#define RSV_CATALOG_GEN_KEY "os:catalog:gen"
+
 /** ev is NULL when the event does not exist; err non-NULL when Postgres failed. */
 typedef void (*rsv_catalog_cb)(rsv_event_t *ev, const char *err, void *arg);
 
@@ -80,6 +88,21 @@ void rsv_catalog_free(rsv_catalog_t *c);
  * with rsv_event_ref / rsv_event_unref.
  */
 void rsv_catalog_get(rsv_catalog_t *c, const char *event_id, rsv_catalog_cb cb, void *arg);
+/**
+ * Like rsv_catalog_get, for a caller about to refuse what the cached copy lacks (a seat
+ * or pool unknown to it): reads the catalogue generation first and, when an admin
+ * change was answered since the copy was loaded, loads it again. Costs a Redis round
+ * trip (coalesced), so only for the refusing path.
+ */
+void rsv_catalog_recheck(rsv_catalog_t *c, const char *event_id, rsv_catalog_cb cb, void *arg);
+
+typedef void (*rsv_catalog_done_cb)(const char *err, void *arg);
+/**
+ * After an admin change is committed and before it is answered: bumps the catalogue
+ * generation in Redis so that every reserve process re-lists event ids before it calls
+ * one unknown. cb(err) once Redis answered (err NULL), or at once when it cannot ask.
+ */
+void rsv_catalog_announce(rsv_catalog_t *c, rsv_catalog_done_cb cb, void *arg);
 /** Drops the cached copy so the next get reloads it. */
 void rsv_catalog_invalidate(rsv_catalog_t *c, const char *event_id);
 

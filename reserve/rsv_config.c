@@ -93,7 +93,8 @@ static const cm_config_opt_t own[] = {
     {"ledger_window_s", CM_CFG_INT, S(ledger_window_s), "86400", 60, 31536000,
      "how far back the first ledger check after start looks"},
     {"ledger_settle_s", CM_CFG_INT, S(ledger_settle_s), "600", 0, 86400,
-     "charges younger than this are looked at again on the next ledger check"},
+     "a charge whose checkout is still open this long after it is logged for an operator "
+     "(it is checked again on every ledger check until its checkout settles)"},
     {"fault", CM_CFG_STR, S(fault), NULL, 0, 0,
      "tests only: after:<state>|before:<state>[,...] SIGKILLs the process at that step"},
     {"cors_origins", CM_CFG_STR, S(cors_origins), "", 0, 0,
@@ -148,5 +149,22 @@ int rsv_config_add_pg_password(rsv_config_t *cfg, char *err, size_t errlen)
     free(pw);
     free(cfg->pg_conninfo);
     cfg->pg_conninfo = ci;
+    return 0;
+}
+
+int rsv_config_check(const rsv_config_t *cfg, char *err, size_t errlen)
+{
+    /* A checkout's lease must outlast its longest provider call with room to record the
+     * answer: a lease that lapses mid-charge lets the reconciler drive the same checkout
+     * while the first charge is still out (docs/hold-ttl.md). */
+    int64_t need_ms = cfg->pay_timeout_ms + RSV_LEASE_MARGIN_MS;
+    if (cfg->checkout_lease_s * 1000 < need_ms) {
+        snprintf(err, errlen,
+                 "checkout_lease_s (%lld s) must be at least pay_timeout_ms + %d ms (%lld ms): "
+                 "a shorter lease lets the reconciler take a checkout in the middle of its "
+                 "charge",
+                 (long long)cfg->checkout_lease_s, RSV_LEASE_MARGIN_MS, (long long)need_ms);
+        return -1;
+    }
     return 0;
 }

@@ -63,6 +63,16 @@ typedef struct rsv_config {
  */
 int rsv_config_add_pg_password(rsv_config_t *cfg, char *err, size_t errlen);
 
+/** How much longer than pay_timeout_ms a checkout's lease must be (rsv_config_check). */
+#define RSV_LEASE_MARGIN_MS 5000
+
+/**
+ * Start-up: the checks that span several keys (each key's own bounds are in the table):
+ * checkout_lease_s must exceed pay_timeout_ms by RSV_LEASE_MARGIN_MS. 0, or -1 with a
+ * message naming the keys.
+ */
+int rsv_config_check(const rsv_config_t *cfg, char *err, size_t errlen);
+
 /** The whole table (the shared server keys first, then the reserve's own); n: its length.
  * Start-up, main thread (the first call builds it). */
 const cm_config_opt_t *rsv_config_table(size_t *n);

@@ -308,6 +308,7 @@ typedef struct create_op {
     char req_hash[65]; /* sha256 of the canonical body, "" without the header */
     char record[65];   /* sha256 of the token, when unverified */
     bool unverified;   /* the token's signature was not checked: the script needs its record */
+    bool rechecked;    /* the event was re-read before refusing an unknown seat or pool */
 } create_op_t;
 
 static void create_done(create_op_t *op)
@@ -604,6 +605,22 @@ static void run_create(create_op_t *op)
     }
 }
 
+static void on_create_event(rsv_event_t *ev, const char *err, void *arg);
+
+/* A seat or pool the cached event lacks may be an operator's change made through another
+ * reserve: ask once more, after the catalogue generation, before a 404. */
+static bool recheck_event(create_op_t *op)
+{
+    if (op->rechecked)
+        return false;
+    op->rechecked = true;
+    rsv_event_unref(op->ev);
+    op->ev = NULL;
+    op->amount = 0;
+    rsv_catalog_recheck(op->r.srv->catalog, op->event, on_create_event, op);
+    return true;
+}
+
 static void on_create_event(rsv_event_t *ev, const char *err, void *arg)
 {
     create_op_t *op = arg;
@@ -634,6 +651,10 @@ static void on_create_event(rsv_event_t *ev, const char *err, void *arg)
                 op->amount += ev->seats[idx].price;
             csvlen += strlen(json_string_value(s)) + 1;
         }
+        if (json_array_size(unknown) && recheck_event(op)) {
+            json_decref(unknown);
+            return;
+        }
         if (json_array_size(unknown)) {
             rsv_reply_error(&op->r, 404, "unknown_seat", "no such seat in this event",
                             json_pack("{s:o}", "unknown", unknown));
@@ -653,6 +674,8 @@ static void on_create_event(rsv_event_t *ev, const char *err, void *arg)
     } else {
         const char *pool = json_string_value(json_object_get(op->body, "pool"));
         op->pool = rsv_event_pool(ev, pool);
+        if (op->pool == NULL && recheck_event(op))
+            return;
         if (op->pool == NULL) {
             rsv_reply_error(&op->r, 404, "unknown_pool", "no such pool in this event", NULL);
             create_done(op);

@@ -31,6 +31,7 @@ typedef struct recheck {
     char checkout[RSV_PAY_ID_MAX];
     char charge[RSV_PAY_ID_MAX];
     int64_t created;
+    bool told; /* logged as open past ledger_settle_s */
 } recheck_t;
 
 struct rsv_ledger {
@@ -148,6 +149,18 @@ static void remember_open(rsv_ledger_t *l, const char *co, const char *ch, int64
     x->created = created;
 }
 
+/* Once per charge: its checkout is still open ledger_settle_s after the charge. */
+static void tell_unsettled(recheck_t *x, int64_t settled)
+{
+    if (x->told || x->created >= settled)
+        return;
+    x->told = true;
+    cm_log(CM_LOG_WARN,
+           "ledger: checkout %s is still open past ledger_settle_s with charge %s at the "
+           "provider; checked again on every scan until it settles",
+           x->checkout, x->charge);
+}
+
 static void on_checked(const char *err, const rsv_pg_result_t *res, void *arg)
 {
     rsv_ledger_t *l = arg;
@@ -159,7 +172,7 @@ static void on_checked(const char *err, const rsv_pg_result_t *res, void *arg)
         scan_end(l); /* the cursor stays: the page is read again next time */
         return;
     }
-    int64_t young = cm_time_wall_ms() / 1000 - srv->cfg.ledger_settle_s;
+    int64_t settled = cm_time_wall_ms() / 1000 - srv->cfg.ledger_settle_s;
     int rows = rsv_pg_result_rows(res);
     size_t keep = 0;
     for (int r = 0; r < rows; r++) {
@@ -180,16 +193,18 @@ static void on_checked(const char *err, const rsv_pg_result_t *res, void *arg)
                    "charge (operator: check it)",
                    ch, co, state);
         if (rechecking) {
-            /* rows come back in the order asked: row r is open[r] */
-            if ((size_t)r < l->nopen && o == RSV_LEDGER_OPEN && l->open[r].created >= young)
+            /* rows come back in the order asked: row r is open[r]. Kept until its
+             * checkout settles, however long that takes: the cursor is past it. */
+            if ((size_t)r < l->nopen && o == RSV_LEDGER_OPEN) {
+                tell_unsettled(&l->open[r], settled);
                 l->open[keep++] = l->open[r];
+            }
             continue;
         }
         if (o == RSV_LEDGER_OPEN)
             for (size_t i = 0; i < l->page.n; i++)
                 if (strcmp(l->page.items[i].id, ch) == 0) {
-                    if (l->page.items[i].created >= young)
-                        remember_open(l, co, ch, l->page.items[i].created);
+                    remember_open(l, co, ch, l->page.items[i].created);
                     break;
                 }
     }

@@ -14,9 +14,10 @@
  * Runs on the event-loop thread, one scan at a time, at most MAX_PAGES pages per scan.
  * A cursor (the last charge id read) makes each scan read only what is new. A charge
  * whose checkout is still open (its saga resolves it) is remembered and checked again
- * on every scan until the checkout settles or ledger_settle_s passed, so a checkout that
- * ends unpaid just after a scan saw it open is not missed; the list is bounded
- * (RECHECK_MAX) and the cursor waits while it is full. Several
+ * on every scan until the checkout settles, however long that takes (the cursor is past
+ * it: dropping it would lose that money if the checkout then ended unpaid); one still
+ * open ledger_settle_s after its charge is logged once for an operator. The list is
+ * bounded (RECHECK_MAX) and the cursor waits while it is full. Several
  * reserve processes may scan at once: the Postgres step is conditional on the state and
  * the refund's idempotency key is the checkout's, so the money goes back once.
  */

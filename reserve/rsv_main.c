@@ -48,6 +48,11 @@ int main(int argc, char **argv)
                         "to a loopback address, with allow_loopback_http)\n");
         goto out;
     }
+    if (rsv_config_check(&cfg, err, sizeof(err)) != 0) {
+        fprintf(stderr, "onsale-reserve: %s\n", err);
+        rc = 2;
+        goto out;
+    }
     if (rsv_config_add_pg_password(&cfg, err, sizeof(err)) != 0) {
         fprintf(stderr, "onsale-reserve: %s\n", err);
         goto out;

@@ -875,15 +875,21 @@ static void on_giveback_view(const char *err, const cm_redis_reply_t *reply, voi
         return;
     }
     char *units = units_literal(&v);
+    bool pool = v.pool[0] != '\0';
     rsv_hold_view_clear(&v);
     if (units == NULL) {
         giveback_end(s, "the hold's units", cm_err_protocol);
         return;
     }
     const char *params[] = {s->row.event, units};
+    /* Of a pool, only units Postgres has: one past the capacity (handed out by a stale
+     * Redis counter) was never there to give back. */
     int rc = rsv_pg_query(s->srv->pg,
-                          "SELECT array_to_string(f, ','), cardinality(f) "
-                          "FROM onsale_units_free($1, $2::text[]) f",
+                          pool ? "SELECT array_to_string(f, ','), cardinality(f) "
+                                 "FROM onsale_units_free($1, ARRAY(SELECT s.seat_id FROM seats s "
+                                 "WHERE s.event_id = $1 AND s.seat_id = ANY ($2::text[]))) f"
+                               : "SELECT array_to_string(f, ','), cardinality(f) "
+                                 "FROM onsale_units_free($1, $2::text[]) f",
                           2, params, on_units_free, s);
     free(units);
     if (rc != 0)

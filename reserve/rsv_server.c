@@ -190,7 +190,8 @@ static void register_saga_metrics(rsv_server_t *srv)
 {
     cm_metrics_t *m = srv->metrics;
     rsv_metrics_t *x = &srv->m;
-    static const char *const outcomes[] = {"paid", "declined", "none", "refunded", "unknown"};
+    static const char *const outcomes[] = {"paid",     "declined", "none",
+                                           "refunded", "unknown",  "listed"};
     static const char *const ops[] = {"charge", "lookup", "refund"};
     char labels[64];
     x->saga_transitions = cm_metrics_counter(m, "onsale_reserve_checkout_transitions_total",
@@ -229,7 +230,10 @@ static void register_saga_metrics(rsv_server_t *srv)
                                             "provider ledger pages read", "result=\"ok\"");
     x->ledger_scans[1] = cm_metrics_counter(m, "onsale_reserve_ledger_scans_total",
                                             "provider ledger pages read", "result=\"error\"");
-    for (int i = 0; i < 5; i++) {
+    _Static_assert(sizeof(outcomes) / sizeof(outcomes[0]) ==
+                       sizeof(x->pay_outcomes) / sizeof(x->pay_outcomes[0]),
+                   "a payment outcome name per rsv_pay_outcome_t value");
+    for (size_t i = 0; i < sizeof(outcomes) / sizeof(outcomes[0]); i++) {
         snprintf(labels, sizeof(labels), "outcome=\"%s\"", outcomes[i]);
         x->pay_outcomes[i] = cm_metrics_counter(m, "onsale_reserve_payment_outcomes_total",
                                                 "payment provider answers by outcome", labels);

@@ -25,6 +25,7 @@
 #include "cm_redis.h"
 #include "cm_server.h"
 #include "rsv_config.h"
+#include "rsv_pay.h"
 #include "rsv_pg.h"
 
 struct event_base;
@@ -80,12 +81,13 @@ typedef struct rsv_metrics {
     cm_counter_t *reconcile_finished;
     cm_counter_t *reconcile_released;
     cm_counter_t *reconcile_lookups;
-    cm_counter_t *catalog_queries;      /* Postgres queries the event catalogue issued */
-    cm_counter_t *booking_failures;     /* booking inserts that failed (not a conflict) */
-    cm_counter_t *booking_abandoned;    /* paid checkouts refunded after book_max_attempts */
-    cm_counter_t *ledger_charges[5];    /* ledger reconciliation, by rsv_ledger outcome */
-    cm_counter_t *ledger_scans[2];      /* ok, error */
-    cm_counter_t *pay_outcomes[5];      /* by rsv_pay_outcome_t */
+    cm_counter_t *catalog_queries;   /* Postgres queries the event catalogue issued */
+    cm_counter_t *booking_failures;  /* booking inserts that failed (not a conflict) */
+    cm_counter_t *booking_abandoned; /* paid checkouts refunded after book_max_attempts */
+    cm_counter_t *ledger_charges[5]; /* ledger reconciliation, by rsv_ledger outcome */
+    cm_counter_t *ledger_scans[2];   /* ok, error */
+    /* by rsv_pay_outcome_t: one per value of the enum */
+    cm_counter_t *pay_outcomes[RSV_PAY_LISTED + 1];
     cm_histogram_t *pay_latency[3];     /* by rsv_pay_op_t */
     cm_gauge_t *checkouts_by_state[13]; /* by rsv_saga_state_names */
 } rsv_metrics_t;

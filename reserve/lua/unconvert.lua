@@ -3,8 +3,12 @@
 -- that kept failing) and the payment is refunded: the sold marks of this checkout on
 -- seats Postgres does not have booked, the pool units Postgres does not have booked,
 -- and the buyer-limit entry. Idempotent: the record remembers it was given back.
--- KEYS, ARGV 1-4: the acting layout (prelude).  ARGV: 5 checkout id, 6 seats free in
---       Postgres (comma-joined), 7 pool units to return to the counter
+-- Only what was taken goes back, at most the hold's quantity: of a pool, the units
+-- Postgres has and has not booked (one past the capacity, handed out by a stale counter,
+-- was never there to give back).
+-- KEYS, ARGV 1-4: the acting layout (prelude).  ARGV: 5 checkout id, 6 the hold's units
+--       Postgres has not booked (comma-joined), 7 how many pool units return to the
+--       counter
 -- Reply: {'OK', seats freed, units returned} | {'NOOP'} (not converted by this checkout,
 --        or given back before) | {'NOTFOUND'} | {'GONE'} | {'STALE'}
 local h, st = load_acting()
