@@ -9,6 +9,7 @@ vouches for) while records exist, and checks which path decided
 (onsale_reserve_token_records_total{result="matched"|"missing"})."""
 
 import hashlib
+import http.client
 import time
 
 import stack
@@ -57,7 +58,7 @@ class TokenRecords(stack.ReserveTestCase):
         before = self.counts()
         h = self.hold(ev, tok, seats=["A-1", "A-2"])
         self.assertCounts(before, 1, 0, "first hold with a recorded token")
-        # then cached as verified: every later request of the buyer is a cache hit
+        # then remembered for holds; the other routes verify its signature once
         self.hold(ev, tok, pool="ga", quantity=2)
         r = self.c.get(f"/v1/holds/{h.json['hold_id']}", token=tok)
         self.assertStatus(r, 200)
@@ -148,5 +149,99 @@ class TokenRecords(stack.ReserveTestCase):
         h = self.hold(ev, toks[1], seats=["A-2"])
         self.assertCounts(before, 0, 1, "a recorded token after Redis lost its records")
         self.assertEqual(h.json["seats"], ["A-2"])
-        # the first buyer is cached as verified: still served
+        # the first buyer is remembered as proven by its record: still served
         self.hold(ev, toks[0], seats=["A-3"])
+
+    def test_a_record_proves_a_hold_and_nothing_else(self):
+        """Regression (security issue, defect 3): a token proven by a record was cached as
+        verified for every route, so whoever could write os:{event}:tk:* could act as any
+        sub. Here the record of a forged token is written with the stack's admin user (the
+        reserve's own Redis user cannot write one: test_redis_acl.py): the forged token
+        takes a hold — what a record may prove — and is refused on every other route."""
+        import os
+        ev = self.new_event(seats=SEATS, pools=GA, max_per_buyer=6)
+        real = self.S.token(ev, "acl-victim")
+        h = self.hold(ev, real, pool="ga", quantity=1)
+        cf = self.c.post(f"/v1/holds/{h.json['hold_id']}/confirm",
+                         {"payment": {"amount": h.json["amount"], "currency": "EUR",
+                                      "source": "tok_visa"}},
+                         token=real, headers={"Idempotency-Key": os.urandom(8).hex()})
+        self.assertStatus(cf, 201, msg="the victim's confirm:")
+        victim_hold = self.hold(ev, real, seats=["A-6"]).json["hold_id"]
+        forged = forged_signature(real)  # the victim's claims, a signature of nobody's
+        record(self.S, ev, forged)
+        mine = self.hold(ev, forged, pool="ga", quantity=1).json["hold_id"]
+        refused = {
+            "read the victim's hold": self.c.get(f"/v1/holds/{victim_hold}", token=forged),
+            "read the victim's checkout": self.c.get(f"/v1/checkouts/{cf.json['checkout_id']}",
+                                                     token=forged),
+            "extend": self.c.post(f"/v1/holds/{victim_hold}/extend", {}, token=forged),
+            "release the victim's hold": self.c.delete(f"/v1/holds/{victim_hold}", token=forged),
+            "read its own hold": self.c.get(f"/v1/holds/{mine}", token=forged),
+            "confirm its own hold": self.c.post(
+                f"/v1/holds/{mine}/confirm",
+                {"payment": {"amount": 3000, "currency": "EUR", "source": "tok_visa"}},
+                token=forged, headers={"Idempotency-Key": os.urandom(8).hex()}),
+            "done": self.c.post(f"/v1/events/{ev}/done", None, token=forged),
+        }
+        for what, r in refused.items():
+            self.assertStatus(r, 401, "invalid_token", msg=f"forged token with a record, {what}:")
+        # the victim's hold is untouched
+        self.assertStatus(self.c.get(f"/v1/holds/{victim_hold}", token=real), 200)
+
+
+# The reserve's auth_fail_limit (its default: deploy/reserve.conf.example); this module's
+# stack keeps the defaults, token_records on among them.
+FAIL_LIMIT = 50
+
+
+def script_calls(S):
+    """EVAL and EVALSHA calls every Redis of the stack has run (INFO commandstats), less
+    the failed ones (an EVALSHA answered NOSCRIPT is sent again as EVAL)."""
+    total = 0
+    for port in S.redis_ports:
+        r = stack.Redis(port, auth=S.redis_auth, ssl_ctx=S.redis_ssl)
+        try:
+            info = r("INFO", "commandstats")
+        finally:
+            r.close()
+        if isinstance(info, bytes):
+            info = info.decode()
+        for line in info.splitlines():
+            name, _, stats = line.partition(":")
+            if name in ("cmdstat_eval", "cmdstat_evalsha", "cmdstat_eval_ro",
+                        "cmdstat_evalsha_ro"):
+                st = dict(kv.split("=") for kv in stats.split(","))
+                total += int(st["calls"]) - int(st.get("failed_calls", 0))
+    return total
+
+
+class FailedTokenLimitBeforeAnyWork(stack.ReserveTestCase):
+    """Regression (security issue, defect 2): a forged token shaped for a record went to
+    inspection and the hold script before the failed-token limit was asked, so every
+    forged token cost a body parse and a hold EVAL on the event's slot, also from an
+    address already limited."""
+
+    def test_forged_tokens_past_the_limit_cost_no_hold_script(self):
+        ev = self.new_event(seats=SEATS, pools=GA)
+        real = self.S.token(ev, "limit-victim")
+        h, p, _ = real.split(".")
+        src = "127.0.0.11"  # an address of its own: other tests' failures do not count
+        conn = http.client.HTTPSConnection(stack.HOST, self.S.reserve_port, context=self.S.ctx,
+                                           timeout=stack.HTTP_TIMEOUT, source_address=(src, 0))
+        self.addCleanup(conn.close)
+        before = script_calls(self.S)
+        statuses = []
+        for i in range(200):
+            # a real kid, consistent claims, garbage of the right length as the signature
+            tok = ".".join([h, p, stack.b64url(i.to_bytes(2, "big") * 32)])
+            conn.request("POST", f"/v1/events/{ev}/holds", body=b'{"pool": "ga", "quantity": 1}',
+                         headers={"Authorization": f"Bearer {tok}",
+                                  "Content-Type": "application/json"})
+            resp = conn.getresponse()
+            resp.read()
+            statuses.append(resp.status)
+        spent = script_calls(self.S) - before
+        self.assertEqual(statuses, [401] * FAIL_LIMIT + [429] * (200 - FAIL_LIMIT))
+        self.assertLessEqual(spent, FAIL_LIMIT,
+                             f"200 forged tokens ran {spent} scripts (limit {FAIL_LIMIT})")
