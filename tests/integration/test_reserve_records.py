@@ -156,7 +156,7 @@ class TokenRecords(stack.ReserveTestCase):
         """Regression (security issue, defect 3): a token proven by a record was cached as
         verified for every route, so whoever could write os:{event}:tk:* could act as any
         sub. Here the record of a forged token is written with the stack's admin user (the
-        reserve's own Redis user cannot write one: test_redis_acl.py): the forged token
+        reserve's own Redis user cannot write one: RedisUsers below): the forged token
         takes a hold — what a record may prove — and is refused on every other route."""
         import os
         ev = self.new_event(seats=SEATS, pools=GA, max_per_buyer=6)
@@ -245,3 +245,87 @@ class FailedTokenLimitBeforeAnyWork(stack.ReserveTestCase):
         self.assertEqual(statuses, [401] * FAIL_LIMIT + [429] * (200 - FAIL_LIMIT))
         self.assertLessEqual(spent, FAIL_LIMIT,
                              f"200 forged tokens ran {spent} scripts (limit {FAIL_LIMIT})")
+
+
+def redis_as(S, service):
+    """A Redis client authenticated as a service's own ACL user (deploy/onsale)."""
+    auth = S.redis_service_auth[service]
+    if S.cluster:
+        # the services' users may not run CLUSTER SLOTS: the admin's map routes for them
+        c = stack.ClusterRedis(S.redis_ports, auth=auth, ssl_ctx=S.redis_ssl)
+        S.redis.masters()
+        c.slots = list(S.redis.slots)
+        return c
+    return stack.Redis(S.redis_port, auth=auth, ssl_ctx=S.redis_ssl)
+
+
+class RedisUsers(stack.ReserveTestCase):
+    """Regression (security issue, defect 3): both services shared one Redis user with
+    ~* +@all, so whoever had the reserve's Redis credentials could write token records
+    (and mint first holds) and the gateway's could rewrite holds. Each service now has
+    a user with only its key patterns and commands (deploy/onsale redis_acl_conf,
+    docs/operations.md "Redis users")."""
+
+    def client(self, service):
+        r = redis_as(self.S, service)
+        self.addCleanup(r.close)
+        return r
+
+    def assertNoPerm(self, r, *cmd):
+        """Refused by the ACL: NOPERM, or inside a script "The user executing the script
+        can't access/run" …"""
+        with self.assertRaisesRegex(RuntimeError, "NOPERM|user executing the script can't",
+                                    msg=f"{cmd!r} was allowed"):
+            r(*cmd)
+
+    def test_the_reserve_user_cannot_write_a_token_record(self):
+        ev = self.new_event(seats=SEATS)
+        r = self.client("reserve")
+        key = f"os:{{{ev}}}:tk:{'ab' * 32}"
+        self.assertNoPerm(r, "SET", key, "1")
+        self.assertNoPerm(r, "SET", key, "1", "PXAT", str(int(time.time() + 600) * 1000))
+        self.assertNoPerm(r, "EVAL", "return redis.call('SET', KEYS[1], '1')", "1", key)
+        seed = f"os:{{{ev}}}:seed"
+        self.assertNoPerm(r, "EVAL", f"return redis.call('SET', '{key}', '1')", "1", seed)
+        self.assertNoPerm(r, "DEL", key)
+        # what the hold scripts do: read a record beside the seed key
+        self.assertEqual(r("EVAL", f"return redis.call('EXISTS', '{key}')", "1", seed), 0)
+        self.assertNoPerm(r, "SET", f"os:{{{ev}}}:q:n", "1")  # nor the waiting room
+        self.assertNoPerm(r, "FLUSHALL")
+        self.assertNoPerm(r, "CONFIG", "SET", "appendonly", "no")
+
+    def test_the_gateway_user_cannot_touch_holds(self):
+        ev = self.new_event(seats=SEATS, pools=GA)
+        tok = self.S.token(ev, "gw-acl")
+        h = self.hold(ev, tok, seats=["A-1"]).json["hold_id"]
+        r = self.client("gateway")
+        for kind in (f"h:{h}", "s:A-1", "b:gw-acl", "p:ga", "pu:ga", "seed", f"ik:{'cd' * 32}"):
+            key = f"os:{{{ev}}}:{kind}"
+            self.assertNoPerm(r, "GET", key)
+            self.assertNoPerm(r, "DEL", key)
+            self.assertNoPerm(r, "EVAL", "return redis.call('TYPE', KEYS[1])", "1", key)
+        # its own: a token record (write-only), the waiting room's keys
+        rec = f"os:{{{ev}}}:tk:{'ef' * 32}"
+        self.assertEqual(r("SET", rec, "1", "PXAT", str(int(time.time() + 600) * 1000)), "OK")
+        self.assertNoPerm(r, "GET", rec)
+        self.assertEqual(r("EXISTS", f"os:{{{ev}}}:q:cfg"), 0)
+        self.assertNoPerm(r, "FLUSHALL")
+        self.assertNoPerm(r, "KEYS", "*")
+        # the hold is as the reserve left it
+        self.assertStatus(self.c.get(f"/v1/holds/{h}", token=tok), 200)
+
+    def test_a_record_from_the_reserve_user_makes_no_forged_token_hold(self):
+        ev = self.new_event(seats=SEATS, pools=GA)
+        forged = forged_signature(self.S.token(ev, "acl-forger"))
+        key = f"os:{{{ev}}}:tk:{hashlib.sha256(forged.encode()).hexdigest()}"
+        r = self.client("reserve")
+        with self.assertRaisesRegex(RuntimeError, "NOPERM"):
+            r("SET", key, "1", "PXAT", str(int(time.time() + 600) * 1000))
+        before = self.counts()
+        resp = self.c.post(f"/v1/events/{ev}/holds", {"pool": "ga", "quantity": 1}, token=forged)
+        self.assertStatus(resp, 401, "invalid_token", msg="forged token after the write:")
+        after = self.counts()
+        self.assertEqual((after[0] - before[0], after[1] - before[1]), (0, 1))
+
+    def counts(self):
+        return TokenRecords.counts(self)
