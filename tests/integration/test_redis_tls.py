@@ -57,7 +57,7 @@ class RedisOverTLS(gwstack.GatewayTestCase):
         # the hold's state went through Redis: the event's keys are there, read over TLS
         self.assertTrue(S.redis.scan_keys(f"*{{{ev}}}*"), "no key of the event in Redis")
         # both services say how they reached Redis, each as its own ACL user
-        with open(os.path.join(S.state, "log", "reserve.log")) as f:
+        with open(os.path.join(S.state, "log", f"{S.reserve_names[0]}.log")) as f:
             self.assertIn("connected over TLS (as onsale-reserve)", f.read())
         with open(self.GS.g.log_path) as f:
             self.assertIn("connected over TLS (as onsale-gateway)", f.read())
