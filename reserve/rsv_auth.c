@@ -55,8 +55,9 @@
 typedef struct slot {
     char *token;
     size_t len;
-    uint64_t gen;    /* key generation it was verified under */
-    uint64_t policy; /* fingerprint of the policy it was verified under */
+    uint64_t gen;     /* key generation it was verified under */
+    uint64_t policy;  /* fingerprint of the policy it was verified under */
+    bool record_only; /* proven by its gateway record, not its signature: holds only */
     cm_jwt_claims_t claims;
 } slot_t;
 
@@ -347,18 +348,25 @@ static rsv_auth_result_t judge(const rsv_auth_t *a, const cm_jwt_claims_t *c, in
     return RSV_AUTH_OK;
 }
 
-/* Remembers a correctly signed token; takes j->token. Any thread. */
-static void cache_put(rsv_auth_t *a, job_t *j)
+/* Remembers a token: correctly signed, or (record_only) proven by its gateway record,
+ * which never replaces the same token verified. Takes j->token. Any thread. */
+static void cache_put(rsv_auth_t *a, job_t *j, bool record_only)
 {
     size_t i = hash(j->token, j->len) & a->cache->mask;
     pthread_mutex_t *mu = slot_lock(a->cache, i);
     pthread_mutex_lock(mu);
     slot_t *s = &a->cache->slots[i];
     char *old = s->token;
+    if (record_only && old && !s->record_only && s->len == j->len &&
+        memcmp(old, j->token, j->len) == 0) {
+        pthread_mutex_unlock(mu);
+        return; /* j->token stays the caller's */
+    }
     s->token = j->token;
     s->len = j->len;
     s->gen = j->gen;
     s->policy = a->policy;
+    s->record_only = record_only;
     s->claims = j->claims;
     pthread_mutex_unlock(mu);
     j->token = NULL;
@@ -371,7 +379,7 @@ static void complete(rsv_auth_t *a, job_t *j)
     const char *why = NULL;
     rsv_auth_result_t r;
     if (j->result == CM_JWT_OK || j->result == CM_JWT_EXPIRED) {
-        cache_put(a, j);
+        cache_put(a, j, false);
         *j->out = j->claims;
         r = judge(a, &j->claims, (int64_t)time(NULL), j->has_event ? j->event : NULL,
                   j->allow_expired, &why);
@@ -539,15 +547,18 @@ static bool hit_still_keyed(rsv_auth_t *a, slot_t *s)
 }
 
 /* Copies the claims of tok into out when the cache holds it under this gate's policy and
- * its key is still trusted. Any thread. */
-static bool cache_get(rsv_auth_t *a, const char *tok, size_t len, cm_jwt_claims_t *out)
+ * its key is still trusted; a token proven only by its record counts for a new hold
+ * (for_hold) alone. Any thread. */
+static bool cache_get(rsv_auth_t *a, const char *tok, size_t len, bool for_hold,
+                      cm_jwt_claims_t *out)
 {
     size_t i = hash(tok, len) & a->cache->mask;
     pthread_mutex_t *mu = slot_lock(a->cache, i);
     pthread_mutex_lock(mu);
     slot_t *s = &a->cache->slots[i];
     bool hit = s->token && s->len == len && s->policy == a->policy &&
-               memcmp(s->token, tok, len) == 0 && hit_still_keyed(a, s);
+               (for_hold || !s->record_only) && memcmp(s->token, tok, len) == 0 &&
+               hit_still_keyed(a, s);
     if (hit)
         *out = s->claims;
     pthread_mutex_unlock(mu);
@@ -582,6 +593,16 @@ static void inspect(rsv_auth_t *a, const char *tok, size_t len, const char *even
     cb(RSV_AUTH_UNVERIFIED, NULL, arg);
 }
 
+static bool queue_full(rsv_auth_t *a)
+{
+    if (a->nthreads == 0 || a->cfg.max_queue == 0)
+        return false;
+    pthread_mutex_lock(&a->lock);
+    bool full = a->todo_n >= a->cfg.max_queue;
+    pthread_mutex_unlock(&a->lock);
+    return full;
+}
+
 /* rsv_auth_check, and rsv_auth_check_new when record is not NULL. */
 static void check(rsv_auth_t *a, cm_req_t *req, const char *event, bool allow_expired,
                   cm_jwt_claims_t *claims, char *record, rsv_auth_cb cb, void *arg)
@@ -598,16 +619,14 @@ static void check(rsv_auth_t *a, cm_req_t *req, const char *event, bool allow_ex
         return;
     }
     int64_t now = (int64_t)time(NULL);
-    if (cache_get(a, tok, len, claims)) {
+    if (cache_get(a, tok, len, record != NULL, claims)) {
         a->hits++;
         rsv_auth_result_t r = judge(a, claims, now, event, allow_expired, &why);
         cb(r, why, arg);
         return;
     }
-    if (record != NULL && a->cfg.records) {
-        inspect(a, tok, len, event, now, claims, record, cb, arg);
-        return;
-    }
+    /* Before any work on an unknown token — its parse, the hold script's look for its
+     * record, a verification: an address over its failures, a full queue. */
     char addr[ADDR_MAX];
     peer_addr(req, addr);
     if (is_limited(a, addr)) {
@@ -615,15 +634,14 @@ static void check(rsv_auth_t *a, cm_req_t *req, const char *event, bool allow_ex
         cb(RSV_AUTH_LIMITED, "too many failed tokens from this address", arg);
         return;
     }
-    if (a->nthreads > 0 && a->cfg.max_queue > 0) {
-        pthread_mutex_lock(&a->lock);
-        bool full = a->todo_n >= a->cfg.max_queue;
-        pthread_mutex_unlock(&a->lock);
-        if (full) {
-            a->busy++;
-            cb(RSV_AUTH_BUSY, "verification queue full", arg);
-            return;
-        }
+    if (queue_full(a)) {
+        a->busy++;
+        cb(RSV_AUTH_BUSY, "verification queue full", arg);
+        return;
+    }
+    if (record != NULL && a->cfg.records) {
+        inspect(a, tok, len, event, now, claims, record, cb, arg);
+        return;
     }
     a->verifications++;
     job_t *j = cm_xcalloc(1, sizeof(*j));
@@ -678,7 +696,8 @@ void rsv_auth_remember(rsv_auth_t *a, cm_req_t *req, const cm_jwt_claims_t *clai
         .gen = 0, /* older than any keys: the first hit checks the kid is still held */
         .claims = *claims,
     };
-    cache_put(a, &j);
+    cache_put(a, &j, true);
+    free(j.token); /* NULL unless the token was already cached as verified */
 }
 
 uint64_t rsv_auth_inspected(const rsv_auth_t *a)

@@ -13,13 +13,17 @@
  * Retry-After when it is full), and an address whose tokens failed verification
  * fail_limit times within fail_window_s gets RSV_AUTH_LIMITED (429) without another
  * verification until the window ends — a forged token with a valid public kid costs a
- * full ECDSA verification, so an attacker may not ask for them at will.
+ * full ECDSA verification, so an attacker may not ask for them at will. Both are asked
+ * before any work on a token the cache does not hold: before its claims are parsed and
+ * before a hold script looks for its record.
  *
  * Token records (docs/tokens.md): taking a new hold (rsv_auth_check_new) may skip the
  * signature of an uncached token whose every other claim is fine; the hold script then
  * holds only if the gateway's record of that exact token is in Redis, and the reserve
- * verifies the signature when it is not (rsv_auth_check) or caches the token as verified
- * when it was (rsv_auth_remember).
+ * verifies the signature when it is not (rsv_auth_check) or remembers the token as proven
+ * by its record when it was (rsv_auth_remember). A record proves new holds only: every
+ * other route (rsv_auth_check) verifies the signature of a token it has not verified
+ * itself, so whoever can write a record cannot read, release or pay another buyer's holds.
  *
  * Keys (rsv_auth_keys_t) are shared by every rsv_auth of the process and reloaded on
  * SIGHUP (cm_reload) from the same file: a key dropped from the file stops verifying at
@@ -134,9 +138,11 @@ void rsv_auth_check_new(rsv_auth_t *a, cm_req_t *req, const char *event, cm_jwt_
                         char record[65], rsv_auth_cb cb, void *arg);
 
 /**
- * Caches the request's token as verified with claims (from rsv_auth_check_new): Redis
- * held its record, so the gateway signed exactly these bytes. Its kid is checked again
- * at its first use from the cache.
+ * Caches the request's token with claims (from rsv_auth_check_new) as proven by its
+ * record: Redis held it, so the gateway wrote it for exactly these bytes. Such an entry
+ * answers rsv_auth_check_new (new holds) only; rsv_auth_check still verifies the token
+ * once (and then caches it as verified). Never replaces the same token verified. Its kid
+ * is checked again at its first use from the cache.
  */
 void rsv_auth_remember(rsv_auth_t *a, cm_req_t *req, const cm_jwt_claims_t *claims);
 

@@ -552,31 +552,30 @@ static void run_create(create_op_t *op)
     const char *bkey = hold_key(&hk, e, RSV_K_BUYER, op->claims.sub);
     const char *akey = hold_key(&hk, e, RSV_K_ACTIVE, NULL);
     const char *ikey = hold_key(&hk, e, RSV_K_IDEM, op->idem);
-    const char *tkey = hold_key(&hk, e, RSV_K_TOKEN, op->unverified ? op->record : "");
-    const char *need = op->unverified ? "1" : "";
+    /* the token record is read by the script, not declared: the reserve's Redis user
+     * may read tk: keys, not write them, and ACLs want write access to declared keys */
+    const char *need = op->unverified ? op->record : "";
     int rc = -1;
     if (op->pool) {
         const char *pkey = hold_key(&hk, e, RSV_K_POOL, op->pool->id);
         const char *ukey = hold_key(&hk, e, RSV_K_POOL_UNITS, op->pool->id);
-        const char *argv[] = {seed,   hkey,    bkey,         pkey,         ukey,
-                              akey,   ikey,    tkey,         op->hold_id,  op->claims.sub,
-                              ttl,    maxhold, limit,        op->pool->id, qty,
-                              amount, keep,    op->req_hash, need};
-        if (pkey && ukey && seed && hkey && bkey && akey && ikey && tkey)
-            rc = cm_redis_eval(srv->redis, rsv_lua()->hold_pool, on_create_reply, op, 8, 19, argv,
+        const char *argv[] = {seed,         hkey,        bkey,           pkey, ukey,         akey,
+                              ikey,         op->hold_id, op->claims.sub, ttl,  maxhold,      limit,
+                              op->pool->id, qty,         amount,         keep, op->req_hash, need};
+        if (pkey && ukey && seed && hkey && bkey && akey && ikey)
+            rc = cm_redis_eval(srv->redis, rsv_lua()->hold_pool, on_create_reply, op, 7, 18, argv,
                                NULL);
     } else {
-        const char *stack_argv[6 + 16 + 10], **argv = stack_argv;
+        const char *stack_argv[5 + 16 + 10], **argv = stack_argv;
         if (n > 16)
-            argv = cm_xcalloc(6 + n + 10, sizeof(char *));
+            argv = cm_xcalloc(5 + n + 10, sizeof(char *));
         size_t a = 0;
         argv[a++] = seed;
         argv[a++] = hkey;
         argv[a++] = bkey;
         argv[a++] = akey;
         argv[a++] = ikey;
-        argv[a++] = tkey;
-        bool fits = seed && hkey && bkey && akey && ikey && tkey;
+        bool fits = seed && hkey && bkey && akey && ikey;
         for (size_t i = 0; i < n; i++) {
             argv[a] = hold_key(&hk, e, RSV_K_SEAT, json_string_value(json_array_get(seats, i)));
             fits = fits && argv[a++] != NULL;
@@ -592,7 +591,7 @@ static void run_create(create_op_t *op)
         argv[a++] = op->req_hash;
         argv[a++] = need;
         if (fits)
-            rc = cm_redis_eval(srv->redis, rsv_lua()->hold_seats, on_create_reply, op, (int)(6 + n),
+            rc = cm_redis_eval(srv->redis, rsv_lua()->hold_seats, on_create_reply, op, (int)(5 + n),
                                (int)a, argv, NULL);
         if (argv != stack_argv)
             free(argv);

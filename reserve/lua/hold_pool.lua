@@ -2,15 +2,16 @@
 -- Free units are the counter plus every expired held unit (ZCOUNT), so the answer is
 -- exact whatever the backlog of expired holds; the script returns to the counter only
 -- as many expired units as it needs (plus a bounded number, for storage).
--- With an Idempotency-Key, and with a token not verified (ARGV 11 '1'): as hold_seats.lua.
+-- With an Idempotency-Key, and with a token not verified (ARGV 11 its record's id): as
+-- hold_seats.lua.
 -- KEYS: 1 seed, 2 hold record, 3 buyer zset, 4 pool counter, 5 pool units, 6 active,
---       7 idempotency record, 8 token record
+--       7 idempotency record
 -- ARGV: 1 hold id, 2 buyer, 3 ttl ms, 4 max hold ms, 5 max per buyer, 6 pool id,
 --       7 quantity, 8 amount, 9 record keep ms, 10 request hash ('' = no key),
---       11 '1' = the token record must exist ('' = the token was verified)
+--       11 the token record that must exist: hex SHA-256 of the token ('' = verified)
 -- Reply: {'OK', exp, left} | {'SOLDOUT'} | {'INSUFFICIENT', available} | {'LIMIT', units}
 --        | {'NOSEED'} | {'REPLAY', hold id} | {'MISMATCH'} | {'UNVERIFIED'}
-if not token_recorded(KEYS[8], ARGV[11]) then
+if not token_recorded(KEYS[1], ARGV[11]) then
     return {'UNVERIFIED'}
 end
 if redis.call('EXISTS', KEYS[1]) == 0 then

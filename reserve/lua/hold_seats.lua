@@ -2,17 +2,17 @@
 -- free, the buyer under the limit, then SET NX PX on each seat.
 -- With an Idempotency-Key the same key and body from the same buyer answer the hold
 -- taken first (REPLAY), another body MISMATCH.
--- A buyer's first hold may come with a token the reserve has not verified (ARGV 10 '1'):
--- then it holds only if the gateway's record of that exact token exists (KEYS 6,
--- prelude.lua), else UNVERIFIED and nothing else is read or written.
--- KEYS: 1 seed, 2 hold record, 3 buyer zset, 4 active, 5 idempotency record,
---       6 token record, 7.. seats
+-- A buyer's first hold may come with a token the reserve has not verified (ARGV 10 its
+-- record's id): then it holds only if the gateway's record of that exact token exists
+-- (tk:<id> beside KEYS 1, prelude.lua), else UNVERIFIED and nothing else is read or
+-- written.
+-- KEYS: 1 seed, 2 hold record, 3 buyer zset, 4 active, 5 idempotency record, 6.. seats
 -- ARGV: 1 hold id, 2 buyer, 3 ttl ms, 4 max hold ms, 5 max per buyer (0 = none),
 --       6 seats (comma-joined), 7 amount, 8 record keep ms, 9 request hash ('' = no key),
---       10 '1' = the token record must exist ('' = the token was verified)
+--       10 the token record that must exist: hex SHA-256 of the token ('' = verified)
 -- Reply: {'OK', exp} | {'TAKEN', i, …} (1-based seat indexes) | {'LIMIT', units} | {'NOSEED'}
 --        | {'REPLAY', hold id} | {'MISMATCH'} | {'UNVERIFIED'}
-if not token_recorded(KEYS[6], ARGV[10]) then
+if not token_recorded(KEYS[1], ARGV[10]) then
     return {'UNVERIFIED'}
 end
 if redis.call('EXISTS', KEYS[1]) == 0 then
@@ -24,15 +24,15 @@ if replay then
 end
 local now = now_ms()
 local taken = {'TAKEN'}
-for i = 7, #KEYS do
+for i = 6, #KEYS do
     if redis.call('EXISTS', KEYS[i]) == 1 then
-        taken[#taken + 1] = i - 6
+        taken[#taken + 1] = i - 5
     end
 end
 if #taken > 1 then
     return taken
 end
-local n = #KEYS - 6
+local n = #KEYS - 5
 local limit = tonumber(ARGV[5])
 if limit > 0 then
     local have = buyer_units(KEYS[3], now)
@@ -42,7 +42,7 @@ if limit > 0 then
 end
 local ttl = tonumber(ARGV[3])
 local exp = now + ttl
-for i = 7, #KEYS do
+for i = 6, #KEYS do
     redis.call('SET', KEYS[i], ARGV[1], 'NX', 'PX', ttl)
 end
 redis.call('HSET', KEYS[2], 'buyer', ARGV[2], 'state', 'held', 'exp', exp, 'seats', ARGV[6],

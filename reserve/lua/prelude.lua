@@ -16,7 +16,9 @@
 --   tk:<sha256>     an admission token the gateway signed (hex SHA-256 of the whole
 --                   token), written by the gateway when it hands the token out and
 --                   expiring with it: a buyer's first hold needs it or a verification
---                   (docs/tokens.md); only read here
+--                   (docs/tokens.md); only read here, and not declared in KEYS: Redis
+--                   ACLs want write access to every declared key, and the reserve's
+--                   Redis user may only read these (docs/operations.md)
 --   active          shoppers the gateway admitted: member = visitor, score = when their
 --                   activity lapses; a live hold keeps its taker active until it expires,
 --                   a confirmation or release ends the activity once no other hold lives
@@ -113,10 +115,17 @@ local function idem_record(ikey, hash, hold, until_ms)
     end
 end
 
--- Whether a hold may proceed on its token: verified by the reserve (needed ~= '1'), or
--- the gateway's record of that exact token exists.
-local function token_recorded(tkey, needed)
-    return needed ~= '1' or redis.call('EXISTS', tkey) == 1
+-- Whether a hold may proceed on its token: verified by the reserve (record ''), or the
+-- gateway's record of that exact token exists: tk:<record> beside seed, the event's
+-- seed key (so in the script's own slot).
+local function token_recorded(seed, record)
+    if record == '' then
+        return true
+    end
+    if not string.match(record, '^%x+$') then
+        return false
+    end
+    return redis.call('EXISTS', string.sub(seed, 1, #seed - 4) .. 'tk:' .. record) == 1
 end
 
 local function split(s)

@@ -188,8 +188,8 @@ class GatewayStack:
             "redis_host": HOST,
             "redis_port": self.S.redis_port,
             **({"redis_cluster": self.S.redis_seeds} if self.S.cluster else {}),
-            "redis_user": self.S.redis_user,
-            "redis_password_file": self.S.redis_password_path,
+            "redis_user": self.S.redis_service_auth["gateway"][0],
+            "redis_password_file": self.S.redis_service_password_path["gateway"],
             **({"redis_tls": "on", "redis_tls_ca_file": self.S.ca,
                 "redis_tls_cert_file": os.path.join(st, "server.pem"),
                 "redis_tls_key_file": os.path.join(st, "server-key.pem")}

@@ -921,11 +921,26 @@ class Stack:
             self.admin_token = f.read().strip()  # the reserve's
         with open(os.path.join(self.state, "gateway-admin-token")) as f:
             self.gateway_admin_token = f.read().strip()
-        # Redis (ACL user, default user off) and Postgres (scram-sha-256) need these.
+        # Redis (ACL users, default user off) and Postgres (scram-sha-256) need these.
+        # redis_auth is the admin user (every key and command) the tests use; each
+        # service has a user of its own with only what it needs (deploy/onsale
+        # redis_acl_conf): redis_service_auth[name], redis_service_password_path[name].
         self.redis_user = "onsale"
         self.redis_password_path = os.path.join(self.state, "redis-password")
         with open(self.redis_password_path) as f:
             self.redis_auth = (self.redis_user, f.read().strip())
+        self.redis_service_auth, self.redis_service_password_path = {}, {}
+        for svc in ("gateway", "reserve"):
+            path = os.path.join(self.state, f"redis-{svc}-password")
+            with open(path) as f:
+                self.redis_service_auth[svc] = (f"onsale-{svc}", f.read().strip())
+            self.redis_service_password_path[svc] = path
+        conf = "redis-1.conf" if self.cluster else "redis.conf"
+        with open(os.path.join(self.state, conf)) as f:
+            # "user NAME RULES..." as deploy/onsale wrote them: a private Redis of a test
+            # gets the same users with redis-server --user NAME RULES...
+            self.redis_acl_rules = {ln.split()[1]: ln.split()[1:] for ln in f
+                                    if ln.startswith("user ")}
         self.pg_password_path = os.path.join(self.state, "pg-password")
         with open(self.pg_password_path) as f:
             self.pg_password = f.read().strip()

@@ -20,9 +20,10 @@ NODES = 3
 _CLUSTER = {}
 
 
-def start_cluster(auth):
+def start_cluster(auth, users=()):
     """Three masters on free ports, authenticated like the stack's Redis (its ACL user and
-    password, the default user off); their shutdown is a module cleanup."""
+    password, the default user off, and the users given as deploy/onsale's rules: the
+    gateway's own); their shutdown is a module cleanup."""
     _CLUSTER["auth"] = auth
     user, password = auth
     root = tempfile.mkdtemp(prefix="onsale-gwcluster-")
@@ -46,7 +47,8 @@ def start_cluster(auth):
              "--appendonly", "no", "--dir", d, "--cluster-enabled", "yes",
              "--cluster-port", str(bus), "--cluster-config-file", "nodes.conf",
              "--cluster-node-timeout", "1000", "--user", "default", "off",
-             "--user", user, "on", f">{password}", "~*", "&*", "+@all"],
+             "--user", user, "on", f">{password}", "~*", "&*", "+@all",
+             *[w for u in users for w in ("--user", *u)]],
             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
         ports.append(port)
     _CLUSTER["ports"] = ports
@@ -62,7 +64,7 @@ def start_cluster(auth):
 
 def setUpModule():
     gs = gwstack.module_stack("gw-cluster", gateways=0)
-    start_cluster(gs.S.redis_auth)
+    start_cluster(gs.S.redis_auth, users=[gs.S.redis_acl_rules["onsale-gateway"]])
     ports = _CLUSTER["ports"]
     nodes = ",".join(f"{HOST}:{p}" for p in ports)
     for name in ("c1", "c2"):

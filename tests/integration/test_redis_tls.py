@@ -1,7 +1,7 @@
 """Redis over TLS (issue 11). `ONSALE_REDIS_TLS=1 deploy/onsale up` runs Redis TLS-only
 (port 0, tls-port, client certificates from the dev CA required); the reserve that
 deploy/onsale configures and a gateway configured with the redis_tls* keys carry a real
-sale through it: join → admission → hold → confirm."""
+sale through it: join → admission → hold → confirm, each as its own Redis ACL user."""
 
 import os
 import ssl
@@ -56,8 +56,23 @@ class RedisOverTLS(gwstack.GatewayTestCase):
         self.assertEqual(cf.json["quantity"], 2)
         # the hold's state went through Redis: the event's keys are there, read over TLS
         self.assertTrue(S.redis.scan_keys(f"*{{{ev}}}*"), "no key of the event in Redis")
-        # both services say how they reached Redis
-        with open(os.path.join(S.state, "log", "reserve.log")) as f:
-            self.assertIn("connected over TLS (as onsale)", f.read())
+        # both services say how they reached Redis, each as its own ACL user
+        with open(os.path.join(S.state, "log", f"{S.reserve_names[0]}.log")) as f:
+            self.assertIn("connected over TLS (as onsale-reserve)", f.read())
         with open(self.GS.g.log_path) as f:
-            self.assertIn("connected over TLS (as onsale)", f.read())
+            self.assertIn("connected over TLS (as onsale-gateway)", f.read())
+
+    def test_each_service_user_keeps_to_its_keys_over_tls(self):
+        """The services' ACL users (docs/operations.md "Redis users") hold over TLS too:
+        the reserve's cannot write a token record, the gateway's cannot read a hold."""
+        S = self.GS.S
+        ev = gwstack.new_id("tlsacl")
+        for svc, cmd in (("reserve", ("SET", f"os:{{{ev}}}:tk:{'ab' * 32}", "1")),
+                         ("gateway", ("GET", f"os:{{{ev}}}:h:x"))):
+            r = stack.Redis(S.redis_port, auth=S.redis_service_auth[svc], ssl_ctx=S.redis_ssl)
+            try:
+                self.assertEqual(r("PING"), "PONG")
+                with self.assertRaisesRegex(RuntimeError, "NOPERM", msg=f"{svc}: {cmd!r}"):
+                    r(*cmd)
+            finally:
+                r.close()

@@ -65,21 +65,20 @@ class Event:
               req="", record=None):
         hid = self.hold_id()
         keys = [self.k("seed"), self.k("h:", hid), self.k("b:", buyer), self.k("active"),
-                self.k("ik:", idem), self.k("tk:", record or "")]
+                self.k("ik:", idem)]
         keys += [self.k("s:", x) for x in seats]
         rep = self.run("hold_seats", keys, hid, buyer, ttl, cap, limit, ",".join(seats),
                        amount if amount is not None else 100 * len(seats), 3600000, req,
-                       "" if record is None else "1")
+                       record or "")
         return hid, rep
 
     def pool(self, buyer, pool, qty, ttl=60000, limit=0, cap=600000, idem="", req="",
              record=None):
         hid = self.hold_id()
         keys = [self.k("seed"), self.k("h:", hid), self.k("b:", buyer), self.k("p:", pool),
-                self.k("pu:", pool), self.k("active"), self.k("ik:", idem),
-                self.k("tk:", record or "")]
+                self.k("pu:", pool), self.k("active"), self.k("ik:", idem)]
         rep = self.run("hold_pool", keys, hid, buyer, ttl, cap, limit, pool, qty, 50 * qty,
-                       3600000, req, "" if record is None else "1")
+                       3600000, req, record or "")
         return hid, rep
 
     # acting on a hold: read it first, as rsv_hold_act does

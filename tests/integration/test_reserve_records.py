@@ -9,6 +9,7 @@ vouches for) while records exist, and checks which path decided
 (onsale_reserve_token_records_total{result="matched"|"missing"})."""
 
 import hashlib
+import http.client
 import time
 
 import stack
@@ -57,7 +58,7 @@ class TokenRecords(stack.ReserveTestCase):
         before = self.counts()
         h = self.hold(ev, tok, seats=["A-1", "A-2"])
         self.assertCounts(before, 1, 0, "first hold with a recorded token")
-        # then cached as verified: every later request of the buyer is a cache hit
+        # then remembered for holds; the other routes verify its signature once
         self.hold(ev, tok, pool="ga", quantity=2)
         r = self.c.get(f"/v1/holds/{h.json['hold_id']}", token=tok)
         self.assertStatus(r, 200)
@@ -148,5 +149,183 @@ class TokenRecords(stack.ReserveTestCase):
         h = self.hold(ev, toks[1], seats=["A-2"])
         self.assertCounts(before, 0, 1, "a recorded token after Redis lost its records")
         self.assertEqual(h.json["seats"], ["A-2"])
-        # the first buyer is cached as verified: still served
+        # the first buyer is remembered as proven by its record: still served
         self.hold(ev, toks[0], seats=["A-3"])
+
+    def test_a_record_proves_a_hold_and_nothing_else(self):
+        """Regression (security issue, defect 3): a token proven by a record was cached as
+        verified for every route, so whoever could write os:{event}:tk:* could act as any
+        sub. Here the record of a forged token is written with the stack's admin user (the
+        reserve's own Redis user cannot write one: RedisUsers below): the forged token
+        takes a hold — what a record may prove — and is refused on every other route."""
+        import os
+        ev = self.new_event(seats=SEATS, pools=GA, max_per_buyer=6)
+        real = self.S.token(ev, "acl-victim")
+        h = self.hold(ev, real, pool="ga", quantity=1)
+        cf = self.c.post(f"/v1/holds/{h.json['hold_id']}/confirm",
+                         {"payment": {"amount": h.json["amount"], "currency": "EUR",
+                                      "source": "tok_visa"}},
+                         token=real, headers={"Idempotency-Key": os.urandom(8).hex()})
+        self.assertStatus(cf, 201, msg="the victim's confirm:")
+        victim_hold = self.hold(ev, real, seats=["A-6"]).json["hold_id"]
+        forged = forged_signature(real)  # the victim's claims, a signature of nobody's
+        record(self.S, ev, forged)
+        mine = self.hold(ev, forged, pool="ga", quantity=1).json["hold_id"]
+        refused = {
+            "read the victim's hold": self.c.get(f"/v1/holds/{victim_hold}", token=forged),
+            "read the victim's checkout": self.c.get(f"/v1/checkouts/{cf.json['checkout_id']}",
+                                                     token=forged),
+            "extend": self.c.post(f"/v1/holds/{victim_hold}/extend", {}, token=forged),
+            "release the victim's hold": self.c.delete(f"/v1/holds/{victim_hold}", token=forged),
+            "read its own hold": self.c.get(f"/v1/holds/{mine}", token=forged),
+            "confirm its own hold": self.c.post(
+                f"/v1/holds/{mine}/confirm",
+                {"payment": {"amount": 3000, "currency": "EUR", "source": "tok_visa"}},
+                token=forged, headers={"Idempotency-Key": os.urandom(8).hex()}),
+            "done": self.c.post(f"/v1/events/{ev}/done", None, token=forged),
+        }
+        for what, r in refused.items():
+            self.assertStatus(r, 401, "invalid_token", msg=f"forged token with a record, {what}:")
+        # the victim's hold is untouched
+        self.assertStatus(self.c.get(f"/v1/holds/{victim_hold}", token=real), 200)
+
+
+# The reserve's auth_fail_limit (its default: deploy/reserve.conf.example); this module's
+# stack keeps the defaults, token_records on among them.
+FAIL_LIMIT = 50
+
+
+def script_calls(S):
+    """EVAL and EVALSHA calls every Redis of the stack has run (INFO commandstats), less
+    the failed ones (an EVALSHA answered NOSCRIPT is sent again as EVAL)."""
+    total = 0
+    for port in S.redis_ports:
+        r = stack.Redis(port, auth=S.redis_auth, ssl_ctx=S.redis_ssl)
+        try:
+            info = r("INFO", "commandstats")
+        finally:
+            r.close()
+        if isinstance(info, bytes):
+            info = info.decode()
+        for line in info.splitlines():
+            name, _, stats = line.partition(":")
+            if name in ("cmdstat_eval", "cmdstat_evalsha", "cmdstat_eval_ro",
+                        "cmdstat_evalsha_ro"):
+                st = dict(kv.split("=") for kv in stats.split(","))
+                total += int(st["calls"]) - int(st.get("failed_calls", 0))
+    return total
+
+
+class FailedTokenLimitBeforeAnyWork(stack.ReserveTestCase):
+    """Regression (security issue, defect 2): a forged token shaped for a record went to
+    inspection and the hold script before the failed-token limit was asked, so every
+    forged token cost a body parse and a hold EVAL on the event's slot, also from an
+    address already limited."""
+
+    def test_forged_tokens_past_the_limit_cost_no_hold_script(self):
+        ev = self.new_event(seats=SEATS, pools=GA)
+        real = self.S.token(ev, "limit-victim")
+        h, p, _ = real.split(".")
+        src = "127.0.0.11"  # an address of its own: other tests' failures do not count
+        conn = http.client.HTTPSConnection(stack.HOST, self.S.reserve_port, context=self.S.ctx,
+                                           timeout=stack.HTTP_TIMEOUT, source_address=(src, 0))
+        self.addCleanup(conn.close)
+        before = script_calls(self.S)
+        statuses = []
+        for i in range(200):
+            # a real kid, consistent claims, garbage of the right length as the signature
+            tok = ".".join([h, p, stack.b64url(i.to_bytes(2, "big") * 32)])
+            conn.request("POST", f"/v1/events/{ev}/holds", body=b'{"pool": "ga", "quantity": 1}',
+                         headers={"Authorization": f"Bearer {tok}",
+                                  "Content-Type": "application/json"})
+            resp = conn.getresponse()
+            resp.read()
+            statuses.append(resp.status)
+        spent = script_calls(self.S) - before
+        self.assertEqual(statuses, [401] * FAIL_LIMIT + [429] * (200 - FAIL_LIMIT))
+        self.assertLessEqual(spent, FAIL_LIMIT,
+                             f"200 forged tokens ran {spent} scripts (limit {FAIL_LIMIT})")
+
+
+def redis_as(S, service):
+    """A Redis client authenticated as a service's own ACL user (deploy/onsale)."""
+    auth = S.redis_service_auth[service]
+    if S.cluster:
+        # the services' users may not run CLUSTER SLOTS: the admin's map routes for them
+        c = stack.ClusterRedis(S.redis_ports, auth=auth, ssl_ctx=S.redis_ssl)
+        S.redis.masters()
+        c.slots = list(S.redis.slots)
+        return c
+    return stack.Redis(S.redis_port, auth=auth, ssl_ctx=S.redis_ssl)
+
+
+class RedisUsers(stack.ReserveTestCase):
+    """Regression (security issue, defect 3): both services shared one Redis user with
+    ~* +@all, so whoever had the reserve's Redis credentials could write token records
+    (and mint first holds) and the gateway's could rewrite holds. Each service now has
+    a user with only its key patterns and commands (deploy/onsale redis_acl_conf,
+    docs/operations.md "Redis users")."""
+
+    def client(self, service):
+        r = redis_as(self.S, service)
+        self.addCleanup(r.close)
+        return r
+
+    def assertNoPerm(self, r, *cmd):
+        """Refused by the ACL: NOPERM, or inside a script "The user executing the script
+        can't access/run" …"""
+        with self.assertRaisesRegex(RuntimeError, "NOPERM|user executing the script can't",
+                                    msg=f"{cmd!r} was allowed"):
+            r(*cmd)
+
+    def test_the_reserve_user_cannot_write_a_token_record(self):
+        ev = self.new_event(seats=SEATS)
+        r = self.client("reserve")
+        key = f"os:{{{ev}}}:tk:{'ab' * 32}"
+        self.assertNoPerm(r, "SET", key, "1")
+        self.assertNoPerm(r, "SET", key, "1", "PXAT", str(int(time.time() + 600) * 1000))
+        self.assertNoPerm(r, "EVAL", "return redis.call('SET', KEYS[1], '1')", "1", key)
+        seed = f"os:{{{ev}}}:seed"
+        self.assertNoPerm(r, "EVAL", f"return redis.call('SET', '{key}', '1')", "1", seed)
+        self.assertNoPerm(r, "DEL", key)
+        # what the hold scripts do: read a record beside the seed key
+        self.assertEqual(r("EVAL", f"return redis.call('EXISTS', '{key}')", "1", seed), 0)
+        self.assertNoPerm(r, "SET", f"os:{{{ev}}}:q:n", "1")  # nor the waiting room
+        self.assertNoPerm(r, "FLUSHALL")
+        self.assertNoPerm(r, "CONFIG", "SET", "appendonly", "no")
+
+    def test_the_gateway_user_cannot_touch_holds(self):
+        ev = self.new_event(seats=SEATS, pools=GA)
+        tok = self.S.token(ev, "gw-acl")
+        h = self.hold(ev, tok, seats=["A-1"]).json["hold_id"]
+        r = self.client("gateway")
+        for kind in (f"h:{h}", "s:A-1", "b:gw-acl", "p:ga", "pu:ga", "seed", f"ik:{'cd' * 32}"):
+            key = f"os:{{{ev}}}:{kind}"
+            self.assertNoPerm(r, "GET", key)
+            self.assertNoPerm(r, "DEL", key)
+            self.assertNoPerm(r, "EVAL", "return redis.call('TYPE', KEYS[1])", "1", key)
+        # its own: a token record (write-only), the waiting room's keys
+        rec = f"os:{{{ev}}}:tk:{'ef' * 32}"
+        self.assertEqual(r("SET", rec, "1", "PXAT", str(int(time.time() + 600) * 1000)), "OK")
+        self.assertNoPerm(r, "GET", rec)
+        self.assertEqual(r("EXISTS", f"os:{{{ev}}}:q:cfg"), 0)
+        self.assertNoPerm(r, "FLUSHALL")
+        self.assertNoPerm(r, "KEYS", "*")
+        # the hold is as the reserve left it
+        self.assertStatus(self.c.get(f"/v1/holds/{h}", token=tok), 200)
+
+    def test_a_record_from_the_reserve_user_makes_no_forged_token_hold(self):
+        ev = self.new_event(seats=SEATS, pools=GA)
+        forged = forged_signature(self.S.token(ev, "acl-forger"))
+        key = f"os:{{{ev}}}:tk:{hashlib.sha256(forged.encode()).hexdigest()}"
+        r = self.client("reserve")
+        with self.assertRaisesRegex(RuntimeError, "NOPERM"):
+            r("SET", key, "1", "PXAT", str(int(time.time() + 600) * 1000))
+        before = self.counts()
+        resp = self.c.post(f"/v1/events/{ev}/holds", {"pool": "ga", "quantity": 1}, token=forged)
+        self.assertStatus(resp, 401, "invalid_token", msg="forged token after the write:")
+        after = self.counts()
+        self.assertEqual((after[0] - before[0], after[1] - before[1]), (0, 1))
+
+    def counts(self):
+        return TokenRecords.counts(self)

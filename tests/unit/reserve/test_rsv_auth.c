@@ -229,7 +229,8 @@ static void a_token_is_verified_once_then_served_from_the_cache(void **state)
 }
 
 /* Token records (docs/tokens.md): rsv_auth_check_new judges an uncached token without
- * its signature and names its record; rsv_auth_remember caches it once the record held. */
+ * its signature and names its record; rsv_auth_remember caches it once the record held,
+ * for new holds only. */
 static void new_holds_name_the_token_record_instead_of_verifying(void **state)
 {
     fixture_t *f = *state;
@@ -247,13 +248,20 @@ static void new_holds_name_the_token_record_instead_of_verifying(void **state)
     assert_int_equal(strlen(record), 64); /* hex SHA-256 of the whole token */
     assert_int_equal(rsv_auth_verifications(a), 0);
     assert_int_equal(rsv_auth_inspected(a), 1);
-    /* the record held: cached as verified, a hit from now on (any gate of the process) */
+    /* the record held: a hit for new holds from now on (any gate of the process) … */
     rsv_auth_remember(a, req, &c);
     res.result = -1;
     rsv_auth_check_new(a, req, "e1", &c, record, on_result, &res);
     assert_int_equal(res.result, RSV_AUTH_OK);
+    /* … while every other route verifies the signature once, then hits */
     assert_int_equal(check_token(f, t, "e1", false, &c), RSV_AUTH_OK);
-    assert_int_equal(rsv_auth_verifications(f->auth), 0);
+    assert_int_equal(rsv_auth_verifications(f->auth), 1);
+    assert_int_equal(check_token(f, t, "e1", false, &c), RSV_AUTH_OK);
+    assert_int_equal(rsv_auth_verifications(f->auth), 1);
+    /* a later record proof does not demote the verified token */
+    rsv_auth_remember(a, req, &c);
+    assert_int_equal(check_token(f, t, "e1", false, &c), RSV_AUTH_OK);
+    assert_int_equal(rsv_auth_verifications(f->auth), 1);
     fake_free(req);
 
     /* what inspection refuses never reaches Redis: another event, expired, unknown key */
@@ -280,13 +288,79 @@ static void new_holds_name_the_token_record_instead_of_verifying(void **state)
     res.result = -1;
     rsv_auth_check_new(f->auth, req, "e1", &c, record, on_result, &res);
     assert_int_equal(res.result, RSV_AUTH_INVALID);
-    assert_int_equal(rsv_auth_verifications(f->auth), 1);
+    assert_int_equal(rsv_auth_verifications(f->auth), 2);
     fake_free(req);
     rsv_auth_free(a);
     free(t);
     free(other);
     free(late);
     free(stranger);
+}
+
+/* Defect: a record proved a token for every route, so whoever could write a record could
+ * act as any buyer. A forged token the gate remembered (its record was in Redis) still
+ * takes holds, and is refused everywhere else: there its signature is verified. */
+static void a_record_proves_new_holds_only(void **state)
+{
+    fixture_t *f = *state;
+    rsv_auth_config_t cfg = {
+        .issuer = ISSUER, .max_lifetime_s = 3600, .cache_size = 64, .records = true};
+    rsv_auth_t *a = rsv_auth_new(NULL, f->keys, &cfg);
+    char *forged = token(f->stranger, "e1", "victim", 600), authz[4200], record[65] = "";
+    snprintf(authz, sizeof(authz), "Bearer %s", forged);
+    cm_req_t *req = fake_new(authz);
+    cm_jwt_claims_t c;
+    result_t res = {-1, NULL};
+    rsv_auth_check_new(a, req, "e1", &c, record, on_result, &res);
+    assert_int_equal(res.result, RSV_AUTH_UNVERIFIED);
+    rsv_auth_remember(a, req, &c); /* someone wrote its record */
+    res.result = -1;
+    rsv_auth_check_new(a, req, "e1", &c, record, on_result, &res);
+    assert_int_equal(res.result, RSV_AUTH_OK);
+    res.result = -1;
+    rsv_auth_check(a, req, "e1", true, &c, on_result, &res);
+    assert_int_equal(res.result, RSV_AUTH_INVALID);
+    assert_int_equal(rsv_auth_verifications(a), 1);
+    res.result = -1;
+    rsv_auth_check(a, req, NULL, true, &c, on_result, &res);
+    assert_int_equal(res.result, RSV_AUTH_INVALID);
+    fake_free(req);
+    rsv_auth_free(a);
+    free(forged);
+}
+
+/* Defect: with records on, an uncached token was inspected (and its hold script run)
+ * before the failure limit was asked, also from an address already limited. */
+static void a_limited_address_is_refused_before_its_token_is_inspected(void **state)
+{
+    fixture_t *f = *state;
+    rsv_auth_config_t cfg = {.issuer = ISSUER,
+                             .max_lifetime_s = 3600,
+                             .cache_size = 64,
+                             .records = true,
+                             .fail_limit = 2,
+                             .fail_window_s = 3600};
+    rsv_auth_t *a = rsv_auth_new(NULL, f->keys, &cfg);
+    char *forged = token(f->stranger, "e1", "mallory", 600), authz[4200], record[65] = "";
+    snprintf(authz, sizeof(authz), "Bearer %s", forged);
+    cm_req_t *req = fake_new(authz);
+    cm_jwt_claims_t c;
+    result_t res = {-1, NULL};
+    for (int i = 0; i < 2; i++) { /* what the hold does when the record is missing */
+        rsv_auth_check_new(a, req, "e1", &c, record, on_result, &res);
+        assert_int_equal(res.result, RSV_AUTH_UNVERIFIED);
+        rsv_auth_check(a, req, "e1", false, &c, on_result, &res);
+        assert_int_equal(res.result, RSV_AUTH_INVALID);
+    }
+    assert_int_equal(rsv_auth_inspected(a), 2);
+    res.result = -1;
+    rsv_auth_check_new(a, req, "e1", &c, record, on_result, &res);
+    assert_int_equal(res.result, RSV_AUTH_LIMITED);
+    assert_int_equal(rsv_auth_inspected(a), 2); /* no parse, no hold script */
+    assert_int_equal(rsv_auth_limited(a), 1);
+    fake_free(req);
+    rsv_auth_free(a);
+    free(forged);
 }
 
 typedef struct burst {
@@ -697,7 +771,9 @@ static void a_remembered_token_of_a_removed_key_is_refused(void **state)
     rsv_auth_check_new(w.auth, req, "e1", &c, record, on_result, &res);
     assert_int_equal(res.result, RSV_AUTH_UNVERIFIED);
     rsv_auth_remember(w.auth, req, &c);
-    assert_int_equal(check_token(&w, ta, "e1", false, &c), RSV_AUTH_OK);
+    res.result = -1;
+    rsv_auth_check_new(w.auth, req, "e1", &c, record, on_result, &res);
+    assert_int_equal(res.result, RSV_AUTH_OK);
     assert_int_equal(rsv_auth_hits(w.auth), 1);
 
     write_file(path, b_pub); /* A is retired */
@@ -829,6 +905,9 @@ int main(void)
                                         teardown),
         cmocka_unit_test(a_reload_evicts_the_removed_keys_tokens_from_every_worker),
         cmocka_unit_test(a_remembered_token_of_a_removed_key_is_refused),
+        cmocka_unit_test_setup_teardown(a_record_proves_new_holds_only, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_limited_address_is_refused_before_its_token_is_inspected,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(new_holds_name_the_token_record_instead_of_verifying, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(workers_hammer_the_shared_cache_while_keys_reload, setup,
