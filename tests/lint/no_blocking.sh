@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/lint/no_blocking.sh <repo> — the event loop never blocks (STYLE.md).
+# tests/lint/no_blocking.sh <repo> — the event loop never blocks (docs/style.md).
 #
 # Scans the server sources (gateway/*.c, reserve/*.c, loadgen/paysim/*.c) for blocking
 # calls: PQexec*, PQconnectdb*, redisCommand*, redisConnect*, curl_easy_perform,
