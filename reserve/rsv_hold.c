@@ -30,9 +30,12 @@
 
 /* --- views ------------------------------------------------------------------- */
 
+/* Element i of r as a number (0 when r has no element i, or it is not a number). */
 static int64_t reply_i64(const cm_redis_reply_t *r, size_t i)
 {
     const cm_redis_reply_t *e = cm_redis_reply_at(r, i);
+    if (e == NULL)
+        return 0;
     if (cm_redis_reply_type(e) == CM_REDIS_INT)
         return cm_redis_reply_int(e);
     const char *s = cm_redis_reply_str(e, NULL);
@@ -59,11 +62,19 @@ rsv_hold_status_t rsv_hold_status_parse(const char *word)
     return RSV_HOLD_OTHER;
 }
 
+/* The word a script answered: the first element of its array, or NULL when there is none
+ * (no reply, not an array, empty, or not a string first). */
+static const char *first_word(const cm_redis_reply_t *reply)
+{
+    if (reply == NULL || cm_redis_reply_type(reply) != CM_REDIS_ARRAY ||
+        cm_redis_reply_count(reply) < 1)
+        return NULL;
+    return cm_redis_reply_str(cm_redis_reply_at(reply, 0), NULL);
+}
+
 rsv_hold_status_t rsv_hold_reply_status(const cm_redis_reply_t *reply)
 {
-    if (cm_redis_reply_type(reply) != CM_REDIS_ARRAY)
-        return RSV_HOLD_OTHER;
-    return rsv_hold_status_parse(cm_redis_reply_str(cm_redis_reply_at(reply, 0), NULL));
+    return rsv_hold_status_parse(first_word(reply));
 }
 
 static const char *const take_words[RSV_HOLD_TAKE_OTHER] = {
@@ -80,9 +91,7 @@ static const char *const take_words[RSV_HOLD_TAKE_OTHER] = {
 
 rsv_hold_take_t rsv_hold_take_parse(const cm_redis_reply_t *reply)
 {
-    if (cm_redis_reply_type(reply) != CM_REDIS_ARRAY)
-        return RSV_HOLD_TAKE_OTHER;
-    const char *word = cm_redis_reply_str(cm_redis_reply_at(reply, 0), NULL);
+    const char *word = first_word(reply);
     for (int i = 0; word && i < RSV_HOLD_TAKE_OTHER; i++)
         if (strcmp(word, take_words[i]) == 0)
             return (rsv_hold_take_t)i;
@@ -92,9 +101,7 @@ rsv_hold_take_t rsv_hold_take_parse(const cm_redis_reply_t *reply)
 int rsv_hold_view_parse(const cm_redis_reply_t *reply, rsv_hold_view_t *v)
 {
     memset(v, 0, sizeof(*v));
-    if (cm_redis_reply_type(reply) != CM_REDIS_ARRAY || cm_redis_reply_count(reply) < 1)
-        return -1;
-    const char *st = cm_redis_reply_str(cm_redis_reply_at(reply, 0), NULL);
+    const char *st = first_word(reply);
     if (st == NULL)
         return -1;
     v->status = rsv_hold_status_parse(st);
@@ -619,8 +626,7 @@ static void on_create_reply(const char *err, const cm_redis_reply_t *reply, void
     case RSV_HOLD_TAKE_NOSEED:     /* again after seeding */
     case RSV_HOLD_TAKE_UNVERIFIED: /* with a verified token */
     case RSV_HOLD_TAKE_OTHER:
-        cm_log(CM_LOG_ERROR, "hold script answered %s",
-               cm_redis_reply_str(cm_redis_reply_at(reply, 0), NULL) ?: "");
+        cm_log(CM_LOG_ERROR, "hold script answered %s", first_word(reply) ?: "");
         rsv_reply_unavailable(&op->r, "taking the hold", cm_err_protocol);
         break;
     }
