@@ -458,6 +458,41 @@ static void lookup(saga_t *s)
 
 /* --- refund -------------------------------------------------------------------------- */
 
+/* Why a checkout is refunded, by the refund_reason the saga or Postgres wrote. */
+static const struct {
+    const char *reason;
+    rsv_saga_refund_t why;
+} refund_whys[] = {
+    {"hold_expired",
+     {"hold_expired", 409, "the payment outlived the hold; it was refunded", false}},
+    {"late_charge",
+     {"payment_not_completed", 409,
+      "the payment did not complete in time; the charge that came later was refunded", false}},
+    {"booking_failed",
+     {"booking_failed", 500, "the booking could not be recorded; the payment was refunded", true}},
+    {"sold_out",
+     {"sold_out", 409, "the pool had no free unit left; the payment was refunded", true}},
+    {"hold_changed",
+     {"hold_changed", 409,
+      "the hold's items changed while it was being paid for; the payment was refunded", true}},
+    {"seat_unavailable",
+     {"seat_unavailable", 409, "a unit of this hold was already booked; the payment was refunded",
+      true}},
+};
+
+rsv_saga_refund_t rsv_saga_refund_why(const char *reason)
+{
+    if (reason == NULL || reason[0] == '\0')
+        reason = "hold_expired"; /* written before reasons were */
+    for (size_t i = 0; i < sizeof(refund_whys) / sizeof(refund_whys[0]); i++)
+        if (strcmp(reason, refund_whys[i].reason) == 0)
+            return refund_whys[i].why;
+    /* A reason of another version: named as it is, answered like a unit taken. */
+    rsv_saga_refund_t other = {
+        reason, 409, "a unit of this hold was already booked; the payment was refunded", false};
+    return other;
+}
+
 static void on_refund(const rsv_pay_result_t *res, void *arg)
 {
     saga_t *s = arg;
@@ -471,29 +506,12 @@ static void on_refund(const rsv_pay_result_t *res, void *arg)
         return;
     }
     snprintf(s->row.refund_id, sizeof(s->row.refund_id), "%s", res->id);
-    const char *reason = s->row.refund_reason[0] ? s->row.refund_reason : "hold_expired";
-    const char *error = reason, *msg;
-    int code = 409;
-    if (strcmp(reason, "hold_expired") == 0) {
-        msg = "the payment outlived the hold; it was refunded";
-    } else if (strcmp(reason, "late_charge") == 0) {
-        error = "payment_not_completed";
-        msg = "the payment did not complete in time; the charge that came later was refunded";
-    } else if (strcmp(reason, "booking_failed") == 0) {
-        code = 500;
-        msg = "the booking could not be recorded; the payment was refunded";
-    } else if (strcmp(reason, "sold_out") == 0) {
-        msg = "the pool had no free unit left; the payment was refunded";
-    } else if (strcmp(reason, "hold_changed") == 0) {
-        msg = "the hold's items changed while it was being paid for; the payment was refunded";
-    } else {
-        msg = "a unit of this hold was already booked; the payment was refunded";
-    }
+    rsv_saga_refund_t why = rsv_saga_refund_why(s->row.refund_reason);
     json_t *extra =
         json_pack("{s:{s:s, s:s, s:I, s:s}}", "refund", "status", "refunded", "id", res->id,
                   "amount", (json_int_t)s->row.amount, "currency", s->row.currency);
-    step(s, FROM(RSV_SAGA_REFUNDING), RSV_SAGA_REFUNDED, "payment refunded", code,
-         error_text(s, error, msg, extra), -1);
+    step(s, FROM(RSV_SAGA_REFUNDING), RSV_SAGA_REFUNDED, "payment refunded", why.code,
+         error_text(s, why.error, why.message, extra), -1);
 }
 
 static void refund(saga_t *s)
@@ -764,9 +782,7 @@ static void convert(saga_t *s)
  * ahead: money first. */
 static bool needs_giveback(const saga_t *s)
 {
-    const char *r = s->row.refund_reason;
-    return !s->given_back && (strcmp(r, "seat_unavailable") == 0 || strcmp(r, "sold_out") == 0 ||
-                              strcmp(r, "booking_failed") == 0 || strcmp(r, "hold_changed") == 0);
+    return !s->given_back && rsv_saga_refund_why(s->row.refund_reason).give_back;
 }
 
 static void giveback_end(saga_t *s, const char *what, const char *err)

@@ -102,6 +102,23 @@ rsv_saga_extend_t rsv_saga_extend_verdict(const char *checkout_id, const rsv_hol
 void rsv_saga_drive_extended(rsv_server_t *srv, const rsv_saga_row_t *row, int64_t extension_ms,
                              rsv_hold_view_t *extended, rsv_saga_cb cb, void *arg);
 
+/** What a refund tells the buyer, and whether the conversion's units go back first. */
+typedef struct rsv_saga_refund {
+    const char *error;   /* the answer's error code (static, or the reason itself) */
+    int code;            /* its HTTP status */
+    const char *message; /* static */
+    bool give_back;      /* Redis converted the hold: give its units back before refunding */
+} rsv_saga_refund_t;
+
+/**
+ * The refund of a checkout whose refund_reason is reason (NULL or "": hold_expired, as
+ * written before reasons were): hold_expired, late_charge (payment_not_completed),
+ * booking_failed (500), sold_out, hold_changed, seat_unavailable; any other reason is
+ * answered as a unit taken under its own name, with nothing given back. Pure; the result
+ * points into static data or reason.
+ */
+rsv_saga_refund_t rsv_saga_refund_why(const char *reason);
+
 /** Kills the process (SIGKILL) when `when`:<state's name> is a configured fault point. */
 void rsv_saga_fault(rsv_server_t *srv, const char *when, rsv_saga_state_t state);
 

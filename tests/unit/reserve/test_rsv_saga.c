@@ -2,8 +2,10 @@
  * test_rsv_saga — reserve/rsv_saga.c below its I/O: rsv_saga_extend_verdict, what the
  * hold's extend at checkout start means for the checkout (on to payment_requested, or
  * created → failed with the answer the buyer gets and the transition's reason), for every
- * status the extend script can answer. The driver itself is exercised against real
- * Redis, Postgres and the payment simulator by the integration saga suite.
+ * status the extend script can answer; rsv_saga_refund_why, what each refund reason tells
+ * the buyer (docs/api.md) and which ones give a converted hold's units back first. The driver
+ * itself is exercised against real Redis, Postgres and the payment simulator by the integration
+ * saga suite.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -116,6 +118,39 @@ static void no_extend_answer_is_an_error(void **state)
     }
 }
 
+static void each_refund_reason_has_its_answer(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *reason, *error;
+        int code;
+        bool give_back;
+    } cases[] = {
+        {"hold_expired", "hold_expired", 409, false},
+        {"late_charge", "payment_not_completed", 409, false},
+        {"booking_failed", "booking_failed", 500, true},
+        {"sold_out", "sold_out", 409, true},
+        {"hold_changed", "hold_changed", 409, true},
+        {"seat_unavailable", "seat_unavailable", 409, true},
+        /* written before reasons were */
+        {"", "hold_expired", 409, false},
+        {NULL, "hold_expired", 409, false},
+        /* another version's reason: its own name, nothing given back */
+        {"shiny_new_reason", "shiny_new_reason", 409, false},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        rsv_saga_refund_t w = rsv_saga_refund_why(cases[i].reason);
+        assert_string_equal(w.error, cases[i].error);
+        assert_int_equal(w.code, cases[i].code);
+        assert_int_equal(w.give_back, cases[i].give_back);
+        assert_non_null(strstr(w.message, "refunded"));
+    }
+    /* Each message says what happened, in its own words. */
+    assert_string_not_equal(rsv_saga_refund_why("sold_out").message,
+                            rsv_saga_refund_why("hold_changed").message);
+    assert_non_null(strstr(rsv_saga_refund_why("late_charge").message, "came later"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -123,6 +158,7 @@ int main(void)
         cmocka_unit_test(another_amount_is_a_400),
         cmocka_unit_test(each_failure_has_its_answer),
         cmocka_unit_test(no_extend_answer_is_an_error),
+        cmocka_unit_test(each_refund_reason_has_its_answer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
