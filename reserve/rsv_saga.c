@@ -223,10 +223,19 @@ static void on_step(const char *err, const rsv_pg_result_t *res, void *arg)
     case RSV_SAGA_UNKNOWN:
         end_pending(s); /* asked again later (reconciler) or by the buyer's retry */
         return;
-    default:
-        advance(s);
-        return;
+    case RSV_SAGA_CREATED:
+    case RSV_SAGA_CONVERTING:
+    case RSV_SAGA_HOLD_EXTENDED:
+    case RSV_SAGA_PAYMENT_REQUESTED:
+    case RSV_SAGA_PAID:
+    case RSV_SAGA_DECLINED:
+    case RSV_SAGA_CONVERTED:
+    case RSV_SAGA_REFUNDING:
+    case RSV_SAGA_NSTATES:
+    case RSV_SAGA_INVALID:
+        break;
     }
+    advance(s);
 }
 
 /*

@@ -80,9 +80,20 @@ bool rsv_saga_is_terminal(rsv_saga_state_t st)
     case RSV_SAGA_RELEASED:
     case RSV_SAGA_REFUNDED:
         return true;
-    default:
-        return false;
+    case RSV_SAGA_CREATED:
+    case RSV_SAGA_CONVERTING:
+    case RSV_SAGA_HOLD_EXTENDED:
+    case RSV_SAGA_PAYMENT_REQUESTED:
+    case RSV_SAGA_PAID:
+    case RSV_SAGA_DECLINED:
+    case RSV_SAGA_UNKNOWN:
+    case RSV_SAGA_CONVERTED:
+    case RSV_SAGA_REFUNDING:
+    case RSV_SAGA_NSTATES:
+    case RSV_SAGA_INVALID:
+        break;
     }
+    return false;
 }
 
 bool rsv_saga_terminal(const char *state)
@@ -106,13 +117,5 @@ bool rsv_saga_allowed_names(const char *from, const char *to)
 
 const char *rsv_saga_client_state(rsv_saga_state_t st)
 {
-    switch (st) {
-    case RSV_SAGA_CONFIRMED:
-    case RSV_SAGA_FAILED:
-    case RSV_SAGA_RELEASED:
-    case RSV_SAGA_REFUNDED:
-        return rsv_saga_state_names[st];
-    default:
-        return "pending";
-    }
+    return rsv_saga_is_terminal(st) ? rsv_saga_state_names[st] : "pending";
 }
