@@ -164,6 +164,32 @@ static void reread(saga_t *s)
 
 /* --- transitions --------------------------------------------------------------------- */
 
+/* Another driver moved the checkout first (its step did not apply): continue from the
+ * state Postgres has, now. */
+static void moved_first(saga_t *s, const rsv_pg_result_t *res)
+{
+    rsv_saga_state_t now = rsv_saga_state_parse(rsv_pg_result_value(res, 0, 1));
+    if (now == RSV_SAGA_INVALID) {
+        saga_fail(s, "unknown checkout state", cm_err_protocol);
+        return;
+    }
+    cm_log(CM_LOG_INFO, "checkout %s: wanted %s → %s, found %s", s->row.id,
+           rsv_saga_state_name(s->row.state), rsv_saga_state_name(s->to), rsv_saga_state_name(now));
+    s->row.state = now;
+    if (s->to == RSV_SAGA_PAID && s->row.charge_id[0] &&
+        (now == RSV_SAGA_RELEASED || now == RSV_SAGA_FAILED)) {
+        /* A charge that outlived its checkout (given up as unpaid meanwhile): it holds
+         * money, so it is not terminal after all. refunding keeps the charge id and
+         * the reconciler retries the refund until the provider confirms it. */
+        cm_counter_inc(s->srv->m.late_payments);
+        snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "late_charge");
+        step(s, NULL, RSV_SAGA_REFUNDING, "a charge landed after the checkout had ended: refund", 0,
+             NULL, lease_s(s));
+        return;
+    }
+    reread(s);
+}
+
 static void on_step(const char *err, const rsv_pg_result_t *res, void *arg)
 {
     saga_t *s = arg;
@@ -174,30 +200,8 @@ static void on_step(const char *err, const rsv_pg_result_t *res, void *arg)
         saga_fail(s, "recording the checkout", err ? err : cm_err_protocol);
         return;
     }
-    bool applied = strcmp(rsv_pg_result_value(res, 0, 0), "t") == 0;
-    if (!applied) {
-        /* Another driver moved it first: continue from where it is. */
-        rsv_saga_state_t now = rsv_saga_state_parse(rsv_pg_result_value(res, 0, 1));
-        if (now == RSV_SAGA_INVALID) {
-            saga_fail(s, "unknown checkout state", cm_err_protocol);
-            return;
-        }
-        cm_log(CM_LOG_INFO, "checkout %s: wanted %s → %s, found %s", s->row.id,
-               rsv_saga_state_name(s->row.state), rsv_saga_state_name(s->to),
-               rsv_saga_state_name(now));
-        s->row.state = now;
-        if (s->to == RSV_SAGA_PAID && s->row.charge_id[0] &&
-            (now == RSV_SAGA_RELEASED || now == RSV_SAGA_FAILED)) {
-            /* A charge that outlived its checkout (given up as unpaid meanwhile): it holds
-             * money, so it is not terminal after all. refunding keeps the charge id and
-             * the reconciler retries the refund until the provider confirms it. */
-            cm_counter_inc(s->srv->m.late_payments);
-            snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "late_charge");
-            step(s, NULL, RSV_SAGA_REFUNDING,
-                 "a charge landed after the checkout had ended: refund", 0, NULL, lease_s(s));
-            return;
-        }
-        reread(s);
+    if (strcmp(rsv_pg_result_value(res, 0, 0), "t") != 0) {
+        moved_first(s, res);
         return;
     }
     rsv_metrics_t *m = &s->srv->m;
