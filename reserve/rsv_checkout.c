@@ -28,7 +28,6 @@
 #include "rsv_auth.h"
 #include "rsv_catalog.h"
 #include "rsv_hold.h"
-#include "rsv_lua.h"
 #include "rsv_reconcile.h"
 #include "rsv_saga.h"
 #include "rsv_server.h"
@@ -103,9 +102,9 @@ static void on_saga_end(const rsv_saga_end_t *end, void *arg)
         confirm_unavailable(op, "the checkout", end->err);
         return;
     }
-    if (!rsv_saga_terminal(end->state))
+    if (!rsv_saga_is_terminal(end->state))
         clear_lease(op); /* pending: the reconciler (or a retry) finishes it */
-    if (strcmp(end->state, "confirmed") == 0) {
+    if (end->state == RSV_SAGA_CONFIRMED) {
         cm_counter_inc(m->confirmations);
         if (end->hold_age_s >= 0)
             cm_histogram_observe(m->hold_to_confirm, end->hold_age_s);
@@ -119,6 +118,51 @@ static void on_saga_end(const rsv_saga_end_t *end, void *arg)
 }
 
 /* --- beginning --------------------------------------------------------------------- */
+
+/* A new or resumed checkout (fresh: new): the saga drives it from the state Postgres has. */
+static void drive_started(confirm_op_t *op, const rsv_pg_result_t *res, bool fresh)
+{
+    rsv_saga_state_t state = rsv_saga_state_parse(rsv_pg_result_value(res, 0, 2));
+    rsv_server_t *srv = op->r.srv;
+    if (state == RSV_SAGA_INVALID) {
+        cm_log(CM_LOG_ERROR, "checkout %s: unknown state %s", op->checkout_id,
+               rsv_pg_result_value(res, 0, 2));
+        confirm_unavailable(op, "the checkout", cm_err_protocol);
+        return;
+    }
+    if (fresh)
+        rsv_saga_fault(srv, "after", state);
+    if (fresh && state == RSV_SAGA_FAILED) {
+        /* created → failed, committed with the checkout: the extend's answer. */
+        cm_counter_inc(srv->m.saga_transitions);
+        if (op->verdict == RSV_SAGA_EXTEND_EXPIRED)
+            cm_counter_inc(srv->m.holds_expired);
+        reply_text_json(op, atoi(rsv_pg_result_value(res, 0, 3)), rsv_pg_result_value(res, 0, 4));
+        confirm_done(op);
+        return;
+    }
+    rsv_saga_row_t row;
+    memset(&row, 0, sizeof(row));
+    snprintf(row.id, sizeof(row.id), "%s", op->checkout_id);
+    row.state = state;
+    snprintf(row.event, sizeof(row.event), "%s", op->event);
+    snprintf(row.buyer, sizeof(row.buyer), "%s", op->claims.sub);
+    snprintf(row.hold_id, sizeof(row.hold_id), "%s", op->hold_id);
+    row.amount = op->amount;
+    snprintf(row.currency, sizeof(row.currency), "%s", op->currency);
+    snprintf(row.source, sizeof(row.source), "%s", op->source);
+    snprintf(row.charge_id, sizeof(row.charge_id), "%s", rsv_pg_result_value(res, 0, 5));
+    snprintf(row.refund_id, sizeof(row.refund_id), "%s", rsv_pg_result_value(res, 0, 6));
+    snprintf(row.refund_reason, sizeof(row.refund_reason), "%s", rsv_pg_result_value(res, 0, 7));
+    int64_t ext_ms = op->ev->checkout_extension_s * 1000;
+    if (fresh && state == RSV_SAGA_PAYMENT_REQUESTED) {
+        /* created → hold_extended → payment_requested, committed with the checkout. */
+        cm_counter_add(srv->m.saga_transitions, 2);
+        rsv_saga_drive_extended(srv, &row, ext_ms, &op->view, on_saga_end, op);
+    } else {
+        rsv_saga_drive(srv, &row, RSV_SAGA_FOREGROUND, ext_ms, on_saga_end, op);
+    }
+}
 
 static void on_begun(const char *err, const rsv_pg_result_t *res, void *arg)
 {
@@ -155,43 +199,7 @@ static void on_begun(const char *err, const rsv_pg_result_t *res, void *arg)
         confirm_done(op);
     } else {
         /* new or resumed: drive the saga from the state Postgres has. */
-        bool fresh = strcmp(outcome, "new") == 0;
-        const char *state = rsv_pg_result_value(res, 0, 2);
-        rsv_server_t *srv = op->r.srv;
-        if (fresh)
-            rsv_saga_fault(srv, "after", state);
-        if (fresh && strcmp(state, "failed") == 0) {
-            /* created → failed, committed with the checkout: the extend's answer. */
-            cm_counter_inc(srv->m.saga_transitions);
-            if (op->verdict == RSV_SAGA_EXTEND_EXPIRED)
-                cm_counter_inc(srv->m.holds_expired);
-            reply_text_json(op, atoi(rsv_pg_result_value(res, 0, 3)),
-                            rsv_pg_result_value(res, 0, 4));
-            confirm_done(op);
-            return;
-        }
-        rsv_saga_row_t row;
-        memset(&row, 0, sizeof(row));
-        snprintf(row.id, sizeof(row.id), "%s", op->checkout_id);
-        snprintf(row.state, sizeof(row.state), "%s", rsv_pg_result_value(res, 0, 2));
-        snprintf(row.event, sizeof(row.event), "%s", op->event);
-        snprintf(row.buyer, sizeof(row.buyer), "%s", op->claims.sub);
-        snprintf(row.hold_id, sizeof(row.hold_id), "%s", op->hold_id);
-        row.amount = op->amount;
-        snprintf(row.currency, sizeof(row.currency), "%s", op->currency);
-        snprintf(row.source, sizeof(row.source), "%s", op->source);
-        snprintf(row.charge_id, sizeof(row.charge_id), "%s", rsv_pg_result_value(res, 0, 5));
-        snprintf(row.refund_id, sizeof(row.refund_id), "%s", rsv_pg_result_value(res, 0, 6));
-        snprintf(row.refund_reason, sizeof(row.refund_reason), "%s",
-                 rsv_pg_result_value(res, 0, 7));
-        int64_t ext_ms = op->ev->checkout_extension_s * 1000;
-        if (fresh && strcmp(state, "payment_requested") == 0) {
-            /* created → hold_extended → payment_requested, committed with the checkout. */
-            cm_counter_add(srv->m.saga_transitions, 2);
-            rsv_saga_drive_extended(srv, &row, ext_ms, &op->view, on_saga_end, op);
-        } else {
-            rsv_saga_drive(srv, &row, RSV_SAGA_FOREGROUND, ext_ms, on_saga_end, op);
-        }
+        drive_started(op, res, strcmp(outcome, "new") == 0);
     }
 }
 
@@ -205,22 +213,34 @@ static void begin(confirm_op_t *op, const char *new_id)
     char amount[24], lease[24], code_s[16];
     snprintf(amount, sizeof(amount), "%lld", (long long)op->amount);
     snprintf(lease, sizeof(lease), "%lld", (long long)op->r.srv->cfg.checkout_lease_s);
-    const char *to = NULL, *reason = NULL;
+    rsv_saga_state_t to = RSV_SAGA_INVALID;
+    const char *reason = NULL;
     char *body = NULL;
     int code = 0;
     if (op->extended) {
         op->verdict = rsv_saga_extend_verdict(new_id, &op->view, op->amount, &code, &body, &reason);
         if (op->verdict == RSV_SAGA_EXTEND_OK)
-            to = "payment_requested";
+            to = RSV_SAGA_PAYMENT_REQUESTED;
         else if (op->verdict != RSV_SAGA_EXTEND_ERROR)
-            to = "failed";
+            to = RSV_SAGA_FAILED;
         snprintf(code_s, sizeof(code_s), "%d", code);
     }
-    const char *params[] = {new_id,      op->event, op->claims.sub,       op->key, op->hash,
-                            op->hold_id, amount,    op->currency,         lease,   op->source,
-                            to,          reason,    code ? code_s : NULL, body};
-    if (to)
-        rsv_saga_fault(op->r.srv, "before", "created");
+    const char *params[] = {new_id,
+                            op->event,
+                            op->claims.sub,
+                            op->key,
+                            op->hash,
+                            op->hold_id,
+                            amount,
+                            op->currency,
+                            lease,
+                            op->source,
+                            to == RSV_SAGA_INVALID ? NULL : rsv_saga_state_name(to),
+                            reason,
+                            code ? code_s : NULL,
+                            body};
+    if (to != RSV_SAGA_INVALID)
+        rsv_saga_fault(op->r.srv, "before", RSV_SAGA_CREATED);
     int rc = rsv_pg_query(op->r.srv->pg,
                           "SELECT outcome, checkout_id, state, response_code, response_body, "
                           "charge_id, refund_id, refund_reason "
@@ -257,13 +277,8 @@ static void on_pre_extended(const char *err, const cm_redis_reply_t *reply, void
  */
 static void extend_first(confirm_op_t *op)
 {
-    rsv_server_t *srv = op->r.srv;
-    char ext[24], keep[24];
-    snprintf(ext, sizeof(ext), "%lld", (long long)op->ev->checkout_extension_s * 1000);
-    snprintf(keep, sizeof(keep), "%lld", (long long)srv->cfg.hold_record_keep_s * 1000);
-    const char *extra[] = {ext, keep};
-    if (rsv_hold_act(srv, rsv_lua()->extend, op->hold_id, op->claims.sub, 2, extra, on_pre_extended,
-                     op) != 0)
+    if (rsv_hold_op_extend(op->r.srv, op->hold_id, op->claims.sub,
+                           op->ev->checkout_extension_s * 1000, on_pre_extended, op) != 0)
         on_pre_extended(cm_err_closed, NULL, op);
 }
 

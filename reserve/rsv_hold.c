@@ -30,29 +30,92 @@
 
 /* --- views ------------------------------------------------------------------- */
 
+/* Element i of r as a number (0 when r has no element i, or it is not a number). */
 static int64_t reply_i64(const cm_redis_reply_t *r, size_t i)
 {
     const cm_redis_reply_t *e = cm_redis_reply_at(r, i);
+    if (e == NULL)
+        return 0;
     if (cm_redis_reply_type(e) == CM_REDIS_INT)
         return cm_redis_reply_int(e);
     const char *s = cm_redis_reply_str(e, NULL);
     return s ? strtoll(s, NULL, 10) : 0;
 }
 
+/* The words of the hold scripts, by rsv_hold_status_t (OTHER has none). */
+static const char *const status_words[RSV_HOLD_NSTATUS] = {
+    [RSV_HOLD_OK] = "OK",
+    [RSV_HOLD_EXPIRED] = "EXPIRED",
+    [RSV_HOLD_CONVERTED] = "CONVERTED",
+    [RSV_HOLD_NOTFOUND] = "NOTFOUND",
+    [RSV_HOLD_GONE] = "GONE",
+    [RSV_HOLD_STALE] = "STALE",
+    [RSV_HOLD_AMOUNT] = "AMOUNT",
+    [RSV_HOLD_NOOP] = "NOOP",
+};
+
+rsv_hold_status_t rsv_hold_status_parse(const char *word)
+{
+    for (int i = 0; word && i < RSV_HOLD_OTHER; i++)
+        if (strcmp(word, status_words[i]) == 0)
+            return (rsv_hold_status_t)i;
+    return RSV_HOLD_OTHER;
+}
+
+/* The word a script answered: the first element of its array, or NULL when there is none
+ * (no reply, not an array, empty, or not a string first). */
+static const char *first_word(const cm_redis_reply_t *reply)
+{
+    if (reply == NULL || cm_redis_reply_type(reply) != CM_REDIS_ARRAY ||
+        cm_redis_reply_count(reply) < 1)
+        return NULL;
+    return cm_redis_reply_str(cm_redis_reply_at(reply, 0), NULL);
+}
+
+rsv_hold_status_t rsv_hold_reply_status(const cm_redis_reply_t *reply)
+{
+    return rsv_hold_status_parse(first_word(reply));
+}
+
+static const char *const take_words[RSV_HOLD_TAKE_OTHER] = {
+    [RSV_HOLD_TAKE_OK] = "OK",
+    [RSV_HOLD_TAKE_REPLAY] = "REPLAY",
+    [RSV_HOLD_TAKE_MISMATCH] = "MISMATCH",
+    [RSV_HOLD_TAKE_TAKEN] = "TAKEN",
+    [RSV_HOLD_TAKE_SOLDOUT] = "SOLDOUT",
+    [RSV_HOLD_TAKE_INSUFFICIENT] = "INSUFFICIENT",
+    [RSV_HOLD_TAKE_LIMIT] = "LIMIT",
+    [RSV_HOLD_TAKE_UNVERIFIED] = "UNVERIFIED",
+    [RSV_HOLD_TAKE_NOSEED] = "NOSEED",
+};
+
+rsv_hold_take_t rsv_hold_take_parse(const cm_redis_reply_t *reply)
+{
+    const char *word = first_word(reply);
+    for (int i = 0; word && i < RSV_HOLD_TAKE_OTHER; i++)
+        if (strcmp(word, take_words[i]) == 0)
+            return (rsv_hold_take_t)i;
+    return RSV_HOLD_TAKE_OTHER;
+}
+
 int rsv_hold_view_parse(const cm_redis_reply_t *reply, rsv_hold_view_t *v)
 {
     memset(v, 0, sizeof(*v));
-    if (cm_redis_reply_type(reply) != CM_REDIS_ARRAY || cm_redis_reply_count(reply) < 1)
-        return -1;
-    const char *st = cm_redis_reply_str(cm_redis_reply_at(reply, 0), NULL);
+    const char *st = first_word(reply);
     if (st == NULL)
         return -1;
-    snprintf(v->status, sizeof(v->status), "%s", st);
-    if (cm_redis_reply_count(reply) < 10)
-        return strcmp(v->status, "NOTFOUND") == 0 || strcmp(v->status, "GONE") == 0 ||
-                       strcmp(v->status, "CONVERTED") == 0 || strcmp(v->status, "OK") == 0
-                   ? 0
-                   : -1;
+    v->status = rsv_hold_status_parse(st);
+    if (cm_redis_reply_count(reply) < 10) {
+        switch (v->status) {
+        case RSV_HOLD_NOTFOUND:
+        case RSV_HOLD_GONE:
+        case RSV_HOLD_CONVERTED:
+        case RSV_HOLD_OK:
+            return 0;
+        default:
+            return -1;
+        }
+    }
     v->exp_ms = reply_i64(reply, 1);
     const char *seats = cm_redis_reply_str(cm_redis_reply_at(reply, 2), NULL);
     if (seats && *seats)
@@ -142,12 +205,23 @@ static int act_run(act_t *a, const char *seats, const char *pool, cm_redis_cb cb
     return rc;
 }
 
+/* get.lua on hold_id (of event) for buyer. 0 or -1 (Redis closed). */
+static int read_record(rsv_server_t *srv, const char *event, const char *hold_id, const char *buyer,
+                       cm_redis_cb cb, void *arg)
+{
+    char *hkey = rsv_key(event, RSV_K_HOLD, hold_id);
+    const char *argv[] = {hkey, hold_id, buyer};
+    int rc = cm_redis_eval(srv->redis, rsv_lua()->get, cb, arg, 1, 3, argv, NULL);
+    free(hkey);
+    return rc;
+}
+
 static void on_act_read(const char *err, const cm_redis_reply_t *reply, void *arg)
 {
     act_t *a = arg;
     rsv_hold_view_t v;
     bool bad = err != NULL || rsv_hold_view_parse(reply, &v) != 0;
-    if (bad || strcmp(v.status, "NOTFOUND") == 0 || strcmp(v.status, "GONE") == 0) {
+    if (bad || v.status == RSV_HOLD_NOTFOUND || v.status == RSV_HOLD_GONE) {
         if (!bad)
             rsv_hold_view_clear(&v);
         a->cb(err, reply, a->arg); /* the caller reads the status (or the error) */
@@ -189,13 +263,8 @@ static act_t *act_new(rsv_server_t *srv, const cm_redis_script_t *script, const 
 static void on_act_known(const char *err, const cm_redis_reply_t *reply, void *arg)
 {
     act_t *a = arg;
-    const char *st = err ? NULL : cm_redis_reply_str(cm_redis_reply_at(reply, 0), NULL);
-    if (st && strcmp(st, "STALE") == 0) {
-        char *hkey = rsv_key(a->event, RSV_K_HOLD, a->hold_id);
-        const char *argv[] = {hkey, a->hold_id, a->buyer};
-        int rc = cm_redis_eval(a->srv->redis, rsv_lua()->get, on_act_read, a, 1, 3, argv, NULL);
-        free(hkey);
-        if (rc != 0) {
+    if (err == NULL && rsv_hold_reply_status(reply) == RSV_HOLD_STALE) {
+        if (read_record(a->srv, a->event, a->hold_id, a->buyer, on_act_read, a) != 0) {
             a->cb(cm_err_closed, NULL, a->arg);
             act_free(a);
         }
@@ -205,9 +274,9 @@ static void on_act_known(const char *err, const cm_redis_reply_t *reply, void *a
     act_free(a);
 }
 
-int rsv_hold_act_known(rsv_server_t *srv, const cm_redis_script_t *script, const char *hold_id,
-                       const char *buyer, const char *seats, const char *pool, int nextra,
-                       const char *const *extra, cm_redis_cb cb, void *arg)
+static int act_known(rsv_server_t *srv, const cm_redis_script_t *script, const char *hold_id,
+                     const char *buyer, const char *seats, const char *pool, int nextra,
+                     const char *const *extra, cm_redis_cb cb, void *arg)
 {
     act_t *a = act_new(srv, script, hold_id, buyer, nextra, extra, cb, arg);
     if (a == NULL)
@@ -218,19 +287,67 @@ int rsv_hold_act_known(rsv_server_t *srv, const cm_redis_script_t *script, const
     return rc;
 }
 
-int rsv_hold_act(rsv_server_t *srv, const cm_redis_script_t *script, const char *hold_id,
-                 const char *buyer, int nextra, const char *const *extra, cm_redis_cb cb, void *arg)
+/* Runs script on hold_id of buyer after reading the hold's layout (get.lua). */
+static int act(rsv_server_t *srv, const cm_redis_script_t *script, const char *hold_id,
+               const char *buyer, int nextra, const char *const *extra, cm_redis_cb cb, void *arg)
 {
     act_t *a = act_new(srv, script, hold_id, buyer, nextra, extra, cb, arg);
     if (a == NULL)
         return -1;
-    char *hkey = rsv_key(a->event, RSV_K_HOLD, hold_id);
-    const char *argv[] = {hkey, a->hold_id, a->buyer};
-    int rc = cm_redis_eval(srv->redis, rsv_lua()->get, on_act_read, a, 1, 3, argv, NULL);
-    free(hkey);
+    int rc = read_record(srv, a->event, a->hold_id, a->buyer, on_act_read, a);
     if (rc != 0)
         act_free(a);
     return rc;
+}
+
+int rsv_hold_op_read(rsv_server_t *srv, const char *hold_id, const char *buyer, cm_redis_cb cb,
+                     void *arg)
+{
+    char event[CM_IDENT_MAX + 1];
+    if (rsv_hold_id_event(hold_id, event) != 0)
+        return -1;
+    return read_record(srv, event, hold_id, buyer, cb, arg);
+}
+
+int rsv_hold_op_extend(rsv_server_t *srv, const char *hold_id, const char *buyer,
+                       int64_t extension_ms, cm_redis_cb cb, void *arg)
+{
+    char ext[24], keep[24];
+    snprintf(ext, sizeof(ext), "%lld", (long long)extension_ms);
+    snprintf(keep, sizeof(keep), "%lld", (long long)srv->cfg.hold_record_keep_s * 1000);
+    const char *extra[] = {ext, keep};
+    return act(srv, rsv_lua()->extend, hold_id, buyer, 2, extra, cb, arg);
+}
+
+int rsv_hold_op_release(rsv_server_t *srv, const char *hold_id, const char *buyer, cm_redis_cb cb,
+                        void *arg)
+{
+    return act(srv, rsv_lua()->release, hold_id, buyer, 0, NULL, cb, arg);
+}
+
+/* How long a converted hold's record stays: a replayed conversion still finds it. */
+#define CONVERTED_KEEP_MS ((long long)7 * 86400 * 1000)
+
+int rsv_hold_op_convert(rsv_server_t *srv, const char *hold_id, const char *buyer,
+                        const rsv_hold_view_t *known, const char *checkout_id, int64_t amount,
+                        cm_redis_cb cb, void *arg)
+{
+    char keep[24], amount_s[24];
+    snprintf(keep, sizeof(keep), "%lld", CONVERTED_KEEP_MS);
+    snprintf(amount_s, sizeof(amount_s), "%lld", (long long)amount);
+    const char *extra[] = {checkout_id, keep, amount_s};
+    if (known)
+        return act_known(srv, rsv_lua()->convert, hold_id, buyer, known->seats, known->pool, 3,
+                         extra, cb, arg);
+    return act(srv, rsv_lua()->convert, hold_id, buyer, 3, extra, cb, arg);
+}
+
+int rsv_hold_op_unconvert(rsv_server_t *srv, const char *hold_id, const char *buyer,
+                          const char *checkout_id, const char *free_seats, const char *free_units,
+                          cm_redis_cb cb, void *arg)
+{
+    const char *extra[] = {checkout_id, free_seats, free_units};
+    return act(srv, rsv_lua()->unconvert, hold_id, buyer, 3, extra, cb, arg);
 }
 
 int rsv_hold_id_event(const char *hold_id, char event[CM_IDENT_MAX + 1])
@@ -338,13 +455,13 @@ static void on_replayed(const char *err, const cm_redis_reply_t *reply, void *ar
     rsv_hold_view_t v;
     if (err || rsv_hold_view_parse(reply, &v) != 0) {
         rsv_reply_unavailable(&op->r, "reading the hold", err ? err : cm_err_protocol);
-    } else if (strcmp(v.status, "NOTFOUND") == 0 || strcmp(v.status, "GONE") == 0) {
+    } else if (v.status == RSV_HOLD_NOTFOUND || v.status == RSV_HOLD_GONE) {
         rsv_reply_error(&op->r, 404, "unknown_hold", "the hold of this Idempotency-Key is gone",
                         NULL);
     } else {
-        const char *state = strcmp(v.status, "OK") == 0          ? "held"
-                            : strcmp(v.status, "CONVERTED") == 0 ? "converted"
-                                                                 : "expired";
+        const char *state = v.status == RSV_HOLD_OK          ? "held"
+                            : v.status == RSV_HOLD_CONVERTED ? "converted"
+                                                             : "expired";
         rsv_reply_json(
             &op->r, 200,
             hold_json(op->hold_id, op->event, state, &v, op->ev ? op->ev->currency : NULL));
@@ -356,11 +473,7 @@ static void on_replayed(const char *err, const cm_redis_reply_t *reply, void *ar
 /* The same Idempotency-Key and body again: the hold taken the first time, as it is now. */
 static void replay_hold(create_op_t *op)
 {
-    char *hkey = rsv_key(op->event, RSV_K_HOLD, op->hold_id);
-    const char *argv[] = {hkey, op->hold_id, op->claims.sub};
-    int rc = cm_redis_eval(op->r.srv->redis, rsv_lua()->get, on_replayed, op, 1, 3, argv, NULL);
-    free(hkey);
-    if (rc != 0) {
+    if (read_record(op->r.srv, op->event, op->hold_id, op->claims.sub, on_replayed, op) != 0) {
         rsv_reply_unavailable(&op->r, "reading the hold", cm_err_closed);
         create_done(op);
     }
@@ -430,6 +543,19 @@ static void on_create_verified(rsv_auth_result_t a, const char *why, void *arg)
     run_create(op);
 }
 
+/* 409 seat_unavailable naming the seats the script found held or sold (1-based indexes). */
+static void reply_taken(create_op_t *op, const cm_redis_reply_t *reply)
+{
+    json_t *seats = json_object_get(op->body, "seats");
+    json_t *un = json_array();
+    for (size_t i = 1; i < cm_redis_reply_count(reply); i++) {
+        long long idx = cm_redis_reply_int(cm_redis_reply_at(reply, i));
+        json_array_append(un, json_array_get(seats, (size_t)(idx - 1)));
+    }
+    rsv_reply_error(&op->r, 409, "seat_unavailable", "a requested seat is held or sold",
+                    json_pack("{s:o}", "unavailable", un));
+}
+
 static void on_create_reply(const char *err, const cm_redis_reply_t *reply, void *arg)
 {
     create_op_t *op = arg;
@@ -441,8 +567,8 @@ static void on_create_reply(const char *err, const cm_redis_reply_t *reply, void
         create_done(op);
         return;
     }
-    const char *st = cm_redis_reply_str(cm_redis_reply_at(reply, 0), NULL) ?: "";
-    if (op->unverified && strcmp(st, "UNVERIFIED") == 0) {
+    rsv_hold_take_t took = rsv_hold_take_parse(reply);
+    if (op->unverified && took == RSV_HOLD_TAKE_UNVERIFIED) {
         /* No record of this token (not from our gateway, or Redis lost it): verify it. */
         cm_counter_inc(m->token_records[1]);
         op->unverified = false;
@@ -450,21 +576,23 @@ static void on_create_reply(const char *err, const cm_redis_reply_t *reply, void
                        on_create_verified, op);
         return;
     }
-    if (op->unverified && strcmp(st, "NOSEED") != 0) {
+    if (op->unverified && took != RSV_HOLD_TAKE_NOSEED) {
         /* The record matched: the gateway signed exactly this token. */
         cm_counter_inc(m->token_records[0]);
         op->unverified = false;
         rsv_auth_remember(op->r.srv->auth, op->r.req, &op->claims);
     }
-    if (strcmp(st, "NOSEED") == 0 && !op->seeded) {
+    if (took == RSV_HOLD_TAKE_NOSEED && !op->seeded) {
         op->seeded = 1;
         rsv_catalog_seed(op->r.srv->catalog, op->ev, on_create_seeded, op);
         return;
     }
-    if (strcmp(st, "OK") == 0) {
+    switch (took) {
+    case RSV_HOLD_TAKE_OK:
         cm_counter_inc(m->holds_taken);
         reply_created(op, reply_i64(reply, 1));
-    } else if (strcmp(st, "REPLAY") == 0) {
+        break;
+    case RSV_HOLD_TAKE_REPLAY: {
         const char *hid = cm_redis_reply_str(cm_redis_reply_at(reply, 1), NULL);
         if (hid && strlen(hid) < sizeof(op->hold_id)) {
             snprintf(op->hold_id, sizeof(op->hold_id), "%s", hid);
@@ -472,33 +600,36 @@ static void on_create_reply(const char *err, const cm_redis_reply_t *reply, void
             return;
         }
         rsv_reply_unavailable(&op->r, "taking the hold", cm_err_protocol);
-    } else if (strcmp(st, "MISMATCH") == 0) {
+        break;
+    }
+    case RSV_HOLD_TAKE_MISMATCH:
         rsv_reply_error(&op->r, 422, "idempotency_key_reused",
                         "this Idempotency-Key was used for a different hold request", NULL);
-    } else if (strcmp(st, "TAKEN") == 0) {
+        break;
+    case RSV_HOLD_TAKE_TAKEN:
         cm_counter_inc(m->hold_conflicts);
-        json_t *seats = json_object_get(op->body, "seats");
-        json_t *un = json_array();
-        for (size_t i = 1; i < cm_redis_reply_count(reply); i++) {
-            long long idx = cm_redis_reply_int(cm_redis_reply_at(reply, i));
-            json_array_append(un, json_array_get(seats, (size_t)(idx - 1)));
-        }
-        rsv_reply_error(&op->r, 409, "seat_unavailable", "a requested seat is held or sold",
-                        json_pack("{s:o}", "unavailable", un));
-    } else if (strcmp(st, "SOLDOUT") == 0) {
+        reply_taken(op, reply);
+        break;
+    case RSV_HOLD_TAKE_SOLDOUT:
         cm_counter_inc(m->hold_conflicts);
         rsv_reply_error(&op->r, 409, "sold_out", "the pool has no units left", NULL);
-    } else if (strcmp(st, "INSUFFICIENT") == 0) {
+        break;
+    case RSV_HOLD_TAKE_INSUFFICIENT:
         cm_counter_inc(m->hold_conflicts);
         rsv_reply_error(&op->r, 409, "insufficient", "fewer units are left than requested",
                         json_pack("{s:I}", "available", (json_int_t)reply_i64(reply, 1)));
-    } else if (strcmp(st, "LIMIT") == 0) {
+        break;
+    case RSV_HOLD_TAKE_LIMIT:
         cm_counter_inc(m->limit_exceeded);
         rsv_reply_error(&op->r, 429, "limit_exceeded", "this buyer reached the per-buyer limit",
                         json_pack("{s:I}", "max_per_buyer", (json_int_t)op->ev->max_per_buyer));
-    } else {
-        cm_log(CM_LOG_ERROR, "hold script answered %s", st);
+        break;
+    case RSV_HOLD_TAKE_NOSEED:     /* again after seeding */
+    case RSV_HOLD_TAKE_UNVERIFIED: /* with a verified token */
+    case RSV_HOLD_TAKE_OTHER:
+        cm_log(CM_LOG_ERROR, "hold script answered %s", first_word(reply) ?: "");
         rsv_reply_unavailable(&op->r, "taking the hold", cm_err_protocol);
+        break;
     }
     create_done(op);
 }
@@ -800,15 +931,15 @@ static void on_hold_reply(const char *err, const cm_redis_reply_t *reply, void *
         return;
     }
     const char *currency = op->ev ? op->ev->currency : NULL;
-    if (strcmp(v.status, "NOTFOUND") == 0 || strcmp(v.status, "GONE") == 0) {
+    if (v.status == RSV_HOLD_NOTFOUND || v.status == RSV_HOLD_GONE) {
         rsv_reply_error(&op->r, 404, "unknown_hold", "no such hold of yours", NULL);
-    } else if (strcmp(v.status, "EXPIRED") == 0) {
+    } else if (v.status == RSV_HOLD_EXPIRED) {
         cm_counter_inc(op->r.srv->m.holds_expired);
         if (op->verb == OP_RELEASE)
             rsv_reply_empty(&op->r, 204); /* already free: releasing is idempotent */
         else
             rsv_reply_error(&op->r, 409, "hold_expired", "the hold has expired", NULL);
-    } else if (strcmp(v.status, "CONVERTED") == 0) {
+    } else if (v.status == RSV_HOLD_CONVERTED) {
         if (op->verb == OP_GET && v.exp_ms) {
             json_t *o = hold_json(op->hold_id, op->event, "converted", &v, currency);
             json_object_set_new(o, "checkout_id", json_string(v.checkout));
@@ -829,24 +960,14 @@ static void on_hold_reply(const char *err, const cm_redis_reply_t *reply, void *
 static void run_hold_op(hold_op_t *op)
 {
     rsv_server_t *srv = op->r.srv;
-    char ext[24], keep[24];
-    snprintf(ext, sizeof(ext), "%lld",
-             (long long)(op->ev ? op->ev->checkout_extension_s : 0) * 1000);
-    snprintf(keep, sizeof(keep), "%lld", (long long)srv->cfg.hold_record_keep_s * 1000);
+    int64_t ext_ms = (op->ev ? op->ev->checkout_extension_s : 0) * 1000;
     int rc;
-    if (op->verb == OP_GET) {
-        char *hkey = rsv_key(op->event, RSV_K_HOLD, op->hold_id);
-        const char *argv[] = {hkey, op->hold_id, op->claims.sub};
-        rc = cm_redis_eval(srv->redis, rsv_lua()->get, on_hold_reply, op, 1, 3, argv, NULL);
-        free(hkey);
-    } else if (op->verb == OP_EXTEND) {
-        const char *extra[] = {ext, keep};
-        rc = rsv_hold_act(srv, rsv_lua()->extend, op->hold_id, op->claims.sub, 2, extra,
-                          on_hold_reply, op);
-    } else {
-        rc = rsv_hold_act(srv, rsv_lua()->release, op->hold_id, op->claims.sub, 0, NULL,
-                          on_hold_reply, op);
-    }
+    if (op->verb == OP_GET)
+        rc = rsv_hold_op_read(srv, op->hold_id, op->claims.sub, on_hold_reply, op);
+    else if (op->verb == OP_EXTEND)
+        rc = rsv_hold_op_extend(srv, op->hold_id, op->claims.sub, ext_ms, on_hold_reply, op);
+    else
+        rc = rsv_hold_op_release(srv, op->hold_id, op->claims.sub, on_hold_reply, op);
     if (rc != 0) {
         rsv_reply_unavailable(&op->r, "reading the hold", cm_err_closed);
         hold_op_done(op);

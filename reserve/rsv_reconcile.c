@@ -44,10 +44,10 @@ static void on_reconciled(const rsv_saga_end_t *end, void *arg)
     rsv_reconcile_t *r = arg;
     rsv_server_t *srv = r->srv;
     r->running--;
-    if (end->err == NULL && rsv_saga_terminal(end->state))
+    if (end->err == NULL && rsv_saga_is_terminal(end->state))
         cm_counter_inc(srv->m.reconcile_finished);
-    cm_log(CM_LOG_INFO, "reconciler: checkout now %s%s%s", end->state, end->err ? ": " : "",
-           end->err ? end->err : "");
+    cm_log(CM_LOG_INFO, "reconciler: checkout now %s%s%s", rsv_saga_state_name(end->state),
+           end->err ? ": " : "", end->err ? end->err : "");
     reconcile_release(r);
 }
 
@@ -68,7 +68,7 @@ static void on_bg_end(const rsv_saga_end_t *end, void *arg)
 {
     bg_t *b = arg;
     rsv_reconcile_t *r = b->r;
-    if (!rsv_saga_terminal(end->state) && !r->closing) {
+    if (!rsv_saga_is_terminal(end->state) && !r->closing) {
         char retry[16];
         snprintf(retry, sizeof(retry), "%d", b->attempts < 30 ? b->attempts : 30);
         const char *params[] = {b->id, retry};
@@ -96,7 +96,7 @@ static void on_claimed(const char *err, const rsv_pg_result_t *res, void *arg)
         memset(&row, 0, sizeof(row));
 #define COL(field, c) snprintf(row.field, sizeof(row.field), "%s", rsv_pg_result_value(res, i, c))
         COL(id, 0);
-        COL(state, 1);
+        row.state = rsv_saga_state_parse(rsv_pg_result_value(res, i, 1));
         COL(event, 2);
         COL(buyer, 3);
         COL(hold_id, 4);
@@ -113,8 +113,8 @@ static void on_claimed(const char *err, const rsv_pg_result_t *res, void *arg)
         b->attempts = atoi(rsv_pg_result_value(res, i, 11));
         r->running++;
         cm_counter_inc(r->srv->m.reconcile_claimed);
-        cm_log(CM_LOG_INFO, "reconciler: checkout %s in %s (attempt %d)", row.id, row.state,
-               b->attempts);
+        cm_log(CM_LOG_INFO, "reconciler: checkout %s in %s (attempt %d)", row.id,
+               rsv_pg_result_value(res, i, 1), b->attempts);
         rsv_saga_drive(r->srv, &row, RSV_SAGA_BACKGROUND, 0, on_bg_end, b);
     }
     reconcile_release(r);
@@ -128,11 +128,10 @@ static void on_state_counts(const char *err, const rsv_pg_result_t *res, void *a
     for (int k = 0; k < RSV_SAGA_NSTATES; k++)
         cm_gauge_set(srv->m.checkouts_by_state[k], 0);
     for (int i = 0; i < rsv_pg_result_rows(res); i++) {
-        const char *st = rsv_pg_result_value(res, i, 0);
-        for (int k = 0; k < RSV_SAGA_NSTATES; k++)
-            if (strcmp(st, rsv_saga_state_names[k]) == 0)
-                cm_gauge_set(srv->m.checkouts_by_state[k],
-                             strtod(rsv_pg_result_value(res, i, 1), NULL));
+        rsv_saga_state_t st = rsv_saga_state_parse(rsv_pg_result_value(res, i, 0));
+        if (st != RSV_SAGA_INVALID)
+            cm_gauge_set(srv->m.checkouts_by_state[st],
+                         strtod(rsv_pg_result_value(res, i, 1), NULL));
     }
 }
 

@@ -1,7 +1,6 @@
 /*
- * rsv_saga — see rsv_saga.h. The two tables below are the whole state machine; keep
- * deploy/sql (the CHECK on checkouts.state, the terminal lists of the reconciler's
- * indexes and claim) in step with them: test_rsv_saga compares them.
+ * rsv_saga — see rsv_saga.h. The state machine's tables are rsv_saga_state.c; this file
+ * drives a checkout along them.
  */
 #include "rsv_saga.h"
 
@@ -17,117 +16,7 @@
 #include "cm_mem.h"
 #include "cm_time.h"
 #include "rsv_keys.h"
-#include "rsv_lua.h"
 #include "rsv_server.h"
-
-const char *const rsv_saga_state_names[RSV_SAGA_NSTATES] = {
-    [RSV_SAGA_CREATED] = "created",
-    [RSV_SAGA_CONVERTING] = "converting",
-    [RSV_SAGA_HOLD_EXTENDED] = "hold_extended",
-    [RSV_SAGA_PAYMENT_REQUESTED] = "payment_requested",
-    [RSV_SAGA_PAID] = "paid",
-    [RSV_SAGA_DECLINED] = "declined",
-    [RSV_SAGA_UNKNOWN] = "unknown",
-    [RSV_SAGA_CONVERTED] = "converted",
-    [RSV_SAGA_REFUNDING] = "refunding",
-    [RSV_SAGA_CONFIRMED] = "confirmed",
-    [RSV_SAGA_FAILED] = "failed",
-    [RSV_SAGA_RELEASED] = "released",
-    [RSV_SAGA_REFUNDED] = "refunded",
-};
-
-#define T(f, t, w)                                                                                 \
-    {                                                                                              \
-        RSV_SAGA_##f, RSV_SAGA_##t, w                                                              \
-    }
-const rsv_saga_transition_t rsv_saga_transitions[] = {
-    T(CREATED, HOLD_EXTENDED, "hold extended at checkout start"),
-    T(CREATED, FAILED, "hold gone, expired, converted, or amount mismatch"),
-    T(CREATED, RELEASED, "abandoned before payment was requested"),
-    T(HOLD_EXTENDED, PAYMENT_REQUESTED, "payment requested"),
-    T(HOLD_EXTENDED, FAILED, "hold gone, expired, converted, or amount mismatch"),
-    T(HOLD_EXTENDED, RELEASED, "abandoned before payment was requested"),
-    T(PAYMENT_REQUESTED, PAID, "the provider confirmed the charge"),
-    T(PAYMENT_REQUESTED, DECLINED, "the provider declined the charge"),
-    T(PAYMENT_REQUESTED, UNKNOWN, "no definite answer from the provider"),
-    T(PAYMENT_REQUESTED, RELEASED, "the provider has no charge under the checkout's key"),
-    T(UNKNOWN, PAID, "the provider, asked by key, has the charge"),
-    T(UNKNOWN, DECLINED, "the provider, asked by key, declined it"),
-    T(UNKNOWN, RELEASED, "the provider has no charge under the checkout's key"),
-    T(CONVERTING, PAID, "the provider, asked by key, has the charge"),
-    T(CONVERTING, DECLINED, "the provider, asked by key, declined it"),
-    T(CONVERTING, UNKNOWN, "no definite answer from the provider"),
-    T(CONVERTING, RELEASED, "the provider has no charge under the checkout's key"),
-    T(PAID, CONVERTED, "hold re-checked in Redis; booking inserted"),
-    T(PAID, REFUNDING, "hold expired, unit taken, pool sold out, or booking kept failing"),
-    T(CONVERTED, CONFIRMED, "booking confirmed"),
-    T(DECLINED, FAILED, "payment declined"),
-    T(REFUNDING, REFUNDED, "the provider confirmed the refund"),
-    T(RELEASED, REFUNDING, "a charge of this checkout turned up late: refund"),
-    T(FAILED, REFUNDING, "a charge of this checkout turned up late: refund"),
-};
-#undef T
-const size_t rsv_saga_ntransitions = sizeof(rsv_saga_transitions) / sizeof(rsv_saga_transitions[0]);
-
-rsv_saga_state_t rsv_saga_state_parse(const char *name)
-{
-    if (name == NULL)
-        return RSV_SAGA_INVALID;
-    for (int i = 0; i < RSV_SAGA_NSTATES; i++)
-        if (strcmp(name, rsv_saga_state_names[i]) == 0)
-            return (rsv_saga_state_t)i;
-    return RSV_SAGA_INVALID;
-}
-
-const char *rsv_saga_state_name(rsv_saga_state_t st)
-{
-    return st >= 0 && st < RSV_SAGA_NSTATES ? rsv_saga_state_names[st] : "invalid";
-}
-
-bool rsv_saga_is_terminal(rsv_saga_state_t st)
-{
-    switch (st) {
-    case RSV_SAGA_CONFIRMED:
-    case RSV_SAGA_FAILED:
-    case RSV_SAGA_RELEASED:
-    case RSV_SAGA_REFUNDED:
-        return true;
-    default:
-        return false;
-    }
-}
-
-bool rsv_saga_terminal(const char *state)
-{
-    return rsv_saga_is_terminal(rsv_saga_state_parse(state));
-}
-
-bool rsv_saga_allowed(rsv_saga_state_t from, rsv_saga_state_t to)
-{
-    for (size_t i = 0; i < rsv_saga_ntransitions; i++)
-        if (rsv_saga_transitions[i].from == from && rsv_saga_transitions[i].to == to)
-            return true;
-    return false;
-}
-
-bool rsv_saga_allowed_names(const char *from, const char *to)
-{
-    rsv_saga_state_t f = rsv_saga_state_parse(from), t = rsv_saga_state_parse(to);
-    return f != RSV_SAGA_INVALID && t != RSV_SAGA_INVALID && rsv_saga_allowed(f, t);
-}
-
-const char *rsv_saga_client_state(rsv_saga_state_t st)
-{
-    switch (st) {
-    case RSV_SAGA_CONFIRMED:
-    case RSV_SAGA_FAILED:
-    case RSV_SAGA_RELEASED:
-    case RSV_SAGA_REFUNDED:
-        return rsv_saga_state_names[st];
-    default:
-        return "pending";
-    }
-}
 
 /* --- driving a checkout ------------------------------------------------------------------
  *
@@ -144,13 +33,13 @@ const char *rsv_saga_client_state(rsv_saga_state_t st)
 
 #define MAX_STEPS 24
 
-void rsv_saga_fault(rsv_server_t *srv, const char *when, const char *state)
+void rsv_saga_fault(rsv_server_t *srv, const char *when, rsv_saga_state_t state)
 {
     const char *f = srv->cfg.fault;
     if (f == NULL || *f == '\0')
         return;
     char want[64];
-    int n = snprintf(want, sizeof(want), "%s:%s", when, state);
+    int n = snprintf(want, sizeof(want), "%s:%s", when, rsv_saga_state_name(state));
     for (const char *p = f; (p = strstr(p, want)) != NULL; p += n) {
         bool start = p == f || p[-1] == ',';
         bool end = p[n] == '\0' || p[n] == ',';
@@ -177,14 +66,17 @@ typedef struct saga {
     rsv_saga_cb cb;
     void *arg;
     /* the step in flight */
-    char to[24];
+    rsv_saga_state_t to;
     int code;
     char *body;
 } saga_t;
 
 static void advance(saga_t *s);
-static void step(saga_t *s, const char *const *from, const char *to, const char *reason, int code,
-                 char *body, int lease_s);
+static void step(saga_t *s, const rsv_saga_state_t *from, rsv_saga_state_t to, const char *reason,
+                 int code, char *body, int lease_s);
+
+/* The states a step may leave, for step(): FROM(RSV_SAGA_PAID, ...). */
+#define FROM(...) ((const rsv_saga_state_t[]){__VA_ARGS__, RSV_SAGA_INVALID})
 static int lease_s(const saga_t *s);
 
 static void saga_end(saga_t *s, const char *err, int code, const char *body, double hold_age)
@@ -200,8 +92,8 @@ static void saga_end(saga_t *s, const char *err, int code, const char *body, dou
 
 static void saga_fail(saga_t *s, const char *what, const char *err)
 {
-    cm_log(CM_LOG_WARN, "checkout %s (%s): %s: %s", s->row.id, s->row.state, what,
-           err ? err : "error");
+    cm_log(CM_LOG_WARN, "checkout %s (%s): %s: %s", s->row.id, rsv_saga_state_name(s->row.state),
+           what, err ? err : "error");
     saga_end(s, err ? err : cm_err_protocol, 503, NULL, -1);
 }
 
@@ -243,12 +135,16 @@ static void on_row(const char *err, const rsv_pg_result_t *res, void *arg)
         saga_fail(s, "reading the checkout", err ? err : cm_err_protocol);
         return;
     }
-    snprintf(s->row.state, sizeof(s->row.state), "%s", rsv_pg_result_value(res, 0, 0));
+    s->row.state = rsv_saga_state_parse(rsv_pg_result_value(res, 0, 0));
+    if (s->row.state == RSV_SAGA_INVALID) {
+        saga_fail(s, "unknown checkout state", cm_err_protocol);
+        return;
+    }
     snprintf(s->row.charge_id, sizeof(s->row.charge_id), "%s", rsv_pg_result_value(res, 0, 3));
     snprintf(s->row.refund_id, sizeof(s->row.refund_id), "%s", rsv_pg_result_value(res, 0, 4));
     snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "%s",
              rsv_pg_result_value(res, 0, 5));
-    if (rsv_saga_terminal(s->row.state)) {
+    if (rsv_saga_is_terminal(s->row.state)) {
         int code = atoi(rsv_pg_result_value(res, 0, 1));
         saga_end(s, NULL, code ? code : 500, rsv_pg_result_value(res, 0, 2), -1);
         return;
@@ -268,89 +164,117 @@ static void reread(saga_t *s)
 
 /* --- transitions --------------------------------------------------------------------- */
 
+/* Another driver moved the checkout first (its step did not apply): continue from the
+ * state Postgres has, now. */
+static void moved_first(saga_t *s, const rsv_pg_result_t *res)
+{
+    rsv_saga_state_t now = rsv_saga_state_parse(rsv_pg_result_value(res, 0, 1));
+    if (now == RSV_SAGA_INVALID) {
+        saga_fail(s, "unknown checkout state", cm_err_protocol);
+        return;
+    }
+    cm_log(CM_LOG_INFO, "checkout %s: wanted %s → %s, found %s", s->row.id,
+           rsv_saga_state_name(s->row.state), rsv_saga_state_name(s->to), rsv_saga_state_name(now));
+    s->row.state = now;
+    if (s->to == RSV_SAGA_PAID && s->row.charge_id[0] &&
+        (now == RSV_SAGA_RELEASED || now == RSV_SAGA_FAILED)) {
+        /* A charge that outlived its checkout (given up as unpaid meanwhile): it holds
+         * money, so it is not terminal after all. refunding keeps the charge id and
+         * the reconciler retries the refund until the provider confirms it. */
+        cm_counter_inc(s->srv->m.late_payments);
+        snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "late_charge");
+        step(s, NULL, RSV_SAGA_REFUNDING, "a charge landed after the checkout had ended: refund", 0,
+             NULL, lease_s(s));
+        return;
+    }
+    reread(s);
+}
+
 static void on_step(const char *err, const rsv_pg_result_t *res, void *arg)
 {
     saga_t *s = arg;
     if (err || rsv_pg_result_rows(res) != 1) {
         if (err == cm_err_server)
-            cm_log(CM_LOG_WARN, "checkout %s: step to %s: %s", s->row.id, s->to,
-                   rsv_pg_result_message(res));
+            cm_log(CM_LOG_WARN, "checkout %s: step to %s: %s", s->row.id,
+                   rsv_saga_state_name(s->to), rsv_pg_result_message(res));
         saga_fail(s, "recording the checkout", err ? err : cm_err_protocol);
         return;
     }
-    bool applied = strcmp(rsv_pg_result_value(res, 0, 0), "t") == 0;
-    const char *now = rsv_pg_result_value(res, 0, 1);
-    if (!applied) {
-        /* Another driver moved it first: continue from where it is. */
-        cm_log(CM_LOG_INFO, "checkout %s: wanted %s → %s, found %s", s->row.id, s->row.state, s->to,
-               now);
-        snprintf(s->row.state, sizeof(s->row.state), "%s", now);
-        if (strcmp(s->to, "paid") == 0 && s->row.charge_id[0] &&
-            (strcmp(now, "released") == 0 || strcmp(now, "failed") == 0)) {
-            /* A charge that outlived its checkout (given up as unpaid meanwhile): it holds
-             * money, so it is not terminal after all. refunding keeps the charge id and
-             * the reconciler retries the refund until the provider confirms it. */
-            cm_counter_inc(s->srv->m.late_payments);
-            snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "late_charge");
-            step(s, NULL, "refunding", "a charge landed after the checkout had ended: refund", 0,
-                 NULL, lease_s(s));
-            return;
-        }
-        reread(s);
+    if (strcmp(rsv_pg_result_value(res, 0, 0), "t") != 0) {
+        moved_first(s, res);
         return;
     }
     rsv_metrics_t *m = &s->srv->m;
     cm_counter_inc(m->saga_transitions);
-    snprintf(s->row.state, sizeof(s->row.state), "%s", s->to);
+    s->row.state = s->to;
     rsv_saga_fault(s->srv, "after", s->row.state);
-    if (rsv_saga_terminal(s->row.state)) {
-        if (strcmp(s->row.state, "refunded") == 0)
-            cm_counter_inc(m->refunds);
+    switch (s->row.state) {
+    case RSV_SAGA_REFUNDED:
+        cm_counter_inc(m->refunds);
+        saga_end(s, NULL, s->code, s->body, -1);
+        return;
+    case RSV_SAGA_CONFIRMED: {
         double age = -1;
-        if (strcmp(s->row.state, "confirmed") == 0 && s->view.created_ms > 0)
+        if (s->view.created_ms > 0)
             age = (double)(cm_time_wall_ms() - s->view.created_ms) / 1000.0;
         saga_end(s, NULL, s->code, s->body, age);
         return;
     }
-    if (strcmp(s->row.state, "unknown") == 0) {
+    case RSV_SAGA_FAILED:
+    case RSV_SAGA_RELEASED:
+        saga_end(s, NULL, s->code, s->body, -1);
+        return;
+    case RSV_SAGA_UNKNOWN:
         end_pending(s); /* asked again later (reconciler) or by the buyer's retry */
         return;
+    case RSV_SAGA_CREATED:
+    case RSV_SAGA_CONVERTING:
+    case RSV_SAGA_HOLD_EXTENDED:
+    case RSV_SAGA_PAYMENT_REQUESTED:
+    case RSV_SAGA_PAID:
+    case RSV_SAGA_DECLINED:
+    case RSV_SAGA_CONVERTED:
+    case RSV_SAGA_REFUNDING:
+    case RSV_SAGA_NSTATES:
+    case RSV_SAGA_INVALID:
+        break;
     }
     advance(s);
 }
 
 /*
- * Moves the checkout from its current state (or any of from, NULL-terminated) to `to`,
- * with the ids and the answer it brings (body is taken; NULL keeps the stored one).
- * lease_s: renew the lease for that long (0: let it lapse now), -1: keep.
+ * Moves the checkout from its current state (or any of from, ended by RSV_SAGA_INVALID)
+ * to `to`, with the ids and the answer it brings (body is taken; NULL keeps the stored
+ * one). lease_s: renew the lease for that long (0: let it lapse now), -1: keep. The
+ * states become names here, where Postgres gets them.
  */
-static void step(saga_t *s, const char *const *from, const char *to, const char *reason, int code,
-                 char *body, int lease_s)
+static void step(saga_t *s, const rsv_saga_state_t *from, rsv_saga_state_t to, const char *reason,
+                 int code, char *body, int lease_s)
 {
     if (++s->steps > MAX_STEPS) {
         free(body);
         saga_fail(s, "too many steps", cm_err_protocol);
         return;
     }
-    const char *cur[] = {s->row.state, NULL};
+    const rsv_saga_state_t cur[] = {s->row.state, RSV_SAGA_INVALID};
     if (from == NULL)
         from = cur;
     char froms[160] = "{";
-    for (size_t i = 0; from[i]; i++) {
-        if (!rsv_saga_allowed_names(from[i], to)) {
-            /* Our own bug: the transition table of rsv_saga has no such move. */
+    for (size_t i = 0; from[i] != RSV_SAGA_INVALID; i++) {
+        if (!rsv_saga_allowed(from[i], to)) {
+            /* Our own bug: the transition table of rsv_saga_state has no such move. */
             cm_log(CM_LOG_ERROR, "checkout %s: %s → %s is not a saga transition", s->row.id,
-                   from[i], to);
+                   rsv_saga_state_name(from[i]), rsv_saga_state_name(to));
             free(body);
             saga_fail(s, "an invalid transition", cm_err_protocol);
             return;
         }
-        strncat(froms, from[i], sizeof(froms) - strlen(froms) - 3);
-        strcat(froms, from[i + 1] ? "," : "");
+        strncat(froms, rsv_saga_state_name(from[i]), sizeof(froms) - strlen(froms) - 3);
+        strcat(froms, from[i + 1] != RSV_SAGA_INVALID ? "," : "");
     }
     strcat(froms, "}");
     rsv_saga_fault(s->srv, "before", to);
-    snprintf(s->to, sizeof(s->to), "%s", to);
+    s->to = to;
     free(s->body);
     s->body = body;
     s->code = code;
@@ -359,7 +283,7 @@ static void step(saga_t *s, const char *const *from, const char *to, const char 
     snprintf(lease, sizeof(lease), "%d", lease_s);
     const char *params[] = {s->row.id,
                             froms,
-                            to,
+                            rsv_saga_state_name(to),
                             reason,
                             s->row.charge_id[0] ? s->row.charge_id : NULL,
                             s->row.refund_id[0] ? s->row.refund_id : NULL,
@@ -385,30 +309,38 @@ rsv_saga_extend_t rsv_saga_extend_verdict(const char *checkout_id, const rsv_hol
                                           int64_t amount, int *code, char **body,
                                           const char **reason)
 {
-    const char *st = v->status;
     *code = 0;
     *body = NULL;
     *reason = NULL;
-    if (strcmp(st, "NOTFOUND") == 0) {
+    switch (v->status) {
+    case RSV_HOLD_NOTFOUND:
         *code = 404;
         *reason = "hold not found at checkout start";
         *body = error_text_id(checkout_id, "unknown_hold", "no such hold of yours", NULL);
         return RSV_SAGA_EXTEND_NOTFOUND;
-    } else if (strcmp(st, "EXPIRED") == 0 || strcmp(st, "GONE") == 0) {
+    case RSV_HOLD_EXPIRED:
+    case RSV_HOLD_GONE:
         *code = 409;
         *reason = "hold expired before payment";
         *body = error_text_id(checkout_id, "hold_expired",
                               "the hold expired before it was confirmed", NULL);
         return RSV_SAGA_EXTEND_EXPIRED;
-    } else if (strcmp(st, "CONVERTED") == 0) {
+    case RSV_HOLD_CONVERTED:
         *code = 409;
         *reason = "hold already converted";
         *body = error_text_id(checkout_id, "hold_converted",
                               "the hold was already confirmed by another checkout", NULL);
         return RSV_SAGA_EXTEND_CONVERTED;
-    } else if (strcmp(st, "OK") != 0) {
+    case RSV_HOLD_OK:
+        break;
+    case RSV_HOLD_STALE:
+    case RSV_HOLD_AMOUNT:
+    case RSV_HOLD_NOOP:
+    case RSV_HOLD_OTHER:
+    case RSV_HOLD_NSTATUS:
         return RSV_SAGA_EXTEND_ERROR;
-    } else if (v->amount != amount) {
+    }
+    if (v->amount != amount) {
         *code = 400;
         *reason = "amount mismatch";
         *body = error_text_id(checkout_id, "amount_mismatch",
@@ -426,7 +358,7 @@ static void on_extended(const char *err, const cm_redis_reply_t *reply, void *ar
         saga_fail(s, "extending the hold", err ? err : cm_err_protocol);
         return;
     }
-    const char *from[] = {"created", "hold_extended", NULL};
+    const rsv_saga_state_t *from = FROM(RSV_SAGA_CREATED, RSV_SAGA_HOLD_EXTENDED);
     int code;
     char *body;
     const char *reason;
@@ -440,26 +372,22 @@ static void on_extended(const char *err, const cm_redis_reply_t *reply, void *ar
         cm_counter_inc(s->srv->m.holds_expired);
         /* fall through */
     default:
-        step(s, from, "failed", reason, code, body, -1);
+        step(s, from, RSV_SAGA_FAILED, reason, code, body, -1);
         return;
     }
-    if (strcmp(s->row.state, "created") == 0) {
+    if (s->row.state == RSV_SAGA_CREATED) {
         s->extended = true; /* advance() goes on to payment_requested without a 2nd extend */
-        step(s, NULL, "hold_extended", "hold extended at checkout start", 0, NULL, lease_s(s));
+        step(s, NULL, RSV_SAGA_HOLD_EXTENDED, "hold extended at checkout start", 0, NULL,
+             lease_s(s));
     } else {
-        step(s, NULL, "payment_requested", "payment requested", 0, NULL, lease_s(s));
+        step(s, NULL, RSV_SAGA_PAYMENT_REQUESTED, "payment requested", 0, NULL, lease_s(s));
     }
 }
 
 static void extend_hold(saga_t *s)
 {
-    char ext[24], keep[24];
-    snprintf(ext, sizeof(ext), "%lld", (long long)s->extension_ms);
-    snprintf(keep, sizeof(keep), "%lld", (long long)s->srv->cfg.hold_record_keep_s * 1000);
-    const char *extra[] = {ext, keep};
-    int rc = rsv_hold_act(s->srv, rsv_lua()->extend, s->row.hold_id, s->row.buyer, 2, extra,
-                          on_extended, s);
-    if (rc != 0)
+    if (rsv_hold_op_extend(s->srv, s->row.hold_id, s->row.buyer, s->extension_ms, on_extended, s) !=
+        0)
         saga_fail(s, "extending the hold", cm_err_closed);
 }
 
@@ -468,19 +396,20 @@ static void extend_hold(saga_t *s)
 static void record_payment(saga_t *s, const rsv_pay_result_t *res)
 {
     rsv_metrics_t *m = &s->srv->m;
-    const char *from[] = {"payment_requested", "unknown", NULL};
+    const rsv_saga_state_t *from = FROM(RSV_SAGA_PAYMENT_REQUESTED, RSV_SAGA_UNKNOWN);
     switch (res->outcome) {
     case RSV_PAY_PAID:
         snprintf(s->row.charge_id, sizeof(s->row.charge_id), "%s", res->id);
-        step(s, from, "paid", "the provider confirmed the charge", 0, NULL, lease_s(s));
+        step(s, from, RSV_SAGA_PAID, "the provider confirmed the charge", 0, NULL, lease_s(s));
         return;
     case RSV_PAY_DECLINED:
         snprintf(s->row.charge_id, sizeof(s->row.charge_id), "%s", res->id);
-        step(s, from, "declined", "the provider declined the charge", 0, NULL, lease_s(s));
+        step(s, from, RSV_SAGA_DECLINED, "the provider declined the charge", 0, NULL, lease_s(s));
         return;
     case RSV_PAY_NONE:
         cm_counter_inc(m->reconcile_released);
-        step(s, from, "released", "the provider has no charge under this checkout's key", 409,
+        step(s, from, RSV_SAGA_RELEASED, "the provider has no charge under this checkout's key",
+             409,
              error_text(s, "payment_not_completed",
                         "the payment did not go through; nothing was charged", NULL),
              -1);
@@ -488,10 +417,11 @@ static void record_payment(saga_t *s, const rsv_pay_result_t *res)
     default:
         break;
     }
-    if (strcmp(s->row.state, "payment_requested") == 0) {
+    if (s->row.state == RSV_SAGA_PAYMENT_REQUESTED) {
         /* Foreground: the buyer gets 202 and the reconciler takes over (lease lapses). */
-        step(s, NULL, "unknown", res->err ? res->err : "no definite answer from the provider", 0,
-             NULL, s->mode == RSV_SAGA_FOREGROUND ? 0 : lease_s(s));
+        step(s, NULL, RSV_SAGA_UNKNOWN,
+             res->err ? res->err : "no definite answer from the provider", 0, NULL,
+             s->mode == RSV_SAGA_FOREGROUND ? 0 : lease_s(s));
         return;
     }
     end_pending(s); /* stays unknown: asked again later */
@@ -503,7 +433,7 @@ static void on_payment(const rsv_pay_result_t *res, void *arg)
     rsv_metrics_t *m = &s->srv->m;
     cm_counter_inc(m->pay_outcomes[res->outcome]);
     if (res->outcome == RSV_PAY_PAID)
-        rsv_saga_fault(s->srv, "before", "paid");
+        rsv_saga_fault(s->srv, "before", RSV_SAGA_PAID);
     record_payment(s, res);
 }
 
@@ -541,6 +471,41 @@ static void lookup(saga_t *s)
 
 /* --- refund -------------------------------------------------------------------------- */
 
+/* Why a checkout is refunded, by the refund_reason the saga or Postgres wrote. */
+static const struct {
+    const char *reason;
+    rsv_saga_refund_t why;
+} refund_whys[] = {
+    {"hold_expired",
+     {"hold_expired", 409, "the payment outlived the hold; it was refunded", false}},
+    {"late_charge",
+     {"payment_not_completed", 409,
+      "the payment did not complete in time; the charge that came later was refunded", false}},
+    {"booking_failed",
+     {"booking_failed", 500, "the booking could not be recorded; the payment was refunded", true}},
+    {"sold_out",
+     {"sold_out", 409, "the pool had no free unit left; the payment was refunded", true}},
+    {"hold_changed",
+     {"hold_changed", 409,
+      "the hold's items changed while it was being paid for; the payment was refunded", true}},
+    {"seat_unavailable",
+     {"seat_unavailable", 409, "a unit of this hold was already booked; the payment was refunded",
+      true}},
+};
+
+rsv_saga_refund_t rsv_saga_refund_why(const char *reason)
+{
+    if (reason == NULL || reason[0] == '\0')
+        reason = "hold_expired"; /* written before reasons were */
+    for (size_t i = 0; i < sizeof(refund_whys) / sizeof(refund_whys[0]); i++)
+        if (strcmp(reason, refund_whys[i].reason) == 0)
+            return refund_whys[i].why;
+    /* A reason of another version: named as it is, answered like a unit taken. */
+    rsv_saga_refund_t other = {
+        reason, 409, "a unit of this hold was already booked; the payment was refunded", false};
+    return other;
+}
+
 static void on_refund(const rsv_pay_result_t *res, void *arg)
 {
     saga_t *s = arg;
@@ -554,29 +519,12 @@ static void on_refund(const rsv_pay_result_t *res, void *arg)
         return;
     }
     snprintf(s->row.refund_id, sizeof(s->row.refund_id), "%s", res->id);
-    const char *reason = s->row.refund_reason[0] ? s->row.refund_reason : "hold_expired";
-    const char *error = reason, *msg;
-    int code = 409;
-    if (strcmp(reason, "hold_expired") == 0) {
-        msg = "the payment outlived the hold; it was refunded";
-    } else if (strcmp(reason, "late_charge") == 0) {
-        error = "payment_not_completed";
-        msg = "the payment did not complete in time; the charge that came later was refunded";
-    } else if (strcmp(reason, "booking_failed") == 0) {
-        code = 500;
-        msg = "the booking could not be recorded; the payment was refunded";
-    } else if (strcmp(reason, "sold_out") == 0) {
-        msg = "the pool had no free unit left; the payment was refunded";
-    } else if (strcmp(reason, "hold_changed") == 0) {
-        msg = "the hold's items changed while it was being paid for; the payment was refunded";
-    } else {
-        msg = "a unit of this hold was already booked; the payment was refunded";
-    }
+    rsv_saga_refund_t why = rsv_saga_refund_why(s->row.refund_reason);
     json_t *extra =
         json_pack("{s:{s:s, s:s, s:I, s:s}}", "refund", "status", "refunded", "id", res->id,
                   "amount", (json_int_t)s->row.amount, "currency", s->row.currency);
-    const char *from[] = {"refunding", NULL};
-    step(s, from, "refunded", "payment refunded", code, error_text(s, error, msg, extra), -1);
+    step(s, FROM(RSV_SAGA_REFUNDING), RSV_SAGA_REFUNDED, "payment refunded", why.code,
+         error_text(s, why.error, why.message, extra), -1);
 }
 
 static void refund(saga_t *s)
@@ -654,6 +602,63 @@ static char *units_literal(const rsv_hold_view_t *v)
     return out;
 }
 
+/* What onsale_saga_book did (its outcome column), parsed in one place. */
+typedef enum {
+    BOOK_CONFIRMED, /* paid → converted → confirmed, now or by an earlier drive */
+    BOOK_CONVERTED, /* left converted by an earlier version */
+    BOOK_FAILED,    /* the insert failed: retried later */
+    BOOK_REFUNDING, /* paid → refunding: refund_reason says why */
+    BOOK_OTHER,     /* 'state': not paid, nothing done */
+} book_outcome_t;
+
+static book_outcome_t book_outcome(const char *outcome)
+{
+    static const char *const words[BOOK_OTHER] = {
+        [BOOK_CONFIRMED] = "confirmed",
+        [BOOK_CONVERTED] = "converted",
+        [BOOK_FAILED] = "failed",
+        [BOOK_REFUNDING] = "refunding",
+    };
+    for (int i = 0; i < BOOK_OTHER; i++)
+        if (strcmp(outcome, words[i]) == 0)
+            return (book_outcome_t)i;
+    return BOOK_OTHER;
+}
+
+/* paid → converted → confirmed, committed together (migration 004) with our booking id. */
+static void booked(saga_t *s)
+{
+    s->row.state = RSV_SAGA_CONFIRMED;
+    cm_counter_add(s->srv->m.saga_transitions, 2);
+    rsv_saga_fault(s->srv, "after", RSV_SAGA_CONFIRMED);
+    double age =
+        s->view.created_ms > 0 ? (double)(cm_time_wall_ms() - s->view.created_ms) / 1000.0 : -1;
+    char *body = s->booked_body;
+    s->booked_body = NULL;
+    saga_end(s, NULL, 201, body, age);
+    free(body);
+}
+
+/* paid → refunding committed by the booking step: a unit taken, sold out, or the insert
+ * kept failing. */
+static void book_refused(saga_t *s, const char *reason, const char *detail, int failures)
+{
+    if (strcmp(reason, "booking_failed") == 0) {
+        cm_counter_inc(s->srv->m.booking_failures);
+        cm_counter_inc(s->srv->m.booking_abandoned);
+        cm_log(CM_LOG_ERROR,
+               "checkout %s: booking failed %d times (%s); the payment is refunded (alert: "
+               "paid and not booked)",
+               s->row.id, failures, detail);
+    } else {
+        cm_counter_inc(s->srv->m.uniqueness_conflicts);
+    }
+    s->row.state = RSV_SAGA_REFUNDING;
+    snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "%s", reason);
+    cm_counter_inc(s->srv->m.saga_transitions);
+    rsv_saga_fault(s->srv, "after", RSV_SAGA_REFUNDING);
+}
+
 static void on_booked(const char *err, const rsv_pg_result_t *res, void *arg)
 {
     saga_t *s = arg;
@@ -667,54 +672,35 @@ static void on_booked(const char *err, const rsv_pg_result_t *res, void *arg)
     const char *reason = rsv_pg_result_value(res, 0, 2);
     const char *detail = rsv_pg_result_value(res, 0, 3);
     int failures = atoi(rsv_pg_result_value(res, 0, 4));
-    if (strcmp(outcome, "confirmed") == 0) {
+    switch (book_outcome(outcome)) {
+    case BOOK_CONFIRMED:
         if (strcmp(rsv_pg_result_value(res, 0, 1), s->booking) != 0) {
             /* Booked by an earlier drive: its answer is stored (a replay answers the
              * original booking id). */
-            snprintf(s->row.state, sizeof(s->row.state), "confirmed");
+            s->row.state = RSV_SAGA_CONFIRMED;
             reread(s);
             return;
         }
-        /* paid → converted → confirmed, committed together (migration 004). */
-        snprintf(s->row.state, sizeof(s->row.state), "confirmed");
-        cm_counter_add(s->srv->m.saga_transitions, 2);
-        rsv_saga_fault(s->srv, "after", "confirmed");
-        double age =
-            s->view.created_ms > 0 ? (double)(cm_time_wall_ms() - s->view.created_ms) / 1000.0 : -1;
-        char *body = s->booked_body;
-        s->booked_body = NULL;
-        saga_end(s, NULL, 201, body, age);
-        free(body);
+        booked(s);
         return;
-    } else if (strcmp(outcome, "converted") == 0) {
+    case BOOK_CONVERTED:
         /* Left converted by an earlier version: converted → confirmed with the stored
          * answer, read back. */
         free(s->booked_body);
         s->booked_body = NULL;
-        snprintf(s->row.state, sizeof(s->row.state), "converted");
-    } else if (strcmp(outcome, "failed") == 0) {
+        s->row.state = RSV_SAGA_CONVERTED;
+        break;
+    case BOOK_FAILED:
         /* Not a conflict: retried by the reconciler, refunded after book_max_attempts. */
         cm_counter_inc(s->srv->m.booking_failures);
         cm_log(CM_LOG_WARN, "checkout %s: booking failed (attempt %d of %lld): %s", s->row.id,
                failures, (long long)s->srv->cfg.book_max_attempts, detail);
         saga_fail(s, "booking", cm_err_server);
         return;
-    } else if (strcmp(outcome, "refunding") == 0) {
-        if (strcmp(reason, "booking_failed") == 0) {
-            cm_counter_inc(s->srv->m.booking_failures);
-            cm_counter_inc(s->srv->m.booking_abandoned);
-            cm_log(CM_LOG_ERROR,
-                   "checkout %s: booking failed %d times (%s); the payment is refunded (alert: "
-                   "paid and not booked)",
-                   s->row.id, failures, detail);
-        } else {
-            cm_counter_inc(s->srv->m.uniqueness_conflicts);
-        }
-        snprintf(s->row.state, sizeof(s->row.state), "refunding");
-        snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "%s", reason);
-        cm_counter_inc(s->srv->m.saga_transitions);
-        rsv_saga_fault(s->srv, "after", "refunding");
-    } else {
+    case BOOK_REFUNDING:
+        book_refused(s, reason, detail, failures);
+        break;
+    case BOOK_OTHER:
         reread(s);
         return;
     }
@@ -746,12 +732,12 @@ static void on_converted(const char *err, const cm_redis_reply_t *reply, void *a
         saga_fail(s, "converting the hold", err ? err : cm_err_protocol);
         return;
     }
-    if (strcmp(s->view.status, "OK") != 0) {
+    if (s->view.status != RSV_HOLD_OK) {
         /* The payment outlived the hold (or the hold is gone): it goes back. */
         cm_counter_inc(s->srv->m.late_payments);
         snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "hold_expired");
-        step(s, NULL, "refunding", "paid, but the hold had expired at conversion: refund", 0, NULL,
-             lease_s(s));
+        step(s, NULL, RSV_SAGA_REFUNDING, "paid, but the hold had expired at conversion: refund", 0,
+             NULL, lease_s(s));
         return;
     }
     if (changed) {
@@ -762,8 +748,8 @@ static void on_converted(const char *err, const cm_redis_reply_t *reply, void *a
                "refunded",
                s->row.id, s->row.hold_id);
         snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "hold_changed");
-        step(s, NULL, "refunding", "paid, but the hold's items changed under the charge: refund", 0,
-             NULL, lease_s(s));
+        step(s, NULL, RSV_SAGA_REFUNDING,
+             "paid, but the hold's items changed under the charge: refund", 0, NULL, lease_s(s));
         return;
     }
     char *booking = s->booking;
@@ -779,7 +765,7 @@ static void on_converted(const char *err, const cm_redis_reply_t *reply, void *a
     snprintf(max, sizeof(max), "%lld", (long long)s->srv->cfg.book_max_attempts);
     const char *params[] = {s->row.id, booking, s->view.pool[0] ? s->view.pool : NULL,
                             units,     body,    max};
-    rsv_saga_fault(s->srv, "before", "converted");
+    rsv_saga_fault(s->srv, "before", RSV_SAGA_CONVERTED);
     int rc = rsv_pg_query(s->srv->pg,
                           "SELECT outcome, booking_id, refund_reason, detail, failures "
                           "FROM onsale_saga_book($1, $2, $3, $4::text[], $5, $6::int)",
@@ -793,20 +779,11 @@ static void on_converted(const char *err, const cm_redis_reply_t *reply, void *a
 
 static void convert(saga_t *s)
 {
-    char keep[24], amount[24];
-    snprintf(keep, sizeof(keep), "%lld", (long long)7 * 86400 * 1000);
-    snprintf(amount, sizeof(amount), "%lld", (long long)s->row.amount);
-    const char *extra[] = {s->row.id, keep, amount};
-    int rc;
-    if (s->extended && strcmp(s->view.status, "OK") == 0)
-        /* The layout is known from this drive's extend: no read first (the script
-         * checks it against the record anyway). */
-        rc = rsv_hold_act_known(s->srv, rsv_lua()->convert, s->row.hold_id, s->row.buyer,
-                                s->view.seats, s->view.pool, 3, extra, on_converted, s);
-    else
-        rc = rsv_hold_act(s->srv, rsv_lua()->convert, s->row.hold_id, s->row.buyer, 3, extra,
-                          on_converted, s);
-    if (rc != 0)
+    /* The layout is known from this drive's extend: no read first (the script checks it
+     * against the record anyway). */
+    const rsv_hold_view_t *known = s->extended && s->view.status == RSV_HOLD_OK ? &s->view : NULL;
+    if (rsv_hold_op_convert(s->srv, s->row.hold_id, s->row.buyer, known, s->row.id, s->row.amount,
+                            on_converted, s) != 0)
         saga_fail(s, "converting the hold", cm_err_closed);
 }
 
@@ -818,9 +795,7 @@ static void convert(saga_t *s)
  * ahead: money first. */
 static bool needs_giveback(const saga_t *s)
 {
-    const char *r = s->row.refund_reason;
-    return !s->given_back && (strcmp(r, "seat_unavailable") == 0 || strcmp(r, "sold_out") == 0 ||
-                              strcmp(r, "booking_failed") == 0 || strcmp(r, "hold_changed") == 0);
+    return !s->given_back && rsv_saga_refund_why(s->row.refund_reason).give_back;
 }
 
 static void giveback_end(saga_t *s, const char *what, const char *err)
@@ -835,16 +810,16 @@ static void giveback_end(saga_t *s, const char *what, const char *err)
 static void on_given_back(const char *err, const cm_redis_reply_t *reply, void *arg)
 {
     saga_t *s = arg;
-    const char *st = err ? NULL : cm_redis_reply_str(cm_redis_reply_at(reply, 0), NULL);
-    if (st == NULL) {
+    rsv_hold_status_t st = err ? RSV_HOLD_OTHER : rsv_hold_reply_status(reply);
+    if (st == RSV_HOLD_OTHER) {
         giveback_end(s, "unconvert", err ? err : cm_err_protocol);
         return;
     }
-    if (strcmp(st, "OK") == 0)
+    if (st == RSV_HOLD_OK)
         cm_log(CM_LOG_INFO, "checkout %s: gave back %lld seats, %lld pool units", s->row.id,
                cm_redis_reply_int(cm_redis_reply_at(reply, 1)),
                cm_redis_reply_int(cm_redis_reply_at(reply, 2)));
-    giveback_end(s, NULL, NULL);
+    giveback_end(s, NULL, NULL); /* NOOP, NOTFOUND, GONE: nothing (left) to give back */
 }
 
 static void on_units_free(const char *err, const rsv_pg_result_t *res, void *arg)
@@ -854,10 +829,9 @@ static void on_units_free(const char *err, const rsv_pg_result_t *res, void *arg
         giveback_end(s, "asking Postgres which units are free", err ? err : cm_err_protocol);
         return;
     }
-    const char *extra[] = {s->row.id, rsv_pg_result_value(res, 0, 0),
-                           rsv_pg_result_value(res, 0, 1)};
-    if (rsv_hold_act(s->srv, rsv_lua()->unconvert, s->row.hold_id, s->row.buyer, 3, extra,
-                     on_given_back, s) != 0)
+    if (rsv_hold_op_unconvert(s->srv, s->row.hold_id, s->row.buyer, s->row.id,
+                              rsv_pg_result_value(res, 0, 0), rsv_pg_result_value(res, 0, 1),
+                              on_given_back, s) != 0)
         giveback_end(s, "unconvert", cm_err_closed);
 }
 
@@ -869,7 +843,7 @@ static void on_giveback_view(const char *err, const cm_redis_reply_t *reply, voi
         giveback_end(s, "reading the hold", err ? err : cm_err_protocol);
         return;
     }
-    if (strcmp(v.status, "CONVERTED") != 0 || strcmp(v.checkout, s->row.id) != 0) {
+    if (v.status != RSV_HOLD_CONVERTED || strcmp(v.checkout, s->row.id) != 0) {
         rsv_hold_view_clear(&v); /* not converted by us (or given back before): nothing */
         giveback_end(s, NULL, NULL);
         return;
@@ -898,16 +872,7 @@ static void on_giveback_view(const char *err, const cm_redis_reply_t *reply, voi
 
 static void giveback(saga_t *s)
 {
-    char event[CM_IDENT_MAX + 1];
-    if (rsv_hold_id_event(s->row.hold_id, event) != 0) {
-        giveback_end(s, "the hold id", cm_err_protocol);
-        return;
-    }
-    char *hkey = rsv_key(event, RSV_K_HOLD, s->row.hold_id);
-    const char *argv[] = {hkey, s->row.hold_id, s->row.buyer};
-    int rc = cm_redis_eval(s->srv->redis, rsv_lua()->get, on_giveback_view, s, 1, 3, argv, NULL);
-    free(hkey);
-    if (rc != 0)
+    if (rsv_hold_op_read(s->srv, s->row.hold_id, s->row.buyer, on_giveback_view, s) != 0)
         giveback_end(s, "reading the hold", cm_err_closed);
 }
 
@@ -922,58 +887,81 @@ static void on_confirm_body(const char *err, const rsv_pg_result_t *res, void *a
     }
     /* converted → confirmed keeps the 201 answer the booking step stored. */
     char *body = cm_xstrdup(rsv_pg_result_value(res, 0, 0));
-    step(s, NULL, "confirmed", "booking confirmed", 201, body, -1);
+    step(s, NULL, RSV_SAGA_CONFIRMED, "booking confirmed", 201, body, -1);
 }
 
+/* converted, left by an earlier version: the booking now confirms in its own transaction
+ * (onsale_saga_book), so only an old checkout is here. */
+static void confirm_converted(saga_t *s)
+{
+    const char *params[] = {s->row.id};
+    if (rsv_pg_query(s->srv->pg, "SELECT response_body FROM checkouts WHERE checkout_id = $1", 1,
+                     params, on_confirm_body, s) != 0)
+        saga_fail(s, "reading the booking", cm_err_shutdown);
+}
+
+/* The one place a drive decides what a state needs next. */
 static void advance(saga_t *s)
 {
-    const char *st = s->row.state;
     bool fg = s->mode == RSV_SAGA_FOREGROUND;
-    if (rsv_saga_terminal(st)) {
-        reread(s);
-    } else if (fg && s->extended && strcmp(st, "hold_extended") == 0) {
-        /* Extended by this drive a moment ago: the same check again adds nothing. */
-        step(s, NULL, "payment_requested", "payment requested", 0, NULL, lease_s(s));
-    } else if (strcmp(st, "created") == 0 || strcmp(st, "hold_extended") == 0) {
+    switch (s->row.state) {
+    case RSV_SAGA_CONFIRMED:
+    case RSV_SAGA_FAILED:
+    case RSV_SAGA_RELEASED:
+    case RSV_SAGA_REFUNDED:
+        reread(s); /* terminal: the stored answer */
+        return;
+    case RSV_SAGA_HOLD_EXTENDED:
+        if (fg && s->extended) {
+            /* Extended by this drive a moment ago: the same check again adds nothing. */
+            step(s, NULL, RSV_SAGA_PAYMENT_REQUESTED, "payment requested", 0, NULL, lease_s(s));
+            return;
+        }
+        /* fall through */
+    case RSV_SAGA_CREATED:
         if (fg) {
             extend_hold(s);
         } else {
             cm_counter_inc(s->srv->m.reconcile_released);
-            step(s, NULL, "released", "abandoned before payment was requested", 409,
+            step(s, NULL, RSV_SAGA_RELEASED, "abandoned before payment was requested", 409,
                  error_text(s, "payment_not_completed",
                             "the checkout was abandoned before payment; nothing was charged", NULL),
                  -1);
         }
-    } else if (strcmp(st, "payment_requested") == 0 || strcmp(st, "unknown") == 0 ||
-               strcmp(st, "converting") == 0) {
+        return;
+    case RSV_SAGA_PAYMENT_REQUESTED:
+    case RSV_SAGA_UNKNOWN:
+    case RSV_SAGA_CONVERTING:
         /* Foreground repeats the charge (same key: the provider answers the original);
          * the reconciler only asks, so a buyer who walked away is never charged late. */
         if (fg)
             charge(s);
         else
             lookup(s);
-    } else if (strcmp(st, "paid") == 0) {
+        return;
+    case RSV_SAGA_PAID:
         convert(s);
-    } else if (strcmp(st, "declined") == 0) {
-        step(s, NULL, "failed", "payment declined", 402,
+        return;
+    case RSV_SAGA_DECLINED:
+        step(s, NULL, RSV_SAGA_FAILED, "payment declined", 402,
              error_text(s, "payment_declined",
                         "the payment was declined; the hold stays until it expires", NULL),
              -1);
-    } else if (strcmp(st, "converted") == 0) {
-        /* Only a checkout an earlier version left here: the booking now confirms in its
-         * own transaction (onsale_saga_book). */
-        const char *params[] = {s->row.id};
-        if (rsv_pg_query(s->srv->pg, "SELECT response_body FROM checkouts WHERE checkout_id = $1",
-                         1, params, on_confirm_body, s) != 0)
-            saga_fail(s, "reading the booking", cm_err_shutdown);
-    } else if (strcmp(st, "refunding") == 0) {
+        return;
+    case RSV_SAGA_CONVERTED:
+        confirm_converted(s);
+        return;
+    case RSV_SAGA_REFUNDING:
         if (needs_giveback(s))
             giveback(s);
         else
             refund(s);
-    } else {
-        saga_fail(s, "unknown checkout state", cm_err_protocol);
+        return;
+    case RSV_SAGA_NSTATES:
+    case RSV_SAGA_INVALID:
+        break;
     }
+    saga_fail(s, "unknown checkout state", cm_err_protocol);
 }
 
 static saga_t *saga_new(rsv_server_t *srv, const rsv_saga_row_t *row, rsv_saga_mode_t mode,
@@ -996,18 +984,12 @@ void rsv_saga_drive_extended(rsv_server_t *srv, const rsv_saga_row_t *row, int64
     s->view = *extended; /* taken */
     memset(extended, 0, sizeof(*extended));
     s->extended = true;
-    if (rsv_saga_terminal(s->row.state))
-        reread(s);
-    else
-        advance(s);
+    advance(s); /* a terminal state answers from the loop, with the stored answer */
 }
 
 void rsv_saga_drive(rsv_server_t *srv, const rsv_saga_row_t *row, rsv_saga_mode_t mode,
                     int64_t extension_ms, rsv_saga_cb cb, void *arg)
 {
     saga_t *s = saga_new(srv, row, mode, extension_ms, cb, arg);
-    if (rsv_saga_terminal(s->row.state))
-        reread(s); /* answers from the loop, with the stored answer */
-    else
-        advance(s);
+    advance(s); /* a terminal state answers from the loop, with the stored answer */
 }

@@ -1,0 +1,515 @@
+-- onsale reserve: today's definition of every function and trigger, in one place.
+--
+-- The numbered files beside this one are the migrations, kept as history: each was applied
+-- once, in order, and several redefine functions an earlier one created. This file is what
+-- those functions are now. The reserve applies it after the migrations (rsv_pg_migrate),
+-- recorded in schema_migrations under "functions.sql@" and a hash of this text: a database
+-- gets it once per version of the file, so a fresh database and an upgraded one end with
+-- the same definitions, and starting again changes nothing.
+--
+-- Everything here is CREATE OR REPLACE, so it may run on any database the migrations
+-- made. Changing a function: edit it here. A change CREATE OR REPLACE cannot make (other
+-- arguments or result columns) also needs a numbered migration that drops the old one;
+-- tables, columns, indexes and constraints live only in the migrations.
+-- tests/unit/reserve/test_rsv_migrations.c checks that the database's functions are
+-- exactly these.
+
+-- --- triggers -------------------------------------------------------------------------
+
+-- The audit trigger of checkouts: every state a checkout passes through, and why, goes to
+-- checkout_transitions. The reason is the transaction-local setting onsale.reason. A
+-- write that passes through intermediate states names them, with their reasons, in
+-- onsale.via (a text[] literal of state, reason pairs, in order): those hops are written
+-- first, then the row's own, and onsale.via is cleared.
+CREATE OR REPLACE FUNCTION onsale_record_transition() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    prev text;
+    via text[];
+BEGIN
+    IF TG_OP = 'UPDATE' THEN
+        IF NEW.state IS NOT DISTINCT FROM OLD.state THEN
+            RETURN NEW;
+        END IF;
+        prev := OLD.state;
+    END IF;
+    via := NULLIF(current_setting('onsale.via', true), '')::text[];
+    IF via IS NULL THEN
+        INSERT INTO checkout_transitions (checkout_id, from_state, to_state, reason)
+        VALUES (NEW.checkout_id, prev, NEW.state, current_setting('onsale.reason', true));
+        RETURN NEW;
+    END IF;
+    PERFORM set_config('onsale.via', '', true);
+    -- Hop i goes from the state before it (prev, then via[2i-3]) to via[2i-1] with reason
+    -- via[2i]; the last hop (i = k + 1 for k pairs) ends in NEW.state with onsale.reason.
+    INSERT INTO checkout_transitions (checkout_id, from_state, to_state, reason)
+    SELECT NEW.checkout_id, CASE WHEN i = 1 THEN prev ELSE via[2 * i - 3] END,
+           CASE WHEN 2 * i > cardinality(via) THEN NEW.state ELSE via[2 * i - 1] END,
+           CASE WHEN 2 * i > cardinality(via) THEN current_setting('onsale.reason', true)
+                ELSE via[2 * i] END
+      FROM generate_series(1, cardinality(via) / 2 + 1) i
+     ORDER BY i;
+    RETURN NEW;
+END $$;
+
+CREATE OR REPLACE TRIGGER checkouts_audit AFTER INSERT OR UPDATE OF state ON checkouts
+    FOR EACH ROW EXECUTE FUNCTION onsale_record_transition();
+
+-- checkout_transitions is append-only.
+CREATE OR REPLACE FUNCTION onsale_forbid_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'checkout_transitions is append-only';
+END $$;
+
+CREATE OR REPLACE TRIGGER checkout_transitions_append_only
+    BEFORE UPDATE OR DELETE ON checkout_transitions
+    FOR EACH ROW EXECUTE FUNCTION onsale_forbid_change();
+
+-- Checkouts are never deleted: their audit trail refers to them.
+CREATE OR REPLACE FUNCTION onsale_forbid_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'checkouts are never deleted (their audit trail refers to them)';
+END $$;
+
+CREATE OR REPLACE TRIGGER checkouts_keep BEFORE DELETE ON checkouts
+    FOR EACH ROW EXECUTE FUNCTION onsale_forbid_delete();
+
+-- --- events ---------------------------------------------------------------------------
+
+-- Creates or updates an event from the normalised document the reserve builds
+-- ({currency, hold_ttl_seconds, …, seats: [[id, section, price]…],
+--   pools: [[id, capacity, price]…]}). Settings may always change; the inventory may
+-- only be replaced while nothing was sold or is being bought.
+-- outcome: 'created', 'replaced' (inventory changed), 'updated' (settings only),
+-- 'has_sales' (inventory change refused).
+CREATE OR REPLACE FUNCTION onsale_event_put(p_event text, p_doc jsonb, OUT outcome text,
+        OUT version bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    same boolean;
+BEGIN
+    PERFORM 1 FROM events WHERE event_id = p_event FOR UPDATE;
+    IF FOUND THEN
+        same := (SELECT COALESCE(jsonb_agg(jsonb_build_array(s.seat_id, s.section, s.price)
+                                           ORDER BY s.seat_id), '[]'::jsonb)
+                   FROM seats s WHERE s.event_id = p_event AND s.section IS NOT NULL)
+                = (SELECT COALESCE(jsonb_agg(x ORDER BY x->>0), '[]'::jsonb)
+                     FROM jsonb_array_elements(p_doc->'seats') x)
+            AND (SELECT COALESCE(jsonb_agg(jsonb_build_array(p.pool_id, p.capacity, p.price)
+                                           ORDER BY p.pool_id), '[]'::jsonb)
+                   FROM pools p WHERE p.event_id = p_event)
+                = (SELECT COALESCE(jsonb_agg(x ORDER BY x->>0), '[]'::jsonb)
+                     FROM jsonb_array_elements(p_doc->'pools') x);
+        IF NOT same AND EXISTS (SELECT 1 FROM checkouts c WHERE c.event_id = p_event) THEN
+            outcome := 'has_sales';
+            SELECT e.version INTO version FROM events e WHERE e.event_id = p_event;
+            RETURN;
+        END IF;
+        UPDATE events e SET currency = p_doc->>'currency',
+               hold_ttl_seconds = (p_doc->>'hold_ttl_seconds')::int,
+               checkout_extension_seconds = (p_doc->>'checkout_extension_seconds')::int,
+               max_hold_seconds = (p_doc->>'max_hold_seconds')::int,
+               max_per_buyer = (p_doc->>'max_per_buyer')::int,
+               version = e.version + 1, updated_at = now()
+         WHERE e.event_id = p_event
+        RETURNING e.version INTO version;
+        IF same THEN
+            outcome := 'updated';
+            RETURN;
+        END IF;
+        DELETE FROM seats WHERE event_id = p_event;
+        DELETE FROM pools WHERE event_id = p_event;
+        outcome := 'replaced';
+    ELSE
+        INSERT INTO events (event_id, currency, hold_ttl_seconds, checkout_extension_seconds,
+                            max_hold_seconds, max_per_buyer)
+        VALUES (p_event, p_doc->>'currency', (p_doc->>'hold_ttl_seconds')::int,
+                (p_doc->>'checkout_extension_seconds')::int,
+                (p_doc->>'max_hold_seconds')::int, (p_doc->>'max_per_buyer')::int)
+        RETURNING events.version INTO version;
+        outcome := 'created';
+    END IF;
+    INSERT INTO seats (event_id, seat_id, section, price, ord)
+    SELECT p_event, x->>0, x->>1, (x->>2)::bigint, o
+      FROM jsonb_array_elements(p_doc->'seats') WITH ORDINALITY AS t(x, o);
+    INSERT INTO pools (event_id, pool_id, capacity, price)
+    SELECT p_event, x->>0, (x->>1)::int, (x->>2)::bigint
+      FROM jsonb_array_elements(p_doc->'pools') x;
+    INSERT INTO seats (event_id, seat_id, pool_id, unit_no, price)
+    SELECT p_event, p.pool_id || '#' || g, p.pool_id, g, p.price
+      FROM pools p, generate_series(1, p.capacity) g
+     WHERE p.event_id = p_event;
+END $$;
+
+-- --- the checkout saga -------------------------------------------------------------
+
+-- Starts or resumes a checkout for (buyer, p_key) after the reserve extended the buyer's
+-- hold in Redis, and records a new one where the extend left it, in one commit (each
+-- transition written to checkout_transitions by the audit trigger, with its reason):
+--   p_to = 'payment_requested'  created → hold_extended → payment_requested (the hold
+--                               was extended and its amount matches; the lease renewed)
+--   p_to = 'failed'             created → failed with p_reason and the answer p_code /
+--                               p_body (the hold is gone, expired, converted, or its
+--                               amount differs)
+--   p_to IS NULL                created (the extend's outcome is not known: the saga
+--                               extends the hold itself)
+-- outcome: 'new' (inserted, leased to the caller), 'resume' (open, its lease had lapsed:
+-- now leased to the caller), 'busy' (open and leased by another request), 'done'
+-- (terminal: replay response_code/response_body), 'mismatch' (same key, other request).
+-- A resumed, busy, done or mismatched checkout is left as it is: the extend's outcome
+-- only ever describes a checkout this call inserted.
+CREATE OR REPLACE FUNCTION onsale_saga_start(p_checkout_id text, p_event text, p_buyer text,
+        p_key text, p_hash text, p_hold text, p_amount bigint, p_currency text,
+        p_lease_seconds integer, p_source text, p_to text, p_reason text, p_code integer,
+        p_body text,
+        OUT outcome text, OUT checkout_id text, OUT state text, OUT response_code integer,
+        OUT response_body text, OUT charge_id text, OUT refund_id text,
+        OUT refund_reason text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    c checkouts%ROWTYPE;
+    st text := COALESCE(p_to, 'created');
+    failed boolean := p_to IS NOT DISTINCT FROM 'failed';
+    n integer;
+BEGIN
+    IF p_to = 'payment_requested' THEN
+        PERFORM set_config('onsale.via', '{created,"confirm requested",hold_extended,'
+                           '"hold extended at checkout start"}', true);
+        PERFORM set_config('onsale.reason', 'payment requested', true);
+    ELSIF failed THEN
+        PERFORM set_config('onsale.via', '{created,"confirm requested"}', true);
+        PERFORM set_config('onsale.reason', p_reason, true);
+    ELSIF p_to IS NULL THEN
+        PERFORM set_config('onsale.reason', 'confirm requested', true);
+    ELSE
+        RAISE EXCEPTION 'onsale_saga_start: no start in state %', p_to;
+    END IF;
+    INSERT INTO checkouts (checkout_id, event_id, buyer, idem_key, request_hash, hold_id,
+                           state, amount, currency, lease_until, payment_source,
+                           response_code, response_body)
+    VALUES (p_checkout_id, p_event, p_buyer, p_key, p_hash, p_hold, st, p_amount, p_currency,
+            CASE WHEN failed THEN NULL ELSE now() + make_interval(secs => p_lease_seconds) END,
+            p_source, CASE WHEN failed THEN p_code END, CASE WHEN failed THEN p_body END)
+    ON CONFLICT ON CONSTRAINT checkouts_buyer_idem_key_key DO NOTHING;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    IF n = 1 THEN
+        outcome := 'new'; checkout_id := p_checkout_id; state := st;
+        IF failed THEN
+            response_code := p_code; response_body := p_body;
+        END IF;
+        RETURN;
+    END IF;
+    -- Nothing inserted: the path named for it must not describe another row.
+    PERFORM set_config('onsale.via', '', true);
+    SELECT * INTO c FROM checkouts k WHERE k.buyer = p_buyer AND k.idem_key = p_key FOR UPDATE;
+    checkout_id := c.checkout_id; state := c.state;
+    charge_id := c.charge_id; refund_id := c.refund_id; refund_reason := c.refund_reason;
+    IF c.request_hash <> p_hash THEN
+        outcome := 'mismatch';
+    ELSIF c.state IN ('confirmed', 'failed', 'released', 'refunded') THEN
+        outcome := 'done'; response_code := c.response_code; response_body := c.response_body;
+    ELSIF c.lease_until > now() THEN
+        outcome := 'busy';
+    ELSE
+        UPDATE checkouts k SET lease_until = now() + make_interval(secs => p_lease_seconds),
+               updated_at = now()
+         WHERE k.checkout_id = c.checkout_id;
+        outcome := 'resume';
+    END IF;
+END $$;
+
+-- One saga transition: from one of p_from to p_to, with the ids and the stored answer
+-- it brings (NULL keeps the current value). Terminal states drop the lease; other
+-- states renew it when p_lease_seconds is given. Returns the state after the call and
+-- whether this call moved it (a concurrent driver may have moved it first); the state
+-- comes from the UPDATE itself, the row is read only when it did not move.
+CREATE OR REPLACE FUNCTION onsale_saga_step(p_checkout_id text, p_from text[], p_to text,
+        p_reason text, p_charge_id text, p_refund_id text, p_refund_reason text,
+        p_code integer, p_body text, p_lease_seconds integer,
+        OUT applied boolean, OUT state text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    terminal boolean := p_to IN ('confirmed', 'failed', 'released', 'refunded');
+BEGIN
+    PERFORM set_config('onsale.reason', p_reason, true);
+    UPDATE checkouts c
+       SET state = p_to,
+           charge_id = COALESCE(p_charge_id, c.charge_id),
+           refund_id = COALESCE(p_refund_id, c.refund_id),
+           refund_reason = COALESCE(p_refund_reason, c.refund_reason),
+           response_code = COALESCE(p_code, c.response_code),
+           response_body = COALESCE(p_body, c.response_body),
+           lease_until = CASE WHEN terminal THEN NULL
+                              WHEN p_lease_seconds IS NOT NULL
+                              THEN now() + make_interval(secs => p_lease_seconds)
+                              ELSE c.lease_until END,
+           updated_at = now()
+     WHERE c.checkout_id = p_checkout_id AND c.state = ANY (p_from)
+    RETURNING c.state INTO state;
+    applied := FOUND;
+    IF NOT applied THEN
+        SELECT c.state INTO state FROM checkouts c WHERE c.checkout_id = p_checkout_id;
+    END IF;
+END $$;
+
+-- The booking step of a paid checkout (after the hold was re-checked and its units
+-- marked sold in Redis): inserts the booking and its items under UNIQUE (event_id,
+-- seat_id) and moves paid → converted → confirmed in one UPDATE, storing the 201 answer,
+-- in one transaction (both transitions recorded, each with its reason). A crash leaves
+-- the checkout either 'paid' (nothing booked: the booking is retried) or 'confirmed'.
+-- outcome: 'confirmed' (booked now, or before: booking_id says by whom); 'converted'
+-- (booked before by an earlier version, not yet confirmed); 'refunding' (a unit was
+-- already booked, the pool has no free unit, or the insert failed p_max_failures times:
+-- the payment must go back; refund_reason says which); 'failed' (the insert failed,
+-- detail says why; counted in book_failures, retried later); 'state' (not paid: nothing
+-- done).
+CREATE OR REPLACE FUNCTION onsale_saga_book(p_checkout_id text, p_booking_id text, p_pool text,
+        p_units text[], p_ok_body text, p_max_failures integer,
+        OUT outcome text, OUT booking_id text, OUT refund_reason text, OUT detail text,
+        OUT failures integer)
+LANGUAGE plpgsql AS $$
+DECLARE
+    c checkouts%ROWTYPE;
+    n integer;
+    want integer;
+    msg text;
+    code text;
+BEGIN
+    SELECT * INTO c FROM checkouts k WHERE k.checkout_id = p_checkout_id FOR UPDATE;
+    failures := c.book_failures;
+    IF c.state IN ('converted', 'confirmed') THEN
+        outcome := c.state; booking_id := c.booking_id;
+        RETURN;
+    END IF;
+    IF c.state IS DISTINCT FROM 'paid' THEN
+        outcome := 'state';
+        RETURN;
+    END IF;
+    BEGIN
+        want := cardinality(p_units);
+        INSERT INTO bookings (booking_id, event_id, buyer, checkout_id, hold_id, pool_id,
+                              quantity, amount, currency)
+        VALUES (p_booking_id, c.event_id, c.buyer, c.checkout_id, c.hold_id, p_pool, want,
+                c.amount, c.currency);
+        IF p_pool IS NULL THEN
+            IF EXISTS (SELECT 1 FROM unnest(p_units) u JOIN booking_items b
+                         ON b.event_id = c.event_id AND b.seat_id = u) THEN
+                RAISE SQLSTATE '23505' USING MESSAGE = 'seat already booked';
+            END IF;
+            INSERT INTO booking_items (event_id, seat_id, booking_id)
+            SELECT c.event_id, u, p_booking_id FROM unnest(p_units) u;
+        ELSE
+            INSERT INTO booking_items (event_id, seat_id, booking_id)
+            SELECT c.event_id, s.seat_id, p_booking_id
+              FROM seats s
+             WHERE s.event_id = c.event_id AND s.pool_id = p_pool AND s.seat_id = ANY (p_units)
+               AND NOT EXISTS (SELECT 1 FROM booking_items b
+                                WHERE b.event_id = s.event_id AND b.seat_id = s.seat_id)
+            ON CONFLICT DO NOTHING;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            IF n < want THEN
+                -- Only after Redis lost its unit counter: the lowest free units.
+                INSERT INTO booking_items (event_id, seat_id, booking_id)
+                SELECT c.event_id, s.seat_id, p_booking_id
+                  FROM seats s
+                 WHERE s.event_id = c.event_id AND s.pool_id = p_pool
+                   AND NOT EXISTS (SELECT 1 FROM booking_items b
+                                    WHERE b.event_id = s.event_id AND b.seat_id = s.seat_id)
+                 ORDER BY s.unit_no
+                 LIMIT want - n
+                ON CONFLICT DO NOTHING;
+                GET DIAGNOSTICS want = ROW_COUNT;
+                IF n + want < cardinality(p_units) THEN
+                    RAISE SQLSTATE 'P0001' USING MESSAGE = 'insufficient';
+                END IF;
+            END IF;
+        END IF;
+        PERFORM set_config('onsale.via', '{converted,"hold re-checked in Redis; booking '
+                           'inserted"}', true);
+        PERFORM set_config('onsale.reason', 'booking confirmed', true);
+        UPDATE checkouts k SET state = 'confirmed', booking_id = p_booking_id,
+               response_code = 201, response_body = p_ok_body, lease_until = NULL,
+               updated_at = now()
+         WHERE k.checkout_id = p_checkout_id;
+        outcome := 'confirmed'; booking_id := p_booking_id;
+        RETURN;
+    EXCEPTION
+        WHEN unique_violation THEN
+            refund_reason := 'seat_unavailable';
+            PERFORM set_config('onsale.reason', 'paid, but a unit was already booked (unique '
+                               'constraint): refund', true);
+        WHEN raise_exception THEN
+            refund_reason := 'sold_out';
+            PERFORM set_config('onsale.reason', 'paid, but the pool has no free unit: refund',
+                               true);
+        WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT, code = RETURNED_SQLSTATE;
+            detail := code || ': ' || msg;
+            UPDATE checkouts k SET book_failures = k.book_failures + 1
+             WHERE k.checkout_id = p_checkout_id
+            RETURNING k.book_failures INTO failures;
+            IF failures < p_max_failures THEN
+                outcome := 'failed';
+                RETURN;
+            END IF;
+            refund_reason := 'booking_failed';
+            PERFORM set_config('onsale.reason', format('paid, but the booking failed %s times '
+                               '(%s): refund', failures, detail), true);
+    END;
+    UPDATE checkouts k SET state = 'refunding', refund_reason = onsale_saga_book.refund_reason,
+           updated_at = now()
+     WHERE k.checkout_id = p_checkout_id;
+    outcome := 'refunding';
+END $$;
+
+-- Units among p_units (seat ids or numbered pool units) of p_event that no booking holds:
+-- what Redis may give back when a converted hold is refunded instead of booked.
+CREATE OR REPLACE FUNCTION onsale_units_free(p_event text, p_units text[]) RETURNS text[]
+LANGUAGE sql STABLE AS $$
+    SELECT COALESCE(array_agg(u), '{}') FROM unnest(p_units) u
+     WHERE NOT EXISTS (SELECT 1 FROM booking_items b WHERE b.event_id = p_event AND b.seat_id = u)
+$$;
+
+-- --- the reconciler -----------------------------------------------------------------
+
+-- The reconciler's claim: up to p_limit open checkouts untouched for p_after_seconds
+-- whose lease lapsed, leased to the caller for p_lease_seconds. SKIP LOCKED plus the
+-- lease mean several reserve processes never work on the same checkout at once.
+CREATE OR REPLACE FUNCTION onsale_reconcile_claim(p_after_seconds integer, p_lease_seconds integer,
+        p_limit integer)
+RETURNS TABLE (checkout_id text, state text, event_id text, buyer text, hold_id text,
+               amount bigint, currency text, charge_id text, refund_id text,
+               refund_reason text, payment_source text, attempts integer)
+LANGUAGE sql AS $$
+    UPDATE checkouts c
+       SET lease_until = now() + make_interval(secs => p_lease_seconds),
+           attempts = c.attempts + 1
+     WHERE c.checkout_id IN (
+            SELECT k.checkout_id FROM checkouts k
+             WHERE k.state NOT IN ('confirmed', 'failed', 'released', 'refunded')
+               AND k.updated_at <= now() - make_interval(secs => p_after_seconds)
+               AND (k.lease_until IS NULL OR k.lease_until < now())
+             ORDER BY k.updated_at
+             LIMIT p_limit
+               FOR UPDATE SKIP LOCKED)
+       AND c.state NOT IN ('confirmed', 'failed', 'released', 'refunded')
+       AND (c.lease_until IS NULL OR c.lease_until < now())
+    RETURNING c.checkout_id, c.state, c.event_id, c.buyer, c.hold_id, c.amount, c.currency,
+              c.charge_id, c.refund_id, c.refund_reason, c.payment_source, c.attempts
+$$;
+
+-- Gives a claimed checkout back without a transition (the provider could not answer
+-- yet): it is retried after p_retry_seconds.
+CREATE OR REPLACE FUNCTION onsale_reconcile_defer(p_checkout_id text, p_retry_seconds integer)
+RETURNS void LANGUAGE sql AS $$
+    UPDATE checkouts c SET lease_until = now() + make_interval(secs => p_retry_seconds)
+     WHERE c.checkout_id = p_checkout_id
+       AND c.state NOT IN ('confirmed', 'failed', 'released', 'refunded')
+$$;
+
+-- Reconciliation against the provider's ledger: for each (checkout, charge) of
+-- succeeded, unrefunded charges, what the checkout says. A checkout that ended
+-- 'released' or 'failed' although the provider holds its money moves to 'refunding'
+-- with the charge id (the reconciler refunds it); the transition is written to the
+-- audit ledger (checkout_transitions) with the charge id in its reason.
+-- outcome: 'refunding' (moved now), 'booked' (confirmed/converted with this charge),
+-- 'open' (the saga still runs: it resolves the charge itself), 'mismatch' (terminal with
+-- another charge or already refunded: an operator looks), 'unknown' (no such checkout).
+CREATE OR REPLACE FUNCTION onsale_ledger_check(p_checkouts text[], p_charges text[])
+RETURNS TABLE (checkout_id text, charge_id text, outcome text, state text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    c checkouts%ROWTYPE;
+BEGIN
+    FOR i IN 1 .. COALESCE(cardinality(p_checkouts), 0) LOOP
+        checkout_id := p_checkouts[i];
+        charge_id := p_charges[i];
+        SELECT * INTO c FROM checkouts k WHERE k.checkout_id = p_checkouts[i] FOR UPDATE;
+        IF NOT FOUND THEN
+            outcome := 'unknown'; state := NULL;
+        ELSIF c.state IN ('released', 'failed') THEN
+            PERFORM set_config('onsale.reason', format('the provider''s ledger holds charge %s '
+                               'of this %s checkout: refund', p_charges[i], c.state), true);
+            UPDATE checkouts k SET state = 'refunding', charge_id = p_charges[i],
+                   refund_reason = 'late_charge', lease_until = NULL, updated_at = now()
+             WHERE k.checkout_id = c.checkout_id;
+            outcome := 'refunding'; state := 'refunding';
+        ELSIF c.state IN ('confirmed', 'converted') AND c.charge_id = p_charges[i] THEN
+            outcome := 'booked'; state := c.state;
+        ELSIF c.state IN ('confirmed', 'converted', 'refunded') THEN
+            outcome := 'mismatch'; state := c.state;
+        ELSE
+            outcome := 'open'; state := c.state;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END $$;
+
+-- --- superseded: no current code calls these; kept for a reserve of an earlier version
+-- still running during an upgrade.
+
+-- Starts or resumes a checkout for (buyer, idem_key) in one statement (the first
+-- release's begin; the reserve now calls onsale_saga_start).
+-- outcome: 'new' (inserted, leased to the caller), 'resume' (open, its lease had
+-- lapsed: now leased to the caller), 'busy' (open and leased by another request),
+-- 'done' (terminal: replay response_code/response_body), 'mismatch' (same key, other
+-- request).
+CREATE OR REPLACE FUNCTION onsale_checkout_begin(p_checkout_id text, p_event text, p_buyer text,
+        p_key text, p_hash text, p_hold text, p_amount bigint, p_currency text,
+        p_lease_seconds integer,
+        OUT outcome text, OUT checkout_id text, OUT state text, OUT response_code integer,
+        OUT response_body text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    c checkouts%ROWTYPE;
+BEGIN
+    PERFORM set_config('onsale.reason', 'confirm requested', true);
+    INSERT INTO checkouts (checkout_id, event_id, buyer, idem_key, request_hash, hold_id,
+                           state, amount, currency, lease_until)
+    VALUES (p_checkout_id, p_event, p_buyer, p_key, p_hash, p_hold, 'created', p_amount,
+            p_currency, now() + make_interval(secs => p_lease_seconds))
+    ON CONFLICT ON CONSTRAINT checkouts_buyer_idem_key_key DO NOTHING;
+    IF FOUND THEN
+        outcome := 'new'; checkout_id := p_checkout_id; state := 'created';
+        RETURN;
+    END IF;
+    SELECT * INTO c FROM checkouts k WHERE k.buyer = p_buyer AND k.idem_key = p_key FOR UPDATE;
+    checkout_id := c.checkout_id; state := c.state;
+    IF c.request_hash <> p_hash THEN
+        outcome := 'mismatch';
+    ELSIF c.state IN ('confirmed', 'failed', 'released', 'refunded') THEN
+        outcome := 'done'; response_code := c.response_code; response_body := c.response_body;
+    ELSIF c.lease_until > now() THEN
+        outcome := 'busy';
+    ELSE
+        UPDATE checkouts k SET lease_until = now() + make_interval(secs => p_lease_seconds),
+               updated_at = now()
+         WHERE k.checkout_id = c.checkout_id;
+        outcome := 'resume';
+    END IF;
+END $$;
+
+-- Starts or resumes a checkout like onsale_checkout_begin, and also returns what a
+-- resumed saga needs (its payment ids and refund reason). Superseded by
+-- onsale_saga_start, which inlines it.
+CREATE OR REPLACE FUNCTION onsale_saga_begin(p_checkout_id text, p_event text, p_buyer text,
+        p_key text, p_hash text, p_hold text, p_amount bigint, p_currency text,
+        p_lease_seconds integer, p_source text,
+        OUT outcome text, OUT checkout_id text, OUT state text, OUT response_code integer,
+        OUT response_body text, OUT charge_id text, OUT refund_id text,
+        OUT refund_reason text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    c checkouts%ROWTYPE;
+BEGIN
+    SELECT b.outcome, b.checkout_id, b.state, b.response_code, b.response_body
+      INTO outcome, checkout_id, state, response_code, response_body
+      FROM onsale_checkout_begin(p_checkout_id, p_event, p_buyer, p_key, p_hash, p_hold,
+                                 p_amount, p_currency, p_lease_seconds) b;
+    IF outcome = 'new' THEN
+        UPDATE checkouts k SET payment_source = p_source WHERE k.checkout_id = p_checkout_id;
+    END IF;
+    SELECT * INTO c FROM checkouts k WHERE k.checkout_id = onsale_saga_begin.checkout_id;
+    charge_id := c.charge_id;
+    refund_id := c.refund_id;
+    refund_reason := c.refund_reason;
+END $$;
