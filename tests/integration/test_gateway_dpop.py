@@ -6,8 +6,13 @@ request are refused with a 401; a room without "dpop" behaves as before."""
 
 import base64
 import json
+import os
 import re
+import shutil
+import subprocess
+import tempfile
 import time
+import unittest
 
 import gwstack
 import stack
@@ -20,6 +25,33 @@ def setUpModule():
 
 
 JWT = re.compile(r"eyJ[A-Za-z0-9_-]+\.eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]{86}")
+
+
+QUEUE_HTML = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "gateway",
+                          "www", "queue.html")
+NODE = shutil.which("node") or shutil.which("nodejs")
+
+
+def page_proofs(requests):
+    """Proofs for [(method, url), ...], all by one key, made by the queue page's own DPoP
+    code (its dpop:begin … dpop:end block) run in node's WebCrypto."""
+    with open(QUEUE_HTML) as f:
+        html = f.read()
+    block = "/* dpop:begin" + html.split("/* dpop:begin", 1)[1].split("/* dpop:end */", 1)[0]
+    driver = ("\n(async () => { const out = [];"
+              " for (const [m, u] of JSON.parse(process.argv[2]))"
+              " out.push(await dpopProof('ev', m, u, 0));"
+              " console.log(JSON.stringify(out)); })();\n")
+    with tempfile.NamedTemporaryFile("w", suffix=".js", delete=False) as f:
+        f.write(block + driver)
+    try:
+        p = subprocess.run([NODE, f.name, json.dumps(requests)], capture_output=True,
+                           timeout=30, stdin=subprocess.DEVNULL)
+    finally:
+        os.unlink(f.name)
+    if p.returncode != 0:
+        raise AssertionError(f"node: {p.stderr.decode()[-2000:]}")
+    return json.loads(p.stdout)
 
 
 def claims_of(token):
@@ -170,6 +202,25 @@ class Binding(gwstack.GatewayTestCase):
         html = self.c.get(f"/q/{ev}?dpop={proof}", headers=cookie).body.decode()
         self.assertIn('data-state="admitted"', html)
         self.assertIsNotNone(JWT.search(html), "the admitted page carries the token")
+
+    @unittest.skipIf(NODE is None, "node is not installed")
+    def test_the_pages_own_proofs_are_accepted(self):
+        """The queue page's WebCrypto code (run in node, which has the same API) makes
+        proofs the gateway accepts: join, then the admitting poll, with cnf.jkt its key."""
+        ev = self.new_room(rate_per_minute=6000, dpop=True)
+        join_proof, poll_proof = page_proofs([["POST", self.url(f"/q/{ev}/join")],
+                                              ["GET", self.url(f"/q/{ev}/status")]])
+        ticket = self.join(ev, headers={"DPoP": join_proof}).json["ticket"]
+        self.assertEqual(len(ticket), 119)
+        stack.wait_for(lambda: self.GS.watermark(ev) >= ticket_number(ticket), 10,
+                       what="the watermark passing the ticket")
+        r = self.poll(ev, ticket, proof=poll_proof)
+        self.assertEqual(r.json.get("state"), "admitted", repr(r))
+        seg = poll_proof.split(".")[0]
+        head = json.loads(base64.urlsafe_b64decode(seg + "=" * (-len(seg) % 4)))
+        k = DPoPKey()
+        k.jwk = head["jwk"]
+        self.assertEqual(claims_of(r.json["admission_token"])["cnf"], {"jkt": k.jkt})
 
     def test_settings_and_metrics(self):
         ev = self.new_room(rate_per_minute=60)
