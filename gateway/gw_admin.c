@@ -16,6 +16,7 @@
 #include "cm_log.h"
 #include "cm_mem.h"
 #include "cm_tls.h"
+#include "gw_dpop.h"
 #include "gw_keys.h"
 #include "gw_history.h"
 #include "gw_lua.h"
@@ -79,7 +80,12 @@ json_t *gw_admin_room_json(const gw_room_t *room)
 {
     json_t *o = gw_settings_json(&room->s);
     json_object_set_new(o, "event", json_string(room->event));
-    json_object_set_new(o, "stats", stats_json(room));
+    json_t *stats = stats_json(room);
+    uint64_t verified, refused; /* DPoP proofs at this gateway since it started (gw_dpop) */
+    gw_dpop_counts(room->event, &verified, &refused);
+    json_object_set_new(stats, "dpop_verified", json_integer((json_int_t)verified));
+    json_object_set_new(stats, "dpop_refused", json_integer((json_int_t)refused));
+    json_object_set_new(o, "stats", stats);
     return o;
 }
 

@@ -14,6 +14,7 @@
 #include <event2/keyvalq_struct.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -251,18 +252,75 @@ const char *gw_dpop_of_request(cm_req_t *req, bool query_too, char *buf, size_t 
     return found;
 }
 
+/* Per-room counts for the dashboard: a small table under one mutex, touched once per
+ * admitting poll or refusal (never on a queued poll), so the lock is not on a hot path. */
+typedef struct room_count {
+    char event[CM_IDENT_MAX + 1]; /* "" = free; the last slot counts every other room */
+    uint64_t verified, refused;
+} room_count_t;
+
+static pthread_mutex_t counts_mu = PTHREAD_MUTEX_INITIALIZER;
+static room_count_t counts[GW_DPOP_ROOMS_COUNTED];
+
+/* The slot of event, taken if new; the last slot when the table is full. Under counts_mu. */
+static room_count_t *slot_of(const char *event, bool take)
+{
+    for (int i = 0; i < GW_DPOP_ROOMS_COUNTED - 1; i++) {
+        if (strcmp(counts[i].event, event) == 0)
+            return &counts[i];
+        if (counts[i].event[0] == '\0') {
+            if (!take)
+                return NULL;
+            snprintf(counts[i].event, sizeof(counts[i].event), "%s", event);
+            return &counts[i];
+        }
+    }
+    return take ? &counts[GW_DPOP_ROOMS_COUNTED - 1] : NULL;
+}
+
+static void count(const char *event, bool ok)
+{
+    pthread_mutex_lock(&counts_mu);
+    room_count_t *c = slot_of(event, true);
+    if (ok)
+        c->verified++;
+    else
+        c->refused++;
+    pthread_mutex_unlock(&counts_mu);
+}
+
+void gw_dpop_counts(const char *event, uint64_t *verified, uint64_t *refused)
+{
+    pthread_mutex_lock(&counts_mu);
+    const room_count_t *c = slot_of(event, false);
+    *verified = c ? c->verified : 0;
+    *refused = c ? c->refused : 0;
+    pthread_mutex_unlock(&counts_mu);
+}
+
+void gw_dpop_count_refused(gw_server_t *srv, const char *event)
+{
+    cm_counter_inc(srv->m.dpop_refused);
+    if (event != NULL)
+        count(event, false);
+}
+
 typedef struct claim_op {
     gw_server_t *srv;
     gw_dpop_cb cb;
     void *arg;
+    char event[CM_IDENT_MAX + 1];
 } claim_op_t;
 
-static void finish(gw_server_t *srv, gw_dpop_result_t r, gw_dpop_cb cb, void *arg)
+static void finish(gw_server_t *srv, const char *event, gw_dpop_result_t r, gw_dpop_cb cb,
+                   void *arg)
 {
-    if (r == GW_DPOP_OK)
+    if (r == GW_DPOP_OK) {
         cm_counter_inc(srv->m.dpop_verified);
-    else if (r != GW_DPOP_UNAVAILABLE)
-        cm_counter_inc(srv->m.dpop_refused);
+        count(event, true);
+    } else if (r != GW_DPOP_UNAVAILABLE) {
+        gw_dpop_count_refused(srv, event);
+    }
     cb(r, arg);
 }
 
@@ -277,7 +335,7 @@ static void on_claim(const char *err, const cm_redis_reply_t *reply, void *arg)
     else
         cm_log(CM_LOG_WARN, "dpop: recording a jti: %s",
                err ? err : cm_redis_reply_str(reply, NULL));
-    finish(op->srv, r, op->cb, op->arg);
+    finish(op->srv, op->event, r, op->cb, op->arg);
     free(op);
 }
 
@@ -296,7 +354,7 @@ void gw_dpop_check(gw_server_t *srv, cm_req_t *req, const char *event, const cha
                              ? GW_DPOP_MISSING
                              : gw_dpop_verify(proof, len, &want, cm_time_wall_ms() / 1000, &p);
     if (r != GW_DPOP_OK) {
-        finish(srv, r, cb, arg);
+        finish(srv, event, r, cb, arg);
         return;
     }
     snprintf(t->cnf_jkt, sizeof(t->cnf_jkt), "%s", p.jkt);
@@ -305,9 +363,10 @@ void gw_dpop_check(gw_server_t *srv, cm_req_t *req, const char *event, const cha
     snprintf(px, sizeof(px), "%d", 2 * GW_DPOP_WINDOW_S * 1000 + 10000);
     const char *argv[] = {"SET", key, "1", "NX", "PX", px};
     claim_op_t *op = cm_xcalloc(1, sizeof(*op));
-    *op = (claim_op_t){srv, cb, arg};
+    *op = (claim_op_t){srv, cb, arg, ""};
+    snprintf(op->event, sizeof(op->event), "%s", event);
     if (cm_redis_command(srv->redis, on_claim, op, 6, argv, NULL) != 0) {
         free(op);
-        finish(srv, GW_DPOP_UNAVAILABLE, cb, arg);
+        finish(srv, event, GW_DPOP_UNAVAILABLE, cb, arg);
     }
 }

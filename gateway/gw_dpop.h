@@ -99,6 +99,18 @@ const char *gw_dpop_result_message(gw_dpop_result_t r);
 const char *gw_dpop_of_request(cm_req_t *req, bool query_too, char *buf, size_t buflen,
                                size_t *len);
 
+/**
+ * This process's count of proofs verified and refused for event (every worker, since
+ * start; the dashboard's figures). Counted by gw_dpop_check and gw_dpop_count_refused.
+ * Any thread. Rooms beyond GW_DPOP_ROOMS_COUNTED share one "other" slot.
+ */
+#define GW_DPOP_ROOMS_COUNTED 256
+void gw_dpop_counts(const char *event, uint64_t *verified, uint64_t *refused);
+
+/** Counts one refused proof: the metric, and event's figure unless event is NULL (a room
+ *  this gateway does not know: arbitrary names must not fill the table). Any thread. */
+void gw_dpop_count_refused(gw_server_t *srv, const char *event);
+
 typedef void (*gw_dpop_cb)(gw_dpop_result_t r, void *arg);
 
 /**

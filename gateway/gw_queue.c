@@ -656,7 +656,7 @@ static int bind_key(place_op_t *op)
     }
     if (proof == NULL && (room == NULL || !room->s.dpop))
         return 0;
-    cm_counter_inc(op->r.srv->m.dpop_refused);
+    gw_dpop_count_refused(op->r.srv, room != NULL ? op->event : NULL);
     gw_reply_error(&op->r, 400, res == GW_DPOP_MISSING ? "proof_required" : "invalid_proof",
                    res == GW_DPOP_MISSING
                        ? "this waiting room binds tickets to the browser that joins: send a "

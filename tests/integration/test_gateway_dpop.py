@@ -238,7 +238,10 @@ class Binding(gwstack.GatewayTestCase):
             c.close()
         k = DPoPKey()
         ev, ticket = self.admitted_room(k)
-        self.poll(ev, ticket, DPoPKey())
+        self.assertRefused(self.poll(ev, ticket, DPoPKey()), "invalid_proof", "wrong_key")
+        self.assertEqual(self.poll(ev, ticket, k).json["state"], "admitted")
+        stats = self.GS.admin("GET", f"/admin/events/{ev}").json["stats"]
+        self.assertEqual((stats["dpop_refused"], stats["dpop_verified"]), (1, 1), stats)
         metrics = self.a.get("/metrics").body.decode()
         refused = re.search(r"^onsale_gateway_dpop_refused_total (\d+)", metrics, re.M)
         self.assertTrue(refused and int(refused.group(1)) >= 1, metrics[:2000])
