@@ -114,7 +114,8 @@ static bool split(const char *text, size_t len, const char **dot1, const char **
     return memchr(*dot2 + 1, '.', len - (size_t)(*dot2 + 1 - text)) == NULL;
 }
 
-gw_dpop_result_t gw_dpop_parse(const char *text, size_t len, gw_dpop_proof_t *out)
+/* gw_dpop_parse, and gw_dpop_parse_key without with_claims. */
+static gw_dpop_result_t parse(const char *text, size_t len, bool with_claims, gw_dpop_proof_t *out)
 {
     const char *dot1, *dot2;
     gw_dpop_result_t r = GW_DPOP_MALFORMED;
@@ -123,10 +124,11 @@ gw_dpop_result_t gw_dpop_parse(const char *text, size_t len, gw_dpop_proof_t *ou
     if (!split(text, len, &dot1, &dot2) || text + len - (dot2 + 1) != SIG_B64)
         goto out;
     hdr = segment_json(text, (size_t)(dot1 - text));
-    claims = segment_json(dot1 + 1, (size_t)(dot2 - dot1 - 1));
-    if (!json_is_object(hdr) || !json_is_object(claims))
+    if (with_claims)
+        claims = segment_json(dot1 + 1, (size_t)(dot2 - dot1 - 1));
+    if (!json_is_object(hdr) || (with_claims && !json_is_object(claims)))
         goto out;
-    if ((r = parse_header(hdr, out)) == GW_DPOP_OK)
+    if ((r = parse_header(hdr, out)) == GW_DPOP_OK && with_claims)
         r = parse_claims(claims, out);
 out:
     if (r != GW_DPOP_OK)
@@ -134,6 +136,16 @@ out:
     json_decref(hdr);
     json_decref(claims);
     return r;
+}
+
+gw_dpop_result_t gw_dpop_parse(const char *text, size_t len, gw_dpop_proof_t *out)
+{
+    return parse(text, len, true, out);
+}
+
+gw_dpop_result_t gw_dpop_parse_key(const char *text, size_t len, gw_dpop_proof_t *out)
+{
+    return parse(text, len, false, out);
 }
 
 void gw_dpop_jkt_bytes(const char *jkt, unsigned char out[GW_TICKET_JKT_LEN])

@@ -71,6 +71,13 @@ typedef struct gw_dpop_want {
 gw_dpop_result_t gw_dpop_parse(const char *text, size_t len, gw_dpop_proof_t *out);
 
 /**
+ * The key alone, for the join: gw_dpop_parse's checks of the shape and the header and
+ * the thumbprint, but not the claims (~3 µs instead of ~5: one JSON parse less). Fills
+ * out's x, y and jkt only.
+ */
+gw_dpop_result_t gw_dpop_parse_key(const char *text, size_t len, gw_dpop_proof_t *out);
+
+/**
  * gw_dpop_parse, then the ticket's key, the signature, htm and htu against want, and iat
  * within GW_DPOP_WINDOW_S of now_s. Not the jti (gw_dpop_check claims it). ~70 µs: one
  * ECDSA verification.

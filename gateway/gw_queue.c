@@ -649,7 +649,7 @@ static int bind_key(place_op_t *op)
     const char *proof = gw_dpop_of_request(op->r.req, false, NULL, 0, &len);
     gw_room_t *room = gw_watermark_room(op->r.srv, op->event);
     gw_dpop_result_t res = GW_DPOP_MISSING;
-    if (proof != NULL && (res = gw_dpop_parse(proof, len, &p)) == GW_DPOP_OK) {
+    if (proof != NULL && (res = gw_dpop_parse_key(proof, len, &p)) == GW_DPOP_OK) {
         op->keyed = true;
         gw_dpop_jkt_bytes(p.jkt, op->jkt);
         return 0;

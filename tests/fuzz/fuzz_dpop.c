@@ -33,6 +33,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         CHECK(p.jkt[0] == '\0');
     }
+    /* the join's key-only parse: whatever the full parse accepts, it accepts, same key */
+    gw_dpop_proof_t k;
+    gw_dpop_result_t rk = gw_dpop_parse_key(text, size, &k);
+    if (r == GW_DPOP_OK)
+        CHECK(rk == GW_DPOP_OK && strcmp(k.jkt, p.jkt) == 0);
     /* a ticket bound to a key nobody here holds: never verified */
     gw_ticket_t t = {.bound = true};
     memset(t.jkt, 0x5a, sizeof(t.jkt));

@@ -349,6 +349,28 @@ static void test_parse_refuses_malformed_proofs(void **state)
     EVP_PKEY_free(k.pk);
 }
 
+/* The join reads the key only: claims it does not look at cannot refuse it, a bad key or
+ * shape still does. */
+static void test_parse_key_reads_the_header_only(void **state)
+{
+    (void)state;
+    tkey_t k;
+    key_new(&k);
+    char header[400], text[1200];
+    std_header(&k, header, sizeof(header));
+    jws(&k, header, "{\"htm\":1}", text, sizeof(text));
+    gw_dpop_proof_t p;
+    assert_int_equal(gw_dpop_parse(text, strlen(text), &p), GW_DPOP_MALFORMED);
+    assert_int_equal(gw_dpop_parse_key(text, strlen(text), &p), GW_DPOP_OK);
+    assert_string_equal(p.jkt, k.jkt);
+    assert_string_equal(p.jti, "");
+    jws(&k, "{\"typ\":\"dpop+jwt\",\"alg\":\"ES256\",\"jwk\":{\"kty\":\"RSA\"}}", "{}", text,
+        sizeof(text));
+    assert_int_equal(gw_dpop_parse_key(text, strlen(text), &p), GW_DPOP_BAD_KEY);
+    assert_int_equal(gw_dpop_parse_key("a.b", 3, &p), GW_DPOP_MALFORMED);
+    EVP_PKEY_free(k.pk);
+}
+
 static void test_jkt_bytes_and_names(void **state)
 {
     (void)state;
@@ -377,6 +399,7 @@ int main(void)
         cmocka_unit_test(test_verify_refuses_stale_and_future_proofs),
         cmocka_unit_test(test_verify_refuses_bad_signatures),
         cmocka_unit_test(test_parse_refuses_malformed_proofs),
+        cmocka_unit_test(test_parse_key_reads_the_header_only),
         cmocka_unit_test(test_jkt_bytes_and_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
