@@ -194,8 +194,11 @@ out:
     return rc;
 }
 
-/* An EC P-256 public key from JWK coordinates, checked to be on the curve. */
-static EVP_PKEY *pkey_from_coords(const char *x_b64, const char *y_b64)
+/* An EC P-256 public key from JWK coordinates. OpenSSL refuses a point off the curve on
+ * import; full_check adds EVP_PKEY_public_check (the order check, a scalar multiplication:
+ * irrelevant on P-256, whose cofactor is 1, so the per-proof keys of cm_jwt_es256_verify_jwk
+ * skip it; keys loaded once keep it). */
+static EVP_PKEY *pkey_from_coords(const char *x_b64, const char *y_b64, bool full_check)
 {
     EVP_PKEY *pk = NULL;
     EVP_PKEY_CTX *ctx = NULL, *check = NULL;
@@ -215,6 +218,8 @@ static EVP_PKEY *pkey_from_coords(const char *x_b64, const char *y_b64)
     ctx = EVP_PKEY_CTX_new_from_name(NULL, "EC", NULL);
     if (ctx == NULL || EVP_PKEY_fromdata_init(ctx) != 1 ||
         EVP_PKEY_fromdata(ctx, &pk, EVP_PKEY_PUBLIC_KEY, params) != 1)
+        goto out;
+    if (!full_check)
         goto out;
     check = EVP_PKEY_CTX_new_from_pkey(NULL, pk, NULL);
     if (check == NULL || EVP_PKEY_public_check(check) != 1) {
@@ -337,7 +342,7 @@ static int keyset_add_pkey(cm_jwt_keyset_t *ks, const char *kid, EVP_PKEY *pk, c
         return -1;
     }
     /* Only the public half is kept, whatever pk held. */
-    k.pk = pkey_from_coords(k.x, k.y);
+    k.pk = pkey_from_coords(k.x, k.y, true);
     if (k.pk == NULL) {
         snprintf(err, errlen, "cannot rebuild the public key");
         return -1;
@@ -381,7 +386,7 @@ static int add_jwk(cm_jwt_keyset_t *ks, json_t *jwk, char *err, size_t errlen)
         snprintf(err, errlen, "JWKS: EC key without string x, y (or with a non-string kid)");
         return -1;
     }
-    EVP_PKEY *pk = pkey_from_coords(x, y);
+    EVP_PKEY *pk = pkey_from_coords(x, y, true);
     if (pk == NULL) {
         snprintf(err, errlen, "JWKS: x/y are not a point on P-256");
         return -1;
@@ -626,9 +631,19 @@ static bool audience_ok(json_t *claims, const char *audience)
 }
 
 /* Before the signature: every claim we read has its type (a mistyped token is malformed). */
+/* cnf (RFC 7800) is optional; when present it is an object whose jkt, if any, is a
+ * thumbprint-sized string. */
+static bool read_cnf(json_t *claims, cm_jwt_claims_t *out)
+{
+    json_t *cnf = json_object_get(claims, "cnf");
+    if (cnf == NULL)
+        return true;
+    return json_is_object(cnf) && copy_str(cnf, "jkt", out->cnf_jkt, sizeof(out->cnf_jkt), false);
+}
+
 static bool read_claims(json_t *claims, cm_jwt_claims_t *out)
 {
-    return copy_str(claims, "iss", out->iss, sizeof(out->iss), false) &&
+    return read_cnf(claims, out) && copy_str(claims, "iss", out->iss, sizeof(out->iss), false) &&
            copy_str(claims, "sub", out->sub, sizeof(out->sub), true) &&
            copy_str(claims, "evt", out->evt, sizeof(out->evt), true) &&
            copy_str(claims, "jti", out->jti, sizeof(out->jti), true) &&
@@ -667,16 +682,13 @@ static cm_jwt_result_t judge_claims(json_t *claims, const cm_jwt_policy_t *pol, 
     return CM_JWT_OK;
 }
 
-/* The JOSE signature (64 raw bytes, R || S) checked over input with key. */
-static bool signature_ok(const jwk_t *key, const char *input, size_t input_len, const char *sig_b64,
-                         size_t sig_b64_len)
+/* The JOSE signature (64 raw bytes, R || S, base64url) as DER into der; its length, or 0. */
+static int jose_to_der(const char *sig_b64, size_t sig_b64_len, unsigned char der[SIG_DER_MAX])
 {
-    unsigned char raw[SIG_LEN], der[SIG_DER_MAX], digest[SHA256_DIGEST_LENGTH];
-    unsigned char *p = der;
-    bool ok = false;
+    unsigned char raw[SIG_LEN], *p = der;
+    int derlen = 0;
     ECDSA_SIG *sig = NULL;
     BIGNUM *r = NULL, *s = NULL;
-    EVP_PKEY_CTX *ctx = NULL;
     if (sig_b64_len != SIG_B64_LEN ||
         cm_base64url_decode(sig_b64, sig_b64_len, raw, sizeof(raw)) != SIG_LEN)
         goto out;
@@ -686,17 +698,62 @@ static bool signature_ok(const jwk_t *key, const char *input, size_t input_len, 
     if (sig == NULL || r == NULL || s == NULL || ECDSA_SIG_set0(sig, r, s) != 1)
         goto out;
     r = s = NULL; /* owned by sig now */
-    int derlen = i2d_ECDSA_SIG(sig, &p);
-    if (derlen <= 0 || derlen > (int)sizeof(der) ||
-        SHA256((const unsigned char *)input, input_len, digest) == NULL ||
+    derlen = i2d_ECDSA_SIG(sig, &p);
+    if (derlen <= 0 || derlen > SIG_DER_MAX)
+        derlen = 0;
+out:
+    BN_free(r);
+    BN_free(s);
+    ECDSA_SIG_free(sig);
+    return derlen;
+}
+
+/* The JOSE signature (64 raw bytes, R || S) checked over input with key. */
+static bool signature_ok(const jwk_t *key, const char *input, size_t input_len, const char *sig_b64,
+                         size_t sig_b64_len)
+{
+    unsigned char der[SIG_DER_MAX], digest[SHA256_DIGEST_LENGTH];
+    bool ok = false;
+    EVP_PKEY_CTX *ctx = NULL;
+    int derlen = jose_to_der(sig_b64, sig_b64_len, der);
+    if (derlen == 0 || SHA256((const unsigned char *)input, input_len, digest) == NULL ||
         (ctx = pool_take(key->pool, key->pk)) == NULL)
         goto out;
     ok = EVP_PKEY_verify(ctx, der, (size_t)derlen, digest, sizeof(digest)) == 1;
     pool_put(key->pool, ctx);
 out:
-    BN_free(r);
-    BN_free(s);
-    ECDSA_SIG_free(sig);
+    ERR_clear_error();
+    return ok;
+}
+
+int cm_jwt_jwk_thumbprint(const char *x, const char *y, char out[CM_JWT_JKT_LEN + 1])
+{
+    unsigned char coord[COORD_LEN];
+    if (strlen(x) != COORD_B64_LEN || strlen(y) != COORD_B64_LEN ||
+        cm_base64url_decode(x, COORD_B64_LEN, coord, sizeof(coord)) != COORD_LEN ||
+        cm_base64url_decode(y, COORD_B64_LEN, coord, sizeof(coord)) != COORD_LEN)
+        return -1;
+    return thumbprint(x, y, out, CM_JWT_JKT_LEN + 1);
+}
+
+bool cm_jwt_es256_verify_jwk(const char *x, const char *y, const char *input, size_t input_len,
+                             const char *sig_b64, size_t sig_b64_len)
+{
+    unsigned char der[SIG_DER_MAX], digest[SHA256_DIGEST_LENGTH];
+    bool ok = false;
+    EVP_PKEY_CTX *ctx = NULL;
+    EVP_PKEY *pk = NULL;
+    int derlen = jose_to_der(sig_b64, sig_b64_len, der);
+    if (derlen == 0 || (pk = pkey_from_coords(x, y, false)) == NULL ||
+        SHA256((const unsigned char *)input, input_len, digest) == NULL)
+        goto out;
+    ctx = EVP_PKEY_CTX_new_from_pkey(NULL, pk, NULL);
+    if (ctx == NULL || EVP_PKEY_verify_init(ctx) != 1)
+        goto out;
+    ok = EVP_PKEY_verify(ctx, der, (size_t)derlen, digest, sizeof(digest)) == 1;
+out:
+    EVP_PKEY_CTX_free(ctx);
+    EVP_PKEY_free(pk);
     ERR_clear_error();
     return ok;
 }
@@ -845,6 +902,8 @@ static size_t claims_json(const cm_jwt_claims_t *c, const char *audience, char *
     json_object_set_new(o, "iat", json_integer(c->iat));
     json_object_set_new(o, "nbf", json_integer(c->nbf));
     json_object_set_new(o, "exp", json_integer(c->exp));
+    if (c->cnf_jkt[0] != '\0')
+        json_object_set_new(o, "cnf", json_pack("{s:s}", "jkt", c->cnf_jkt));
     size_t n = json_dumpb(o, buf, cap, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(o);
     return n <= cap ? n : 0;

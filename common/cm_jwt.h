@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #define CM_JWT_AUDIENCE "onsale-reserve"
+#define CM_JWT_JKT_LEN  43 /* an RFC 7638 SHA-256 thumbprint in base64url */
 
 typedef struct cm_jwt_keyset cm_jwt_keyset_t;
 typedef struct cm_jwt_signer cm_jwt_signer_t;
@@ -36,6 +37,8 @@ typedef struct cm_jwt_claims {
     char jti[65];
     char kid[65];          /* from the header (filled by verify; sign uses the signer's kid) */
     int64_t iat, nbf, exp; /* seconds since the epoch */
+    char cnf_jkt[CM_JWT_JKT_LEN + 1]; /* cnf.jkt (RFC 9449): the thumbprint of the key the
+                                         token is bound to; "" = not bound, no cnf written */
 } cm_jwt_claims_t;
 
 typedef enum {
@@ -135,5 +138,22 @@ const char *cm_jwt_signer_kid(const cm_jwt_signer_t *s);
  * NULL on failure (an empty sub, evt or jti). Any thread, concurrently on one signer.
  */
 char *cm_jwt_sign(const cm_jwt_signer_t *s, const cm_jwt_claims_t *claims, const char *audience);
+
+/**
+ * The RFC 7638 thumbprint (base64url SHA-256 of the canonical JWK) of the EC P-256 key
+ * with base64url coordinates x and y (43 characters each) into out. 0, or -1 when a
+ * coordinate has the wrong length or alphabet. Any thread.
+ */
+__attribute__((warn_unused_result)) int cm_jwt_jwk_thumbprint(const char *x, const char *y,
+                                                              char out[CM_JWT_JKT_LEN + 1]);
+
+/**
+ * Whether sig_b64 (the JOSE ES256 form: base64url of R || S) is a valid signature of
+ * input under the P-256 public key with base64url coordinates x and y. The key is built
+ * for this one call (a point not on the curve is refused); nothing is cached. Any
+ * thread.
+ */
+bool cm_jwt_es256_verify_jwk(const char *x, const char *y, const char *input, size_t input_len,
+                             const char *sig_b64, size_t sig_b64_len);
 
 #endif

@@ -16,6 +16,7 @@
 #include "cm_log.h"
 #include "cm_mem.h"
 #include "cm_tls.h"
+#include "gw_dpop.h"
 #include "gw_keys.h"
 #include "gw_history.h"
 #include "gw_lua.h"
@@ -79,7 +80,12 @@ json_t *gw_admin_room_json(const gw_room_t *room)
 {
     json_t *o = gw_settings_json(&room->s);
     json_object_set_new(o, "event", json_string(room->event));
-    json_object_set_new(o, "stats", stats_json(room));
+    json_t *stats = stats_json(room);
+    uint64_t verified, refused; /* DPoP proofs at this gateway since it started (gw_dpop) */
+    gw_dpop_counts(room->event, &verified, &refused);
+    json_object_set_new(stats, "dpop_verified", json_integer((json_int_t)verified));
+    json_object_set_new(stats, "dpop_refused", json_integer((json_int_t)refused));
+    json_object_set_new(o, "stats", stats);
     return o;
 }
 
@@ -169,6 +175,8 @@ void gw_admin_event_write(gw_server_t *srv, cm_req_t *req, const char *event, bo
         op_free(op);
         return;
     }
+    if (!partial && json_is_object(body) && json_object_get(body, "dpop") == NULL)
+        json_object_set_new(body, "dpop", json_boolean(srv->cfg.dpop_default));
     gw_setting_kv_t kv[GW_SETTINGS_MAX_FIELDS];
     char err[256];
     int n = gw_settings_parse(body, partial, srv->cfg.allow_loopback_http, kv, err, sizeof(err));

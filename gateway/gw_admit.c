@@ -353,6 +353,7 @@ static void on_admit(const char *err, const cm_redis_reply_t *reply, void *arg)
         snprintf(op->claims.iss, sizeof(op->claims.iss), "%s", srv->cfg.issuer);
         snprintf(op->claims.sub, sizeof(op->claims.sub), "%s", op->t.visitor);
         snprintf(op->claims.evt, sizeof(op->claims.evt), "%s", op->room->event);
+        snprintf(op->claims.cnf_jkt, sizeof(op->claims.cnf_jkt), "%s", op->t.cnf_jkt); /* gw_dpop */
         op->sign_start_ns = cm_time_mono_ns();
         gw_signer_submit(srv->pool, &op->claims, on_signed, op);
         return;

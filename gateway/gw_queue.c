@@ -24,6 +24,7 @@
 #include "cm_time.h"
 #include "cm_tls.h"
 #include "gw_admit.h"
+#include "gw_dpop.h"
 #include "gw_keys.h"
 #include "gw_limit.h"
 #include "gw_lua.h"
@@ -42,6 +43,8 @@ typedef struct place_op {
     bool page;      /* answer with the HTML queue page (GET /q/{event}), not JSON */
     bool fresh;     /* page without a usable ticket: the page starts a join itself */
     bool form;      /* a browser's form POST to join: answered 303 to the page */
+    bool keyed;     /* the join named a key (DPoP): the new ticket is bound to jkt */
+    unsigned char jkt[GW_TICKET_JKT_LEN];
 } place_op_t;
 
 static void answer(place_op_t *op, gw_room_t *room);
@@ -391,6 +394,52 @@ static void lookup_number(place_op_t *op)
     }
 }
 
+/* A number the watermark has passed: its admission (gw_admit takes the request over). */
+static void admit(place_op_t *op, gw_room_t *room)
+{
+    gw_req_t r = op->r;
+    char ticket[GW_TICKET_MAX_LEN];
+    gw_ticket_t t = op->t;
+    memcpy(ticket, op->ticket, sizeof(ticket));
+    int code = op->code;
+    bool page = op->page;
+    op_free(op);
+    gw_admit_serve(&r, room, &t, ticket, code, page);
+}
+
+static void on_proof(gw_dpop_result_t res, void *arg)
+{
+    place_op_t *op = arg;
+    gw_room_t *room = gw_watermark_room(op->r.srv, op->event);
+    if (res == GW_DPOP_OK && room != NULL) {
+        admit(op, room);
+    } else if (res == GW_DPOP_UNAVAILABLE || room == NULL) {
+        gw_reply_unavailable(&op->r, "checking the DPoP proof", cm_err_closed);
+        op_free(op);
+    } else if (op->page) { /* at the front; the page's script polls with a fresh proof */
+        reply_page(op, room, "queued", 1, 0, op->r.srv->cfg.poll_min_ms);
+    } else {
+        gw_reply_error(&op->r, 401, res == GW_DPOP_MISSING ? "proof_required" : "invalid_proof",
+                       gw_dpop_result_message(res),
+                       json_pack("{s:s}", "reason", gw_dpop_result_str(res)));
+        op_free(op);
+    }
+}
+
+/* A room binding tickets to keys admits only with a proof by the ticket's key
+ * (gw_dpop): a page navigation, which cannot send one, is shown the front of the line. */
+static void prove(place_op_t *op, gw_room_t *room)
+{
+    char buf[GW_DPOP_MAX_LEN + 1];
+    size_t len = 0;
+    const char *proof = gw_dpop_of_request(op->r.req, op->page, buf, sizeof(buf), &len);
+    if (op->page && proof == NULL) {
+        reply_page(op, room, "queued", 1, 0, op->r.srv->cfg.poll_min_ms);
+        return;
+    }
+    gw_dpop_check(op->r.srv, op->r.req, op->event, proof, len, &op->t, on_proof, op);
+}
+
 static void answer(place_op_t *op, gw_room_t *room)
 {
     if (op->fresh) {
@@ -420,14 +469,11 @@ static void answer(place_op_t *op, gw_room_t *room)
         return;
     }
     if ((int64_t)op->t.num <= room->wm) {
-        gw_req_t r = op->r;
-        char ticket[GW_TICKET_MAX_LEN];
-        gw_ticket_t t = op->t;
-        memcpy(ticket, op->ticket, sizeof(ticket));
-        int code = op->code;
-        bool page = op->page;
-        op_free(op);
-        gw_admit_serve(&r, room, &t, ticket, code, page);
+        if (room->s.dpop) {
+            prove(op, room);
+            return;
+        }
+        admit(op, room);
         return;
     }
     if (op->page && (room->s.sold_out ||
@@ -527,6 +573,8 @@ static void on_join(const char *err, const cm_redis_reply_t *reply, void *arg)
         }
         op->t.num = (uint64_t)cm_redis_reply_int(cm_redis_reply_at(reply, 2));
         op->t.iat = cm_redis_reply_int(cm_redis_reply_at(reply, 3)) / 1000;
+        op->t.bound = op->keyed;
+        memcpy(op->t.jkt, op->jkt, sizeof(op->jkt));
         if (gw_ticket_encode(srv->ticket_secret, srv->ticket_secret_len, op->event, &op->t,
                              op->ticket, sizeof(op->ticket)) == 0) {
             gw_reply_unavailable(&op->r, "issuing a ticket", cm_err_protocol);
@@ -587,6 +635,36 @@ static void on_join(const char *err, const cm_redis_reply_t *reply, void *arg)
 static const char *peer_of(cm_req_t *req)
 {
     return cm_http_peer(req);
+}
+
+/*
+ * The key a new place is bound to: the DPoP proof's jwk (its signature is not checked
+ * here: a ticket bound to a key the sender does not hold is of no use to anyone). 0, or
+ * -1 once a 400 was sent: a malformed proof, or none for a room known to require one.
+ */
+static int bind_key(place_op_t *op)
+{
+    gw_dpop_proof_t p;
+    size_t len = 0;
+    const char *proof = gw_dpop_of_request(op->r.req, false, NULL, 0, &len);
+    gw_room_t *room = gw_watermark_room(op->r.srv, op->event);
+    gw_dpop_result_t res = GW_DPOP_MISSING;
+    if (proof != NULL && (res = gw_dpop_parse_key(proof, len, &p)) == GW_DPOP_OK) {
+        op->keyed = true;
+        gw_dpop_jkt_bytes(p.jkt, op->jkt);
+        return 0;
+    }
+    if (proof == NULL && (room == NULL || !room->s.dpop))
+        return 0;
+    gw_dpop_count_refused(op->r.srv, room != NULL ? op->event : NULL);
+    gw_reply_error(&op->r, 400, res == GW_DPOP_MISSING ? "proof_required" : "invalid_proof",
+                   res == GW_DPOP_MISSING
+                       ? "this waiting room binds tickets to the browser that joins: send a "
+                         "DPoP proof (docs/api.md); browsers need JavaScript"
+                       : gw_dpop_result_message(res),
+                   json_pack("{s:s}", "reason", gw_dpop_result_str(res)));
+    op_free(op);
+    return -1;
 }
 
 /* A new place: the per-address limit, then join.lua. */
@@ -716,5 +794,7 @@ void gw_queue_join(gw_server_t *srv, cm_req_t *req, const char *event)
         }
         /* a cookie of an earlier room of this event: take a new place */
     }
+    if (bind_key(op) != 0)
+        return;
     take_place(op);
 }

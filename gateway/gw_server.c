@@ -155,6 +155,13 @@ static void register_metrics(gw_server_t *srv)
     x->rejected_tickets =
         cm_metrics_counter(m, "onsale_gateway_rejected_tickets_total",
                            "requests with a missing or invalid queue ticket", NULL);
+    x->dpop_verified = cm_metrics_counter(m, "onsale_gateway_dpop_verified_total",
+                                          "DPoP proofs verified on admitting polls", NULL);
+    x->dpop_refused =
+        cm_metrics_counter(m, "onsale_gateway_dpop_refused_total",
+                           "admitting polls and joins refused for a missing, invalid, wrong-key "
+                           "or replayed DPoP proof",
+                           NULL);
     x->rate_limited = cm_metrics_counter(m, "onsale_gateway_rate_limited_total",
                                          "joins refused by the per-address limit", NULL);
     x->backend_errors = cm_metrics_counter(m, "onsale_gateway_backend_errors_total",

@@ -57,6 +57,8 @@ typedef struct gw_metrics {
     cm_counter_t *admissions;   /* first claims (JWT issued) made through this gateway */
     cm_counter_t *readmissions; /* repeated polls answered with the same admission */
     cm_counter_t *rejected_tickets;
+    cm_counter_t *dpop_verified; /* proofs accepted on admitting polls (gw_dpop) */
+    cm_counter_t *dpop_refused;  /* proofs missing, invalid or replayed where required */
     cm_counter_t *rate_limited;
     cm_counter_t *backend_errors;
     cm_counter_t *advance_runs;

@@ -30,6 +30,8 @@ typedef struct gw_settings {
     int64_t max_prequeue;          /* fans the pre-queue holds; later joins wait for the opening */
     char redirect_url[GW_URL_MAX]; /* "" = the gateway's reserve_url */
     bool handoff_post;             /* handoff "post"; false = "fragment" (API.md v1.1) */
+    bool dpop;                     /* tickets bound to the joining key (gw_dpop); a hash
+                                      without the field (a room older than it): false */
     uint64_t gen;                  /* room generation (from Redis) */
     int64_t created_ms, updated_ms;
 } gw_settings_t;

@@ -4,6 +4,9 @@
  * Binary layout before base64url (73 bytes → 98 characters):
  *   [0] version (1) | [1..8] gen | [9..16] number | [17..24] iat | [25..40] visitor |
  *   [41..72] HMAC-SHA256("onsale-queue-ticket" 0x00 event 0x00 bytes[0..40])
+ * A bound ticket (version 2, 89 bytes → 119 characters) puts the key's 16 thumbprint
+ * bytes at [41..56] and the MAC, over bytes[0..56], at [57..88]. 128 bits of the
+ * thumbprint: finding another key with the same leading bytes is a 2^128 search.
  * Integers big-endian. The domain string keeps this MAC from ever being confused with
  * another use of the same secret. HMAC-SHA256 is OpenSSL's (EVP_MAC); CRYPTO_memcmp makes
  * the check constant-time.
@@ -27,11 +30,14 @@
 #include "cm_parse.h"
 #include "cm_tls.h"
 
-#define VERSION  1
-#define BODY_LEN 41
-#define MAC_LEN  32
-#define RAW_LEN  (BODY_LEN + MAC_LEN)
-#define DOMAIN   "onsale-queue-ticket"
+#define VERSION       1
+#define VERSION_BOUND 2
+#define BODY_LEN      41
+#define MAC_LEN       32
+#define RAW_LEN       (BODY_LEN + MAC_LEN)
+#define BOUND_LEN     (BODY_LEN + GW_TICKET_JKT_LEN) /* the body of a bound ticket */
+#define RAW_MAX       (BOUND_LEN + MAC_LEN)
+#define DOMAIN        "onsale-queue-ticket"
 
 /* --- the per-thread keyed HMAC contexts --- */
 
@@ -181,9 +187,9 @@ bool gw_ticket_visitor_ok(const char *s)
 }
 
 static void mac_of(const unsigned char *secret, size_t secretlen, const char *event,
-                   const unsigned char *body, unsigned char out[MAC_LEN])
+                   const unsigned char *body, size_t body_len, unsigned char out[MAC_LEN])
 {
-    unsigned char msg[sizeof(DOMAIN) + CM_IDENT_MAX + 1 + BODY_LEN];
+    unsigned char msg[sizeof(DOMAIN) + CM_IDENT_MAX + 1 + BOUND_LEN];
     size_t elen = strnlen(event, CM_IDENT_MAX);
     size_t o = 0;
     memcpy(msg, DOMAIN, sizeof(DOMAIN)); /* with its NUL as the separator */
@@ -191,39 +197,49 @@ static void mac_of(const unsigned char *secret, size_t secretlen, const char *ev
     memcpy(msg + o, event, elen);
     o += elen;
     msg[o++] = 0;
-    memcpy(msg + o, body, BODY_LEN);
-    o += BODY_LEN;
+    memcpy(msg + o, body, body_len);
+    o += body_len;
     gw_ticket_hmac(secret, secretlen, msg, o, out);
 }
 
 size_t gw_ticket_encode(const unsigned char *secret, size_t secretlen, const char *event,
                         const gw_ticket_t *t, char *out, size_t outlen)
 {
-    unsigned char raw[RAW_LEN];
+    unsigned char raw[RAW_MAX];
+    size_t body_len = t->bound ? BOUND_LEN : BODY_LEN;
     if (outlen < GW_TICKET_MAX_LEN || !gw_ticket_visitor_ok(t->visitor))
         return 0;
-    raw[0] = VERSION;
+    raw[0] = t->bound ? VERSION_BOUND : VERSION;
     put_u64(raw + 1, t->gen);
     put_u64(raw + 9, t->num);
     put_u64(raw + 17, (uint64_t)t->iat);
     for (int i = 0; i < 16; i++)
         raw[25 + i] =
             (unsigned char)(hexval(t->visitor[2 * i]) << 4 | hexval(t->visitor[2 * i + 1]));
-    mac_of(secret, secretlen, event, raw, raw + BODY_LEN);
-    return cm_base64url_encode(raw, RAW_LEN, out);
+    if (t->bound)
+        memcpy(raw + BODY_LEN, t->jkt, GW_TICKET_JKT_LEN);
+    mac_of(secret, secretlen, event, raw, body_len, raw + body_len);
+    return cm_base64url_encode(raw, body_len + MAC_LEN, out);
 }
 
 int gw_ticket_decode(const unsigned char *secret, size_t secretlen, const char *event,
                      const char *text, size_t len, gw_ticket_t *out)
 {
-    unsigned char raw[RAW_LEN + 3], mac[MAC_LEN];
-    if (len != (RAW_LEN * 4 + 2) / 3)
+    unsigned char raw[RAW_MAX + 3], mac[MAC_LEN];
+    bool bound = len == (RAW_MAX * 4 + 2) / 3;
+    size_t body_len = bound ? BOUND_LEN : BODY_LEN;
+    if (len != (RAW_LEN * 4 + 2) / 3 && !bound)
         return -1;
-    if (cm_base64url_decode(text, len, raw, sizeof(raw)) != RAW_LEN || raw[0] != VERSION)
+    if (cm_base64url_decode(text, len, raw, sizeof(raw)) != (long)(body_len + MAC_LEN) ||
+        raw[0] != (bound ? VERSION_BOUND : VERSION))
         return -1;
-    mac_of(secret, secretlen, event, raw, mac);
-    if (CRYPTO_memcmp(mac, raw + BODY_LEN, MAC_LEN) != 0)
+    mac_of(secret, secretlen, event, raw, body_len, mac);
+    if (CRYPTO_memcmp(mac, raw + body_len, MAC_LEN) != 0)
         return -1;
+    memset(out, 0, sizeof(*out));
+    out->bound = bound;
+    if (bound)
+        memcpy(out->jkt, raw + BODY_LEN, GW_TICKET_JKT_LEN);
     out->gen = get_u64(raw + 1);
     out->num = get_u64(raw + 9);
     out->iat = (int64_t)get_u64(raw + 17);

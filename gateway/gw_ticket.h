@@ -5,8 +5,10 @@
  * HMAC-SHA256 with the gateways' shared secret; it is the compact base64url text of
  * version ‖ gen ‖ number ‖ iat ‖ visitor ‖ mac. The event is not carried but is part of
  * the MAC input, so a ticket of another event never verifies. Number 0 means "in the
- * pre-queue" (the number is given at the opening). Pure functions, no event loop: safe
- * from any thread.
+ * pre-queue" (the number is given at the opening). A ticket of a room that binds tickets
+ * to a key (gw_dpop) carries, in a second version of the layout, the first 16 bytes of the
+ * SHA-256 thumbprint of the fan's public key, under the same MAC. Pure functions, no event loop:
+ * safe from any thread.
  */
 #ifndef GW_TICKET_H
 #define GW_TICKET_H
@@ -21,12 +23,17 @@
 #define GW_COOKIE_PREFIX      "onsale_q_"
 #define GW_TICKET_MAX_SECRETS 8   /* ticket secrets in rotation at once */
 #define GW_TICKET_FUTURE_S    300 /* an iat this far ahead of our clock is not believed */
+#define GW_TICKET_JKT_LEN     16  /* bytes of the key thumbprint a bound ticket carries */
 
 typedef struct gw_ticket {
-    uint64_t gen;                     /* the room's generation (changes when re-created) */
-    uint64_t num;                     /* queue number; 0 = pre-queue */
-    int64_t iat;                      /* issued at, epoch seconds */
-    char visitor[GW_VISITOR_LEN + 1]; /* lower-case hex */
+    uint64_t gen;                         /* the room's generation (changes when re-created) */
+    uint64_t num;                         /* queue number; 0 = pre-queue */
+    int64_t iat;                          /* issued at, epoch seconds */
+    char visitor[GW_VISITOR_LEN + 1];     /* lower-case hex */
+    bool bound;                           /* carries jkt: proofs of that key only (gw_dpop) */
+    unsigned char jkt[GW_TICKET_JKT_LEN]; /* leading bytes of the key's RFC 7638 thumbprint */
+    char cnf_jkt[44]; /* not encoded: the full thumbprint (base64url) once a proof by the
+                         ticket's key was verified for this request; "" otherwise */
 } gw_ticket_t;
 
 /**

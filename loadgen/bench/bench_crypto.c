@@ -4,12 +4,17 @@
  * ECDSA P-256 and the JOSE signature form), for loadgen/bench/bench_crypto.sh to put
  * beside `openssl speed ecdsap256`.
  *
+ * Also gw_dpop_verify (gateway/gw_dpop.c), what the gateway does on the admitting poll of
+ * a room with "dpop": a proof's JSON, its thumbprint, the key built from its jwk, ECDSA.
+ *
  * T threads, each looping for the given (wall) seconds; prints one line per operation:
- * "sign <ops per CPU second> <threads>" and "verify <ops per CPU second> <threads>".
+ * "sign <ops per CPU second> <threads>", "verify …" and "dpop …".
  * Every operation's result is checked, so a broken signer cannot look fast.
  *
  * Usage: onsale-bench-crypto [--seconds S] [--threads T]
  */
+#include <openssl/core_names.h>
+#include <openssl/ec.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <pthread.h>
@@ -20,6 +25,8 @@
 #include <time.h>
 
 #include "cm_jwt.h"
+#include "cm_parse.h"
+#include "gw_dpop.h"
 
 #define NOW 1800000000LL
 
@@ -28,7 +35,8 @@ typedef struct run {
     const cm_jwt_keyset_t *ks;
     const char *token; /* for verify */
     double seconds;
-    int verify;
+    int verify;                /* 1: cm_jwt_verify, 2: gw_dpop_verify of token */
+    const gw_ticket_t *ticket; /* the proof's key's ticket (dpop) */
     uint64_t ops;
     double cpu; /* this thread's CPU seconds over the loop */
     int failed;
@@ -67,7 +75,13 @@ static void *loop(void *arg)
     double end = now_s() + r->seconds, cpu0 = cpu_s();
     while (!r->failed) {
         for (int k = 0; k < 64; k++, r->ops++) {
-            if (r->verify) {
+            if (r->verify == 2) {
+                gw_dpop_want_t w = {
+                    .method = "GET", .host = "h", .path = "/q/e/status", .ticket = r->ticket};
+                gw_dpop_proof_t p;
+                if (gw_dpop_verify(r->token, toklen, &w, NOW, &p) != GW_DPOP_OK)
+                    r->failed = 1;
+            } else if (r->verify) {
                 cm_jwt_claims_t out;
                 if (cm_jwt_verify(r->ks, r->token, toklen, &pol, NOW + 1, &out) != CM_JWT_OK)
                     r->failed = 1;
@@ -110,6 +124,56 @@ static double measure(const run_t *proto, int nthreads)
     return failed || cpu <= 0 ? -1 : (double)ops / cpu;
 }
 
+/* A DPoP proof by k for GET https://h/q/e/status at NOW (heap), and k's ticket in *t. */
+static char *dpop_proof(EVP_PKEY *k, gw_ticket_t *t)
+{
+    BIGNUM *x = NULL, *y = NULL;
+    unsigned char bx[32], by[32], der[80], raw[64];
+    char xs[44], ys[44], jkt[44], head[300], body[200], input[800], *out = NULL;
+    size_t derlen = sizeof(der);
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    ECDSA_SIG *sig = NULL;
+    if (EVP_PKEY_get_bn_param(k, OSSL_PKEY_PARAM_EC_PUB_X, &x) != 1 ||
+        EVP_PKEY_get_bn_param(k, OSSL_PKEY_PARAM_EC_PUB_Y, &y) != 1)
+        goto out;
+    BN_bn2binpad(x, bx, 32);
+    BN_bn2binpad(y, by, 32);
+    cm_base64url_encode(bx, 32, xs);
+    cm_base64url_encode(by, 32, ys);
+    snprintf(input, sizeof(input),
+             "{\"typ\":\"dpop+jwt\",\"alg\":\"ES256\",\"jwk\":{\"kty\":\"EC\",\"crv\":\"P-256\","
+             "\"x\":\"%s\",\"y\":\"%s\"}}",
+             xs, ys);
+    cm_base64url_encode((const unsigned char *)input, strlen(input), head);
+    snprintf(input, sizeof(input),
+             "{\"jti\":\"bench-0123456789\",\"htm\":\"GET\",\"htu\":\"https://h/q/e/status\","
+             "\"iat\":%lld}",
+             NOW);
+    cm_base64url_encode((const unsigned char *)input, strlen(input), body);
+    snprintf(input, sizeof(input), "%s.%s", head, body);
+    const unsigned char *p = der;
+    if (md == NULL || EVP_DigestSignInit(md, NULL, EVP_sha256(), NULL, k) != 1 ||
+        EVP_DigestSign(md, der, &derlen, (const unsigned char *)input, strlen(input)) != 1 ||
+        (sig = d2i_ECDSA_SIG(NULL, &p, (long)derlen)) == NULL ||
+        cm_jwt_jwk_thumbprint(xs, ys, jkt) != 0)
+        goto out;
+    BN_bn2binpad(ECDSA_SIG_get0_r(sig), raw, 32);
+    BN_bn2binpad(ECDSA_SIG_get0_s(sig), raw + 32, 32);
+    out = malloc(strlen(input) + 90);
+    if (out == NULL)
+        goto out;
+    size_t n = (size_t)sprintf(out, "%s.", input);
+    cm_base64url_encode(raw, 64, out + n);
+    t->bound = true;
+    gw_dpop_jkt_bytes(jkt, t->jkt);
+out:
+    ECDSA_SIG_free(sig);
+    EVP_MD_CTX_free(md);
+    BN_free(x);
+    BN_free(y);
+    return out;
+}
+
 int main(int argc, char **argv)
 {
     double seconds = 3;
@@ -147,11 +211,19 @@ int main(int argc, char **argv)
     double sign = measure(&proto, threads);
     proto.verify = 1;
     double verify = measure(&proto, threads);
-    if (token == NULL || sign < 0 || verify < 0) {
+    gw_ticket_t ticket = {0};
+    char *proof = dpop_proof(k, &ticket);
+    proto.verify = 2;
+    proto.token = proof;
+    proto.ticket = &ticket;
+    double dpop = proof ? measure(&proto, threads) : -1;
+    if (token == NULL || sign < 0 || verify < 0 || dpop < 0) {
         fprintf(stderr, "onsale-bench-crypto: a signature failed to sign or verify\n");
         return 1;
     }
-    printf("sign %.1f %d\nverify %.1f %d\n", sign, threads, verify, threads);
+    printf("sign %.1f %d\nverify %.1f %d\ndpop %.1f %d\n", sign, threads, verify, threads, dpop,
+           threads);
+    free(proof);
     free(token);
     cm_jwt_keyset_free(ks);
     cm_jwt_signer_free(signer);

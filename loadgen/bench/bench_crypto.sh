@@ -7,6 +7,9 @@
 #            ECDSA verify, policy) on one thread — what the gateway's signer and the
 #            reserve's verifier do per token
 #   openssl  `openssl speed ecdsap256`: the bare ECDSA sign/verify of a digest
+#   dpop     gw_dpop_verify: a DPoP proof checked as on a "dpop" room's admitting poll
+#            (JSON, thumbprint, the key built from the proof's jwk, ECDSA verify); shown
+#            beside openssl's bare verify, no goal
 # Both divide by CPU time (openssl speed's default), so other load on the machine does not
 # skew the ratio. Prints every repetition, the medians, the ratios (goal ≥ 0.7×) and the
 # CPU microseconds per operation.
@@ -45,12 +48,14 @@ command -v openssl >/dev/null || { echo "bench_crypto: openssl not found" >&2; e
 
 median() { sort -g | awk '{v[NR]=$1} END {if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
 
-ours_sign=() ours_verify=() ssl_sign=() ssl_verify=()
+ours_sign=() ours_verify=() ssl_sign=() ssl_verify=() ours_dpop=()
 printf '%-4s %14s %14s %14s %14s\n' rep "ours sign/s" "ours verify/s" "openssl sign/s" "openssl verify/s"
 for ((i = 1; i <= REPS; i++)); do
     out=$("$BIN" --seconds "$SECONDS_EACH")
     os=$(awk '$1=="sign"{print $2}' <<<"$out")
     ov=$(awk '$1=="verify"{print $2}' <<<"$out")
+    od=$(awk '$1=="dpop"{print $2}' <<<"$out")
+    ours_dpop+=("$od")
     # "256 bits ecdsa (nistp256)   0.0000s   0.0001s  50864.7  15175.2"
     line=$(openssl speed -seconds "$SECONDS_EACH" ecdsap256 2>/dev/null | grep 'nistp256' | tail -1)
     ss=$(awk '{print $(NF-1)}' <<<"$line")
@@ -63,10 +68,12 @@ ms=$(printf '%s\n' "${ours_sign[@]}" | median)
 mv=$(printf '%s\n' "${ours_verify[@]}" | median)
 rs=$(printf '%s\n' "${ssl_sign[@]}" | median)
 rv=$(printf '%s\n' "${ssl_verify[@]}" | median)
+md=$(printf '%s\n' "${ours_dpop[@]}" | median)
 echo
-awk -v ms="$ms" -v mv="$mv" -v rs="$rs" -v rv="$rv" 'BEGIN {
+awk -v ms="$ms" -v mv="$mv" -v rs="$rs" -v rv="$rv" -v md="$md" 'BEGIN {
     printf "%-8s %12s %12s %8s %16s %16s  %s\n", "op", "ours/s", "openssl/s", "ratio", "ours CPU us/op", "openssl CPU us/op", "goal >= 0.7x"
     printf "%-8s %12.0f %12.0f %7.2fx %16.1f %16.1f  %s\n", "sign", ms, rs, ms/rs, 1e6/ms, 1e6/rs, (ms/rs >= 0.7 ? "met" : "NOT met")
     printf "%-8s %12.0f %12.0f %7.2fx %16.1f %16.1f  %s\n", "verify", mv, rv, mv/rv, 1e6/mv, 1e6/rv, (mv/rv >= 0.7 ? "met" : "NOT met")
+    printf "%-8s %12.0f %12.0f %7.2fx %16.1f %16.1f  %s\n", "dpop", md, rv, md/rv, 1e6/md, 1e6/rv, "(no goal)"
 }'
 echo "(medians of $REPS runs of ${SECONDS_EACH}s each, per core, CPU time; $(openssl version))"

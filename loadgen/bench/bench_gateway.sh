@@ -38,9 +38,14 @@
 # column says n/a). Counting runs are slowed by strace: their req/s mean nothing, their
 # per-request counts do.
 #
+# --dpop creates both rooms with "dpop": true and joins with a DPoP header (one proof,
+# made once by tickets.py: a join only reads the key from it), so the status rows poll
+# tickets bound to a key (the longer, version 2 ticket) and the join rows pay for reading
+# the proof's key; without it the rooms say "dpop": false (the default of loadgen).
+#
 # Usage: loadgen/bench/bench_gateway.sh [--skip-build] [--reps N] [--duration S]
 #            [--connections C] [--threads T] [--tickets N] [--workers N]
-#            [--nginx-workers W|auto] [--count] [--keep]
+#            [--nginx-workers W|auto] [--count] [--keep] [--dpop]
 # Environment: ONSALE_BUILD (build dir, default <checkout>/build), ONSALE_SKIP_BUILD=1.
 # Needs: wrk, nginx, curl, openssl, python3, a build with gateway/onsale-gateway.
 # Exit status: 0 measured (whatever the verdicts), 1 the benchmark could not run.
@@ -60,6 +65,7 @@ WORKERS=1
 SKIP_BUILD=${ONSALE_SKIP_BUILD:-0}
 KEEP=0
 COUNT=0
+DPOP=false
 BUILD=${ONSALE_BUILD:-$ROOT/build}
 
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; }
@@ -76,6 +82,7 @@ while (($#)); do
     --nginx-workers) NGINX_WORKERS=${2:?}; shift ;;
     --workers) WORKERS=${2:?}; shift ;;
     --keep) KEEP=1 ;;
+    --dpop) DPOP=true ;;
     -h | --help) usage; exit 0 ;;
     *) printf '%s: unknown argument %s (try --help)\n' "$PROG" "$1" >&2; exit 1 ;;
     esac
@@ -226,7 +233,7 @@ admin() {
 # room EVENT: a paused FIFO waiting room (nobody is admitted: status polls stay "queued").
 room() {
     local code
-    code=$(admin PUT "/admin/events/$1" '{"rate_per_minute":60,"max_active":0,"paused":true,"mode":"fifo"}')
+    code=$(admin PUT "/admin/events/$1" "{\"rate_per_minute\":60,\"max_active\":0,\"paused\":true,\"mode\":\"fifo\",\"dpop\":$DPOP}")
     [[ $code == 200 || $code == 201 ]] ||
         die "PUT /admin/events/$1 answered '$code': $(head -c 300 "$OUT/admin_body" 2>/dev/null)"
 }
@@ -279,7 +286,8 @@ room "$EV_S"
 room "$EV_J"
 say "joining $EV_S $TICKETS times for the status runs' tickets"
 timeout 300 python3 "$LIB/tickets.py" --port "$P_GATEWAY" --ca "$CA" --event "$EV_S" \
-    --count "$TICKETS" --sample "$OUT/join_body" >"$OUT/tickets" ||
+    --count "$TICKETS" --sample "$OUT/join_body" --dpop "$DPOP" --proof-out "$OUT/proof" \
+    >"$OUT/tickets" ||
     die "joining $EV_S failed (is join_rate_per_ip=0 honoured? see above)"
 first=$(head -n 1 "$OUT/tickets")
 code=$(printf 'header = "Authorization: Bearer %s"\n' "$first" |
@@ -385,8 +393,8 @@ for ((r = 1; r <= REPS; r++)); do
     measure status "$r" ng "$NG" status.lua 200 "/q/$EV_S/status" "$OUT/tickets"
 done
 for ((r = 1; r <= REPS; r++)); do
-    measure joins "$r" gw "$GW" join.lua 201 "/q/$EV_J/join"
-    measure joins "$r" ng "$NG" join.lua 201 "/q/$EV_J/join"
+    measure joins "$r" gw "$GW" join.lua 201 "/q/$EV_J/join" "$OUT/proof"
+    measure joins "$r" ng "$NG" join.lua 201 "/q/$EV_J/join" "$OUT/proof"
 done
 for ((r = 1; r <= REPS; r++)); do
     measure tls "$r" gw "$GW" status.lua 200 "/q/$EV_S/status" "$OUT/tickets" close

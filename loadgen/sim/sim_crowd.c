@@ -1157,6 +1157,10 @@ static void start_night(sim_crowd_t *c)
             json_object_set_new(room, "opens_at", json_string(b));
             json_object_set_new(room, "mode", json_string("random_at_open"));
         }
+        /* The crowd's fans send no DPoP proofs: their rooms do not bind tickets to keys
+         * unless the scenario says so (docs/api.md, DPoP). */
+        if (json_object_get(room, "dpop") == NULL)
+            json_object_set_new(room, "dpop", json_false());
         char *body = json_dumps(room, JSON_COMPACT);
         json_decref(room);
         sim_pool_request(c->gwadmin, 0, "PUT", path, c->gw_admin_hdr, body, on_setup, c);

@@ -55,6 +55,9 @@ DEFAULT_CONF = {
     "join_rate_per_ip": 0,
     "signer_threads": 2,
     "log_level": "info",
+    # Rooms bind tickets to keys only when a test asks ("dpop": True, test_gateway_dpop):
+    # the other modules' clients send no DPoP proofs.
+    "dpop_default": False,
 }
 
 
@@ -63,10 +66,11 @@ def b64url_decode(s):
 
 
 def ticket_fields(ticket):
-    """(gen, number, iat, visitor) of a queue ticket (gw_ticket.c's layout)."""
+    """(gen, number, iat, visitor) of a queue ticket (gw_ticket.c's layout: version 1, or
+    2 for a ticket bound to a key, whose 16 thumbprint bytes follow the visitor)."""
     raw = b64url_decode(ticket)
-    if len(raw) != 73 or raw[0] != 1:
-        raise ValueError(f"not a v1 ticket: {ticket!r}")
+    if (len(raw), raw[0]) not in ((73, 1), (89, 2)):
+        raise ValueError(f"not a v1 or v2 ticket: {ticket!r}")
     gen, num, iat = struct.unpack(">QQQ", raw[1:25])
     return gen, num, iat, raw[25:41].hex()
 

@@ -10,6 +10,8 @@ the room's redirect_url: in the URL fragment (handoff "fragment", the default) o
 POST of the form field admission_token (handoff "post"), never in a URL the shop's server
 sees (API.md v1.1). The same again with JavaScript off, where the server-rendered page and
 its meta refresh must get there alone (for "post" the fan presses the page's button).
+In a room with "dpop" the page's WebCrypto key binds the ticket and signs the admitting
+poll's proof (and, for "post", the proof of its own reload).
 
 Screenshots: tests/integration/browser/out/ (queue.png, queue-phone.png, admitted.png,
 landed.png, and the -nojs variants; failure*.png when a check fails). Git-ignored.
@@ -69,7 +71,7 @@ class QueuePageInBrowser(unittest.TestCase):
     def gateway(self):
         return stack.Client(self.S.gateway_port, self.S.ctx)
 
-    def room(self, prefix, handoff="fragment"):
+    def room(self, prefix, handoff="fragment", dpop=False):
         """A FIFO waiting room, open now, with AHEAD fans in line; returns (event,
         redirect_url)."""
         ev = stack.new_id(prefix)
@@ -81,14 +83,19 @@ class QueuePageInBrowser(unittest.TestCase):
             r = self.S.gateway_admin("PUT", f"/admin/events/{ev}",
                                      {"rate_per_minute": RATE_PER_MINUTE, "max_active": 0,
                                       "mode": "fifo", "paused": True, "redirect_url": redirect,
-                                      "handoff": handoff})
+                                      "handoff": handoff, "dpop": dpop})
             self.assertIn(r.status, (200, 201), f"PUT /admin/events/{ev}: {r!r}")
         finally:
             c.close()
         for i in range(AHEAD):
             c = self.gateway()  # a connection (and no cookie) per fan
             try:
-                r = c.post(f"/q/{ev}/join", {})
+                headers = {}
+                if dpop:  # the fans ahead bind their tickets too (API clients' way)
+                    from dpop_key import DPoPKey
+                    url = f"https://127.0.0.1:{self.S.gateway_port}/q/{ev}/join"
+                    headers["DPoP"] = DPoPKey().proof("POST", url)
+                r = c.post(f"/q/{ev}/join", {}, headers=headers)
                 self.assertEqual(r.status, 201, f"join {i + 1} of the fans ahead: {r!r}")
                 self.assertEqual(r.json.get("state"), "queued", f"join {i + 1}: {r!r}")
             finally:
@@ -127,6 +134,18 @@ class QueuePageInBrowser(unittest.TestCase):
         self.assertGreaterEqual(int(res["first"]["position"].replace(",", "")), 1)
         self.assertGreaterEqual(res["polls"], 1)
         self.assertTrue(os.path.exists(os.path.join(BROWSER_DIR, "out", "queue.png")))
+
+    def test_queue_page_binds_its_key(self):
+        """dpop: the page makes a non-extractable key, joins and polls with proofs, and is
+        admitted (the admitting poll refuses anything else)."""
+        ev, redirect = self.room("br-dpop", dpop=True)
+        res = self.run_browser(ev, redirect, "js")
+        self.assertGreaterEqual(res["polls"], 1)
+
+    def test_post_handoff_with_dpop(self):
+        """dpop and handoff "post": the page's reload carries its proof in ?dpop=."""
+        ev, redirect = self.room("br-dpop-post", handoff="post", dpop=True)
+        self.run_browser(ev, redirect, "js", handoff="post")
 
     def test_queue_page_without_javascript(self):
         ev, redirect = self.room("br-nojs")

@@ -211,6 +211,19 @@ class Examples(stack.ReserveTestCase):
         self.assertEqual(booking["seats"], ["A-1-1", "A-1-2"])
         stack.wait_for(lambda: self.sold(ev) == ["A-1-1", "A-1-2"], 5, what="two seats sold")
 
+    def test_dpop_example_is_admitted_with_its_key(self):
+        """docs/examples/dpop_client.py in a room that binds tickets: joined and polled
+        with proofs, admitted with a token whose cnf.jkt is the client's key."""
+        ev = stack.new_id("ex-dpop")
+        r = self.S.gateway_admin("PUT", f"/admin/events/{ev}",
+                                 {"rate_per_minute": 600, "mode": "fifo", "dpop": True})
+        self.assertIn(r.status, (200, 201), r)
+        p = self.run_example(["python3", "docs/examples/dpop_client.py", "--event", ev,
+                              "--timeout", "60"], ev)
+        self.assertEqual(p.returncode, 0, f"{p.stdout}\n{p.stderr}")
+        out = json.loads(p.stdout.strip().splitlines()[-1])
+        self.assertEqual(out["cnf"], {"jkt": out["jkt"]})
+
     def test_python_example_reports_a_declined_card(self):
         ev = self.event_with_room("ex-decl")
         p = self.run_example(["python3", "docs/examples/client.py", "--event", ev,

@@ -233,6 +233,36 @@ static void test_round_trip(void **state)
     assert_null(cm_jwt_sign(f->signer, &in, AUD));
 }
 
+/* cnf.jkt (RFC 9449): written when set, read back; absent otherwise; a malformed cnf makes
+ * the token malformed. The thumbprint helper agrees with the keyset's default kid. */
+static void test_cnf_jkt(void **state)
+{
+    fixture_t *f = *state;
+    cm_jwt_claims_t in = sample_claims(), out;
+    char *tok = cm_jwt_sign(f->signer, &in, AUD);
+    assert_int_equal(verify(f, tok, &out), CM_JWT_OK);
+    assert_string_equal(out.cnf_jkt, "");
+    free(tok);
+    snprintf(in.cnf_jkt, sizeof(in.cnf_jkt), "%s", "0ZcOCORZNYy-DWpqq30jZyJGHTN0d2HglBV3uiguA4I");
+    tok = cm_jwt_sign(f->signer, &in, AUD);
+    assert_int_equal(verify(f, tok, &out), CM_JWT_OK);
+    assert_string_equal(out.cnf_jkt, in.cnf_jkt);
+    unsigned char payload[1024] = {0};
+    const char *p1 = strchr(tok, '.') + 1, *p2 = strchr(p1, '.');
+    assert_true(cm_base64url_decode(p1, (size_t)(p2 - p1), payload, sizeof(payload) - 1) > 0);
+    assert_non_null(strstr((char *)payload, "\"cnf\":{\"jkt\":\"0ZcOCORZNYy"));
+    free(tok);
+    /* the thumbprint of the signer's key is its default kid (both RFC 7638) */
+    char *jwks = cm_jwt_keyset_jwks(f->ks), x[44] = "", y[44] = "", jkt[44];
+    const char *xp = strstr(jwks, "\"x\":\""), *yp = strstr(jwks, "\"y\":\"");
+    memcpy(x, xp + 5, 43);
+    memcpy(y, yp + 5, 43);
+    assert_int_equal(cm_jwt_jwk_thumbprint(x, y, jkt), 0);
+    assert_string_equal(jkt, cm_jwt_signer_kid(f->signer));
+    assert_int_equal(cm_jwt_jwk_thumbprint("short", y, jkt), -1);
+    free(jwks);
+}
+
 static void test_hand_crafted_es256_accepted(void **state)
 {
     fixture_t *f = *state;
@@ -867,6 +897,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         T(test_round_trip),
+        T(test_cnf_jkt),
         T(test_hand_crafted_es256_accepted),
         T(test_alg_none),
         T(test_hs256_with_public_key),

@@ -84,6 +84,29 @@ static void test_redirect_url_and_handoff(void **state)
     json_decref(o);
 }
 
+/* dpop: a boolean; a PUT without it binds (the gateway may say otherwise: gw_admin); a
+ * room hash without the field (older than it) does not. */
+static void test_dpop(void **state)
+{
+    gw_setting_kv_t kv[GW_SETTINGS_MAX_FIELDS];
+    char err[256];
+    int n = parse("{\"rate_per_minute\":60}", false, kv, err);
+    assert_string_equal(value_of(kv, n, "dpop"), "1");
+    n = parse("{\"dpop\":false}", true, kv, err);
+    assert_int_equal(n, 1);
+    assert_string_equal(value_of(kv, n, "dpop"), "0");
+    assert_int_equal(parse("{\"dpop\":\"yes\"}", true, kv, err), -1);
+    assert_non_null(strstr(err, "dpop"));
+    gw_settings_t s;
+    gw_settings_defaults(&s);
+    assert_false(s.dpop);
+    gw_settings_set(&s, "dpop", "1");
+    assert_true(s.dpop);
+    json_t *o = gw_settings_json(&s);
+    assert_true(json_is_true(json_object_get(o, "dpop")));
+    json_decref(o);
+}
+
 static void test_put_requires_rate(void **state)
 {
     gw_setting_kv_t kv[GW_SETTINGS_MAX_FIELDS];
@@ -167,6 +190,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_put_fills_defaults),
+        cmocka_unit_test(test_dpop),
         cmocka_unit_test(test_put_requires_rate),
         cmocka_unit_test(test_patch_only_given_fields),
         cmocka_unit_test(test_bad_values),

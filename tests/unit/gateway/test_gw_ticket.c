@@ -268,6 +268,41 @@ static void test_new_visitor(void **state)
     assert_false(gw_ticket_visitor_ok("0011"));
 }
 
+/* A ticket bound to a key (gw_dpop): the longer layout, the thumbprint bytes under the MAC,
+ * and neither form can pass for the other. */
+static void test_bound_round_trip(void **state)
+{
+    (void)state;
+    gw_ticket_t t = sample(), out;
+    t.bound = true;
+    for (int i = 0; i < GW_TICKET_JKT_LEN; i++)
+        t.jkt[i] = (unsigned char)(0xa0 + i);
+    char text[GW_TICKET_MAX_LEN], plain[GW_TICKET_MAX_LEN];
+    size_t n = gw_ticket_encode(secret, SLEN, "ev1", &t, text, sizeof(text));
+    assert_int_equal(n, 119);
+    assert_int_equal(gw_ticket_decode(secret, SLEN, "ev1", text, n, &out), 0);
+    assert_true(out.bound);
+    assert_memory_equal(out.jkt, t.jkt, GW_TICKET_JKT_LEN);
+    assert_int_equal(out.num, t.num);
+    assert_string_equal(out.visitor, t.visitor);
+    assert_string_equal(out.cnf_jkt, "");
+    /* an unbound ticket decodes unbound */
+    gw_ticket_t u = sample();
+    size_t m = gw_ticket_encode(secret, SLEN, "ev1", &u, plain, sizeof(plain));
+    assert_int_equal(m, 98);
+    assert_int_equal(gw_ticket_decode(secret, SLEN, "ev1", plain, m, &out), 0);
+    assert_false(out.bound);
+    /* every altered character of the bound form (the thumbprint included) is refused */
+    for (size_t i = 0; i < n; i++) {
+        char c = text[i];
+        text[i] = c == 'A' ? 'B' : 'A';
+        assert_int_not_equal(gw_ticket_decode(secret, SLEN, "ev1", text, n, &out), 0);
+        text[i] = c;
+    }
+    /* the bound ticket cut to the unbound length does not verify */
+    assert_int_not_equal(gw_ticket_decode(secret, SLEN, "ev1", text, 98, &out), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -275,6 +310,7 @@ int main(void)
         cmocka_unit_test(test_hmac_context_reused_per_key),
         cmocka_unit_test(test_hmac_contexts_per_thread_freed),
         cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_bound_round_trip),
         cmocka_unit_test(test_prequeue_number_zero),
         cmocka_unit_test(test_other_event_refused),
         cmocka_unit_test(test_other_secret_refused),
