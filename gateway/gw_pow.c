@@ -161,10 +161,9 @@ static slot_t *slot_of(gw_pow_t *p, const char *block, int64_t now_ms)
 
 static int bits_locked(gw_pow_t *p, double block_v, int64_t now_ms)
 {
-    return gw_pow_difficulty(p->cfg.base_bits, p->cfg.max_bits, per_min(p, block_v),
-                             (double)p->cfg.block_free_per_min,
-                             per_min(p, decayed(p, &p->total, now_ms)),
-                             (double)p->cfg.total_free_per_min);
+    return gw_pow_difficulty(
+        p->cfg.base_bits, p->cfg.max_bits, per_min(p, block_v), (double)p->cfg.block_free_per_min,
+        per_min(p, decayed(p, &p->total, now_ms)), (double)p->cfg.total_free_per_min);
 }
 
 int gw_pow_take_bits(gw_pow_t *p, const char *block, int64_t now_ms)

@@ -40,11 +40,11 @@ typedef struct gw_pow gw_pow_t;
 
 typedef struct gw_pow_config {
     int base_bits, max_bits;
-    int64_t ttl_s;               /* a challenge's lifetime */
-    int64_t window_s;            /* the time constant of the rate estimates */
-    int64_t block_free_per_min;  /* challenges per minute of one block at base difficulty */
-    int64_t total_free_per_min;  /* joins per minute of this gateway at base difficulty */
-    size_t table_size;           /* blocks tracked (idle ones are forgotten first) */
+    int64_t ttl_s;              /* a challenge's lifetime */
+    int64_t window_s;           /* the time constant of the rate estimates */
+    int64_t block_free_per_min; /* challenges per minute of one block at base difficulty */
+    int64_t total_free_per_min; /* joins per minute of this gateway at base difficulty */
+    size_t table_size;          /* blocks tracked (idle ones are forgotten first) */
 } gw_pow_config_t;
 
 typedef enum {

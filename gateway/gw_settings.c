@@ -36,6 +36,7 @@ static const field_t fields[] = {
     {"max_prequeue", F_INT, 1, 100000000, "1000000"},
     {"redirect_url", F_URL, 0, 0, NULL},
     {"handoff", F_HANDOFF, 0, 0, "fragment"},
+    {"pow", F_BOOL, 0, 0, "1"}, /* a room saved before this field existed has none: off */
 };
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
 
@@ -203,6 +204,8 @@ void gw_settings_set(gw_settings_t *s, const char *name, const char *v)
         snprintf(s->redirect_url, sizeof(s->redirect_url), "%s", v);
     else if (strcmp(name, "handoff") == 0)
         s->handoff_post = strcmp(v, "post") == 0;
+    else if (strcmp(name, "pow") == 0)
+        s->pow = strcmp(v, "1") == 0;
     else if (strcmp(name, "gen") == 0) {
         if (gw_settings_gen_parse(v, &s->gen) != 0)
             s->gen = 0;
@@ -237,6 +240,7 @@ json_t *gw_settings_json(const gw_settings_t *s)
     json_object_set_new(o, "redirect_url",
                         s->redirect_url[0] ? json_string(s->redirect_url) : json_null());
     json_object_set_new(o, "handoff", json_string(s->handoff_post ? "post" : "fragment"));
+    json_object_set_new(o, "pow", json_boolean(s->pow));
     json_object_set_new(o, "created_at", time_json(s->created_ms));
     json_object_set_new(o, "updated_at", time_json(s->updated_ms));
     return o;

@@ -30,6 +30,7 @@ typedef struct gw_settings {
     int64_t max_prequeue;          /* fans the pre-queue holds; later joins wait for the opening */
     char redirect_url[GW_URL_MAX]; /* "" = the gateway's reserve_url */
     bool handoff_post;             /* handoff "post"; false = "fragment" (API.md v1.1) */
+    bool pow;                      /* joins need a proof of work (gw_pow.h) */
     uint64_t gen;                  /* room generation (from Redis) */
     int64_t created_ms, updated_ms;
 } gw_settings_t;

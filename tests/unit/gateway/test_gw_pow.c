@@ -110,8 +110,7 @@ static void test_each_bad_proof_has_its_outcome(void **state)
     snprintf(bad, sizeof(bad), "%s.a b", ch);
     assert_int_equal(gw_pow_check(p, "ev1", "4:10.0.0", bad, strlen(bad), 1001, &out),
                      GW_POW_MALFORMED);
-    assert_int_equal(gw_pow_check(p, "ev1", "4:10.0.0", "abc.1", 5, 1001, &out),
-                     GW_POW_MALFORMED);
+    assert_int_equal(gw_pow_check(p, "ev1", "4:10.0.0", "abc.1", 5, 1001, &out), GW_POW_MALFORMED);
     char longer[GW_POW_PROOF_MAX + 8];
     snprintf(longer, sizeof(longer), "%s.%s", ch, "012345678901234567890123456789012");
     assert_int_equal(gw_pow_check(p, "ev1", "4:10.0.0", longer, strlen(longer), 1001, &out),
@@ -123,8 +122,8 @@ static void test_difficulty_formula(void **state)
 {
     assert_int_equal(gw_pow_difficulty(16, 24, 0, 30, 0, 6000), 16);
     assert_int_equal(gw_pow_difficulty(16, 24, 29, 30, 0, 6000), 16);
-    assert_int_equal(gw_pow_difficulty(16, 24, 30, 30, 0, 6000), 17);  /* 2x */
-    assert_int_equal(gw_pow_difficulty(16, 24, 90, 30, 0, 6000), 18);  /* 4x */
+    assert_int_equal(gw_pow_difficulty(16, 24, 30, 30, 0, 6000), 17);   /* 2x */
+    assert_int_equal(gw_pow_difficulty(16, 24, 90, 30, 0, 6000), 18);   /* 4x */
     assert_int_equal(gw_pow_difficulty(16, 24, 0, 30, 6000, 6000), 17); /* the gateway's rate */
     assert_int_equal(gw_pow_difficulty(16, 24, 90, 30, 18000, 6000), 20);
     assert_int_equal(gw_pow_difficulty(16, 24, 1e9, 30, 1e9, 6000), 24); /* capped */
