@@ -253,6 +253,7 @@ static void reply_page(place_op_t *op, gw_room_t *room, const char *state, int64
         .eta_seconds = eta,
         .poll_after_ms = poll,
         .opens_at_ms = room ? room->s.opens_at : 0,
+        .pow = room && room->s.pow,
     };
     if (!op->fresh && op->ticket[0])
         gw_queue_set_cookie(&op->r, op->event, op->ticket);
@@ -633,8 +634,7 @@ static void refuse_proof(place_op_t *op, int code, const char *error, const char
     cm_http_add_header(op->r.req, "Cache-Control", "no-store");
     if (op->form) { /* a form without the page's script: it cannot solve a challenge */
         json_t *body = json_pack("{s:s, s:s}", "error", "pow_required", "message", message);
-        gw_page_queue_answer(op->r.req, code, body);
-        json_decref(body);
+        gw_page_queue_answer(op->r.req, code, body); /* steals body */
         gw_req_replied(&op->r);
         op_free(op);
         return;

@@ -199,3 +199,27 @@ class PowTest(gwstack.GatewayTestCase):
             if rooms:
                 total += rooms[0]["stats"]["pow"]["refused"]
         return total
+
+    def test_page_solves_in_a_worker_and_without_javascript_says_so(self):
+        ev = self.new_room(prefix="pw", rate_per_minute=60)
+        page = self.c.get(f"/q/{ev}")
+        self.assertEqual(page.status, 200)
+        self.assertIn('data-pow="1"', page.body.decode())
+        self.assertIn("worker-src 'self'", page.header("content-security-policy"))
+        w = self.c.get(f"/q/{ev}/pow.js")
+        self.assertEqual(w.status, 200)
+        self.assertTrue(w.header("content-type").startswith("text/javascript"))
+        self.assertEqual(w.header("content-security-policy"), "default-src 'none'")
+        self.assertIn("self.onmessage", w.body.decode())
+        # the no-JS form cannot solve a challenge: a clear page, no place taken
+        r = self.c.post(f"/q/{ev}/join", raw=b"",
+                        headers={"Content-Type": "application/x-www-form-urlencoded"})
+        self.assertEqual(r.status, 428)
+        self.assertIn("needs JavaScript", r.body.decode())
+        self.assertIsNone(r.header("set-cookie"))
+        # a room with pow off keeps its no-JS form
+        off = self.new_room(prefix="pw", rate_per_minute=60, pow=False)
+        self.assertIn('data-pow="0"', self.c.get(f"/q/{off}").body.decode())
+        r = self.c.post(f"/q/{off}/join", raw=b"",
+                        headers={"Content-Type": "application/x-www-form-urlencoded"})
+        self.assertEqual(r.status, 303)
