@@ -38,9 +38,15 @@
 # column says n/a). Counting runs are slowed by strace: their req/s mean nothing, their
 # per-request counts do.
 #
+# --pow adds, after the joins pair, REPS back-to-back runs of the gateway alone: joins of a
+# room with proof of work off (join.lua) and of one with it on (join_pow.lua: a challenge,
+# then the join with its proof; difficulty 0, so wrk does no hashing and the gateway all
+# of its checking). It prints the gateway's and Redis' CPU microseconds per join of both
+# and their ratio: what proof of work adds to a join (docs/design.md, "Bot defences").
+#
 # Usage: loadgen/bench/bench_gateway.sh [--skip-build] [--reps N] [--duration S]
 #            [--connections C] [--threads T] [--tickets N] [--workers N]
-#            [--nginx-workers W|auto] [--count] [--keep]
+#            [--nginx-workers W|auto] [--count] [--pow] [--keep]
 # Environment: ONSALE_BUILD (build dir, default <checkout>/build), ONSALE_SKIP_BUILD=1.
 # Needs: wrk, nginx, curl, openssl, python3, a build with gateway/onsale-gateway.
 # Exit status: 0 measured (whatever the verdicts), 1 the benchmark could not run.
@@ -60,6 +66,7 @@ WORKERS=1
 SKIP_BUILD=${ONSALE_SKIP_BUILD:-0}
 KEEP=0
 COUNT=0
+POW=0
 BUILD=${ONSALE_BUILD:-$ROOT/build}
 
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; }
@@ -68,6 +75,7 @@ while (($#)); do
     case $1 in
     --skip-build) SKIP_BUILD=1 ;;
     --count) COUNT=1 ;;
+    --pow) POW=1 ;;
     --reps) REPS=${2:?}; shift ;;
     --duration) DURATION=${2:?}; shift ;;
     --connections) CONNS=${2:?}; shift ;;
@@ -118,8 +126,11 @@ NGINX_PID=
 GLOG=$STATE/log/gateway.log
 
 onsale() {
-    # join_rate_per_ip=0: every join of the benchmark comes from 127.0.0.1
-    ONSALE_STATE=$STATE ONSALE_BUILD=$BUILD ONSALE_SKIP_DEPS=1 ONSALE_SKIP_BUILD=1 ONSALE_SEED=0 \
+    # join_rate_per_ip=0: every join of the benchmark comes from 127.0.0.1; proof of work
+    # at difficulty 0 that never rises (only the --pow room asks for it)
+    ONSALE_GATEWAY_POW_BASE_BITS=0 ONSALE_GATEWAY_POW_MAX_BITS=0 \
+        ONSALE_GATEWAY_POW_BLOCK_FREE_PER_MIN=0 ONSALE_GATEWAY_POW_TOTAL_FREE_PER_MIN=0 \
+        ONSALE_STATE=$STATE ONSALE_BUILD=$BUILD ONSALE_SKIP_DEPS=1 ONSALE_SKIP_BUILD=1 ONSALE_SEED=0 \
         ONSALE_RESERVE_PORT=$P_RESERVE ONSALE_REDIS_PORT=$P_REDIS ONSALE_PG_PORT=$P_PG \
         ONSALE_GATEWAY_PORT=$P_GATEWAY ONSALE_PAYSIM_PORT=$P_PAYSIM \
         ONSALE_GATEWAY_JOIN_RATE_PER_IP=0 ONSALE_GATEWAY_WORKERS=$WORKERS \
@@ -223,10 +234,11 @@ admin() {
             "https://127.0.0.1:$((P_GATEWAY + 20))$2" || true # the gateway's admin listener
 }
 
-# room EVENT: a paused FIFO waiting room (nobody is admitted: status polls stay "queued").
+# room EVENT [POW]: a paused FIFO waiting room (nobody is admitted: status polls stay
+# "queued"), with proof of work off unless POW is true.
 room() {
     local code
-    code=$(admin PUT "/admin/events/$1" '{"rate_per_minute":60,"max_active":0,"paused":true,"mode":"fifo"}')
+    code=$(admin PUT "/admin/events/$1" "{\"rate_per_minute\":60,\"max_active\":0,\"paused\":true,\"mode\":\"fifo\",\"pow\":${2:-false}}")
     [[ $code == 200 || $code == 201 ]] ||
         die "PUT /admin/events/$1 answered '$code': $(head -c 300 "$OUT/admin_body" 2>/dev/null)"
 }
@@ -275,8 +287,10 @@ tls_params() {
 
 EV_S=bench-status
 EV_J=bench-join
+EV_P=bench-join-pow
 room "$EV_S"
 room "$EV_J"
+((POW)) && room "$EV_P" true
 say "joining $EV_S $TICKETS times for the status runs' tickets"
 timeout 300 python3 "$LIB/tickets.py" --port "$P_GATEWAY" --ca "$CA" --event "$EV_S" \
     --count "$TICKETS" --sample "$OUT/join_body" >"$OUT/tickets" ||
@@ -388,6 +402,12 @@ for ((r = 1; r <= REPS; r++)); do
     measure joins "$r" gw "$GW" join.lua 201 "/q/$EV_J/join"
     measure joins "$r" ng "$NG" join.lua 201 "/q/$EV_J/join"
 done
+if ((POW)); then # back to back: pow off, pow on, the gateway alone
+    for ((r = 1; r <= REPS; r++)); do
+        measure powoff "$r" gw "$GW" join.lua 201 "/q/$EV_J/join"
+        measure powon "$r" gw "$GW" join_pow.lua 201 "/q/$EV_P/join"
+    done
+fi
 for ((r = 1; r <= REPS; r++)); do
     measure tls "$r" gw "$GW" status.lua 200 "/q/$EV_S/status" "$OUT/tickets" close
     measure tls "$r" ng "$NG" status.lua 200 "/q/$EV_S/status" "$OUT/tickets" close
@@ -489,6 +509,24 @@ for kind in status joins tls; do
             "${vals[*]}" "$(median "${vals[@]}")"
     fi
 done
+
+if ((POW)); then
+    printf 'proof of work on join (gateway alone, back to back; CPU us per answered join)\n'
+    printf '  %-6s %10s %8s %8s | %10s %8s %8s | %6s\n' rep 'off j/s' 'gw us' 'redis us' \
+        'on j/s' 'gw us' 'redis us' 'gw on/off'
+    offs=() ons=()
+    for ((r = 1; r <= REPS; r++)); do
+        offs+=("${US[powoff.gw.$r]}")
+        ons+=("${US[powon.gw.$r]}")
+        printf '  %-6s %10s %8s %8s | %10s %8s %8s | %6s\n' "$r" "${RPS[powoff.gw.$r]}" \
+            "${US[powoff.gw.$r]}" "${RUS[powoff.gw.$r]}" "${RPS[powon.gw.$r]}" \
+            "${US[powon.gw.$r]}" "${RUS[powon.gw.$r]}" \
+            "$(ratio "${US[powon.gw.$r]}" "${US[powoff.gw.$r]}")"
+    done
+    printf '  median gateway us per join: off %s, on %s (%s×; with its GET /challenge)\n\n' \
+        "$(median "${offs[@]}")" "$(median "${ons[@]}")" \
+        "$(ratio "$(median "${ons[@]}")" "$(median "${offs[@]}")")"
+fi
 
 R_STATUS=$(ratio "${MED[RPS.status.gw]}" "${MED[RPS.status.ng]}")
 R_JOINS=$(ratio "${MED[RPS.joins.gw]}" "${MED[RPS.joins.ng]}")

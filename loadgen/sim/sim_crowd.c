@@ -1102,6 +1102,9 @@ static void start_night(sim_crowd_t *c)
             json_object_set_new(room, "opens_at", json_string(b));
             json_object_set_new(room, "mode", json_string("random_at_open"));
         }
+        /* The simulated fans join without solving a proof of work (docs/api.md): a
+         * scenario measures the queue, not the puzzle. */
+        json_object_set_new(room, "pow", json_false());
         char *body = json_dumps(room, JSON_COMPACT);
         json_decref(room);
         sim_pool_request(c->gwadmin, 0, "PUT", path, c->gw_admin_hdr, body, on_setup, c);
