@@ -384,6 +384,7 @@ typedef struct vars {
     char *redirect; /* heap or NULL: handoff "fragment", the URL with the token */
     char *action;   /* heap or NULL: handoff "post", where the form goes */
     char *csp;      /* heap: the page's Content-Security-Policy */
+    char pow_bits[8];
 } vars_t;
 
 typedef struct var {
@@ -399,6 +400,7 @@ static void compute(const gw_page_info_t *in, page_state_t st, vars_t *v)
     snprintf(v->eta_seconds, sizeof(v->eta_seconds), "%" PRId64, in->eta_seconds);
     snprintf(v->poll_after_ms, sizeof(v->poll_after_ms), "%" PRId64, in->poll_after_ms);
     snprintf(v->opens_at_ms, sizeof(v->opens_at_ms), "%" PRId64, in->opens_at_ms);
+    snprintf(v->pow_bits, sizeof(v->pow_bits), "%d", in->pow_bits);
     group_digits(pos < 1 ? -1 : pos, v->position_text, sizeof(v->position_text));
     /* a size sampled a moment before the position was: the line includes this fan */
     group_digits(in->queue_size >= 0 && in->queue_size < pos ? pos : in->queue_size,
@@ -529,6 +531,8 @@ static char *render(const gw_page_info_t *info, page_state_t st, size_t *len, ch
         {"hidden_redirect", v.redirect ? "" : "hidden"},
         {"handoff", info->handoff_post ? "post" : "fragment"},
         {"pow", info->pow ? "1" : "0"},
+        {"pow_challenge", info->pow_challenge ? info->pow_challenge : ""},
+        {"pow_bits", v.pow_bits},
         {"hidden_pow_form", info->pow ? "hidden" : ""},
         {"hidden_pow_note", info->pow ? "" : "hidden"},
         {"handoff_action", v.action ? v.action : ""},

@@ -33,6 +33,8 @@ typedef struct gw_page_info {
     const char *admission_token, *redirect_url; /* admitted: where to forward the fan */
     bool handoff_post; /* the room's handoff: true "post" (a form), false "fragment" */
     bool pow;          /* the room asks for a proof of work on join (gw_pow.h) */
+    const char *pow_challenge; /* "new" with pow: a challenge for the script to solve */
+    int pow_bits;              /* its difficulty */
     /*
      * Optional (0 = unknown): the position the fan first saw, the baseline of the
      * progress bar. gw_page_queue() takes the larger of this and the page's own `?from=`

@@ -9,7 +9,7 @@
 #include <arpa/inet.h>
 #include <math.h>
 #include <openssl/crypto.h>
-#include <openssl/sha.h>
+#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -34,6 +34,60 @@ typedef struct slot {
     double v;     /* decayed count: ≈ events in the last window */
     int64_t last_ms;
 } slot_t;
+
+/* SHA-256 fetched once: EVP_Digest with an implicit EVP_sha256() looks it up per call. */
+static EVP_MD *sha256_md;
+static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+
+static void sha256_fetch(void)
+{
+    sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+    if (sha256_md == NULL)
+        abort(); /* OpenSSL without SHA-256: nothing of the gateway works */
+}
+
+static void sha256(const void *msg, size_t n, unsigned char out[32])
+{
+    pthread_once(&sha256_once, sha256_fetch);
+    if (EVP_Digest(msg, n, out, NULL, sha256_md, NULL) != 1)
+        abort(); /* cannot fail for a fetched digest and memory we own */
+}
+
+/*
+ * A challenge's random bytes from a per-thread reserve refilled 1 KiB at a time (one
+ * RAND_bytes call, with its fork check, per ~80 challenges); each byte handed out once
+ * and wiped. Were the process to fork, the child empties the forking thread's reserve
+ * (pthread_atfork), so parent and child never hand out the same bytes.
+ */
+#define RANDOM_RESERVE 1020
+
+static __thread unsigned char rnd_reserve[RANDOM_RESERVE];
+static __thread size_t rnd_left;
+static pthread_once_t rnd_once = PTHREAD_ONCE_INIT;
+
+static void rnd_forget(void)
+{
+    rnd_left = 0;
+}
+
+static void rnd_register(void)
+{
+    if (pthread_atfork(NULL, NULL, rnd_forget) != 0)
+        abort();
+}
+
+static void random_bytes(unsigned char *out, size_t n)
+{
+    pthread_once(&rnd_once, rnd_register);
+    if (rnd_left < n) {
+        cm_tls_random(rnd_reserve, RANDOM_RESERVE);
+        rnd_left = RANDOM_RESERVE;
+    }
+    unsigned char *from = rnd_reserve + RANDOM_RESERVE - rnd_left;
+    memcpy(out, from, n);
+    OPENSSL_cleanse(from, n);
+    rnd_left -= n;
+}
 
 struct gw_pow {
     unsigned char key[64];
@@ -221,7 +275,7 @@ size_t gw_pow_issue(const gw_pow_t *p, const char *event, const char *block, int
     raw[3] = (unsigned char)(exp >> 16);
     raw[4] = (unsigned char)(exp >> 8);
     raw[5] = (unsigned char)exp;
-    cm_tls_random(raw + 6, RAND_LEN);
+    random_bytes(raw + 6, RAND_LEN);
     mac_of(p, raw, event, block, mac);
     memcpy(raw + HEAD_LEN, mac, MAC_LEN);
     return cm_base64url_encode(raw, RAW_LEN, out);
@@ -278,7 +332,7 @@ gw_pow_result_t gw_pow_check(const gw_pow_t *p, const char *event, const char *b
     memcpy(msg, proof, GW_POW_CHALLENGE_LEN);
     memcpy(msg + GW_POW_CHALLENGE_LEN, proof + GW_POW_CHALLENGE_LEN + 1,
            len - GW_POW_CHALLENGE_LEN - 1);
-    SHA256(msg, len - 1, digest);
+    sha256(msg, len - 1, digest);
     if (gw_pow_zero_bits(digest) < raw[1])
         return GW_POW_WEAK;
     cm_hex_encode(raw + 6, RAND_LEN, out->id);

@@ -47,6 +47,14 @@ typedef struct place_op {
 } place_op_t;
 
 static void answer(place_op_t *op, gw_room_t *room);
+
+/* The fan's address: behind HAProxy, the one its PROXY header names. */
+static const char *peer_of(cm_req_t *req)
+{
+    return cm_http_peer(req);
+}
+static int issue_challenge(gw_server_t *srv, cm_req_t *req, const char *event,
+                           char ch[GW_POW_CHALLENGE_LEN + 1], int64_t *expires_s);
 static void refuse_proof(place_op_t *op, int code, const char *error, const char *message);
 
 static void op_free(place_op_t *op)
@@ -255,6 +263,12 @@ static void reply_page(place_op_t *op, gw_room_t *room, const char *state, int64
         .opens_at_ms = room ? room->s.opens_at : 0,
         .pow = room && room->s.pow,
     };
+    char ch[GW_POW_CHALLENGE_LEN + 1];
+    int64_t expires;
+    if (info.pow && op->fresh && strcmp(state, "new") == 0) { /* the script solves it at once */
+        info.pow_bits = issue_challenge(op->r.srv, op->r.req, op->event, ch, &expires);
+        info.pow_challenge = ch;
+    }
     if (!op->fresh && op->ticket[0])
         gw_queue_set_cookie(&op->r, op->event, op->ticket);
     gw_page_queue(op->r.req, &info);
@@ -594,24 +608,30 @@ static void on_join(const char *err, const cm_redis_reply_t *reply, void *arg)
     op_free(op);
 }
 
-/* The fan's address: behind HAProxy, the one its PROXY header names. */
-static const char *peer_of(cm_req_t *req)
-{
-    return cm_http_peer(req);
-}
-
 /* --- proof of work (gw_pow.h): a challenge, and the check before a new place ------------ */
 
-/* A new challenge for the request's address block: {challenge, difficulty, expires…}. */
-static json_t *challenge_json(gw_server_t *srv, cm_req_t *req, const char *event)
+/* A new challenge for the request's address block into ch; its difficulty. */
+static int issue_challenge(gw_server_t *srv, cm_req_t *req, const char *event,
+                           char ch[GW_POW_CHALLENGE_LEN + 1], int64_t *expires_s)
 {
-    char block[GW_POW_BLOCK_MAX], ch[GW_POW_CHALLENGE_LEN + 1], when[32] = "";
+    char block[GW_POW_BLOCK_MAX];
     gw_pow_block(peer_of(req), block);
     int bits = gw_pow_take_bits(srv->pow, block, cm_time_mono_ns() / 1000000);
-    int64_t now = cm_time_wall_ms() / 1000, ttl = gw_pow_ttl(srv->pow);
-    gw_pow_issue(srv->pow, event, block, bits, now, ch, sizeof(ch));
-    cm_format_rfc3339((now + ttl) * 1000, when, sizeof(when));
+    int64_t now = cm_time_wall_ms() / 1000;
+    gw_pow_issue(srv->pow, event, block, bits, now, ch, GW_POW_CHALLENGE_LEN + 1);
+    *expires_s = now + gw_pow_ttl(srv->pow);
     cm_counter_inc(srv->m.pow_challenges);
+    return bits;
+}
+
+/* A new challenge as the API shows it: {algorithm, challenge, difficulty, expires…}. */
+static json_t *challenge_json(gw_server_t *srv, cm_req_t *req, const char *event)
+{
+    char ch[GW_POW_CHALLENGE_LEN + 1], when[32] = "";
+    int64_t expires;
+    int bits = issue_challenge(srv, req, event, ch, &expires);
+    int64_t ttl = gw_pow_ttl(srv->pow);
+    cm_format_rfc3339(expires * 1000, when, sizeof(when));
     return json_pack("{s:s, s:s, s:i, s:s, s:I}", "algorithm", "sha256-leading-zero-bits",
                      "challenge", ch, "difficulty", bits, "expires_at", when, "expires_in_seconds",
                      (json_int_t)ttl);

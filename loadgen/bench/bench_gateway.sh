@@ -39,10 +39,12 @@
 # per-request counts do.
 #
 # --pow adds, after the joins pair, REPS back-to-back runs of the gateway alone: joins of a
-# room with proof of work off (join.lua) and of one with it on (join_pow.lua: a challenge,
-# then the join with its proof; difficulty 0, so wrk does no hashing and the gateway all
-# of its checking). It prints the gateway's and Redis' CPU microseconds per join of both
-# and their ratio: what proof of work adds to a join (docs/design.md, "Bot defences").
+# room with proof of work off (join.lua), of one with it on where each join carries a
+# proof made beforehand (proofs.py: the join alone, as a browser makes it with the
+# challenge its page came with), and of the same room as an API client joins it (a GET
+# /q/E/challenge, then the join). Difficulty 0: wrk does no hashing, the gateway all of
+# its checking. It prints the gateway's and Redis' CPU microseconds per join of each and
+# the ratios: what proof of work adds to a join (docs/design.md, "Bot defences").
 #
 # Usage: loadgen/bench/bench_gateway.sh [--skip-build] [--reps N] [--duration S]
 #            [--connections C] [--threads T] [--tickets N] [--workers N]
@@ -367,7 +369,7 @@ NG_TLS=$(tls_params "$P_NGINX")
 # the measurements
 
 # measure KIND REP SIDE URL SCRIPT OK ARGS…: one run; sets RPS/P50/P99/CPU of KIND.SIDE[REP]
-declare -A RPS P50 P99 CPU US RUS
+declare -A RPS P50 P99 CPU US USX RUS
 measure() {
     local kind=$1 r=$2 side=$3 url=$4 script=$5 ok=$6 f c0 c1 r0 r1 dur pids
     shift 6
@@ -387,6 +389,8 @@ measure() {
     CPU[$kind.$side.$r]=$(cpu_pct "$c0" "$c1" "$(awk -v d="$dur" 'BEGIN { print d / 1e6 }')")
     US[$kind.$side.$r]=$(awk -v a="$c0" -v b="$c1" -v ok="$(field "$f" ok)" -v hz="$(getconf CLK_TCK)" \
         'BEGIN { printf "%.0f", (ok > 0 ? (b - a) / hz * 1e6 / ok : 0) }')
+    USX[$kind.$side.$r]=$(awk -v a="$c0" -v b="$c1" -v ok="$(field "$f" ok)" -v hz="$(getconf CLK_TCK)" \
+        'BEGIN { printf "%.1f", (ok > 0 ? (b - a) / hz * 1e6 / ok : 0) }')
     RUS[$kind.$side.$r]=$(awk -v a="$r0" -v b="$r1" -v ok="$(field "$f" ok)" -v hz="$(getconf CLK_TCK)" \
         'BEGIN { printf "%.1f", (ok > 0 ? (b - a) / hz * 1e6 / ok : 0) }')
     note_anomalies "$kind $side run $r" "$f" "$ok"
@@ -404,8 +408,13 @@ for ((r = 1; r <= REPS; r++)); do
 done
 if ((POW)); then # back to back: pow off, pow on, the gateway alone
     for ((r = 1; r <= REPS; r++)); do
+        # twice the joins the pow-off run answered: never short of fresh proofs
+        n=$(awk -v j="$(field "$OUT/joins.gw.1" ok)" 'BEGIN { printf "%d", (j > 0 ? j : 100000) * 2 }')
+        python3 "$LIB/proofs.py" --secret "$STATE/keys/ticket-secret" --event "$EV_P" \
+            --count "$n" >"$OUT/proofs.$r" || die "proofs.py failed"
         measure powoff "$r" gw "$GW" join.lua 201 "/q/$EV_J/join"
-        measure powon "$r" gw "$GW" join_pow.lua 201 "/q/$EV_P/join"
+        measure powon "$r" gw "$GW" join_pow.lua 201 "/q/$EV_P/join" "$OUT/proofs.$r" "$THREADS"
+        measure powch "$r" gw "$GW" join_pow.lua 201 "/q/$EV_P/join"
     done
 fi
 for ((r = 1; r <= REPS; r++)); do
@@ -512,20 +521,25 @@ done
 
 if ((POW)); then
     printf 'proof of work on join (gateway alone, back to back; CPU us per answered join)\n'
-    printf '  %-6s %10s %8s %8s | %10s %8s %8s | %6s\n' rep 'off j/s' 'gw us' 'redis us' \
-        'on j/s' 'gw us' 'redis us' 'gw on/off'
-    offs=() ons=()
+    printf '  %-4s %9s %6s %6s | %9s %6s %6s | %9s %6s %6s\n' rep 'off j/s' 'gw us' 'redis' \
+        'on j/s' 'gw us' 'redis' '+GET j/s' 'gw us' 'redis'
+    offs=() ons=() chs=() roffs=() rons=()
     for ((r = 1; r <= REPS; r++)); do
-        offs+=("${US[powoff.gw.$r]}")
-        ons+=("${US[powon.gw.$r]}")
-        printf '  %-6s %10s %8s %8s | %10s %8s %8s | %6s\n' "$r" "${RPS[powoff.gw.$r]}" \
-            "${US[powoff.gw.$r]}" "${RUS[powoff.gw.$r]}" "${RPS[powon.gw.$r]}" \
-            "${US[powon.gw.$r]}" "${RUS[powon.gw.$r]}" \
-            "$(ratio "${US[powon.gw.$r]}" "${US[powoff.gw.$r]}")"
+        offs+=("${USX[powoff.gw.$r]}")
+        ons+=("${USX[powon.gw.$r]}")
+        chs+=("${USX[powch.gw.$r]}")
+        roffs+=("${RUS[powoff.gw.$r]}")
+        rons+=("${RUS[powon.gw.$r]}")
+        printf '  %-4s %9s %6s %6s | %9s %6s %6s | %9s %6s %6s\n' "$r" "${RPS[powoff.gw.$r]}" \
+            "${USX[powoff.gw.$r]}" "${RUS[powoff.gw.$r]}" "${RPS[powon.gw.$r]}" \
+            "${USX[powon.gw.$r]}" "${RUS[powon.gw.$r]}" "${RPS[powch.gw.$r]}" \
+            "${USX[powch.gw.$r]}" "${RUS[powch.gw.$r]}"
     done
-    printf '  median gateway us per join: off %s, on %s (%s×; with its GET /challenge)\n\n' \
+    printf '  median gateway us per join: off %s, on %s (%s×), on with a GET /challenge each %s (%s×)\n' \
         "$(median "${offs[@]}")" "$(median "${ons[@]}")" \
-        "$(ratio "$(median "${ons[@]}")" "$(median "${offs[@]}")")"
+        "$(ratio "$(median "${ons[@]}")" "$(median "${offs[@]}")")" "$(median "${chs[@]}")" \
+        "$(ratio "$(median "${chs[@]}")" "$(median "${offs[@]}")")"
+    printf '  median Redis us per join: off %s, on %s\n\n' "$(median "${roffs[@]}")" "$(median "${rons[@]}")"
 fi
 
 R_STATUS=$(ratio "${MED[RPS.status.gw]}" "${MED[RPS.status.ng]}")
