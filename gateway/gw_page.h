@@ -31,8 +31,8 @@ typedef struct gw_page_info {
     int64_t position, queue_size, eta_seconds, poll_after_ms;
     int64_t opens_at_ms;                        /* prequeue: the opening, Unix ms; 0 = unknown */
     const char *admission_token, *redirect_url; /* admitted: where to forward the fan */
-    bool handoff_post; /* the room's handoff: true "post" (a form), false "fragment" */
-    bool pow;          /* the room asks for a proof of work on join (gw_pow.h) */
+    bool handoff_post;         /* the room's handoff: true "post" (a form), false "fragment" */
+    bool pow;                  /* the room asks for a proof of work on join (gw_pow.h) */
     const char *pow_challenge; /* "new" with pow: a challenge for the script to solve */
     int pow_bits;              /* its difficulty */
     /*

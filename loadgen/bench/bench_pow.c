@@ -80,8 +80,12 @@ int main(int argc, char **argv)
             to = atoi(argv[i + 1]);
     }
     static const unsigned char key[32] = "bench-pow-key-bench-pow-key-1234";
-    gw_pow_config_t cfg = {.base_bits = 8, .max_bits = 24, .ttl_s = 120, .window_s = 60,
-                           .block_free_per_min = 30, .total_free_per_min = 6000,
+    gw_pow_config_t cfg = {.base_bits = 8,
+                           .max_bits = 24,
+                           .ttl_s = 120,
+                           .window_s = 60,
+                           .block_free_per_min = 30,
+                           .total_free_per_min = 6000,
                            .table_size = 65536};
     gw_pow_t *p = gw_pow_new(key, sizeof(key), &cfg);
     char ch[GW_POW_CHALLENGE_LEN + 1], proof[GW_POW_PROOF_MAX + 1];

@@ -206,6 +206,12 @@ class PowTest(gwstack.GatewayTestCase):
         self.assertEqual(page.status, 200)
         self.assertIn('data-pow="1"', page.body.decode())
         self.assertIn("worker-src 'self'", page.header("content-security-policy"))
+        # the page comes with a challenge for its script: solved, it places the fan
+        html = page.body.decode()
+        c = html.split('data-pow-challenge="', 1)[1].split('"', 1)[0]
+        bits = int(html.split('data-pow-bits="', 1)[1].split('"', 1)[0])
+        self.assertEqual(len(c), 46)
+        self.join_pow(ev, f"{c}.{solve(c, bits)}")
         w = self.c.get(f"/q/{ev}/pow.js")
         self.assertEqual(w.status, 200)
         self.assertTrue(w.header("content-type").startswith("text/javascript"))

@@ -560,9 +560,12 @@ static void test_pow(void **s)
                          .position = -1,
                          .queue_size = -1,
                          .eta_seconds = -1,
-                         .pow = true};
+                         .pow = true,
+                         .pow_challenge = "AQ-_x",
+                         .pow_bits = 17};
     char *html = render(&in);
     assert_has(html, "data-pow=\"1\"");
+    assert_has(html, "data-pow-challenge=\"AQ-_x\" data-pow-bits=\"17\"");
     assert_has(html, "<div hidden><form method=\"post\" action=\"/q/e1/join\">");
     assert_has(html, "<p >To keep ticket bots out");
     free(html);
