@@ -735,15 +735,21 @@ static void place_with_proof(place_op_t *op)
 }
 
 /*
- * The used-mark of op's proof, "os:{<event>}:q:pw:<id>" (the room's hash slot), as
- * KEYS[12] after the room's keys; its lifetime (seconds until the challenge expires) in
- * ttl. Returns the new argc; *nkeys grows by one.
+ * Where op's proof is marked used: the set of proofs whose challenges expire in the same
+ * GW_POW_BUCKET_S-second bucket, "os:{<event>}:q:pw:<bucket>" (the room's hash slot),
+ * as KEYS[12] after the room's keys; in ttl the seconds until the bucket's end, when
+ * every challenge in it has expired (the set's lifetime). A set per bucket instead of a
+ * key per proof: SADD into it costs Redis about half of a SET NX EX of a new key.
+ * Returns the new argc; *nkeys grows by one.
  */
+#define GW_POW_BUCKET_S 64
+
 static int proof_key(place_op_t *op, const char **argv, size_t *argvlen, int argc, char *key,
                      size_t keylen, char ttl[24], int *nkeys)
 {
-    int64_t left = op->proof.expires_s - cm_time_wall_ms() / 1000 + 1;
-    snprintf(key, keylen, "os:{%s}:q:pw:%s", op->event, op->proof.id);
+    int64_t bucket = op->proof.expires_s / GW_POW_BUCKET_S;
+    int64_t left = (bucket + 1) * GW_POW_BUCKET_S - cm_time_wall_ms() / 1000 + 1;
+    snprintf(key, keylen, "os:{%s}:q:pw:%" PRId64, op->event, bucket);
     snprintf(ttl, 24, "%" PRId64, left > 1 ? left : 1);
     argv[argc] = key;
     argvlen[argc] = strlen(key);
@@ -780,8 +786,8 @@ static void take_place(place_op_t *op)
     cm_hex_encode(raw, GW_VISITOR_LEN / 2, op->t.visitor);
     memcpy(&v, raw + GW_VISITOR_LEN / 2, sizeof(v));
     char score[24], used[GW_KEY_MAX + GW_POW_ID_LEN + 8], ttl[24];
-    const char *argv[GW_K_COUNT + 4];
-    size_t argvlen[GW_K_COUNT + 4];
+    const char *argv[GW_K_COUNT + 5];
+    size_t argvlen[GW_K_COUNT + 5];
     int argc = gw_keys_cached(op->event, argv, argvlen), nkeys = GW_K_COUNT;
     if (op->proof.id[0]) /* KEYS[12]: the proof's used-mark (join.lua) */
         argc = proof_key(op, argv, argvlen, argc, used, sizeof(used), ttl, &nkeys);
@@ -789,7 +795,9 @@ static void take_place(place_op_t *op)
     argv[argc++] = op->t.visitor;
     argvlen[argc] = score_text(v, score);
     argv[argc++] = score;
-    if (op->proof.id[0]) {
+    if (op->proof.id[0]) { /* ARGV[3], ARGV[4]: the proof's id, the set's lifetime */
+        argvlen[argc] = GW_POW_ID_LEN;
+        argv[argc++] = op->proof.id;
         argvlen[argc] = strlen(ttl);
         argv[argc++] = ttl;
     }

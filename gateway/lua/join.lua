@@ -3,8 +3,10 @@
 -- pre-queue; drawn by the gateway, never by the fan).
 -- Before the opening the visitor enters the pre-queue (at most max_prequeue members);
 -- after it, the next number.
--- KEYS[12] (optional) = the used-mark of the join's proof of work ('os:{e}:q:pw:<id>',
--- gw_pow.h), ARGV[3] = seconds until its challenge expires: a proof places one fan.
+-- KEYS[12] (optional) = the set of used proofs of work whose challenges expire in the
+-- same bucket ('os:{e}:q:pw:<bucket>', gw_queue.c proof_key), ARGV[3] = the join's proof
+-- id, ARGV[4] = seconds until every challenge of the bucket has expired (the set's
+-- lifetime, set when the set is made): a proof places one fan.
 -- Returns {'queued', gen, number, now} | {'prequeue', gen, 0, now} | {'unknown'} |
 -- {'sold_out'} | {'closed'} | {'not_open', prequeue_at} | {'prequeue_full', opens_at} |
 -- {'replayed'} (the proof was used already).
@@ -28,8 +30,13 @@ end
 if c.prequeue_at and now < num(c.prequeue_at, 0) then
     return {'not_open', c.prequeue_at}
 end
-if KEYS[12] and not redis.call('SET', KEYS[12], '1', 'NX', 'EX', ARGV[3]) then
-    return {'replayed'}
+if KEYS[12] then
+    if redis.call('SADD', KEYS[12], ARGV[3]) == 0 then
+        return {'replayed'}
+    end
+    if redis.call('SCARD', KEYS[12]) == 1 then
+        redis.call('EXPIRE', KEYS[12], ARGV[4])
+    end
 end
 local st = {opened = redis.call('HGET', K.st, 'opened')}
 open_room(c, st, now)

@@ -150,10 +150,15 @@ class PowTest(gwstack.GatewayTestCase):
             self.assertStatus(r, 409, "pow_replayed", msg=g.name)
             self.assertIn("challenge", r.json["pow"])
         self.assertEqual(int(self.GS.redis("GET", f"os:{{{ev}}}:q:n")), 1)
-        # the used-mark lives no longer than the challenge
-        ttl = int(self.GS.redis("TTL", f"os:{{{ev}}}:q:pw:" +
-                                base64.urlsafe_b64decode(proof.split(".")[0] + "==")[6:18].hex()))
-        self.assertTrue(0 < ttl <= 121, ttl)
+        # the used-mark lives in the set of its expiry bucket (64 s), which outlives the
+        # challenge by less than a bucket
+        raw = base64.urlsafe_b64decode(proof.split(".")[0] + "==")
+        expires = struct.unpack(">I", raw[2:6])[0]
+        key = f"os:{{{ev}}}:q:pw:{expires // 64}"
+        self.assertEqual(int(self.GS.redis("SISMEMBER", key, raw[6:18].hex())), 1)
+        ttl = int(self.GS.redis("TTL", key))
+        left = (expires // 64 + 1) * 64 - int(time.time())
+        self.assertTrue(expires - int(time.time()) - 2 <= ttl <= left + 2, (ttl, left))
 
     def test_difficulty_rises_under_a_flood_from_one_block_and_falls_back(self):
         ev = self.new_room(prefix="pw", rate_per_minute=60)
