@@ -153,7 +153,8 @@ async function queueFlow({ page, context, args, check, consoleErrors, result, de
   const powMs = await page.locator('main').getAttribute('data-pow-ms');
   if (powMs !== null) {
     result.pow = { ms: +powMs, tried: +(await page.locator('main').getAttribute('data-pow-tried')),
-                   bits: challengeBits };
+                   bits: challengeBits !== null ? challengeBits   // a GET /challenge, or the page's
+                     : +(await page.locator('main').getAttribute('data-pow-bits')) };
   }
   check(/^[1-9][\d,]*$/.test(position), 'the position is shown as a number', position);
   check(/^[1-9][\d,]*$/.test(size), 'the queue size is shown as a number', size);
