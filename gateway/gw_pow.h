@@ -17,7 +17,8 @@
  * so the difficulty falls back as the crowd thins. A block is an IPv4 /24 or an IPv6 /64.
  *
  * Replays are bounded by the caller: the proof's id (its random part) is used once per
- * room, kept in Redis until the challenge expires (join.lua).
+ * room, marked in Redis in a set per expiry bucket that outlives the challenge
+ * (gw_queue.c proof_key, join.lua).
  *
  * Thread-safe: one instance serves every worker (the rate table is behind a mutex, held
  * for a few probes; the key is read-only after gw_pow_new).
