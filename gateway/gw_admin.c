@@ -15,11 +15,13 @@
 #include "cm_err.h"
 #include "cm_log.h"
 #include "cm_mem.h"
+#include "cm_time.h"
 #include "cm_tls.h"
 #include "gw_dpop.h"
 #include "gw_keys.h"
 #include "gw_history.h"
 #include "gw_lua.h"
+#include "gw_pow.h"
 #include "gw_settings.h"
 
 typedef struct admin_op {
@@ -76,11 +78,28 @@ static json_t *stats_json(const gw_room_t *room)
                      "opened", room->opened);
 }
 
-json_t *gw_admin_room_json(const gw_room_t *room)
+/* A PUT without "pow": the gateway's pow_new_rooms decides (gw_config.c). */
+static void pow_default(gw_setting_kv_t *kv, int n, bool on)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(kv[i].name, "pow") == 0)
+            snprintf(kv[i].value, sizeof(kv[i].value), "%d", on ? 1 : 0);
+}
+
+/* stats.pow: the room's setting, what a quiet block is given now, refusals (process). */
+static json_t *pow_json(gw_server_t *srv, const gw_room_t *room)
+{
+    return json_pack("{s:b, s:i, s:I}", "enabled", room->s.pow, "base_bits",
+                     gw_pow_base_now(srv->pow, cm_time_mono_ns() / 1000000), "refused",
+                     (json_int_t)gw_pow_refused(srv->pow));
+}
+
+json_t *gw_admin_room_json(gw_server_t *srv, const gw_room_t *room)
 {
     json_t *o = gw_settings_json(&room->s);
-    json_object_set_new(o, "event", json_string(room->event));
     json_t *stats = stats_json(room);
+    json_object_set_new(stats, "pow", pow_json(srv, room));
+    json_object_set_new(o, "event", json_string(room->event));
     uint64_t verified, refused; /* DPoP proofs at this gateway since it started (gw_dpop) */
     gw_dpop_counts(room->event, &verified, &refused);
     json_object_set_new(stats, "dpop_verified", json_integer((json_int_t)verified));
@@ -107,14 +126,14 @@ static void on_refreshed(const char *err, gw_room_t *room, void *arg)
     else if (room == NULL)
         gw_reply_error(&op->r, 404, "unknown_event", "no waiting room for this event", NULL);
     else if (op->sync) {
-        op->out = gw_admin_room_json(room);
+        op->out = gw_admin_room_json(op->r.srv, room);
         json_t *s = gw_settings_json(&room->s);
         op->after = json_dumps(s, JSON_COMPACT | JSON_SORT_KEYS);
         json_decref(s);
         gw_server_sync_room(op->r.srv, op->event, on_synced, op);
         return;
     } else
-        gw_reply_json(&op->r, op->code, gw_admin_room_json(room));
+        gw_reply_json(&op->r, op->code, gw_admin_room_json(op->r.srv, room));
     op_free(op);
 }
 
@@ -180,6 +199,8 @@ void gw_admin_event_write(gw_server_t *srv, cm_req_t *req, const char *event, bo
     gw_setting_kv_t kv[GW_SETTINGS_MAX_FIELDS];
     char err[256];
     int n = gw_settings_parse(body, partial, srv->cfg.allow_loopback_http, kv, err, sizeof(err));
+    if (n > 0 && !partial && json_object_get(body, "pow") == NULL)
+        pow_default(kv, n, srv->cfg.pow_new_rooms);
     json_decref(body);
     if (n < 0) {
         gw_reply_error(&op->r, 400, "invalid_request", err, NULL);
@@ -264,7 +285,7 @@ void gw_admin_events_list(gw_server_t *srv, cm_req_t *req)
     json_t *arr = json_array();
     for (size_t i = 0; i < n; i++) {
         if (rooms[i]->present)
-            json_array_append_new(arr, gw_admin_room_json(rooms[i]));
+            json_array_append_new(arr, gw_admin_room_json(srv, rooms[i]));
     }
     gw_reply_json(&r, 200, json_pack("{s:o}", "events", arr));
 }

@@ -27,6 +27,9 @@ typedef struct gw_config {
     int64_t join_rate_per_ip;
     int64_t join_burst_per_ip;
     int64_t rate_limit_table_size;
+    bool pow_new_rooms;
+    int64_t pow_base_bits, pow_max_bits, pow_ttl_s, pow_window_s;
+    int64_t pow_block_free_per_min, pow_total_free_per_min, pow_table_size;
     int64_t tick_ms;
     int64_t signer_threads;
     int64_t signer_queue;

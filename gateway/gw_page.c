@@ -36,6 +36,7 @@
 /* The embedded pages (onsale_embed in gateway/CMakeLists.txt). */
 extern const char gw_www_queue_html[];
 extern const char gw_www_dashboard_html[];
+extern const char gw_www_pow_worker_js[];
 
 #define MAX_NAME        32
 #define MAX_POSITION    1000000000000000LL /* 1e15: far beyond any queue, no overflow below */
@@ -51,8 +52,8 @@ extern const char gw_www_dashboard_html[];
  * without a place; the dashboard's forms stay on the page.
  */
 #define CSP_REST                                                                                   \
-    "connect-src 'self'; img-src 'self' data:; base-uri 'none'; frame-ancestors 'none'; "          \
-    "form-action "
+    "connect-src 'self'; img-src 'self' data:; worker-src 'self'; base-uri 'none'; "               \
+    "frame-ancestors 'none'; form-action "
 
 /* --- a growable byte buffer ---------------------------------------------------------- */
 
@@ -237,6 +238,7 @@ typedef enum {
     ST_EXPIRED,     /* 410 admission_expired */
     ST_UNAVAILABLE, /* 503, or anything unexpected: try again shortly */
     ST_BUSY,        /* 429 rate_limited: try again after Retry-After */
+    ST_JAVASCRIPT,  /* pow_required of a form join: the proof of work needs JavaScript */
     ST_COUNT
 } page_state_t;
 
@@ -265,6 +267,10 @@ static const struct {
     [ST_BUSY] = {"busy", "Please wait a moment", true,
                  "Many people are arriving from your network at once. This page gets you a "
                  "place in a moment; please keep it open."},
+    [ST_JAVASCRIPT] = {"javascript", "JavaScript is needed", false,
+                       "To keep ticket bots out, this waiting room asks your browser to solve a "
+                       "small puzzle before it gives you a place, and that needs JavaScript. "
+                       "Please turn JavaScript on for this site and reload the page."},
 };
 
 /* One of the six caller-facing states; anything else is "new". */
@@ -378,6 +384,7 @@ typedef struct vars {
     char *redirect; /* heap or NULL: handoff "fragment", the URL with the token */
     char *action;   /* heap or NULL: handoff "post", where the form goes */
     char *csp;      /* heap: the page's Content-Security-Policy */
+    char pow_bits[8];
 } vars_t;
 
 typedef struct var {
@@ -393,6 +400,7 @@ static void compute(const gw_page_info_t *in, page_state_t st, vars_t *v)
     snprintf(v->eta_seconds, sizeof(v->eta_seconds), "%" PRId64, in->eta_seconds);
     snprintf(v->poll_after_ms, sizeof(v->poll_after_ms), "%" PRId64, in->poll_after_ms);
     snprintf(v->opens_at_ms, sizeof(v->opens_at_ms), "%" PRId64, in->opens_at_ms);
+    snprintf(v->pow_bits, sizeof(v->pow_bits), "%d", in->pow_bits);
     group_digits(pos < 1 ? -1 : pos, v->position_text, sizeof(v->position_text));
     /* a size sampled a moment before the position was: the line includes this fan */
     group_digits(in->queue_size >= 0 && in->queue_size < pos ? pos : in->queue_size,
@@ -522,6 +530,11 @@ static char *render(const gw_page_info_t *info, page_state_t st, size_t *len, ch
         {"redirect", v.redirect ? v.redirect : ""},
         {"hidden_redirect", v.redirect ? "" : "hidden"},
         {"handoff", info->handoff_post ? "post" : "fragment"},
+        {"pow", info->pow ? "1" : "0"},
+        {"pow_challenge", info->pow_challenge ? info->pow_challenge : ""},
+        {"pow_bits", v.pow_bits},
+        {"hidden_pow_form", info->pow ? "hidden" : ""},
+        {"hidden_pow_note", info->pow ? "" : "hidden"},
         {"handoff_action", v.action ? v.action : ""},
         {"handoff_token", v.action && info->admission_token ? info->admission_token : ""},
         {"hidden_handoff", v.action ? "" : "hidden"},
@@ -610,6 +623,9 @@ static char *render_answer(const char *event, int code, const json_t *body, int6
     } else if (error != NULL && strcmp(error, "invalid_ticket") == 0) {
         st = ST_NEW; /* the script takes a place again */
         out_code = 200;
+    } else if (error != NULL && strcmp(error, "pow_required") == 0) {
+        st = ST_JAVASCRIPT;
+        out_code = code;
     } else if (code == 429) {
         st = ST_BUSY;
         out_code = 429;
@@ -681,6 +697,14 @@ void gw_page_queue_answer(cm_req_t *req, int code, json_t *body)
     cm_http_send_body(req, page_code, "text/html; charset=utf-8", html, len, false);
     free(html);
     free(csp);
+}
+
+void gw_page_pow_worker(cm_req_t *req)
+{
+    cm_http_add_header(req, "Content-Security-Policy", "default-src 'none'");
+    cm_http_add_header(req, "Cache-Control", DASHBOARD_CACHE);
+    cm_http_send_body(req, 200, "text/javascript; charset=utf-8", gw_www_pow_worker_js,
+                      strlen(gw_www_pow_worker_js), true);
 }
 
 void gw_page_dashboard(cm_req_t *req)

@@ -31,7 +31,10 @@ typedef struct gw_page_info {
     int64_t position, queue_size, eta_seconds, poll_after_ms;
     int64_t opens_at_ms;                        /* prequeue: the opening, Unix ms; 0 = unknown */
     const char *admission_token, *redirect_url; /* admitted: where to forward the fan */
-    bool handoff_post; /* the room's handoff: true "post" (a form), false "fragment" */
+    bool handoff_post;         /* the room's handoff: true "post" (a form), false "fragment" */
+    bool pow;                  /* the room asks for a proof of work on join (gw_pow.h) */
+    const char *pow_challenge; /* "new" with pow: a challenge for the script to solve */
+    int pow_bits;              /* its difficulty */
     /*
      * Optional (0 = unknown): the position the fan first saw, the baseline of the
      * progress bar. gw_page_queue() takes the larger of this and the page's own `?from=`
@@ -81,7 +84,9 @@ void gw_page_queue(cm_req_t *req, const gw_page_info_t *info);
  * 2xx with "state" → that state's page (200); 410 sold_out / closed → that page (200, a
  * clear message, not an error); 410 admission_expired → "expired" (200); 404
  * unknown_event → "unknown" (404); 401 invalid_ticket → "new", the script joins again
- * (200); 429 → "busy", asking again after retry_after_seconds (429); anything else →
+ * (200); 429 → "busy", asking again after retry_after_seconds (429); pow_required (a
+ * form join without the script's proof of work) → "javascript", which says JavaScript
+ * is needed (the code given); anything else →
  * "unavailable", asking again in 5 s (503). The status to send is stored in *page_code.
  * Pure; returns a new heap string, its length in *len.
  */
@@ -97,6 +102,12 @@ char *gw_page_render_answer(const char *event, int code, const json_t *body, int
  * Sends exactly one reply.
  */
 void gw_page_queue_answer(cm_req_t *req, int code, json_t *body);
+
+/**
+ * Answers req (GET /q/{event}/pow.js) with the queue page's proof-of-work Web Worker
+ * (gateway/www/pow_worker.js): JavaScript, cacheable, its own strict CSP.
+ */
+void gw_page_pow_worker(cm_req_t *req);
 
 /**
  * Answers req with the operator dashboard: 200 text/html, cacheable for a few minutes,

@@ -29,6 +29,7 @@
 #include "gw_limit.h"
 #include "gw_lua.h"
 #include "gw_page.h"
+#include "gw_pow.h"
 #include "gw_ticket.h"
 #include "gw_watermark.h"
 
@@ -45,9 +46,19 @@ typedef struct place_op {
     bool form;      /* a browser's form POST to join: answered 303 to the page */
     bool keyed;     /* the join named a key (DPoP): the new ticket is bound to jkt */
     unsigned char jkt[GW_TICKET_JKT_LEN];
+    gw_pow_proof_t proof; /* the join's verified proof of work (proof.id[0]: none) */
 } place_op_t;
 
 static void answer(place_op_t *op, gw_room_t *room);
+
+/* The fan's address: behind HAProxy, the one its PROXY header names. */
+static const char *peer_of(cm_req_t *req)
+{
+    return cm_http_peer(req);
+}
+static int issue_challenge(gw_server_t *srv, cm_req_t *req, const char *event,
+                           char ch[GW_POW_CHALLENGE_LEN + 1], int64_t *expires_s);
+static void refuse_proof(place_op_t *op, int code, const char *error, const char *message);
 
 static void op_free(place_op_t *op)
 {
@@ -181,6 +192,7 @@ static place_op_t *op_new(gw_server_t *srv, cm_req_t *req, gw_endpoint_t ep, con
     gw_req_start(&op->r, srv, req, ep);
     snprintf(op->event, sizeof(op->event), "%s", event);
     op->code = 200;
+    op->proof.id[0] = '\0';
     return op;
 }
 
@@ -252,7 +264,14 @@ static void reply_page(place_op_t *op, gw_room_t *room, const char *state, int64
         .eta_seconds = eta,
         .poll_after_ms = poll,
         .opens_at_ms = room ? room->s.opens_at : 0,
+        .pow = room && room->s.pow,
     };
+    char ch[GW_POW_CHALLENGE_LEN + 1];
+    int64_t expires;
+    if (info.pow && op->fresh && strcmp(state, "new") == 0) { /* the script solves it at once */
+        info.pow_bits = issue_challenge(op->r.srv, op->r.req, op->event, ch, &expires);
+        info.pow_challenge = ch;
+    }
     if (!op->fresh && op->ticket[0])
         gw_queue_set_cookie(&op->r, op->event, op->ticket);
     gw_page_queue(op->r.req, &info);
@@ -582,6 +601,8 @@ static void on_join(const char *err, const cm_redis_reply_t *reply, void *arg)
             return;
         }
         cm_counter_inc(srv->m.joins);
+        if (op->proof.id[0])
+            gw_pow_count_join(srv->pow, cm_time_mono_ns() / 1000000);
         if (op->form) {
             see_page(op);
             return;
@@ -591,6 +612,10 @@ static void on_join(const char *err, const cm_redis_reply_t *reply, void *arg)
          * join has even been answered: report the pre-queue; the next poll exchanges it. */
         op->looked_up = op->t.num == 0;
         answer_with_room(op);
+        return;
+    }
+    if (strcmp(what, "replayed") == 0) {
+        refuse_proof(op, 409, "pow_replayed", "this proof of work placed a fan already");
         return;
     }
     if (op->page && strcmp(what, "unknown") != 0) {
@@ -631,10 +656,153 @@ static void on_join(const char *err, const cm_redis_reply_t *reply, void *arg)
     op_free(op);
 }
 
-/* The fan's address: behind HAProxy, the one its PROXY header names. */
-static const char *peer_of(cm_req_t *req)
+/* --- proof of work (gw_pow.h): a challenge, and the check before a new place ------------ */
+
+/* A new challenge for the request's address block into ch; its difficulty. */
+static int issue_challenge(gw_server_t *srv, cm_req_t *req, const char *event,
+                           char ch[GW_POW_CHALLENGE_LEN + 1], int64_t *expires_s)
 {
-    return cm_http_peer(req);
+    char block[GW_POW_BLOCK_MAX];
+    gw_pow_block(peer_of(req), block);
+    int bits = gw_pow_take_bits(srv->pow, block, cm_time_mono_ns() / 1000000);
+    int64_t now = cm_time_wall_ms() / 1000;
+    gw_pow_issue(srv->pow, event, block, bits, now, ch, GW_POW_CHALLENGE_LEN + 1);
+    *expires_s = now + gw_pow_ttl(srv->pow);
+    cm_counter_inc(srv->m.pow_challenges);
+    return bits;
+}
+
+/* A new challenge as the API shows it: {algorithm, challenge, difficulty, expires…}. */
+static json_t *challenge_json(gw_server_t *srv, cm_req_t *req, const char *event)
+{
+    char ch[GW_POW_CHALLENGE_LEN + 1], when[32] = "";
+    int64_t expires;
+    int bits = issue_challenge(srv, req, event, ch, &expires);
+    int64_t ttl = gw_pow_ttl(srv->pow);
+    cm_format_rfc3339(expires * 1000, when, sizeof(when));
+    return json_pack("{s:s, s:s, s:i, s:s, s:I}", "algorithm", "sha256-leading-zero-bits",
+                     "challenge", ch, "difficulty", bits, "expires_at", when, "expires_in_seconds",
+                     (json_int_t)ttl);
+}
+
+void gw_queue_challenge(gw_server_t *srv, cm_req_t *req, const char *event)
+{
+    gw_req_t r;
+    gw_req_start(&r, srv, req, GW_EP_JOIN);
+    cm_http_add_header(req, "Cache-Control", "no-store");
+    gw_reply_json(&r, 200, challenge_json(srv, req, event));
+}
+
+/* Refuses a join for its proof, with a fresh challenge to solve. Frees op. */
+static void refuse_proof(place_op_t *op, int code, const char *error, const char *message)
+{
+    gw_server_t *srv = op->r.srv;
+    cm_counter_inc(srv->m.pow_refused);
+    gw_pow_count_refused(srv->pow);
+    cm_http_add_header(op->r.req, "Cache-Control", "no-store");
+    if (op->form) { /* a form without the page's script: it cannot solve a challenge */
+        json_t *body = json_pack("{s:s, s:s}", "error", "pow_required", "message", message);
+        gw_page_queue_answer(op->r.req, code, body); /* steals body */
+        gw_req_replied(&op->r);
+        op_free(op);
+        return;
+    }
+    json_t *extra = json_pack("{s:o}", "pow", challenge_json(srv, op->r.req, op->event));
+    gw_reply_error(&op->r, code, error, message, extra);
+    op_free(op);
+}
+
+static const char *proof_message(gw_pow_result_t res)
+{
+    switch (res) {
+    case GW_POW_MALFORMED:
+        return "the Onsale-Pow header must be <challenge>.<nonce> (docs/api.md)";
+    case GW_POW_FORGED:
+        return "the challenge was not issued by this waiting room to this network";
+    case GW_POW_EXPIRED:
+        return "the challenge has expired; solve the new one";
+    case GW_POW_WEAK:
+        return "the nonce does not solve the challenge";
+    case GW_POW_OK:
+        break;
+    }
+    return "this waiting room asks for a proof of work on join: solve the challenge and send "
+           "it in the Onsale-Pow header";
+}
+
+static void take_place(place_op_t *op);
+
+/* A room with pow on takes a new place only with a valid proof (its used-mark follows). */
+static void check_proof(place_op_t *op, gw_room_t *room)
+{
+    if (!room->s.pow) {
+        take_place(op);
+        return;
+    }
+    gw_server_t *srv = op->r.srv;
+    const char *proof = cm_http_header(op->r.req, "Onsale-Pow");
+    if (proof == NULL) {
+        refuse_proof(op, 428, "pow_required", proof_message(GW_POW_OK));
+        return;
+    }
+    char block[GW_POW_BLOCK_MAX];
+    gw_pow_block(peer_of(op->r.req), block);
+    gw_pow_result_t res = gw_pow_check(srv->pow, op->event, block, proof, strlen(proof),
+                                       cm_time_wall_ms() / 1000, &op->proof);
+    if (res != GW_POW_OK) {
+        op->proof.id[0] = '\0';
+        refuse_proof(op, res == GW_POW_MALFORMED ? 400 : 403, gw_pow_error(res),
+                     proof_message(res));
+        return;
+    }
+    take_place(op);
+}
+
+static void on_room_to_place(const char *err, gw_room_t *room, void *arg)
+{
+    place_op_t *op = arg;
+    if (err != NULL) {
+        gw_reply_unavailable(&op->r, "loading the waiting room", err);
+        op_free(op);
+    } else if (room == NULL) {
+        gw_reply_error(&op->r, 404, "unknown_event", "no waiting room for this event", NULL);
+        op_free(op);
+    } else {
+        check_proof(op, room);
+    }
+}
+
+/* check_proof() once the room's settings are cached. */
+static void place_with_proof(place_op_t *op)
+{
+    gw_room_t *room = gw_watermark_room(op->r.srv, op->event);
+    if (room != NULL)
+        check_proof(op, room);
+    else
+        gw_watermark_refresh(op->r.srv, op->event, on_room_to_place, op);
+}
+
+/*
+ * Where op's proof is marked used: the set of proofs whose challenges expire in the same
+ * GW_POW_BUCKET_S-second bucket, "os:{<event>}:q:pw:<bucket>" (the room's hash slot),
+ * as KEYS[12] after the room's keys; in ttl the seconds until the bucket's end, when
+ * every challenge in it has expired (the set's lifetime). A set per bucket instead of a
+ * key per proof: SADD into it costs Redis about half of a SET NX EX of a new key.
+ * Returns the new argc; *nkeys grows by one.
+ */
+#define GW_POW_BUCKET_S 64
+
+static int proof_key(place_op_t *op, const char **argv, size_t *argvlen, int argc, char *key,
+                     size_t keylen, char ttl[24], int *nkeys)
+{
+    int64_t bucket = op->proof.expires_s / GW_POW_BUCKET_S;
+    int64_t left = (bucket + 1) * GW_POW_BUCKET_S - cm_time_wall_ms() / 1000 + 1;
+    snprintf(key, keylen, "os:{%s}:q:pw:%" PRId64, op->event, bucket);
+    snprintf(ttl, 24, "%" PRId64, left > 1 ? left : 1);
+    argv[argc] = key;
+    argvlen[argc] = strlen(key);
+    (*nkeys)++;
+    return argc + 1;
 }
 
 /*
@@ -695,16 +863,23 @@ static void take_place(place_op_t *op)
     random_bytes(raw, sizeof(raw));
     cm_hex_encode(raw, GW_VISITOR_LEN / 2, op->t.visitor);
     memcpy(&v, raw + GW_VISITOR_LEN / 2, sizeof(v));
-    char score[24];
-    const char *argv[GW_K_COUNT + 2];
-    size_t argvlen[GW_K_COUNT + 2];
-    int argc = gw_keys_cached(op->event, argv, argvlen);
+    char score[24], used[GW_KEY_MAX + GW_POW_ID_LEN + 8], ttl[24];
+    const char *argv[GW_K_COUNT + 5];
+    size_t argvlen[GW_K_COUNT + 5];
+    int argc = gw_keys_cached(op->event, argv, argvlen), nkeys = GW_K_COUNT;
+    if (op->proof.id[0]) /* KEYS[12]: the proof's used-mark (join.lua) */
+        argc = proof_key(op, argv, argvlen, argc, used, sizeof(used), ttl, &nkeys);
     argvlen[argc] = GW_VISITOR_LEN;
     argv[argc++] = op->t.visitor;
     argvlen[argc] = score_text(v, score);
     argv[argc++] = score;
-    if (cm_redis_eval(srv->redis, gw_lua()->join, on_join, op, GW_K_COUNT, argc, argv, argvlen) !=
-        0) {
+    if (op->proof.id[0]) { /* ARGV[3], ARGV[4]: the proof's id, the set's lifetime */
+        argvlen[argc] = GW_POW_ID_LEN;
+        argv[argc++] = op->proof.id;
+        argvlen[argc] = strlen(ttl);
+        argv[argc++] = ttl;
+    }
+    if (cm_redis_eval(srv->redis, gw_lua()->join, on_join, op, nkeys, argc, argv, argvlen) != 0) {
         gw_reply_unavailable(&op->r, "joining the queue", cm_err_closed);
         op_free(op);
     }
@@ -796,5 +971,5 @@ void gw_queue_join(gw_server_t *srv, cm_req_t *req, const char *event)
     }
     if (bind_key(op) != 0)
         return;
-    take_place(op);
+    place_with_proof(op);
 }

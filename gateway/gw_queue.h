@@ -20,6 +20,9 @@
 #include "gw_server.h"
 #include "cm_http.h"
 
+/** GET /q/{event}/challenge: a proof-of-work challenge for the caller's address block. */
+void gw_queue_challenge(gw_server_t *srv, cm_req_t *req, const char *event);
+
 /** POST /q/{event}/join (event already checked as an identifier; JSON, or the page's form). */
 void gw_queue_join(gw_server_t *srv, cm_req_t *req, const char *event);
 

@@ -96,7 +96,16 @@ static void dashboard(gw_server_t *srv, cm_req_t *req)
     gw_req_replied(&r);
 }
 
-/* /q/{event}[/join|/status] */
+/* GET /q/{event}/pow.js: the page's proof-of-work worker (a file: the CSP allows no inline one). */
+static void pow_worker(gw_server_t *srv, cm_req_t *req)
+{
+    gw_req_t r;
+    gw_req_start(&r, srv, req, GW_EP_PAGE);
+    gw_page_pow_worker(req);
+    gw_req_replied(&r);
+}
+
+/* /q/{event}[/join|/status|/challenge|/pow.js] */
 static void route_queue(gw_server_t *srv, cm_req_t *req, char **seg, int n)
 {
     if (n < 2 || n > 3) {
@@ -121,6 +130,16 @@ static void route_queue(gw_server_t *srv, cm_req_t *req, char **seg, int n)
                          "join takes no body (at most an empty JSON object)");
         else
             gw_queue_join(srv, req, seg[1]);
+    } else if (strcmp(seg[2], "pow.js") == 0) {
+        if (method_is(req, CM_HTTP_GET) || method_is(req, CM_HTTP_HEAD))
+            pow_worker(srv, req);
+        else
+            reply_simple(srv, req, GW_EP_OTHER, 405, "method_not_allowed", "use GET");
+    } else if (strcmp(seg[2], "challenge") == 0) {
+        if (method_is(req, CM_HTTP_GET))
+            gw_queue_challenge(srv, req, seg[1]);
+        else
+            reply_simple(srv, req, GW_EP_OTHER, 405, "method_not_allowed", "use GET");
     } else if (strcmp(seg[2], "status") == 0) {
         if (method_is(req, CM_HTTP_GET))
             gw_queue_status(srv, req, seg[1]);

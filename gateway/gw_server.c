@@ -30,6 +30,7 @@
 #include "cm_tls.h"
 #include "gw_admit.h"
 #include "gw_limit.h"
+#include "gw_pow.h"
 #include "gw_signer.h"
 #include "gw_ticket.h"
 #include "gw_watermark.h"
@@ -164,6 +165,10 @@ static void register_metrics(gw_server_t *srv)
                            NULL);
     x->rate_limited = cm_metrics_counter(m, "onsale_gateway_rate_limited_total",
                                          "joins refused by the per-address limit", NULL);
+    x->pow_challenges = cm_metrics_counter(m, "onsale_gateway_pow_challenges_total",
+                                           "proof-of-work challenges handed out", NULL);
+    x->pow_refused = cm_metrics_counter(m, "onsale_gateway_pow_refused_total",
+                                        "joins refused for a missing or bad proof of work", NULL);
     x->backend_errors = cm_metrics_counter(m, "onsale_gateway_backend_errors_total",
                                            "requests answered 503 (Redis or signer failure)", NULL);
     x->advance_runs = cm_metrics_counter(m, "onsale_gateway_watermark_advances_total",
@@ -311,6 +316,34 @@ static int load_secrets(gw_server_t *srv, char *err, size_t errlen)
     return srv->admin_token == NULL ? -1 : 0;
 }
 
+static double gauge_pow_bits(void *arg)
+{
+    return gw_pow_base_now(arg, cm_time_mono_ns() / 1000000);
+}
+
+/* Proof of work: its MAC key is derived from the signing ticket secret, so every gateway
+ * of a deployment checks every other's challenges without a secret of its own. */
+static gw_pow_t *pow_new(gw_server_t *srv)
+{
+    static const char label[] = "onsale proof-of-work challenge key v1";
+    const gw_config_t *cfg = &srv->cfg;
+    unsigned char key[32];
+    gw_ticket_hmac(srv->ticket_secret, srv->ticket_secret_len, label, sizeof(label) - 1, key);
+    gw_pow_config_t c = {
+        .base_bits = (int)cfg->pow_base_bits,
+        .max_bits =
+            (int)(cfg->pow_max_bits > cfg->pow_base_bits ? cfg->pow_max_bits : cfg->pow_base_bits),
+        .ttl_s = cfg->pow_ttl_s,
+        .window_s = cfg->pow_window_s,
+        .block_free_per_min = cfg->pow_block_free_per_min,
+        .total_free_per_min = cfg->pow_total_free_per_min,
+        .table_size = (size_t)cfg->pow_table_size,
+    };
+    gw_pow_t *p = gw_pow_new(key, sizeof(key), &c);
+    explicit_bzero(key, sizeof(key));
+    return p;
+}
+
 /* One worker's instance on its loop; the shared parts are borrowed from worker 0. */
 static gw_server_t *worker_new(gw_server_t *first, cm_server_t *cs, int i, char *err, size_t errlen)
 {
@@ -327,6 +360,7 @@ static gw_server_t *worker_new(gw_server_t *first, cm_server_t *cs, int i, char 
         srv->jwks = first->jwks;
         srv->tls = first->tls;
         srv->limit = first->limit;
+        srv->pow = first->pow;
     }
     srv->cs = cs;
     srv->index = i;
@@ -371,6 +405,7 @@ gw_server_t *gw_server_new(const gw_config_t *cfg, char *err, size_t errlen)
         goto err;
     srv->limit = gw_limit_new(cfg->join_rate_per_ip, cfg->join_burst_per_ip,
                               (size_t)cfg->rate_limit_table_size);
+    srv->pow = pow_new(srv);
     cm_server_opts_t o = {
         .name = "gateway",
         .metric_prefix = "onsale_gateway",
@@ -384,6 +419,9 @@ gw_server_t *gw_server_new(const gw_config_t *cfg, char *err, size_t errlen)
     srv->cs = cm_server_new(&o, err, errlen);
     if (srv->cs == NULL)
         goto err;
+    cm_metrics_gauge_fn(cm_server_metrics(srv->cs), "onsale_gateway_pow_base_bits",
+                        "proof-of-work difficulty a quiet address block is given now", NULL,
+                        gauge_pow_bits, srv->pow);
     int n = cm_server_workers(srv->cs);
     srv->all = cm_xcalloc((size_t)n, sizeof(gw_server_t *));
     err[0] = '\0';
@@ -445,6 +483,7 @@ void gw_server_free(gw_server_t *srv)
     free(srv->all);
     cm_server_free(srv->cs); /* the loops and the shared registry */
     gw_limit_free(srv->limit);
+    gw_pow_free(srv->pow);
     cm_tls_free(srv->tls);
     cm_jwt_signer_free(srv->signer);
     free(srv->jwks);

@@ -35,6 +35,7 @@ typedef struct gw_limit gw_limit_t;
 typedef struct gw_admit gw_admit_t;
 typedef struct gw_rooms gw_rooms_t;
 typedef struct gw_history gw_history_t;
+typedef struct gw_pow gw_pow_t;
 
 typedef enum {
     GW_EP_HEALTH,
@@ -60,6 +61,8 @@ typedef struct gw_metrics {
     cm_counter_t *dpop_verified; /* proofs accepted on admitting polls (gw_dpop) */
     cm_counter_t *dpop_refused;  /* proofs missing, invalid or replayed where required */
     cm_counter_t *rate_limited;
+    cm_counter_t *pow_challenges; /* proof-of-work challenges handed out */
+    cm_counter_t *pow_refused;    /* joins refused for a missing or bad proof of work */
     cm_counter_t *backend_errors;
     cm_counter_t *advance_runs;
     cm_counter_t *advance_errors;
@@ -91,6 +94,7 @@ struct gw_server {
     gw_signer_t *pool;
     gw_admit_t *admit;
     gw_limit_t *limit;
+    gw_pow_t *pow; /* proof of work on join (gw_pow.h), shared by every worker */
     gw_rooms_t *rooms;
     gw_history_t *history; /* the dashboard's history of every room (gw_history.h) */
     cm_pool_t *place_ops;  /* gw_queue's operations (joins, status polls), reused */

@@ -37,6 +37,7 @@ static const field_t fields[] = {
     {"redirect_url", F_URL, 0, 0, NULL},
     {"handoff", F_HANDOFF, 0, 0, "fragment"},
     {"dpop", F_BOOL, 0, 0, "1"}, /* a PUT without it: the gateway's dpop_default (gw_admin) */
+    {"pow", F_BOOL, 0, 0, "1"},  /* a room saved before this field existed has none: off */
 };
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
 
@@ -206,6 +207,8 @@ void gw_settings_set(gw_settings_t *s, const char *name, const char *v)
         s->handoff_post = strcmp(v, "post") == 0;
     else if (strcmp(name, "dpop") == 0)
         s->dpop = strcmp(v, "1") == 0;
+    else if (strcmp(name, "pow") == 0)
+        s->pow = strcmp(v, "1") == 0;
     else if (strcmp(name, "gen") == 0) {
         if (gw_settings_gen_parse(v, &s->gen) != 0)
             s->gen = 0;
@@ -241,6 +244,7 @@ json_t *gw_settings_json(const gw_settings_t *s)
                         s->redirect_url[0] ? json_string(s->redirect_url) : json_null());
     json_object_set_new(o, "handoff", json_string(s->handoff_post ? "post" : "fragment"));
     json_object_set_new(o, "dpop", json_boolean(s->dpop));
+    json_object_set_new(o, "pow", json_boolean(s->pow));
     json_object_set_new(o, "created_at", time_json(s->created_ms));
     json_object_set_new(o, "updated_at", time_json(s->updated_ms));
     return o;

@@ -32,6 +32,7 @@ typedef struct gw_settings {
     bool handoff_post;             /* handoff "post"; false = "fragment" (API.md v1.1) */
     bool dpop;                     /* tickets bound to the joining key (gw_dpop); a hash
                                       without the field (a room older than it): false */
+    bool pow;                      /* joins need a proof of work (gw_pow.h) */
     uint64_t gen;                  /* room generation (from Redis) */
     int64_t created_ms, updated_ms;
 } gw_settings_t;

@@ -15,8 +15,16 @@ EVENT=${EVENT:-demo}
 CARD=${CARD:-tok_visa}
 api() { curl -sS --fail-with-body --cacert "$ONSALE_CA" "$@"; }
 
-# 1. join: the body holds the queue ticket (browsers get it as a cookie too)
-join=$(api -X POST "$ONSALE_GATEWAY_URL/q/$EVENT/join")
+# 1. join: the body holds the queue ticket (browsers get it as a cookie too). A room with
+#    proof of work on (docs/api.md) answers 428 with a challenge: pow.py solves it.
+join=$(curl -sS --cacert "$ONSALE_CA" -X POST "$ONSALE_GATEWAY_URL/q/$EVENT/join")
+if [ "$(printf '%s' "$join" | jq -r '.error // empty')" = pow_required ]; then
+    proof=$(printf '%s' "$join" | jq -r '.pow | "\(.challenge) \(.difficulty)"' | {
+        read -r c d
+        echo "$c.$(python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import pow; print(pow.solve(sys.argv[2], int(sys.argv[3])))' "$(dirname "$0")" "$c" "$d")"
+    })
+    join=$(api -X POST -H "Onsale-Pow: $proof" "$ONSALE_GATEWAY_URL/q/$EVENT/join")
+fi
 ticket=$(printf '%s' "$join" | jq -r .ticket)
 echo "joined: $(printf '%s' "$join" | jq -c '{state, position, queue_size, eta_seconds}')"
 

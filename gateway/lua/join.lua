@@ -3,8 +3,13 @@
 -- pre-queue; drawn by the gateway, never by the fan).
 -- Before the opening the visitor enters the pre-queue (at most max_prequeue members);
 -- after it, the next number.
+-- KEYS[12] (optional) = the set of used proofs of work whose challenges expire in the
+-- same bucket ('os:{e}:q:pw:<bucket>', gw_queue.c proof_key), ARGV[3] = the join's proof
+-- id, ARGV[4] = seconds until every challenge of the bucket has expired (the set's
+-- lifetime, set when the set is made): a proof places one fan.
 -- Returns {'queued', gen, number, now} | {'prequeue', gen, 0, now} | {'unknown'} |
--- {'sold_out'} | {'closed'} | {'not_open', prequeue_at} | {'prequeue_full', opens_at}.
+-- {'sold_out'} | {'closed'} | {'not_open', prequeue_at} | {'prequeue_full', opens_at} |
+-- {'replayed'} (the proof was used already).
 -- Cost: this script is Redis' whole share of a join, so it reads only the fields it needs
 -- (HMGET and HGET, not HGETALL of the settings and the counters: ~15 -> ~9 µs per join,
 -- docs/performance.md, round 3). A room always has a gen (settings.lua, advance.lua).
@@ -24,6 +29,14 @@ if c.closes_at and now >= num(c.closes_at, 0) then
 end
 if c.prequeue_at and now < num(c.prequeue_at, 0) then
     return {'not_open', c.prequeue_at}
+end
+if KEYS[12] then
+    if redis.call('SADD', KEYS[12], ARGV[3]) == 0 then
+        return {'replayed'}
+    end
+    if redis.call('SCARD', KEYS[12]) == 1 then
+        redis.call('EXPIRE', KEYS[12], ARGV[4])
+    end
 end
 local st = {opened = redis.call('HGET', K.st, 'opened')}
 open_room(c, st, now)

@@ -125,7 +125,7 @@ LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 declare -a RATE P50 P99 GWUS RDUS LUAUS
 for ((r = 1; r <= REPS; r++)); do
     ev=bench-admit-$r
-    code=$(admin PUT "/admin/events/$ev" '{"rate_per_minute":10000000,"max_active":0,"paused":true,"mode":"fifo","dpop":false}')
+    code=$(admin PUT "/admin/events/$ev" '{"rate_per_minute":10000000,"max_active":0,"paused":true,"mode":"fifo","dpop":false,"pow":false}')
     [[ $code == 200 || $code == 201 ]] || die "PUT /admin/events/$ev answered $code: $(cat "$OUT/admin_body")"
     say "room $r/$REPS: $FANS joins while paused"
     timeout 600 python3 "$LIB/tickets.py" --port "$P_GATEWAY" --ca "$CA" --event "$ev" \

@@ -43,9 +43,17 @@
 # tickets bound to a key (the longer, version 2 ticket) and the join rows pay for reading
 # the proof's key; without it the rooms say "dpop": false (the default of loadgen).
 #
+# --pow adds, after the joins pair, REPS back-to-back runs of the gateway alone: joins of a
+# room with proof of work off (join.lua), of one with it on where each join carries a
+# proof made beforehand (proofs.py: the join alone, as a browser makes it with the
+# challenge its page came with), and of the same room as an API client joins it (a GET
+# /q/E/challenge, then the join). Difficulty 0: wrk does no hashing, the gateway all of
+# its checking. It prints the gateway's and Redis' CPU microseconds per join of each and
+# the ratios: what proof of work adds to a join (docs/design.md, "Bot defences").
+#
 # Usage: loadgen/bench/bench_gateway.sh [--skip-build] [--reps N] [--duration S]
 #            [--connections C] [--threads T] [--tickets N] [--workers N]
-#            [--nginx-workers W|auto] [--count] [--keep] [--dpop]
+#            [--nginx-workers W|auto] [--count] [--keep] [--dpop] [--pow]
 # Environment: ONSALE_BUILD (build dir, default <checkout>/build), ONSALE_SKIP_BUILD=1.
 # Needs: wrk, nginx, curl, openssl, python3, a build with gateway/onsale-gateway.
 # Exit status: 0 measured (whatever the verdicts), 1 the benchmark could not run.
@@ -66,6 +74,7 @@ SKIP_BUILD=${ONSALE_SKIP_BUILD:-0}
 KEEP=0
 COUNT=0
 DPOP=false
+POW=0
 BUILD=${ONSALE_BUILD:-$ROOT/build}
 
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; }
@@ -74,6 +83,7 @@ while (($#)); do
     case $1 in
     --skip-build) SKIP_BUILD=1 ;;
     --count) COUNT=1 ;;
+    --pow) POW=1 ;;
     --reps) REPS=${2:?}; shift ;;
     --duration) DURATION=${2:?}; shift ;;
     --connections) CONNS=${2:?}; shift ;;
@@ -125,8 +135,11 @@ NGINX_PID=
 GLOG=$STATE/log/gateway.log
 
 onsale() {
-    # join_rate_per_ip=0: every join of the benchmark comes from 127.0.0.1
-    ONSALE_STATE=$STATE ONSALE_BUILD=$BUILD ONSALE_SKIP_DEPS=1 ONSALE_SKIP_BUILD=1 ONSALE_SEED=0 \
+    # join_rate_per_ip=0: every join of the benchmark comes from 127.0.0.1; proof of work
+    # at difficulty 0 that never rises (only the --pow room asks for it)
+    ONSALE_GATEWAY_POW_BASE_BITS=0 ONSALE_GATEWAY_POW_MAX_BITS=0 \
+        ONSALE_GATEWAY_POW_BLOCK_FREE_PER_MIN=0 ONSALE_GATEWAY_POW_TOTAL_FREE_PER_MIN=0 \
+        ONSALE_STATE=$STATE ONSALE_BUILD=$BUILD ONSALE_SKIP_DEPS=1 ONSALE_SKIP_BUILD=1 ONSALE_SEED=0 \
         ONSALE_RESERVE_PORT=$P_RESERVE ONSALE_REDIS_PORT=$P_REDIS ONSALE_PG_PORT=$P_PG \
         ONSALE_GATEWAY_PORT=$P_GATEWAY ONSALE_PAYSIM_PORT=$P_PAYSIM \
         ONSALE_GATEWAY_JOIN_RATE_PER_IP=0 ONSALE_GATEWAY_WORKERS=$WORKERS \
@@ -230,10 +243,11 @@ admin() {
             "https://127.0.0.1:$((P_GATEWAY + 20))$2" || true # the gateway's admin listener
 }
 
-# room EVENT: a paused FIFO waiting room (nobody is admitted: status polls stay "queued").
+# room EVENT [POW]: a paused FIFO waiting room (nobody is admitted: status polls stay
+# "queued"), with proof of work off unless POW is true.
 room() {
     local code
-    code=$(admin PUT "/admin/events/$1" "{\"rate_per_minute\":60,\"max_active\":0,\"paused\":true,\"mode\":\"fifo\",\"dpop\":$DPOP}")
+    code=$(admin PUT "/admin/events/$1" "{\"rate_per_minute\":60,\"max_active\":0,\"paused\":true,\"mode\":\"fifo\",\"dpop\":$DPOP,\"pow\":${2:-false}}")
     [[ $code == 200 || $code == 201 ]] ||
         die "PUT /admin/events/$1 answered '$code': $(head -c 300 "$OUT/admin_body" 2>/dev/null)"
 }
@@ -282,8 +296,10 @@ tls_params() {
 
 EV_S=bench-status
 EV_J=bench-join
+EV_P=bench-join-pow
 room "$EV_S"
 room "$EV_J"
+((POW)) && room "$EV_P" true
 say "joining $EV_S $TICKETS times for the status runs' tickets"
 timeout 300 python3 "$LIB/tickets.py" --port "$P_GATEWAY" --ca "$CA" --event "$EV_S" \
     --count "$TICKETS" --sample "$OUT/join_body" --dpop "$DPOP" --proof-out "$OUT/proof" \
@@ -361,7 +377,7 @@ NG_TLS=$(tls_params "$P_NGINX")
 # the measurements
 
 # measure KIND REP SIDE URL SCRIPT OK ARGS…: one run; sets RPS/P50/P99/CPU of KIND.SIDE[REP]
-declare -A RPS P50 P99 CPU US RUS
+declare -A RPS P50 P99 CPU US USX RUS
 measure() {
     local kind=$1 r=$2 side=$3 url=$4 script=$5 ok=$6 f c0 c1 r0 r1 dur pids
     shift 6
@@ -381,6 +397,8 @@ measure() {
     CPU[$kind.$side.$r]=$(cpu_pct "$c0" "$c1" "$(awk -v d="$dur" 'BEGIN { print d / 1e6 }')")
     US[$kind.$side.$r]=$(awk -v a="$c0" -v b="$c1" -v ok="$(field "$f" ok)" -v hz="$(getconf CLK_TCK)" \
         'BEGIN { printf "%.0f", (ok > 0 ? (b - a) / hz * 1e6 / ok : 0) }')
+    USX[$kind.$side.$r]=$(awk -v a="$c0" -v b="$c1" -v ok="$(field "$f" ok)" -v hz="$(getconf CLK_TCK)" \
+        'BEGIN { printf "%.1f", (ok > 0 ? (b - a) / hz * 1e6 / ok : 0) }')
     RUS[$kind.$side.$r]=$(awk -v a="$r0" -v b="$r1" -v ok="$(field "$f" ok)" -v hz="$(getconf CLK_TCK)" \
         'BEGIN { printf "%.1f", (ok > 0 ? (b - a) / hz * 1e6 / ok : 0) }')
     note_anomalies "$kind $side run $r" "$f" "$ok"
@@ -396,6 +414,17 @@ for ((r = 1; r <= REPS; r++)); do
     measure joins "$r" gw "$GW" join.lua 201 "/q/$EV_J/join" "$OUT/proof"
     measure joins "$r" ng "$NG" join.lua 201 "/q/$EV_J/join" "$OUT/proof"
 done
+if ((POW)); then # back to back: pow off, pow on, the gateway alone
+    for ((r = 1; r <= REPS; r++)); do
+        # twice the joins the pow-off run answered: never short of fresh proofs
+        n=$(awk -v j="$(field "$OUT/joins.gw.1" ok)" 'BEGIN { printf "%d", (j > 0 ? j : 100000) * 2 }')
+        python3 "$LIB/proofs.py" --secret "$STATE/keys/ticket-secret" --event "$EV_P" \
+            --count "$n" >"$OUT/proofs.$r" || die "proofs.py failed"
+        measure powoff "$r" gw "$GW" join.lua 201 "/q/$EV_J/join"
+        measure powon "$r" gw "$GW" join_pow.lua 201 "/q/$EV_P/join" "$OUT/proofs.$r" "$THREADS"
+        measure powch "$r" gw "$GW" join_pow.lua 201 "/q/$EV_P/join"
+    done
+fi
 for ((r = 1; r <= REPS; r++)); do
     measure tls "$r" gw "$GW" status.lua 200 "/q/$EV_S/status" "$OUT/tickets" close
     measure tls "$r" ng "$NG" status.lua 200 "/q/$EV_S/status" "$OUT/tickets" close
@@ -497,6 +526,29 @@ for kind in status joins tls; do
             "${vals[*]}" "$(median "${vals[@]}")"
     fi
 done
+
+if ((POW)); then
+    printf 'proof of work on join (gateway alone, back to back; CPU us per answered join)\n'
+    printf '  %-4s %9s %6s %6s | %9s %6s %6s | %9s %6s %6s\n' rep 'off j/s' 'gw us' 'redis' \
+        'on j/s' 'gw us' 'redis' '+GET j/s' 'gw us' 'redis'
+    offs=() ons=() chs=() roffs=() rons=()
+    for ((r = 1; r <= REPS; r++)); do
+        offs+=("${USX[powoff.gw.$r]}")
+        ons+=("${USX[powon.gw.$r]}")
+        chs+=("${USX[powch.gw.$r]}")
+        roffs+=("${RUS[powoff.gw.$r]}")
+        rons+=("${RUS[powon.gw.$r]}")
+        printf '  %-4s %9s %6s %6s | %9s %6s %6s | %9s %6s %6s\n' "$r" "${RPS[powoff.gw.$r]}" \
+            "${USX[powoff.gw.$r]}" "${RUS[powoff.gw.$r]}" "${RPS[powon.gw.$r]}" \
+            "${USX[powon.gw.$r]}" "${RUS[powon.gw.$r]}" "${RPS[powch.gw.$r]}" \
+            "${USX[powch.gw.$r]}" "${RUS[powch.gw.$r]}"
+    done
+    printf '  median gateway us per join: off %s, on %s (%s×), on with a GET /challenge each %s (%s×)\n' \
+        "$(median "${offs[@]}")" "$(median "${ons[@]}")" \
+        "$(ratio "$(median "${ons[@]}")" "$(median "${offs[@]}")")" "$(median "${chs[@]}")" \
+        "$(ratio "$(median "${chs[@]}")" "$(median "${offs[@]}")")"
+    printf '  median Redis us per join: off %s, on %s\n\n' "$(median "${roffs[@]}")" "$(median "${rons[@]}")"
+fi
 
 R_STATUS=$(ratio "${MED[RPS.status.gw]}" "${MED[RPS.status.ng]}")
 R_JOINS=$(ratio "${MED[RPS.joins.gw]}" "${MED[RPS.joins.ng]}")

@@ -1161,6 +1161,9 @@ static void start_night(sim_crowd_t *c)
          * unless the scenario says so (docs/api.md, DPoP). */
         if (json_object_get(room, "dpop") == NULL)
             json_object_set_new(room, "dpop", json_false());
+        /* The simulated fans join without solving a proof of work (docs/api.md): a
+         * scenario measures the queue, not the puzzle. */
+        json_object_set_new(room, "pow", json_false());
         char *body = json_dumps(room, JSON_COMPACT);
         json_decref(room);
         sim_pool_request(c->gwadmin, 0, "PUT", path, c->gw_admin_hdr, body, on_setup, c);

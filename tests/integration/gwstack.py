@@ -53,6 +53,9 @@ DEFAULT_CONF = {
     "tick_ms": 100,
     "workers": 2,
     "join_rate_per_ip": 0,
+    # rooms a test creates without "pow" join without a proof of work, as before it
+    # existed; test_gateway_pow.py turns it on and solves the challenges
+    "pow_new_rooms": "false",
     "signer_threads": 2,
     "log_level": "info",
     # Rooms bind tickets to keys only when a test asks ("dpop": True, test_gateway_dpop):

@@ -831,6 +831,10 @@ class Stack:
             # Rooms the suites create bind no tickets to keys unless a test says "dpop":
             # their clients send no DPoP proofs (the gateway's default is true).
             "ONSALE_GATEWAY_DPOP_DEFAULT": "false",
+            # Rooms the suites create without "pow" join without a proof of work, as before
+            # it existed (the gateway reads ONSALE_GATEWAY_<KEY>); test_gateway_pow.py,
+            # test_openapi.py and the browser test turn it on per room and solve it.
+            "ONSALE_GATEWAY_POW_NEW_ROOMS": "false",
         })
         return e
 

@@ -20,6 +20,8 @@ Skipped (with the reason) only when chromium, node, or the browser test's node_m
 (`npm install` in tests/integration/browser) are missing.
 """
 
+import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -55,6 +57,14 @@ def _skip_reason():
 SKIP = _skip_reason()
 
 
+def solve(challenge, bits):
+    """docs/api.md "Proof of work": the first decimal nonce that solves challenge."""
+    for i in itertools.count():
+        d = hashlib.sha256((challenge + str(i)).encode()).digest()
+        if int.from_bytes(d, "big") >> (256 - bits) == 0:
+            return str(i)
+
+
 def setUpModule():
     if SKIP:
         raise unittest.SkipTest(SKIP)
@@ -71,7 +81,20 @@ class QueuePageInBrowser(unittest.TestCase):
     def gateway(self):
         return stack.Client(self.S.gateway_port, self.S.ctx)
 
-    def room(self, prefix, handoff="fragment", dpop=False):
+    def join_ahead(self, c, ev, pow_on, dpop):
+        """One fan ahead joins by the API, solving the room's challenge when it has one and
+        binding its ticket to a key of its own in a room with dpop (API clients' way)."""
+        headers = {}
+        if dpop:
+            from dpop_key import DPoPKey
+            url = f"https://127.0.0.1:{self.S.gateway_port}/q/{ev}/join"
+            headers["DPoP"] = DPoPKey().proof("POST", url)
+        if pow_on:
+            ch = c.get(f"/q/{ev}/challenge").json
+            headers["Onsale-Pow"] = f"{ch['challenge']}.{solve(ch['challenge'], ch['difficulty'])}"
+        return c.post(f"/q/{ev}/join", {}, headers=headers)
+
+    def room(self, prefix, handoff="fragment", dpop=False, pow_on=False):
         """A FIFO waiting room, open now, with AHEAD fans in line; returns (event,
         redirect_url)."""
         ev = stack.new_id(prefix)
@@ -83,19 +106,15 @@ class QueuePageInBrowser(unittest.TestCase):
             r = self.S.gateway_admin("PUT", f"/admin/events/{ev}",
                                      {"rate_per_minute": RATE_PER_MINUTE, "max_active": 0,
                                       "mode": "fifo", "paused": True, "redirect_url": redirect,
-                                      "handoff": handoff, "dpop": dpop})
+                                      "handoff": handoff, "dpop": dpop,
+                                      "pow": pow_on})
             self.assertIn(r.status, (200, 201), f"PUT /admin/events/{ev}: {r!r}")
         finally:
             c.close()
         for i in range(AHEAD):
             c = self.gateway()  # a connection (and no cookie) per fan
             try:
-                headers = {}
-                if dpop:  # the fans ahead bind their tickets too (API clients' way)
-                    from dpop_key import DPoPKey
-                    url = f"https://127.0.0.1:{self.S.gateway_port}/q/{ev}/join"
-                    headers["DPoP"] = DPoPKey().proof("POST", url)
-                r = c.post(f"/q/{ev}/join", {}, headers=headers)
+                r = self.join_ahead(c, ev, pow_on, dpop)
                 self.assertEqual(r.status, 201, f"join {i + 1} of the fans ahead: {r!r}")
                 self.assertEqual(r.json.get("state"), "queued", f"join {i + 1}: {r!r}")
             finally:
@@ -146,6 +165,18 @@ class QueuePageInBrowser(unittest.TestCase):
         """dpop and handoff "post": the page's reload carries its proof in ?dpop=."""
         ev, redirect = self.room("br-dpop-post", handoff="post", dpop=True)
         self.run_browser(ev, redirect, "js", handoff="post")
+
+    def test_queue_page_solves_the_proof_of_work(self):
+        """A room with proof of work at the gateway's base difficulty: the page solves the
+        challenge in its Web Worker under the page's CSP (a violation fails the run),
+        joins, and goes on to admission as before. Prints the solve time."""
+        ev, redirect = self.room("br-pow", pow_on=True)
+        res = self.run_browser(ev, redirect, "js")
+        pw = res.get("pow")
+        self.assertIsNotNone(pw, "the page joined without solving a challenge")
+        self.assertGreater(pw["tried"], 0)
+        print(f"\nchromium solved {pw['bits']} bits in {pw['ms']} ms "
+              f"({pw['tried']} hashes, {pw['ms'] * 1e6 / pw['tried']:.0f} ns/hash)", flush=True)
 
     def test_queue_page_without_javascript(self):
         ev, redirect = self.room("br-nojs")

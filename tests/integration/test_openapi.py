@@ -15,6 +15,8 @@ missing (`npm ci` in tests/openapi; `deploy/onsale test` installs it).
 """
 
 import copy
+import hashlib
+import itertools
 import os
 import re
 import shutil
@@ -36,6 +38,16 @@ NODE = shutil.which("node") or shutil.which("nodejs")
 REDOCLY = os.path.join(LINT_DIR, "node_modules", ".bin", "redocly")
 DOC_NAMES = ("gateway-public", "gateway-admin", "reserve-public", "reserve-admin")
 METHODS = ("get", "put", "post", "patch", "delete")
+
+
+def _zero_bits(digest):
+    """Leading zero bits of a digest (docs/api.md, "Proof of work")."""
+    n = 0
+    for byte in digest:
+        if byte:
+            return n + 8 - byte.bit_length()
+        n += 8
+    return n
 
 
 def load_docs():
@@ -313,6 +325,7 @@ class Walk(unittest.TestCase):
         self.call(pub, "POST", "/q/bad%20id/join", 400, body={})
         self.call(pub, "GET", f"/q/{ev}/status", 200, token=j["ticket"])
         self.call(pub, "GET", f"/q/{ev}/status", 401)
+        self.walk_pow(pub, admin, adm)
         self.call(admin, "GET", f"/admin/events/{ev}/history", 200, token=adm)
         self.call(admin, "GET", "/admin/events/no-such-room/history", 404, token=adm)
         self.call(admin, "PATCH", f"/admin/events/{ev}", 200, token=adm, body={"paused": False})
@@ -334,6 +347,27 @@ class Walk(unittest.TestCase):
         self.call(pub, "POST", f"/q/{ev}/join", 410, body={})
         self.call(admin, "DELETE", f"/admin/events/{ev}", 200, token=adm)
         self.call(admin, "DELETE", f"/admin/events/{ev}", 404, token=adm)
+
+    def walk_pow(self, pub, admin, adm):
+        """A room with proof of work: the challenge, the worker, and every join answer."""
+        ev = stack.new_id("oa-pow")
+        self.call(admin, "PUT", f"/admin/events/{ev}", 201, token=adm,
+                  body={"rate_per_minute": 600, "pow": True})
+        self.call(pub, "GET", f"/q/{ev}/pow.js", 200)
+        self.call(pub, "GET", "/q/bad%20id/challenge", 400)
+        ch = self.call(pub, "GET", f"/q/{ev}/challenge", 200).json
+        self.call(pub, "POST", f"/q/{ev}/join", 428, body={})
+        self.call(pub, "POST", f"/q/{ev}/join", 400, body={}, headers={"Onsale-Pow": "x.1"})
+        c = ch["challenge"]
+        wrong = next(str(i) for i in itertools.count()
+                     if _zero_bits(hashlib.sha256((c + str(i)).encode()).digest()) < ch["difficulty"])
+        self.call(pub, "POST", f"/q/{ev}/join", 403, body={},
+                  headers={"Onsale-Pow": f"{c}.{wrong}"})
+        good = next(str(i) for i in itertools.count()
+                    if _zero_bits(hashlib.sha256((c + str(i)).encode()).digest()) >= ch["difficulty"])
+        self.call(pub, "POST", f"/q/{ev}/join", 201, body={}, headers={"Onsale-Pow": f"{c}.{good}"})
+        self.call(pub, "POST", f"/q/{ev}/join", 409, body={}, headers={"Onsale-Pow": f"{c}.{good}"})
+        self.call(admin, "DELETE", f"/admin/events/{ev}", 200, token=adm)
 
     def test_3_every_operation_was_called(self):
         missing = sorted(set(self.C.ops) - self.C.called)

@@ -92,6 +92,11 @@ async function queueFlow({ page, context, args, check, consoleErrors, result, de
   // Count what the page does by itself: status polls (js) or page loads (nojs).
   const queuePath = `/q/${encodeURIComponent(args.event)}`;
   let polls = 0, joins = 0, loads = 0;
+  let challengeBits = null;
+  page.on('response', async (r) => {
+    if (new URL(r.url()).pathname !== `${queuePath}/challenge`) return;
+    try { challengeBits = (await r.json()).difficulty; } catch (e) { /* ignore */ }
+  });
   page.on('request', (r) => {
     const u = new URL(r.url());
     if (u.pathname === `${queuePath}/status`) polls++;
@@ -144,6 +149,13 @@ async function queueFlow({ page, context, args, check, consoleErrors, result, de
   const size = (await page.locator('#queue-size').innerText()).trim();
   const eta = (await page.locator('#eta').innerText()).trim();
   result.first = { position, queue_size: size, eta, progress };
+  // A room with proof of work: how long the page's Web Worker took, and how many hashes.
+  const powMs = await page.locator('main').getAttribute('data-pow-ms');
+  if (powMs !== null) {
+    result.pow = { ms: +powMs, tried: +(await page.locator('main').getAttribute('data-pow-tried')),
+                   bits: challengeBits !== null ? challengeBits   // a GET /challenge, or the page's
+                     : +(await page.locator('main').getAttribute('data-pow-bits')) };
+  }
   check(/^[1-9][\d,]*$/.test(position), 'the position is shown as a number', position);
   check(/^[1-9][\d,]*$/.test(size), 'the queue size is shown as a number', size);
   check(eta.length > 0, 'an estimated wait is shown', eta);

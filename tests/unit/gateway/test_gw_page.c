@@ -550,6 +550,41 @@ static void test_error_answers(void **s)
     free(html);
 }
 
+/* A room with proof of work: the script is told (data-pow), the no-JS form gives way to
+ * a note, and a form join refused for its missing proof says JavaScript is needed. */
+static void test_pow(void **s)
+{
+    (void)s;
+    gw_page_info_t in = {.event = "e1",
+                         .state = "new",
+                         .position = -1,
+                         .queue_size = -1,
+                         .eta_seconds = -1,
+                         .pow = true,
+                         .pow_challenge = "AQ-_x",
+                         .pow_bits = 17};
+    char *html = render(&in);
+    assert_has(html, "data-pow=\"1\"");
+    assert_has(html, "data-pow-challenge=\"AQ-_x\" data-pow-bits=\"17\"");
+    assert_has(html, "<div hidden><form method=\"post\" action=\"/q/e1/join\">");
+    assert_has(html, "<p >To keep ticket bots out");
+    free(html);
+    in.pow = false;
+    html = render(&in);
+    assert_has(html, "data-pow=\"0\"");
+    assert_has(html, "<div ><form method=\"post\" action=\"/q/e1/join\">");
+    assert_has(html, "<p hidden>To keep ticket bots out");
+    free(html);
+    char *csp = gw_page_csp(&in);
+    assert_non_null(strstr(csp, "worker-src 'self'"));
+    free(csp);
+    int code = 0;
+    html = answer(428, "{\"error\":\"pow_required\",\"message\":\"m\"}", &code);
+    assert_int_equal(code, 428);
+    assert_error_page(html, "javascript", "needs JavaScript");
+    free(html);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -564,6 +599,7 @@ int main(void)
         cmocka_unit_test(test_eta_and_refresh_bounds),
         cmocka_unit_test(test_answers),
         cmocka_unit_test(test_error_answers),
+        cmocka_unit_test(test_pow),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

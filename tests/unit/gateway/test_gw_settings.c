@@ -52,7 +52,28 @@ static void test_put_fills_defaults(void **state)
     assert_string_equal(value_of(kv, n, "admission_ttl_seconds"), "600");
     assert_string_equal(value_of(kv, n, "opens_at"), "");
     assert_string_equal(value_of(kv, n, "handoff"), "fragment");
+    assert_string_equal(value_of(kv, n, "pow"), "1"); /* gw_admin: pow_new_rooms decides */
     assert_null(value_of(kv, n, "unknown"));
+}
+
+/* pow: a boolean; a room saved before the field existed (no "pow" in its hash) has it off. */
+static void test_pow(void **state)
+{
+    gw_setting_kv_t kv[GW_SETTINGS_MAX_FIELDS];
+    char err[256];
+    int n = parse("{\"pow\":false}", true, kv, err);
+    assert_int_equal(n, 1);
+    assert_string_equal(value_of(kv, n, "pow"), "0");
+    assert_int_equal(parse("{\"pow\":1}", true, kv, err), -1);
+    assert_non_null(strstr(err, "pow"));
+    gw_settings_t s;
+    gw_settings_defaults(&s);
+    assert_false(s.pow);
+    gw_settings_set(&s, "pow", "1");
+    assert_true(s.pow);
+    json_t *o = gw_settings_json(&s);
+    assert_true(json_is_true(json_object_get(o, "pow")));
+    json_decref(o);
 }
 
 /* API.md v1.1: the admission token goes to https only; plain http to loopback on request. */
@@ -191,6 +212,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_put_fills_defaults),
         cmocka_unit_test(test_dpop),
+        cmocka_unit_test(test_pow),
         cmocka_unit_test(test_put_requires_rate),
         cmocka_unit_test(test_patch_only_given_fields),
         cmocka_unit_test(test_bad_values),

@@ -1,0 +1,369 @@
+/*
+ * gw_pow — see gw_pow.h. The challenge and the check are pure functions of the key and
+ * their arguments; the rate table is the only state (the shape of gw_limit: open
+ * addressing on a 64-bit FNV-1a hash of the block text, PROBES slots per call, the idle
+ * one reused when all are taken, so a flood of blocks cannot grow memory).
+ */
+#include "gw_pow.h"
+
+#include <arpa/inet.h>
+#include <math.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cm_mem.h"
+#include "cm_parse.h"
+#include "cm_tls.h"
+#include "gw_ticket.h"
+
+#define VERSION   1
+#define RAND_LEN  12
+#define MAC_LEN   16
+#define HEAD_LEN  (1 + 1 + 4 + RAND_LEN) /* version, bits, expires, random */
+#define RAW_LEN   (HEAD_LEN + MAC_LEN)
+#define PROBES    8
+#define MAC_INPUT (HEAD_LEN + 64 + 1 + GW_POW_BLOCK_MAX)
+
+typedef struct slot {
+    uint64_t key; /* 0 = free */
+    double v;     /* decayed count: ≈ events in the last window */
+    int64_t last_ms;
+} slot_t;
+
+/* SHA-256 fetched once: EVP_Digest with an implicit EVP_sha256() looks it up per call. */
+static EVP_MD *sha256_md;
+static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+
+static void sha256_fetch(void)
+{
+    sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+    if (sha256_md == NULL)
+        abort(); /* OpenSSL without SHA-256: nothing of the gateway works */
+}
+
+static void sha256(const void *msg, size_t n, unsigned char out[32])
+{
+    pthread_once(&sha256_once, sha256_fetch);
+    if (EVP_Digest(msg, n, out, NULL, sha256_md, NULL) != 1)
+        abort(); /* cannot fail for a fetched digest and memory we own */
+}
+
+/*
+ * A challenge's random bytes from a per-thread reserve refilled 1 KiB at a time (one
+ * RAND_bytes call, with its fork check, per ~80 challenges); each byte handed out once
+ * and wiped. Were the process to fork, the child empties the forking thread's reserve
+ * (pthread_atfork), so parent and child never hand out the same bytes.
+ */
+#define RANDOM_RESERVE 1020
+
+static __thread unsigned char rnd_reserve[RANDOM_RESERVE];
+static __thread size_t rnd_left;
+static pthread_once_t rnd_once = PTHREAD_ONCE_INIT;
+
+static void rnd_forget(void)
+{
+    rnd_left = 0;
+}
+
+static void rnd_register(void)
+{
+    if (pthread_atfork(NULL, NULL, rnd_forget) != 0)
+        abort();
+}
+
+static void random_bytes(unsigned char *out, size_t n)
+{
+    pthread_once(&rnd_once, rnd_register);
+    if (rnd_left < n) {
+        cm_tls_random(rnd_reserve, RANDOM_RESERVE);
+        rnd_left = RANDOM_RESERVE;
+    }
+    unsigned char *from = rnd_reserve + RANDOM_RESERVE - rnd_left;
+    memcpy(out, from, n);
+    OPENSSL_cleanse(from, n);
+    rnd_left -= n;
+}
+
+struct gw_pow {
+    unsigned char key[64];
+    size_t keylen;
+    gw_pow_config_t cfg;
+    pthread_mutex_t lock;
+    size_t mask;
+    slot_t *slots;
+    slot_t total; /* the gateway's joins */
+    atomic_uint_fast64_t refused;
+};
+
+gw_pow_t *gw_pow_new(const unsigned char *key, size_t keylen, const gw_pow_config_t *cfg)
+{
+    gw_pow_t *p = cm_xcalloc(1, sizeof(*p));
+    p->keylen = keylen < sizeof(p->key) ? keylen : sizeof(p->key);
+    memcpy(p->key, key, p->keylen);
+    p->cfg = *cfg;
+    if (p->cfg.window_s < 1)
+        p->cfg.window_s = 1;
+    size_t cap = 16;
+    while (cap < cfg->table_size * 2)
+        cap <<= 1;
+    p->mask = cap - 1;
+    p->slots = cm_xcalloc(cap, sizeof(slot_t));
+    pthread_mutex_init(&p->lock, NULL);
+    atomic_init(&p->refused, 0);
+    return p;
+}
+
+void gw_pow_free(gw_pow_t *p)
+{
+    if (p == NULL)
+        return;
+    pthread_mutex_destroy(&p->lock);
+    OPENSSL_cleanse(p->key, sizeof(p->key));
+    free(p->slots);
+    free(p);
+}
+
+int64_t gw_pow_ttl(const gw_pow_t *p)
+{
+    return p->cfg.ttl_s;
+}
+
+void gw_pow_block(const char *addr, char out[GW_POW_BLOCK_MAX])
+{
+    unsigned char a[16];
+    if (inet_pton(AF_INET, addr, a) == 1) {
+        snprintf(out, GW_POW_BLOCK_MAX, "4:%u.%u.%u", a[0], a[1], a[2]);
+        return;
+    }
+    if (inet_pton(AF_INET6, addr, a) == 1) {
+        static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        if (memcmp(a, mapped, sizeof(mapped)) == 0) {
+            snprintf(out, GW_POW_BLOCK_MAX, "4:%u.%u.%u", a[12], a[13], a[14]);
+            return;
+        }
+        memcpy(out, "6:", 2);
+        cm_hex_encode(a, 8, out + 2); /* the /64 */
+        return;
+    }
+    snprintf(out, GW_POW_BLOCK_MAX, "%s", addr);
+}
+
+static int log2_steps(double rate, double free_rate)
+{
+    if (free_rate <= 0 || rate <= 0)
+        return 0;
+    return (int)floor(log2(1.0 + rate / free_rate));
+}
+
+int gw_pow_difficulty(int base, int max, double block_rate, double block_free, double total_rate,
+                      double total_free)
+{
+    int bits = base + log2_steps(block_rate, block_free) + log2_steps(total_rate, total_free);
+    return bits > max ? max : bits;
+}
+
+/* The decayed count of s at now_ms (not yet counting a new event). */
+static double decayed(const gw_pow_t *p, const slot_t *s, int64_t now_ms)
+{
+    if (now_ms <= s->last_ms)
+        return s->v;
+    return s->v * exp(-(double)(now_ms - s->last_ms) / ((double)p->cfg.window_s * 1000.0));
+}
+
+static void bump(const gw_pow_t *p, slot_t *s, int64_t now_ms)
+{
+    s->v = decayed(p, s, now_ms) + 1.0;
+    if (now_ms > s->last_ms)
+        s->last_ms = now_ms;
+}
+
+/* Per-minute rate of a decayed count: v events per window. */
+static double per_min(const gw_pow_t *p, double v)
+{
+    return v * 60.0 / (double)p->cfg.window_s;
+}
+
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h ? h : 1;
+}
+
+static slot_t *slot_of(gw_pow_t *p, const char *block, int64_t now_ms)
+{
+    uint64_t key = fnv1a(block);
+    slot_t *oldest = NULL; /* a free slot, else the one idle longest */
+    for (size_t i = 0; i < PROBES; i++) {
+        slot_t *c = &p->slots[(key + i) & p->mask];
+        if (c->key == key)
+            return c;
+        if (oldest == NULL || (oldest->key != 0 && (c->key == 0 || c->last_ms < oldest->last_ms)))
+            oldest = c; /* oldest->key == 0 stays: a free slot beats any taken one */
+    }
+    oldest->key = key;
+    oldest->v = 0;
+    oldest->last_ms = now_ms;
+    return oldest;
+}
+
+static int bits_locked(gw_pow_t *p, double block_v, int64_t now_ms)
+{
+    return gw_pow_difficulty(
+        p->cfg.base_bits, p->cfg.max_bits, per_min(p, block_v), (double)p->cfg.block_free_per_min,
+        per_min(p, decayed(p, &p->total, now_ms)), (double)p->cfg.total_free_per_min);
+}
+
+int gw_pow_take_bits(gw_pow_t *p, const char *block, int64_t now_ms)
+{
+    pthread_mutex_lock(&p->lock);
+    slot_t *s = slot_of(p, block, now_ms);
+    bump(p, s, now_ms);
+    int bits = bits_locked(p, s->v - 1.0, now_ms); /* the block's rate before this one */
+    pthread_mutex_unlock(&p->lock);
+    return bits;
+}
+
+int gw_pow_base_now(gw_pow_t *p, int64_t now_ms)
+{
+    pthread_mutex_lock(&p->lock);
+    int bits = bits_locked(p, 0, now_ms);
+    pthread_mutex_unlock(&p->lock);
+    return bits;
+}
+
+void gw_pow_count_join(gw_pow_t *p, int64_t now_ms)
+{
+    pthread_mutex_lock(&p->lock);
+    bump(p, &p->total, now_ms);
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* MAC of the challenge head for event and block. */
+static void mac_of(const gw_pow_t *p, const unsigned char head[HEAD_LEN], const char *event,
+                   const char *block, unsigned char mac[32])
+{
+    unsigned char msg[MAC_INPUT];
+    size_t ne = strnlen(event, 64), nb = strnlen(block, GW_POW_BLOCK_MAX);
+    size_t n = 0;
+    memcpy(msg, head, HEAD_LEN);
+    n += HEAD_LEN;
+    memcpy(msg + n, event, ne);
+    n += ne;
+    msg[n++] = 0;
+    memcpy(msg + n, block, nb);
+    n += nb;
+    gw_ticket_hmac(p->key, p->keylen, msg, n, mac);
+}
+
+size_t gw_pow_issue(const gw_pow_t *p, const char *event, const char *block, int bits,
+                    int64_t now_s, char *out, size_t outlen)
+{
+    unsigned char raw[RAW_LEN], mac[32];
+    uint32_t exp = (uint32_t)(now_s + p->cfg.ttl_s);
+    if (outlen < GW_POW_CHALLENGE_LEN + 1)
+        return 0;
+    raw[0] = VERSION;
+    raw[1] = (unsigned char)bits;
+    raw[2] = (unsigned char)(exp >> 24);
+    raw[3] = (unsigned char)(exp >> 16);
+    raw[4] = (unsigned char)(exp >> 8);
+    raw[5] = (unsigned char)exp;
+    random_bytes(raw + 6, RAND_LEN);
+    mac_of(p, raw, event, block, mac);
+    memcpy(raw + HEAD_LEN, mac, MAC_LEN);
+    return cm_base64url_encode(raw, RAW_LEN, out);
+}
+
+int gw_pow_zero_bits(const unsigned char d[32])
+{
+    int n = 0;
+    for (int i = 0; i < 32; i++) {
+        if (d[i] == 0) {
+            n += 8;
+            continue;
+        }
+        for (unsigned char b = d[i]; (b & 0x80) == 0; b <<= 1)
+            n++;
+        break;
+    }
+    return n;
+}
+
+static bool nonce_ok(const char *s, size_t n)
+{
+    if (n == 0 || n > GW_POW_NONCE_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-'))
+            return false;
+    }
+    return true;
+}
+
+gw_pow_result_t gw_pow_check(const gw_pow_t *p, const char *event, const char *block,
+                             const char *proof, size_t len, int64_t now_s, gw_pow_proof_t *out)
+{
+    unsigned char raw[RAW_LEN + 2], mac[32], digest[32];
+    if (len <= GW_POW_CHALLENGE_LEN + 1 || len > GW_POW_PROOF_MAX ||
+        proof[GW_POW_CHALLENGE_LEN] != '.' ||
+        !nonce_ok(proof + GW_POW_CHALLENGE_LEN + 1, len - GW_POW_CHALLENGE_LEN - 1))
+        return GW_POW_MALFORMED;
+    if (cm_base64url_decode(proof, GW_POW_CHALLENGE_LEN, raw, sizeof(raw)) != RAW_LEN ||
+        raw[0] != VERSION || raw[1] > GW_POW_MAX_BITS)
+        return GW_POW_MALFORMED;
+    mac_of(p, raw, event, block, mac);
+    if (CRYPTO_memcmp(mac, raw + HEAD_LEN, MAC_LEN) != 0)
+        return GW_POW_FORGED;
+    int64_t exp = ((int64_t)raw[2] << 24) | ((int64_t)raw[3] << 16) | ((int64_t)raw[4] << 8) |
+                  (int64_t)raw[5];
+    if (now_s >= exp)
+        return GW_POW_EXPIRED;
+    /* the challenge text and the nonce: proof without its '.' */
+    unsigned char msg[GW_POW_PROOF_MAX];
+    memcpy(msg, proof, GW_POW_CHALLENGE_LEN);
+    memcpy(msg + GW_POW_CHALLENGE_LEN, proof + GW_POW_CHALLENGE_LEN + 1,
+           len - GW_POW_CHALLENGE_LEN - 1);
+    sha256(msg, len - 1, digest);
+    if (gw_pow_zero_bits(digest) < raw[1])
+        return GW_POW_WEAK;
+    cm_hex_encode(raw + 6, RAND_LEN, out->id);
+    out->expires_s = exp;
+    out->bits = raw[1];
+    return GW_POW_OK;
+}
+
+const char *gw_pow_error(gw_pow_result_t r)
+{
+    switch (r) {
+    case GW_POW_MALFORMED:
+        return "pow_malformed";
+    case GW_POW_FORGED:
+        return "pow_invalid";
+    case GW_POW_EXPIRED:
+        return "pow_expired";
+    case GW_POW_WEAK:
+        return "pow_insufficient";
+    case GW_POW_OK:
+        break;
+    }
+    return "pow_required";
+}
+
+uint64_t gw_pow_refused(const gw_pow_t *p)
+{
+    return atomic_load(&((gw_pow_t *)p)->refused);
+}
+
+void gw_pow_count_refused(gw_pow_t *p)
+{
+    atomic_fetch_add(&p->refused, 1);
+}
