@@ -29,6 +29,7 @@
 #include "cm_log.h"
 #include "cm_mem.h"
 #include "cm_time.h"
+#include "cm_version.h"
 
 #define SAMPLE_MS   250
 #define MAX_WORKERS 256
@@ -274,6 +275,18 @@ static struct event_base *new_worker_base(void)
     return base;
 }
 
+/* onsale_build_info{version,commit} 1: which build answers (the same name on every
+ * service, so one query compares a fleet mid-upgrade). */
+static void register_build_info(cm_metrics_t *m)
+{
+    char labels[128];
+    snprintf(labels, sizeof(labels), "version=\"%s\",commit=\"%s\"", cm_version,
+             cm_version_commit);
+    cm_gauge_set(cm_metrics_gauge(m, "onsale_build_info",
+                                  "the version and commit of this build (always 1)", labels),
+                 1);
+}
+
 cm_server_t *cm_server_new(const cm_server_opts_t *o, char *err, size_t errlen)
 {
     cm_server_t *s = cm_xcalloc(1, sizeof(*s));
@@ -291,6 +304,7 @@ cm_server_t *cm_server_new(const cm_server_opts_t *o, char *err, size_t errlen)
         return NULL;
     }
     s->metrics = cm_metrics_new();
+    register_build_info(s->metrics);
     if (o->limits.max_conns_per_addr > 0)
         s->addrs = cm_http_addrs_new();
     s->o.limits.addrs = s->addrs;
