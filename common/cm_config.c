@@ -439,7 +439,8 @@ void cm_config_usage(FILE *out, const char *progname, const cm_config_opt_t *tab
         free(var);
     }
     fprintf(out, "\n  --help\n      print this text and exit\n");
-    fprintf(out, "  --version\n      print the version and the commit it was built from, and exit\n");
+    fprintf(out,
+            "  --version\n      print the version and the commit it was built from, and exit\n");
 }
 
 void cm_config_free(const cm_config_opt_t *table, size_t n, void *cfg)

@@ -280,8 +280,7 @@ static struct event_base *new_worker_base(void)
 static void register_build_info(cm_metrics_t *m)
 {
     char labels[128];
-    snprintf(labels, sizeof(labels), "version=\"%s\",commit=\"%s\"", cm_version,
-             cm_version_commit);
+    snprintf(labels, sizeof(labels), "version=\"%s\",commit=\"%s\"", cm_version, cm_version_commit);
     cm_gauge_set(cm_metrics_gauge(m, "onsale_build_info",
                                   "the version and commit of this build (always 1)", labels),
                  1);

@@ -77,13 +77,20 @@ enum { N_STR = 8, N_NUM = 4, OPT_HELP = N_STR + N_NUM, OPT_VERSION };
 static int parse_args(int argc, char **argv, opts_t *o)
 {
     static const struct option longopts[] = {
-        {"key", required_argument, NULL, 0},         {"event", required_argument, NULL, 1},
-        {"sub", required_argument, NULL, 2},         {"aud", required_argument, NULL, 3},
-        {"iss", required_argument, NULL, 4},         {"jti", required_argument, NULL, 5},
-        {"kid", required_argument, NULL, 6},         {"jwks", required_argument, NULL, 7},
-        {"ttl", required_argument, NULL, 8},         {"nbf-offset", required_argument, NULL, 9},
-        {"iat-offset", required_argument, NULL, 10}, {"count", required_argument, NULL, 11},
-        {"help", no_argument, NULL, OPT_HELP},       {"version", no_argument, NULL, OPT_VERSION},
+        {"key", required_argument, NULL, 0},
+        {"event", required_argument, NULL, 1},
+        {"sub", required_argument, NULL, 2},
+        {"aud", required_argument, NULL, 3},
+        {"iss", required_argument, NULL, 4},
+        {"jti", required_argument, NULL, 5},
+        {"kid", required_argument, NULL, 6},
+        {"jwks", required_argument, NULL, 7},
+        {"ttl", required_argument, NULL, 8},
+        {"nbf-offset", required_argument, NULL, 9},
+        {"iat-offset", required_argument, NULL, 10},
+        {"count", required_argument, NULL, 11},
+        {"help", no_argument, NULL, OPT_HELP},
+        {"version", no_argument, NULL, OPT_VERSION},
         {NULL, 0, NULL, 0},
     };
     static const int64_t num_min[N_NUM] = {-TEN_YEARS_S, -TEN_YEARS_S, -TEN_YEARS_S, 1};

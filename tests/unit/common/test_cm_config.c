@@ -362,8 +362,8 @@ static void test_read_secret_credential(void **state)
     assert_int_equal(write(fd, "token-from-credentials\n", 23), 23);
     close(fd);
     unsetenv("CREDENTIALS_DIRECTORY");
-    assert_null(cm_config_read_secret("admin_token_file", "credential:admin-token", 16, 4096,
-                                      NULL, err, sizeof(err)));
+    assert_null(cm_config_read_secret("admin_token_file", "credential:admin-token", 16, 4096, NULL,
+                                      err, sizeof(err)));
     assert_non_null(strstr(err, "CREDENTIALS_DIRECTORY is not set"));
     setenv("CREDENTIALS_DIRECTORY", dir, 1);
     char *s = cm_config_read_secret("admin_token_file", "credential:admin-token", 16, 4096, NULL,
