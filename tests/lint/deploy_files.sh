@@ -3,11 +3,12 @@
 # read them: Prometheus alert rules (promtool check rules + their unit tests), the HAProxy
 # template (haproxy -c, with the CA path pointed at a real file), and the systemd units
 # (systemd-analyze verify, with ExecStart pointed at an existing binary; any warning
-# fails). A tool that is missing fails the check, except systemd-analyze in a machine
+# fails; and systemd-analyze security --offline: an exposure above 2.0 fails). A tool that is missing fails the check, except systemd-analyze in a machine
 # without systemd (a container), where the units are reported as not checked.
 set -uo pipefail
 ROOT=${1:?usage: deploy_files.sh ROOT}
 fail=0
+MAX_EXPOSURE=2.0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -34,6 +35,20 @@ if command -v systemd-analyze >/dev/null 2>&1; then
             fail=1
         else
             echo "deploy_files: $(basename "$u") valid"
+        fi
+        # The sandbox must stay tight: an exposure above MAX_EXPOSURE fails (offline: no
+        # running manager needed, systemd >= 252).
+        score=$(systemd-analyze security --offline=true "$tmp/$name" 2>&1 |
+            sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p')
+        if [[ -z $score ]]; then
+            printf 'deploy_files: %s: systemd-analyze security gave no score\n' "$u"
+            fail=1
+        elif awk -v s="$score" -v m="$MAX_EXPOSURE" 'BEGIN { exit !(s > m) }'; then
+            printf 'deploy_files: %s: exposure %s above %s (systemd-analyze security)\n' \
+                "$u" "$score" "$MAX_EXPOSURE"
+            fail=1
+        else
+            echo "deploy_files: $(basename "$u") exposure $score (at most $MAX_EXPOSURE)"
         fi
     done
 else
