@@ -283,6 +283,11 @@ static struct event_base *new_worker_base(void)
     return base;
 }
 
+static double tls_not_after(void *arg)
+{
+    return cm_tls_server_not_after(arg);
+}
+
 /* onsale_build_info{version,commit} 1: which build answers (the same name on every
  * service, so one query compares a fleet mid-upgrade). */
 static void register_build_info(cm_metrics_t *m)
@@ -312,6 +317,14 @@ cm_server_t *cm_server_new(const cm_server_opts_t *o, char *err, size_t errlen)
     }
     s->metrics = cm_metrics_new();
     register_build_info(s->metrics);
+    if (o->tls != NULL) {
+        char cert_name[96];
+        snprintf(cert_name, sizeof(cert_name), "%s_tls_cert_expiry_timestamp_seconds",
+                 o->metric_prefix);
+        cm_metrics_gauge_fn(s->metrics, cert_name,
+                            "notAfter of the served TLS certificate (seconds since the epoch)",
+                            NULL, tls_not_after, o->tls);
+    }
     if (o->limits.max_conns_per_addr > 0)
         s->addrs = cm_http_addrs_new();
     s->o.limits.addrs = s->addrs;
