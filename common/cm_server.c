@@ -483,7 +483,8 @@ static bool loops_alive(cm_server_t *s, uint64_t now, uint64_t limit_ns)
  * The service manager's view, every SAMPLE_MS on the main thread (cm_notify; nothing
  * when not started by one). READY=1 once, the first time every worker's loop runs and
  * every worker is ready (cm_server_ready: its Redis, Postgres). WATCHDOG=1 every quarter
- * of the interval, and only while every loop has sampled within half of it: a loop stuck
+ * of the interval, and only while every loop has sampled within half of it (at least two
+ * sample periods, so WatchdogSec must be well above 1 s): a loop stuck
  * in a callback stops the pings and the manager restarts the process. The pings go on
  * through a drain, which is the loops still working.
  */
@@ -500,8 +501,11 @@ static void on_notify(evutil_socket_t fd, short what, void *arg)
         s->ready_sent = true;
         cm_log(CM_LOG_INFO, "%s: every worker ready", s->name);
     }
+    /* a loop samples every SAMPLE_MS: a shorter limit would call a healthy loop stuck */
+    uint64_t limit = s->watchdog_ns / 2 > 2ull * SAMPLE_MS * 1000000 ? s->watchdog_ns / 2
+                                                                     : 2ull * SAMPLE_MS * 1000000;
     if (s->watchdog_ns > 0 && now - s->watchdog_sent_ns >= s->watchdog_ns / 4 &&
-        loops_alive(s, now, s->watchdog_ns / 2)) {
+        loops_alive(s, now, limit)) {
         cm_notify_watchdog();
         s->watchdog_sent_ns = now;
     }
