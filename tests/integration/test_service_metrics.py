@@ -6,6 +6,7 @@ expires, each room's phase on the gateway (OnsaleAdmissionStalled pages only in
 
 import datetime
 import os
+import re
 import subprocess
 import time
 import unittest
@@ -46,6 +47,19 @@ class BuildAndCertificate(unittest.TestCase):
             series = m.get("onsale_build_info", [])
             self.assertEqual(series, [({"version": version, "commit": commit}, 1.0)],
                              f"{name}: {series}")
+
+    def test_every_binary_answers_version(self):
+        with open(os.path.join(S.source, "CMakeLists.txt")) as f:
+            want = next(ln.split("VERSION")[1].split()[0] for ln in f
+                        if ln.startswith("project(onsale VERSION"))
+        for rel in ("gateway/onsale-gateway", "reserve/onsale-reserve",
+                    "loadgen/paysim/onsale-paysim", "loadgen/onsale-token",
+                    "loadgen/sim/onsale-sim", "loadgen/onsale-bench-crypto"):
+            p = subprocess.run([os.path.join(S.build, rel), "--version"], capture_output=True,
+                               text=True, timeout=10)
+            name = os.path.basename(rel)
+            self.assertEqual(p.returncode, 0, f"{name}: {p.stderr}")
+            self.assertRegex(p.stdout, rf"^{name} {re.escape(want)} \(commit [0-9a-f]+|unknown\)\n$")
 
     def test_certificate_expiry_is_the_served_certificate(self):
         p = subprocess.run(["openssl", "x509", "-noout", "-enddate", "-in",
