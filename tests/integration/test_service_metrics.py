@@ -59,7 +59,7 @@ class BuildAndCertificate(unittest.TestCase):
                                text=True, timeout=10)
             name = os.path.basename(rel)
             self.assertEqual(p.returncode, 0, f"{name}: {p.stderr}")
-            self.assertRegex(p.stdout, rf"^{name} {re.escape(want)} \(commit [0-9a-f]+|unknown\)\n$")
+            self.assertRegex(p.stdout, rf"^{name} {re.escape(want)} \(commit ([0-9a-f]+|unknown)\)\n$")
 
     def test_certificate_expiry_is_the_served_certificate(self):
         p = subprocess.run(["openssl", "x509", "-noout", "-enddate", "-in",
