@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -24,6 +25,7 @@
 
 #include "cm_mem.h"
 #include "cm_parse.h"
+#include "cm_version.h"
 
 /* One `--key value` from argv, applied after file and environment. */
 typedef struct pending {
@@ -266,6 +268,7 @@ typedef struct argscan {
     size_t npend;
     const char *config_path;
     bool help;
+    bool version;
     size_t npos;
 } argscan_t;
 
@@ -322,6 +325,10 @@ static int scan_argv(const cm_config_opt_t *table, size_t n, int argc, char **ar
             sc->help = true;
             continue;
         }
+        if (name_eq(name, len, "version")) {
+            sc->version = true;
+            continue;
+        }
         const cm_config_opt_t *opt = find_opt(table, n, name, len);
         bool negated = false;
         if (opt == NULL && eq == NULL && len > 3 && name_eq(name, 3, "no_")) {
@@ -363,10 +370,13 @@ cm_config_result_t cm_config_load(const cm_config_opt_t *table, size_t n, void *
 
     if (scan_argv(table, n, argc, argv, positional, npositional, &sc, err, errlen) != 0)
         goto out;
-    if (sc.help) {
+    if (sc.help || sc.version) {
         const char *prog = argc > 0 ? strrchr(argv[0], '/') : NULL;
         prog = prog ? prog + 1 : argc > 0 ? argv[0] : "onsale";
-        cm_config_usage(stdout, prog, table, n, env_prefix);
+        if (sc.help)
+            cm_config_usage(stdout, prog, table, n, env_prefix);
+        else
+            cm_version_print(stdout, prog);
         rc = CM_CONFIG_HELP;
         goto out;
     }
@@ -429,6 +439,8 @@ void cm_config_usage(FILE *out, const char *progname, const cm_config_opt_t *tab
         free(var);
     }
     fprintf(out, "\n  --help\n      print this text and exit\n");
+    fprintf(out,
+            "  --version\n      print the version and the commit it was built from, and exit\n");
 }
 
 void cm_config_free(const cm_config_opt_t *table, size_t n, void *cfg)
@@ -442,12 +454,47 @@ void cm_config_free(const cm_config_opt_t *table, size_t n, void *cfg)
     }
 }
 
+/*
+ * "credential:NAME" → $CREDENTIALS_DIRECTORY/NAME (systemd's LoadCredential=: the
+ * manager copies the root-owned file into a directory only this service's user reads).
+ * NAME is one path component, as systemd requires of a credential id.
+ */
+static int resolve_credential(const char *key, const char *value, char *out, size_t outlen,
+                              char *err, size_t errlen)
+{
+    const char *name = value + strlen(CM_CONFIG_CREDENTIAL_PREFIX);
+    const char *dir = getenv("CREDENTIALS_DIRECTORY");
+    if (name[0] == '\0' || strchr(name, '/') != NULL || strcmp(name, ".") == 0 ||
+        strcmp(name, "..") == 0) {
+        snprintf(err, errlen, "%s %s: a credential name is one file name (no '/')", key, value);
+        return -1;
+    }
+    if (dir == NULL || dir[0] != '/') {
+        snprintf(err, errlen,
+                 "%s %s: $CREDENTIALS_DIRECTORY is not set (start the service with the "
+                 "unit's LoadCredential=, or name a file instead)",
+                 key, value);
+        return -1;
+    }
+    if ((size_t)snprintf(out, outlen, "%s/%s", dir, name) >= outlen) {
+        snprintf(err, errlen, "%s %s: path too long", key, value);
+        return -1;
+    }
+    return 0;
+}
+
 char *cm_config_read_secret(const char *key, const char *path, size_t min_len, size_t max_len,
                             size_t *len, char *err, size_t errlen)
 {
     if (path == NULL || path[0] == '\0') {
         snprintf(err, errlen, "%s is not set", key);
         return NULL;
+    }
+    char cred[PATH_MAX];
+    if (strncmp(path, CM_CONFIG_CREDENTIAL_PREFIX, strlen(CM_CONFIG_CREDENTIAL_PREFIX)) == 0) {
+        if (resolve_credential(key, path, cred, sizeof(cred), err, errlen) != 0)
+            return NULL;
+        path = cred;
     }
     /* fstat on the opened file: the mode checked is the mode of what is read */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY); /* blocking-ok: start-up */

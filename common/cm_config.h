@@ -37,7 +37,7 @@ typedef struct cm_config_opt {
 
 typedef enum {
     CM_CONFIG_OK = 0,     /* loaded; run */
-    CM_CONFIG_HELP = 1,   /* --help was printed; exit 0 */
+    CM_CONFIG_HELP = 1,   /* --help or --version was printed; exit 0 */
     CM_CONFIG_ERROR = -1, /* message in err; exit non-zero */
 } cm_config_result_t;
 
@@ -62,9 +62,17 @@ void cm_config_usage(FILE *out, const char *progname, const cm_config_opt_t *tab
  * (mode & 077: "chmod 600 it"), larger than max_len bytes, or holding fewer than
  * min_len characters once trimmed. Returns a new heap string (the caller wipes and frees
  * it) and its length in *len (may be NULL).
+ *
+ * path may also be "credential:NAME": the file NAME in $CREDENTIALS_DIRECTORY, where
+ * systemd puts what a unit's LoadCredential=NAME:SOURCE names (owner-only, as the check
+ * above wants). Refused with a clear message when the variable is unset or NAME is not
+ * a plain file name.
  */
 char *cm_config_read_secret(const char *key, const char *path, size_t min_len, size_t max_len,
                             size_t *len, char *err, size_t errlen);
+
+/** The prefix of a secret path read from $CREDENTIALS_DIRECTORY (cm_config_read_secret). */
+#define CM_CONFIG_CREDENTIAL_PREFIX "credential:"
 
 /** Frees the strings the loader stored in cfg. */
 void cm_config_free(const cm_config_opt_t *table, size_t n, void *cfg);

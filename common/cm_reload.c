@@ -4,7 +4,8 @@
  * One mutex guards the hook list and is held while a round runs, so cm_reload_remove
  * cannot return while its hook is running (the owner may free arg right after).
  * Several SIGHUPs before the thread wakes may collapse into fewer rounds; every round
- * re-reads everything, so nothing is lost.
+ * re-reads everything, so nothing is lost. Each round is bracketed by RELOADING=1 and
+ * READY=1 to the service manager (cm_notify), so `systemctl reload` returns once it ended.
  */
 #include "cm_reload.h"
 
@@ -18,6 +19,7 @@
 
 #include "cm_log.h"
 #include "cm_mem.h"
+#include "cm_notify.h"
 
 typedef struct hook {
     struct hook *next;
@@ -44,6 +46,7 @@ static void on_sighup(int sig)
 static void run_round(void)
 {
     char err[512];
+    cm_notify_reloading();
     for (hook_t *h = hooks; h != NULL; h = h->next) {
         err[0] = '\0';
         if (h->fn(h->arg, err, sizeof(err)) == 0)
@@ -52,6 +55,7 @@ static void run_round(void)
             cm_log(CM_LOG_ERROR, "reload: %s kept as it was: %s", h->what, err);
     }
     rounds++;
+    cm_notify_reloaded();
     pthread_cond_broadcast(&done_cond);
 }
 

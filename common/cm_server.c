@@ -8,9 +8,11 @@
  * the workers' accept queues). run blocks SIGTERM/SIGINT in the worker threads, starts
  * them, and runs a small loop of its own on the main thread that turns the first signal
  * into cm_drain_start on every worker and the second into an immediate exit; it returns
- * when every worker's loop has ended. Cross-thread state is limited to: the registry
+ * when every worker's loop has ended. The main loop also speaks to the service manager
+ * (cm_notify: READY once every worker is ready, WATCHDOG while every loop's sample
+ * timer keeps beating, STOPPING at the drain). Cross-thread state is limited to: the registry
  * (locked/atomic), each worker's in-flight count (atomic), the drain flags (atomic), and
- * the sampled gauge cells (atomic).
+ * the sampled gauge cells and each worker's last beat (atomic).
  */
 #include "cm_server.h"
 
@@ -28,7 +30,9 @@
 
 #include "cm_log.h"
 #include "cm_mem.h"
+#include "cm_notify.h"
 #include "cm_time.h"
+#include "cm_version.h"
 
 #define SAMPLE_MS   250
 #define MAX_WORKERS 256
@@ -77,8 +81,9 @@ struct cm_worker {
     sampled_t *sampled;
     bool (*ready_fn)(void *); /* its backends reachable, sampled with the gauges */
     void *ready_arg;
-    int ready;    /* atomic: ready_fn's last answer */
-    int inflight; /* atomic */
+    int ready;        /* atomic: ready_fn's last answer */
+    int inflight;     /* atomic */
+    uint64_t beat_ns; /* atomic: monotonic time of its last sample (0: not yet) */
     pthread_t thread;
     bool started;
 };
@@ -92,9 +97,12 @@ struct cm_server {
     cm_http_addrs_t *addrs; /* open connections per client address, every worker */
     int port, admin_port;
     struct event_base *main_base; /* signals */
-    struct event *sig_term, *sig_int, *done_ev;
+    struct event *sig_term, *sig_int, *done_ev, *notify_ev;
     int signals;
-    int done; /* atomic: workers whose loop ended */
+    uint64_t watchdog_ns;      /* the manager's WatchdogSec (0: none) */
+    uint64_t watchdog_sent_ns; /* when WATCHDOG=1 last went out */
+    bool ready_sent;           /* READY=1 went out */
+    int done;                  /* atomic: workers whose loop ended */
 };
 
 int cm_server_parse_listen(const char *text, char *addr, size_t addrlen, int *port)
@@ -131,6 +139,7 @@ static double read_cell(void *arg)
 
 static void sample_all(cm_worker_t *w)
 {
+    __atomic_store_n(&w->beat_ns, cm_time_mono_ns(), __ATOMIC_RELEASE);
     if (w->ready_fn)
         __atomic_store_n(&w->ready, w->ready_fn(w->ready_arg) ? 1 : 0, __ATOMIC_RELAXED);
     for (sampled_t *s = w->sampled; s; s = s->next) {
@@ -274,6 +283,22 @@ static struct event_base *new_worker_base(void)
     return base;
 }
 
+static double tls_not_after(void *arg)
+{
+    return cm_tls_server_not_after(arg);
+}
+
+/* onsale_build_info{version,commit} 1: which build answers (the same name on every
+ * service, so one query compares a fleet mid-upgrade). */
+static void register_build_info(cm_metrics_t *m)
+{
+    char labels[128];
+    snprintf(labels, sizeof(labels), "version=\"%s\",commit=\"%s\"", cm_version, cm_version_commit);
+    cm_gauge_set(cm_metrics_gauge(m, "onsale_build_info",
+                                  "the version and commit of this build (always 1)", labels),
+                 1);
+}
+
 cm_server_t *cm_server_new(const cm_server_opts_t *o, char *err, size_t errlen)
 {
     cm_server_t *s = cm_xcalloc(1, sizeof(*s));
@@ -291,6 +316,15 @@ cm_server_t *cm_server_new(const cm_server_opts_t *o, char *err, size_t errlen)
         return NULL;
     }
     s->metrics = cm_metrics_new();
+    register_build_info(s->metrics);
+    if (o->tls != NULL) {
+        char cert_name[96];
+        snprintf(cert_name, sizeof(cert_name), "%s_tls_cert_expiry_timestamp_seconds",
+                 o->metric_prefix);
+        cm_metrics_gauge_fn(s->metrics, cert_name,
+                            "notAfter of the served TLS certificate (seconds since the epoch)",
+                            NULL, tls_not_after, o->tls);
+    }
     if (o->limits.max_conns_per_addr > 0)
         s->addrs = cm_http_addrs_new();
     s->o.limits.addrs = s->addrs;
@@ -434,10 +468,54 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
         event_base_loopexit(s->main_base, NULL);
 }
 
+/* True when every worker's loop sampled (sample_all) within the last limit_ns. */
+static bool loops_alive(cm_server_t *s, uint64_t now, uint64_t limit_ns)
+{
+    for (int i = 0; i < s->n; i++) {
+        uint64_t b = __atomic_load_n(&s->w[i].beat_ns, __ATOMIC_ACQUIRE);
+        if (b == 0 || now - b > limit_ns)
+            return false;
+    }
+    return true;
+}
+
+/*
+ * The service manager's view, every SAMPLE_MS on the main thread (cm_notify; nothing
+ * when not started by one). READY=1 once, the first time every worker's loop runs and
+ * every worker is ready (cm_server_ready: its Redis, Postgres). WATCHDOG=1 every quarter
+ * of the interval, and only while every loop has sampled within half of it (at least two
+ * sample periods, so WatchdogSec must be well above 1 s): a loop stuck
+ * in a callback stops the pings and the manager restarts the process. The pings go on
+ * through a drain, which is the loops still working.
+ */
+static void on_notify(evutil_socket_t fd, short what, void *arg)
+{
+    cm_server_t *s = arg;
+    uint64_t now = cm_time_mono_ns();
+    if (!s->ready_sent && s->signals == 0 && loops_alive(s, now, UINT64_MAX) &&
+        cm_server_ready(s)) {
+        char status[96];
+        snprintf(status, sizeof(status), "%s ready: port %d, %d worker%s", s->name, s->port, s->n,
+                 s->n == 1 ? "" : "s");
+        cm_notify_ready(status);
+        s->ready_sent = true;
+        cm_log(CM_LOG_INFO, "%s: every worker ready", s->name);
+    }
+    /* a loop samples every SAMPLE_MS: a shorter limit would call a healthy loop stuck */
+    uint64_t limit = s->watchdog_ns / 2 > 2ull * SAMPLE_MS * 1000000 ? s->watchdog_ns / 2
+                                                                     : 2ull * SAMPLE_MS * 1000000;
+    if (s->watchdog_ns > 0 && now - s->watchdog_sent_ns >= s->watchdog_ns / 4 &&
+        loops_alive(s, now, limit)) {
+        cm_notify_watchdog();
+        s->watchdog_sent_ns = now;
+    }
+}
+
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     cm_server_t *s = arg;
     if (s->signals++ == 0) {
+        cm_notify_stopping();
         int inflight = 0;
         for (int i = 0; i < s->n; i++)
             inflight += __atomic_load_n(&s->w[i].inflight, __ATOMIC_RELAXED);
@@ -461,10 +539,14 @@ int cm_server_run(cm_server_t *s)
     s->sig_term = evsignal_new(s->main_base, SIGTERM, on_signal, s);
     s->sig_int = evsignal_new(s->main_base, SIGINT, on_signal, s);
     s->done_ev = event_new(s->main_base, -1, 0, on_done, s);
-    if (s->sig_term == NULL || s->sig_int == NULL || s->done_ev == NULL)
+    s->notify_ev = event_new(s->main_base, -1, EV_PERSIST, on_notify, s);
+    if (s->sig_term == NULL || s->sig_int == NULL || s->done_ev == NULL || s->notify_ev == NULL)
         return -1;
     event_add(s->sig_term, NULL);
     event_add(s->sig_int, NULL);
+    s->watchdog_ns = cm_notify_watchdog_usec() * 1000;
+    struct timeval notify_tv = {0, SAMPLE_MS * 1000};
+    event_add(s->notify_ev, &notify_tv);
     /* Workers inherit a mask without the stop signals: the main loop gets them. */
     sigset_t stop, old;
     sigemptyset(&stop);
@@ -539,6 +621,8 @@ void cm_server_free(cm_server_t *s)
         event_free(s->sig_int);
     if (s->done_ev)
         event_free(s->done_ev);
+    if (s->notify_ev)
+        event_free(s->notify_ev);
     if (s->main_base)
         event_base_free(s->main_base);
     cm_metrics_free(s->metrics);

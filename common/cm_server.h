@@ -64,7 +64,10 @@ int cm_worker_listen(cm_worker_t *w, cm_http_handler_t fans, cm_http_handler_t a
                      char *err, size_t errlen);
 /**
  * Runs every worker until SIGTERM/SIGINT and the drain of every worker (a second signal
- * exits at once). Returns 0, or -1 when a worker cannot start.
+ * exits at once). Under a service manager ($NOTIFY_SOCKET, systemd Type=notify) it says
+ * READY=1 once every worker's loop runs and cm_server_ready is true, WATCHDOG=1 while
+ * every loop keeps checking in ($WATCHDOG_USEC), STOPPING=1 at the first signal.
+ * Returns 0, or -1 when a worker cannot start.
  */
 int cm_server_run(cm_server_t *s);
 /**

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cm_config.h"
 #include "cm_mem.h"
@@ -296,6 +297,22 @@ void cm_tls_random(void *out, size_t n)
 {
     if (RAND_bytes(out, (int)n) != 1)
         abort();
+}
+
+double cm_tls_server_not_after(const cm_tls_ctx_t *ctx)
+{
+    SSL_CTX *sc = (SSL_CTX *)ctx;
+    certs_t *c = sc && certs_idx >= 0 ? SSL_CTX_get_ex_data(sc, certs_idx) : NULL;
+    if (c == NULL)
+        return 0;
+    double t = 0;
+    struct tm tm;
+    pthread_mutex_lock(&c->mu);
+    const X509 *cert = c->cert ? c->cert : SSL_CTX_get0_certificate(sc);
+    if (cert && ASN1_TIME_to_tm(X509_get0_notAfter(cert), &tm) == 1)
+        t = (double)timegm(&tm);
+    pthread_mutex_unlock(&c->mu);
+    return t;
 }
 
 void cm_tls_server_counts(const cm_tls_ctx_t *ctx, long *handshakes, long *resumed)

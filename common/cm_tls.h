@@ -66,6 +66,12 @@ __attribute__((warn_unused_result)) int cm_tls_server_reload(cm_tls_ctx_t *ctx, 
 void cm_tls_free(cm_tls_ctx_t *ctx);
 
 /**
+ * The notAfter of the certificate a server context serves now (the reloaded one after a
+ * SIGHUP), in seconds since the epoch; 0 for a client context. Any thread.
+ */
+double cm_tls_server_not_after(const cm_tls_ctx_t *ctx);
+
+/**
  * Handshakes a server context completed since start, and how many of them resumed a
  * cached session (OpenSSL's per-context counters; a tuning aid for clients' pooling).
  */

@@ -108,6 +108,15 @@ static gw_room_t *find_or_add(gw_server_t *srv, const char *event)
                                    "admitted fans still shopping", labels);
     r->g_noshows = cm_metrics_gauge(m, "onsale_gateway_noshows",
                                     "passed numbers that never claimed within the grace", labels);
+    for (int k = 0; k < GW_NPHASES; k++) {
+        char pl[128];
+        snprintf(pl, sizeof(pl), "%s,phase=\"%s\"", labels, gw_phase_names[k]);
+        r->g_phase[k] =
+            cm_metrics_gauge(m, "onsale_gateway_room_phase",
+                             "1 for the room's phase (scheduled, prequeue, open, full, paused, "
+                             "sold_out, closed), 0 for the others",
+                             pl);
+    }
     t->v[t->n++] = r;
     return r;
 }
@@ -144,6 +153,8 @@ void gw_watermark_forget(gw_server_t *srv, const char *event)
     r->s.gen = 0;
     r->wm = r->n = r->n_seen = r->claimed = 0;
     r->opened = false;
+    for (int k = 0; k < GW_NPHASES; k++)
+        cm_gauge_set(r->g_phase[k], 0); /* a deleted room is in no phase */
 }
 
 void gw_watermark_saw_number(gw_room_t *room, uint64_t gen, uint64_t num)
@@ -161,6 +172,27 @@ int64_t gw_watermark_queue_size(const gw_room_t *room)
 {
     int64_t q = room->n - room->wm;
     return (q > 0 ? q : 0) + room->prequeue;
+}
+
+const char *const gw_phase_names[GW_NPHASES] = {
+    "scheduled", "prequeue", "open", "full", "paused", "sold_out", "closed",
+};
+
+gw_phase_t gw_watermark_phase(const gw_room_t *room, int64_t now_ms)
+{
+    const gw_settings_t *s = &room->s;
+    if (s->sold_out)
+        return GW_PHASE_SOLD_OUT;
+    if (s->closes_at > 0 && now_ms >= s->closes_at)
+        return GW_PHASE_CLOSED;
+    if (s->paused || s->rate_per_minute <= 0)
+        return GW_PHASE_PAUSED;
+    if (!room->opened && s->opens_at > 0 && now_ms < s->opens_at)
+        return s->prequeue_at > 0 && now_ms < s->prequeue_at ? GW_PHASE_SCHEDULED
+                                                             : GW_PHASE_PREQUEUE;
+    if (s->max_active > 0 && room->active >= s->max_active)
+        return GW_PHASE_FULL;
+    return GW_PHASE_OPEN;
 }
 
 double gw_watermark_rate(const gw_room_t *room)
@@ -346,6 +378,9 @@ static bool apply(gw_room_t *r, const cm_redis_reply_t *reply)
     cm_gauge_set(r->g_claimed, (double)r->claimed);
     cm_gauge_set(r->g_active, (double)r->active);
     cm_gauge_set(r->g_noshows, (double)r->noshows);
+    gw_phase_t phase = gw_watermark_phase(r, gw_watermark_now_ms(r));
+    for (int k = 0; k < GW_NPHASES; k++)
+        cm_gauge_set(r->g_phase[k], k == (int)phase ? 1 : 0);
     return true;
 }
 

@@ -42,6 +42,21 @@ typedef struct gw_sample {
     int64_t wm, n, claimed;
 } gw_sample_t;
 
+/** Where a room stands (gw_watermark_phase; the onsale_gateway_room_phase gauge). */
+typedef enum {
+    GW_PHASE_SCHEDULED, /* before prequeue_at: joins wait for it */
+    GW_PHASE_PREQUEUE,  /* before opens_at: fans gather, nobody is let in yet */
+    GW_PHASE_OPEN,      /* admitting at the rate */
+    GW_PHASE_FULL,      /* open, but max_active shoppers are in: numbers pass as they leave */
+    GW_PHASE_PAUSED,    /* an operator paused it (or its rate is 0) */
+    GW_PHASE_SOLD_OUT,  /* nothing left to sell */
+    GW_PHASE_CLOSED,    /* closes_at passed */
+    GW_NPHASES
+} gw_phase_t;
+
+/** The phase label values, by gw_phase_t ("scheduled", "prequeue", "open", …). */
+extern const char *const gw_phase_names[GW_NPHASES];
+
 typedef struct gw_room {
     char event[CM_IDENT_MAX + 1];
     bool present;    /* the room exists in Redis (as of the last refresh) */
@@ -66,6 +81,7 @@ typedef struct gw_room {
     double join_peak;    /* fastest joins per second between two samples of those ~10 s */
     uint64_t learned_ms; /* monotonic ms of the last advance answer (when n was learned) */
     cm_gauge_t *g_queue, *g_wm, *g_n, *g_claimed, *g_active, *g_noshows;
+    cm_gauge_t *g_phase[GW_NPHASES]; /* one-hot: 1 for the room's phase, 0 for the rest */
 } gw_room_t;
 
 typedef struct gw_rooms gw_rooms_t;
@@ -99,6 +115,15 @@ void gw_watermark_saw_number(gw_room_t *room, uint64_t gen, uint64_t num);
 int64_t gw_watermark_now_ms(const gw_room_t *room);
 /** Fans waiting (numbered, not yet let in) plus the pre-queue. */
 int64_t gw_watermark_queue_size(const gw_room_t *room);
+
+/**
+ * The room's phase at now_ms (its clock, gw_watermark_now_ms), from its settings and
+ * counters as last read: sold out, then closed, paused, before the opening (scheduled or
+ * pre-queue), full, open — in that order of precedence. Only GW_PHASE_OPEN means a
+ * waiting fan should see the watermark move (the admission-stalled alert asks this).
+ * Pure.
+ */
+gw_phase_t gw_watermark_phase(const gw_room_t *room, int64_t now_ms);
 /** Admission rate used for ETAs and poll hints (gw_watermark_expected_rate of the room's
  *  configured and measured pass rates); 0 while paused or sold out. */
 double gw_watermark_rate(const gw_room_t *room);

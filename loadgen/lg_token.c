@@ -23,6 +23,7 @@
 #include "cm_jwt.h"
 #include "cm_mem.h"
 #include "cm_parse.h"
+#include "cm_version.h"
 
 #define KEY_FILE_MAX (1024 * 1024)
 #define TEN_YEARS_S  (10LL * 366 * 86400)
@@ -53,6 +54,7 @@ static void usage(FILE *out)
             "  --kid KID             key id (default: RFC 7638 thumbprint of the key)\n"
             "  --count N             print N tokens, subs VISITOR-1 .. VISITOR-N\n"
             "  --help                this text\n"
+            "  --version             the version and the commit it was built from\n"
             "\n"
             "Exit status: 0 ok, 1 key or output failure, 2 bad arguments.\n");
 }
@@ -69,19 +71,27 @@ __attribute__((format(printf, 1, 2))) static int bad_args(const char *fmt, ...)
 }
 
 /* Option index = getopt_long's val: strings first, then numbers, then --help. */
-enum { N_STR = 8, N_NUM = 4, OPT_HELP = N_STR + N_NUM };
+enum { N_STR = 8, N_NUM = 4, OPT_HELP = N_STR + N_NUM, OPT_VERSION };
 
 /* Fills o from argv; returns 0, 2 (bad arguments, reported) or -1 (--help printed). */
 static int parse_args(int argc, char **argv, opts_t *o)
 {
     static const struct option longopts[] = {
-        {"key", required_argument, NULL, 0},         {"event", required_argument, NULL, 1},
-        {"sub", required_argument, NULL, 2},         {"aud", required_argument, NULL, 3},
-        {"iss", required_argument, NULL, 4},         {"jti", required_argument, NULL, 5},
-        {"kid", required_argument, NULL, 6},         {"jwks", required_argument, NULL, 7},
-        {"ttl", required_argument, NULL, 8},         {"nbf-offset", required_argument, NULL, 9},
-        {"iat-offset", required_argument, NULL, 10}, {"count", required_argument, NULL, 11},
-        {"help", no_argument, NULL, OPT_HELP},       {NULL, 0, NULL, 0},
+        {"key", required_argument, NULL, 0},
+        {"event", required_argument, NULL, 1},
+        {"sub", required_argument, NULL, 2},
+        {"aud", required_argument, NULL, 3},
+        {"iss", required_argument, NULL, 4},
+        {"jti", required_argument, NULL, 5},
+        {"kid", required_argument, NULL, 6},
+        {"jwks", required_argument, NULL, 7},
+        {"ttl", required_argument, NULL, 8},
+        {"nbf-offset", required_argument, NULL, 9},
+        {"iat-offset", required_argument, NULL, 10},
+        {"count", required_argument, NULL, 11},
+        {"help", no_argument, NULL, OPT_HELP},
+        {"version", no_argument, NULL, OPT_VERSION},
+        {NULL, 0, NULL, 0},
     };
     static const int64_t num_min[N_NUM] = {-TEN_YEARS_S, -TEN_YEARS_S, -TEN_YEARS_S, 1};
     static const int64_t num_max[N_NUM] = {TEN_YEARS_S, TEN_YEARS_S, TEN_YEARS_S, COUNT_MAX};
@@ -92,13 +102,16 @@ static int parse_args(int argc, char **argv, opts_t *o)
     int c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
-        if (c == OPT_HELP) {
-            usage(stdout);
+        if (c == OPT_HELP || c == OPT_VERSION) {
+            if (c == OPT_HELP)
+                usage(stdout);
+            else
+                cm_version_print(stdout, "onsale-token");
             return -1;
         }
         if (c == ':')
             return bad_args("%s needs a value", argv[optind - 1]);
-        if (c < 0 || c > OPT_HELP)
+        if (c < 0 || c > OPT_VERSION)
             return bad_args("unknown option %s", argv[optind - 1]);
         if (c < N_STR) {
             *strs[c] = optarg;

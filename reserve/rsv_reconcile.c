@@ -127,12 +127,17 @@ static void on_state_counts(const char *err, const rsv_pg_result_t *res, void *a
         return;
     for (int k = 0; k < RSV_SAGA_NSTATES; k++)
         cm_gauge_set(srv->m.checkouts_by_state[k], 0);
+    double oldest = 0;
     for (int i = 0; i < rsv_pg_result_rows(res); i++) {
         rsv_saga_state_t st = rsv_saga_state_parse(rsv_pg_result_value(res, i, 0));
-        if (st != RSV_SAGA_INVALID)
-            cm_gauge_set(srv->m.checkouts_by_state[st],
-                         strtod(rsv_pg_result_value(res, i, 1), NULL));
+        if (st == RSV_SAGA_INVALID)
+            continue;
+        double age = strtod(rsv_pg_result_value(res, i, 2), NULL);
+        if (!rsv_saga_is_terminal(st) && age > oldest)
+            oldest = age;
+        cm_gauge_set(srv->m.checkouts_by_state[st], strtod(rsv_pg_result_value(res, i, 1), NULL));
     }
+    cm_gauge_set(srv->m.oldest_open_checkout, oldest);
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)
@@ -142,8 +147,10 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     if (r->closing || cm_drain_draining(srv->drain))
         return;
     if (++r->ticks % GAUGE_EVERY_TICKS == 1) {
-        if (rsv_pg_query(srv->pg_read, "SELECT state, count(*) FROM checkouts GROUP BY state", 0,
-                         NULL, on_state_counts, srv) != 0) {
+        if (rsv_pg_query(srv->pg_read,
+                         "SELECT state, count(*), extract(epoch FROM now() - min(created_at)) "
+                         "FROM checkouts GROUP BY state",
+                         0, NULL, on_state_counts, srv) != 0) {
             /* shutting down */
         }
     }

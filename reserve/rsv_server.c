@@ -250,6 +250,11 @@ static void register_saga_metrics(rsv_server_t *srv)
             cm_metrics_gauge(m, "onsale_reserve_checkouts",
                              "checkouts by state (refreshed every few seconds)", labels);
     }
+    x->oldest_open_checkout = cm_metrics_gauge(
+        m, "onsale_reserve_oldest_open_checkout_seconds",
+        "age of the oldest checkout not yet confirmed, failed, released or refunded (0: none; "
+        "refreshed every few seconds)",
+        NULL);
 }
 
 static void register_metrics(rsv_server_t *srv)

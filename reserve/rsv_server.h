@@ -90,6 +90,7 @@ typedef struct rsv_metrics {
     cm_counter_t *pay_outcomes[RSV_PAY_LISTED + 1];
     cm_histogram_t *pay_latency[3];     /* by rsv_pay_op_t */
     cm_gauge_t *checkouts_by_state[13]; /* by rsv_saga_state_names */
+    cm_gauge_t *oldest_open_checkout;   /* age (s) of the oldest non-terminal checkout */
 } rsv_metrics_t;
 
 typedef struct rsv_server rsv_server_t;

@@ -27,6 +27,7 @@
 #include "cm_jwt.h"
 #include "cm_parse.h"
 #include "gw_dpop.h"
+#include "cm_version.h"
 
 #define NOW 1800000000LL
 
@@ -183,8 +184,11 @@ int main(int argc, char **argv)
             seconds = atof(argv[++i]);
         else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
             threads = atoi(argv[++i]);
-        else {
-            fprintf(stderr, "usage: onsale-bench-crypto [--seconds S] [--threads T]\n");
+        else if (strcmp(argv[i], "--version") == 0) {
+            cm_version_print(stdout, "onsale-bench-crypto");
+            return 0;
+        } else {
+            fprintf(stderr, "usage: onsale-bench-crypto [--seconds S] [--threads T] [--version]\n");
             return 2;
         }
     }

@@ -15,6 +15,7 @@
 
 #include "cm_mem.h"
 #include "cm_tls.h"
+#include "cm_version.h"
 #include "sim_audit.h"
 #include "sim_crowd.h"
 #include "sim_report.h"
@@ -50,7 +51,8 @@ static void usage(FILE *f)
                "  --scale X             multiply the scenario's fans by X (0 < X <= 10)\n"
                "  --out DIR             report.json and report.html go here [sim-out/<event>]\n"
                "  --no-progress         no live progress line (default: on when stderr is a tty)\n"
-               "  -h, --help\n");
+               "  -h, --help\n"
+               "  --version\n");
 }
 
 static char *read_secret(const char *path)
@@ -125,6 +127,7 @@ int main(int argc, char **argv)
         {"no-progress", no_argument, NULL, 'n'},
         {"gateway-admin-token-file", required_argument, NULL, 'T'},
         {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -194,6 +197,9 @@ int main(int argc, char **argv)
             break;
         case 'h':
             usage(stdout);
+            return 0;
+        case 'V':
+            cm_version_print(stdout, "onsale-sim");
             return 0;
         default:
             usage(stderr);

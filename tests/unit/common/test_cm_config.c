@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "cm_config.h"
+#include "cm_version.h"
 
 #define PREFIX "CMTEST_"
 
@@ -347,6 +349,73 @@ static void test_read_secret(void **state)
     assert_non_null(strstr(err, "x_file is not set"));
 }
 
+/* systemd LoadCredential=: "credential:NAME" reads $CREDENTIALS_DIRECTORY/NAME, with the
+ * same owner-only check; without the variable, or with a NAME that is a path, refused. */
+static void test_read_secret_credential(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/onsale-cred-XXXXXX", path[512], err[256];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/admin-token", dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0400);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "token-from-credentials\n", 23), 23);
+    close(fd);
+    unsetenv("CREDENTIALS_DIRECTORY");
+    assert_null(cm_config_read_secret("admin_token_file", "credential:admin-token", 16, 4096, NULL,
+                                      err, sizeof(err)));
+    assert_non_null(strstr(err, "CREDENTIALS_DIRECTORY is not set"));
+    setenv("CREDENTIALS_DIRECTORY", dir, 1);
+    char *s = cm_config_read_secret("admin_token_file", "credential:admin-token", 16, 4096, NULL,
+                                    err, sizeof(err));
+    assert_non_null(s);
+    assert_string_equal(s, "token-from-credentials");
+    free(s);
+    static const char *bad[] = {"credential:", "credential:../admin-token", "credential:a/b",
+                                "credential:.."};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_null(
+            cm_config_read_secret("admin_token_file", bad[i], 1, 4096, NULL, err, sizeof(err)));
+        assert_non_null(strstr(err, "one file name"));
+    }
+    assert_null(cm_config_read_secret("admin_token_file", "credential:missing", 1, 4096, NULL, err,
+                                      sizeof(err)));
+    assert_non_null(strstr(err, "No such file"));
+    assert_int_equal(chmod(path, 0440), 0);
+    assert_null(cm_config_read_secret("admin_token_file", "credential:admin-token", 1, 4096, NULL,
+                                      err, sizeof(err)));
+    assert_non_null(strstr(err, "chmod 600"));
+    unsetenv("CREDENTIALS_DIRECTORY");
+    unlink(path);
+    rmdir(dir);
+}
+
+/* --version prints the name, the project version and the commit, and says stop. */
+static void test_version(void **state)
+{
+    fixture_t *f = *state;
+    fflush(stdout);
+    int saved = dup(STDOUT_FILENO);
+    FILE *fp = fopen(f->path, "w");
+    assert_non_null(fp);
+    dup2(fileno(fp), STDOUT_FILENO);
+    const char *args[] = {"--version", NULL};
+    cm_config_result_t r = load(f, args);
+    fflush(stdout);
+    dup2(saved, STDOUT_FILENO);
+    close(saved);
+    fclose(fp);
+    assert_int_equal(r, CM_CONFIG_HELP);
+    char text[512] = {0}, want[256];
+    fp = fopen(f->path, "r");
+    size_t n = fread(text, 1, sizeof(text) - 1, fp);
+    fclose(fp);
+    assert_true(n > 0);
+    snprintf(want, sizeof(want), "prog %s (commit %s)\n", cm_version, cm_version_commit);
+    assert_string_equal(text, want);
+    assert_non_null(strchr(cm_version, '.'));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -359,6 +428,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_file_syntax, setup, teardown),
         cmocka_unit_test_setup_teardown(test_help, setup, teardown),
         cmocka_unit_test(test_read_secret),
+        cmocka_unit_test(test_read_secret_credential),
+        cmocka_unit_test_setup_teardown(test_version, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

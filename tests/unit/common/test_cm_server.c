@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -104,6 +105,8 @@ static bool app_ready(void *arg)
     return __atomic_load_n(&((app_t *)arg)->up, __ATOMIC_RELAXED) != 0;
 }
 
+static int initial_up1 = 1; /* worker 1's readiness when the run starts */
+
 static void *runner(void *arg)
 {
     fx_t *f = arg;
@@ -138,7 +141,7 @@ static int setup(void **state)
         a->lat = cm_metrics_histogram(cm_server_metrics(f->s), "onsale_test_seconds", "x", NULL,
                                       cm_metrics_latency_bounds, cm_metrics_latency_nbounds);
         assert_int_equal(cm_worker_listen(a->w, handler, NULL, a, err, sizeof(err)), 0);
-        a->up = 1;
+        a->up = i == 1 ? initial_up1 : 1;
         cm_worker_readiness(a->w, app_ready, a);
     }
     assert_true(cm_server_port(f->s) > 0);
@@ -322,6 +325,117 @@ static void ready_only_when_every_worker_is(void **state)
     stop_and_wait(f);
 }
 
+/* --- the service manager's view (sd_notify on a NOTIFY_SOCKET of the test's own) ------ */
+
+static int notify_fd = -1;
+static char notify_path[64];
+static int block_state; /* atomic: 1 while worker 1's loop is stuck, 2 once it is not */
+
+static int setup_notify(void **state)
+{
+    snprintf(notify_path, sizeof(notify_path), "/tmp/onsale-notify-%d.sock", (int)getpid());
+    unlink(notify_path);
+    notify_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    assert_true(notify_fd >= 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", notify_path);
+    assert_int_equal(bind(notify_fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    struct timeval tv = {0, 50000};
+    setsockopt(notify_fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setenv("NOTIFY_SOCKET", notify_path, 1);
+    setenv("WATCHDOG_USEC", "1000000", 1); /* pings every 250 ms; stuck after 500 ms */
+    initial_up1 = 0;
+    int rc = setup(state);
+    initial_up1 = 1;
+    return rc;
+}
+
+static int teardown_notify(void **state)
+{
+    int rc = teardown(state);
+    unsetenv("NOTIFY_SOCKET");
+    unsetenv("WATCHDOG_USEC");
+    close(notify_fd);
+    unlink(notify_path);
+    return rc;
+}
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* The next datagram within 50 ms into buf ("" when none). */
+static void next_msg(char *buf, size_t size)
+{
+    ssize_t n = recv(notify_fd, buf, size - 1, 0);
+    buf[n > 0 ? n : 0] = '\0';
+}
+
+static bool has_line(const char *msg, const char *line)
+{
+    size_t n = strlen(line);
+    for (const char *p = msg; (p = strstr(p, line)) != NULL; p += n)
+        if ((p == msg || p[-1] == '\n') && (p[n] == '\0' || p[n] == '\n'))
+            return true;
+    return false;
+}
+
+/* Waits up to limit_ms for a datagram holding line; true if one came. */
+static bool wait_line(const char *line, uint64_t limit_ms)
+{
+    char buf[512];
+    for (uint64_t end = mono_ms() + limit_ms; mono_ms() < end;) {
+        next_msg(buf, sizeof(buf));
+        if (has_line(buf, line))
+            return true;
+    }
+    return false;
+}
+
+/* A stuck callback: what a blocking call on the loop would look like. */
+static void on_block(evutil_socket_t fd, short what, void *arg)
+{
+    __atomic_store_n(&block_state, 1, __ATOMIC_RELEASE);
+    struct timespec ts = {2, 500 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    __atomic_store_n(&block_state, 2, __ATOMIC_RELEASE);
+}
+
+/* READY=1 only once every worker is ready; WATCHDOG=1 while every loop runs, none while
+ * one loop is stuck, and again once it runs; STOPPING=1 at SIGTERM. */
+static void notify_ready_and_watchdog(void **state)
+{
+    fx_t *f = *state;
+    char buf[512];
+    assert_true(wait_line("WATCHDOG=1", 2000)); /* the loops run; worker 1 is not ready */
+    for (uint64_t end = mono_ms() + 1000; mono_ms() < end;) {
+        next_msg(buf, sizeof(buf));
+        assert_false(has_line(buf, "READY=1"));
+    }
+    __atomic_store_n(&f->apps[1].up, 1, __ATOMIC_RELAXED);
+    assert_true(wait_line("READY=1", 3000));
+    assert_true(wait_line("WATCHDOG=1", 2000));
+
+    struct timeval now = {0, 0};
+    assert_int_equal(
+        event_base_once(cm_worker_base(f->apps[1].w), -1, EV_TIMEOUT, on_block, NULL, &now), 0);
+    while (__atomic_load_n(&block_state, __ATOMIC_ACQUIRE) == 0)
+        next_msg(buf, sizeof(buf));
+    uint64_t start = mono_ms();
+    while (__atomic_load_n(&block_state, __ATOMIC_ACQUIRE) == 1) {
+        next_msg(buf, sizeof(buf));
+        /* a ping seen while the loop is still stuck, well after its last check-in */
+        if (has_line(buf, "WATCHDOG=1") && __atomic_load_n(&block_state, __ATOMIC_ACQUIRE) == 1)
+            assert_true(mono_ms() - start < 900);
+    }
+    assert_true(wait_line("WATCHDOG=1", 2000)); /* running again */
+    stop_and_wait(f);                           /* SIGTERM, drain, join */
+    assert_true(wait_line("STOPPING=1", 1000)); /* queued in the socket meanwhile */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -330,6 +444,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(broadcast_reaches_every_other_worker, setup, teardown),
         cmocka_unit_test_setup_teardown(sigterm_drains_every_worker, setup, teardown),
         cmocka_unit_test_setup_teardown(ready_only_when_every_worker_is, setup, teardown),
+        cmocka_unit_test_setup_teardown(notify_ready_and_watchdog, setup_notify, teardown_notify),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -154,10 +154,46 @@ static void test_restore_jump_covers_the_peak_over_the_staleness(void **state)
     assert_int_equal(gw_watermark_restore_jump(100, 3600000), 2050);
 }
 
+/* The admission-stalled alert trusts phase "open" to mean "the watermark should move":
+ * every other phase of a normal night (before the pre-queue, pre-queue, full of
+ * shoppers, paused, sold out, closed) must say so instead, with that precedence. */
+static void test_phase(void **state)
+{
+    (void)state;
+    gw_room_t r;
+    memset(&r, 0, sizeof(r));
+    gw_settings_defaults(&r.s);
+    r.s.rate_per_minute = 600;
+    const int64_t now = 1000000;
+    assert_int_equal(gw_watermark_phase(&r, now), GW_PHASE_OPEN);
+    r.s.prequeue_at = now + 10, r.s.opens_at = now + 20, r.s.closes_at = now + 30;
+    assert_int_equal(gw_watermark_phase(&r, now), GW_PHASE_SCHEDULED);
+    assert_int_equal(gw_watermark_phase(&r, now + 10), GW_PHASE_PREQUEUE);
+    r.opened = true; /* Redis numbered the pre-queue: open even if our clock lags */
+    assert_int_equal(gw_watermark_phase(&r, now + 19), GW_PHASE_OPEN);
+    r.opened = false;
+    assert_int_equal(gw_watermark_phase(&r, now + 20), GW_PHASE_OPEN);
+    r.s.max_active = 5, r.active = 5;
+    assert_int_equal(gw_watermark_phase(&r, now + 20), GW_PHASE_FULL);
+    r.active = 4;
+    assert_int_equal(gw_watermark_phase(&r, now + 20), GW_PHASE_OPEN);
+    r.s.paused = true;
+    assert_int_equal(gw_watermark_phase(&r, now + 20), GW_PHASE_PAUSED);
+    assert_int_equal(gw_watermark_phase(&r, now + 30), GW_PHASE_CLOSED);
+    r.s.sold_out = true;
+    assert_int_equal(gw_watermark_phase(&r, now + 20), GW_PHASE_SOLD_OUT);
+    r.s.sold_out = r.s.paused = false;
+    r.s.rate_per_minute = 0;
+    assert_int_equal(gw_watermark_phase(&r, now + 20), GW_PHASE_PAUSED);
+    assert_string_equal(gw_phase_names[GW_PHASE_SOLD_OUT], "sold_out");
+    assert_string_equal(gw_phase_names[GW_PHASE_PREQUEUE], "prequeue");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_eta),
+        cmocka_unit_test(test_phase),
         cmocka_unit_test(test_expected_rate),
         cmocka_unit_test(test_room_rate),
         cmocka_unit_test(test_poll_eta),
