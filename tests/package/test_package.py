@@ -33,6 +33,10 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import stack  # noqa: E402  (Client, wait_for, free ports)
+from dpop_key import DPoPKey  # noqa: E402  (a client's DPoP key, docs/api.md)
+
+sys.path.insert(0, os.path.join(HERE, "..", "..", "docs", "examples"))
+import pow as pow_example  # noqa: E402  (docs/examples/pow.py: the documented solver)
 
 SOURCE = os.path.abspath(os.environ.get("ONSALE_SOURCE_DIR", os.path.join(HERE, "..", "..")))
 UNITS = "/lib/systemd/system"
@@ -288,17 +292,25 @@ class Package(unittest.TestCase):
             "PUT", f"/admin/events/{ev}", body={"seats": seats, "currency": "EUR"},
             token=self.rsv_token)
         self.assertIn(r.status, (200, 201), repr(r))
+        # A room as an operator makes it: proof of work and key-bound tickets on, as the
+        # installed gateway's defaults say; the fan joins as docs/api.md tells API clients.
         r = self.client(self.gw_admin).request(
             "PUT", f"/admin/events/{ev}",
             body={"rate_per_minute": 600, "mode": "fifo", "admission_ttl_seconds": 600},
             token=self.gw_token)
         self.assertEqual(r.status, 201, repr(r))
+        self.assertTrue(r.json.get("pow") and r.json.get("dpop"), repr(r))
         gw = self.client(self.gw_port)
-        j = gw.post(f"/q/{ev}/join")
+        key, base = DPoPKey(), f"https://127.0.0.1:{self.gw_port}/q/{ev}"
+        ch = gw.get(f"/q/{ev}/challenge").json
+        j = gw.post(f"/q/{ev}/join", headers={
+            "DPoP": key.proof("POST", f"{base}/join"),
+            "Onsale-Pow": f"{ch['challenge']}.{pow_example.solve(ch['challenge'], ch['difficulty'])}"})
         self.assertEqual(j.status, 201, repr(j))
 
         def admitted():
-            s = gw.get(f"/q/{ev}/status", token=j.json["ticket"])
+            s = gw.get(f"/q/{ev}/status", token=j.json["ticket"],
+                       headers={"DPoP": key.proof("GET", f"{base}/status")})
             return s if s.status == 200 and s.json.get("state") == "admitted" else None
         tok = stack.wait_for(admitted, 30, interval=0.2, what="admission").json["admission_token"]
         rsv = self.client(self.rsv_port)
