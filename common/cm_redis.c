@@ -618,7 +618,7 @@ static bool loop_may_be_late(cm_redis_t *r, const struct cmd *c)
     if (event_base_gettimeofday_cached(r->base, &now) != 0)
         return false;
     evutil_timersub(&now, &c->due, &late);
-    return late.tv_sec > 0 || late.tv_usec > LATE_MS * 1000;
+    return late.tv_sec > 0 || (late.tv_sec == 0 && late.tv_usec > LATE_MS * 1000);
 }
 
 static void on_cmd_timeout(evutil_socket_t fd, short what, void *arg)
