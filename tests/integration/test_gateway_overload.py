@@ -60,14 +60,14 @@ def source_address(i):
 
 
 async def _one(i, port, ctx, request):
-    """One fan: connect from its own address, handshake, join, read the answer."""
+    """One fan: connect from its own address, handshake, send request, read the answer."""
     w = None
     try:
         r, w = await asyncio.wait_for(
             asyncio.open_connection(HOST, port, ssl=ctx, server_hostname=HOST,
                                     local_addr=(source_address(i), 0)), CONN_TIMEOUT)
         w.write(request)
-        status, headers, body = await asyncio.wait_for(stack._read_response(r, "POST"),
+        status, headers, body = await asyncio.wait_for(stack._read_response(r, "GET"),
                                                        CONN_TIMEOUT)
         return status, headers, body, None
     except Exception as e:  # noqa: BLE001 — a transport failure is a result
@@ -77,9 +77,10 @@ async def _one(i, port, ctx, request):
             w.transport.abort()
 
 
-async def _burst(port, ctx, request, n):
+async def _burst(port, ctx, requests):
     return await asyncio.wait_for(
-        asyncio.gather(*[_one(i, port, ctx, request) for i in range(n)]), RUN_TIMEOUT)
+        asyncio.gather(*[_one(i, port, ctx, req) for i, req in enumerate(requests)]),
+        RUN_TIMEOUT)
 
 
 def shed_counts(gw):
@@ -99,19 +100,30 @@ class CrowdOfNewConnections(gwstack.GatewayTestCase):
     def setUp(self):
         pass
 
-    def burst(self, name, n, bits=2048, **conf):
+    def gateway(self, name, bits, **conf):
         crt, key = CERTS[bits]
         g = self.GS.add_gateway(name, workers=1, handshake_timeout_s=60, tls_cert=crt,
                                 tls_key=key, **conf)
         self.addCleanup(g.stop)
+        return g
+
+    def room(self, g, **settings):
         ev = gwstack.new_id("crowd")
-        r = self.GS.admin("PUT", f"/admin/events/{ev}", {"rate_per_minute": 60, "paused": True},
-                          gw=g)
+        r = self.GS.admin("PUT", f"/admin/events/{ev}", settings, gw=g)
         self.assertStatus(r, 201)
+        return ev
+
+    def burst(self, name, n, bits=2048, **conf):
+        g = self.gateway(name, bits, **conf)
+        ev = self.room(g, rate_per_minute=60, paused=True)
         join = stack.build_request("POST", f"/q/{ev}/join", port=g.port)[2]
+        return self.fire(g, [join] * n)
+
+    def fire(self, g, requests):
+        """Every request on a new connection of its own, all at once."""
         before = shed_counts(g)
         t0 = time.monotonic()
-        results = asyncio.run(_burst(g.port, self.GS.S.ctx, join, n))
+        results = asyncio.run(_burst(g.port, self.GS.S.ctx, requests))
         took = time.monotonic() - t0
         after = shed_counts(g)
         with open(g.log_path, "rb") as f:
@@ -150,6 +162,25 @@ class CrowdOfNewConnections(gwstack.GatewayTestCase):
                    f"{json.dumps(counts)}; policy 503s {policy}; shed {json.dumps(shed)}; "
                    f"load {os.getloadavg()[0]:.2f}")
         self.assertEqual(policy, shed.get("loop_lag", 0), f"statuses {counts}, shed {shed}")
+
+    def test_burst_of_admission_polls_never_times_out(self):
+        # The seeds' night: status polls of admitted fans (admit.lua in Redis, then an
+        # ES256 token) answered 503 "admission failed (timeout)" while Redis sat idle.
+        # Here each admitted fan polls once on a new connection, all at once.
+        n = BURST // 2
+        g = self.gateway("crowd-admit", BITS)
+        ev = self.room(g, rate_per_minute=10000000)
+        joins = g.burst([g.req("POST", f"/q/{ev}/join") for _ in range(n)])
+        self.assertEqual({r.status for r in joins}, {201}, joins[:3])
+        stack.wait_for(lambda: self.GS.watermark(ev) >= n, 30, what="everyone let in")
+        polls = [g.req("GET", f"/q/{ev}/status", token=r.json["ticket"])[2] for r in joins]
+        results, shed, took, log = self.fire(g, polls)
+        counts, policy = self.check_answers(results, log)
+        admitted = sum(1 for st, _, body, _ in results
+                       if st == 200 and json.loads(body).get("state") == "admitted")
+        stack.note(f"overload: {n} admission polls on new connections in {took:.1f} s: "
+                   f"statuses {json.dumps(counts)}; admitted {admitted}; shed {json.dumps(shed)}")
+        self.assertEqual(admitted + policy, n, f"statuses {counts}")
 
     def test_handshake_cap_defers_accepts_and_counts_them(self):
         # A cap far below the burst: accepting pauses (counted), nobody is refused.
