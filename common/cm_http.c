@@ -77,6 +77,12 @@ typedef struct tracker {
     int refs;
 } tracker_t;
 
+static void tracker_release(tracker_t *t)
+{
+    if (--t->refs == 0)
+        free(t);
+}
+
 #define PROXY_HEADER_TIMEOUT_S 5
 
 /* One TLS connection while its PROXY header is awaited, and its client address after. */
@@ -102,6 +108,9 @@ struct cm_http_server {
     int port;
     int connections;
     int max_connections;
+    int handshakes;     /* TLS connections whose handshake is under way (guarded ones) */
+    int max_handshakes; /* 0: no cap */
+    cm_shed_t *shed;
     bool paused;
     bool stopped;
     bool closing;                            /* replies close their connections */
@@ -221,6 +230,8 @@ typedef struct guard {
     int handshake_s, request_s, idle_s, cap;
     int head_s; /* h1 engine: the head's own deadline (0: request_s) */
     cm_http_addrs_t *addrs;
+    tracker_t *t;      /* one reference: the server's handshake count */
+    bool handshaking;  /* counted in t->srv->handshakes */
     uint64_t addr_key; /* counted in addrs when not 0 */
     bool over_cap;
     bool shut;
@@ -284,12 +295,28 @@ static void on_guard_timer(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+static void resume_listener(cm_http_server_t *srv);
+
+/* Its handshake is over (done, or the connection is gone): one less in flight, and the
+ * listener accepts again if the handshake cap had paused it. */
+static void guard_handshake_over(guard_t *g)
+{
+    if (!g->handshaking)
+        return;
+    g->handshaking = false;
+    cm_http_server_t *srv = g->t->srv;
+    if (srv != NULL && --srv->handshakes < srv->max_handshakes)
+        resume_listener(srv);
+}
+
 static void on_guard_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl,
                           void *argp)
 {
     guard_t *g = ptr;
     if (g == NULL)
         return;
+    guard_handshake_over(g);
+    tracker_release(g->t);
     if (g->addr_key != 0)
         addrs_add(g->addrs, g->addr_key, -1);
     event_free(g->timer);
@@ -334,6 +361,7 @@ static void on_ssl_info(const SSL *ssl, int where, int ret)
     guard_t *g = guard_of_ssl(ssl);
     if (g == NULL || g->phase != G_HANDSHAKE)
         return;
+    guard_handshake_over(g);
     if (g->addrs != NULL && g->cap > 0) {
         char addr[INET6_ADDRSTRLEN + 8];
         ssl_peer((SSL *)ssl, addr, sizeof(addr));
@@ -524,9 +552,17 @@ static void pause_listener(cm_http_server_t *srv)
     }
 }
 
+/* Accepting may go on: under max_connections, and under max_handshakes when capped. */
+static bool may_accept(const cm_http_server_t *srv)
+{
+    return cm_http_server_connections(srv) < srv->max_connections &&
+           (srv->max_handshakes == 0 || srv->handshakes < srv->max_handshakes) &&
+           !cm_shed_lagging(srv->shed);
+}
+
 static void resume_listener(cm_http_server_t *srv)
 {
-    if (srv->paused && !srv->stopped) {
+    if (srv->paused && !srv->stopped && may_accept(srv)) {
         evconnlistener_enable(srv->listener);
         srv->paused = false;
     }
@@ -540,12 +576,10 @@ static void on_ssl_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, lo
         return;
     cm_http_server_t *srv = t->srv;
     if (srv) {
-        int now = __atomic_sub_fetch(&srv->connections, 1, __ATOMIC_RELAXED);
-        if (now < srv->max_connections)
-            resume_listener(srv);
+        __atomic_sub_fetch(&srv->connections, 1, __ATOMIC_RELAXED);
+        resume_listener(srv);
     }
-    if (--t->refs == 0)
-        free(t);
+    tracker_release(t);
 }
 
 static struct bufferevent *on_new_bev(struct event_base *base, void *arg)
@@ -573,6 +607,13 @@ static struct bufferevent *on_new_bev(struct event_base *base, void *arg)
         g->timer = evtimer_new(base, on_guard_timer, g);
         if (g->timer == NULL)
             abort();
+        g->t = srv->tracker;
+        srv->tracker->refs++;
+        g->handshaking = true;
+        if (++srv->handshakes >= srv->max_handshakes && srv->max_handshakes > 0 && !srv->paused) {
+            cm_shed_count(srv->shed, CM_SHED_HANDSHAKES);
+            pause_listener(srv); /* the rest wait in the kernel's backlog, costing nothing */
+        }
         SSL_set_ex_data(ssl, ssl_guard_index, g); /* freed with ssl from here on */
         SSL_set_info_callback(ssl, on_ssl_info);
         SSL_set_msg_callback(ssl, on_ssl_msg);
@@ -607,9 +648,36 @@ static struct bufferevent *on_new_bev(struct event_base *base, void *arg)
 
 static void on_resume_timer(evutil_socket_t fd, short what, void *arg)
 {
-    cm_http_server_t *srv = arg;
-    if (cm_http_server_connections(srv) < srv->max_connections)
-        resume_listener(srv);
+    resume_listener(arg);
+}
+
+/* The loop started or stopped lagging: no new handshakes while it lags. */
+static void on_lag(bool lagging, void *arg)
+{
+    if (lagging)
+        pause_listener(arg);
+    else
+        resume_listener(arg);
+}
+
+/* The overload policy's check, before the handler: true when req was answered 503
+ * overloaded (health probes are never shed: they are cheap, and a balancer must not
+ * take a busy server for a dead one). */
+static bool shed_request(cm_http_server_t *srv, cm_req_t *req)
+{
+    if (srv->shed == NULL)
+        return false;
+    if (cm_http_method(req) == CM_HTTP_GET) {
+        const char *path = cm_http_uri_path(req);
+        if (strcmp(path, "/healthz") == 0 || strcmp(path, "/readyz") == 0)
+            return false;
+    }
+    if (!cm_shed_request(srv->shed))
+        return false;
+    cm_http_add_header(req, "Retry-After", cm_shed_retry_after(srv->shed));
+    cm_http_send_error(req, 503, "overloaded", "the server is overloaded; retry later",
+                       json_pack("{s:i}", "retry_after_seconds", cm_shed_retry_after_s(srv->shed)));
+    return true;
 }
 
 static void on_listener_error(struct evconnlistener *l, void *arg)
@@ -657,6 +725,8 @@ static void on_request(struct evhttp_request *ev, void *arg)
             return;
         }
     }
+    if (shed_request(srv, req))
+        return;
     srv->handler(req, srv->arg);
 }
 
@@ -1059,6 +1129,8 @@ static void h1_dispatch(h1_conn_t *c)
     }
     if (c->srv->closing)
         c->keep_alive = false;
+    if (shed_request(c->srv, &c->req))
+        return;
     c->srv->handler(&c->req, c->srv->arg);
 }
 
@@ -1328,6 +1400,10 @@ cm_http_server_t *cm_http_server_new(struct event_base *base, const char *addr, 
     srv->handler = handler;
     srv->arg = arg;
     srv->max_connections = limits->max_connections > 0 ? limits->max_connections : 1024;
+    srv->max_handshakes = limits->max_handshakes > 0 ? limits->max_handshakes : 0;
+    if (limits->shed_lag_ms > 0 || limits->max_handshakes > 0)
+        srv->shed = cm_shed_new(base, limits->shed_lag_ms, limits->shed_retry_after_s,
+                                limits->shed_counters, on_lag, srv);
     srv->handshake_s = limits->handshake_timeout_s;
     srv->request_s = limits->request_timeout_s;
     srv->idle_s = limits->handshake_timeout_s > 0 || limits->request_timeout_s > 0
@@ -1366,7 +1442,9 @@ cm_http_server_t *cm_http_server_new(struct event_base *base, const char *addr, 
     unsigned flags = LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC;
     if (limits->reuse_port)
         flags |= LEV_OPT_REUSEABLE_PORT; /* one listener per worker; the kernel spreads */
-    srv->listener = evconnlistener_new_bind(base, NULL, NULL, flags, 1024, (struct sockaddr *)&sin,
+    /* The kernel's accept queue is where connections wait while the overload policy has
+     * paused accepting: as deep as the host allows (Linux caps it at somaxconn). */
+    srv->listener = evconnlistener_new_bind(base, NULL, NULL, flags, 65535, (struct sockaddr *)&sin,
                                             sizeof(sin));
     if (srv->listener == NULL) {
         snprintf(err, errlen, "bind %s:%d: %s", addr, port, strerror(errno));
@@ -1449,9 +1527,9 @@ void cm_http_server_free(cm_http_server_t *srv)
         evconnlistener_free(srv->listener);
     if (srv->resume_timer)
         event_free(srv->resume_timer);
+    cm_shed_free(srv->shed);
     srv->tracker->srv = NULL;
-    if (--srv->tracker->refs == 0)
-        free(srv->tracker);
+    tracker_release(srv->tracker);
     cm_proxy_allow_free(srv->proxy_from);
     free(srv);
 }

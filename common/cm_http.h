@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "cm_shed.h"
 #include "cm_tls.h"
 
 struct event_base;
@@ -82,6 +83,15 @@ typedef struct cm_http_limits {
      * target's path as sent (not decoded), from any loop thread: a pure function. */
     int head_timeout_s;
     size_t (*body_cap)(cm_http_method_t method, const char *path);
+    /* The overload policy (cm_shed, docs/design.md "Overload"). While the loop lags more
+     * than shed_lag_ms, a request other than GET /healthz and /readyz is answered
+     * 503 overloaded with Retry-After: shed_retry_after_s before its handler runs (0: never).
+     * At max_handshakes TLS handshakes in flight on this listener, it stops accepting
+     * until one completes (0: no cap). shed_counters[cause]: counted sheds (may be NULL). */
+    int shed_lag_ms;
+    int shed_retry_after_s;
+    int max_handshakes;
+    cm_counter_t *shed_counters[CM_SHED_NCAUSES];
 } cm_http_limits_t;
 
 /** What a body_cap function returns for a route whose body is the listener's JSON

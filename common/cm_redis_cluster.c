@@ -13,7 +13,8 @@
  * send again ▼                                               │ ASK:   ASKING + send there, once
  *           backoff (10 ms doubling to 250 ms) ─▶ send         │ TRYAGAIN / CLUSTERDOWN: backoff
  *                                                              │ anything else: answer
- *   deadline ─▶ answer cm_err_timeout (a reply still due is dropped when it comes)
+ *   deadline ─▶ answer cm_err_timeout (a reply still due is dropped when it comes);
+ *               sent to a node: wait once more for that node's own deadline
  *
  * A command is resent only when it provably did not run (not sent, or refused with a
  * redirection); one whose connection dropped after it was sent is answered cm_err_closed.
@@ -72,6 +73,7 @@ struct ccmd {
     unsigned answered : 1; /* cb has run */
     unsigned inflight : 1; /* a node holds this record as its callback's arg */
     unsigned asked : 1;    /* an ASK was followed: never twice */
+    unsigned extended : 1; /* its deadline waited one more period for a node's verdict */
     int ask_node;          /* send ASKING to this node first, then the command; or -1 */
     int sent_node;         /* where the last attempt went */
     int redirects;
@@ -647,6 +649,14 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
     struct ccmd *c = arg;
     struct cm_redis_cluster *cl = c->cl;
 
+    /* Sent and not answered yet: the node's own deadline judges what Redis answered
+     * (cm_redis.c gives it one more period when our loop was to blame), so this one waits
+     * once for that verdict instead of racing it. */
+    if (c->inflight && !c->extended) {
+        c->extended = 1;
+        evtimer_add(c->deadline, cl->cmd_tv);
+        return;
+    }
     hold(cl);
     answer(c, cm_err_timeout, NULL);
     release(cl);

@@ -299,6 +299,23 @@ static void register_build_info(cm_metrics_t *m)
                  1);
 }
 
+/* The overload policy's counters, one series per cause, shared by every worker. */
+static void shed_counters(cm_server_t *s)
+{
+    char name[96], label[48];
+
+    snprintf(name, sizeof(name), "%s_shed_total", s->o.metric_prefix);
+    for (int i = 0; i < CM_SHED_NCAUSES; i++) {
+        snprintf(label, sizeof(label), "cause=\"%s\"", cm_shed_cause_name((cm_shed_cause_t)i));
+        s->o.limits.shed_counters[i] = cm_metrics_counter(
+            s->metrics, name,
+            "work shed by the overload policy: requests answered 503 overloaded (loop_lag), "
+            "times accepting paused at max_handshakes (handshakes) or while the loop lagged "
+            "(accept_lag)",
+            label);
+    }
+}
+
 cm_server_t *cm_server_new(const cm_server_opts_t *o, char *err, size_t errlen)
 {
     cm_server_t *s = cm_xcalloc(1, sizeof(*s));
@@ -328,6 +345,7 @@ cm_server_t *cm_server_new(const cm_server_opts_t *o, char *err, size_t errlen)
     if (o->limits.max_conns_per_addr > 0)
         s->addrs = cm_http_addrs_new();
     s->o.limits.addrs = s->addrs;
+    shed_counters(s);
     s->w = cm_xcalloc((size_t)s->n, sizeof(cm_worker_t));
     char name[96];
     snprintf(name, sizeof(name), "%s_inflight_requests", o->metric_prefix);
@@ -409,6 +427,8 @@ int cm_worker_listen(cm_worker_t *w, cm_http_handler_t fans, cm_http_handler_t a
         alim.proxy_from = NULL;              /* operators connect directly */
         alim.engine = CM_HTTP_ENGINE_EVHTTP; /* not a hot path: every route stays on evhttp */
         alim.body_cap = NULL;
+        alim.shed_lag_ms = 0; /* operators reach /metrics and the dashboard under load */
+        alim.max_handshakes = 0;
         w->admin = cm_http_server_new(w->base, s->o.admin_addr, aport, s->o.tls, &alim, admin, arg,
                                       err, errlen);
         if (w->admin == NULL)

@@ -54,6 +54,14 @@ static const cm_config_opt_t keys[CM_SERVER_CONFIG_NKEYS] = {
     {"admin_listen", CM_CFG_STR, S(admin_listen), NULL, 0, 0,
      "ip:port of the admin listener (admin API, dashboard, /metrics; loopback by default); "
      "the fans' port answers those paths 404"},
+    {"max_handshakes", CM_CFG_INT, S(max_handshakes), "256", 0, 100000,
+     "TLS handshakes in flight per worker before its listener stops accepting until one "
+     "completes (new connections wait in the kernel's backlog); 0 = no cap"},
+    {"shed_lag_ms", CM_CFG_INT, S(shed_lag_ms), "500", 0, 60000,
+     "while a worker's loop lags more than this, new requests on the fans' listener (not "
+     "/healthz, /readyz) get 503 overloaded with Retry-After before any work; 0 = never"},
+    {"shed_retry_after_s", CM_CFG_INT, S(shed_retry_after_s), "2", 1, 600,
+     "the Retry-After (seconds) of a 503 overloaded"},
 };
 
 size_t cm_server_config_keys(cm_config_opt_t *out, size_t base,
@@ -133,6 +141,9 @@ int cm_server_config_opts(const cm_server_config_t *c, cm_server_opts_t *o, char
     o->limits.handshake_timeout_s = (int)c->handshake_timeout_s;
     o->limits.request_timeout_s = (int)c->request_timeout_s;
     o->limits.max_conns_per_addr = (int)c->max_conns_per_addr;
+    o->limits.max_handshakes = (int)c->max_handshakes;
+    o->limits.shed_lag_ms = (int)c->shed_lag_ms;
+    o->limits.shed_retry_after_s = (int)c->shed_retry_after_s;
     o->drain_grace_ms = (int)c->drain_grace_ms;
     return 0;
 }

@@ -39,6 +39,9 @@ typedef struct cm_server_config {
     char *http_engine; /* "h1" or "evhttp": the fans' listener (cm_http_engine_t) */
     int64_t max_conns_per_addr;
     char *admin_listen;
+    int64_t max_handshakes; /* per worker (cm_http_limits_t) */
+    int64_t shed_lag_ms;
+    int64_t shed_retry_after_s;
 } cm_server_config_t;
 
 /** The defaults that differ between services (strings, as in a config table). */
@@ -52,7 +55,7 @@ typedef struct cm_server_config_defaults {
 } cm_server_config_defaults_t;
 
 /** How many keys cm_server_config_keys writes. */
-#define CM_SERVER_CONFIG_NKEYS 18
+#define CM_SERVER_CONFIG_NKEYS 21
 
 /**
  * Writes the shared keys into out[0 .. CM_SERVER_CONFIG_NKEYS), each offset being

@@ -493,6 +493,68 @@ static void test_reply_read_before_its_deadline(void **state)
     cm_redis_free(r);
 }
 
+/* A client callback that sends a PING, then holds the loop for 300 ms (on_busy). */
+struct stall {
+    cm_redis_t *r;
+    struct result *res;
+};
+
+static void on_send_then_busy(evutil_socket_t fd, short what, void *arg)
+{
+    struct stall *st = arg;
+    const char *argv[] = {"PING"};
+    size_t lens[] = {4};
+
+    assert_int_equal(cm_redis_command(st->r, on_result, st->res, 1, argv, lens), 0);
+    on_busy(fd, what, NULL);
+}
+
+/* Sends a PING from inside a 300 ms stall on base, with a 100 ms deadline: PONG due. */
+static void stalled_send_gets_its_reply(struct event_base *base)
+{
+    cm_redis_t *r = cm_redis_new_auth(base, SVC_HOST, srv_port(), 100, auth());
+    struct result res = {0};
+    struct stall st = {r, &res};
+    struct timeval now = {0, 0};
+    struct event *busy = evtimer_new(base, on_send_then_busy, &st);
+
+    assert_true(run_until(base, is_connected, r, HARD_MS));
+    evtimer_add(busy, &now);
+    assert_true(wait_calls(base, &res, 1));
+    assert_null(res.err);
+    assert_int_equal(res.type, CM_REDIS_STATUS);
+    assert_string_equal(res.str, "PONG");
+    event_free(busy);
+    cm_redis_free(r);
+}
+
+/*
+ * The seeds' night: the gateway answered status polls 503 "admission failed (timeout)"
+ * while Redis sat at 8% CPU. A command issued from inside a long client callback is still
+ * in our output buffer when that callback ends with its deadline already past; the next
+ * pass writes it and fires the deadline at once, before Redis could have answered. The
+ * deadline must judge Redis, not our loop: the caller gets its PONG. Run on a plain base
+ * and on one shaped like cm_server's workers (two priorities, sliced dispatch).
+ */
+static void test_deadline_judges_redis_not_a_stalled_loop(void **state)
+{
+    struct fx *f = *state;
+    struct event_config *cfg = event_config_new();
+    const struct timeval slice = {0, 2000};
+    struct event_base *worker;
+
+    stalled_send_gets_its_reply(f->base);
+    assert_non_null(cfg);
+    assert_int_equal(event_config_set_max_dispatch_interval(cfg, &slice, -1, 1), 0);
+    worker = event_base_new_with_config(cfg);
+    event_config_free(cfg);
+    assert_non_null(worker);
+    assert_int_equal(event_base_priority_init(worker, 2), 0);
+    stalled_send_gets_its_reply(worker);
+    assert_int_equal(events_left(worker), 0);
+    event_base_free(worker);
+}
+
 static void test_free_fails_pending_with_shutdown(void **state)
 {
     struct fx *f = *state;
@@ -1495,6 +1557,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_eval_falls_back_on_noscript, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deadline_then_late_reply_dropped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reply_read_before_its_deadline, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deadline_judges_redis_not_a_stalled_loop, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_free_fails_pending_with_shutdown, setup, teardown),
         cmocka_unit_test_setup_teardown(test_free_inside_callback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_server_commands_fail_at_once, setup, teardown),
