@@ -195,7 +195,7 @@ void gw_admin_event_write(gw_server_t *srv, cm_req_t *req, const char *event, bo
         return;
     }
     if (!partial && json_is_object(body) && json_object_get(body, "dpop") == NULL)
-        json_object_set_new(body, "dpop", json_boolean(srv->cfg.dpop_default));
+        json_object_set_new(body, "dpop", json_boolean(srv->cfg.dpop_new_rooms));
     gw_setting_kv_t kv[GW_SETTINGS_MAX_FIELDS];
     char err[256];
     int n = gw_settings_parse(body, partial, srv->cfg.allow_loopback_http, kv, err, sizeof(err));

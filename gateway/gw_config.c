@@ -30,7 +30,7 @@ static const cm_config_opt_t own[] = {
     {"allow_loopback_http", CM_CFG_BOOL, S(allow_loopback_http), "false", 0, 0,
      "accept plain http:// for reserve_url and rooms' redirect_url when the host is "
      "loopback (127.0.0.0/8, localhost, [::1]); any other host always needs https://"},
-    {"dpop_default", CM_CFG_BOOL, S(dpop_default), "true", 0, 0,
+    {"dpop_new_rooms", CM_CFG_BOOL, S(dpop_new_rooms), "true", 0, 0,
      "the \"dpop\" setting of a room whose PUT does not name it: true binds its tickets to "
      "the joining browser's key (docs/api.md, DPoP)"},
     {"join_rate_per_ip", CM_CFG_INT, S(join_rate_per_ip), "60", 0, 1000000,

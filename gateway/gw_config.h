@@ -23,7 +23,7 @@ typedef struct gw_config {
     char *issuer;
     char *reserve_url;
     bool allow_loopback_http;
-    bool dpop_default; /* "dpop" of a room created or replaced by a PUT that does not say */
+    bool dpop_new_rooms; /* "dpop" of a room created or replaced by a PUT that does not say */
     int64_t join_rate_per_ip;
     int64_t join_burst_per_ip;
     int64_t rate_limit_table_size;

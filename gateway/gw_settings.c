@@ -36,7 +36,7 @@ static const field_t fields[] = {
     {"max_prequeue", F_INT, 1, 100000000, "1000000"},
     {"redirect_url", F_URL, 0, 0, NULL},
     {"handoff", F_HANDOFF, 0, 0, "fragment"},
-    {"dpop", F_BOOL, 0, 0, "1"}, /* a PUT without it: the gateway's dpop_default (gw_admin) */
+    {"dpop", F_BOOL, 0, 0, "1"}, /* a PUT without it: the gateway's dpop_new_rooms (gw_admin) */
     {"pow", F_BOOL, 0, 0, "1"},  /* a room saved before this field existed has none: off */
 };
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))

@@ -60,7 +60,7 @@ DEFAULT_CONF = {
     "log_level": "info",
     # Rooms bind tickets to keys only when a test asks ("dpop": True, test_gateway_dpop):
     # the other modules' clients send no DPoP proofs.
-    "dpop_default": False,
+    "dpop_new_rooms": False,
 }
 
 

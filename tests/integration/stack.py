@@ -830,7 +830,7 @@ class Stack:
             "ONSALE_GATEWAY_WORKERS": "2",
             # Rooms the suites create bind no tickets to keys unless a test says "dpop":
             # their clients send no DPoP proofs (the gateway's default is true).
-            "ONSALE_GATEWAY_DPOP_DEFAULT": "false",
+            "ONSALE_GATEWAY_DPOP_NEW_ROOMS": "false",
             # Rooms the suites create without "pow" join without a proof of work, as before
             # it existed (the gateway reads ONSALE_GATEWAY_<KEY>); test_gateway_pow.py,
             # test_openapi.py and the browser test turn it on per room and solve it.

@@ -225,8 +225,8 @@ class Binding(gwstack.GatewayTestCase):
     def test_settings_and_metrics(self):
         ev = self.new_room(rate_per_minute=60)
         self.assertIs(self.GS.admin("GET", f"/admin/events/{ev}").json["dpop"], False,
-                      "the harness' gateways run with dpop_default = false")
-        g = self.GS.add_gateway("dpop-default", dpop_default=True)
+                      "the harness' gateways run with dpop_new_rooms = false")
+        g = self.GS.add_gateway("dpop-new-rooms", dpop_new_rooms=True)
         c = g.admin_client()
         try:
             ev2 = gwstack.new_id("gw")
