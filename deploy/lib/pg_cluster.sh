@@ -203,7 +203,8 @@ pgha_wait_sync() {
 }
 
 # The superuser's password (psql_admin and the tools log in over TCP with it) and the
-# onsale database owned by the services' role (pg_autoctl created it for postgres).
+# onsale database owned by the services' role (pg_autoctl created it for postgres), which
+# may read the replication state.
 pgha_ensure_db() {
     local p pw
     p=$(pgha_primary) || die "postgres: no primary"
@@ -215,6 +216,8 @@ pgha_ensure_db() {
         die "ALTER DATABASE onsale OWNER failed"
     psql_admin -d onsale -c 'ALTER SCHEMA public OWNER TO onsale' >/dev/null ||
         die "ALTER SCHEMA public OWNER failed"
+    # replication state (pg_stat_replication) for the tests, the tools and the metrics
+    psql_admin -c 'GRANT pg_monitor TO onsale' >/dev/null || die "GRANT pg_monitor failed"
 }
 
 # The monitor, then the nodes (the second is a base backup of the first, so the first

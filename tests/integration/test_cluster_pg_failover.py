@@ -1,0 +1,237 @@
+"""The Postgres primary lost mid-sale (cluster topology: a primary and a synchronous
+standby under pg_auto_failover, deploy/lib/pg_cluster.sh). Buyers keep holding and
+confirming through HAProxy while the primary's machine dies: its keeper and its Postgres
+are SIGKILLed together (killing Postgres alone, the keeper would restart it in place).
+The monitor promotes the standby; the reserves' pools find the new primary through their
+multi-host conninfo (target_session_attrs=read-write); sales resume. Then the audit:
+every kept charge has exactly one booking, every buyer told "confirmed" has that booking
+on the new primary, no unit sold twice, every checkout terminal — and no buyer got a 500
+or a "confirmed" whose booking went missing. The old primary then comes back (its keeper
+restarted, as a reboot would) and rejoins as the standby by itself; a second failover,
+back to it, works as well.
+"""
+
+import os
+import signal
+import threading
+import time
+import unittest
+import uuid
+
+import cluster_util as cu
+import stack
+from stack import Client, wait_for
+from test_saga_flows import TERMINAL, SagaCase
+
+S = None
+
+
+def setUpModule():
+    global S
+    S = cu.module_cluster_stack("pgfailover")
+
+
+def primary_node():
+    """pg-1 or pg-2: the node that takes writes now."""
+    port = int(S.sql_value("select inet_server_port()"))
+    return "pg-1" if port == S.pg_port else "pg-2"
+
+
+def node_role(name):
+    """'primary', 'standby' or None (down), asked of that node alone."""
+    port = S.pg_port if name == "pg-1" else S.pg_port + 10
+    p = stack.subprocess.run(["psql", "-h", stack.HOST, "-p", str(port), "-U", "onsale", "-X",
+                              "onsale", "-Atc", "select pg_is_in_recovery()"],
+                             capture_output=True, timeout=10,
+                             env=dict(os.environ, PGCONNECT_TIMEOUT="2",
+                                      PGPASSWORD=S.pg_password))
+    if p.returncode != 0:
+        return None
+    return "standby" if p.stdout.strip() == b"t" else "primary"
+
+
+def sync_standbys():
+    return int(S.sql_value("select count(*) from pg_stat_replication "
+                           "where sync_state in ('sync', 'quorum')"))
+
+
+def kill_machine(name):
+    """SIGKILL a node's keeper and everything it started (its process group: the keeper
+    runs in a session of its own, Postgres and its backends are in it)."""
+    pid = cu.pid_of(S, name)
+    os.killpg(pid, signal.SIGKILL)
+    wait_for(lambda: not cu.alive(pid), 10, what=f"{name} gone")
+
+
+class Sale:
+    """Buyers holding one unit and confirming it, through HAProxy, until stopped. Every
+    answer is kept with its time: (t, what, status)."""
+
+    def __init__(self, ev, buyers=4):
+        self.ev, self.n = ev, buyers
+        self.sold = []  # (checkout_id, booking_id, quantity) of every 201
+        self.tried = []  # [hold_id, token, amount, Idempotency-Key, status]
+        self.answers = []  # (t, "hold" | "confirm", status or exception name, Retry-After)
+        self.lock = threading.Lock()
+        self.stop_flag = threading.Event()
+        self.threads = []
+
+    def _note(self, t, what, r):
+        with self.lock:
+            self.answers.append((t, what, r.status, r.header("Retry-After")))
+
+    def _buyer(self, n):
+        c = Client(S.reserve_port, S.ctx, timeout=15)
+        k = 0
+        deadline = time.monotonic() + 240
+        try:
+            while not self.stop_flag.is_set() and time.monotonic() < deadline:
+                k += 1
+                tok = S.token(self.ev, f"pgbuyer-{n}-{k}")
+                t = time.monotonic()
+                try:
+                    h = c.post(f"/v1/events/{self.ev}/holds", {"pool": "floor", "quantity": 1},
+                               token=tok)
+                    self._note(t, "hold", h)
+                    if h.status != 201:
+                        if h.status == 409:
+                            break  # sold out
+                        time.sleep(0.05)
+                        continue
+                    key = uuid.uuid4().hex
+                    attempt = [h.json["hold_id"], tok, h.json["amount"], key, "sent"]
+                    with self.lock:
+                        self.tried.append(attempt)
+                    t = time.monotonic()
+                    cf = c.post(f"/v1/holds/{h.json['hold_id']}/confirm",
+                                {"payment": {"amount": h.json["amount"], "currency": "EUR",
+                                             "source": "tok_visa"}},
+                                token=tok, headers={"Idempotency-Key": key})
+                    self._note(t, "confirm", cf)
+                    attempt[4] = cf.status
+                    if cf.status == 201:
+                        with self.lock:
+                            self.sold.append((cf.json["checkout_id"], cf.json["booking_id"],
+                                              cf.json["quantity"], time.monotonic()))
+                except Exception as e:  # noqa: BLE001 — recorded; a failover may cut a call
+                    with self.lock:
+                        self.answers.append((t, "error", type(e).__name__, None))
+        finally:
+            c.close()
+
+    def start(self):
+        for n in range(self.n):
+            th = threading.Thread(target=self._buyer, args=(n,), daemon=True)
+            th.start()
+            self.threads.append(th)
+        return self
+
+    def stop(self):
+        self.stop_flag.set()
+        for th in self.threads:
+            th.join(60)
+
+    def sold_after(self, t):
+        with self.lock:
+            return [s for s in self.sold if s[3] > t]
+
+
+class PrimaryFailover(SagaCase):
+    def _failover_mid_sale(self, label):
+        """Kills the primary's machine mid-sale; returns (seconds to the first confirmation
+        after the kill, the answers given in between, the node killed)."""
+        cap = 300
+        ev = self.new_event(pools=[{"id": "floor", "capacity": cap, "price": 2500}],
+                            max_per_buyer=4)
+        old = primary_node()
+        self.assertGreaterEqual(sync_standbys(), 1, "no synchronous standby before the kill")
+        sale = Sale(ev).start()
+        try:
+            wait_for(lambda: len(sale.sold) >= 5, 30, interval=0.1, what="sales before the kill")
+            before = len(sale.sold)
+            t_kill = time.monotonic()
+            kill_machine(old)
+            wait_for(lambda: sale.sold_after(t_kill), 40, interval=0.1,
+                     what="a confirmed sale after the kill")
+            first_s = sale.sold_after(t_kill)[0][3] - t_kill
+            time.sleep(1.0)
+        finally:
+            sale.stop()
+        new = primary_node()
+        self.assertNotEqual(new, old, "the standby was not promoted")
+        between = {}
+        for t, what, status, retry_after in sale.answers:
+            if t >= t_kill - 1:
+                between[(what, status)] = between.get((what, status), 0) + 1
+        stack.note(f"postgres failover ({label}): {old} killed, {new} primary; first "
+                   f"confirmation {first_s:.1f}s after the kill; {before} sales before, "
+                   f"{len(sale.sold)} in all; answers from the kill on: {between}")
+        # never a 500; every 503 says when to come back
+        for t, what, status, retry_after in sale.answers:
+            self.assertFalse(isinstance(status, int) and status >= 500 and status != 503,
+                             f"{what} answered {status}")
+            if status == 503:
+                self.assertIsNotNone(retry_after, f"{what} 503 without Retry-After")
+        self.assertLess(first_s, 15.0, "first confirmation after the kill took too long")
+        self.audit_the_money(ev, cap, sale)
+        return old, new
+
+    def test_1_primary_killed_mid_sale(self):
+        self._failover_mid_sale("first")
+
+    def test_2_old_primary_rejoins_and_fails_back(self):
+        # test_1 left one node dead: its keeper comes back (as a reboot would) and, with no
+        # step of ours, rejoins as the standby of the new primary (pg_rewind if needed).
+        cu.up(S)
+        dead = "pg-1" if primary_node() == "pg-2" else "pg-2"
+        wait_for(lambda: node_role(dead) == "standby" and sync_standbys() >= 1, 90,
+                 interval=0.5, what=f"{dead} back as a synchronous standby")
+        old, new = self._failover_mid_sale("back")
+        self.assertEqual(new, dead, "the failover went back to the rejoined node")
+        cu.up(S)  # leave both nodes running
+
+    def audit_the_money(self, ev, cap, sale):
+        """Every checkout of ev settled and audited against the provider's ledger, on the
+        primary that is left."""
+        def settled():
+            rows = S.sql(f"select state from checkouts where event_id = '{ev}'")
+            return rows and all(r[0] in TERMINAL for r in rows)
+        wait_for(settled, 120, interval=0.5, what="every checkout of the event settled")
+        audit = self.audit_event(ev)  # kept charge <-> one booking; else refunded
+        booked = dict(S.sql(f"select checkout_id, booking_id from bookings "
+                            f"where event_id = '{ev}'"))
+        for cid, bid, _, _ in sale.sold:
+            self.assertEqual(audit.get(cid), "charged+booked", cid)
+            self.assertEqual(booked.get(cid), bid, f"{cid}: confirmed, booking missing")
+        by_key = {k: (cid, hid) for cid, k, hid in S.sql(
+            f"select checkout_id, idem_key, hold_id from checkouts where event_id = '{ev}'")}
+        seen = {}
+        for hold_id, tok, amount, key, status in [a for a in sale.tried if a[4] != 201]:
+            if key not in by_key:
+                seen["never recorded"] = seen.get("never recorded", 0) + 1
+                continue
+            cid, hid = by_key[key]
+            self.assertEqual(hid, hold_id)
+            seen[audit[cid]] = seen.get(audit[cid], 0) + 1
+            # a replay of the key answers what the ledger says
+            r = self.c.post(f"/v1/holds/{hold_id}/confirm",
+                            {"payment": {"amount": amount, "currency": "EUR",
+                                         "source": "tok_visa"}},
+                            token=tok, headers={"Idempotency-Key": key})
+            if audit[cid] == "charged+booked":
+                self.assertEqual((r.status, r.json.get("booking_id")), (200, booked[cid]),
+                                 f"{cid} (cut: {status}): {r!r}")
+            else:
+                self.assertNotIn(r.status, (200, 201), f"{cid} (cut: {status}): {r!r}")
+        self.assertEqual(set(booked), {c for c, o in audit.items() if o == "charged+booked"})
+        units = [r[0] for r in S.sql(f"select seat_id from booking_items "
+                                     f"where event_id = '{ev}'")]
+        self.assertEqual(len(units), len(set(units)), "a unit sold twice")
+        self.assertLessEqual(len(units), cap)
+        stack.note(f"postgres failover audit: {len(sale.tried)} confirmations, "
+                   f"{len(sale.sold)} answered 201, cut or refused: {seen}; "
+                   f"{len(booked)} bookings")
+
+
+if __name__ == "__main__":
+    unittest.main()
