@@ -481,6 +481,20 @@ static int stale_statement(const PGresult *res)
     return st != NULL && strcmp(st, "0A000") == 0;
 }
 
+/*
+ * A write refused because the session is read-only (25006): the node it reached is, or
+ * has just become, a standby — a failover moved the primary (pg_auto_failover makes a
+ * primary read-only while it drains, a demoted one comes back as a standby). Nothing was
+ * written. The connection is reopened at once, so that target_session_attrs=read-write
+ * finds the node that takes writes; the query is answered as a lost connection, which
+ * every caller already treats as "retry later" (503), never as a broken statement.
+ */
+static int read_only_session(const PGresult *res)
+{
+    const char *st = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    return st != NULL && strcmp(st, "25006") == 0;
+}
+
 /* PQgetResult said NULL: answers the query; the connection goes idle or down. */
 static void finish_query(struct conn *c)
 {
@@ -502,7 +516,12 @@ static void finish_query(struct conn *c)
     } else {
         err = res == NULL ? cm_err_protocol : is_ok(res) ? NULL : cm_err_server;
         conn_set_state(c, CONN_IDLE);
-        if (err == cm_err_server && c->nstmts > 0 && stale_statement(res))
+        if (err == cm_err_server && read_only_session(res)) {
+            conn_drop(c, "read-only node, looking for the primary", PQresultErrorMessage(res), 1);
+            PQclear(res);
+            res = NULL;
+            err = cm_err_closed;
+        } else if (err == cm_err_server && c->nstmts > 0 && stale_statement(res))
             conn_drop(c, "prepared statements reset", PQresultErrorMessage(res), 1);
         else if (watch(c, 1, 0, 0) != 0)
             conn_drop(c, "connection lost", "cannot watch the socket", 0);

@@ -319,6 +319,28 @@ static void test_statements_run_prepared(void **state)
     rsv_pg_free(pg);
 }
 
+/*
+ * A write that meets a read-only session (a node that became a standby under the pool: a
+ * failover) is answered as a lost connection, and the pool reconnects at once instead of
+ * sending every later write to the same read-only session.
+ */
+static void test_read_only_session_reconnects(void **state)
+{
+    rsv_pg_t *pg = pool(1, 5000, 100);
+    const char *p[] = {"1"};
+    struct qres q;
+
+    query_ok(pg, "SET default_transaction_read_only = on");
+    q = query(pg, "CREATE TABLE t_ro (a int)", 0, NULL);
+    assert_ptr_equal(q.err, cm_err_closed);
+    q = query(pg, "SELECT current_setting('transaction_read_only'), $1::int", 1, p);
+    assert_null(q.err);
+    assert_string_equal(q.v[0], "off"); /* a new session */
+    query_ok(pg, "CREATE TABLE t_ro (a int)");
+    query_ok(pg, "DROP TABLE t_ro");
+    rsv_pg_free(pg);
+}
+
 struct sleeper_gone {
     rsv_pg_t *pg;
     struct qres q;
@@ -573,6 +595,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sql_error_gives_sqlstate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_statements_run_prepared, setup, teardown),
         cmocka_unit_test_setup_teardown(test_timeout_reopens_connection, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_read_only_session_reconnects, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_concurrent_queries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_queue_overflow_is_busy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_free_answers_everything, setup, teardown),
