@@ -13,6 +13,9 @@ trap 'rm -rf "$tmp"' EXIT
 
 (cd "$ROOT/deploy/prometheus" && promtool check rules onsale-alerts.yml && promtool test rules onsale-alerts.test.yml) ||
     { echo "deploy_files: Prometheus rules FAILED"; fail=1; }
+(cd "$ROOT/deploy/prometheus" && promtool check rules onsale-postgres-alerts.yml &&
+    promtool test rules onsale-postgres-alerts.test.yml) ||
+    { echo "deploy_files: Prometheus rules (Postgres) FAILED"; fail=1; }
 
 sed "s#/etc/onsale/ca.pem#/etc/ssl/certs/ca-certificates.crt#g; s#^\(    stats socket\).*#\1 $tmp/haproxy.sock#; s#^    \(user\|group\|daemon\).*##" \
     "$ROOT/deploy/haproxy/onsale.cfg" >"$tmp/haproxy.cfg"
