@@ -43,15 +43,47 @@ def primary_node():
 
 def node_role(name):
     """'primary', 'standby' or None (down), asked of that node alone."""
-    port = S.pg_port if name == "pg-1" else S.pg_port + 10
-    p = stack.subprocess.run(["psql", "-h", stack.HOST, "-p", str(port), "-U", "onsale", "-X",
-                              "onsale", "-Atc", "select pg_is_in_recovery()"],
+    p = stack.subprocess.run(["psql", "-h", stack.HOST, "-p", str(port_of(name)), "-U",
+                              "onsale", "-X", "onsale", "-Atc", "select pg_is_in_recovery()"],
                              capture_output=True, timeout=10,
                              env=dict(os.environ, PGCONNECT_TIMEOUT="2",
                                       PGPASSWORD=S.pg_password))
     if p.returncode != 0:
         return None
     return "standby" if p.stdout.strip() == b"t" else "primary"
+
+
+def port_of(name):
+    return S.pg_port if name == "pg-1" else S.pg_port + 10
+
+
+def takes_writes(name, timeout=2):
+    """That node alone answers as a read-write primary."""
+    p = stack.subprocess.run(["psql", "-h", stack.HOST, "-p", str(port_of(name)), "-U",
+                              "onsale", "-X", "onsale", "-Atc",
+                              "select not pg_is_in_recovery() and "
+                              "current_setting('transaction_read_only') = 'off'"],
+                             capture_output=True, timeout=timeout + 10,
+                             env=dict(os.environ, PGCONNECT_TIMEOUT=str(timeout),
+                                      PGPASSWORD=S.pg_password))
+    return p.returncode == 0 and p.stdout.strip() == b"t"
+
+
+def postgres_pids(name):
+    """A node's postmaster and every process it forked (not its keeper)."""
+    top = postmaster_pid(name)
+    pids = [top]
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == top:
+            pids.append(int(d))
+    return pids
 
 
 def sync_standbys():
@@ -247,6 +279,64 @@ class PrimaryFailover(SagaCase):
         self._fault_mid_sale("restarted", kill_postgres)
         cu.up(S)
         wait_for(lambda: sync_standbys() >= 1, 90, interval=0.5, what="a synchronous standby")
+
+    def test_6_split_old_primary_accepts_no_booking(self):
+        # The primary's machine freezes (SIGSTOP: keeper and Postgres), the standby is
+        # promoted; then the old primary's Postgres alone wakes up while its keeper still
+        # sleeps — it accepts connections and believes it is the primary. Nothing can be
+        # committed there any more (its synchronous standby is gone), the sale goes on on
+        # the new primary, and once its keeper wakes the old primary is demoted and
+        # rewound: what it took is not in the system of record.
+        S.sql("create table if not exists split_probe (note text)")
+        wait_for(lambda: sync_standbys() >= 1, 60, interval=0.5, what="a synchronous standby")
+        old, new = primary_node(), standby_node()
+        group = cu.pid_of(S, old)
+        ev = self.new_event(pools=[{"id": "floor", "capacity": 300, "price": 2500}],
+                            max_per_buyer=4)
+        sale = Sale(ev).start()
+        try:
+            wait_for(lambda: len(sale.sold) >= 5, 30, interval=0.1, what="sales before the split")
+            os.killpg(group, signal.SIGSTOP)
+            try:
+                wait_for(lambda: takes_writes(new), 60, interval=0.2,
+                         what=f"{new} promoted while {old} is frozen")
+                t_promoted = time.monotonic()
+                wait_for(lambda: sale.sold_after(t_promoted), 40, interval=0.1,
+                         what="a confirmed sale on the new primary")
+                for pid in postgres_pids(old):
+                    try:
+                        os.kill(pid, signal.SIGCONT)
+                    except ProcessLookupError:
+                        pass  # a backend that was on its way out
+                self.assertTrue(takes_writes(old, timeout=5), f"{old} not split: test invalid")
+                # a write straight to the old primary is never acknowledged
+                p = stack.subprocess.Popen(
+                    ["psql", "-h", stack.HOST, "-p", str(port_of(old)), "-U", "onsale", "-X",
+                     "onsale", "-Atc", "insert into split_probe values ('on the old primary')"],
+                    stdout=stack.subprocess.PIPE, stderr=stack.subprocess.STDOUT,
+                    env=dict(os.environ, PGPASSWORD=S.pg_password))
+                try:
+                    out, _ = p.communicate(timeout=4)
+                    self.fail(f"the old primary answered a write: {out!r}")
+                except stack.subprocess.TimeoutExpired:
+                    p.kill()
+                    p.communicate()
+            finally:
+                os.killpg(group, signal.SIGCONT)
+            wait_for(lambda: node_role(old) == "standby" and sync_standbys() >= 1, 90,
+                     interval=0.5, what=f"{old} demoted and back as a synchronous standby")
+            time.sleep(1.0)
+        finally:
+            sale.stop()
+        self.assertEqual(primary_node(), new)
+        self.assertEqual(S.sql_value("select count(*) from split_probe"), "0",
+                         "a write taken by the old primary reached the system of record")
+        for t, what, status, retry_after in sale.answers:
+            self.assertFalse(isinstance(status, int) and status >= 500 and status != 503,
+                             f"{what} answered {status}")
+        stack.note(f"postgres split: {old} frozen then its Postgres woken alone, {new} "
+                   f"primary; {len(sale.sold)} sales")
+        self.audit_the_money(ev, 300, sale)
 
     def audit_the_money(self, ev, cap, sale):
         """Every checkout of ev settled and audited against the provider's ledger, on the
