@@ -117,10 +117,10 @@ struct rsv_pg {
     int closing;
     /* several hosts (host=a,b …): their lists, split, and where they are in keywords */
     int nhosts;
-    char **hosts, **hostaddrs, **ports; /* nhosts items each, or NULL (not given) */
-    int nports;                         /* 1 (one port for all) or nhosts */
-    int host_kw, hostaddr_kw, port_kw;  /* index in keywords/values, or -1 */
-    int connect_ms;                     /* deadline of one connect attempt */
+    char **hosts, **hostaddrs, **ports;   /* nhosts items each, or NULL (not given) */
+    int nhost_items, naddr_items, nports; /* items in each list (nports: 1 or nhosts) */
+    int host_kw, hostaddr_kw, port_kw;    /* index in keywords/values, or -1 */
+    int connect_ms;                       /* deadline of one connect attempt */
 };
 
 static void conn_start(struct conn *c);
@@ -189,8 +189,8 @@ static void destroy(rsv_pg_t *pg)
     free(pg->keywords);
     free(pg->values);
     free(pg->options);
-    free_list(pg->hosts, pg->nhosts);
-    free_list(pg->hostaddrs, pg->nhosts);
+    free_list(pg->hosts, pg->nhost_items);
+    free_list(pg->hostaddrs, pg->naddr_items);
     free_list(pg->ports, pg->nports);
     if (pg->parsed != NULL)
         PQconninfoFree(pg->parsed);
@@ -961,7 +961,7 @@ static char **split_list(const char *list, int *n)
  */
 static int split_hosts(rsv_pg_t *pg)
 {
-    int nh = 0, na = 0;
+    int nh, na;
 
     pg->host_kw = pg->hostaddr_kw = pg->port_kw = -1;
     pg->connect_ms = pg->timeout_ms;
@@ -978,9 +978,11 @@ static int split_hosts(rsv_pg_t *pg)
             pg->connect_ms = atoi(v) * 1000; /* libpq: values under 2 s mean 2 s */
     }
     if (pg->host_kw >= 0 && strchr(pg->values[pg->host_kw], ',') != NULL)
-        pg->hosts = split_list(pg->values[pg->host_kw], &nh);
+        pg->hosts = split_list(pg->values[pg->host_kw], &pg->nhost_items);
     if (pg->hostaddr_kw >= 0 && strchr(pg->values[pg->hostaddr_kw], ',') != NULL)
-        pg->hostaddrs = split_list(pg->values[pg->hostaddr_kw], &na);
+        pg->hostaddrs = split_list(pg->values[pg->hostaddr_kw], &pg->naddr_items);
+    nh = pg->nhost_items;
+    na = pg->naddr_items;
     pg->nhosts = nh > na ? nh : na;
     if (pg->nhosts < 2)
         return 0;
@@ -1030,8 +1032,12 @@ static int parse_conninfo(rsv_pg_t *pg, const char *conninfo)
         pg->values[i] = o->val;
         i++;
     }
-    if (split_hosts(pg) != 0)
+    if (split_hosts(pg) != 0) {
+        free(pg->keywords);
+        free(pg->values);
+        pg->keywords = pg->values = NULL;
         return -1;
+    }
     /* a margin over our deadline, so that ours fires first and the answer is a timeout */
     pg->options = cm_xasprintf("%s%s-c statement_timeout=%d", old_options ? old_options : "",
                                old_options ? " " : "", pg->timeout_ms + pg->timeout_ms / 4 + 100);
