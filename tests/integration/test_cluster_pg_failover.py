@@ -307,12 +307,15 @@ class PrimaryFailover(SagaCase):
         try:
             wait_for(lambda: len(sale.sold) >= 5, 30, interval=0.1, what="sales before the split")
             os.killpg(group, signal.SIGSTOP)
+            signalled()
+            t_frozen = FAULT_AT[0]
             try:
                 wait_for(lambda: takes_writes(new), 60, interval=0.2,
                          what=f"{new} promoted while {old} is frozen")
                 t_promoted = time.monotonic()
                 wait_for(lambda: sale.sold_after(t_promoted), 40, interval=0.1,
                          what="a confirmed sale on the new primary")
+                first_s = min(x[4] for x in sale.sold_after(t_frozen)) - t_frozen
                 for pid in postgres_pids(old):
                     try:
                         os.kill(pid, signal.SIGCONT)
@@ -344,8 +347,9 @@ class PrimaryFailover(SagaCase):
         for t, what, status, retry_after in sale.answers:
             self.assertFalse(isinstance(status, int) and status >= 500 and status != 503,
                              f"{what} answered {status}")
-        stack.note(f"postgres split: {old} frozen then its Postgres woken alone, {new} "
-                   f"primary; {len(sale.sold)} sales")
+        stack.note(f"postgres split: {old} frozen, {new} primary, first confirmation "
+                   f"{first_s:.1f}s after the freeze; then {old}'s Postgres woken alone took "
+                   f"no write; {len(sale.sold)} sales")
         self.audit_the_money(ev, 300, sale)
 
     def audit_the_money(self, ev, cap, sale):
