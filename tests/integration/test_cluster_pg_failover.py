@@ -79,7 +79,10 @@ def takes_writes(name, timeout=2):
 
 def postgres_pids(name):
     """A node's postmaster and every process it forked (not its keeper)."""
-    top = postmaster_pid(name)
+    try:
+        top = postmaster_pid(name)
+    except (OSError, ValueError):
+        return [None]
     pids = [top]
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -99,12 +102,25 @@ def sync_standbys():
                            "where sync_state in ('sync', 'quorum')"))
 
 
-def kill_machine(name):
-    """SIGKILL a node's keeper and everything it started (its process group: the keeper
-    runs in a session of its own, Postgres and its backends are in it)."""
-    pid = cu.pid_of(S, name)
-    os.killpg(pid, signal.SIGKILL)
+def signal_machine(name, sig):
+    """Sends sig to everything of a node at once, as if its machine died (SIGKILL) or
+    froze (SIGSTOP): the keeper's process group (the keeper runs in a session of its own;
+    its Postgres postmaster is in it) and the postmaster's children, which Postgres puts
+    in sessions of their own (backends, WAL sender…)."""
+    group = cu.pid_of(S, name)
+    children = postgres_pids(name)[1:]
+    os.killpg(group, sig)
+    for pid in children:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
     signalled()
+    return group
+
+
+def kill_machine(name):
+    pid = signal_machine(name, signal.SIGKILL)
     wait_for(lambda: not cu.alive(pid), 10, what=f"{name} gone")
 
 
@@ -191,6 +207,16 @@ def postmaster_pid(name):
     """The pid of a node's Postgres itself (its keeper's child), from postmaster.pid."""
     with open(os.path.join(S.state, "pgha", name, "postmaster.pid")) as f:
         return int(f.readline())
+
+
+def wake(pids):
+    for pid in pids:
+        if pid is None:
+            continue
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass  # a backend that was on its way out
 
 
 class PrimaryFailover(SagaCase):
@@ -300,14 +326,13 @@ class PrimaryFailover(SagaCase):
         S.sql("create table if not exists split_probe (note text)")
         wait_for(lambda: sync_standbys() >= 1, 60, interval=0.5, what="a synchronous standby")
         old, new = primary_node(), standby_node()
-        group = cu.pid_of(S, old)
         ev = self.new_event(pools=[{"id": "floor", "capacity": 300, "price": 2500}],
                             max_per_buyer=4)
         sale = Sale(ev).start()
         try:
             wait_for(lambda: len(sale.sold) >= 5, 30, interval=0.1, what="sales before the split")
-            os.killpg(group, signal.SIGSTOP)
-            signalled()
+            frozen = postgres_pids(old)
+            group = signal_machine(old, signal.SIGSTOP)
             t_frozen = FAULT_AT[0]
             try:
                 wait_for(lambda: takes_writes(new), 60, interval=0.2,
@@ -316,11 +341,7 @@ class PrimaryFailover(SagaCase):
                 wait_for(lambda: sale.sold_after(t_promoted), 40, interval=0.1,
                          what="a confirmed sale on the new primary")
                 first_s = min(x[4] for x in sale.sold_after(t_frozen)) - t_frozen
-                for pid in postgres_pids(old):
-                    try:
-                        os.kill(pid, signal.SIGCONT)
-                    except ProcessLookupError:
-                        pass  # a backend that was on its way out
+                wake(frozen)
                 self.assertTrue(takes_writes(old, timeout=5), f"{old} not split: test invalid")
                 # a write straight to the old primary is never acknowledged
                 p = stack.subprocess.Popen(
@@ -336,6 +357,7 @@ class PrimaryFailover(SagaCase):
                     p.communicate()
             finally:
                 os.killpg(group, signal.SIGCONT)
+                wake(frozen)
             wait_for(lambda: node_role(old) == "standby" and sync_standbys() >= 1, 90,
                      interval=0.5, what=f"{old} demoted and back as a synchronous standby")
             time.sleep(1.0)
