@@ -91,8 +91,10 @@ EOF
 pgha_write_monitor_hba() {
     cat >"$1/pg_hba.conf" <<'EOF'
 # written by deploy/onsale (cluster topology): the keepers register and report as
-# autoctl_node; the superuser by peer only
+# autoctl_node, and the monitor's own listener does so on the socket; the superuser by
+# peer only
 local all              postgres                 peer
+local pg_auto_failover autoctl_node              trust
 host  pg_auto_failover autoctl_node 127.0.0.1/32 trust
 EOF
     chown postgres:postgres "$1/pg_hba.conf"
@@ -148,10 +150,15 @@ pgha_create() {
     touch "$d/$name.created"
 }
 
-# pgha_start NAME: its keeper (or the monitor) as a service; waits until its Postgres
-# answers on its socket.
+# pgha_start NAME: its keeper (or the monitor) as a service (pgha_launch); waits until
+# its Postgres answers on its socket (pgha_wait).
 pgha_start() {
-    local name=$1 d pid i
+    pgha_launch "$1"
+    pgha_wait "$1"
+}
+
+pgha_launch() {
+    local name=$1 d pid
     d=$(pgha_dir)
     if pid=$(svc_pid "$name"); then
         say "$name already running (pid $pid, 127.0.0.1:$(pgha_port "$name"))"
@@ -159,6 +166,10 @@ pgha_start() {
     fi
     pgha_cmd pg_autoctl run --pgdata "$d/$name"
     start_service "$name" "$(pgha_port "$name")" "${PGHA_CMD[@]}"
+}
+
+pgha_wait() {
+    local name=$1 i
     for ((i = 0; i < 300; i++)); do
         svc_running "$name" || { sleep 0.1 && svc_running "$name"; } ||
             { log_tail "$name"; die "$name exited during start-up (log: $LOG/$name.log)"; }
@@ -221,7 +232,8 @@ pgha_ensure_db() {
 }
 
 # The monitor, then the nodes (the second is a base backup of the first, so the first
-# must run before the second is created), then a synchronous standby and the database.
+# must run before the second is created), then a synchronous standby and the database;
+# a stack made before starts its nodes first (below).
 start_pg_cluster() {
     local d i
     is_root || die "the cluster topology runs Postgres as user postgres under pg_auto_failover: run as root"
@@ -236,13 +248,24 @@ start_pg_cluster() {
     if [[ ! -d $PGHA_SOCKDIR ]]; then
         install -d -o postgres -g postgres -m 2775 "$PGHA_SOCKDIR"
     fi
-    pgha_create pg-monitor
-    pgha_start pg-monitor
-    pgha_tune_monitor
-    for ((i = 1; i <= PGHA_NODES; i++)); do
-        pgha_create "pg-$i"
-        pgha_start "pg-$i"
-    done
+    if [[ -f $d/pg-1.created && -f $d/pg-2.created ]]; then
+        # A stack made before: the monitor (the keepers refuse to start without it), then
+        # both keepers at once, so that it hears from both as soon as it can. It may still
+        # find the primary's last report too old and fail over at start-up (no sale runs
+        # then; docs/operations.md): the primary after an `up` is whichever it chose.
+        pgha_start pg-monitor
+        pgha_tune_monitor
+        for ((i = 1; i <= PGHA_NODES; i++)); do pgha_launch "pg-$i"; done
+        for ((i = 1; i <= PGHA_NODES; i++)); do pgha_wait "pg-$i"; done
+    else
+        pgha_create pg-monitor
+        pgha_start pg-monitor
+        pgha_tune_monitor
+        for ((i = 1; i <= PGHA_NODES; i++)); do
+            pgha_create "pg-$i"
+            pgha_start "pg-$i"
+        done
+    fi
     pgha_wait_sync
     pgha_ensure_db
 }
