@@ -97,7 +97,8 @@ struct conn {
     char *stmts[PREPARED_MAX]; /* SQL of the statements prepared on pq (named "s<i>") */
     unsigned hashes[PREPARED_MAX];
     int nstmts;
-    int preparing; /* CONN_BUSY: q's SQL is being prepared as "s<nstmts>" */
+    int preparing;  /* CONN_BUSY: q's SQL is being prepared as "s<nstmts>" */
+    int first_host; /* several hosts: the one the next connect tries first */
 };
 
 struct rsv_pg {
@@ -114,6 +115,12 @@ struct rsv_pg {
     struct qlist waiting, doomed;
     int refs;
     int closing;
+    /* several hosts (host=a,b …): their lists, split, and where they are in keywords */
+    int nhosts;
+    char **hosts, **hostaddrs, **ports;   /* nhosts items each, or NULL (not given) */
+    int nhost_items, naddr_items, nports; /* items in each list (nports: 1 or nhosts) */
+    int host_kw, hostaddr_kw, port_kw;    /* index in keywords/values, or -1 */
+    int connect_ms;                       /* deadline of one connect attempt */
 };
 
 static void conn_start(struct conn *c);
@@ -160,6 +167,15 @@ static void qlist_del(struct qlist *l, struct query *q)
     l->n--;
 }
 
+static void free_list(char **items, int n)
+{
+    if (items == NULL)
+        return;
+    for (int i = 0; i < n; i++)
+        free(items[i]);
+    free(items);
+}
+
 static void hold(rsv_pg_t *pg)
 {
     pg->refs++;
@@ -173,6 +189,9 @@ static void destroy(rsv_pg_t *pg)
     free(pg->keywords);
     free(pg->values);
     free(pg->options);
+    free_list(pg->hosts, pg->nhost_items);
+    free_list(pg->hostaddrs, pg->naddr_items);
+    free_list(pg->ports, pg->nports);
     if (pg->parsed != NULL)
         PQconninfoFree(pg->parsed);
     free(pg);
@@ -264,7 +283,7 @@ static void conn_set_state(struct conn *c, enum conn_state s)
         break;
     case CONN_CONNECTING:
         evtimer_del(c->timer);
-        arm_timer(c, c->pg->timeout_ms);
+        arm_timer(c, c->pg->connect_ms);
         break;
     case CONN_IDLE:
     case CONN_BUSY:
@@ -398,11 +417,63 @@ static void on_notice(void *arg, const PGresult *res)
            msg ? msg : "");
 }
 
-static void conn_start(struct conn *c)
+/* "a,b,c" from items, starting at first: "b,c,a" for first 1. */
+static char *rotated(char **items, int n, int first)
+{
+    size_t len = 1;
+    char *out, *p;
+
+    for (int i = 0; i < n; i++)
+        len += strlen(items[i]) + 1;
+    out = p = cm_xcalloc(1, len);
+    for (int i = 0; i < n; i++) {
+        const char *item = items[(first + i) % n];
+        size_t l = strlen(item);
+        if (i > 0)
+            *p++ = ',';
+        memcpy(p, item, l);
+        p += l;
+    }
+    return out;
+}
+
+/*
+ * Starts a connect. With several hosts, libpq tries them in order and skips one that
+ * refuses or is read-only, but a host that accepts TCP and never answers (a frozen or
+ * cut-off old primary) holds the attempt until our connect deadline: each connection
+ * then starts its next attempt one host further (first_host), so such a host cannot
+ * keep the pool from the others.
+ */
+static PGconn *start_connect(struct conn *c)
 {
     rsv_pg_t *pg = c->pg;
+    const char **values;
+    char *lists[3] = {NULL, NULL, NULL};
+    PGconn *pq;
+    size_t n = 0;
 
-    c->pq = PQconnectStartParams(pg->keywords, pg->values, 0);
+    if (pg->nhosts < 2 || c->first_host == 0)
+        return PQconnectStartParams(pg->keywords, pg->values, 0);
+    while (pg->keywords[n] != NULL)
+        n++;
+    values = cm_xcalloc(n + 1, sizeof(char *));
+    memcpy(values, pg->values, n * sizeof(char *));
+    if (pg->host_kw >= 0)
+        values[pg->host_kw] = lists[0] = rotated(pg->hosts, pg->nhosts, c->first_host);
+    if (pg->hostaddr_kw >= 0)
+        values[pg->hostaddr_kw] = lists[1] = rotated(pg->hostaddrs, pg->nhosts, c->first_host);
+    if (pg->port_kw >= 0 && pg->nports == pg->nhosts)
+        values[pg->port_kw] = lists[2] = rotated(pg->ports, pg->nhosts, c->first_host);
+    pq = PQconnectStartParams(pg->keywords, values, 0); /* copies what it keeps */
+    for (int i = 0; i < 3; i++)
+        free(lists[i]);
+    free(values);
+    return pq;
+}
+
+static void conn_start(struct conn *c)
+{
+    c->pq = start_connect(c);
     if (c->pq == NULL || PQstatus(c->pq) == CONNECTION_BAD) {
         log_failure(c, "cannot connect", c->pq ? PQerrorMessage(c->pq) : "out of memory");
         if (c->pq != NULL)
@@ -481,6 +552,20 @@ static int stale_statement(const PGresult *res)
     return st != NULL && strcmp(st, "0A000") == 0;
 }
 
+/*
+ * A write refused because the session is read-only (25006): the node it reached is, or
+ * has just become, a standby — a failover moved the primary (pg_auto_failover makes a
+ * primary read-only while it drains, a demoted one comes back as a standby). Nothing was
+ * written. The connection is reopened at once, so that target_session_attrs=read-write
+ * finds the node that takes writes; the query is answered as a lost connection, which
+ * every caller already treats as "retry later" (503), never as a broken statement.
+ */
+static int read_only_session(const PGresult *res)
+{
+    const char *st = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    return st != NULL && strcmp(st, "25006") == 0;
+}
+
 /* PQgetResult said NULL: answers the query; the connection goes idle or down. */
 static void finish_query(struct conn *c)
 {
@@ -502,7 +587,12 @@ static void finish_query(struct conn *c)
     } else {
         err = res == NULL ? cm_err_protocol : is_ok(res) ? NULL : cm_err_server;
         conn_set_state(c, CONN_IDLE);
-        if (err == cm_err_server && c->nstmts > 0 && stale_statement(res))
+        if (err == cm_err_server && read_only_session(res)) {
+            conn_drop(c, "read-only node, looking for the primary", PQresultErrorMessage(res), 1);
+            PQclear(res);
+            res = NULL;
+            err = cm_err_closed;
+        } else if (err == cm_err_server && c->nstmts > 0 && stale_statement(res))
             conn_drop(c, "prepared statements reset", PQresultErrorMessage(res), 1);
         else if (watch(c, 1, 0, 0) != 0)
             conn_drop(c, "connection lost", "cannot watch the socket", 0);
@@ -585,8 +675,11 @@ static void on_conn_timer(evutil_socket_t fd, short what, void *arg)
 
     if (c->state == CONN_DOWN)
         conn_start(c);
-    else if (c->state == CONN_CONNECTING)
+    else if (c->state == CONN_CONNECTING) {
+        if (c->pg->nhosts > 1) /* a silent host: the next attempt starts past it */
+            c->first_host = (c->first_host + 1) % c->pg->nhosts;
         conn_drop(c, "cannot connect", "connect timed out", 0);
+    }
 }
 
 /* ---- queries ---- */
@@ -708,6 +801,44 @@ static void dispatch(rsv_pg_t *pg)
     }
 }
 
+/* Index of the host c is connected to in pg's lists, or -1. */
+static int host_index(const rsv_pg_t *pg, PGconn *pq)
+{
+    const char *host = PQhost(pq), *port = PQport(pq);
+
+    for (int i = 0; host != NULL && port != NULL && i < pg->nhosts; i++) {
+        const char *h = pg->hosts != NULL ? pg->hosts[i] : pg->hostaddrs[i];
+        const char *p = pg->ports == NULL ? NULL : pg->ports[pg->nports == 1 ? 0 : i];
+        if (strcmp(h, host) == 0 && (p == NULL ? strcmp(port, "5432") == 0 : strcmp(p, port) == 0))
+            return i;
+    }
+    return -1;
+}
+
+/*
+ * With several hosts, a query past its deadline may mean its server went silent (a
+ * frozen or cut-off primary after a failover: no reset ever comes). Its idle peers on
+ * the same server would each wait a whole deadline too before finding out: they are
+ * closed and reopened now, and they and c start their next connect past that host.
+ * A server that was only slow costs each of them one reconnect.
+ */
+static void leave_silent_host(struct conn *c)
+{
+    rsv_pg_t *pg = c->pg;
+    int k = host_index(pg, c->pq);
+
+    if (k < 0)
+        return;
+    c->first_host = (k + 1) % pg->nhosts;
+    for (int i = 0; i < pg->size; i++) {
+        struct conn *o = &pg->conns[i];
+        if (o == c || o->state != CONN_IDLE || host_index(pg, o->pq) != k)
+            continue;
+        o->first_host = c->first_host;
+        conn_drop(o, "server silent", "another query on it timed out: reconnecting", 1);
+    }
+}
+
 static void on_query_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct query *q = arg;
@@ -722,6 +853,8 @@ static void on_query_timer(evutil_socket_t fd, short what, void *arg)
         break;
     case Q_RUNNING:
         /* the server may still be running it: drop that connection, open a fresh one */
+        if (pg->nhosts > 1)
+            leave_silent_host(q->conn);
         conn_drop(q->conn, "query timed out", "closing the connection", 1);
         break;
     case Q_DOOMED:
@@ -804,6 +937,70 @@ int rsv_pg_connected(const rsv_pg_t *pg)
 
 /* ---- pool ---- */
 
+/* Splits "a,b" into items (*n of them). */
+static char **split_list(const char *list, int *n)
+{
+    char *copy = cm_xstrdup(list), *save = NULL, **items;
+    int count = 1;
+
+    for (const char *p = list; *p != '\0'; p++)
+        count += *p == ',';
+    items = cm_xcalloc((size_t)count, sizeof(char *));
+    *n = 0;
+    for (char *t = strtok_r(copy, ",", &save); t != NULL && *n < count;
+         t = strtok_r(NULL, ",", &save))
+        items[(*n)++] = cm_xstrdup(t);
+    free(copy);
+    return items;
+}
+
+/*
+ * Finds host, hostaddr and port among the keywords; with more than one host, keeps them
+ * split for start_connect. A connect_timeout (seconds) bounds each connect attempt (an
+ * asynchronous connect does not apply it by itself), else the query deadline does.
+ */
+static int split_hosts(rsv_pg_t *pg)
+{
+    int nh, na;
+
+    pg->host_kw = pg->hostaddr_kw = pg->port_kw = -1;
+    pg->connect_ms = pg->timeout_ms;
+    for (int i = 0; pg->keywords[i] != NULL; i++) {
+        const char *k = pg->keywords[i], *v = pg->values[i];
+        if (strcmp(k, "host") == 0)
+            pg->host_kw = i;
+        else if (strcmp(k, "hostaddr") == 0)
+            pg->hostaddr_kw = i;
+        else if (strcmp(k, "port") == 0)
+            pg->port_kw = i;
+        else if (strcmp(k, "connect_timeout") == 0 && atoi(v) >= 2 &&
+                 atoi(v) * 1000 < pg->timeout_ms)
+            pg->connect_ms = atoi(v) * 1000; /* libpq: values under 2 s mean 2 s */
+    }
+    if (pg->host_kw >= 0 && strchr(pg->values[pg->host_kw], ',') != NULL)
+        pg->hosts = split_list(pg->values[pg->host_kw], &pg->nhost_items);
+    if (pg->hostaddr_kw >= 0 && strchr(pg->values[pg->hostaddr_kw], ',') != NULL)
+        pg->hostaddrs = split_list(pg->values[pg->hostaddr_kw], &pg->naddr_items);
+    nh = pg->nhost_items;
+    na = pg->naddr_items;
+    pg->nhosts = nh > na ? nh : na;
+    if (pg->nhosts < 2)
+        return 0;
+    if ((pg->hosts != NULL && nh != pg->nhosts) || (pg->hostaddrs != NULL && na != pg->nhosts)) {
+        cm_log(CM_LOG_ERROR, "postgres: invalid conninfo: host and hostaddr list different hosts");
+        return -1;
+    }
+    if (pg->port_kw >= 0) {
+        pg->ports = split_list(pg->values[pg->port_kw], &pg->nports);
+        if (pg->nports != 1 && pg->nports != pg->nhosts) {
+            cm_log(CM_LOG_ERROR, "postgres: invalid conninfo: %d ports for %d hosts", pg->nports,
+                   pg->nhosts);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /*
  * Turns conninfo into keyword/value arrays, adding "-c statement_timeout=…" to the
  * session options so the server also gives up on a statement past its deadline.
@@ -834,6 +1031,12 @@ static int parse_conninfo(rsv_pg_t *pg, const char *conninfo)
         pg->keywords[i] = o->keyword;
         pg->values[i] = o->val;
         i++;
+    }
+    if (split_hosts(pg) != 0) {
+        free(pg->keywords);
+        free(pg->values);
+        pg->keywords = pg->values = NULL;
+        return -1;
     }
     /* a margin over our deadline, so that ours fires first and the answer is a timeout */
     pg->options = cm_xasprintf("%s%s-c statement_timeout=%d", old_options ? old_options : "",

@@ -71,9 +71,16 @@ def proc_ms(pid):
 
 
 def postgres_ms(S):
-    """The stack's postmaster and its children (backends, WAL writer, checkpointer…)."""
-    with open(os.path.join(S.state, "pg", "postmaster.pid")) as f:
-        pm = int(f.readline())
+    """The stack's postmasters and their children (backends, WAL writer, checkpointer…):
+    the single topology's one, or the cluster topology's primary and standby (their
+    replication included; the pg_auto_failover monitor is left out)."""
+    pms = set()
+    for d in ("pg", "pgha/pg-1", "pgha/pg-2"):
+        try:
+            with open(os.path.join(S.state, d, "postmaster.pid")) as f:
+                pms.add(int(f.readline()))
+        except OSError:
+            continue
     total = 0
     for pid in os.listdir("/proc"):
         if pid.isdigit():
@@ -81,7 +88,7 @@ def postgres_ms(S):
                 ms, ppid = proc_ms(pid)
             except OSError:
                 continue
-            if int(pid) == pm or ppid == pm:
+            if int(pid) in pms or ppid in pms:
                 total += ms
     return total
 

@@ -1123,10 +1123,16 @@ class Stack:
 
     def sql(self, query):
         """Rows of a query, each a list of text fields (psql -At, '|' separated)."""
-        p = subprocess.run(["psql", "-h", HOST, "-p", str(self.pg_port), "-U", "onsale",
+        # the cluster topology: both Postgres nodes, the one that takes writes (a failover
+        # moves the primary: deploy/lib/pg_cluster.sh)
+        hosts, ports = HOST, str(self.pg_port)
+        if self.cluster:
+            hosts, ports = f"{HOST},{HOST}", f"{self.pg_port},{self.pg_port + 10}"
+        p = subprocess.run(["psql", "-h", hosts, "-p", ports, "-U", "onsale",
                             "-X", "-v", "ON_ERROR_STOP=1", "onsale", "-Atc", query],
                            capture_output=True, timeout=30,
                            env=dict(os.environ, PGCONNECT_TIMEOUT="10",
+                                    PGTARGETSESSIONATTRS="read-write",
                                     PGPASSWORD=self.pg_password))
         if p.returncode != 0:
             raise AssertionError(f"psql failed: {query}\n{p.stderr.decode()}")

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+import unittest
 import uuid
 
 import stack
@@ -311,6 +312,10 @@ class PostgresRestart(SagaCase):
         subprocess.run(cmd, check=True, timeout=60, stdin=subprocess.DEVNULL,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/")
 
+    @unittest.skipIf(stack.topology() == "cluster",
+                     "one Postgres by nature (pg_ctl on its data directory): on the cluster "
+                     "topology a stopped primary is restarted by its keeper or failed over, "
+                     "which test_cluster_pg_failover covers (test_1, test_5)")
     def test_postgres_restarted_mid_checkout_then_retry_completes(self):
         ev = self.new_event("pgre", seats=[{"id": "P-1", "section": "P", "price": 9000}],
                             max_per_buyer=4)

@@ -14,6 +14,9 @@ trap 'rm -rf "$tmp"' EXIT
 
 (cd "$ROOT/deploy/prometheus" && promtool check rules onsale-alerts.yml && promtool test rules onsale-alerts.test.yml) ||
     { echo "deploy_files: Prometheus rules FAILED"; fail=1; }
+(cd "$ROOT/deploy/prometheus" && promtool check rules onsale-postgres-alerts.yml &&
+    promtool test rules onsale-postgres-alerts.test.yml) ||
+    { echo "deploy_files: Prometheus rules (Postgres) FAILED"; fail=1; }
 
 # Every alert has a summary, a description and a runbook_url whose #anchor is a heading of
 # docs/operations.md (GitHub's anchor: the heading lower-cased).

@@ -15,6 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <event2/event.h>
 
 #include "cm_err.h"
@@ -319,6 +324,70 @@ static void test_statements_run_prepared(void **state)
     rsv_pg_free(pg);
 }
 
+/*
+ * A write that meets a read-only session (a node that became a standby under the pool: a
+ * failover) is answered as a lost connection, and the pool reconnects at once instead of
+ * sending every later write to the same read-only session.
+ */
+static void test_read_only_session_reconnects(void **state)
+{
+    rsv_pg_t *pg = pool(1, 5000, 100);
+    const char *p[] = {"1"};
+    struct qres q;
+
+    query_ok(pg, "SET default_transaction_read_only = on");
+    q = query(pg, "CREATE TABLE t_ro (a int)", 0, NULL);
+    assert_ptr_equal(q.err, cm_err_closed);
+    q = query(pg, "SELECT current_setting('transaction_read_only'), $1::int", 1, p);
+    assert_null(q.err);
+    assert_string_equal(q.v[0], "off"); /* a new session */
+    query_ok(pg, "CREATE TABLE t_ro (a int)");
+    query_ok(pg, "DROP TABLE t_ro");
+    rsv_pg_free(pg);
+}
+
+/*
+ * A host that accepts TCP and never answers (its kernel completes the handshakes into
+ * the listen backlog; nobody accepts): a frozen or cut-off old primary. Returns the
+ * listening socket; *port its port.
+ */
+static int silent_host(int *port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    assert_true(fd >= 0);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(fd, 64), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+/*
+ * Two hosts, the first silent: every connection of the pool gets past it within its
+ * connect deadline (connect_timeout) and onto the second, which takes the queries. Before
+ * the connects rotated their host lists, each attempt hung on the first host until the
+ * deadline and began again with it, so the pool never connected.
+ */
+static void test_silent_first_host_is_passed(void **state)
+{
+    int port;
+    int fd = silent_host(&port);
+    char conninfo[1024];
+    rsv_pg_t *pg;
+
+    snprintf(conninfo, sizeof(conninfo), "%s host=127.0.0.1,127.0.0.1 port=%d,%d connect_timeout=2",
+             svc_pg_conninfo(srv), port, svc_pg_port(srv));
+    pg = rsv_pg_new(base, conninfo, 3, 5000, 100);
+    assert_true(wait_connected(pg, 3));
+    query_ok(pg, "SELECT 1");
+    rsv_pg_free(pg);
+    close(fd);
+}
+
 struct sleeper_gone {
     rsv_pg_t *pg;
     struct qres q;
@@ -573,6 +642,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sql_error_gives_sqlstate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_statements_run_prepared, setup, teardown),
         cmocka_unit_test_setup_teardown(test_timeout_reopens_connection, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_read_only_session_reconnects, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_silent_first_host_is_passed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_concurrent_queries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_queue_overflow_is_busy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_free_answers_everything, setup, teardown),
