@@ -21,13 +21,16 @@ trap 'rm -rf "$tmp"' EXIT
 # Every alert has a summary, a description and a runbook_url whose #anchor is a heading of
 # docs/operations.md (GitHub's anchor: the heading lower-cased).
 anchors=$(sed -n 's/^#\{2,4\} \(.*\)/\1/p' "$ROOT/docs/operations.md" | tr '[:upper:]' '[:lower:]' | tr ' ' '-')
-alerts=$(grep -c '^      - alert: ' "$ROOT/deploy/prometheus/onsale-alerts.yml")
-for key in summary description runbook_url; do
-    n=$(grep -c "^          $key: " "$ROOT/deploy/prometheus/onsale-alerts.yml")
-    if ((n != alerts)); then
-        echo "deploy_files: $alerts alerts but $n with $key"
-        fail=1
-    fi
+rules=("$ROOT/deploy/prometheus/onsale-alerts.yml" "$ROOT/deploy/prometheus/onsale-postgres-alerts.yml")
+for f in "${rules[@]}"; do
+    alerts=$(grep -c '^      - alert: ' "$f")
+    for key in summary description runbook_url; do
+        n=$(grep -c "^          $key: " "$f")
+        if ((n != alerts)); then
+            echo "deploy_files: ${f##*/}: $alerts alerts but $n with $key"
+            fail=1
+        fi
+    done
 done
 while read -r url; do
     anchor=${url#*#}
@@ -35,7 +38,7 @@ while read -r url; do
         echo "deploy_files: runbook_url $url: no such section in docs/operations.md"
         fail=1
     fi
-done < <(sed -n 's/^ *runbook_url: "\(.*\)"$/\1/p' "$ROOT/deploy/prometheus/onsale-alerts.yml")
+done < <(sed -n 's/^ *runbook_url: "\(.*\)"$/\1/p' "${rules[@]}")
 
 sed "s#/etc/onsale/ca.pem#/etc/ssl/certs/ca-certificates.crt#g; s#^\(    stats socket\).*#\1 $tmp/haproxy.sock#; s#^    \(user\|group\|daemon\).*##" \
     "$ROOT/deploy/haproxy/onsale.cfg" >"$tmp/haproxy.cfg"
