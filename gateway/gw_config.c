@@ -33,10 +33,12 @@ static const cm_config_opt_t own[] = {
     {"dpop_default", CM_CFG_BOOL, S(dpop_default), "true", 0, 0,
      "the \"dpop\" setting of a room whose PUT does not name it: true binds its tickets to "
      "the joining browser's key (docs/api.md, DPoP)"},
-    {"join_rate_per_ip", CM_CFG_INT, S(join_rate_per_ip), "60", 0, 1000000,
-     "new joins per minute from one client address (0 = unlimited)"},
-    {"join_burst_per_ip", CM_CFG_INT, S(join_burst_per_ip), "20", 1, 1000000,
-     "joins one client address may make at once before join_rate_per_ip applies"},
+    {"join_rate_per_ip", CM_CFG_INT, S(join_rate_per_ip), "600", 0, 1000000,
+     "new joins per minute from one client address, an IPv6 one by its /64 (0 = unlimited; "
+     "joins with a valid proof of work are not counted)"},
+    {"join_burst_per_ip", CM_CFG_INT, S(join_burst_per_ip), "200", 1, 1000000,
+     "joins one client address may make at once before join_rate_per_ip applies (a "
+     "carrier-grade NAT address serves 60 to over 100 subscribers)"},
     {"rate_limit_table_size", CM_CFG_INT, S(rate_limit_table_size), "65536", 16, 10000000,
      "client addresses tracked by the join limit (idle ones are forgotten first)"},
     {"pow_new_rooms", CM_CFG_BOOL, S(pow_new_rooms), "true", 0, 0,

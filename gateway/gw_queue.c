@@ -835,12 +835,15 @@ static int bind_key(place_op_t *op)
     return -1;
 }
 
-/* A new place: the per-address limit, then join.lua. */
+/* A new place: the per-address limit, then join.lua. A join that brought a valid proof
+ * of work has paid for its place already (the difficulty rises with its address block's
+ * challenge rate, gw_pow.h): the address bucket is for rooms without proofs. */
 static void take_place(place_op_t *op)
 {
     gw_server_t *srv = op->r.srv;
     cm_req_t *req = op->r.req;
-    int wait = gw_limit_take(srv->limit, peer_of(req), cm_time_mono_ns() / 1000000);
+    int wait =
+        op->proof.id[0] ? 0 : gw_limit_take(srv->limit, peer_of(req), cm_time_mono_ns() / 1000000);
     if (wait > 0) {
         cm_counter_inc(srv->m.rate_limited);
         if (op->page) { /* the page's script retries the join and sees the 429 itself */

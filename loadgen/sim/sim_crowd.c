@@ -1232,6 +1232,10 @@ int sim_crowd_run(sim_run_t *r, char *err, size_t errlen)
         free(src);
         if (c->gw[g] == NULL)
             goto out;
+        if (s->fans_per_address > 0) { /* the crowd's addresses, split over the gateways */
+            int addrs = (r->nfans + s->fans_per_address - 1) / s->fans_per_address;
+            sim_pool_share_sources(c->gw[g], (addrs + c->ngw - 1) / c->ngw);
+        }
     }
     char *rsrc = src_plus(s->src_base, 40000);
     c->rsv = sim_pool_new(c->base, o->reserve_url, c->tls, s->reserve_conns, rsrc, s->timeout_s,
