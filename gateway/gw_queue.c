@@ -326,7 +326,7 @@ static void reply_queued(place_op_t *op, gw_room_t *room)
 {
     gw_server_t *srv = op->r.srv;
     int64_t position = (int64_t)op->t.num - room->wm;
-    double rate = gw_watermark_rate(room);
+    double rate = gw_watermark_rate_ahead(room, position); /* no-shows ahead, live rate */
     int64_t eta = gw_watermark_eta_s(position, rate);
     int64_t poll = gw_watermark_poll_eta_ms(position, rate, srv->cfg.poll_min_ms,
                                             srv->cfg.poll_max_ms, rnd32());

@@ -220,6 +220,56 @@ double gw_watermark_expected_rate(double configured, double measured, int64_t ma
     return measured > configured ? measured : configured;
 }
 
+double gw_watermark_noshow_share(int64_t win_passes, int64_t win_claims, int64_t noshows,
+                                 int64_t claimed)
+{
+    double share = 0;
+    if (win_passes >= GW_NOSHOW_MIN_PASSES)
+        share = 1.0 - (double)win_claims / (double)win_passes;
+    else if (noshows + claimed > 0)
+        share = (double)noshows / (double)(noshows + claimed);
+    if (share < 0)
+        return 0;
+    return share > GW_NOSHOW_SHARE_MAX ? GW_NOSHOW_SHARE_MAX : share;
+}
+
+double gw_watermark_eta_model(double position, double rate, double recent, double share,
+                              double noshow_grace_s)
+{
+    if (rate <= 0)
+        return -1;
+    if (position <= 0)
+        return 0;
+    if (share <= 0 || noshow_grace_s <= 0)
+        return position / rate;
+    double t = 0, left = position, prev = recent > 0 ? recent : rate;
+    for (int k = 0; k < 64; k++) { /* one grace period at a time; converges fast */
+        double w = rate + share * prev;
+        if (left <= w * noshow_grace_s)
+            return t + left / w;
+        left -= w * noshow_grace_s;
+        t += noshow_grace_s;
+        prev = w;
+    }
+    return t + left * (1.0 - share) / rate; /* the steady state */
+}
+
+double gw_watermark_rate_ahead(const gw_room_t *room, int64_t position)
+{
+    double rate = gw_watermark_rate(room), configured = (double)room->s.rate_per_minute / 60.0;
+    if (rate <= 0 || position <= 0)
+        return rate;
+    if (rate < configured) /* max_active holds the line: what it lets through is measured */
+        return rate;
+    bool sampled = room->nsamples >= 4;
+    double share = sampled ? gw_watermark_noshow_share(room->win_passes, room->win_claims,
+                                                       room->noshows, room->claimed)
+                           : 0;
+    double eta = gw_watermark_eta_model((double)position, configured, sampled ? room->pass_rate : 0,
+                                        share, (double)room->s.noshow_grace_seconds);
+    return eta > 0 ? (double)position / eta : rate;
+}
+
 int64_t gw_watermark_eta_s(int64_t position, double rate_per_s)
 {
     if (rate_per_s <= 0)
@@ -322,6 +372,8 @@ void gw_watermark_sample(gw_room_t *room, uint64_t mono_ms)
     double dt = (double)(now->mono_ms - old->mono_ms) / 1000.0;
     if (dt <= 0)
         return;
+    room->win_passes = now->wm - old->wm;
+    room->win_claims = now->claimed - old->claimed;
     room->pass_rate = (double)(now->wm - old->wm) / dt;
     room->join_rate = (double)(now->n - old->n) / dt;
     room->claim_rate = (double)(now->claimed - old->claimed) / dt;

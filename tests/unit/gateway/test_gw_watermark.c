@@ -55,6 +55,63 @@ static void test_room_rate(void **state)
     assert_true(gw_watermark_rate(&r) == 0.0);
 }
 
+static bool near(double a, double b, double tol)
+{
+    return a > b - tol && a < b + tol;
+}
+
+static void test_noshow_share(void **state)
+{
+    (void)state;
+    assert_true(near(gw_watermark_noshow_share(1000, 700, 0, 0), 0.3, 1e-9)); /* the window */
+    assert_true(near(gw_watermark_noshow_share(10, 10, 30, 70), 0.3, 1e-9));  /* too few: so far */
+    assert_true(gw_watermark_noshow_share(10, 10, 0, 0) == 0.0);
+    assert_true(gw_watermark_noshow_share(100, 130, 0, 0) == 0.0); /* claims catching up */
+    assert_true(gw_watermark_noshow_share(1000, 1, 0, 0) == GW_NOSHOW_SHARE_MAX);
+}
+
+static void test_eta_model_counts_the_noshows_ahead(void **state)
+{
+    (void)state;
+    assert_true(near(gw_watermark_eta_model(1000, 100, 100, 0, 20), 10, 1e-9)); /* none */
+    assert_true(gw_watermark_eta_model(1000, 0, 100, 0.3, 20) == -1);           /* paused */
+    assert_true(gw_watermark_eta_model(0, 100, 100, 0.3, 20) == 0);
+    /* steady state: the watermark already runs at rate / (1 − share) */
+    assert_true(near(gw_watermark_eta_model(1000, 100, 100 / 0.7, 0.3, 20), 7, 1e-6));
+    /* just opened (nothing has come back yet): 130/s for a grace, then faster */
+    assert_true(near(gw_watermark_eta_model(1300, 100, 100, 0.3, 20), 10, 1e-6));
+    double far = gw_watermark_eta_model(10000, 100, 100, 0.3, 20);
+    assert_true(far > 70 && far < 75); /* 100 s at the configured rate, 70 s at steady state */
+    double very_far = gw_watermark_eta_model(1e7, 100, 100, 0.3, 20);
+    assert_true(near(very_far, 1e7 * 0.7 / 100, 100)); /* converges to the steady state */
+    /* the rate doubled: the slots coming back are those passed at the old rate */
+    assert_true(near(gw_watermark_eta_model(2428.6, 200, 100 / 0.7, 0.3, 20), 10, 1e-3));
+}
+
+static void test_rate_ahead_follows_the_room(void **state)
+{
+    (void)state;
+    gw_room_t r;
+    memset(&r, 0, sizeof(r));
+    gw_settings_defaults(&r.s);
+    r.s.rate_per_minute = 6000; /* 100 a second */
+    r.s.noshow_grace_seconds = 20;
+    r.nsamples = 40;
+    r.pass_rate = 100; /* just opened: nothing passed again yet */
+    r.win_passes = 1000;
+    r.win_claims = 700; /* 30% never came */
+    int64_t eta = gw_watermark_eta_s(10000, gw_watermark_rate_ahead(&r, 10000));
+    assert_true(eta >= 72 && eta <= 74); /* not 100: the no-shows ahead are skipped */
+    /* the operator halves the rate: the next answer says so, not the old measured rate */
+    r.win_claims = 1000;
+    r.s.rate_per_minute = 3000;
+    assert_int_equal(gw_watermark_eta_s(1000, gw_watermark_rate_ahead(&r, 1000)), 20);
+    r.s.rate_per_minute = 12000; /* and doubles it */
+    assert_int_equal(gw_watermark_eta_s(1000, gw_watermark_rate_ahead(&r, 1000)), 5);
+    r.s.paused = true;
+    assert_true(gw_watermark_rate_ahead(&r, 1000) == 0.0);
+}
+
 static void test_poll_grows_with_distance_and_is_bounded(void **state)
 {
     /* jitter midpoint: rnd % 10001 == 5000 → factor 1.0 */
@@ -197,6 +254,9 @@ int main(void)
         cmocka_unit_test(test_expected_rate),
         cmocka_unit_test(test_room_rate),
         cmocka_unit_test(test_poll_eta),
+        cmocka_unit_test(test_noshow_share),
+        cmocka_unit_test(test_eta_model_counts_the_noshows_ahead),
+        cmocka_unit_test(test_rate_ahead_follows_the_room),
         cmocka_unit_test(test_poll_grows_with_distance_and_is_bounded),
         cmocka_unit_test(test_poll_jitter_spread),
         cmocka_unit_test(test_poll_cap_near_the_front),
