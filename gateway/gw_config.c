@@ -69,7 +69,8 @@ static const cm_config_opt_t own[] = {
     {"admission_cache_size", CM_CFG_INT, S(admission_cache_size), "200000", 16, 100000000,
      "signed admission tokens kept in memory for repeated polls"},
     {"poll_min_ms", CM_CFG_INT, S(poll_min_ms), "1000", 100, 600000,
-     "poll_after_ms told to fans at the front of the queue"},
+     "poll_after_ms told to fans at the front of the queue (one expected to be let in "
+     "sooner is asked back just after that)"},
     {"poll_max_ms", CM_CFG_INT, S(poll_max_ms), "30000", 100, 3600000,
      "poll_after_ms told to fans far back in the queue"},
     {"history_interval_ms", CM_CFG_INT, S(history_interval_ms), "2000", 100, 600000,

@@ -327,9 +327,10 @@ static void reply_queued(place_op_t *op, gw_room_t *room)
     gw_server_t *srv = op->r.srv;
     int64_t position = (int64_t)op->t.num - room->wm;
     double rate = gw_watermark_rate_ahead(room, position); /* no-shows ahead, live rate */
-    int64_t eta = gw_watermark_eta_s(position, rate);
-    int64_t poll = gw_watermark_poll_eta_ms(position, rate, srv->cfg.poll_min_ms,
-                                            srv->cfg.poll_max_ms, rnd32());
+    int64_t ahead = gw_watermark_ahead_now(room, position, rate, cm_time_mono_ns() / 1000000);
+    int64_t eta = gw_watermark_eta_s(ahead, rate);
+    int64_t poll =
+        gw_watermark_poll_eta_ms(ahead, rate, srv->cfg.poll_min_ms, srv->cfg.poll_max_ms, rnd32());
     poll = gw_watermark_poll_cap(poll, position, room->s.rate_per_minute,
                                  room->s.noshow_grace_seconds);
     if (op->page) {

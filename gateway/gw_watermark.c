@@ -254,6 +254,18 @@ double gw_watermark_eta_model(double position, double rate, double recent, doubl
     return t + left * (1.0 - share) / rate; /* the steady state */
 }
 
+int64_t gw_watermark_ahead_now(const gw_room_t *room, int64_t position, double rate,
+                               uint64_t mono_ms)
+{
+    if (position <= 0 || rate <= 0 || mono_ms <= room->learned_ms)
+        return position;
+    uint64_t age = mono_ms - room->learned_ms;
+    if (age > GW_TICK_MAX_MS)
+        age = GW_TICK_MAX_MS;
+    int64_t ahead = position - (int64_t)(rate * (double)age / 1000.0);
+    return ahead > 0 ? ahead : 1;
+}
+
 double gw_watermark_rate_ahead(const gw_room_t *room, int64_t position)
 {
     double rate = gw_watermark_rate(room), configured = (double)room->s.rate_per_minute / 60.0;
@@ -276,7 +288,10 @@ int64_t gw_watermark_eta_s(int64_t position, double rate_per_s)
         return -1;
     if (position <= 0)
         return 0;
-    return (int64_t)((double)position / rate_per_s + 0.999);
+    /* to the nearest second (rounding up told a 5 s wait 10% too long on average), but a
+     * fan still waiting is never told 0 */
+    int64_t s = (int64_t)((double)position / rate_per_s + 0.5);
+    return s > 0 ? s : 1;
 }
 
 int64_t gw_watermark_poll_ms(int64_t position, double rate_per_s, int64_t min_ms, int64_t max_ms,
@@ -301,11 +316,18 @@ int64_t gw_watermark_poll_eta_ms(int64_t position, double rate_per_s, int64_t mi
     if (rate_per_s <= 0) /* paused: about max_ms, not in step */
         return (int64_t)((double)max_ms * (0.8 + 0.4 * u));
     double eta = (double)(position > 0 ? position : 0) / rate_per_s * 1000.0;
-    /* just after the watermark is expected to pass them: one poll, not ten */
-    double ms = eta * (1.02 + 0.13 * u);
+    /* just after the watermark is expected to pass them: one poll, not ten (the wait a
+     * fan sees is the ETA plus this margin, so it is kept small) */
+    double ms = eta * (1.01 + 0.05 * u);
     if (ms > (double)max_ms) /* far back: within the last fifth below max_ms, not in step */
         return (int64_t)((double)max_ms * (0.8 + 0.2 * u));
+    /* The front of the queue: poll_min_ms, unless the watermark should pass them sooner:
+     * then just after that and a tick (a fan one poll short of admission would otherwise
+     * wait a whole poll_min_ms for it: most of a short wait). */
     if (ms < (double)min_ms)
+        ms = position > 0 && eta < (double)min_ms ? ms + GW_FRONT_POLL_MS * (1.0 + u)
+                                                  : (double)min_ms * (1.0 + 0.2 * u);
+    if (ms > (double)min_ms * 1.2 && eta < (double)min_ms)
         ms = (double)min_ms * (1.0 + 0.2 * u);
     return (int64_t)ms;
 }

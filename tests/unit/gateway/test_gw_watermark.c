@@ -15,7 +15,9 @@
 static void test_eta(void **state)
 {
     assert_int_equal(gw_watermark_eta_s(100, 10.0), 10);
-    assert_int_equal(gw_watermark_eta_s(101, 10.0), 11);
+    assert_int_equal(gw_watermark_eta_s(101, 10.0), 10); /* to the nearest second */
+    assert_int_equal(gw_watermark_eta_s(106, 10.0), 11);
+    assert_int_equal(gw_watermark_eta_s(1, 10.0), 1); /* waiting: never 0 */
     assert_int_equal(gw_watermark_eta_s(0, 10.0), 0);
     assert_int_equal(gw_watermark_eta_s(100, 0.0), -1); /* paused: unknown */
 }
@@ -110,6 +112,13 @@ static void test_rate_ahead_follows_the_room(void **state)
     assert_int_equal(gw_watermark_eta_s(1000, gw_watermark_rate_ahead(&r, 1000)), 5);
     r.s.paused = true;
     assert_true(gw_watermark_rate_ahead(&r, 1000) == 0.0);
+    /* the watermark moved on since the last read: 100 ms at 200/s is 20 numbers */
+    r.learned_ms = 5000;
+    assert_int_equal(gw_watermark_ahead_now(&r, 1000, 200, 5100), 980);
+    assert_int_equal(gw_watermark_ahead_now(&r, 10, 200, 5100), 1); /* still waiting */
+    assert_int_equal(gw_watermark_ahead_now(&r, 1000, 200, 5000 + 60000),
+                     1000 - 200 * GW_TICK_MAX_MS / 1000); /* a stale read: bounded */
+    assert_int_equal(gw_watermark_ahead_now(&r, 1000, 0, 5100), 1000);
 }
 
 static void test_poll_grows_with_distance_and_is_bounded(void **state)
@@ -126,15 +135,22 @@ static void test_poll_grows_with_distance_and_is_bounded(void **state)
 
 static void test_poll_eta(void **state)
 {
-    /* 50,000 places back at 5,000/s: 10 s, so come back at 10.2..11.5 s */
+    /* 50,000 places back at 5,000/s: 10 s, so come back at 10.1..10.6 s */
     for (uint32_t r = 0; r < 20000; r += 13) {
         int64_t v = gw_watermark_poll_eta_ms(50000, 5000.0, 1000, 30000, r);
-        assert_true(v >= 10200 && v <= 11500);
+        assert_true(v >= 10100 && v <= 10600);
     }
-    /* near the front: poll_min_ms .. +20% */
+    /* about to be passed (2 ms): just after it and a tick, not a whole poll_min_ms */
     int64_t front = gw_watermark_poll_eta_ms(10, 5000.0, 1000, 30000, 0);
-    assert_int_equal(front, 1000);
-    assert_true(gw_watermark_poll_eta_ms(10, 5000.0, 1000, 30000, 10000) <= 1200);
+    assert_int_equal(front, 102);
+    assert_true(gw_watermark_poll_eta_ms(10, 5000.0, 1000, 30000, 10000) <= 202);
+    /* 0.9 s away: at most poll_min_ms + 20%, as before */
+    for (uint32_t r = 0; r < 20000; r += 13) {
+        int64_t v = gw_watermark_poll_eta_ms(4500, 5000.0, 1000, 30000, r);
+        assert_true(v >= 1000 && v <= 1200);
+    }
+    /* not queued behind anyone (position 0): poll_min_ms .. +20% */
+    assert_int_equal(gw_watermark_poll_eta_ms(0, 5000.0, 1000, 30000, 0), 1000);
     /* far back (an hour) and paused: about poll_max_ms */
     int64_t far = gw_watermark_poll_eta_ms(18000000, 5000.0, 1000, 30000, 5000);
     assert_int_equal(far, 27000);
