@@ -233,8 +233,8 @@ double gw_watermark_noshow_share(int64_t win_passes, int64_t win_claims, int64_t
     return share > GW_NOSHOW_SHARE_MAX ? GW_NOSHOW_SHARE_MAX : share;
 }
 
-double gw_watermark_eta_model(double position, double rate, double recent, double share,
-                              double noshow_grace_s)
+double gw_watermark_eta_model(double position, double rate, double recent, double passed,
+                              double share, double noshow_grace_s)
 {
     if (rate <= 0)
         return -1;
@@ -242,7 +242,12 @@ double gw_watermark_eta_model(double position, double rate, double recent, doubl
         return 0;
     if (share <= 0 || noshow_grace_s <= 0)
         return position / rate;
-    double t = 0, left = position, prev = recent > 0 ? recent : rate;
+    /* what comes back over the next grace was passed over the last one: at most all the
+     * room has passed (just after the opening, little has) */
+    double last = (recent > 0 ? recent : rate) * noshow_grace_s;
+    if (passed >= 0 && last > passed)
+        last = passed;
+    double t = 0, left = position, prev = last / noshow_grace_s;
     for (int k = 0; k < 64; k++) { /* one grace period at a time; converges fast */
         double w = rate + share * prev;
         if (left <= w * noshow_grace_s)
@@ -277,8 +282,9 @@ double gw_watermark_rate_ahead(const gw_room_t *room, int64_t position)
     double share = sampled ? gw_watermark_noshow_share(room->win_passes, room->win_claims,
                                                        room->noshows, room->claimed)
                            : 0;
-    double eta = gw_watermark_eta_model((double)position, configured, sampled ? room->pass_rate : 0,
-                                        share, (double)room->s.noshow_grace_seconds);
+    double eta =
+        gw_watermark_eta_model((double)position, configured, sampled ? room->pass_rate : 0,
+                               (double)room->wm, share, (double)room->s.noshow_grace_seconds);
     return eta > 0 ? (double)position / eta : rate;
 }
 

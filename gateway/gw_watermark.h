@@ -168,12 +168,14 @@ double gw_watermark_noshow_share(int64_t win_passes, int64_t win_claims, int64_t
 /**
  * Seconds until the watermark has covered position numbers: it passes rate numbers a
  * second (the claims the room meters) plus, noshow_grace_s after each pass, the no-show
- * share of it again. So over the next grace it moves at rate + share × recent (the pass
- * rate measured now: those are the slots coming back), over the one after at rate +
- * share × that, and so on towards rate / (1 − share). -1 when rate <= 0. Pure.
+ * share of it again. So over the next grace it moves at rate + share × what was passed
+ * over the last one (recent × grace, the pass rate measured now, but at most passed,
+ * everything the room has passed: just after the opening little comes back), over the
+ * one after at rate + share × that, and so on towards rate / (1 − share). passed < 0:
+ * no bound. -1 when rate <= 0. Pure.
  */
-double gw_watermark_eta_model(double position, double rate, double recent, double share,
-                              double noshow_grace_s);
+double gw_watermark_eta_model(double position, double rate, double recent, double passed,
+                              double share, double noshow_grace_s);
 /** Seconds until position reaches the front at rate_per_s, to the nearest second and at
  *  least 1 while position > 0; -1 when unknown (rate 0). */
 int64_t gw_watermark_eta_s(int64_t position, double rate_per_s);

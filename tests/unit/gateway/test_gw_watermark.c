@@ -75,19 +75,21 @@ static void test_noshow_share(void **state)
 static void test_eta_model_counts_the_noshows_ahead(void **state)
 {
     (void)state;
-    assert_true(near(gw_watermark_eta_model(1000, 100, 100, 0, 20), 10, 1e-9)); /* none */
-    assert_true(gw_watermark_eta_model(1000, 0, 100, 0.3, 20) == -1);           /* paused */
-    assert_true(gw_watermark_eta_model(0, 100, 100, 0.3, 20) == 0);
+    assert_true(near(gw_watermark_eta_model(1000, 100, 100, -1, 0, 20), 10, 1e-9)); /* none */
+    assert_true(gw_watermark_eta_model(1000, 0, 100, -1, 0.3, 20) == -1);           /* paused */
+    assert_true(gw_watermark_eta_model(0, 100, 100, -1, 0.3, 20) == 0);
     /* steady state: the watermark already runs at rate / (1 − share) */
-    assert_true(near(gw_watermark_eta_model(1000, 100, 100 / 0.7, 0.3, 20), 7, 1e-6));
+    assert_true(near(gw_watermark_eta_model(1000, 100, 100 / 0.7, -1, 0.3, 20), 7, 1e-6));
     /* just opened (nothing has come back yet): 130/s for a grace, then faster */
-    assert_true(near(gw_watermark_eta_model(1300, 100, 100, 0.3, 20), 10, 1e-6));
-    double far = gw_watermark_eta_model(10000, 100, 100, 0.3, 20);
+    assert_true(near(gw_watermark_eta_model(1300, 100, 100, -1, 0.3, 20), 10, 1e-6));
+    double far = gw_watermark_eta_model(10000, 100, 100, -1, 0.3, 20);
     assert_true(far > 70 && far < 75); /* 100 s at the configured rate, 70 s at steady state */
-    double very_far = gw_watermark_eta_model(1e7, 100, 100, 0.3, 20);
+    double very_far = gw_watermark_eta_model(1e7, 100, 100, -1, 0.3, 20);
     assert_true(near(very_far, 1e7 * 0.7 / 100, 100)); /* converges to the steady state */
+    /* 5 s after the opening only 500 were passed: 150 come back over the next grace */
+    assert_true(near(gw_watermark_eta_model(2150, 100, 100, 500, 0.3, 20), 20, 1e-6));
     /* the rate doubled: the slots coming back are those passed at the old rate */
-    assert_true(near(gw_watermark_eta_model(2428.6, 200, 100 / 0.7, 0.3, 20), 10, 1e-3));
+    assert_true(near(gw_watermark_eta_model(2428.6, 200, 100 / 0.7, -1, 0.3, 20), 10, 1e-3));
 }
 
 static void test_rate_ahead_follows_the_room(void **state)
@@ -99,7 +101,8 @@ static void test_rate_ahead_follows_the_room(void **state)
     r.s.rate_per_minute = 6000; /* 100 a second */
     r.s.noshow_grace_seconds = 20;
     r.nsamples = 40;
-    r.pass_rate = 100; /* just opened: nothing passed again yet */
+    r.pass_rate = 100; /* nothing passed again yet */
+    r.wm = 2000;       /* a grace's worth passed (20 s at 100/s) */
     r.win_passes = 1000;
     r.win_claims = 700; /* 30% never came */
     int64_t eta = gw_watermark_eta_s(10000, gw_watermark_rate_ahead(&r, 10000));
