@@ -33,10 +33,12 @@ static const cm_config_opt_t own[] = {
     {"dpop_new_rooms", CM_CFG_BOOL, S(dpop_new_rooms), "true", 0, 0,
      "the \"dpop\" setting of a room whose PUT does not name it: true binds its tickets to "
      "the joining browser's key (docs/api.md, DPoP)"},
-    {"join_rate_per_ip", CM_CFG_INT, S(join_rate_per_ip), "60", 0, 1000000,
-     "new joins per minute from one client address (0 = unlimited)"},
-    {"join_burst_per_ip", CM_CFG_INT, S(join_burst_per_ip), "20", 1, 1000000,
-     "joins one client address may make at once before join_rate_per_ip applies"},
+    {"join_rate_per_ip", CM_CFG_INT, S(join_rate_per_ip), "600", 0, 1000000,
+     "new joins per minute from one client address, an IPv6 one by its /64 (0 = unlimited; "
+     "joins with a valid proof of work are not counted)"},
+    {"join_burst_per_ip", CM_CFG_INT, S(join_burst_per_ip), "200", 1, 1000000,
+     "joins one client address may make at once before join_rate_per_ip applies (a "
+     "carrier-grade NAT address serves 60 to over 100 subscribers)"},
     {"rate_limit_table_size", CM_CFG_INT, S(rate_limit_table_size), "65536", 16, 10000000,
      "client addresses tracked by the join limit (idle ones are forgotten first)"},
     {"pow_new_rooms", CM_CFG_BOOL, S(pow_new_rooms), "true", 0, 0,
@@ -67,7 +69,8 @@ static const cm_config_opt_t own[] = {
     {"admission_cache_size", CM_CFG_INT, S(admission_cache_size), "200000", 16, 100000000,
      "signed admission tokens kept in memory for repeated polls"},
     {"poll_min_ms", CM_CFG_INT, S(poll_min_ms), "1000", 100, 600000,
-     "poll_after_ms told to fans at the front of the queue"},
+     "poll_after_ms told to fans at the front of the queue (one expected to be let in "
+     "sooner is asked back just after that)"},
     {"poll_max_ms", CM_CFG_INT, S(poll_max_ms), "30000", 100, 3600000,
      "poll_after_ms told to fans far back in the queue"},
     {"history_interval_ms", CM_CFG_INT, S(history_interval_ms), "2000", 100, 600000,

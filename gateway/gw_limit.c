@@ -1,13 +1,16 @@
 /*
- * gw_limit — see gw_limit.h. Open addressing on a 64-bit FNV-1a hash of the address
- * text, at most PROBES slots looked at per call. One table serves every worker thread
- * (an address gets its rate once per process, not once per worker): a mutex guards it,
- * held for the few probes of one call.
+ * gw_limit — see gw_limit.h. Open addressing on a 64-bit FNV-1a hash of the address's
+ * bucket key (gw_limit_key), at most PROBES slots looked at per call. One table serves every worker
+ * thread (an address gets its rate once per process, not once per worker): a mutex guards it, held
+ * for the few probes of one call.
  */
 #include "gw_limit.h"
 
+#include <arpa/inet.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cm_mem.h"
 
@@ -57,9 +60,32 @@ static uint64_t fnv1a(const char *s)
     return h ? h : 1;
 }
 
+void gw_limit_key(const char *addr, char out[GW_LIMIT_KEY_MAX])
+{
+    unsigned char a[16];
+    if (inet_pton(AF_INET6, addr, a) == 1) {
+        static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        if (memcmp(a, mapped, sizeof(mapped)) == 0) { /* ::ffff:a.b.c.d is a.b.c.d */
+            snprintf(out, GW_LIMIT_KEY_MAX, "%u.%u.%u.%u", a[12], a[13], a[14], a[15]);
+            return;
+        }
+        /* the /64: one subscriber's prefix, however many addresses its hosts pick */
+        snprintf(out, GW_LIMIT_KEY_MAX, "%02x%02x:%02x%02x:%02x%02x:%02x%02x::/64", a[0], a[1],
+                 a[2], a[3], a[4], a[5], a[6], a[7]);
+        return;
+    }
+    if (inet_pton(AF_INET, addr, a) == 1) { /* the whole address: a CGNAT one is shared */
+        snprintf(out, GW_LIMIT_KEY_MAX, "%u.%u.%u.%u", a[0], a[1], a[2], a[3]);
+        return;
+    }
+    snprintf(out, GW_LIMIT_KEY_MAX, "%s", addr); /* not an address: its own text */
+}
+
 static int take_locked(gw_limit_t *l, const char *addr, int64_t now_ms)
 {
-    uint64_t key = fnv1a(addr);
+    char text[GW_LIMIT_KEY_MAX];
+    gw_limit_key(addr, text);
+    uint64_t key = fnv1a(text);
     slot_t *s = NULL, *oldest = NULL;
     for (size_t i = 0; i < PROBES; i++) {
         slot_t *c = &l->slots[(key + i) & l->mask];

@@ -326,10 +326,11 @@ static void reply_queued(place_op_t *op, gw_room_t *room)
 {
     gw_server_t *srv = op->r.srv;
     int64_t position = (int64_t)op->t.num - room->wm;
-    double rate = gw_watermark_rate(room);
-    int64_t eta = gw_watermark_eta_s(position, rate);
-    int64_t poll = gw_watermark_poll_eta_ms(position, rate, srv->cfg.poll_min_ms,
-                                            srv->cfg.poll_max_ms, rnd32());
+    double rate = gw_watermark_rate_ahead(room, position); /* no-shows ahead, live rate */
+    int64_t ahead = gw_watermark_ahead_now(room, position, rate, cm_time_mono_ns() / 1000000);
+    int64_t eta = gw_watermark_eta_s(ahead, rate);
+    int64_t poll =
+        gw_watermark_poll_eta_ms(ahead, rate, srv->cfg.poll_min_ms, srv->cfg.poll_max_ms, rnd32());
     poll = gw_watermark_poll_cap(poll, position, room->s.rate_per_minute,
                                  room->s.noshow_grace_seconds);
     if (op->page) {
@@ -835,12 +836,15 @@ static int bind_key(place_op_t *op)
     return -1;
 }
 
-/* A new place: the per-address limit, then join.lua. */
+/* A new place: the per-address limit, then join.lua. A join that brought a valid proof
+ * of work has paid for its place already (the difficulty rises with its address block's
+ * challenge rate, gw_pow.h): the address bucket is for rooms without proofs. */
 static void take_place(place_op_t *op)
 {
     gw_server_t *srv = op->r.srv;
     cm_req_t *req = op->r.req;
-    int wait = gw_limit_take(srv->limit, peer_of(req), cm_time_mono_ns() / 1000000);
+    int wait =
+        op->proof.id[0] ? 0 : gw_limit_take(srv->limit, peer_of(req), cm_time_mono_ns() / 1000000);
     if (wait > 0) {
         cm_counter_inc(srv->m.rate_limited);
         if (op->page) { /* the page's script retries the join and sees the 429 itself */

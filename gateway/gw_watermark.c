@@ -220,13 +220,84 @@ double gw_watermark_expected_rate(double configured, double measured, int64_t ma
     return measured > configured ? measured : configured;
 }
 
+double gw_watermark_noshow_share(int64_t win_passes, int64_t win_claims, int64_t noshows,
+                                 int64_t claimed)
+{
+    double share = 0;
+    if (win_passes >= GW_NOSHOW_MIN_PASSES)
+        share = 1.0 - (double)win_claims / (double)win_passes;
+    else if (noshows + claimed > 0)
+        share = (double)noshows / (double)(noshows + claimed);
+    if (share < 0)
+        return 0;
+    return share > GW_NOSHOW_SHARE_MAX ? GW_NOSHOW_SHARE_MAX : share;
+}
+
+double gw_watermark_eta_model(double position, double rate, double recent, double passed,
+                              double share, double noshow_grace_s)
+{
+    if (rate <= 0)
+        return -1;
+    if (position <= 0)
+        return 0;
+    if (share <= 0 || noshow_grace_s <= 0)
+        return position / rate;
+    /* what comes back over the next grace was passed over the last one: at most all the
+     * room has passed (just after the opening, little has) */
+    double last = (recent > 0 ? recent : rate) * noshow_grace_s;
+    if (passed >= 0 && last > passed)
+        last = passed;
+    double t = 0, left = position, prev = last / noshow_grace_s;
+    for (int k = 0; k < 64; k++) { /* one grace period at a time; converges fast */
+        double w = rate + share * prev;
+        if (left <= w * noshow_grace_s)
+            return t + left / w;
+        left -= w * noshow_grace_s;
+        t += noshow_grace_s;
+        prev = w;
+    }
+    return t + left * (1.0 - share) / rate; /* the steady state */
+}
+
+int64_t gw_watermark_ahead_now(const gw_room_t *room, int64_t position, double rate,
+                               uint64_t mono_ms)
+{
+    if (position <= 0 || rate <= 0 || mono_ms <= room->learned_ms)
+        return position;
+    uint64_t age = mono_ms - room->learned_ms;
+    if (age > GW_TICK_MAX_MS)
+        age = GW_TICK_MAX_MS;
+    int64_t ahead = position - (int64_t)(rate * (double)age / 1000.0);
+    return ahead > 0 ? ahead : 1;
+}
+
+double gw_watermark_rate_ahead(const gw_room_t *room, int64_t position)
+{
+    double rate = gw_watermark_rate(room), configured = (double)room->s.rate_per_minute / 60.0;
+    if (rate <= 0 || position <= 0)
+        return rate;
+    if (rate < configured) /* max_active holds the line: what it lets through is measured */
+        return rate;
+    bool sampled = room->nsamples >= 4;
+    double share = sampled ? gw_watermark_noshow_share(room->win_passes, room->win_claims,
+                                                       room->noshows, room->claimed)
+                           : 0;
+    double eta =
+        gw_watermark_eta_model((double)position, configured, sampled ? room->pass_rate : 0,
+                               (double)room->wm, share, (double)room->s.noshow_grace_seconds);
+    return eta > 0 ? (double)position / eta : rate;
+}
+
 int64_t gw_watermark_eta_s(int64_t position, double rate_per_s)
 {
     if (rate_per_s <= 0)
         return -1;
     if (position <= 0)
         return 0;
-    return (int64_t)((double)position / rate_per_s + 0.999);
+    /* to the nearest second (rounding up told a 5 s wait 10% too long on average), but a
+     * fan still waiting is never told 0 */
+    int64_t s = (int64_t)((double)position / rate_per_s + 0.5);
+    return s > 0 ? s : 1;
 }
 
 int64_t gw_watermark_poll_ms(int64_t position, double rate_per_s, int64_t min_ms, int64_t max_ms,
@@ -251,11 +322,18 @@ int64_t gw_watermark_poll_eta_ms(int64_t position, double rate_per_s, int64_t mi
     if (rate_per_s <= 0) /* paused: about max_ms, not in step */
         return (int64_t)((double)max_ms * (0.8 + 0.4 * u));
     double eta = (double)(position > 0 ? position : 0) / rate_per_s * 1000.0;
-    /* just after the watermark is expected to pass them: one poll, not ten */
-    double ms = eta * (1.02 + 0.13 * u);
+    /* just after the watermark is expected to pass them: one poll, not ten (the wait a
+     * fan sees is the ETA plus this margin, so it is kept small) */
+    double ms = eta * (1.01 + 0.05 * u);
     if (ms > (double)max_ms) /* far back: within the last fifth below max_ms, not in step */
         return (int64_t)((double)max_ms * (0.8 + 0.2 * u));
+    /* The front of the queue: poll_min_ms, unless the watermark should pass them sooner:
+     * then just after that and a tick (a fan one poll short of admission would otherwise
+     * wait a whole poll_min_ms for it: most of a short wait). */
     if (ms < (double)min_ms)
+        ms = position > 0 && eta < (double)min_ms ? ms + GW_FRONT_POLL_MS * (1.0 + u)
+                                                  : (double)min_ms * (1.0 + 0.2 * u);
+    if (ms > (double)min_ms * 1.2 && eta < (double)min_ms)
         ms = (double)min_ms * (1.0 + 0.2 * u);
     return (int64_t)ms;
 }
@@ -322,6 +400,8 @@ void gw_watermark_sample(gw_room_t *room, uint64_t mono_ms)
     double dt = (double)(now->mono_ms - old->mono_ms) / 1000.0;
     if (dt <= 0)
         return;
+    room->win_passes = now->wm - old->wm;
+    room->win_claims = now->claimed - old->claimed;
     room->pass_rate = (double)(now->wm - old->wm) / dt;
     room->join_rate = (double)(now->n - old->n) / dt;
     room->claim_rate = (double)(now->claimed - old->claimed) / dt;

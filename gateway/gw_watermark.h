@@ -33,9 +33,12 @@
 
 typedef struct gw_server gw_server_t;
 
-#define GW_SAMPLES          64
-#define GW_TICK_MAX_MS      250 /* tick_ms's maximum (gw_config.c) */
-#define GW_RESTORE_JUMP_MIN 64  /* numbers skipped at least when Redis lost some */
+#define GW_SAMPLES           64
+#define GW_TICK_MAX_MS       250 /* tick_ms's maximum (gw_config.c) */
+#define GW_RESTORE_JUMP_MIN  64  /* numbers skipped at least when Redis lost some */
+#define GW_FRONT_POLL_MS     100 /* a fan about to be passed polls 100–200 ms after */
+#define GW_NOSHOW_MIN_PASSES 50  /* passes in the rate window before its no-show share counts */
+#define GW_NOSHOW_SHARE_MAX  0.9 /* a no-show share above this is believed as this */
 
 typedef struct gw_sample {
     uint64_t mono_ms;
@@ -78,6 +81,7 @@ typedef struct gw_room {
     gw_sample_t samples[GW_SAMPLES];
     size_t nsamples, head;
     double pass_rate, join_rate, claim_rate; /* per second over the last ~10 s */
+    int64_t win_passes, win_claims; /* numbers passed and admissions claimed in those ~10 s */
     double join_peak;    /* fastest joins per second between two samples of those ~10 s */
     uint64_t learned_ms; /* monotonic ms of the last advance answer (when n was learned) */
     cm_gauge_t *g_queue, *g_wm, *g_n, *g_claimed, *g_active, *g_noshows;
@@ -127,6 +131,14 @@ gw_phase_t gw_watermark_phase(const gw_room_t *room, int64_t now_ms);
 /** Admission rate used for ETAs and poll hints (gw_watermark_expected_rate of the room's
  *  configured and measured pass rates); 0 while paused or sold out. */
 double gw_watermark_rate(const gw_room_t *room);
+/**
+ * The average rate at which the watermark will cover the position numbers ahead of a fan,
+ * from the room as last read (recomputed at every poll, so a PATCHed rate counts from
+ * the next tick): the configured rate, plus the slots of the live no-show share passed
+ * again after the grace (gw_watermark_eta_model); with max_active holding the line, as
+ * gw_watermark_rate. 0 while paused, sold out or at rate 0. Pure.
+ */
+double gw_watermark_rate_ahead(const gw_room_t *room, int64_t position);
 
 /* --- pure estimators (unit-tested) --- */
 
@@ -138,7 +150,34 @@ double gw_watermark_rate(const gw_room_t *room);
  */
 double gw_watermark_expected_rate(double configured, double measured, int64_t max_active,
                                   int64_t active);
-/** Seconds until position reaches the front at rate_per_s; -1 when unknown (rate 0). */
+/**
+ * The numbers still ahead of a fan at position (as of the room's last read) at mono_ms:
+ * the watermark has moved on at rate since that read, for at most GW_TICK_MAX_MS (beyond
+ * that the read is stale, not the watermark fast). At least 1 while position > 0. Pure.
+ */
+int64_t gw_watermark_ahead_now(const gw_room_t *room, int64_t position, double rate,
+                               uint64_t mono_ms);
+/**
+ * The live no-show share of passed numbers, in [0, GW_NOSHOW_SHARE_MAX]: 1 − claims /
+ * passes of the rate window once it passed at least GW_NOSHOW_MIN_PASSES numbers (a
+ * no-show is seen as soon as its slot goes unclaimed, long before the grace retires it),
+ * else noshows / (noshows + claimed) of the room so far, else 0.
+ */
+double gw_watermark_noshow_share(int64_t win_passes, int64_t win_claims, int64_t noshows,
+                                 int64_t claimed);
+/**
+ * Seconds until the watermark has covered position numbers: it passes rate numbers a
+ * second (the claims the room meters) plus, noshow_grace_s after each pass, the no-show
+ * share of it again. So over the next grace it moves at rate + share × what was passed
+ * over the last one (recent × grace, the pass rate measured now, but at most passed,
+ * everything the room has passed: just after the opening little comes back), over the
+ * one after at rate + share × that, and so on towards rate / (1 − share). passed < 0:
+ * no bound. -1 when rate <= 0. Pure.
+ */
+double gw_watermark_eta_model(double position, double rate, double recent, double passed,
+                              double share, double noshow_grace_s);
+/** Seconds until position reaches the front at rate_per_s, to the nearest second and at
+ *  least 1 while position > 0; -1 when unknown (rate 0). */
 int64_t gw_watermark_eta_s(int64_t position, double rate_per_s);
 /**
  * poll_after_ms for a fan at position: about a tenth of the expected wait, clamped to
@@ -147,10 +186,12 @@ int64_t gw_watermark_eta_s(int64_t position, double rate_per_s);
 int64_t gw_watermark_poll_ms(int64_t position, double rate_per_s, int64_t min_ms, int64_t max_ms,
                              uint32_t rnd);
 /**
- * poll_after_ms for a queued fan at position: just after their expected wait (2–15%
- * later, from rnd), at least min_ms (up to 20% more); when that is beyond max_ms, 80–100%
- * of max_ms; max_ms ±20% while the rate is 0 (paused). A fan polls about once when the rate holds,
- * instead of every tenth of the wait: on a big night the polls are what a gateway serves most.
+ * poll_after_ms for a queued fan at position: just after their expected wait (1–6%
+ * later, from rnd), at least min_ms (up to 20% more) unless the wait is shorter than
+ * min_ms: then the wait plus 100–200 ms (GW_FRONT_POLL_MS, one tick); when that is beyond max_ms,
+ * 80–100% of max_ms; max_ms ±20% while the rate is 0 (paused). A fan polls about once when the rate
+ * holds, instead of every tenth of the wait: on a big night the polls are what a gateway serves
+ * most.
  */
 int64_t gw_watermark_poll_eta_ms(int64_t position, double rate_per_s, int64_t min_ms,
                                  int64_t max_ms, uint32_t rnd);

@@ -724,21 +724,27 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* p50/p90 of |ETA told at join - actual wait| / actual wait, over fans who waited at
- * least 5 s (below that the error is the poll interval). Two actual waits: until the
+/* p50/p90 of |ETA told - actual wait| / actual wait (and the median of the signed error,
+ * bias_p50: above 0 when ETAs run long), over fans who waited at least 5 s
+ * after it was told (below that the error is the poll interval). The ETA is the one told
+ * at join or, after an operator's rate change, the first told once the gateways knew of
+ * it (no ETA could know of a change still to come: a fan told one only before it, and
+ * passed before polling again, is left out). Two actual waits from then: until the
  * watermark passed the fan's number (admission, from the room's stats once a second), and
  * until the fan itself saw "admitted" (which adds the polling delay). */
 static json_t *eta_errors(sim_run_t *r, bool by_watermark, int *count)
 {
     double *e = cm_xcalloc((size_t)r->nfans + 1, sizeof(double));
+    double *sg = cm_xcalloc((size_t)r->nfans + 1, sizeof(double)); /* signed: + told too long */
     int n = 0;
     for (int i = 0; i < r->nfans; i++) {
         sim_fan_t *f = &r->fans[i];
         if (f->eta_s < 0 || f->placed_ns < 0 || f->in_prequeue || f->num == 0)
             continue;
+        int64_t told = f->eta_at_ns >= 0 ? f->eta_at_ns : f->placed_ns;
         double at = -1;
         if (by_watermark) {
-            for (int s = sec_of_ns(f->placed_ns); s < r->s_watermark.n; s++)
+            for (int s = sec_of_ns(told); s < r->s_watermark.n; s++)
                 if (r->s_watermark.v[s] >= (double)f->num) {
                     at = (double)s;
                     break;
@@ -748,16 +754,23 @@ static json_t *eta_errors(sim_run_t *r, bool by_watermark, int *count)
         }
         if (at < 0)
             continue;
-        double actual = at - (double)f->placed_ns / 1e9;
+        if (r->rate_changed_ns >= 0 && told < r->rate_changed_ns &&
+            at * 1e9 > (double)r->rate_changed_ns)
+            continue; /* told before the change, passed after it before being told again */
+        double actual = at - (double)told / 1e9;
         if (actual < 5.0)
             continue;
+        sg[n] = ((double)f->eta_s - actual) / actual;
         e[n++] = fabs((double)f->eta_s - actual) / actual;
     }
     qsort(e, (size_t)n, sizeof(double), cmp_double);
+    qsort(sg, (size_t)n, sizeof(double), cmp_double);
     double p50 = n ? e[(int)(0.5 * (n - 1))] : 0, p90 = n ? e[(int)(0.9 * (n - 1))] : 0;
+    double bias = n ? sg[(int)(0.5 * (n - 1))] : 0;
     free(e);
+    free(sg);
     *count = n;
-    return json_pack("{s:i, s:f, s:f}", "fans", n, "p50", p50, "p90", p90);
+    return json_pack("{s:i, s:f, s:f, s:f}", "fans", n, "p50", p50, "p90", p90, "bias_p50", bias);
 }
 
 static void check_eta(sim_run_t *r)

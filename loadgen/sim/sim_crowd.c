@@ -417,9 +417,16 @@ static void on_place(sim_fan_t *f, const sim_resp_t *resp, bool is_join)
             json_t *pos = json_object_get(o, "position");
             if (f->num > 0 && json_is_integer(pos))
                 saw_watermark(f->crowd, (double)f->num - (double)json_integer_value(pos));
-            if (is_join || f->eta_s < 0) {
+            /* the ETA told at join, or the first one told once a rate change was known
+             * (the one before it could not know) */
+            sim_run_t *r = f->crowd->r;
+            int64_t now = now_rel(f->crowd);
+            bool retell = r->rate_changed_ns >= 0 && f->eta_at_ns < r->rate_changed_ns &&
+                          now >= r->rate_changed_ns;
+            if (is_join || f->eta_s < 0 || retell) {
                 json_t *eta = json_object_get(o, "eta_seconds");
                 f->eta_s = json_is_integer(eta) ? (int32_t)json_integer_value(eta) : -1;
+                f->eta_at_ns = now;
             }
             if (f->state != F_QUEUED)
                 set_state(f, F_QUEUED);
@@ -876,6 +883,7 @@ static void plan_fans(sim_crowd_t *c)
         f->placed_ns = f->admitted_ns = f->first_hold_ns = f->hold_ns = f->join_sent_ns = -1;
         f->done_ns = -1;
         f->eta_s = -1;
+        f->eta_at_ns = -1;
         f->gw = (uint8_t)(i % c->ngw);
         double b = rnd01(c);
         f->behaviour = b < s->abandon                         ? B_ABANDON
@@ -918,6 +926,8 @@ static json_t *timeline_add(sim_crowd_t *c, const char *what, const char *label)
 static void room_patch(sim_crowd_t *c, json_t *patch, const char *label)
 {
     json_t *rec = timeline_add(c, "patch", label);
+    if (json_object_get(patch, "rate_per_minute") != NULL)
+        c->r->rate_changed_ns = now_rel(c) + SIM_RATE_KNOWN_NS;
     char path[128];
     snprintf(path, sizeof(path), "/admin/events/%s", c->r->event);
     char *body = json_dumps(patch, JSON_COMPACT);
@@ -1180,6 +1190,7 @@ static void start_night(sim_crowd_t *c)
     }
     /* Go: arrivals are relative to t0, set when the room was created. */
     r->all_placed_ns = -1;
+    r->rate_changed_ns = -1;
     struct timeval tv = {0, 1000};
     evtimer_add(c->arrivals, &tv);
     struct timeval one = {1, 0};
@@ -1232,6 +1243,10 @@ int sim_crowd_run(sim_run_t *r, char *err, size_t errlen)
         free(src);
         if (c->gw[g] == NULL)
             goto out;
+        if (s->fans_per_address > 0) { /* the crowd's addresses, split over the gateways */
+            int addrs = (r->nfans + s->fans_per_address - 1) / s->fans_per_address;
+            sim_pool_share_sources(c->gw[g], (addrs + c->ngw - 1) / c->ngw);
+        }
     }
     char *rsrc = src_plus(s->src_base, 40000);
     c->rsv = sim_pool_new(c->base, o->reserve_url, c->tls, s->reserve_conns, rsrc, s->timeout_s,

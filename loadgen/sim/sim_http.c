@@ -477,6 +477,15 @@ static void enqueue(sim_pool_t *p, unsigned pin, bool urgent, const char *method
     }
 }
 
+int sim_pool_share_sources(sim_pool_t *p, int naddrs)
+{
+    if (naddrs < 1 || naddrs >= p->nconns)
+        naddrs = p->nconns;
+    for (int i = naddrs; i < p->nconns; i++)
+        p->conns[i].src = p->conns[i % naddrs].src;
+    return naddrs;
+}
+
 void sim_pool_spread(sim_pool_t *p, bool on)
 {
     p->spread = on;

@@ -34,6 +34,11 @@ typedef void (*sim_http_cb)(const sim_resp_t *resp, void *arg);
 sim_pool_t *sim_pool_new(struct event_base *base, const char *url, sim_tls_ctx_t *tls, int nconns,
                          const char *src_base, int timeout_s, char *err, size_t errlen);
 
+/** Binds connection i to the source address of connection i % naddrs, so several
+ * connections come from one address, as fans behind one carrier-grade NAT do. Call before
+ * the first request. naddrs < 1 or ≥ the connections: one each. Returns the addresses. */
+int sim_pool_share_sources(sim_pool_t *p, int naddrs);
+
 /** With on, a request goes to an idle connection (else the least loaded of a few)
  * instead of its pin's: for a service whose limits do not look at the client's address,
  * where a fan on a connection of their own would not wait behind other fans. Off by

@@ -322,6 +322,7 @@ int main(int argc, char **argv)
     sim_run_t r = {0};
     r.sc = sc;
     r.o = &o;
+    r.rate_changed_ns = -1;
     r.nfans = o.scale > 0 ? (int)(sc->fans * o.scale) : sc->fans;
     if (r.nfans < 1)
         r.nfans = 1;

@@ -88,8 +88,9 @@ typedef struct sim_fan {
     uint64_t num;          /* queue number (from the ticket) */
     int64_t arrive_ns, join_sent_ns, placed_ns, admitted_ns, first_hold_ns, hold_ns, done_ns;
     int64_t abandon_at_ns;
-    int32_t eta_s; /* ETA told at join, -1 when none */
-    int32_t seat;  /* first seat index of the hold being tried / held */
+    int32_t eta_s;     /* ETA told at join (or after a rate change), -1 when none */
+    int64_t eta_at_ns; /* when eta_s was told */
+    int32_t seat;      /* first seat index of the hold being tried / held */
     int64_t amount;
     char *ticket, *token;
     char hold_id[160], checkout_id[160], booking_id[160], idem[96];
@@ -123,6 +124,8 @@ typedef struct sim_endpoint {
 
 enum { EP_JOIN, EP_STATUS, EP_HOLD, EP_CONFIRM, EP_CHECKOUT, EP_DONE, EP_ADMIN, EP_N };
 
+#define SIM_RATE_KNOWN_NS 500000000LL
+
 typedef struct sim_run {
     sim_scenario_t *sc;
     sim_opts_t *o;
@@ -132,8 +135,11 @@ typedef struct sim_run {
     int64_t end_ns;        /* relative to t0: when the last fan finished */
     int64_t last_arrival_ns;
     int64_t all_placed_ns; /* when the last fan got a place in the queue, -1 if never */
-    int64_t opens_at_ms;   /* prequeue: the room's opening (wall clock), else 0 */
-    int64_t sold_out_ns;   /* when the operator closed the room as sold out, else -1 */
+    /* when the gateways knew of the operator's last rate change, -1 if none: its PATCH
+     * sent + SIM_RATE_KNOWN_NS (the answer and one gateway tick, at most 250 ms) */
+    int64_t rate_changed_ns;
+    int64_t opens_at_ms; /* prequeue: the room's opening (wall clock), else 0 */
+    int64_t sold_out_ns; /* when the operator closed the room as sold out, else -1 */
     sim_fan_t *fans;
     int nfans;
     int state_count[F_NSTATES];

@@ -335,17 +335,19 @@ sim_scenario_t *sim_scenario_load(const char *path, char *err, size_t errlen)
         goto err;
     s->sold_out_when_sold = !json_is_false(json_object_get(lim, "sold_out_when_sold"));
 
-    static const char *const c_keys[] = {"gateway_conns", "reserve_conns", "src_base", "timeout_s",
-                                         NULL};
+    static const char *const c_keys[] = {"gateway_conns", "reserve_conns",    "src_base",
+                                         "timeout_s",     "fans_per_address", NULL};
     json_t *cl = json_object_get(doc, "client");
     if (check_keys(cl, "client", c_keys, err, errlen) != 0)
         goto err;
-    double gc = 256, rc = 64, to = 30;
+    double gc = 256, rc = 64, to = 30, fpa = SIM_FANS_PER_ADDRESS;
     if (num(cl, "gateway_conns", 1, 16384, &gc, err, errlen, "client") ||
+        num(cl, "fans_per_address", 0, 1000000, &fpa, err, errlen, "client") ||
         num(cl, "reserve_conns", 1, 16384, &rc, err, errlen, "client") ||
         num(cl, "timeout_s", 1, 600, &to, err, errlen, "client"))
         goto err;
     s->gateway_conns = (int)gc;
+    s->fans_per_address = (int)fpa;
     s->reserve_conns = (int)rc;
     s->timeout_s = (int)to;
     const char *src = json_string_value(json_object_get(cl, "src_base"));

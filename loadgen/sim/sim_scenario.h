@@ -10,6 +10,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* Fans behind one source address in the default crowd: a carrier-grade NAT address
+ * handed out in 1,024-port blocks serves 63 subscribers (64,512 / 1,024); measured CGNAT
+ * addresses serve over 100 (loadgen/scenarios/README.md, "A crowd's addresses"). */
+#define SIM_FANS_PER_ADDRESS 64
+
 typedef enum { ARR_BURST, ARR_RAMP, ARR_POISSON, ARR_PREQUEUE } sim_arrival_t;
 typedef enum { CHOICE_UNIFORM, CHOICE_HOTSPOT } sim_choice_t;
 
@@ -67,6 +72,7 @@ typedef struct sim_scenario {
     double settle_s;         /* audit: how long checkouts get to become terminal */
     /* client */
     int gateway_conns, reserve_conns;
+    int fans_per_address; /* 0: one source address per gateway connection */
     char src_base[16];
     int timeout_s;
     uint64_t seed;

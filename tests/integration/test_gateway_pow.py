@@ -187,6 +187,25 @@ class PowTest(gwstack.GatewayTestCase):
         self.assertEqual(self.join(ev, headers={"Authorization": "Bearer " + j.json["ticket"]},
                                    expect=200).json["ticket"], j.json["ticket"])
 
+    def test_proven_joins_are_not_charged_to_the_address_bucket(self):
+        """Fans behind one CGNAT address each pay a proof: the per-address bucket, which
+        would 429 the third join without one, leaves proven joins alone."""
+        g = self.GS.add_gateway(gwstack.new_id("pwlim"), join_rate_per_ip=6, join_burst_per_ip=2)
+        try:
+            ev = self.new_room(prefix="pw", rate_per_minute=1, paused=True)
+            c = g.client()
+            try:
+                for _ in range(4):
+                    self.join_pow(ev, proof_of(self.challenge(ev, client=c)), client=c)
+                off = self.new_room(prefix="pw", rate_per_minute=1, paused=True, pow=False)
+                codes = [c.post(f"/q/{off}/join").status for _ in range(3)]
+                self.assertEqual(codes, [201, 201, 429], "a room without proofs is limited")
+            finally:
+                c.close()
+        finally:
+            g.stop()
+            self.GS.gateways.remove(g)
+
     def test_refused_proofs_are_counted(self):
         ev = self.new_room(prefix="pw", rate_per_minute=60)
         before = self.refused()

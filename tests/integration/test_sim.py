@@ -100,6 +100,10 @@ class SimTest(unittest.TestCase):
         self.assertEqual(taken, rep["endpoints"]["hold"]["by_class"]["4xx"], out)
         self.assertIn("409 seat_unavailable", out)
         self.assertTrue(rep["headline"]["paced_by"], out)
+        # 64 fans per address (a CGNAT address' share) arrive within a second: the
+        # per-address join limit admits them all, no 429 wall stretches the night.
+        self.assertEqual(rep["endpoints"]["join"]["by_cause"].get("429 rate_limited", 0), 0,
+                         out)
         self.assertIn("paced by ", out)
         # Every process of the stack is measured, in either topology.
         names = {s["name"] for s in rep["services"]}
@@ -146,6 +150,23 @@ class SimTest(unittest.TestCase):
         self.assertEqual(len(ops), 4, rep["timeline"])
         for t in ops:
             self.assertEqual(t.get("status"), 200, t)
+
+    def test_eta_holds_with_noshows_and_a_rate_change(self):
+        # 30% of the fans leave the queue at once and never poll again, and the operator
+        # doubles the rate mid-queue: the ETA a fan is told (at join, or at the first poll
+        # once the change is known) holds at p90 against the watermark (the scenario's
+        # eta_p90_max, 20%: 13% measured here, 36% before the ETA counted the no-shows
+        # ahead) and as the fans saw it (20–23% measured; the goal of 10% is met by the
+        # larger night, noshow-ratechange.json, not yet by this short one).
+        rep, out, _ = self.run_sim("noshow-ratechange-small")
+        self.assertCleanNight(rep, out)
+        self.assertGreater(rep["outcomes"]["abandoned"], 0, out)
+        ops = [t for t in rep["timeline"] if t["label"].startswith("operator:")]
+        self.assertEqual([t.get("status") for t in ops], [200], rep["timeline"])
+        for k, most in (("eta_error", 0.20), ("eta_error_as_seen_by_fans", 0.30)):
+            e = rep["figures"][k]
+            self.assertGreater(e["fans"], 100, f"{k}: {e}\n{out}")
+            self.assertLessEqual(e["p90"], most, f"{k}: {e}\n{out}")
 
     @unittest.skipIf(stack.topology() == "cluster",
                      "one Redis node and one reserve by nature: the night's operator actions "

@@ -1,6 +1,7 @@
 /*
  * Unit tests for gateway/gw_limit.c: the per-address join bucket (burst, refill,
- * Retry-After), independence of addresses, and a bounded table under an address flood.
+ * Retry-After), independence of addresses, the bucket key (IPv6 by /64, IPv4 whole), and a bounded
+ * table under an address flood.
  *
  * gw_limit.c is compiled into this test, its allocations counted, so the flood test can
  * assert the bound gw_limit.h promises — a fixed table of about twice `size` slots,
@@ -59,6 +60,32 @@ static void test_unlimited(void **state)
     gw_limit_free(l);
 }
 
+/* An IPv6 subscriber's /64 is one bucket (its hosts pick addresses in it at will); IPv4
+ * addresses are keyed whole, even inside one /24 (each may be a CGNAT address shared by
+ * tens of fans), and an IPv4-mapped address is its IPv4 address. */
+static void test_key_ipv6_by_64_ipv4_whole(void **state)
+{
+    (void)state;
+    gw_limit_t *l = gw_limit_new(60, 2, 100); /* burst 2 */
+    int64_t t = 1000000;
+    assert_int_equal(gw_limit_take(l, "2001:db8:1:2::1", t), 0);
+    assert_int_equal(gw_limit_take(l, "2001:db8:1:2:ffff:ee:dd:cc", t), 0);
+    assert_true(gw_limit_take(l, "2001:db8:1:2::abcd", t) > 0);  /* same /64: spent */
+    assert_int_equal(gw_limit_take(l, "2001:db8:1:3::1", t), 0); /* the next /64 */
+    assert_int_equal(gw_limit_take(l, "192.0.2.1", t), 0);
+    assert_int_equal(gw_limit_take(l, "192.0.2.1", t), 0);
+    assert_true(gw_limit_take(l, "::ffff:192.0.2.1", t) > 0); /* the same address */
+    assert_int_equal(gw_limit_take(l, "192.0.2.2", t), 0);    /* same /24, its own bucket */
+    char k[GW_LIMIT_KEY_MAX];
+    gw_limit_key("2001:DB8:0:0:1::9", k);
+    assert_string_equal(k, "2001:0db8:0000:0000::/64");
+    gw_limit_key("::ffff:10.1.2.3", k);
+    assert_string_equal(k, "10.1.2.3");
+    gw_limit_key("not an address", k);
+    assert_string_equal(k, "not an address");
+    gw_limit_free(l);
+}
+
 static size_t entries(const gw_limit_t *l)
 {
     size_t n = 0;
@@ -103,6 +130,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_burst_then_refill),
         cmocka_unit_test(test_unlimited),
+        cmocka_unit_test(test_key_ipv6_by_64_ipv4_whole),
         cmocka_unit_test(test_flood_of_addresses_stays_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

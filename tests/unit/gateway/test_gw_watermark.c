@@ -15,7 +15,9 @@
 static void test_eta(void **state)
 {
     assert_int_equal(gw_watermark_eta_s(100, 10.0), 10);
-    assert_int_equal(gw_watermark_eta_s(101, 10.0), 11);
+    assert_int_equal(gw_watermark_eta_s(101, 10.0), 10); /* to the nearest second */
+    assert_int_equal(gw_watermark_eta_s(106, 10.0), 11);
+    assert_int_equal(gw_watermark_eta_s(1, 10.0), 1); /* waiting: never 0 */
     assert_int_equal(gw_watermark_eta_s(0, 10.0), 0);
     assert_int_equal(gw_watermark_eta_s(100, 0.0), -1); /* paused: unknown */
 }
@@ -55,6 +57,73 @@ static void test_room_rate(void **state)
     assert_true(gw_watermark_rate(&r) == 0.0);
 }
 
+static bool near(double a, double b, double tol)
+{
+    return a > b - tol && a < b + tol;
+}
+
+static void test_noshow_share(void **state)
+{
+    (void)state;
+    assert_true(near(gw_watermark_noshow_share(1000, 700, 0, 0), 0.3, 1e-9)); /* the window */
+    assert_true(near(gw_watermark_noshow_share(10, 10, 30, 70), 0.3, 1e-9));  /* too few: so far */
+    assert_true(gw_watermark_noshow_share(10, 10, 0, 0) == 0.0);
+    assert_true(gw_watermark_noshow_share(100, 130, 0, 0) == 0.0); /* claims catching up */
+    assert_true(gw_watermark_noshow_share(1000, 1, 0, 0) == GW_NOSHOW_SHARE_MAX);
+}
+
+static void test_eta_model_counts_the_noshows_ahead(void **state)
+{
+    (void)state;
+    assert_true(near(gw_watermark_eta_model(1000, 100, 100, -1, 0, 20), 10, 1e-9)); /* none */
+    assert_true(gw_watermark_eta_model(1000, 0, 100, -1, 0.3, 20) == -1);           /* paused */
+    assert_true(gw_watermark_eta_model(0, 100, 100, -1, 0.3, 20) == 0);
+    /* steady state: the watermark already runs at rate / (1 − share) */
+    assert_true(near(gw_watermark_eta_model(1000, 100, 100 / 0.7, -1, 0.3, 20), 7, 1e-6));
+    /* just opened (nothing has come back yet): 130/s for a grace, then faster */
+    assert_true(near(gw_watermark_eta_model(1300, 100, 100, -1, 0.3, 20), 10, 1e-6));
+    double far = gw_watermark_eta_model(10000, 100, 100, -1, 0.3, 20);
+    assert_true(far > 70 && far < 75); /* 100 s at the configured rate, 70 s at steady state */
+    double very_far = gw_watermark_eta_model(1e7, 100, 100, -1, 0.3, 20);
+    assert_true(near(very_far, 1e7 * 0.7 / 100, 100)); /* converges to the steady state */
+    /* 5 s after the opening only 500 were passed: 150 come back over the next grace */
+    assert_true(near(gw_watermark_eta_model(2150, 100, 100, 500, 0.3, 20), 20, 1e-6));
+    /* the rate doubled: the slots coming back are those passed at the old rate */
+    assert_true(near(gw_watermark_eta_model(2428.6, 200, 100 / 0.7, -1, 0.3, 20), 10, 1e-3));
+}
+
+static void test_rate_ahead_follows_the_room(void **state)
+{
+    (void)state;
+    gw_room_t r;
+    memset(&r, 0, sizeof(r));
+    gw_settings_defaults(&r.s);
+    r.s.rate_per_minute = 6000; /* 100 a second */
+    r.s.noshow_grace_seconds = 20;
+    r.nsamples = 40;
+    r.pass_rate = 100; /* nothing passed again yet */
+    r.wm = 2000;       /* a grace's worth passed (20 s at 100/s) */
+    r.win_passes = 1000;
+    r.win_claims = 700; /* 30% never came */
+    int64_t eta = gw_watermark_eta_s(10000, gw_watermark_rate_ahead(&r, 10000));
+    assert_true(eta >= 72 && eta <= 74); /* not 100: the no-shows ahead are skipped */
+    /* the operator halves the rate: the next answer says so, not the old measured rate */
+    r.win_claims = 1000;
+    r.s.rate_per_minute = 3000;
+    assert_int_equal(gw_watermark_eta_s(1000, gw_watermark_rate_ahead(&r, 1000)), 20);
+    r.s.rate_per_minute = 12000; /* and doubles it */
+    assert_int_equal(gw_watermark_eta_s(1000, gw_watermark_rate_ahead(&r, 1000)), 5);
+    r.s.paused = true;
+    assert_true(gw_watermark_rate_ahead(&r, 1000) == 0.0);
+    /* the watermark moved on since the last read: 100 ms at 200/s is 20 numbers */
+    r.learned_ms = 5000;
+    assert_int_equal(gw_watermark_ahead_now(&r, 1000, 200, 5100), 980);
+    assert_int_equal(gw_watermark_ahead_now(&r, 10, 200, 5100), 1); /* still waiting */
+    assert_int_equal(gw_watermark_ahead_now(&r, 1000, 200, 5000 + 60000),
+                     1000 - 200 * GW_TICK_MAX_MS / 1000); /* a stale read: bounded */
+    assert_int_equal(gw_watermark_ahead_now(&r, 1000, 0, 5100), 1000);
+}
+
 static void test_poll_grows_with_distance_and_is_bounded(void **state)
 {
     /* jitter midpoint: rnd % 10001 == 5000 → factor 1.0 */
@@ -69,15 +138,22 @@ static void test_poll_grows_with_distance_and_is_bounded(void **state)
 
 static void test_poll_eta(void **state)
 {
-    /* 50,000 places back at 5,000/s: 10 s, so come back at 10.2..11.5 s */
+    /* 50,000 places back at 5,000/s: 10 s, so come back at 10.1..10.6 s */
     for (uint32_t r = 0; r < 20000; r += 13) {
         int64_t v = gw_watermark_poll_eta_ms(50000, 5000.0, 1000, 30000, r);
-        assert_true(v >= 10200 && v <= 11500);
+        assert_true(v >= 10100 && v <= 10600);
     }
-    /* near the front: poll_min_ms .. +20% */
+    /* about to be passed (2 ms): just after it and a tick, not a whole poll_min_ms */
     int64_t front = gw_watermark_poll_eta_ms(10, 5000.0, 1000, 30000, 0);
-    assert_int_equal(front, 1000);
-    assert_true(gw_watermark_poll_eta_ms(10, 5000.0, 1000, 30000, 10000) <= 1200);
+    assert_int_equal(front, 102);
+    assert_true(gw_watermark_poll_eta_ms(10, 5000.0, 1000, 30000, 10000) <= 202);
+    /* 0.9 s away: at most poll_min_ms + 20%, as before */
+    for (uint32_t r = 0; r < 20000; r += 13) {
+        int64_t v = gw_watermark_poll_eta_ms(4500, 5000.0, 1000, 30000, r);
+        assert_true(v >= 1000 && v <= 1200);
+    }
+    /* not queued behind anyone (position 0): poll_min_ms .. +20% */
+    assert_int_equal(gw_watermark_poll_eta_ms(0, 5000.0, 1000, 30000, 0), 1000);
     /* far back (an hour) and paused: about poll_max_ms */
     int64_t far = gw_watermark_poll_eta_ms(18000000, 5000.0, 1000, 30000, 5000);
     assert_int_equal(far, 27000);
@@ -197,6 +273,9 @@ int main(void)
         cmocka_unit_test(test_expected_rate),
         cmocka_unit_test(test_room_rate),
         cmocka_unit_test(test_poll_eta),
+        cmocka_unit_test(test_noshow_share),
+        cmocka_unit_test(test_eta_model_counts_the_noshows_ahead),
+        cmocka_unit_test(test_rate_ahead_follows_the_room),
         cmocka_unit_test(test_poll_grows_with_distance_and_is_bounded),
         cmocka_unit_test(test_poll_jitter_spread),
         cmocka_unit_test(test_poll_cap_near_the_front),
