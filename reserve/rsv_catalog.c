@@ -7,6 +7,7 @@
  */
 #include "rsv_catalog.h"
 
+#include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include "cm_log.h"
 #include "cm_mem.h"
 #include "cm_time.h"
+#include "cm_tls.h"
 #include "rsv_keys.h"
 #include "rsv_lua.h"
 #include "rsv_server.h"
@@ -69,7 +71,7 @@ struct rsv_catalog {
     uint64_t known_ns;
     struct known_waiter *known_waiters; /* ids not in the set, served by the listing out */
     struct known_waiter *known_next;    /* ids not in the set, waiting for the next listing */
-    /* The catalogue generation (RSV_CATALOG_GEN_KEY): every admin change bumps it in Redis
+    /* The catalogue generation (RSV_CATALOG_GEN_KEY): every admin change sets a new one in Redis
      * after its commit and before its answer. An id not in the set is refused only when a
      * generation read after the request arrived equals the one read before the set was
      * listed; else the ids are listed again first. Reads are coalesced: one GET out at a
@@ -510,19 +512,30 @@ typedef struct announce_op {
 static void on_announced(const char *err, const cm_redis_reply_t *reply, void *arg)
 {
     announce_op_t *op = arg;
-    if (err == NULL && cm_redis_reply_type(reply) != CM_REDIS_INT)
+    if (err == NULL && cm_redis_reply_type(reply) != CM_REDIS_STATUS)
         err = cm_err_server;
     op->cb(err, op->arg);
     free(op);
 }
 
+/*
+ * A new generation is a fresh random number, not the old one plus one: a counter starts
+ * again after Redis lost it (FLUSHALL, a failover to a replica that never saw it), so a
+ * reserve that read 3 before the loss could read 3 again after two new events and take
+ * its stale set of ids for current. A random 62-bit value never comes back (a missing key
+ * reads as 0, which no announce writes).
+ */
 void rsv_catalog_announce(rsv_catalog_t *c, rsv_catalog_done_cb cb, void *arg)
 {
     announce_op_t *op = cm_xcalloc(1, sizeof(*op));
     op->cb = cb;
     op->arg = arg;
-    const char *argv[] = {"INCR", RSV_CATALOG_GEN_KEY};
-    if (cm_redis_command(c->srv->redis, on_announced, op, 2, argv, NULL) != 0) {
+    uint64_t r;
+    cm_tls_random(&r, sizeof(r));
+    char gen[24];
+    snprintf(gen, sizeof(gen), "%" PRIu64, (r >> 2) | 1);
+    const char *argv[] = {"SET", RSV_CATALOG_GEN_KEY, gen};
+    if (cm_redis_command(c->srv->redis, on_announced, op, 3, argv, NULL) != 0) {
         free(op);
         cb(cm_err_closed, arg);
     }

@@ -6,8 +6,8 @@
  * no round trip. A cached event is re-checked against Postgres (its version) every
  * catalog_refresh_ms in the background, so an operator's change made through another
  * reserve process is seen within that time. An event is never "unknown" here once the
- * admin call that created it has answered, on any reserve: every admin change bumps a
- * generation in Redis (RSV_CATALOG_GEN_KEY) before it answers, and an id missing from
+ * admin call that created it has answered, on any reserve: every admin change sets a new
+ * (random) generation in Redis (RSV_CATALOG_GEN_KEY) before it answers, and an id missing from
  * the cached set of event ids is refused only when a generation read after the request
  * arrived says the set is current (else the ids are listed again first). Those reads are
  * coalesced and the set is kept, so a flood of bogus ids costs about one Redis GET per

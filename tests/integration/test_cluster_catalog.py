@@ -7,7 +7,7 @@ new_event_unknown_on_the_other_reserve — the other reserve trusted its cached 
 event ids for up to 250 ms and its "missing" entries for a second), and a seat the
 operator just added is never 404 unknown_seat there (regression:
 new_seat_unknown_on_the_other_reserve — its cached inventory was re-checked every
-catalog_refresh_ms only). A flood of made-up event ids still costs no Postgres query per
+catalog_refresh_ms only), also after Redis lost the generation. A flood of made-up event ids still costs no Postgres query per
 request.
 """
 
@@ -76,6 +76,22 @@ class ReadYourWrites(stack.ReserveTestCase):
         res = S.burst(reqs)
         self.assertEqual([r.status for r in res], [201] * HOLDS,
                          f"holds of the new seats right after the PUT: {summarize(res)}")
+
+    def test_a_redis_loss_does_not_bring_an_old_generation_back(self):
+        """Regression: the generation was a counter (INCR), which starts again after Redis
+        loses it. A reserve that had read 1 (after a loss, the first new event) read 1
+        again after the next loss and the next new event, took its stale list of ids for
+        current, and answered 404 unknown_event for an event that existed."""
+        seats = [{"id": f"A-{i}", "section": "A", "price": 1000} for i in range(1, HOLDS + 1)]
+        for n in range(2):
+            self.assertEqual(S.redis("FLUSHALL"), "OK")
+            ev = self.create_now(seats=seats, max_per_buyer=HOLDS)
+            reqs = [S.req("POST", f"/v1/events/{ev}/holds", token=S.token(ev, f"l{n}-{i}"),
+                          body={"seats": [f"A-{i + 1}"]}) for i in range(HOLDS)]
+            res = S.burst(reqs)  # over both reserves and their workers
+            self.assertEqual([r.status for r in res], [201] * HOLDS,
+                             f"loss {n + 1}: holds of the event created after it: "
+                             f"{summarize(res)}")
 
     def test_bogus_event_flood_costs_no_query_per_request(self):
         self.create_now(pools=[{"id": "floor", "capacity": 5, "price": 100}])

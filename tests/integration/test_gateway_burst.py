@@ -129,13 +129,27 @@ class _Conn:
         return out
 
 
+def answer_cause(status, body):
+    """ "503 overloaded" for a policy refusal that says when to come back (its
+    retry_after_seconds), else the status and the error code of the body."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return f"{status} -"
+    err = doc.get("error", "-") if isinstance(doc, dict) else "-"
+    if err == "overloaded" and not isinstance(doc.get("retry_after_seconds"), int):
+        err = "overloaded-without-retry-after"
+    return f"{status} {err}"
+
+
 def handshake_burst(port, ctx, join_req, poll_req, burst, warm, timeout):
     """Joins from `warm` connected fans while `burst` new fans all handshake at once and
     then poll (poll_req).
     Returns (statuses of every join, burst connections that never got an answer, the
-    first few bodies of answers other than 201)."""
+    first few bodies of answers other than 201, every other answer's "status error" with
+    its count)."""
     sel = selectors.DefaultSelector()
-    statuses, bodies = [], []
+    statuses, bodies, causes = [], [], {}
     warm_conns = []
     for _ in range(warm):
         c = _Conn(port, ctx, True)
@@ -197,8 +211,10 @@ def handshake_burst(port, ctx, join_req, poll_req, burst, warm, timeout):
                     c.send(poll_req)
                 for st, body in answers:
                     statuses.append(st)
-                    if st not in (200, 201) and len(bodies) < 5:
-                        bodies.append(body.decode(errors="replace")[:200])
+                    if st not in (200, 201):
+                        causes[answer_cause(st, body)] = causes.get(answer_cause(st, body), 0) + 1
+                        if len(bodies) < 5:
+                            bodies.append(body.decode(errors="replace")[:200])
                     c.busy = False
                     if c.warm and not all(b.done for b in burst_conns):
                         c.send(join_req)
@@ -214,7 +230,7 @@ def handshake_burst(port, ctx, join_req, poll_req, burst, warm, timeout):
         c.sock.close()
     sel.close()
     unanswered = sum(1 for c in burst_conns if not c.done or c.failed)
-    return statuses, unanswered + sum(1 for c in warm_conns if c.failed), bodies
+    return statuses, unanswered + sum(1 for c in warm_conns if c.failed), bodies, causes
 
 
 class HandshakeBurst(gwstack.GatewayTestCase):
@@ -242,8 +258,8 @@ class HandshakeBurst(gwstack.GatewayTestCase):
         self.assertStatus(r, 201)
         poll = stack.build_request("GET", f"/q/{ev}/status", token=r.json["ticket"],
                                    port=g.port)[2]
-        statuses, unanswered, bodies = handshake_burst(g.port, self.GS.S.ctx, join, poll,
-                                                       BURST * workers, WARM, RUN_TIMEOUT)
+        statuses, unanswered, bodies, causes = handshake_burst(
+            g.port, self.GS.S.ctx, join, poll, BURST * workers, WARM, RUN_TIMEOUT)
         with open(g.log_path, "rb") as f:
             f.seek(log_from)
             log = f.read().decode(errors="replace")
@@ -255,10 +271,17 @@ class HandshakeBurst(gwstack.GatewayTestCase):
         self.assertEqual(unanswered, 0,
                          f"connections never answered; statuses {counts}; {bodies}")
         self.assertGreaterEqual(len(statuses), BURST * workers)
-        self.assertEqual(counts.get(503, 0), 0,
-                         f"answered 503 during a handshake burst: {counts}\n"
-                         f"{bodies}\n{log[-2000:]}")
-        self.assertEqual(set(counts), {200, 201}, f"statuses {counts}")
+        # Redis replies beat the burst: no answer failed for want of one (a 503 of a
+        # Redis deadline, "admission failed (timeout)"). A machine that is truly
+        # overloaded — this one, running other suites beside this test — may make the
+        # overload policy shed early, which is an answer by design: 503 overloaded with
+        # when to come back (docs/design.md, "Overload"). Nothing else.
+        self.assertEqual({c: n for c, n in causes.items() if c != "503 overloaded"}, {},
+                         f"answers other than 200/201 and policy 503s during a handshake "
+                         f"burst: {causes}\n{bodies}\n{log[-2000:]}")
+        self.assertLessEqual(set(counts), {200, 201, 503}, f"statuses {counts}")
+        self.assertGreater(counts.get(201, 0) + counts.get(200, 0), len(statuses) // 2,
+                           f"most answers must be served during the burst: {counts}")
         self.assertNotIn("past their deadline", log)
 
     def test_one_worker_redis_replies_beat_a_handshake_burst(self):
