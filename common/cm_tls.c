@@ -299,6 +299,40 @@ void cm_tls_random(void *out, size_t n)
         abort();
 }
 
+#define RANDOM_RESERVE 1024
+
+static __thread unsigned char rnd_reserve[RANDOM_RESERVE];
+static __thread size_t rnd_left;
+static pthread_once_t rnd_once = PTHREAD_ONCE_INIT;
+
+static void rnd_forget(void)
+{
+    rnd_left = 0;
+}
+
+static void rnd_register(void)
+{
+    if (pthread_atfork(NULL, NULL, rnd_forget) != 0)
+        abort();
+}
+
+void cm_tls_random_reserve(void *out, size_t n)
+{
+    pthread_once(&rnd_once, rnd_register);
+    if (n > RANDOM_RESERVE) {
+        cm_tls_random(out, n);
+        return;
+    }
+    if (rnd_left < n) {
+        cm_tls_random(rnd_reserve, RANDOM_RESERVE);
+        rnd_left = RANDOM_RESERVE;
+    }
+    unsigned char *from = rnd_reserve + RANDOM_RESERVE - rnd_left;
+    memcpy(out, from, n);
+    OPENSSL_cleanse(from, n);
+    rnd_left -= n;
+}
+
 double cm_tls_server_not_after(const cm_tls_ctx_t *ctx)
 {
     SSL_CTX *sc = (SSL_CTX *)ctx;

@@ -82,5 +82,14 @@ void cm_tls_sha256_hex(const void *data, size_t n, char out[65]);
 
 /** n cryptographically random bytes (aborts if the system cannot provide them). */
 void cm_tls_random(void *out, size_t n);
+/**
+ * n CSPRNG bytes like cm_tls_random, from a per-thread reserve refilled 1 KiB at a time:
+ * one RAND_bytes call (and its fork check) per many small draws instead of one each, for
+ * the hot paths that draw a few bytes per request (a join's visitor id and lottery score,
+ * a proof-of-work challenge). Each byte is handed out once and wiped; a fork empties the
+ * forking thread's reserve (pthread_atfork), so parent and child never share bytes. Any
+ * thread; a draw larger than the reserve goes to RAND_bytes directly.
+ */
+void cm_tls_random_reserve(void *out, size_t n);
 
 #endif

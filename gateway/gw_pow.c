@@ -53,42 +53,6 @@ static void sha256(const void *msg, size_t n, unsigned char out[32])
         abort(); /* cannot fail for a fetched digest and memory we own */
 }
 
-/*
- * A challenge's random bytes from a per-thread reserve refilled 1 KiB at a time (one
- * RAND_bytes call, with its fork check, per ~80 challenges); each byte handed out once
- * and wiped. Were the process to fork, the child empties the forking thread's reserve
- * (pthread_atfork), so parent and child never hand out the same bytes.
- */
-#define RANDOM_RESERVE 1020
-
-static __thread unsigned char rnd_reserve[RANDOM_RESERVE];
-static __thread size_t rnd_left;
-static pthread_once_t rnd_once = PTHREAD_ONCE_INIT;
-
-static void rnd_forget(void)
-{
-    rnd_left = 0;
-}
-
-static void rnd_register(void)
-{
-    if (pthread_atfork(NULL, NULL, rnd_forget) != 0)
-        abort();
-}
-
-static void random_bytes(unsigned char *out, size_t n)
-{
-    pthread_once(&rnd_once, rnd_register);
-    if (rnd_left < n) {
-        cm_tls_random(rnd_reserve, RANDOM_RESERVE);
-        rnd_left = RANDOM_RESERVE;
-    }
-    unsigned char *from = rnd_reserve + RANDOM_RESERVE - rnd_left;
-    memcpy(out, from, n);
-    OPENSSL_cleanse(from, n);
-    rnd_left -= n;
-}
-
 struct gw_pow {
     unsigned char key[64];
     size_t keylen;
@@ -275,7 +239,7 @@ size_t gw_pow_issue(const gw_pow_t *p, const char *event, const char *block, int
     raw[3] = (unsigned char)(exp >> 16);
     raw[4] = (unsigned char)(exp >> 8);
     raw[5] = (unsigned char)exp;
-    random_bytes(raw + 6, RAND_LEN);
+    cm_tls_random_reserve(raw + 6, RAND_LEN);
     mac_of(p, raw, event, block, mac);
     memcpy(raw + HEAD_LEN, mac, MAC_LEN);
     return cm_base64url_encode(raw, RAW_LEN, out);

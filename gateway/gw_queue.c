@@ -9,7 +9,6 @@
 
 #include <event2/http.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,47 +115,6 @@ static uint32_t rnd32(void)
     return (uint32_t)(s >> 32);
 }
 
-/*
- * A join's CSPRNG bytes (visitor id, lottery score) from a per-thread reserve refilled
- * 1 KiB at a time: one RAND_bytes call, and its getpid fork check, per ~40 joins instead
- * of one per join. Each byte is handed out once and wiped. The gateway never forks; were
- * it to, the child empties the forking thread's reserve (pthread_atfork), so parent and
- * child never hand out the same bytes.
- */
-#define RANDOM_RESERVE 1024
-
-static __thread unsigned char rnd_reserve[RANDOM_RESERVE];
-static __thread size_t rnd_left;
-static pthread_once_t rnd_once = PTHREAD_ONCE_INIT;
-
-static void rnd_forget(void)
-{
-    rnd_left = 0;
-}
-
-static void rnd_register(void)
-{
-    if (pthread_atfork(NULL, NULL, rnd_forget) != 0)
-        abort();
-}
-
-static void random_bytes(void *out, size_t n)
-{
-    pthread_once(&rnd_once, rnd_register);
-    if (n > RANDOM_RESERVE) {
-        cm_tls_random(out, n);
-        return;
-    }
-    if (rnd_left < n) {
-        cm_tls_random(rnd_reserve, RANDOM_RESERVE);
-        rnd_left = RANDOM_RESERVE;
-    }
-    unsigned char *from = rnd_reserve + RANDOM_RESERVE - rnd_left;
-    memcpy(out, from, n);
-    memset(from, 0, n);
-    rnd_left -= n;
-}
-
 /* v's top 53 bits as decimal text (exact as a Lua number and a zset score); its length. */
 static size_t score_text(uint64_t v, char out[24])
 {
@@ -169,7 +127,7 @@ static size_t score_text(uint64_t v, char out[24])
 static size_t random_score(char out[24])
 {
     uint64_t v;
-    random_bytes(&v, sizeof(v));
+    cm_tls_random_reserve(&v, sizeof(v));
     return score_text(v, out);
 }
 
@@ -864,7 +822,7 @@ static void take_place(place_op_t *op)
     /* the visitor id and the lottery score from the thread's CSPRNG reserve */
     unsigned char raw[GW_VISITOR_LEN / 2 + sizeof(uint64_t)];
     uint64_t v;
-    random_bytes(raw, sizeof(raw));
+    cm_tls_random_reserve(raw, sizeof(raw));
     cm_hex_encode(raw, GW_VISITOR_LEN / 2, op->t.visitor);
     memcpy(&v, raw + GW_VISITOR_LEN / 2, sizeof(v));
     char score[24], used[GW_KEY_MAX + GW_POW_ID_LEN + 8], ttl[24];
