@@ -208,7 +208,9 @@ class SimTest(unittest.TestCase):
                   "sold >/dev/null")
         doc.update(name="forged", fans=300,
                    operator=[{"at_s": 0.5, "exec": forge, "label": "forge a booking"},
-                             {"at_s": 0.5, "exec": strand, "label": "strand a seat"}])
+                             # before any fan can be admitted (a join, a poll, an
+                             # admission: over 100 ms), so no fan buys that seat first
+                             {"at_s": 0.0, "exec": strand, "label": "strand a seat"}])
         with open(scen, "w") as f:
             json.dump(doc, f)
         binary = os.path.join(S.build, "loadgen", "sim", "onsale-sim")
