@@ -165,7 +165,9 @@ class SimTest(unittest.TestCase):
         self.assertEqual([t.get("status") for t in ops], [200], rep["timeline"])
         for k, most in (("eta_error", 0.20), ("eta_error_as_seen_by_fans", 0.30)):
             e = rep["figures"][k]
-            self.assertGreater(e["fans"], 100, f"{k}: {e}\n{out}")
+            # enough fans to speak of a p90: 100 at full size, fewer when the suite scales
+            # the night down (ONSALE_SIM_SCALE 0.25 under ASan: 300 fans, ~40 audited)
+            self.assertGreater(e["fans"], 100 * float(SCALE), f"{k}: {e}\n{out}")
             self.assertLessEqual(e["p90"], most, f"{k}: {e}\n{out}")
 
     @unittest.skipIf(stack.topology() == "cluster",
