@@ -1251,9 +1251,9 @@ int rsv_pg_migrate(const char *conninfo, const char *const *names, const char *c
             goto out;
     rc = 0;
 out:
+    static const char unlock[] = "SELECT pg_advisory_unlock(" MIGRATE_LOCK_KEY ")";
     if (locked)
-        PQclear(PQexec(conn, "SELECT pg_advisory_unlock(" MIGRATE_LOCK_KEY
-                             ")")); /* blocking-ok: migrate */
+        PQclear(PQexec(conn, unlock)); /* blocking-ok: migrate, start-up only */
     PQfinish(conn);
     return rc;
 }
