@@ -11,12 +11,9 @@
 #include "cm_log.h"
 #include "cm_parse.h"
 #include "rsv_config.h"
+#include "rsv_migrations.h"
 #include "rsv_pg.h"
 #include "rsv_server.h"
-
-extern const char *const rsv_migration_names[];
-extern const char *const rsv_migration_sqls[];
-extern const size_t rsv_migration_count;
 
 int main(int argc, char **argv)
 {

@@ -25,11 +25,7 @@
 
 #include "cm_log.h"
 #include "rsv_pg.h"
-#include "svc.h"
-
-extern const char *const rsv_migration_names[];
-extern const char *const rsv_migration_sqls[];
-extern const size_t rsv_migration_count;
+#include "pg_migrated.h"
 
 /* The migrations of 001-006 predate functions.sql and may define functions. */
 #define HISTORIC_MIGRATIONS 6
@@ -126,16 +122,8 @@ static int pg_setup(void **state)
 {
     (void)state;
     cm_log_init("test_rsv_migrations", CM_LOG_WARN);
-    pg = svc_pg_start();
-    if (pg == NULL)
-        return -1;
-    char err[512];
-    if (rsv_pg_migrate(svc_pg_conninfo(pg), rsv_migration_names, rsv_migration_sqls,
-                       rsv_migration_count, err, sizeof(err)) != 0) {
-        fprintf(stderr, "migrate: %s\n", err);
-        return -1;
-    }
-    return 0;
+    pg = pg_migrated_start();
+    return pg == NULL ? -1 : 0;
 }
 
 static int pg_teardown(void **state)

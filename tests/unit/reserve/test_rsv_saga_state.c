@@ -23,11 +23,7 @@
 #include "cm_log.h"
 #include "rsv_pg.h"
 #include "rsv_saga_state.h"
-#include "svc.h"
-
-extern const char *const rsv_migration_names[];
-extern const char *const rsv_migration_sqls[];
-extern const size_t rsv_migration_count;
+#include "pg_migrated.h"
 
 /* --- the tables ------------------------------------------------------------------------ */
 
@@ -212,16 +208,8 @@ static int pg_setup(void **state)
 {
     (void)state;
     cm_log_init("test_rsv_saga_state", CM_LOG_WARN);
-    pg = svc_pg_start();
-    if (pg == NULL)
-        return -1;
-    char err[256];
-    if (rsv_pg_migrate(svc_pg_conninfo(pg), rsv_migration_names, rsv_migration_sqls,
-                       rsv_migration_count, err, sizeof(err)) != 0) {
-        fprintf(stderr, "migrate: %s\n", err);
-        return -1;
-    }
-    return 0;
+    pg = pg_migrated_start();
+    return pg == NULL ? -1 : 0;
 }
 
 static int pg_teardown(void **state)
