@@ -35,24 +35,8 @@ def b64url(raw):
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
-def zero_bits(d):
-    n = 0
-    for byte in d:
-        if byte == 0:
-            n += 8
-            continue
-        n += 8 - byte.bit_length()
-        break
-    return n
-
-
-def solve(challenge, bits):
-    """The nonce, as docs/api.md describes: SHA-256(challenge ‖ nonce) ≥ bits zero bits."""
-    c = challenge.encode()
-    for i in itertools.count():
-        nonce = str(i)
-        if zero_bits(hashlib.sha256(c + nonce.encode()).digest()) >= bits:
-            return nonce
+zero_bits = stack.pow_example.leading_zero_bits
+solve = stack.pow_example.solve
 
 
 def proof_of(ch):

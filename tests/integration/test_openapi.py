@@ -40,14 +40,7 @@ DOC_NAMES = ("gateway-public", "gateway-admin", "reserve-public", "reserve-admin
 METHODS = ("get", "put", "post", "patch", "delete")
 
 
-def _zero_bits(digest):
-    """Leading zero bits of a digest (docs/api.md, "Proof of work")."""
-    n = 0
-    for byte in digest:
-        if byte:
-            return n + 8 - byte.bit_length()
-        n += 8
-    return n
+_zero_bits = stack.pow_example.leading_zero_bits  # docs/api.md, "Proof of work"
 
 
 def load_docs():

@@ -35,8 +35,6 @@ sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import stack  # noqa: E402  (Client, wait_for, free ports)
 from dpop_key import DPoPKey  # noqa: E402  (a client's DPoP key, docs/api.md)
 
-sys.path.insert(0, os.path.join(HERE, "..", "..", "docs", "examples"))
-import pow as pow_example  # noqa: E402  (docs/examples/pow.py: the documented solver)
 
 SOURCE = os.path.abspath(os.environ.get("ONSALE_SOURCE_DIR", os.path.join(HERE, "..", "..")))
 UNITS = "/lib/systemd/system"
@@ -305,7 +303,7 @@ class Package(unittest.TestCase):
         ch = gw.get(f"/q/{ev}/challenge").json
         j = gw.post(f"/q/{ev}/join", headers={
             "DPoP": key.proof("POST", f"{base}/join"),
-            "Onsale-Pow": f"{ch['challenge']}.{pow_example.solve(ch['challenge'], ch['difficulty'])}"})
+            "Onsale-Pow": f"{ch['challenge']}.{stack.pow_example.solve(ch['challenge'], ch['difficulty'])}"})
         self.assertEqual(j.status, 201, repr(j))
 
         def admitted():
