@@ -41,6 +41,14 @@ def alive(pid):
         return False
 
 
+def reaped(pid):
+    """True once pid is gone from the process table, not merely dead: a zombie still
+    answers kill(pid, 0), and programs that lock a pid file that way (pg_autoctl,
+    Postgres) refuse to start beside it. An orphan's zombie waits for init to reap it,
+    which some inits do only every second or two."""
+    return not os.path.exists(f"/proc/{pid}")
+
+
 def up(S):
     """`deploy/onsale up` again: starts whatever of the stack is not running and waits
     until it is ready (idempotent)."""

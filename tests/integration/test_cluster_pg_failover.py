@@ -120,8 +120,10 @@ def signal_machine(name, sig):
 
 
 def kill_machine(name):
+    """SIGKILL to all of a node; returns once its keeper is reaped, as on a machine that
+    died: a later `up` must find no zombie holding the keeper's pid file."""
     pid = signal_machine(name, signal.SIGKILL)
-    wait_for(lambda: not cu.alive(pid), 10, what=f"{name} gone")
+    wait_for(lambda: cu.reaped(pid), 10, interval=0.05, what=f"{name} gone")
 
 
 class Sale:
