@@ -84,7 +84,7 @@ bool cm_h1_line_path_too_long(const char *buf, size_t len);
 /** A header of a parsed head (case-insensitive name; the first of several), or NULL. */
 const char *cm_h1_header(const cm_h1_head_t *h, const char *name);
 
-/** The error code word API.md uses for an HTTP status the parser answers. */
+/** The error code word docs/api.md uses for an HTTP status the parser answers. */
 const char *cm_h1_error_word(int status);
 
 #endif

@@ -1101,7 +1101,7 @@ static const cm_req_ops_t h1_ops = {
 
 /* --- reading requests --- */
 
-/* A refused request: the API.md error body, and the connection closes after it. */
+/* A refused request: the docs/api.md error body, and the connection closes after it. */
 static void h1_refuse(h1_conn_t *c, int code, const char *why)
 {
     cm_log(CM_LOG_DEBUG, "refused a request: %d %s", code, why);

@@ -1,12 +1,12 @@
 /*
  * cm_http — the HTTP(S) front of every onsale server: evhttp over OpenSSL
- * bufferevents, with the limits and the JSON error bodies of API.md.
+ * bufferevents, with the limits and the JSON error bodies of docs/api.md.
  *
  * Runs on the event-loop thread that owns the base. evhttp parses HTTP; this module
  * adds TLS (one SSL per connection, created in evhttp's bufferevent callback), a
  * connection cap (the listener pauses at max_connections and resumes as connections
  * close, as memcached does; EMFILE pauses it and a timer resumes it), header/body
- * size caps, an idle timeout, and helpers that build responses the way API.md says:
+ * size caps, an idle timeout, and helpers that build responses the way docs/api.md says:
  * JSON bodies, `{"error","message"}` errors, `Cache-Control: no-store`.
  *
  * Library rules relied on: an SSL* given to bufferevent_openssl_socket_new(…,

@@ -28,7 +28,7 @@
 typedef struct cm_jwt_keyset cm_jwt_keyset_t;
 typedef struct cm_jwt_signer cm_jwt_signer_t;
 
-/** Claims of an admission token (API.md). Strings are NUL-terminated, truncated never: a
+/** Claims of an admission token (docs/api.md). Strings are NUL-terminated, truncated never: a
  *  claim longer than its field makes the token malformed. */
 typedef struct cm_jwt_claims {
     char iss[128];

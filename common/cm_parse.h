@@ -13,7 +13,7 @@
 #define CM_IDENT_MAX    64
 #define CM_IDEM_KEY_MAX 255
 
-/** True when s is 1–64 characters of [A-Za-z0-9._-] (API.md identifiers). */
+/** True when s is 1–64 characters of [A-Za-z0-9._-] (docs/api.md identifiers). */
 bool cm_parse_ident(const char *s);
 /** Same check on a length-delimited string (need not be NUL-terminated). */
 bool cm_parse_ident_n(const char *s, size_t len);
@@ -69,7 +69,7 @@ int cm_parse_path(const char *path, char *buf, size_t bufsize, char **segs, int 
 #define CM_URL_MAX 2048
 
 /**
- * True when url may be called by a service or handed to a browser to go to (API.md: every
+ * True when url may be called by a service or handed to a browser to go to (docs/api.md: every
  * such URL is https; plain http only to loopback, behind an explicit setting):
  * `https://host[:port][/path][?query]`, or the same with `http://` when
  * allow_loopback_http is set and host is loopback (127.0.0.0/8, "localhost", "[::1]").

@@ -1,5 +1,5 @@
 /*
- * gw_admin — the operators' API for waiting rooms (API.md: PUT/PATCH/GET/DELETE
+ * gw_admin — the operators' API for waiting rooms (docs/api.md: PUT/PATCH/GET/DELETE
  * /admin/events/{event}, GET /admin/events). The caller has checked the admin token.
  *
  * Writes go through settings.lua / delete.lua (atomic per room) and then refresh this

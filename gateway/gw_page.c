@@ -340,7 +340,7 @@ static int64_t refresh_seconds(page_state_t st, int64_t poll_after_ms)
 }
 
 /*
- * The admission hand-off (API.md v1.1): the token never goes into a query string, where
+ * The admission hand-off (docs/api.md v1.1): the token never goes into a query string, where
  * logs, history and Referer would keep it. "fragment": redirect_url#admission_token=<tok>
  * (a fragment is never sent to a server); "post": a form posted to redirect_url with the
  * field admission_token. The URL was checked when it was configured; it is checked again

@@ -55,7 +55,7 @@ char *gw_page_render_queue(const gw_page_info_t *info, size_t *len);
 /**
  * Builds the URL the fan is forwarded to once admitted with the "fragment" hand-off:
  * redirect_url + `#admission_token=<token>`, the token percent-encoded (never in the
- * query string: API.md v1.1). Returns a new heap string, or NULL when redirect_url fails
+ * query string: docs/api.md v1.1). Returns a new heap string, or NULL when redirect_url fails
  * cm_parse_url_allowed() (loopback http allowed), so an operator's typo can never become
  * a javascript: link.
  */

@@ -1,5 +1,5 @@
 /*
- * gw_queue — joining a waiting room and asking where one stands (API.md: POST
+ * gw_queue — joining a waiting room and asking where one stands (docs/api.md: POST
  * /q/{event}/join, GET /q/{event}/status).
  *
  * A join without a valid ticket takes a new place in Redis (join.lua: INCR after the
@@ -43,7 +43,7 @@ void gw_queue_set_cookie(gw_req_t *r, const char *event, const char *ticket);
 /* The hot answers' text, written by hand (no snprintf): pure, any thread. Each returns the
  * length written (a NUL follows it), or 0 when the text and its NUL do not fit in size. */
 
-/** The queued answer of a status poll or a join (API.md); eta_seconds < 0 is null. */
+/** The queued answer of a status poll or a join (docs/api.md); eta_seconds < 0 is null. */
 typedef struct gw_queued_answer {
     const char *event, *ticket; /* escaped as JSON strings */
     int64_t position, queue_size, eta_seconds, poll_after_ms;

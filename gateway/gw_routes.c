@@ -1,5 +1,5 @@
 /*
- * gw_routes — maps method + path to a handler (API.md, gateway table).
+ * gw_routes — maps method + path to a handler (docs/api.md, gateway table).
  *
  * Event-loop thread. Two listeners: the fans' (queue, status, page, JWKS, health) and
  * the admin one (admin API, dashboard, /metrics, health); each answers the other's

@@ -1,5 +1,5 @@
 /*
- * gw_settings — a waiting room's settings: validation of PUT/PATCH bodies (API.md) and
+ * gw_settings — a waiting room's settings: validation of PUT/PATCH bodies (docs/api.md) and
  * conversion between the JSON the operators see and the flat Redis hash the scripts
  * read (times as epoch milliseconds, booleans as 0/1).
  *
@@ -29,7 +29,7 @@ typedef struct gw_settings {
     int64_t noshow_grace_seconds;
     int64_t max_prequeue;          /* fans the pre-queue holds; later joins wait for the opening */
     char redirect_url[GW_URL_MAX]; /* "" = the gateway's reserve_url */
-    bool handoff_post;             /* handoff "post"; false = "fragment" (API.md v1.1) */
+    bool handoff_post;             /* handoff "post"; false = "fragment" (docs/api.md v1.1) */
     bool dpop;                     /* tickets bound to the joining key (gw_dpop); a hash
                                       without the field (a room older than it): false */
     bool pow;                      /* joins need a proof of work (gw_pow.h) */
@@ -60,7 +60,7 @@ int gw_settings_parse(const json_t *body, bool partial, bool allow_loopback_http
 /** Applies one field of the Redis hash (unknown names and malformed values ignored). */
 void gw_settings_set(gw_settings_t *s, const char *name, const char *value);
 
-/** The settings as API.md shows them (RFC 3339 times, null when unset). New reference. */
+/** The settings as docs/api.md shows them (RFC 3339 times, null when unset). New reference. */
 json_t *gw_settings_json(const gw_settings_t *s);
 
 /** The decimal text of a room generation and back (0 / -1). */

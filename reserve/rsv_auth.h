@@ -1,5 +1,5 @@
 /*
- * rsv_auth — the admission gate (DESIGN.md invariant 9): only a buyer holding a
+ * rsv_auth — the admission gate (docs/design.md invariant 9): only a buyer holding a
  * validly signed ES256 admission token for the event reaches inventory.
  *
  * A token's signature is checked once per process (cm_jwt_verify: algorithm pinned to

@@ -2,7 +2,7 @@
  * rsv_avail — availability counts and the seat map, served from a per-event snapshot.
  *
  * Event-loop thread. Answers come from the last snapshot while it is younger than
- * avail_max_age_ms (API.md allows up to 1 s of lag); an older one is rebuilt once —
+ * avail_max_age_ms (docs/api.md allows up to 1 s of lag); an older one is rebuilt once —
  * MGET over the seat keys in chunks and one small script per pool — while every request
  * that arrives meanwhile waits for that same rebuild. So the cost of the scan is paid at
  * most once per second per event, never per request.

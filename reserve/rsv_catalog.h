@@ -119,7 +119,7 @@ typedef void (*rsv_seed_cb)(const char *err, void *arg);
 void rsv_catalog_seed(rsv_catalog_t *c, rsv_event_t *ev, rsv_seed_cb cb, void *arg);
 
 /**
- * Validates an inventory PUT body (API.md) and normalises it into the document the
+ * Validates an inventory PUT body (docs/api.md) and normalises it into the document the
  * Postgres function onsale_event_put takes. Returns NULL with a message in err.
  * Pure: no I/O.
  */

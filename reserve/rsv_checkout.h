@@ -1,5 +1,5 @@
 /*
- * rsv_checkout — confirming a hold into a booking (DESIGN.md invariants 1, 2, 6, 7).
+ * rsv_checkout — confirming a hold into a booking (docs/design.md invariants 1, 2, 6, 7).
  *
  * HTTP handlers on the event-loop thread. A confirmation is a checkout row in
  * Postgres keyed by (buyer, Idempotency-Key), then the converting step in Redis (the

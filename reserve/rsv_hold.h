@@ -1,5 +1,5 @@
 /*
- * rsv_hold — seat and general-admission holds (DESIGN.md invariants 3, 4, 5).
+ * rsv_hold — seat and general-admission holds (docs/design.md invariants 3, 4, 5).
  *
  * HTTP handlers on the event-loop thread. Each hold operation is one Redis script
  * (reserve/lua/): taking a hold checks every seat, the buyer's limit and sets the

@@ -1,5 +1,5 @@
 /*
- * rsv_ledger — reconciliation against the payment provider's own ledger (DESIGN.md
+ * rsv_ledger — reconciliation against the payment provider's own ledger (docs/design.md
  * invariant 8): finds money the reserve never heard of.
  *
  * A charge can land after its checkout gave up (the request sat in the network past the

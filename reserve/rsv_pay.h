@@ -1,5 +1,5 @@
 /*
- * rsv_pay — the reserve's client of the payment provider (API.md, "payment provider"):
+ * rsv_pay — the reserve's client of the payment provider (docs/api.md, "payment provider"):
  * charge, look a charge up by idempotency key, refund, list the ledger's recent charges.
  * Asynchronous HTTP(S) on the event loop through libcurl's multi interface: connections
  * are kept alive and reused across calls, TLS sessions resumed, host names resolved off the

@@ -1,6 +1,6 @@
 /*
  * rsv_reconcile — the reconciler: a timer over the checkout saga (rsv_saga) that
- * finishes what a crash or a buyer who walked away left open (DESIGN.md invariant 8).
+ * finishes what a crash or a buyer who walked away left open (docs/design.md invariant 8).
  *
  * Runs on the event-loop thread. Every reconcile_interval_ms it claims open checkouts
  * untouched for reconcile_after_s whose lease lapsed (FOR UPDATE SKIP LOCKED plus a

@@ -1,5 +1,5 @@
 /*
- * rsv_routes — maps method + path to a handler (API.md, reserve table).
+ * rsv_routes — maps method + path to a handler (docs/api.md, reserve table).
  *
  * Event-loop thread. Two listeners: the fans' (buyer API, storefront, health) and the
  * admin one (admin API, /metrics, health); each answers the other's paths 404. The path is split

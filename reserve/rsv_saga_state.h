@@ -1,5 +1,5 @@
 /*
- * rsv_saga_state — the checkout state machine as data (DESIGN.md invariants 6-8): every
+ * rsv_saga_state — the checkout state machine as data (docs/design.md invariants 6-8): every
  * state a checkout can be in, one names table, one transition table (from → to, and
  * why), what each state means to the buyer. Pure data and lookups, no I/O, any thread:
  * the driver that moves a checkout along these transitions, one committed Postgres step
@@ -74,7 +74,7 @@ bool rsv_saga_allowed(rsv_saga_state_t from, rsv_saga_state_t to);
 /** By name: true when every state is valid and the move is in the table. */
 bool rsv_saga_allowed_names(const char *from, const char *to);
 /**
- * What a buyer sees (API.md, GET /v1/checkouts/{id}): confirmed, refunded, released,
+ * What a buyer sees (docs/api.md, GET /v1/checkouts/{id}): confirmed, refunded, released,
  * failed, or pending for every state the saga still works on (internal states stay
  * internal). "pending" for an invalid state.
  */

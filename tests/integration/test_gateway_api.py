@@ -1,5 +1,5 @@
 """Gateway API: operator auth and settings validation, queue tickets that cannot be
-forged or moved (DESIGN.md invariant 10), the admission JWT checked by an independent
+forged or moved (docs/design.md invariant 10), the admission JWT checked by an independent
 implementation (python3-jwt) against the JWKS and accepted by reserve (invariant 9), the
 same admission for repeated polls, the per-address join limit, sold out / closed."""
 
@@ -142,7 +142,7 @@ class Settings(gwstack.GatewayTestCase):
 
 
 class Handoff(gwstack.GatewayTestCase):
-    """API.md v1.1: the admission token reaches redirect_url in the URL fragment (default)
+    """docs/api.md v1.1: the admission token reaches redirect_url in the URL fragment (default)
     or by an auto-submitting POST, never in a query string; redirect_url must be https
     (these gateways do not set allow_loopback_http)."""
 

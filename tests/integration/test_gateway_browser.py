@@ -8,7 +8,7 @@ database), checks that the position and the progress bar are shown, and waits â€
 nothing â€” until the page advances by itself to admission and hands the admission token to
 the room's redirect_url: in the URL fragment (handoff "fragment", the default) or by a
 POST of the form field admission_token (handoff "post"), never in a URL the shop's server
-sees (API.md v1.1). The same again with JavaScript off, where the server-rendered page and
+sees (docs/api.md v1.1). The same again with JavaScript off, where the server-rendered page and
 its meta refresh must get there alone (for "post" the fan presses the page's button).
 In a room with "dpop" the page's WebCrypto key binds the ticket and signs the admitting
 poll's proof (and, for "post", the proof of its own reload).

@@ -1,4 +1,4 @@
-"""Operator surface: /healthz, /readyz and the Prometheus metrics DESIGN.md promises."""
+"""Operator surface: /healthz, /readyz and the Prometheus metrics docs/design.md promises."""
 
 import collections
 import time

@@ -9,7 +9,7 @@
 //        --redirect https://shop.test/checkout [--mode js|nojs] [--handoff fragment|post] \
 //        [--timeout 90]
 //
-// --handoff is the room's hand-off (API.md v1.1): "fragment" must land on
+// --handoff is the room's hand-off (docs/api.md v1.1): "fragment" must land on
 // redirect_url#admission_token=<JWT>, "post" must POST the form field admission_token to
 // redirect_url (by itself with JavaScript; without it the fan presses the button, which
 // this script does). Either way the token must never appear in a URL the shop's server

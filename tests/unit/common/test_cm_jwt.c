@@ -1,6 +1,6 @@
 /*
  * Unit tests for common/cm_jwt.c: ES256 round trips and every way a forged, damaged or
- * misdirected admission token must be refused (DESIGN.md invariant 9). Keys are made
+ * misdirected admission token must be refused (docs/design.md invariant 9). Keys are made
  * at run time; hostile tokens are hand-built here with OpenSSL so the test does not
  * depend on the code under test to craft its own attacks. The HS256-with-public-key
  * test first checks its forgery is a correct HMAC keyed with the public PEM (what a

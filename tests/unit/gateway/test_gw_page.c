@@ -166,7 +166,7 @@ static void test_admitted(void **s)
                          .redirect_url = "https://shop.example/checkout"};
     char *html = render(&in);
     assert_only_visible(html, "admitted");
-    /* API.md v1.1: the token travels in the fragment, never in the query string */
+    /* docs/api.md v1.1: the token travels in the fragment, never in the query string */
     assert_has(html, "content=\"0;url=https://shop.example/checkout#admission_token=eyJ.eyJ.sig\"");
     assert_has(html, "data-redirect=\"https://shop.example/checkout#admission_token=eyJ.eyJ.sig\"");
     assert_lacks(html, "?admission_token");

@@ -1,7 +1,7 @@
 /*
  * Unit tests for gateway/gw_settings.c: PUT/PATCH bodies are validated field by field
  * (400 material never reaches Redis), defaults fill a PUT, and the Redis hash form
- * converts back to what API.md shows.
+ * converts back to what docs/api.md shows.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -76,7 +76,7 @@ static void test_pow(void **state)
     json_decref(o);
 }
 
-/* API.md v1.1: the admission token goes to https only; plain http to loopback on request. */
+/* docs/api.md v1.1: the admission token goes to https only; plain http to loopback on request. */
 static void test_redirect_url_and_handoff(void **state)
 {
     gw_setting_kv_t kv[GW_SETTINGS_MAX_FIELDS];

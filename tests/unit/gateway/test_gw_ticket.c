@@ -1,6 +1,6 @@
 /*
  * Unit tests for gateway/gw_ticket.c: queue tickets round-trip, and every forged,
- * altered or misdirected ticket is refused (DESIGN.md invariant 10). The HMAC helper is
+ * altered or misdirected ticket is refused (docs/design.md invariant 10). The HMAC helper is
  * checked against RFC 4231 test case 2, so the MAC is the real HMAC-SHA256.
  */
 #include <stdarg.h>

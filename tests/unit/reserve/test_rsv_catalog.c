@@ -1,6 +1,6 @@
 /*
  * Unit tests for rsv_catalog_normalise: the validation and expansion of inventory
- * bodies (API.md "Inventory") before they reach Postgres.
+ * bodies (docs/api.md "Inventory") before they reach Postgres.
  */
 #include <setjmp.h>
 #include <stdarg.h>
