@@ -26,12 +26,30 @@
 #include "rsv_keys.h"
 #include "rsv_server.h"
 
+/* What onsale_event_put did (deploy/sql/functions.sql), named as the API answers it. */
+typedef enum { PUT_CREATED, PUT_REPLACED, PUT_UPDATED, PUT_HAS_SALES, PUT_NOUTCOMES } put_outcome_t;
+static const char *const put_outcome_names[PUT_NOUTCOMES] = {
+    [PUT_CREATED] = "created",
+    [PUT_REPLACED] = "replaced", /* inventory changed */
+    [PUT_UPDATED] = "updated",   /* settings only */
+    [PUT_HAS_SALES] = "has_sales",
+};
+
+/* PUT_NOUTCOMES for a name Postgres should never answer. */
+static put_outcome_t put_outcome_parse(const char *name)
+{
+    int i = 0;
+    while (i < PUT_NOUTCOMES && strcmp(name, put_outcome_names[i]) != 0)
+        i++;
+    return (put_outcome_t)i;
+}
+
 typedef struct put_op {
     rsv_req_t r;
     char event[CM_IDENT_MAX + 1];
     json_t *doc;
     int code;
-    char outcome[16];
+    put_outcome_t outcome;
     int64_t version;
 } put_op_t;
 
@@ -45,7 +63,7 @@ static void put_reply(put_op_t *op)
 {
     json_t *o = json_object();
     json_object_set_new(o, "event", json_string(op->event));
-    json_object_set_new(o, "outcome", json_string(op->outcome));
+    json_object_set_new(o, "outcome", json_string(put_outcome_names[op->outcome]));
     json_object_set_new(o, "version", json_integer(op->version));
     const char *keys[] = {"currency", "hold_ttl_seconds", "checkout_extension_seconds",
                           "max_hold_seconds", "max_per_buyer"};
@@ -102,7 +120,7 @@ static void reset_redis(put_op_t *op)
 static void on_synced(void *arg)
 {
     put_op_t *op = arg;
-    if (strcmp(op->outcome, "updated") == 0)
+    if (op->outcome == PUT_UPDATED)
         put_reply(op);
     else
         reset_redis(op);
@@ -136,7 +154,7 @@ static void log_change(put_op_t *op)
     char *text = json_dumps(s, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(s);
     cm_log(CM_LOG_INFO, "admin change by %s: PUT event %s: %s, now version %lld: %s", who,
-           op->event, op->outcome, (long long)op->version, text ? text : "?");
+           op->event, put_outcome_names[op->outcome], (long long)op->version, text ? text : "?");
     free(text);
 }
 
@@ -154,10 +172,17 @@ static void on_put(const char *err, const rsv_pg_result_t *res, void *arg)
         put_done(op);
         return;
     }
-    snprintf(op->outcome, sizeof(op->outcome), "%s", rsv_pg_result_value(res, 0, 0));
+    const char *name = rsv_pg_result_value(res, 0, 0);
+    op->outcome = put_outcome_parse(name);
     op->version = atoll(rsv_pg_result_value(res, 0, 1));
     rsv_server_t *srv = op->r.srv;
-    if (strcmp(op->outcome, "has_sales") == 0) {
+    if (op->outcome == PUT_NOUTCOMES) {
+        cm_log(CM_LOG_ERROR, "event %s: onsale_event_put answered outcome '%s'", op->event, name);
+        rsv_reply_unavailable(&op->r, "saving the event", cm_err_protocol);
+        put_done(op);
+        return;
+    }
+    if (op->outcome == PUT_HAS_SALES) {
         rsv_reply_error(&op->r, 409, "event_has_sales",
                         "the inventory cannot change once checkouts exist; settings can", NULL);
         put_done(op);
@@ -165,7 +190,7 @@ static void on_put(const char *err, const rsv_pg_result_t *res, void *arg)
     }
     rsv_catalog_invalidate(srv->catalog, op->event);
     rsv_avail_invalidate(srv->avail, op->event);
-    op->code = strcmp(op->outcome, "created") == 0 ? 201 : 200;
+    op->code = op->outcome == PUT_CREATED ? 201 : 200;
     log_change(op);
     rsv_catalog_announce(srv->catalog, on_announced, op); /* every reserve: read your writes */
 }

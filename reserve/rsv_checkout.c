@@ -164,6 +164,21 @@ static void drive_started(confirm_op_t *op, const rsv_pg_result_t *res, bool fre
     }
 }
 
+/* A terminal checkout under this key: its stored answer again (201 becomes 200). */
+static void replay(confirm_op_t *op, const rsv_pg_result_t *res)
+{
+    cm_counter_inc(op->r.srv->m.confirm_replays);
+    int code = atoi(rsv_pg_result_value(res, 0, 3));
+    if (code == 0 || rsv_pg_result_isnull(res, 0, 4)) {
+        op->checkout_id[0] = '\0';
+        confirm_unavailable(op, "replaying the checkout", cm_err_protocol);
+        return;
+    }
+    cm_http_add_header(op->r.req, "Idempotent-Replayed", "true");
+    reply_text_json(op, code == 201 ? 200 : code, rsv_pg_result_value(res, 0, 4));
+    confirm_done(op);
+}
+
 static void on_begun(const char *err, const rsv_pg_result_t *res, void *arg)
 {
     confirm_op_t *op = arg;
@@ -173,34 +188,38 @@ static void on_begun(const char *err, const rsv_pg_result_t *res, void *arg)
         confirm_unavailable(op, "starting the checkout", err);
         return;
     }
-    const char *outcome = rsv_pg_result_value(res, 0, 0);
+    const char *name = rsv_pg_result_value(res, 0, 0);
     snprintf(op->checkout_id, sizeof(op->checkout_id), "%s", rsv_pg_result_value(res, 0, 1));
-    if (strcmp(outcome, "mismatch") == 0) {
+    rsv_saga_start_t outcome = rsv_saga_start_parse(name);
+    switch (outcome) {
+    case RSV_START_MISMATCH:
         op->checkout_id[0] = '\0'; /* not ours to touch */
         rsv_reply_error(&op->r, 422, "idempotency_key_reused",
                         "this Idempotency-Key was used for a different request", NULL);
         confirm_done(op);
-    } else if (strcmp(outcome, "busy") == 0) {
+        return;
+    case RSV_START_BUSY:
         op->checkout_id[0] = '\0';
         rsv_reply_error(&op->r, 409, "in_progress",
                         "a request with this Idempotency-Key is still being processed",
                         json_pack("{s:s}", "checkout_id", rsv_pg_result_value(res, 0, 1)));
         confirm_done(op);
-    } else if (strcmp(outcome, "done") == 0) {
-        cm_counter_inc(op->r.srv->m.confirm_replays);
-        int code = atoi(rsv_pg_result_value(res, 0, 3));
-        if (code == 0 || rsv_pg_result_isnull(res, 0, 4)) {
-            op->checkout_id[0] = '\0';
-            confirm_unavailable(op, "replaying the checkout", cm_err_protocol);
-            return;
-        }
-        cm_http_add_header(op->r.req, "Idempotent-Replayed", "true");
-        reply_text_json(op, code == 201 ? 200 : code, rsv_pg_result_value(res, 0, 4));
-        confirm_done(op);
-    } else {
-        /* new or resumed: drive the saga from the state Postgres has. */
-        drive_started(op, res, strcmp(outcome, "new") == 0);
+        return;
+    case RSV_START_DONE:
+        replay(op, res);
+        return;
+    case RSV_START_NEW:
+    case RSV_START_RESUME:
+        /* drive the saga from the state Postgres has */
+        drive_started(op, res, outcome == RSV_START_NEW);
+        return;
+    case RSV_START_NOUTCOMES:
+    case RSV_START_INVALID:
+        break;
     }
+    cm_log(CM_LOG_ERROR, "checkout begin: onsale_saga_start answered outcome '%s'", name);
+    op->checkout_id[0] = '\0';
+    confirm_unavailable(op, "starting the checkout", cm_err_protocol);
 }
 
 /*

@@ -119,3 +119,17 @@ const char *rsv_saga_client_state(rsv_saga_state_t st)
 {
     return rsv_saga_is_terminal(st) ? rsv_saga_state_names[st] : "pending";
 }
+
+rsv_saga_start_t rsv_saga_start_parse(const char *name)
+{
+    static const char *const names[RSV_START_NOUTCOMES] = {
+        [RSV_START_NEW] = "new",   [RSV_START_RESUME] = "resume",     [RSV_START_BUSY] = "busy",
+        [RSV_START_DONE] = "done", [RSV_START_MISMATCH] = "mismatch",
+    };
+    if (name == NULL)
+        return RSV_START_INVALID;
+    for (int i = 0; i < RSV_START_NOUTCOMES; i++)
+        if (strcmp(name, names[i]) == 0)
+            return (rsv_saga_start_t)i;
+    return RSV_START_INVALID;
+}

@@ -80,4 +80,23 @@ bool rsv_saga_allowed_names(const char *from, const char *to);
  */
 const char *rsv_saga_client_state(rsv_saga_state_t st);
 
+/**
+ * What starting a checkout found (onsale_saga_start's outcome, deploy/sql/functions.sql):
+ * a new checkout leased to the caller, an open one whose lease had lapsed (now the
+ * caller's), one another request is driving, a terminal one to replay, or the key used
+ * for another request.
+ */
+typedef enum {
+    RSV_START_NEW,
+    RSV_START_RESUME,
+    RSV_START_BUSY,
+    RSV_START_DONE,
+    RSV_START_MISMATCH,
+    RSV_START_NOUTCOMES,
+    RSV_START_INVALID = -1
+} rsv_saga_start_t;
+
+/** The outcome named name ("new", "resume", "busy", "done", "mismatch"), or RSV_START_INVALID. */
+rsv_saga_start_t rsv_saga_start_parse(const char *name);
+
 #endif

@@ -279,6 +279,33 @@ static void sql_check_matches_the_enum(void **state)
     PQfinish(c);
 }
 
+/* Every outcome onsale_saga_start can answer parses, and every parsed one is answered:
+ * the checkout's start is dispatched on exactly the function's outcomes. */
+static void start_outcomes_match_the_function(void **state)
+{
+    (void)state;
+    assert_int_equal(rsv_saga_start_parse(NULL), RSV_START_INVALID);
+    assert_int_equal(rsv_saga_start_parse("resumed"), RSV_START_INVALID);
+    PGconn *c = PQconnectdb(svc_pg_conninfo(pg));
+    assert_int_equal(PQstatus(c), CONNECTION_OK);
+    const char *src =
+        one_value(c, "SELECT prosrc FROM pg_proc WHERE proname = 'onsale_saga_start'");
+    long seen = 0;
+    for (const char *p = strstr(src, "outcome := '"); p; p = strstr(p + 1, "outcome := '")) {
+        const char *q = p + strlen("outcome := '"), *e = strchr(q, '\'');
+        assert_non_null(e);
+        char name[32];
+        snprintf(name, sizeof(name), "%.*s", (int)(e - q), q);
+        rsv_saga_start_t o = rsv_saga_start_parse(name);
+        if (o == RSV_START_INVALID)
+            fail_msg("onsale_saga_start answers '%s', which rsv_saga_start_parse does not know",
+                     name);
+        seen |= 1L << o;
+    }
+    assert_int_equal(seen, (1L << RSV_START_NOUTCOMES) - 1);
+    PQfinish(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest pure[] = {
@@ -289,6 +316,7 @@ int main(void)
     };
     const struct CMUnitTest db[] = {
         cmocka_unit_test(sql_check_matches_the_enum),
+        cmocka_unit_test(start_outcomes_match_the_function),
     };
     int rc = cmocka_run_group_tests(pure, NULL, NULL);
     return rc + cmocka_run_group_tests(db, pg_setup, pg_teardown);
