@@ -424,8 +424,8 @@ gw_server_t *gw_server_new(const gw_config_t *cfg, char *err, size_t errlen)
     srv->cs = cm_server_new(&o, err, errlen);
     if (srv->cs == NULL)
         goto err;
-    cm_metrics_gauge_fn(cm_server_metrics(srv->cs), "onsale_gateway_pow_base_bits",
-                        "proof-of-work difficulty a quiet address block is given now", NULL,
+    cm_metrics_gauge_fn(cm_server_metrics(srv->cs), "onsale_gateway_pow_base_difficulty",
+                        "proof-of-work difficulty (leading zero bits) a quiet address block is given now", NULL,
                         gauge_pow_bits, srv->pow);
     int n = cm_server_workers(srv->cs);
     srv->all = cm_xcalloc((size_t)n, sizeof(gw_server_t *));
