@@ -21,8 +21,8 @@ static __thread int last_status;
 
 static bool id_char(char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '.' || c == '_' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
 }
 
 static bool hex_run(const char *s, size_t n, bool *all_zero)
@@ -105,8 +105,8 @@ void cm_access_begin(cm_req_t *req)
 {
     req->acc.start_ns = cm_time_mono_ns();
     req->acc.route = NULL;
-    if (!cm_access_pick_id(cm_http_header(req, "X-Request-Id"),
-                           cm_http_header(req, "traceparent"), req->acc.id))
+    if (!cm_access_pick_id(cm_http_header(req, "X-Request-Id"), cm_http_header(req, "traceparent"),
+                           req->acc.id))
         cm_access_new_id(req->acc.id);
     cm_log_set_request(req->acc.id);
 }

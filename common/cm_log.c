@@ -152,8 +152,10 @@ static void write_line(cm_log_level_t level, const char *fmt, va_list ap)
     if (journal)
         n = put(line, n, cap, "<%c>", level_prio[level]);
     if (format == CM_LOG_JSON) {
-        n = put(line, n, cap, "{\"time\":\"%s\",\"level\":\"%s\",\"program\":\"%s\",\"pid\":%d,"
-                "\"thread\":%ld,", when, level_names[level], progname, (int)getpid(), thread_id);
+        n = put(line, n, cap,
+                "{\"time\":\"%s\",\"level\":\"%s\",\"program\":\"%s\",\"pid\":%d,"
+                "\"thread\":%ld,",
+                when, level_names[level], progname, (int)getpid(), thread_id);
         if (request_id[0] != '\0')
             n = put(line, n, cap, "\"request_id\":\"%s\",", request_id);
         n = put(line, n, cap, "\"message\":\"");

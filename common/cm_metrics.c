@@ -85,10 +85,10 @@ struct cm_metrics {
 };
 
 /* Status codes 100–599 get a series each; anything else is code="other". */
-#define CODE_MIN    100
-#define CODE_MAX    599
-#define CODE_SLOTS  (CODE_MAX - CODE_MIN + 2)
-#define CODE_OTHER  (CODE_SLOTS - 1)
+#define CODE_MIN     100
+#define CODE_MAX     599
+#define CODE_SLOTS   (CODE_MAX - CODE_MIN + 2)
+#define CODE_OTHER   (CODE_SLOTS - 1)
 #define ENDPOINT_MAX 64
 
 struct cm_metrics_requests {
@@ -291,8 +291,8 @@ void cm_metrics_gauge_fn_min(cm_metrics_t *m, const char *name, const char *help
     add_fn(m, name, help, labels, FAM_GAUGE, true, fn, arg);
 }
 
-void cm_metrics_counter_fn(cm_metrics_t *m, const char *name, const char *help,
-                           const char *labels, double (*fn)(void *arg), void *arg)
+void cm_metrics_counter_fn(cm_metrics_t *m, const char *name, const char *help, const char *labels,
+                           double (*fn)(void *arg), void *arg)
 {
     add_fn(m, name, help, labels, FAM_COUNTER, false, fn, arg);
 }

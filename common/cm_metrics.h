@@ -50,8 +50,8 @@ cm_histogram_t *cm_metrics_histogram(cm_metrics_t *m, const char *name, const ch
 void cm_metrics_gauge_fn_min(cm_metrics_t *m, const char *name, const char *help,
                              const char *labels, double (*fn)(void *arg), void *arg);
 /** A counter whose value is read from fn(arg) at render time (sums like gauge_fn). */
-void cm_metrics_counter_fn(cm_metrics_t *m, const char *name, const char *help,
-                           const char *labels, double (*fn)(void *arg), void *arg);
+void cm_metrics_counter_fn(cm_metrics_t *m, const char *name, const char *help, const char *labels,
+                           double (*fn)(void *arg), void *arg);
 
 /**
  * Request latency histograms name{endpoint="<endpoints[i]>",code="<status>"} with the

@@ -458,8 +458,8 @@ void cm_worker_gauge(cm_worker_t *w, const char *name, const char *help, double 
     cm_metrics_gauge_fn(w->server->metrics, name, help, NULL, read_cell, add_sampled(w, fn, arg));
 }
 
-void cm_worker_gauge_min(cm_worker_t *w, const char *name, const char *help,
-                         double (*fn)(void *), void *arg)
+void cm_worker_gauge_min(cm_worker_t *w, const char *name, const char *help, double (*fn)(void *),
+                         void *arg)
 {
     cm_metrics_gauge_fn_min(w->server->metrics, name, help, NULL, read_cell,
                             add_sampled(w, fn, arg));

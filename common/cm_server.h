@@ -107,8 +107,8 @@ void cm_worker_gauge(cm_worker_t *w, const char *name, const char *help, double 
 
 /** Like cm_worker_gauge, but the process's value is the least over the workers (a 0/1
  *  "_up" that is 1 only while every worker's connection is up). */
-void cm_worker_gauge_min(cm_worker_t *w, const char *name, const char *help,
-                         double (*fn)(void *), void *arg);
+void cm_worker_gauge_min(cm_worker_t *w, const char *name, const char *help, double (*fn)(void *),
+                         void *arg);
 
 /**
  * Whether this worker's backends (Redis, Postgres) are reachable: fn(arg) is sampled with

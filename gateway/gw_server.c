@@ -181,8 +181,8 @@ static void register_metrics(gw_server_t *srv)
         m, "onsale_gateway_sign_seconds", "queueing plus ES256 signing of one admission token",
         NULL, cm_metrics_latency_bounds, cm_metrics_latency_nbounds);
     x->requests = cm_metrics_requests(m, "onsale_gateway_request_seconds",
-                                     "request latency by endpoint and status code", endpoint_names,
-                                     GW_EP_COUNT);
+                                      "request latency by endpoint and status code", endpoint_names,
+                                      GW_EP_COUNT);
 }
 
 static double gauge_redis(void *arg)
@@ -424,9 +424,10 @@ gw_server_t *gw_server_new(const gw_config_t *cfg, char *err, size_t errlen)
     srv->cs = cm_server_new(&o, err, errlen);
     if (srv->cs == NULL)
         goto err;
-    cm_metrics_gauge_fn(cm_server_metrics(srv->cs), "onsale_gateway_pow_base_difficulty",
-                        "proof-of-work difficulty (leading zero bits) a quiet address block is given now", NULL,
-                        gauge_pow_bits, srv->pow);
+    cm_metrics_gauge_fn(
+        cm_server_metrics(srv->cs), "onsale_gateway_pow_base_difficulty",
+        "proof-of-work difficulty (leading zero bits) a quiet address block is given now", NULL,
+        gauge_pow_bits, srv->pow);
     int n = cm_server_workers(srv->cs);
     srv->all = cm_xcalloc((size_t)n, sizeof(gw_server_t *));
     err[0] = '\0';

@@ -301,8 +301,8 @@ static void register_metrics(rsv_server_t *srv)
                                               h2c, sizeof(h2c) / sizeof(h2c[0]));
     register_saga_metrics(srv);
     x->requests = cm_metrics_requests(m, "onsale_reserve_request_seconds",
-                                     "request latency by endpoint and status code", endpoint_names,
-                                     RSV_EP_COUNT);
+                                      "request latency by endpoint and status code", endpoint_names,
+                                      RSV_EP_COUNT);
 }
 
 static double gauge_pg(void *arg)

@@ -198,8 +198,8 @@ static void test_requests_by_endpoint_and_code(void **state)
     assert_non_null(strstr(text, "x_request_seconds_count{endpoint=\"confirm\",code=\"201\"} 3\n"));
     assert_non_null(strstr(text, "x_request_seconds_count{endpoint=\"confirm\",code=\"409\"} 1\n"));
     assert_non_null(strstr(text, "x_request_seconds_count{endpoint=\"hold\",code=\"other\"} 1\n"));
-    assert_non_null(
-        strstr(text, "x_request_seconds_bucket{endpoint=\"confirm\",code=\"201\",le=\"+Inf\"} 3\n"));
+    assert_non_null(strstr(
+        text, "x_request_seconds_bucket{endpoint=\"confirm\",code=\"201\",le=\"+Inf\"} 3\n"));
     /* nothing observed, nothing rendered: bounded by what was answered */
     assert_null(strstr(text, "endpoint=\"hold\",code=\"204\""));
     free(text);
