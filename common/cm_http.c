@@ -707,6 +707,7 @@ static void on_request(struct evhttp_request *ev, void *arg)
 {
     cm_http_server_t *srv = arg;
     cm_req_t *req = cm_http_evhttp_req(ev);
+    cm_access_begin(req);
     struct evkeyvalq *h = evhttp_request_get_output_headers(ev);
     evhttp_add_header(h, "X-Content-Type-Options", "nosniff");
     if (srv->tls != NULL)
@@ -722,12 +723,13 @@ static void on_request(struct evhttp_request *ev, void *arg)
             evhttp_add_header(h, "Connection", "close");
             cm_http_send_error(req, 429, "too_many_connections",
                                "too many open connections from this address", NULL);
+            cm_log_set_request(NULL);
             return;
         }
     }
-    if (shed_request(srv, req))
-        return;
-    srv->handler(req, srv->arg);
+    if (!shed_request(srv, req))
+        srv->handler(req, srv->arg);
+    cm_log_set_request(NULL); /* lines logged later, from callbacks, set their own */
 }
 
 /* --- our own HTTP/1.1 engine (CM_HTTP_ENGINE_H1) --------------------------------------
@@ -1104,12 +1106,14 @@ static const cm_req_ops_t h1_ops = {
 /* A refused request: the docs/api.md error body, and the connection closes after it. */
 static void h1_refuse(h1_conn_t *c, int code, const char *why)
 {
+    cm_access_begin_bare(&c->req);
     cm_log(CM_LOG_DEBUG, "refused a request: %d %s", code, why);
     c->head.method = CM_HTTP_GET; /* the answer carries its body */
     c->state = H1_HANDLER;
     c->keep_alive = false;
     c->out_len = 0;
     cm_http_send_error(&c->req, code, cm_h1_error_word(code), why, NULL);
+    cm_log_set_request(NULL);
 }
 
 /* The handler gets the request (or the 429 of a connection over the per-address cap). */
@@ -1117,6 +1121,7 @@ static void h1_dispatch(h1_conn_t *c)
 {
     guard_t *g = h1_guard(c);
     c->state = H1_HANDLER;
+    cm_access_begin(&c->req);
     if (g != NULL) {
         g->phase = G_HANDLER;
         evtimer_del(g->timer);
@@ -1124,14 +1129,15 @@ static void h1_dispatch(h1_conn_t *c)
             c->over_cap = true;
             cm_http_send_error(&c->req, 429, "too_many_connections",
                                "too many open connections from this address", NULL);
+            cm_log_set_request(NULL);
             return;
         }
     }
     if (c->srv->closing)
         c->keep_alive = false;
-    if (shed_request(c->srv, &c->req))
-        return;
-    c->srv->handler(&c->req, c->srv->arg);
+    if (!shed_request(c->srv, &c->req))
+        c->srv->handler(&c->req, c->srv->arg);
+    cm_log_set_request(NULL); /* lines logged later, from callbacks, set their own */
 }
 
 /* Reads what the head needs; true when it was complete (state moved on). */
@@ -1647,6 +1653,7 @@ cm_req_t *cm_http_evhttp_req(struct evhttp_request *ev)
 {
     ev_req_t *r = cm_xmalloc(sizeof(*r));
     r->base.ops = &ev_ops;
+    memset(&r->base.acc, 0, sizeof(r->base.acc));
     r->ev = ev;
     return &r->base;
 }
@@ -1833,6 +1840,7 @@ void cm_http_send_body(cm_req_t *req, int code, const char *content_type, const 
     req->ops->add_header(req, "Content-Type", content_type);
     if (!cacheable)
         req->ops->add_header(req, "Cache-Control", "no-store");
+    cm_access_end(req, code, len);
     req->ops->send(req, code, body != NULL ? body : "", len);
 }
 
@@ -1865,5 +1873,6 @@ void cm_http_send_error(cm_req_t *req, int code, const char *error, const char *
 void cm_http_send_empty(cm_req_t *req, int code)
 {
     req->ops->add_header(req, "Cache-Control", "no-store");
+    cm_access_end(req, code, 0);
     req->ops->send(req, code, NULL, 0);
 }

@@ -14,6 +14,8 @@
  */
 #include "cm_metrics.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
@@ -21,11 +23,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cm_mem.h"
 
 typedef enum { FAM_COUNTER, FAM_GAUGE, FAM_HISTOGRAM } family_type_t;
-typedef enum { SER_COUNTER, SER_GAUGE, SER_GAUGE_FN, SER_HISTOGRAM } series_kind_t;
+typedef enum { SER_COUNTER, SER_GAUGE, SER_GAUGE_FN, SER_COUNTER_FN, SER_HISTOGRAM } series_kind_t;
 
 struct cm_counter {
     uint64_t value; /* atomic */
@@ -58,6 +63,7 @@ typedef struct series {
         struct {
             gauge_fn_t *v;
             size_t n;
+            bool min; /* render the least of the functions, not their sum */
         } gauge_fn;
     } u;
 } series_t;
@@ -74,6 +80,23 @@ struct cm_metrics {
     pthread_mutex_t lock; /* registration and render */
     family_t **families;
     size_t nfamilies;
+    cm_metrics_requests_t **requests; /* owned, freed with the registry */
+    size_t nrequests;
+};
+
+/* Status codes 100–599 get a series each; anything else is code="other". */
+#define CODE_MIN     100
+#define CODE_MAX     599
+#define CODE_SLOTS   (CODE_MAX - CODE_MIN + 2)
+#define CODE_OTHER   (CODE_SLOTS - 1)
+#define ENDPOINT_MAX 64
+
+struct cm_metrics_requests {
+    cm_metrics_t *m;
+    char *name, *help;
+    size_t n;
+    char **endpoints;
+    cm_histogram_t **cache; /* n × CODE_SLOTS, filled on first use; atomic pointers */
 };
 
 static double bits_to_double(uint64_t b)
@@ -116,7 +139,7 @@ static void series_free(series_t *s)
         free(s->u.histogram.bounds);
         free(s->u.histogram.buckets);
     }
-    if (s->kind == SER_GAUGE_FN)
+    if (s->kind == SER_GAUGE_FN || s->kind == SER_COUNTER_FN)
         free(s->u.gauge_fn.v);
     free(s->labels);
     free(s);
@@ -136,6 +159,17 @@ void cm_metrics_free(cm_metrics_t *m)
         free(f);
     }
     free(m->families);
+    for (size_t i = 0; i < m->nrequests; i++) {
+        cm_metrics_requests_t *r = m->requests[i];
+        for (size_t j = 0; j < r->n; j++)
+            free(r->endpoints[j]);
+        free(r->endpoints);
+        free(r->cache);
+        free(r->name);
+        free(r->help);
+        free(r);
+    }
+    free(m->requests);
     pthread_mutex_destroy(&m->lock);
     free(m);
 }
@@ -229,16 +263,38 @@ cm_gauge_t *cm_metrics_gauge(cm_metrics_t *m, const char *name, const char *help
     return g;
 }
 
-void cm_metrics_gauge_fn(cm_metrics_t *m, const char *name, const char *help, const char *labels,
-                         double (*fn)(void *arg), void *arg)
+static void add_fn(cm_metrics_t *m, const char *name, const char *help, const char *labels,
+                   family_type_t type, bool min, double (*fn)(void *arg), void *arg)
 {
     bool created;
     pthread_mutex_lock(&m->lock);
-    family_t *f = get_family(m, name, help, FAM_GAUGE);
-    series_t *s = get_series(f, labels, SER_GAUGE_FN, &created);
+    family_t *f = get_family(m, name, help, type);
+    series_t *s =
+        get_series(f, labels, type == FAM_COUNTER ? SER_COUNTER_FN : SER_GAUGE_FN, &created);
+    if (!created && s->u.gauge_fn.min != min)
+        misuse("gauge function registered as both sum and min", name);
+    s->u.gauge_fn.min = min;
     s->u.gauge_fn.v = cm_xrealloc(s->u.gauge_fn.v, (s->u.gauge_fn.n + 1) * sizeof(gauge_fn_t));
     s->u.gauge_fn.v[s->u.gauge_fn.n++] = (gauge_fn_t){fn, arg};
     pthread_mutex_unlock(&m->lock);
+}
+
+void cm_metrics_gauge_fn(cm_metrics_t *m, const char *name, const char *help, const char *labels,
+                         double (*fn)(void *arg), void *arg)
+{
+    add_fn(m, name, help, labels, FAM_GAUGE, false, fn, arg);
+}
+
+void cm_metrics_gauge_fn_min(cm_metrics_t *m, const char *name, const char *help,
+                             const char *labels, double (*fn)(void *arg), void *arg)
+{
+    add_fn(m, name, help, labels, FAM_GAUGE, true, fn, arg);
+}
+
+void cm_metrics_counter_fn(cm_metrics_t *m, const char *name, const char *help, const char *labels,
+                           double (*fn)(void *arg), void *arg)
+{
+    add_fn(m, name, help, labels, FAM_COUNTER, false, fn, arg);
 }
 
 cm_histogram_t *cm_metrics_histogram(cm_metrics_t *m, const char *name, const char *help,
@@ -426,12 +482,15 @@ static void render_series(buf_t *b, const family_t *f, const series_t *s)
         buf_key(b, f->name, "", s->labels, NULL);
         buf_double(b, cm_gauge_value(&s->u.gauge));
         break;
-    case SER_GAUGE_FN: {
-        double sum = 0;
-        for (size_t i = 0; i < s->u.gauge_fn.n; i++)
-            sum += s->u.gauge_fn.v[i].fn(s->u.gauge_fn.v[i].arg);
+    case SER_GAUGE_FN:
+    case SER_COUNTER_FN: {
+        double v = 0;
+        for (size_t i = 0; i < s->u.gauge_fn.n; i++) {
+            double x = s->u.gauge_fn.v[i].fn(s->u.gauge_fn.v[i].arg);
+            v = !s->u.gauge_fn.min ? v + x : i == 0 || x < v ? x : v;
+        }
         buf_key(b, f->name, "", s->labels, NULL);
-        buf_double(b, sum);
+        buf_double(b, v);
         break;
     }
     case SER_HISTOGRAM:
@@ -468,13 +527,175 @@ char *cm_metrics_render(const cm_metrics_t *cm, size_t *len)
     return b.p;
 }
 
-void cm_metrics_endpoint_latency(cm_metrics_t *m, const char *name, const char *help,
-                                 const char *const *endpoints, size_t n, cm_histogram_t **out)
+cm_metrics_requests_t *cm_metrics_requests(cm_metrics_t *m, const char *name, const char *help,
+                                           const char *const *endpoints, size_t n)
 {
+    cm_metrics_requests_t *r = cm_xcalloc(1, sizeof(*r));
+    r->m = m;
+    r->name = cm_xstrdup(name);
+    r->help = cm_xstrdup(help);
+    r->n = n;
+    r->endpoints = cm_xcalloc(n, sizeof(char *));
     for (size_t i = 0; i < n; i++) {
-        char labels[128];
-        snprintf(labels, sizeof(labels), "endpoint=\"%s\"", endpoints[i]);
-        out[i] = cm_metrics_histogram(m, name, help, labels, cm_metrics_latency_bounds,
-                                      cm_metrics_latency_nbounds);
+        if (strlen(endpoints[i]) > ENDPOINT_MAX)
+            misuse("endpoint name too long", endpoints[i]);
+        r->endpoints[i] = cm_xstrdup(endpoints[i]);
     }
+    r->cache = cm_xcalloc(n * CODE_SLOTS, sizeof(cm_histogram_t *));
+    pthread_mutex_lock(&m->lock);
+    m->requests = cm_xrealloc(m->requests, (m->nrequests + 1) * sizeof(*m->requests));
+    m->requests[m->nrequests++] = r;
+    pthread_mutex_unlock(&m->lock);
+    return r;
+}
+
+cm_histogram_t *cm_metrics_requests_series(cm_metrics_requests_t *r, size_t endpoint, int code)
+{
+    if (endpoint >= r->n)
+        misuse("endpoint out of range", r->name);
+    size_t slot = code >= CODE_MIN && code <= CODE_MAX ? (size_t)(code - CODE_MIN) : CODE_OTHER;
+    cm_histogram_t **cell = &r->cache[endpoint * CODE_SLOTS + slot];
+    cm_histogram_t *h = __atomic_load_n(cell, __ATOMIC_ACQUIRE);
+    if (h != NULL)
+        return h;
+    char labels[ENDPOINT_MAX + 40];
+    if (slot == CODE_OTHER)
+        snprintf(labels, sizeof(labels), "endpoint=\"%s\",code=\"other\"", r->endpoints[endpoint]);
+    else
+        snprintf(labels, sizeof(labels), "endpoint=\"%s\",code=\"%d\"", r->endpoints[endpoint],
+                 code);
+    /* registration is idempotent: two threads racing here get the same series */
+    h = cm_metrics_histogram(r->m, r->name, r->help, labels, cm_metrics_latency_bounds,
+                             cm_metrics_latency_nbounds);
+    __atomic_store_n(cell, h, __ATOMIC_RELEASE);
+    return h;
+}
+
+void cm_metrics_requests_observe(cm_metrics_requests_t *r, size_t endpoint, int code,
+                                 double seconds)
+{
+    cm_histogram_observe(cm_metrics_requests_series(r, endpoint, code), seconds);
+}
+
+/* ---- process_* (the names every Prometheus client library exports) ---- */
+
+typedef struct proc_stat {
+    double utime, stime; /* clock ticks */
+    double starttime;    /* clock ticks after boot */
+    double vsize;        /* bytes */
+    double rss;          /* pages */
+} proc_stat_t;
+
+/* /proc/self/stat is generated by the kernel on read (no disk behind it): cheap enough for
+ * a scrape. Fields after the ")" that closes the command name, counted from 3 (state). */
+static int read_proc_stat(proc_stat_t *out)
+{
+    char buf[1024];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    if (p == NULL)
+        return -1;
+    double f[25] = {0};
+    int field = 3;
+    for (char *tok = strtok(p + 1, " "); tok != NULL && field <= 24; tok = strtok(NULL, " "))
+        f[field++] = strtod(tok, NULL);
+    if (field <= 24)
+        return -1;
+    *out = (proc_stat_t){f[14], f[15], f[22], f[23], f[24]};
+    return 0;
+}
+
+static double proc_cpu_seconds(void *arg)
+{
+    (void)arg;
+    proc_stat_t st;
+    return read_proc_stat(&st) == 0 ? (st.utime + st.stime) / (double)sysconf(_SC_CLK_TCK) : 0;
+}
+
+static double proc_resident_bytes(void *arg)
+{
+    (void)arg;
+    proc_stat_t st;
+    return read_proc_stat(&st) == 0 ? st.rss * (double)sysconf(_SC_PAGESIZE) : 0;
+}
+
+static double proc_virtual_bytes(void *arg)
+{
+    (void)arg;
+    proc_stat_t st;
+    return read_proc_stat(&st) == 0 ? st.vsize : 0;
+}
+
+static double proc_open_fds(void *arg)
+{
+    (void)arg;
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        return 0;
+    double n = -1; /* the directory's own descriptor */
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n < 0 ? 0 : n;
+}
+
+static double proc_max_fds(void *arg)
+{
+    (void)arg;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return 0;
+    return (double)rl.rlim_cur;
+}
+
+/* The boot time (btime in /proc/stat) plus the process's start in ticks after boot. */
+static double start_time_seconds(void)
+{
+    proc_stat_t st;
+    char buf[4096];
+    double btime = 0;
+    FILE *f = fopen("/proc/stat", "re");
+    if (f == NULL || read_proc_stat(&st) != 0) {
+        if (f != NULL)
+            fclose(f);
+        return (double)time(NULL);
+    }
+    while (fgets(buf, sizeof(buf), f) != NULL)
+        if (strncmp(buf, "btime ", 6) == 0)
+            btime = strtod(buf + 6, NULL);
+    fclose(f);
+    return btime > 0 ? btime + st.starttime / (double)sysconf(_SC_CLK_TCK) : (double)time(NULL);
+}
+
+static double proc_start_time(void *arg)
+{
+    return *(double *)arg;
+}
+
+void cm_metrics_process(cm_metrics_t *m)
+{
+    static double start; /* one process, one start */
+    if (start == 0)
+        start = start_time_seconds();
+    cm_metrics_counter_fn(m, "process_cpu_seconds_total",
+                          "user and system CPU time spent in seconds", NULL, proc_cpu_seconds,
+                          NULL);
+    cm_metrics_gauge_fn(m, "process_resident_memory_bytes", "resident memory size in bytes", NULL,
+                        proc_resident_bytes, NULL);
+    cm_metrics_gauge_fn(m, "process_virtual_memory_bytes", "virtual memory size in bytes", NULL,
+                        proc_virtual_bytes, NULL);
+    cm_metrics_gauge_fn(m, "process_open_fds", "open file descriptors", NULL, proc_open_fds, NULL);
+    cm_metrics_gauge_fn(m, "process_max_fds", "the limit of open file descriptors", NULL,
+                        proc_max_fds, NULL);
+    cm_metrics_gauge_fn(m, "process_start_time_seconds",
+                        "start time of the process since the Unix epoch in seconds", NULL,
+                        proc_start_time, &start);
 }

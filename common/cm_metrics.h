@@ -44,11 +44,37 @@ cm_histogram_t *cm_metrics_histogram(cm_metrics_t *m, const char *name, const ch
                                      const char *labels, const double *bounds, size_t nbounds);
 
 /**
- * One latency histogram per endpoint: series name{endpoint="<endpoints[i]>"} with the
- * latency buckets below, stored in out[i].
+ * Like cm_metrics_gauge_fn, but the series renders the least of its functions: a
+ * "<thing>_up" that is 1 only while every worker's connection is up.
  */
-void cm_metrics_endpoint_latency(cm_metrics_t *m, const char *name, const char *help,
-                                 const char *const *endpoints, size_t n, cm_histogram_t **out);
+void cm_metrics_gauge_fn_min(cm_metrics_t *m, const char *name, const char *help,
+                             const char *labels, double (*fn)(void *arg), void *arg);
+/** A counter whose value is read from fn(arg) at render time (sums like gauge_fn). */
+void cm_metrics_counter_fn(cm_metrics_t *m, const char *name, const char *help, const char *labels,
+                           double (*fn)(void *arg), void *arg);
+
+/**
+ * Request latency histograms name{endpoint="<endpoints[i]>",code="<status>"} with the
+ * latency buckets below. A series is registered the first time its endpoint and status
+ * code are observed, so the label set stays bounded by the route table times the codes
+ * the service answers (codes outside 100–599 are code="other"). Owned by the registry
+ * (freed with it). Any thread.
+ */
+typedef struct cm_metrics_requests cm_metrics_requests_t;
+cm_metrics_requests_t *cm_metrics_requests(cm_metrics_t *m, const char *name, const char *help,
+                                           const char *const *endpoints, size_t n);
+/** The series of one endpoint index and status code (registering it on first use). */
+cm_histogram_t *cm_metrics_requests_series(cm_metrics_requests_t *r, size_t endpoint, int code);
+void cm_metrics_requests_observe(cm_metrics_requests_t *r, size_t endpoint, int code,
+                                 double seconds);
+
+/**
+ * Registers the process_* series Prometheus clients export: CPU seconds, resident and
+ * virtual memory, open and maximum file descriptors, start time. Read from /proc/self at
+ * render time (the scraping thread; the kernel builds these files on read). Main thread,
+ * at start (it reads /proc/stat once for the start time).
+ */
+void cm_metrics_process(cm_metrics_t *m);
 
 /** Latency buckets in seconds, 0.5 ms … 10 s, for request histograms. */
 extern const double cm_metrics_latency_bounds[];

@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "cm_access.h"
 #include "cm_http.h"
 
 typedef struct cm_req_ops {
@@ -42,6 +43,7 @@ typedef struct cm_req_ops {
 
 struct cm_req {
     const cm_req_ops_t *ops;
+    cm_access_t acc; /* set by cm_http when the request reaches a handler (cm_access) */
 };
 
 struct evhttp_request;

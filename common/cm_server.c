@@ -28,6 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cm_access.h"
 #include "cm_log.h"
 #include "cm_mem.h"
 #include "cm_notify.h"
@@ -334,6 +335,7 @@ cm_server_t *cm_server_new(const cm_server_opts_t *o, char *err, size_t errlen)
     }
     s->metrics = cm_metrics_new();
     register_build_info(s->metrics);
+    cm_metrics_process(s->metrics);
     if (o->tls != NULL) {
         char cert_name[96];
         snprintf(cert_name, sizeof(cert_name), "%s_tls_cert_expiry_timestamp_seconds",
@@ -440,15 +442,27 @@ int cm_worker_listen(cm_worker_t *w, cm_http_handler_t fans, cm_http_handler_t a
     return 0;
 }
 
-void cm_worker_gauge(cm_worker_t *w, const char *name, const char *help, double (*fn)(void *),
-                     void *arg)
+static sampled_t *add_sampled(cm_worker_t *w, double (*fn)(void *), void *arg)
 {
     sampled_t *c = cm_xcalloc(1, sizeof(*c));
     c->fn = fn;
     c->arg = arg;
     c->next = w->sampled;
     w->sampled = c;
-    cm_metrics_gauge_fn(w->server->metrics, name, help, NULL, read_cell, c);
+    return c;
+}
+
+void cm_worker_gauge(cm_worker_t *w, const char *name, const char *help, double (*fn)(void *),
+                     void *arg)
+{
+    cm_metrics_gauge_fn(w->server->metrics, name, help, NULL, read_cell, add_sampled(w, fn, arg));
+}
+
+void cm_worker_gauge_min(cm_worker_t *w, const char *name, const char *help, double (*fn)(void *),
+                         void *arg)
+{
+    cm_metrics_gauge_fn_min(w->server->metrics, name, help, NULL, read_cell,
+                            add_sampled(w, fn, arg));
 }
 
 void cm_worker_readiness(cm_worker_t *w, bool (*fn)(void *), void *arg)
@@ -684,10 +698,12 @@ uint64_t cm_worker_req_begin(cm_worker_t *w)
     return cm_time_mono_ns();
 }
 
-void cm_worker_req_end(cm_worker_t *w, cm_histogram_t *h, uint64_t start_ns)
+void cm_worker_req_end(cm_worker_t *w, cm_metrics_requests_t *rq, size_t endpoint,
+                       uint64_t start_ns)
 {
-    if (h)
-        cm_histogram_observe(h, (double)(cm_time_mono_ns() - start_ns) / 1e9);
+    if (rq)
+        cm_metrics_requests_observe(rq, endpoint, cm_access_last_status(),
+                                    (double)(cm_time_mono_ns() - start_ns) / 1e9);
     __atomic_sub_fetch(&w->inflight, 1, __ATOMIC_RELAXED);
 }
 

@@ -89,8 +89,13 @@ bool cm_worker_draining(const cm_worker_t *w);
 
 /** Counts a request in flight; returns its start time (for cm_worker_req_end). */
 uint64_t cm_worker_req_begin(cm_worker_t *w);
-/** Records the request's latency in h (may be NULL) and ends it. */
-void cm_worker_req_end(cm_worker_t *w, cm_histogram_t *h, uint64_t start_ns);
+/**
+ * Records the request's latency in rq (may be NULL) under its endpoint index and the
+ * status code of the answer this thread sent last (cm_access_last_status: call it right
+ * after the cm_http_send_*), and ends it.
+ */
+void cm_worker_req_end(cm_worker_t *w, cm_metrics_requests_t *rq, size_t endpoint,
+                       uint64_t start_ns);
 
 /**
  * A gauge summed over the workers whose value comes from fn(arg), sampled on this
@@ -99,6 +104,11 @@ void cm_worker_req_end(cm_worker_t *w, cm_histogram_t *h, uint64_t start_ns);
  */
 void cm_worker_gauge(cm_worker_t *w, const char *name, const char *help, double (*fn)(void *),
                      void *arg);
+
+/** Like cm_worker_gauge, but the process's value is the least over the workers (a 0/1
+ *  "_up" that is 1 only while every worker's connection is up). */
+void cm_worker_gauge_min(cm_worker_t *w, const char *name, const char *help, double (*fn)(void *),
+                         void *arg);
 
 /**
  * Whether this worker's backends (Redis, Postgres) are reachable: fn(arg) is sampled with

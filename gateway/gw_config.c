@@ -78,6 +78,11 @@ static const cm_config_opt_t own[] = {
     {"history_samples", CM_CFG_INT, S(history_samples), "150", 10, 100000,
      "samples kept per waiting room (with the interval: the history's length)"},
     {"log_level", CM_CFG_STR, S(log_level), "info", 0, 0, "debug, info, warn or error"},
+    {"log_format", CM_CFG_STR, S(log_format), "text", 0, 0,
+     "text, or json: one JSON object per line (time, level, program, pid, thread, "
+     "request_id, message)"},
+    {"access_log", CM_CFG_BOOL, S(access_log), "true", 0, 0,
+     "one log line per answered request: method, route, status, microseconds, bytes, peer"},
 };
 
 const cm_config_opt_t *gw_config_table(size_t *n)

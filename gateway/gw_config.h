@@ -39,6 +39,8 @@ typedef struct gw_config {
     int64_t history_interval_ms;
     int64_t history_samples;
     char *log_level;
+    char *log_format;
+    bool access_log;
 } gw_config_t;
 
 /** The whole table (the shared server keys first, then the gateway's own); n: its length.

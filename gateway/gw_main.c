@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cm_access.h"
 #include "cm_log.h"
 #include "cm_parse.h"
 #include "gw_config.h"
@@ -32,6 +33,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "onsale-gateway: log_level must be debug, info, warn or error\n");
         goto out;
     }
+    cm_log_format_t format = CM_LOG_TEXT;
+    if (cm_log_format_parse(cfg.log_format, &format) != 0) {
+        fprintf(stderr, "onsale-gateway: log_format must be text or json\n");
+        goto out;
+    }
+    cm_log_set_format(format);
+    cm_access_set_log(cfg.access_log);
     cm_log_init("gateway", level);
     cm_log_route_libevent();
     if (cfg.poll_min_ms > cfg.poll_max_ms) {

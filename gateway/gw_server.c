@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cm_access.h"
 #include "cm_drain.h"
 #include "cm_err.h"
 #include "cm_log.h"
@@ -50,11 +51,12 @@ void gw_req_start(gw_req_t *r, gw_server_t *srv, cm_req_t *req, gw_endpoint_t ep
     r->req = req;
     r->ep = ep;
     r->start_ns = cm_worker_req_begin(srv->worker);
+    cm_access_set_route(req, endpoint_names[ep]);
 }
 
 void gw_req_replied(gw_req_t *r)
 {
-    cm_worker_req_end(r->srv->worker, r->srv->m.latency[r->ep], r->start_ns);
+    cm_worker_req_end(r->srv->worker, r->srv->m.requests, (size_t)r->ep, r->start_ns);
     r->req = NULL;
 }
 
@@ -178,8 +180,9 @@ static void register_metrics(gw_server_t *srv)
     x->sign_seconds = cm_metrics_histogram(
         m, "onsale_gateway_sign_seconds", "queueing plus ES256 signing of one admission token",
         NULL, cm_metrics_latency_bounds, cm_metrics_latency_nbounds);
-    cm_metrics_endpoint_latency(m, "onsale_gateway_request_seconds", "request latency by endpoint",
-                                endpoint_names, GW_EP_COUNT, x->latency);
+    x->requests = cm_metrics_requests(m, "onsale_gateway_request_seconds",
+                                      "request latency by endpoint and status code", endpoint_names,
+                                      GW_EP_COUNT);
 }
 
 static double gauge_redis(void *arg)
@@ -383,8 +386,10 @@ static gw_server_t *worker_new(gw_server_t *first, cm_server_t *cs, int i, char 
         return srv;
     if (cm_worker_listen(srv->worker, gw_routes_dispatch, gw_routes_admin, srv, err, errlen) != 0)
         return srv;
-    cm_worker_gauge(srv->worker, "onsale_gateway_redis_up", "Redis connections up (one per worker)",
-                    gauge_redis, srv);
+    cm_worker_gauge_min(srv->worker, "onsale_gateway_redis_up",
+                        "1 while every worker's Redis connection is up, else 0", gauge_redis, srv);
+    cm_worker_gauge(srv->worker, "onsale_gateway_redis_connections",
+                    "Redis connections up (one per worker)", gauge_redis, srv);
     cm_worker_readiness(srv->worker, redis_ready, srv);
     cm_worker_gauge(srv->worker, "onsale_gateway_signer_pending",
                     "admission tokens queued or being signed", gauge_signer, srv);
@@ -419,9 +424,10 @@ gw_server_t *gw_server_new(const gw_config_t *cfg, char *err, size_t errlen)
     srv->cs = cm_server_new(&o, err, errlen);
     if (srv->cs == NULL)
         goto err;
-    cm_metrics_gauge_fn(cm_server_metrics(srv->cs), "onsale_gateway_pow_base_bits",
-                        "proof-of-work difficulty a quiet address block is given now", NULL,
-                        gauge_pow_bits, srv->pow);
+    cm_metrics_gauge_fn(
+        cm_server_metrics(srv->cs), "onsale_gateway_pow_base_difficulty",
+        "proof-of-work difficulty (leading zero bits) a quiet address block is given now", NULL,
+        gauge_pow_bits, srv->pow);
     int n = cm_server_workers(srv->cs);
     srv->all = cm_xcalloc((size_t)n, sizeof(gw_server_t *));
     err[0] = '\0';

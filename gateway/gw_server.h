@@ -66,8 +66,8 @@ typedef struct gw_metrics {
     cm_counter_t *backend_errors;
     cm_counter_t *advance_runs;
     cm_counter_t *advance_errors;
-    cm_histogram_t *sign_seconds; /* queueing + signing of one admission token */
-    cm_histogram_t *latency[GW_EP_COUNT];
+    cm_histogram_t *sign_seconds;    /* queueing + signing of one admission token */
+    cm_metrics_requests_t *requests; /* request_seconds{endpoint,code} */
 } gw_metrics_t;
 
 typedef struct gw_server gw_server_t;

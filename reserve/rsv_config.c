@@ -65,6 +65,11 @@ static const cm_config_opt_t own[] = {
     {"hold_record_keep_s", CM_CFG_INT, S(hold_record_keep_s), "3600", 60, 604800,
      "how long an expired hold is remembered (to answer hold_expired, not unknown_hold)"},
     {"log_level", CM_CFG_STR, S(log_level), "info", 0, 0, "debug, info, warn or error"},
+    {"log_format", CM_CFG_STR, S(log_format), "text", 0, 0,
+     "text, or json: one JSON object per line (time, level, program, pid, thread, "
+     "request_id, message)"},
+    {"access_log", CM_CFG_BOOL, S(access_log), "true", 0, 0,
+     "one log line per answered request: method, route, status, microseconds, bytes, peer"},
     {"paysim_url", CM_CFG_STR, S(paysim_url), "https://127.0.0.1:8445", 0, 0,
      "payment provider base URL: https://<host name or IPv4>[:port][/prefix] (names are "
      "resolved off the event loop; plain http:// only to a loopback address, with "

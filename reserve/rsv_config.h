@@ -38,6 +38,8 @@ typedef struct rsv_config {
     int64_t checkout_lease_s;
     int64_t hold_record_keep_s;
     char *log_level;
+    char *log_format;
+    bool access_log;
     char *paysim_url;
     bool allow_loopback_http;
     char *paysim_ca;

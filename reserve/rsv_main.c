@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cm_access.h"
 #include "cm_log.h"
 #include "cm_parse.h"
 #include "rsv_config.h"
@@ -38,6 +39,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "onsale-reserve: log_level must be debug, info, warn or error\n");
         goto out;
     }
+    cm_log_format_t format = CM_LOG_TEXT;
+    if (cm_log_format_parse(cfg.log_format, &format) != 0) {
+        fprintf(stderr, "onsale-reserve: log_format must be text or json\n");
+        goto out;
+    }
+    cm_log_set_format(format);
+    cm_access_set_log(cfg.access_log);
     cm_log_init("reserve", level);
     cm_log_route_libevent();
     if (!cm_parse_url_allowed(cfg.paysim_url, cfg.allow_loopback_http, NULL)) {

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cm_access.h"
 #include "cm_drain.h"
 #include "cm_err.h"
 #include "cm_jwt.h"
@@ -82,11 +83,12 @@ void rsv_req_start(rsv_req_t *r, rsv_server_t *srv, cm_req_t *req, rsv_endpoint_
     r->req = req;
     r->ep = ep;
     r->start_ns = cm_worker_req_begin(srv->worker);
+    cm_access_set_route(req, endpoint_names[ep]);
 }
 
 void rsv_req_replied(rsv_req_t *r)
 {
-    cm_worker_req_end(r->srv->worker, r->srv->m.latency[r->ep], r->start_ns);
+    cm_worker_req_end(r->srv->worker, r->srv->m.requests, (size_t)r->ep, r->start_ns);
     r->req = NULL;
 }
 
@@ -298,8 +300,9 @@ static void register_metrics(rsv_server_t *srv)
                                               "time from taking a hold to its confirmation", NULL,
                                               h2c, sizeof(h2c) / sizeof(h2c[0]));
     register_saga_metrics(srv);
-    cm_metrics_endpoint_latency(m, "onsale_reserve_request_seconds", "request latency by endpoint",
-                                endpoint_names, RSV_EP_COUNT, x->latency);
+    x->requests = cm_metrics_requests(m, "onsale_reserve_request_seconds",
+                                      "request latency by endpoint and status code", endpoint_names,
+                                      RSV_EP_COUNT);
 }
 
 static double gauge_pg(void *arg)
@@ -387,8 +390,10 @@ static rsv_server_t *worker_new(rsv_server_t *first, cm_server_t *cs, int i, cha
         return srv;
     cm_worker_gauge(srv->worker, "onsale_reserve_postgres_connections", "Postgres connections up",
                     gauge_pg, srv);
-    cm_worker_gauge(srv->worker, "onsale_reserve_redis_up", "Redis connections up (one per worker)",
-                    gauge_redis, srv);
+    cm_worker_gauge_min(srv->worker, "onsale_reserve_redis_up",
+                        "1 while every worker's Redis connection is up, else 0", gauge_redis, srv);
+    cm_worker_gauge(srv->worker, "onsale_reserve_redis_connections",
+                    "Redis connections up (one per worker)", gauge_redis, srv);
     cm_worker_readiness(srv->worker, backends_ready, srv);
     err[0] = '\0';
     return srv;

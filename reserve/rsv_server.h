@@ -72,7 +72,7 @@ typedef struct rsv_metrics {
     cm_counter_t *reseeds;
     cm_counter_t *backend_errors;
     cm_histogram_t *hold_to_confirm;
-    cm_histogram_t *latency[RSV_EP_COUNT];
+    cm_metrics_requests_t *requests; /* request_seconds{endpoint,code} */
     /* checkout saga (rsv_reconcile) */
     cm_counter_t *saga_transitions;
     cm_counter_t *refunds;

@@ -10,8 +10,10 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cm_metrics.h"
 
@@ -175,22 +177,87 @@ static void test_family_order_with_mixed_registration(void **state)
     cm_metrics_free(m);
 }
 
-static void test_endpoint_latency(void **state)
+static void test_requests_by_endpoint_and_code(void **state)
 {
     (void)state;
     cm_metrics_t *m = cm_metrics_new();
     static const char *const eps[] = {"hold", "confirm"};
-    cm_histogram_t *h[2];
-    cm_metrics_endpoint_latency(m, "x_request_seconds", "latency", eps, 2, h);
-    assert_ptr_not_equal(h[0], h[1]);
-    cm_histogram_observe(h[1], 0.002);
-    assert_int_equal(cm_histogram_count(h[0]), 0);
-    assert_int_equal(cm_histogram_count(h[1]), 1);
+    cm_metrics_requests_t *r = cm_metrics_requests(m, "x_request_seconds", "latency", eps, 2);
+    cm_metrics_requests_observe(r, 1, 201, 0.002);
+    cm_metrics_requests_observe(r, 1, 201, 0.004);
+    cm_metrics_requests_observe(r, 1, 409, 0.001);
+    cm_metrics_requests_observe(r, 0, 42, 0.001); /* not a status code */
+    assert_ptr_equal(cm_metrics_requests_series(r, 1, 201), cm_metrics_requests_series(r, 1, 201));
+    assert_ptr_not_equal(cm_metrics_requests_series(r, 1, 201),
+                         cm_metrics_requests_series(r, 0, 201));
+    /* a second object (another worker) shares the series */
+    cm_metrics_requests_t *r2 = cm_metrics_requests(m, "x_request_seconds", "latency", eps, 2);
+    cm_metrics_requests_observe(r2, 1, 201, 0.003);
     size_t len = 0;
     char *text = cm_metrics_render(m, &len);
-    assert_non_null(strstr(text, "x_request_seconds_count{endpoint=\"hold\"} 0\n"));
-    assert_non_null(strstr(text, "x_request_seconds_count{endpoint=\"confirm\"} 1\n"));
-    assert_non_null(strstr(text, "x_request_seconds_bucket{endpoint=\"confirm\",le=\"+Inf\"} 1\n"));
+    assert_non_null(strstr(text, "x_request_seconds_count{endpoint=\"confirm\",code=\"201\"} 3\n"));
+    assert_non_null(strstr(text, "x_request_seconds_count{endpoint=\"confirm\",code=\"409\"} 1\n"));
+    assert_non_null(strstr(text, "x_request_seconds_count{endpoint=\"hold\",code=\"other\"} 1\n"));
+    assert_non_null(strstr(
+        text, "x_request_seconds_bucket{endpoint=\"confirm\",code=\"201\",le=\"+Inf\"} 3\n"));
+    /* nothing observed, nothing rendered: bounded by what was answered */
+    assert_null(strstr(text, "endpoint=\"hold\",code=\"204\""));
+    free(text);
+    cm_metrics_free(m);
+}
+
+static double one(void *arg)
+{
+    (void)arg;
+    return 1;
+}
+
+static double zero(void *arg)
+{
+    (void)arg;
+    return 0;
+}
+
+static void test_gauge_fn_min_is_zero_when_one_is_down(void **state)
+{
+    (void)state;
+    cm_metrics_t *m = cm_metrics_new();
+    cm_metrics_gauge_fn_min(m, "x_up", "up", NULL, one, NULL);
+    cm_metrics_gauge_fn_min(m, "x_up", "up", NULL, zero, NULL);
+    cm_metrics_gauge_fn_min(m, "x_up", "up", NULL, one, NULL);
+    cm_metrics_gauge_fn(m, "x_connections", "count", NULL, one, NULL);
+    cm_metrics_gauge_fn(m, "x_connections", "count", NULL, one, NULL);
+    char *text = cm_metrics_render(m, NULL);
+    assert_non_null(strstr(text, "\nx_up 0\n"));
+    assert_non_null(strstr(text, "\nx_connections 2\n"));
+    free(text);
+    cm_metrics_free(m);
+}
+
+static double value_of(const char *text, const char *name)
+{
+    char key[80];
+    snprintf(key, sizeof(key), "\n%s ", name);
+    const char *p = strstr(text, key);
+    assert_non_null(p);
+    return strtod(p + strlen(key), NULL);
+}
+
+static void test_process_metrics(void **state)
+{
+    (void)state;
+    cm_metrics_t *m = cm_metrics_new();
+    cm_metrics_process(m);
+    char *text = cm_metrics_render(m, NULL);
+    assert_non_null(strstr(text, "# TYPE process_cpu_seconds_total counter\n"));
+    assert_true(value_of(text, "process_resident_memory_bytes") > 1e5);
+    assert_true(value_of(text, "process_virtual_memory_bytes") >=
+                value_of(text, "process_resident_memory_bytes"));
+    assert_true(value_of(text, "process_open_fds") >= 3);
+    assert_true(value_of(text, "process_max_fds") >= value_of(text, "process_open_fds"));
+    double start = value_of(text, "process_start_time_seconds");
+    assert_true(start > 1.6e9 && start <= (double)time(NULL) + 1);
+    assert_true(value_of(text, "process_cpu_seconds_total") >= 0);
     free(text);
     cm_metrics_free(m);
 }
@@ -204,7 +271,9 @@ int main(void)
         cmocka_unit_test(test_histogram),
         cmocka_unit_test(test_latency_bounds),
         cmocka_unit_test(test_family_order_with_mixed_registration),
-        cmocka_unit_test(test_endpoint_latency),
+        cmocka_unit_test(test_requests_by_endpoint_and_code),
+        cmocka_unit_test(test_gauge_fn_min_is_zero_when_one_is_down),
+        cmocka_unit_test(test_process_metrics),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

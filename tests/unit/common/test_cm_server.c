@@ -42,7 +42,7 @@ typedef struct app {
     struct event *slow; /* the delayed answer of /slow */
     cm_req_t *slow_req; /* atomic: the test thread waits for it */
     uint64_t slow_start;
-    cm_histogram_t *lat;
+    cm_metrics_requests_t *lat;
     int up; /* atomic: the readiness the worker samples */
 } app_t;
 
@@ -58,7 +58,7 @@ static void on_slow(evutil_socket_t fd, short what, void *arg)
 {
     app_t *a = arg;
     cm_http_send_body(a->slow_req, 200, "text/plain", "slow", 4, false);
-    cm_worker_req_end(a->w, a->lat, a->slow_start);
+    cm_worker_req_end(a->w, a->lat, 0, a->slow_start);
 }
 
 static void on_broadcast(void *peer, void *arg, cm_bcast_t *b)
@@ -138,8 +138,8 @@ static int setup(void **state)
         a->w = cm_server_worker(f->s, i);
         a->index = i;
         a->slow = evtimer_new(cm_worker_base(a->w), on_slow, a);
-        a->lat = cm_metrics_histogram(cm_server_metrics(f->s), "onsale_test_seconds", "x", NULL,
-                                      cm_metrics_latency_bounds, cm_metrics_latency_nbounds);
+        static const char *const eps[] = {"slow"};
+        a->lat = cm_metrics_requests(cm_server_metrics(f->s), "onsale_test_seconds", "x", eps, 1);
         assert_int_equal(cm_worker_listen(a->w, handler, NULL, a, err, sizeof(err)), 0);
         a->up = i == 1 ? initial_up1 : 1;
         cm_worker_readiness(a->w, app_ready, a);
