@@ -2,9 +2,10 @@
  * cm_req — the backend side of cm_http's request abstraction (cm_req_t).
  *
  * Handlers see a cm_req_t only through cm_http.h (method, path, query, headers, peer,
- * body, response headers, cm_http_send_*). A transport that serves requests — evhttp in
- * cm_http.c, our own HTTP/1.1 engine, a test's fake — embeds struct cm_req first in its
- * own request struct and fills in ops. Contract of every backend:
+ * body, response headers, cm_http_send_*). A transport that serves requests — evhttp
+ * in cm_http_evhttp.c, our own HTTP/1.1 engine in cm_http_h1.c, a test's fake — embeds
+ * struct cm_req first in its own request struct and fills in ops. Contract of every
+ * backend:
  *   - the request's strings (path, query, header values, peer, body) stay valid until
  *     the reply is sent;
  *   - send() is called exactly once per request and ends it: the backend may free the
