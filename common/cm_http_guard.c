@@ -21,6 +21,7 @@
 
 #include <arpa/inet.h>
 
+#include "cm_hash.h"
 #include "cm_log.h"
 #include "cm_mem.h"
 #include "cm_time.h"
@@ -39,14 +40,6 @@ struct cm_http_addrs {
     pthread_mutex_t lock;
     addr_slot_t *slots;
 };
-
-static uint64_t addr_key(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h ? h : 1;
-}
 
 cm_http_addrs_t *cm_http_addrs_new(void)
 {
@@ -95,7 +88,7 @@ out:
 
 int cm_http_addrs_count(cm_http_addrs_t *a, const char *addr)
 {
-    uint64_t key = addr_key(addr);
+    uint64_t key = cm_hash_str(addr);
     int n = 0;
     pthread_mutex_lock(&a->lock);
     for (size_t i = 0; i < ADDR_PROBES; i++) {
@@ -225,7 +218,7 @@ void cm_http_on_ssl_info(const SSL *ssl, int where, int ret)
         char addr[INET6_ADDRSTRLEN + 8];
         cm_http_ssl_peer((SSL *)ssl, addr, sizeof(addr));
         if (addr[0] != '\0') {
-            uint64_t key = addr_key(addr);
+            uint64_t key = cm_hash_str(addr);
             int n = addrs_add(g->addrs, key, 1);
             if (n >= 0)
                 g->addr_key = key;

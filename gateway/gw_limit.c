@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cm_hash.h"
 #include "cm_mem.h"
 
 #define PROBES 8
@@ -52,14 +53,6 @@ void gw_limit_free(gw_limit_t *l)
     free(l);
 }
 
-static uint64_t fnv1a(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h ? h : 1;
-}
-
 void gw_limit_key(const char *addr, char out[GW_LIMIT_KEY_MAX])
 {
     unsigned char a[16];
@@ -85,7 +78,7 @@ static int take_locked(gw_limit_t *l, const char *addr, int64_t now_ms)
 {
     char text[GW_LIMIT_KEY_MAX];
     gw_limit_key(addr, text);
-    uint64_t key = fnv1a(text);
+    uint64_t key = cm_hash_str(text);
     slot_t *s = NULL, *oldest = NULL;
     for (size_t i = 0; i < PROBES; i++) {
         slot_t *c = &l->slots[(key + i) & l->mask];

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cm_hash.h"
 #include "cm_mem.h"
 #include "cm_parse.h"
 #include "cm_tls.h"
@@ -152,17 +153,9 @@ static double per_min(const gw_pow_t *p, double v)
     return v * 60.0 / (double)p->cfg.window_s;
 }
 
-static uint64_t fnv1a(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h ? h : 1;
-}
-
 static slot_t *slot_of(gw_pow_t *p, const char *block, int64_t now_ms)
 {
-    uint64_t key = fnv1a(block);
+    uint64_t key = cm_hash_str(block);
     slot_t *oldest = NULL; /* a free slot, else the one idle longest */
     for (size_t i = 0; i < PROBES; i++) {
         slot_t *c = &p->slots[(key + i) & p->mask];

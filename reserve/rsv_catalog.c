@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cm_err.h"
+#include "cm_hash.h"
 #include "cm_log.h"
 #include "cm_mem.h"
 #include "cm_time.h"
@@ -134,16 +135,6 @@ static const char SEED_SQL[] =
 
 /* --- events ------------------------------------------------------------------ */
 
-static uint64_t str_hash(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 1099511628211ull;
-    }
-    return h;
-}
-
 void rsv_event_ref(rsv_event_t *ev)
 {
     ev->refs++;
@@ -166,7 +157,7 @@ long rsv_event_seat(const rsv_event_t *ev, const char *seat_id)
 {
     if (ev->nseats == 0)
         return -1;
-    for (size_t i = str_hash(seat_id) & ev->index_mask;; i = (i + 1) & ev->index_mask) {
+    for (size_t i = cm_hash_str(seat_id) & ev->index_mask;; i = (i + 1) & ev->index_mask) {
         uint32_t v = ev->index[i];
         if (v == 0)
             return -1;
@@ -228,7 +219,7 @@ static rsv_event_t *event_from_json(const char *id, const char *text)
         }
         ev->sections[ev->nsections - 1].count++;
         ev->seats[i].section = (uint32_t)(ev->nsections - 1);
-        size_t j = str_hash(ev->seats[i].id) & ev->index_mask;
+        size_t j = cm_hash_str(ev->seats[i].id) & ev->index_mask;
         while (ev->index[j])
             j = (j + 1) & ev->index_mask;
         ev->index[j] = (uint32_t)(i + 1);
