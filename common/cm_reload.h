@@ -107,8 +107,8 @@ cm_reload_config_t *cm_reload_config_new(const cm_reload_config_spec_t *spec, co
  * only if it succeeds is the new snapshot published. A file that does not load or
  * check is logged and changes nothing. 0, or -1 when the hook cannot be installed.
  */
-__attribute__((warn_unused_result)) int
-cm_reload_config_start(cm_reload_config_t *rc, cm_reload_apply_fn apply, void *arg);
+__attribute__((warn_unused_result)) int cm_reload_config_start(cm_reload_config_t *rc,
+                                                               cm_reload_apply_fn apply, void *arg);
 
 /** The effective configuration now (a struct of spec->size bytes). Any thread. */
 const void *cm_reload_config_current(const cm_reload_config_t *rc);

@@ -43,8 +43,7 @@ int main(int argc, char **argv)
     if (cr == CM_CONFIG_HELP)
         return 0;
     if (cr == CM_CONFIG_ERROR) {
-        fprintf(stderr, "onsale-gateway: %s%s\n", check_only ? "configuration invalid: " : "",
-                err);
+        fprintf(stderr, "onsale-gateway: %s%s\n", check_only ? "configuration invalid: " : "", err);
         return check_only ? 1 : 2;
     }
     int rc = 1;

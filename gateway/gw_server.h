@@ -88,11 +88,11 @@ struct gw_server {
     gw_metrics_t m;
     unsigned char *ticket_secret; /* the newest of ticket_keys: signs new tickets */
     size_t ticket_secret_len;
-    gw_ticket_keys_t ticket_keys; /* every secret of ticket_secret_file, oldest first */
+    gw_ticket_keys_t ticket_keys;  /* every secret of ticket_secret_file, oldest first */
     cm_reload_cell_t *admin_token; /* the operators' token (char *), replaced on SIGHUP */
     cm_reload_config_t *config;    /* the effective configuration (NULL: cfg, no reloads) */
-    cm_jwt_signer_t *signer; /* the active (last) signing key */
-    char *jwks;              /* every configured key, public halves */
+    cm_jwt_signer_t *signer;       /* the active (last) signing key */
+    char *jwks;                    /* every configured key, public halves */
     gw_signer_t *pool;
     gw_admit_t *admit;
     gw_limit_t *limit;
