@@ -431,6 +431,7 @@ static void test_check_config_flag(void **state)
     const char *args[] = {"--check-config", "--port=9", NULL};
     assert_int_equal(load(f, args), CM_CONFIG_OK);
     assert_int_equal(f->cfg.port, 9);
+    cm_config_free(table, NOPTS, &f->cfg);
     const char *bad[] = {"--check-config=yes", NULL};
     assert_int_equal(load(f, bad), CM_CONFIG_ERROR);
 }
