@@ -23,6 +23,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "cm_mem.h"
 #include "cm_parse.h"
 #include "cm_version.h"
@@ -329,6 +331,8 @@ static int scan_argv(const cm_config_opt_t *table, size_t n, int argc, char **ar
             sc->version = true;
             continue;
         }
+        if (eq == NULL && name_eq(name, len, "check_config"))
+            continue; /* the caller's (cm_config_check_requested) */
         const cm_config_opt_t *opt = find_opt(table, n, name, len);
         bool negated = false;
         if (opt == NULL && eq == NULL && len > 3 && name_eq(name, 3, "no_")) {
@@ -438,7 +442,10 @@ void cm_config_usage(FILE *out, const char *progname, const cm_config_opt_t *tab
         fprintf(out, "; env: %s", var);
         free(var);
     }
-    fprintf(out, "\n  --help\n      print this text and exit\n");
+    fprintf(out, "\n  --check-config\n      validate the configuration and the files it names "
+                 "(keys, certificates, secrets), print \"configuration ok\" or the error, and "
+                 "exit 0 or 1\n");
+    fprintf(out, "  --help\n      print this text and exit\n");
     fprintf(out,
             "  --version\n      print the version and the commit it was built from, and exit\n");
 }
@@ -452,6 +459,149 @@ void cm_config_free(const cm_config_opt_t *table, size_t n, void *cfg)
         free(*slot);
         *slot = NULL;
     }
+}
+
+bool cm_config_check_requested(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0)
+            return false;
+        if (strcmp(argv[i], "--check-config") == 0 || strcmp(argv[i], "--check_config") == 0)
+            return true;
+    }
+    return false;
+}
+
+static const void *field_of(const cm_config_opt_t *opt, const void *cfg)
+{
+    return (const char *)cfg + opt->offset;
+}
+
+bool cm_config_equal(const cm_config_opt_t *opt, const void *a, const void *b)
+{
+    const void *x = field_of(opt, a), *y = field_of(opt, b);
+    switch (opt->type) {
+    case CM_CFG_STR: {
+        const char *s, *t;
+        memcpy(&s, x, sizeof(s));
+        memcpy(&t, y, sizeof(t));
+        return s == t || (s != NULL && t != NULL && strcmp(s, t) == 0);
+    }
+    case CM_CFG_INT:
+        return memcmp(x, y, sizeof(int64_t)) == 0;
+    case CM_CFG_BOOL:
+        return memcmp(x, y, sizeof(bool)) == 0;
+    }
+    return false;
+}
+
+void cm_config_copy_key(const cm_config_opt_t *opt, void *dst, const void *src)
+{
+    char *to = (char *)dst + opt->offset;
+    const void *from = field_of(opt, src);
+    switch (opt->type) {
+    case CM_CFG_STR: {
+        const char *s;
+        char **slot = (char **)(void *)to;
+        memcpy(&s, from, sizeof(s));
+        char *copy = s != NULL ? cm_xstrdup(s) : NULL;
+        free(*slot);
+        *slot = copy;
+        return;
+    }
+    case CM_CFG_INT:
+        memcpy(to, from, sizeof(int64_t));
+        return;
+    case CM_CFG_BOOL:
+        memcpy(to, from, sizeof(bool));
+        return;
+    }
+}
+
+void cm_config_copy(const cm_config_opt_t *table, size_t n, void *dst, const void *src)
+{
+    for (size_t i = 0; i < n; i++)
+        cm_config_copy_key(&table[i], dst, src);
+}
+
+bool cm_config_in(const char *const *list, const char *name)
+{
+    for (; list != NULL && *list != NULL; list++) {
+        if (strcmp(*list, name) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* s with the value of every `password=` (quoted or not) replaced by ***. New string. */
+static char *mask_passwords(const char *s)
+{
+    static const char word[] = "password=";
+    size_t cap = strlen(s) + 1, o = 0;
+    char *out = cm_xmalloc(cap + 8 * (cap / sizeof(word) + 1));
+    while (*s != '\0') {
+        if (strncmp(s, word, sizeof(word) - 1) != 0) {
+            out[o++] = *s++;
+            continue;
+        }
+        memcpy(out + o, word, sizeof(word) - 1);
+        o += sizeof(word) - 1;
+        s += sizeof(word) - 1;
+        memcpy(out + o, "***", 3);
+        o += 3;
+        if (*s == '\'') { /* libpq quoting: \' and \\ escaped */
+            for (s++; *s != '\0' && *s != '\''; s++) {
+                if (*s == '\\' && s[1] != '\0')
+                    s++;
+            }
+            if (*s == '\'')
+                s++;
+        } else {
+            while (*s != '\0' && *s != ' ' && *s != '\t')
+                s++;
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
+static json_t *value_json(const cm_config_opt_t *opt, const void *cfg, const char *const *secret)
+{
+    const void *f = field_of(opt, cfg);
+    switch (opt->type) {
+    case CM_CFG_STR: {
+        const char *s;
+        memcpy(&s, f, sizeof(s));
+        if (s == NULL)
+            return json_null();
+        if (cm_config_in(secret, opt->name))
+            return json_string("***");
+        char *masked = mask_passwords(s);
+        json_t *v = json_string(masked);
+        free(masked);
+        return v != NULL ? v : json_string("(not UTF-8)");
+    }
+    case CM_CFG_INT: {
+        int64_t v;
+        memcpy(&v, f, sizeof(v));
+        return json_integer((json_int_t)v);
+    }
+    case CM_CFG_BOOL: {
+        bool b;
+        memcpy(&b, f, sizeof(b));
+        return json_boolean(b);
+    }
+    }
+    return json_null();
+}
+
+json_t *cm_config_json(const cm_config_opt_t *table, size_t n, const void *cfg,
+                       const char *const *secret)
+{
+    json_t *o = json_object();
+    for (size_t i = 0; i < n; i++)
+        json_object_set_new(o, table[i].name, value_json(&table[i], cfg, secret));
+    return o;
 }
 
 /*

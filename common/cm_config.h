@@ -77,4 +77,34 @@ char *cm_config_read_secret(const char *key, const char *path, size_t min_len, s
 /** Frees the strings the loader stored in cfg. */
 void cm_config_free(const cm_config_opt_t *table, size_t n, void *cfg);
 
+/**
+ * True when argv asks for `--check-config` (before a `--`): the binary validates its
+ * configuration and the files it names, prints "configuration ok" or the error, and
+ * exits 0 or 1 without opening a socket. cm_config_load accepts and ignores the flag.
+ */
+bool cm_config_check_requested(int argc, char **argv);
+
+/** True when key opt holds the same value in cfg a and cfg b (strings compared by text). */
+bool cm_config_equal(const cm_config_opt_t *opt, const void *a, const void *b);
+
+/** Copies key opt's value from src into dst (a string is duplicated; dst's old one freed). */
+void cm_config_copy_key(const cm_config_opt_t *opt, void *dst, const void *src);
+
+/** Deep copy of every key from src into dst (zeroed by the caller); free with cm_config_free. */
+void cm_config_copy(const cm_config_opt_t *table, size_t n, void *dst, const void *src);
+
+/** True when name is one of the NULL-terminated list (NULL list: false). */
+bool cm_config_in(const char *const *list, const char *name);
+
+struct json_t;
+
+/**
+ * The configuration as a JSON object, key → value (strings, integers, booleans, null
+ * when unset), for the admin API. A key named in secret (NULL-terminated) shows "***"
+ * when set; in any string, what follows `password=` is shown as *** too, so a libpq
+ * conninfo never leaks one. New reference.
+ */
+struct json_t *cm_config_json(const cm_config_opt_t *table, size_t n, const void *cfg,
+                              const char *const *secret);
+
 #endif

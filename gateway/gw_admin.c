@@ -303,3 +303,20 @@ void gw_admin_event_history(gw_server_t *srv, cm_req_t *req, const char *event)
     }
     gw_reply_json(&r, 200, gw_history_json(srv->history, event));
 }
+
+void gw_admin_config(gw_server_t *srv, cm_req_t *req)
+{
+    gw_req_t r;
+    gw_req_start(&r, srv, req, GW_EP_ADMIN);
+    json_t *config;
+    if (srv->config != NULL) {
+        config = cm_reload_config_json(srv->config);
+    } else {
+        size_t n = 0;
+        const cm_config_opt_t *table = gw_config_table(&n);
+        config = cm_config_json(table, n, &srv->cfg, gw_config_secret);
+    }
+    gw_reply_json(&r, 200,
+                  json_pack("{s:s, s:I, s:o}", "service", "gateway", "reloads",
+                            (json_int_t)cm_reload_rounds(), "config", config));
+}

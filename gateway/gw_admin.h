@@ -27,6 +27,9 @@ void gw_admin_events_list(gw_server_t *srv, cm_req_t *req);
 /** GET /admin/events/{event}/history: the room's sampled numbers (gw_history.h). */
 void gw_admin_event_history(gw_server_t *srv, cm_req_t *req, const char *event);
 
+/** GET /admin/config: the effective configuration, secrets masked (cm_config_json). */
+void gw_admin_config(gw_server_t *srv, cm_req_t *req);
+
 /** A room as the admin API shows it: event, settings, stats (with stats.pow; new reference). */
 json_t *gw_admin_room_json(gw_server_t *srv, const gw_room_t *room);
 

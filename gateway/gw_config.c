@@ -5,7 +5,15 @@
 #include "gw_config.h"
 
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "cm_jwt.h"
+#include "cm_log.h"
+#include "cm_mem.h"
+#include "cm_parse.h"
+#include "gw_ticket.h"
 
 #define S(f) offsetof(gw_config_t, f)
 
@@ -99,4 +107,96 @@ const cm_config_opt_t *gw_config_table(size_t *n)
         table[CM_SERVER_CONFIG_NKEYS + CM_REDIS_CONFIG_NKEYS + sizeof(own) / sizeof(own[0])];
     *n = cm_server_config_table(table, S(server), &d, S(redis), own, sizeof(own) / sizeof(own[0]));
     return table;
+}
+
+/* The TLS certificate and key files' contents are re-read by cm_tls's own hook; a new
+ * path in tls_cert/tls_key is a restart. docs/operations.md has the table. */
+const char *const gw_config_live[] = {"log_level", "admin_token_file", NULL};
+
+const char *const gw_config_secret[] = {NULL};
+
+/* Each file of a comma-separated list through fn; 0 or -1 + err. */
+static int each_file(const char *key, const char *list,
+                     int (*fn)(const char *key, const char *path, char *err, size_t errlen),
+                     char *err, size_t errlen)
+{
+    char *copy = cm_xstrdup(list), *save = NULL;
+    int rc = 0, n = 0;
+    for (char *p = strtok_r(copy, ",", &save); p != NULL && rc == 0;
+         p = strtok_r(NULL, ",", &save)) {
+        while (*p == ' ')
+            p++;
+        size_t len = strlen(p);
+        while (len > 0 && p[len - 1] == ' ')
+            p[--len] = '\0';
+        if (len == 0)
+            continue;
+        n++;
+        rc = fn(key, p, err, errlen);
+    }
+    free(copy);
+    if (rc == 0 && n == 0) {
+        snprintf(err, errlen, "%s names no file", key);
+        rc = -1;
+    }
+    return rc;
+}
+
+static int check_secret(const char *key, const char *path, char *err, size_t errlen)
+{
+    size_t min = strcmp(key, "ticket_secret_file") == 0 ? GW_TICKET_SECRET_MIN : 16;
+    char *s = cm_config_read_secret(key, path, min, 4096, NULL, err, errlen);
+    if (s == NULL)
+        return -1;
+    explicit_bzero(s, strlen(s));
+    free(s);
+    return 0;
+}
+
+static int check_signing_key(const char *key, const char *path, char *err, size_t errlen)
+{
+    size_t len = 0;
+    char *pem = cm_config_read_secret(key, path, 1, 65536, &len, err, errlen);
+    if (pem == NULL)
+        return -1;
+    char why[256];
+    cm_jwt_signer_t *s = cm_jwt_signer_new(NULL, pem, len, why, sizeof(why));
+    explicit_bzero(pem, len);
+    free(pem);
+    if (s == NULL) {
+        snprintf(err, errlen, "signing key %s: %s", path, why);
+        return -1;
+    }
+    cm_jwt_signer_free(s);
+    return 0;
+}
+
+int gw_config_check(const void *p, char *err, size_t errlen)
+{
+    const gw_config_t *cfg = p;
+    cm_log_level_t level;
+    if (cm_log_level_parse(cfg->log_level, &level) != 0) {
+        snprintf(err, errlen, "log_level must be debug, info, warn or error");
+        return -1;
+    }
+    if (cfg->poll_min_ms > cfg->poll_max_ms) {
+        snprintf(err, errlen, "poll_min_ms must not exceed poll_max_ms");
+        return -1;
+    }
+    if (!cm_parse_url_allowed(cfg->reserve_url, cfg->allow_loopback_http, NULL)) {
+        snprintf(err, errlen,
+                 "reserve_url must be an https:// URL without user info or #fragment (plain "
+                 "http:// only to a loopback host, with allow_loopback_http)");
+        return -1;
+    }
+    if (cfg->signing_keys == NULL || cfg->ticket_secret_file == NULL ||
+        cfg->admin_token_file == NULL) {
+        snprintf(err, errlen, "signing_keys, ticket_secret_file and admin_token_file must be set");
+        return -1;
+    }
+    if (check_secret("admin_token_file", cfg->admin_token_file, err, errlen) != 0)
+        return -1;
+    if (each_file("ticket_secret_file", cfg->ticket_secret_file, check_secret, err, errlen) != 0)
+        return -1;
+    return each_file("signing_keys", cfg->signing_keys, check_signing_key, err, errlen);
 }

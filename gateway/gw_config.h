@@ -1,6 +1,7 @@
 /*
  * gw_config — the gateway's configuration: one struct, one table (gw_config.c).
- * Loaded once at start-up by cm_config (file → ONSALE_GATEWAY_* env → argv).
+ * Loaded at start-up by cm_config (file → ONSALE_GATEWAY_* env → argv) and again on
+ * SIGHUP (cm_reload_config: gw_config_live names what changes without a restart).
  */
 #ifndef GW_CONFIG_H
 #define GW_CONFIG_H
@@ -46,6 +47,21 @@ typedef struct gw_config {
 /** The whole table (the shared server keys first, then the gateway's own); n: its length.
  * Start-up, main thread (the first call builds it). */
 const cm_config_opt_t *gw_config_table(size_t *n);
+
+/** Keys a SIGHUP applies live (NULL-terminated); any other change needs a restart. */
+extern const char *const gw_config_live[];
+
+/** Keys whose value is a secret, shown as "***" by GET /admin/config (NULL-terminated). */
+extern const char *const gw_config_secret[];
+
+/**
+ * The checks that span keys or need the files the keys name: log_level known,
+ * poll_min_ms <= poll_max_ms, reserve_url allowed, signing_keys / ticket_secret_file /
+ * admin_token_file set, each named file readable (owner-only) and each signing key a
+ * P-256 private key. Reads files (start-up, --check-config, the reload thread). 0 or
+ * -1 + err. cfg is a const gw_config_t * (void for cm_reload_config_spec_t.check).
+ */
+int gw_config_check(const void *cfg, char *err, size_t errlen);
 
 #define GW_ENV_PREFIX "ONSALE_GATEWAY_"
 

@@ -174,6 +174,13 @@ static void route_admin(gw_server_t *srv, cm_req_t *req, char **seg, int n)
             reply_simple(srv, req, GW_EP_OTHER, 405, "method_not_allowed", "use GET");
         return;
     }
+    if (n == 2 && strcmp(seg[1], "config") == 0) {
+        if (method_is(req, CM_HTTP_GET))
+            gw_admin_config(srv, req);
+        else
+            reply_simple(srv, req, GW_EP_OTHER, 405, "method_not_allowed", "use GET");
+        return;
+    }
     if (strcmp(seg[1], "events") != 0 || n > 3) {
         reply_simple(srv, req, GW_EP_OTHER, 404, "not_found", "no such endpoint");
         return;

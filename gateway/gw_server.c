@@ -100,7 +100,7 @@ void gw_reply_unavailable(gw_req_t *r, const char *what, const char *err)
 
 bool gw_admin_authorized(gw_server_t *srv, cm_req_t *req)
 {
-    return cm_server_bearer_ok(req, srv->admin_token);
+    return cm_server_bearer_ok(req, cm_reload_cell_get(srv->admin_token));
 }
 
 /* --- between workers ---------------------------------------------------------------- */
@@ -315,8 +315,44 @@ static int load_secrets(gw_server_t *srv, char *err, size_t errlen)
     size_t n = 0;
     if (load_ticket_secrets(srv, err, errlen) != 0)
         return -1;
-    srv->admin_token = read_secret("admin_token_file", cfg->admin_token_file, 16, &n, err, errlen);
-    return srv->admin_token == NULL ? -1 : 0;
+    char *token = read_secret("admin_token_file", cfg->admin_token_file, 16, &n, err, errlen);
+    if (token == NULL)
+        return -1;
+    srv->admin_token = cm_reload_cell_new(token, cm_reload_free_secret, NULL);
+    return 0;
+}
+
+/* On the reload thread: the live keys of a new snapshot (gw_config_live). */
+static int on_config_apply(void *arg, const void *p, char *err, size_t errlen)
+{
+    gw_server_t *srv = arg;
+    const gw_config_t *cfg = p;
+    cm_log_level_t level;
+    if (cm_log_level_parse(cfg->log_level, &level) != 0) {
+        snprintf(err, errlen, "log_level must be debug, info, warn or error");
+        return -1;
+    }
+    char *token = read_secret("admin_token_file", cfg->admin_token_file, 16, NULL, err, errlen);
+    if (token == NULL)
+        return -1;
+    const char *old = cm_reload_cell_get(srv->admin_token);
+    if (strcmp(old, token) != 0) {
+        cm_reload_cell_set(srv->admin_token, token);
+        cm_log(CM_LOG_INFO, "reload: operator token replaced");
+    } else {
+        cm_reload_free_secret(token, NULL);
+    }
+    cm_reload_set_log_level(level);
+    return 0;
+}
+
+int gw_server_watch_config(gw_server_t *srv, cm_reload_config_t *rc)
+{
+    int n = srv->cs ? cm_server_workers(srv->cs) : 0;
+    srv->config = rc;
+    for (int i = 0; i < n && srv->all != NULL; i++)
+        srv->all[i]->config = rc;
+    return cm_reload_config_start(rc, on_config_apply, srv);
 }
 
 static double gauge_pow_bits(void *arg)
@@ -498,6 +534,6 @@ void gw_server_free(gw_server_t *srv)
         memset(s, 0, srv->ticket_keys.len[i]);
         free(s);
     }
-    free(srv->admin_token);
+    cm_reload_cell_free(srv->admin_token);
     free(srv);
 }

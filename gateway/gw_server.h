@@ -24,6 +24,7 @@
 #include "cm_mem.h"
 #include "cm_metrics.h"
 #include "cm_redis.h"
+#include "cm_reload.h"
 #include "cm_server.h"
 #include "gw_config.h"
 #include "gw_ticket.h"
@@ -87,10 +88,11 @@ struct gw_server {
     gw_metrics_t m;
     unsigned char *ticket_secret; /* the newest of ticket_keys: signs new tickets */
     size_t ticket_secret_len;
-    gw_ticket_keys_t ticket_keys; /* every secret of ticket_secret_file, oldest first */
-    char *admin_token;
-    cm_jwt_signer_t *signer; /* the active (last) signing key */
-    char *jwks;              /* every configured key, public halves */
+    gw_ticket_keys_t ticket_keys;  /* every secret of ticket_secret_file, oldest first */
+    cm_reload_cell_t *admin_token; /* the operators' token (char *), replaced on SIGHUP */
+    cm_reload_config_t *config;    /* the effective configuration (NULL: cfg, no reloads) */
+    cm_jwt_signer_t *signer;       /* the active (last) signing key */
+    char *jwks;                    /* every configured key, public halves */
     gw_signer_t *pool;
     gw_admit_t *admit;
     gw_limit_t *limit;
@@ -119,6 +121,15 @@ gw_server_t *gw_server_new(const gw_config_t *cfg, char *err, size_t errlen);
 int gw_server_run(gw_server_t *srv);
 /** Frees every worker (given worker 0); the config strings are the caller's. NULL is fine. */
 void gw_server_free(gw_server_t *srv);
+
+/**
+ * Main thread, before gw_server_run: GET /admin/config shows rc's effective
+ * configuration, and each SIGHUP applies its live keys (gw_config_live: the log level,
+ * the operators' token re-read from admin_token_file). rc (borrowed) must outlive the
+ * hook: free it before the server. 0, or -1 when the hook cannot be installed.
+ */
+__attribute__((warn_unused_result)) int gw_server_watch_config(gw_server_t *srv,
+                                                               cm_reload_config_t *rc);
 
 /** Starts a request context (counts it in flight). */
 void gw_req_start(gw_req_t *r, gw_server_t *srv, cm_req_t *req, gw_endpoint_t ep);

@@ -344,3 +344,20 @@ void rsv_admin_event_get(rsv_server_t *srv, cm_req_t *req, const char *event)
         free(r);
     }
 }
+
+void rsv_admin_config(rsv_server_t *srv, cm_req_t *req)
+{
+    rsv_req_t r;
+    rsv_req_start(&r, srv, req, RSV_EP_OTHER);
+    json_t *config;
+    if (srv->config != NULL) {
+        config = cm_reload_config_json(srv->config);
+    } else {
+        size_t n = 0;
+        const cm_config_opt_t *table = rsv_config_table(&n);
+        config = cm_config_json(table, n, &srv->cfg, rsv_config_secret);
+    }
+    rsv_reply_json(&r, 200,
+                   json_pack("{s:s, s:I, s:o}", "service", "reserve", "reloads",
+                             (json_int_t)cm_reload_rounds(), "config", config));
+}

@@ -9,7 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cm_jwt.h"
+#include "cm_log.h"
 #include "cm_mem.h"
+#include "cm_parse.h"
+#include "rsv_cors.h"
 
 #define S(f) offsetof(rsv_config_t, f)
 
@@ -172,4 +176,70 @@ int rsv_config_check(const rsv_config_t *cfg, char *err, size_t errlen)
         return -1;
     }
     return 0;
+}
+
+/* The TLS certificate's and the admission keys' contents are re-read by their own hooks
+ * (cm_tls, rsv_auth); a new path in tls_cert, tls_key or admission_keys is a restart.
+ * docs/operations.md has the table. */
+const char *const rsv_config_live[] = {"log_level", "admin_token_file", "cors_origins", NULL};
+
+const char *const rsv_config_secret[] = {"paysim_api_key", NULL};
+
+static int check_readable(const char *key, const char *path, size_t min, char *err, size_t errlen)
+{
+    char *s = cm_config_read_secret(key, path, min, 4096, NULL, err, errlen);
+    if (s == NULL)
+        return -1;
+    explicit_bzero(s, strlen(s));
+    free(s);
+    return 0;
+}
+
+/* The files the keys name: each one read and parsed as start-up would. */
+static int check_files(const rsv_config_t *cfg, char *err, size_t errlen)
+{
+    if (check_readable("admin_token_file", cfg->admin_token_file, 16, err, errlen) != 0)
+        return -1;
+    if (cfg->pg_password_file != NULL) {
+        if (cfg->pg_conninfo != NULL && strstr(cfg->pg_conninfo, "password") != NULL) {
+            snprintf(err, errlen,
+                     "pg_conninfo must not hold a password when pg_password_file is set");
+            return -1;
+        }
+        if (check_readable("pg_password_file", cfg->pg_password_file, 1, err, errlen) != 0)
+            return -1;
+    }
+    cm_jwt_keyset_t *ks = cm_jwt_keyset_new();
+    int rc = cm_jwt_keyset_load_file(ks, cfg->admission_keys, err, errlen);
+    cm_jwt_keyset_free(ks);
+    if (rc != 0)
+        return -1;
+    rsv_cors_t *cors = rsv_cors_new(cfg->cors_origins, err, errlen);
+    if (cors == NULL)
+        return -1;
+    rsv_cors_free(cors);
+    return 0;
+}
+
+int rsv_config_validate(const void *p, char *err, size_t errlen)
+{
+    const rsv_config_t *cfg = p;
+    cm_log_level_t level;
+    if (cm_log_level_parse(cfg->log_level, &level) != 0) {
+        snprintf(err, errlen, "log_level must be debug, info, warn or error");
+        return -1;
+    }
+    if (!cm_parse_url_allowed(cfg->paysim_url, cfg->allow_loopback_http, NULL)) {
+        snprintf(err, errlen,
+                 "paysim_url must be an https:// URL (plain http:// only to a "
+                 "loopback address, with allow_loopback_http)");
+        return -1;
+    }
+    if (rsv_config_check(cfg, err, errlen) != 0)
+        return -1;
+    if (cfg->admission_keys == NULL || cfg->admin_token_file == NULL) {
+        snprintf(err, errlen, "admission_keys and admin_token_file must be set");
+        return -1;
+    }
+    return check_files(cfg, err, errlen);
 }

@@ -1,6 +1,7 @@
 /*
  * rsv_config — the reserve's configuration: one struct, one table (rsv_config.c).
- * Loaded once at start-up by cm_config (file → ONSALE_RESERVE_* env → argv).
+ * Loaded at start-up by cm_config (file → ONSALE_RESERVE_* env → argv) and again on
+ * SIGHUP (cm_reload_config: rsv_config_live names what changes without a restart).
  */
 #ifndef RSV_CONFIG_H
 #define RSV_CONFIG_H
@@ -74,6 +75,21 @@ int rsv_config_add_pg_password(rsv_config_t *cfg, char *err, size_t errlen);
  * message naming the keys.
  */
 int rsv_config_check(const rsv_config_t *cfg, char *err, size_t errlen);
+
+/** Keys a SIGHUP applies live (NULL-terminated); any other change needs a restart. */
+extern const char *const rsv_config_live[];
+
+/** Keys whose value is a secret, shown as "***" by GET /admin/config (NULL-terminated). */
+extern const char *const rsv_config_secret[];
+
+/**
+ * Everything start-up checks short of sockets and backends: log_level known,
+ * paysim_url allowed, rsv_config_check, admission_keys and admin_token_file set, the
+ * admin token and pg_password_file readable (owner-only), the admission keys and the
+ * CORS origins parsed. Reads files (start-up, --check-config, the reload thread). 0 or
+ * -1 + err. cfg is a const rsv_config_t * (void for cm_reload_config_spec_t.check).
+ */
+int rsv_config_validate(const void *cfg, char *err, size_t errlen);
 
 /** The whole table (the shared server keys first, then the reserve's own); n: its length.
  * Start-up, main thread (the first call builds it). */

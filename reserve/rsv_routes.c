@@ -148,6 +148,13 @@ static void route_admin(rsv_server_t *srv, cm_req_t *req, char **seg, int n)
         }
         return;
     }
+    if (n == 2 && strcmp(seg[1], "config") == 0) {
+        if (method_is(req, CM_HTTP_GET))
+            rsv_admin_config(srv, req);
+        else
+            reply_simple(srv, req, RSV_EP_OTHER, 405, "method_not_allowed", "use GET");
+        return;
+    }
     if (n == 2 && strcmp(seg[1], "checkouts") == 0) {
         if (method_is(req, CM_HTTP_GET))
             rsv_checkout_admin_list(srv, req);
@@ -212,7 +219,7 @@ static void dispatch(rsv_server_t *srv, cm_req_t *req, bool admin)
     }
     if (rsv_shop_serve(srv, req, seg, n))
         return;
-    if (n >= 1 && strcmp(seg[0], "v1") == 0 && rsv_cors_handle(srv->cors, req))
+    if (n >= 1 && strcmp(seg[0], "v1") == 0 && rsv_cors_handle(cm_reload_cell_get(srv->cors), req))
         return; /* a CORS preflight */
     if (n >= 2 && strcmp(seg[0], "v1") == 0) {
         if (strcmp(seg[1], "events") == 0)

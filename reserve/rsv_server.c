@@ -149,7 +149,7 @@ void rsv_reply_auth(rsv_req_t *r, int result, const char *why)
 
 bool rsv_admin_authorized(rsv_server_t *srv, cm_req_t *req)
 {
-    return cm_server_bearer_ok(req, srv->admin_token);
+    return cm_server_bearer_ok(req, cm_reload_cell_get(srv->admin_token));
 }
 
 /* --- between workers ---------------------------------------------------------------- */
@@ -327,6 +327,50 @@ static char *read_token_file(const char *path, char *err, size_t errlen)
     return cm_config_read_secret("admin_token_file", path, 16, 4096, NULL, err, errlen);
 }
 
+static void cors_free(void *cors, void *ctx)
+{
+    (void)ctx;
+    rsv_cors_free(cors);
+}
+
+/* On the reload thread: the live keys of a new snapshot (rsv_config_live). */
+static int on_config_apply(void *arg, const void *p, char *err, size_t errlen)
+{
+    rsv_server_t *srv = arg;
+    const rsv_config_t *cfg = p;
+    cm_log_level_t level;
+    if (cm_log_level_parse(cfg->log_level, &level) != 0) {
+        snprintf(err, errlen, "log_level must be debug, info, warn or error");
+        return -1;
+    }
+    rsv_cors_t *cors = rsv_cors_new(cfg->cors_origins, err, errlen);
+    if (cors == NULL)
+        return -1;
+    char *token = read_token_file(cfg->admin_token_file, err, errlen);
+    if (token == NULL) {
+        rsv_cors_free(cors);
+        return -1;
+    }
+    if (strcmp(cm_reload_cell_get(srv->admin_token), token) != 0) {
+        cm_reload_cell_set(srv->admin_token, token);
+        cm_log(CM_LOG_INFO, "reload: operator token replaced");
+    } else {
+        cm_reload_free_secret(token, NULL);
+    }
+    cm_reload_cell_set(srv->cors, cors);
+    cm_reload_set_log_level(level);
+    return 0;
+}
+
+int rsv_server_watch_config(rsv_server_t *srv, cm_reload_config_t *rc)
+{
+    int n = srv->cs ? cm_server_workers(srv->cs) : 0;
+    srv->config = rc;
+    for (int i = 0; i < n && srv->all != NULL; i++)
+        srv->all[i]->config = rc;
+    return cm_reload_config_start(rc, on_config_apply, srv);
+}
+
 /* One worker's instance on its loop; the shared parts are borrowed from worker 0. */
 static rsv_server_t *worker_new(rsv_server_t *first, cm_server_t *cs, int i, char *err,
                                 size_t errlen)
@@ -415,12 +459,14 @@ rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen)
         snprintf(err, errlen, "checkout_lease_s must exceed pay_timeout_ms by at least 5 s");
         goto err;
     }
-    srv->admin_token = read_token_file(cfg->admin_token_file, err, errlen);
-    if (srv->admin_token == NULL)
+    char *token = read_token_file(cfg->admin_token_file, err, errlen);
+    if (token == NULL)
         goto err;
-    srv->cors = rsv_cors_new(cfg->cors_origins, err, errlen);
-    if (srv->cors == NULL)
+    srv->admin_token = cm_reload_cell_new(token, cm_reload_free_secret, NULL);
+    rsv_cors_t *cors = rsv_cors_new(cfg->cors_origins, err, errlen);
+    if (cors == NULL)
         goto err;
+    srv->cors = cm_reload_cell_new(cors, cors_free, NULL);
     if (cm_server_config_tls(&cfg->server, &srv->tls, err, errlen) != 0)
         goto err;
     cm_server_opts_t o = {
@@ -499,7 +545,7 @@ void rsv_server_free(rsv_server_t *srv)
     rsv_auth_keys_free(srv->keys);
     rsv_auth_fails_free(srv->auth_fails);
     cm_tls_free(srv->tls);
-    rsv_cors_free(srv->cors);
-    free(srv->admin_token);
+    cm_reload_cell_free(srv->cors);
+    cm_reload_cell_free(srv->admin_token);
     free(srv);
 }

@@ -23,6 +23,7 @@
 #include "cm_http.h"
 #include "cm_metrics.h"
 #include "cm_redis.h"
+#include "cm_reload.h"
 #include "cm_server.h"
 #include "rsv_config.h"
 #include "rsv_pay.h"
@@ -118,9 +119,10 @@ struct rsv_server {
     rsv_avail_t *avail;
     rsv_pay_t *pay;
     rsv_reconcile_t *reconcile;
-    rsv_cors_t *cors; /* storefront origins of the buyer API (rsv_cors.h) */
-    char *admin_token;
-    struct cm_drain *drain; /* SIGTERM: stop accepting, finish in-flight requests */
+    cm_reload_cell_t *cors;        /* rsv_cors_t: the buyer API's storefront origins */
+    cm_reload_cell_t *admin_token; /* the operators' token (char *), replaced on SIGHUP */
+    cm_reload_config_t *config;    /* the effective configuration (NULL: cfg, no reloads) */
+    struct cm_drain *drain;        /* SIGTERM: stop accepting, finish in-flight requests */
 };
 
 /** The request being served: embed it first in each handler's operation struct. */
@@ -140,6 +142,15 @@ rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen);
 int rsv_server_run(rsv_server_t *srv);
 /** Frees every worker (given worker 0); the config strings are the caller's. NULL is fine. */
 void rsv_server_free(rsv_server_t *srv);
+
+/**
+ * Main thread, before rsv_server_run: GET /admin/config shows rc's effective
+ * configuration, and each SIGHUP applies its live keys (rsv_config_live: the log level,
+ * the operators' token re-read from admin_token_file, cors_origins). rc (borrowed) must
+ * outlive the hook: free it before the server. 0, or -1 when the hook cannot be installed.
+ */
+__attribute__((warn_unused_result)) int rsv_server_watch_config(rsv_server_t *srv,
+                                                                cm_reload_config_t *rc);
 
 /** Starts a request context (counts it in flight). */
 void rsv_req_start(rsv_req_t *r, rsv_server_t *srv, cm_req_t *req, rsv_endpoint_t ep);

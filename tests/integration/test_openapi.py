@@ -280,6 +280,8 @@ class Walk(unittest.TestCase):
                   200, token=adm)
         self.call(admin, "GET", "/admin/checkouts?limit=0", 400, token=adm)
         self.call(admin, "GET", "/admin/checkouts", 401)
+        self.call(admin, "GET", "/admin/config", 200, token=adm)
+        self.call(admin, "GET", "/admin/config", 401)
 
         self.call(pub, "GET", "/shop/?event=demo", 200)
         self.call(pub, "GET", "/shop/shop.js", 200)
@@ -302,6 +304,8 @@ class Walk(unittest.TestCase):
         self.call(admin, "GET", "/admin/events/no-such-room", 404, token=adm)
         self.call(admin, "GET", "/admin/events", 200, token=adm)
         self.call(admin, "GET", "/admin/events", 401, token="wrong")
+        self.call(admin, "GET", "/admin/config", 200, token=adm)
+        self.call(admin, "GET", "/admin/config", 401)
         self.call(admin, "GET", "/admin/", 200)
         self.call(admin, "GET", "/metrics", 200)
 

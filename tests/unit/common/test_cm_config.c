@@ -17,6 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "cm_config.h"
 #include "cm_version.h"
 
@@ -416,6 +418,61 @@ static void test_version(void **state)
     assert_non_null(strchr(cm_version, '.'));
 }
 
+/* --check-config is the binary's to act on: detected before a "--", ignored by the loader. */
+static void test_check_config_flag(void **state)
+{
+    fixture_t *f = *state;
+    char *yes[] = {"prog", "--port=9", "--check-config"};
+    char *after[] = {"prog", "--", "--check-config"};
+    char *no[] = {"prog", "--port=9"};
+    assert_true(cm_config_check_requested(3, yes));
+    assert_false(cm_config_check_requested(3, after));
+    assert_false(cm_config_check_requested(2, no));
+    const char *args[] = {"--check-config", "--port=9", NULL};
+    assert_int_equal(load(f, args), CM_CONFIG_OK);
+    assert_int_equal(f->cfg.port, 9);
+    cm_config_free(table, NOPTS, &f->cfg);
+    const char *bad[] = {"--check-config=yes", NULL};
+    assert_int_equal(load(f, bad), CM_CONFIG_ERROR);
+}
+
+/* What a reload compares, keeps and shows: equal per key, deep copies, masked JSON. */
+static void test_copy_equal_json(void **state)
+{
+    fixture_t *f = *state;
+    write_file(f, "host = db.example\nname = \"host=x password='s3cr\\\\'et' user=u\"\n");
+    const char *args[] = {"--config", f->path, NULL};
+    assert_int_equal(load(f, args), CM_CONFIG_OK);
+    test_cfg_t copy;
+    memset(&copy, 0, sizeof(copy));
+    cm_config_copy(table, NOPTS, &copy, &f->cfg);
+    assert_ptr_not_equal(copy.host, f->cfg.host);
+    for (size_t i = 0; i < NOPTS; i++)
+        assert_true(cm_config_equal(&table[i], &copy, &f->cfg));
+    copy.port = 1;
+    free(copy.host);
+    copy.host = NULL;
+    assert_false(cm_config_equal(&table[0], &copy, &f->cfg));
+    assert_false(cm_config_equal(&table[1], &copy, &f->cfg));
+    cm_config_copy_key(&table[0], &copy, &f->cfg);
+    assert_string_equal(copy.host, "db.example");
+
+    const char *const secret[] = {"host", NULL};
+    assert_true(cm_config_in(secret, "host"));
+    assert_false(cm_config_in(secret, "name"));
+    assert_false(cm_config_in(NULL, "host"));
+    json_t *j = cm_config_json(table, NOPTS, &copy, secret);
+    char *text = json_dumps(j, JSON_SORT_KEYS);
+    assert_non_null(strstr(text, "\"host\": \"***\""));
+    assert_non_null(strstr(text, "\"name\": \"host=x password=*** user=u\""));
+    assert_null(strstr(text, "s3cr"));
+    assert_non_null(strstr(text, "\"port\": 1"));
+    assert_non_null(strstr(text, "\"verbose\": false"));
+    free(text);
+    json_decref(j);
+    cm_config_free(table, NOPTS, &copy);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -430,6 +487,8 @@ int main(void)
         cmocka_unit_test(test_read_secret),
         cmocka_unit_test(test_read_secret_credential),
         cmocka_unit_test_setup_teardown(test_version, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check_config_flag, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_copy_equal_json, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
