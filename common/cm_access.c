@@ -90,7 +90,7 @@ void cm_access_new_id(char *out)
 
 void cm_access_set_log(bool on)
 {
-    log_on = on;
+    __atomic_store_n(&log_on, on, __ATOMIC_RELAXED); /* live: a reload may change it */
 }
 
 void cm_access_begin_bare(cm_req_t *req)
@@ -138,7 +138,7 @@ void cm_access_end(cm_req_t *req, int code, size_t bytes)
     last_status = code;
     if (req->acc.id[0] != '\0' && !req->ops->has_out_header(req, "X-Request-Id"))
         req->ops->add_header(req, "X-Request-Id", req->acc.id);
-    if (!log_on)
+    if (!__atomic_load_n(&log_on, __ATOMIC_RELAXED))
         return;
     char saved[CM_ACCESS_ID_MAX + 1];
     snprintf(saved, sizeof(saved), "%s", cm_log_request());

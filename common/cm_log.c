@@ -49,7 +49,7 @@ static bool stderr_is_journal(void)
 void cm_log_init(const char *name, cm_log_level_t level)
 {
     snprintf(progname, sizeof(progname), "%s", name);
-    cm_log_level = level;
+    __atomic_store_n(&cm_log_level, level, __ATOMIC_RELAXED);
     journal = stderr_is_journal();
 }
 
@@ -77,7 +77,7 @@ int cm_log_format_parse(const char *s, cm_log_format_t *out)
 
 void cm_log_set_format(cm_log_format_t f)
 {
-    format = f;
+    __atomic_store_n(&format, f, __ATOMIC_RELAXED); /* live: a reload may change it */
 }
 
 bool cm_log_journal(void)
@@ -151,7 +151,7 @@ static void write_line(cm_log_level_t level, const char *fmt, va_list ap)
     format_time(when, sizeof(when));
     if (journal)
         n = put(line, n, cap, "<%c>", level_prio[level]);
-    if (format == CM_LOG_JSON) {
+    if (__atomic_load_n(&format, __ATOMIC_RELAXED) == CM_LOG_JSON) {
         n = put(line, n, cap,
                 "{\"time\":\"%s\",\"level\":\"%s\",\"program\":\"%s\",\"pid\":%d,"
                 "\"thread\":%ld,",

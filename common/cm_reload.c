@@ -180,8 +180,7 @@ bool cm_reload_wait(uint64_t after, int timeout_ms)
 
 void cm_reload_set_log_level(int level)
 {
-    /* cm_log reads the level with a plain load; an aligned int store is seen whole */
-    __atomic_store_n(&cm_log_level, (cm_log_level_t)level, __ATOMIC_RELEASE);
+    __atomic_store_n(&cm_log_level, (cm_log_level_t)level, __ATOMIC_RELAXED); /* cm_log.h reads it so */
 }
 
 /* --- cells ------------------------------------------------------------------------- */

@@ -343,6 +343,11 @@ static int on_config_apply(void *arg, const void *p, char *err, size_t errlen)
         snprintf(err, errlen, "log_level must be debug, info, warn or error");
         return -1;
     }
+    cm_log_format_t format;
+    if (cm_log_format_parse(cfg->log_format, &format) != 0) {
+        snprintf(err, errlen, "log_format must be text or json");
+        return -1;
+    }
     rsv_cors_t *cors = rsv_cors_new(cfg->cors_origins, err, errlen);
     if (cors == NULL)
         return -1;
@@ -359,6 +364,8 @@ static int on_config_apply(void *arg, const void *p, char *err, size_t errlen)
     }
     cm_reload_cell_set(srv->cors, cors);
     cm_reload_set_log_level(level);
+    cm_log_set_format(format);
+    cm_access_set_log(cfg->access_log);
     return 0;
 }
 

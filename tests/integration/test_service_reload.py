@@ -156,6 +156,24 @@ class ReloadCase(unittest.TestCase):
         self.reload_done(mark)  # written again
         self.assertEqual(self.config()["log_level"], "info")
 
+    def test_log_format_and_access_log_change_live(self):
+        self.start(log_format="text", access_log="true")
+        self.admin_get("/admin/config", self.token)
+        self.wait_log("access method=GET", 0)  # text access lines while on
+        mark = self.reload(log_format="json", access_log="false")
+        self.reload_done(mark)
+        self.assertEqual(self.config()["log_format"], "json")
+        self.assertIs(self.config()["access_log"], False)
+        lines = [ln for ln in self.log()[mark:].splitlines() if ln.strip()]
+        after = lines[[i for i, ln in enumerate(lines) if "applied live" in ln][-1] + 1:]
+        for ln in after:  # every line after the switch is JSON, and no access line comes
+            doc = json.loads(ln)
+            self.assertNotIn("access method=", doc["message"])
+        mark = self.reload(log_format="text", access_log="true")
+        self.reload_done(mark)
+        self.admin_get("/admin/config", self.token)
+        self.wait_log("access method=GET", mark)
+
     def config_reloads(self):
         r = self.admin_get("/admin/config", self.token)
         self.assertEqual(r.status, 200, r)
