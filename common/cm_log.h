@@ -59,7 +59,7 @@ void cm_log_route_libevent(void);
 
 #define cm_log(level, ...)                                                                         \
     do {                                                                                           \
-        if ((level) >= __atomic_load_n(&cm_log_level, __ATOMIC_RELAXED))                          \
+        if ((level) >= __atomic_load_n(&cm_log_level, __ATOMIC_RELAXED))                           \
             cm_log_write((level), __VA_ARGS__);                                                    \
     } while (0)
 

@@ -180,7 +180,8 @@ bool cm_reload_wait(uint64_t after, int timeout_ms)
 
 void cm_reload_set_log_level(int level)
 {
-    __atomic_store_n(&cm_log_level, (cm_log_level_t)level, __ATOMIC_RELAXED); /* cm_log.h reads it so */
+    __atomic_store_n(&cm_log_level, (cm_log_level_t)level,
+                     __ATOMIC_RELAXED); /* cm_log.h reads it so */
 }
 
 /* --- cells ------------------------------------------------------------------------- */
