@@ -37,7 +37,10 @@ while [ $# -gt 0 ]; do
     shift
 done
 case "$REPS$SECONDS_EACH" in *[!0-9]*) echo "bench_crypto: --reps and --seconds take integers" >&2; exit 1 ;; esac
-[ "$REPS" -ge 1 ] && [ "$SECONDS_EACH" -ge 1 ] || { echo "bench_crypto: --reps and --seconds must be >= 1" >&2; exit 1; }
+if ((REPS < 1 || SECONDS_EACH < 1)); then
+    echo "bench_crypto: --reps and --seconds must be >= 1" >&2
+    exit 1
+fi
 
 if [ "$SKIP_BUILD" != 1 ]; then
     ONSALE_BUILD=$BUILD "$ROOT/deploy/onsale" build >/dev/null
@@ -60,7 +63,10 @@ for ((i = 1; i <= REPS; i++)); do
     line=$(openssl speed -seconds "$SECONDS_EACH" ecdsap256 2>/dev/null | grep 'nistp256' | tail -1)
     ss=$(awk '{print $(NF-1)}' <<<"$line")
     sv=$(awk '{print $NF}' <<<"$line")
-    [ -n "$os" ] && [ -n "$ov" ] && [ -n "$ss" ] && [ -n "$sv" ] || { echo "bench_crypto: a run printed nothing" >&2; exit 1; }
+    if [[ -z $os || -z $ov || -z $ss || -z $sv ]]; then
+        echo "bench_crypto: a run printed nothing" >&2
+        exit 1
+    fi
     ours_sign+=("$os") ours_verify+=("$ov") ssl_sign+=("$ss") ssl_verify+=("$sv")
     printf '%-4s %14s %14s %14s %14s\n' "$i" "$os" "$ov" "$ss" "$sv"
 done

@@ -317,7 +317,7 @@ grep -q '"state":"queued"' "$OUT/status_body" ||
 nginx_str() {
     local s
     s=$(tr -d '\n' <"$1")
-    [[ $s != *"'"* && $s != *'\'* && $s != *'$'* ]] || die "$1 holds characters nginx would interpret"
+    [[ $s != *"'"* && $s != *\\* && $s != *'$'* ]] || die "$1 holds characters nginx would interpret"
     printf "'%s'" "$s"
 }
 
@@ -435,7 +435,7 @@ have_alloc_probes() { (($(perf list 2>/dev/null | grep -c 'probe_libc:malloc') >
 # count_run KIND SIDE URL SCRIPT ARGS…: syscalls and allocations per answered request.
 declare -A SYS ALLOC TOPSYS
 count_run() {
-    local kind=$1 side=$2 url=$3 script=$4 f pids ppid= spid sargs=() p ok
+    local kind=$1 side=$2 url=$3 script=$4 f pids ppid='' spid sargs=() p ok
     shift 4
     f=$OUT/count.$kind.$side
     if [[ $side == gw ]]; then pids=("$GATEWAY_PID"); else pids=("${NGINX_WORKER_PIDS[@]}"); fi
@@ -502,7 +502,7 @@ for kind in status joins tls; do
         for m in RPS P50 P99 US; do
             vals=()
             for ((r = 1; r <= REPS; r++)); do
-                ref="$m[$kind.$side.$r]"
+                ref="${m}[$kind.$side.$r]"
                 vals+=("${!ref}")
             done
             MED[$m.$kind.$side]=$(median "${vals[@]}")

@@ -238,7 +238,9 @@ pg_ticks() {
     local pm t=0 c
     pm=$(cat "$STATE/run/postgres.pid" 2>/dev/null) || { echo 0; return; }
     t=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 + $14 + $15 }' "/proc/$pm/stat" 2>/dev/null || echo 0)
-    for c in $(cat "/proc/$pm/task/$pm/children" 2>/dev/null); do
+    local -a kids=()
+    read -ra kids <"/proc/$pm/task/$pm/children" 2>/dev/null || true
+    for c in "${kids[@]}"; do
         t=$((t + $(cpu_ticks "$c")))
     done
     echo "$t"
