@@ -76,8 +76,10 @@ class Deps(unittest.TestCase):
     def test_test_deps_cover_what_up_leaves_out(self):
         # `test` on a machine that only ran `up` must still get the test tools: its
         # test_deps installs TEST_PACKAGES (and chromium, best effort)
-        with open(SCRIPT) as f:
-            text = f.read()
+        text = ""
+        for part in ("onsale", "lib/packages.sh"):  # the entry point and its packages part
+            with open(os.path.join(SOURCE, "deploy", part)) as f:
+                text += f.read()
         body = text[text.index("test_deps() {"):]
         body = body[:body.index("\n}\n")]
         self.assertIn('"${TEST_PACKAGES[@]}" chromium libnss3-tools', body)

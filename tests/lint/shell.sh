@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tests/lint/shell.sh ROOT — every shell script of the tree passes shellcheck (docs/style.md,
 # "Format and checks"): the tracked *.sh files and the extension-less scripts whose first
-# line names a shell (deploy/onsale, .ci/run, debian/onsale.postinst). Sourced parts are
-# followed from their callers (-x). Exit 1 with shellcheck's findings when any file has one.
+# line names a shell (deploy/onsale, .ci/run, debian/onsale.postinst), including the
+# parts deploy/onsale sources (deploy/lib/), followed from their callers (-x). Exit 1 with shellcheck's findings when any file has one.
 set -euo pipefail
 ROOT=${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)}
 cd "$ROOT"
