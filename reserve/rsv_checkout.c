@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cm_access.h"
 #include "cm_err.h"
 #include "cm_log.h"
 #include "cm_mem.h"
@@ -154,6 +155,7 @@ static void drive_started(confirm_op_t *op, const rsv_pg_result_t *res, bool fre
     snprintf(row.charge_id, sizeof(row.charge_id), "%s", rsv_pg_result_value(res, 0, 5));
     snprintf(row.refund_id, sizeof(row.refund_id), "%s", rsv_pg_result_value(res, 0, 6));
     snprintf(row.refund_reason, sizeof(row.refund_reason), "%s", rsv_pg_result_value(res, 0, 7));
+    snprintf(row.request_id, sizeof(row.request_id), "%s", rsv_pg_result_value(res, 0, 8));
     int64_t ext_ms = op->ev->checkout_extension_s * 1000;
     if (fresh && state == RSV_SAGA_PAYMENT_REQUESTED) {
         /* created → hold_extended → payment_requested, committed with the checkout. */
@@ -257,15 +259,17 @@ static void begin(confirm_op_t *op, const char *new_id)
                             to == RSV_SAGA_INVALID ? NULL : rsv_saga_state_name(to),
                             reason,
                             code ? code_s : NULL,
-                            body};
+                            body,
+                            cm_access_id(op->r.req),
+                            op->claims.rid[0] ? op->claims.rid : NULL};
     if (to != RSV_SAGA_INVALID)
         rsv_saga_fault(op->r.srv, "before", RSV_SAGA_CREATED);
     int rc = rsv_pg_query(op->r.srv->pg,
                           "SELECT outcome, checkout_id, state, response_code, response_body, "
-                          "charge_id, refund_id, refund_reason "
+                          "charge_id, refund_id, refund_reason, request_id "
                           "FROM onsale_saga_start($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, "
-                          "$12, $13::int, $14)",
-                          14, params, on_begun, op);
+                          "$12, $13::int, $14, $15, $16)",
+                          16, params, on_begun, op);
     free(body);
     if (rc != 0)
         confirm_unavailable(op, "starting the checkout", cm_err_shutdown);
