@@ -40,10 +40,10 @@ typedef struct cm_jwt_claims {
     int64_t iat, nbf, exp; /* seconds since the epoch */
     char cnf_jkt[CM_JWT_JKT_LEN + 1]; /* cnf.jkt (RFC 9449): the thumbprint of the key the
                                          token is bound to; "" = not bound, no cnf written */
-    char rid[CM_JWT_RID_MAX + 1]; /* the request id of the poll that got the token signed
-                                     (docs/tokens.md); "" = none. Optional and advisory:
-                                     verify fills it only when it is a sane request id
-                                     (cm_access_pick_id) and ignores any other value */
+    char rid[CM_JWT_RID_MAX + 1];     /* the request id of the poll that got the token signed
+                                         (docs/tokens.md); "" = none. Optional and advisory:
+                                         verify fills it only when it is a sane request id
+                                         (cm_access_pick_id) and ignores any other value */
 } cm_jwt_claims_t;
 
 typedef enum {

@@ -132,10 +132,11 @@ int rsv_pay_inflight(const rsv_pay_t *p);
  * same request_id (the provider compares the parameters under one key). Returns 0 (cb
  * will be called) or -1 when shutting down.
  */
-__attribute__((warn_unused_result)) int
-rsv_pay_charge(rsv_pay_t *p, const char *key, int64_t amount, const char *currency,
-               const char *source, const char *event, const char *request_id, rsv_pay_cb cb,
-               void *arg);
+__attribute__((warn_unused_result)) int rsv_pay_charge(rsv_pay_t *p, const char *key,
+                                                       int64_t amount, const char *currency,
+                                                       const char *source, const char *event,
+                                                       const char *request_id, rsv_pay_cb cb,
+                                                       void *arg);
 /** GET /v1/charges?idempotency_key=key: PAID, DECLINED, NONE or UNKNOWN. Same return. */
 __attribute__((warn_unused_result)) int rsv_pay_lookup(rsv_pay_t *p, const char *key, rsv_pay_cb cb,
                                                        void *arg);

@@ -467,10 +467,11 @@ static void test_rid(void **state)
         free(tok);
     }
     /* 64 characters is the longest id, and is kept */
-    tok = craft_es256(f->key, header_for(f, "ES256"),
-                      "{\"rid\":\"rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr\","
-                      "\"aud\":\"onsale-reserve\",\"sub\":\"v\",\"evt\":\"e\",\"jti\":\"j\","
-                      "\"exp\":1800000600}");
+    tok =
+        craft_es256(f->key, header_for(f, "ES256"),
+                    "{\"rid\":\"rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr\","
+                    "\"aud\":\"onsale-reserve\",\"sub\":\"v\",\"evt\":\"e\",\"jti\":\"j\","
+                    "\"exp\":1800000600}");
     assert_int_equal(verify(f, tok, &out), CM_JWT_OK);
     assert_int_equal(strlen(out.rid), 64);
     free(tok);

@@ -261,7 +261,8 @@ static void charge_lookup_refund(void **state)
 {
     fx_t *f = *state;
     rsv_pay_t *p = client(f, "", 0, 2000);
-    assert_int_equal(rsv_pay_charge(p, "co_1", 1200, "EUR", "tok_visa", "ev1", NULL, on_result, f), 0);
+    assert_int_equal(rsv_pay_charge(p, "co_1", 1200, "EUR", "tok_visa", "ev1", NULL, on_result, f),
+                     0);
     assert_int_equal(f->done, 0); /* never called from inside the call */
     run(f);
     assert_int_equal(f->done, 1);
@@ -273,9 +274,8 @@ static void charge_lookup_refund(void **state)
     assert_null(strstr(f->last_body, "request_id")); /* none given: none sent */
 
     /* The checkout's request id goes in the charge's metadata. */
-    assert_int_equal(rsv_pay_charge(p, "co_1r", 1200, "EUR", "tok_visa", "ev1", "fan-rid.7",
-                                    on_result, f),
-                     0);
+    assert_int_equal(
+        rsv_pay_charge(p, "co_1r", 1200, "EUR", "tok_visa", "ev1", "fan-rid.7", on_result, f), 0);
     run(f);
     assert_int_equal(f->res.outcome, RSV_PAY_PAID);
     json_t *sent = json_loads(f->last_body, 0, NULL);
