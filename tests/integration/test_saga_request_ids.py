@@ -6,7 +6,9 @@
   confirm, and finds the checkout in GET /admin/checkouts?request_id=.
 - The gateway poll that admits a buyer puts its request id in the admission token (the
   rid claim, docs/tokens.md); the reserve logs it (admission=<rid>) under each request's
-  own id, and stores it with the checkout (checkouts.admission_request_id).
+  own id — a token inspected against its record (the hold), verified (the confirm) or
+  found in the token cache (a read) — and stores it with the checkout
+  (checkouts.admission_request_id).
 
 Real stack: gateway, reserve, Redis, Postgres and the payment simulator (a SagaStack, so
 the reserve charges the simulator over HTTPS).
@@ -108,6 +110,12 @@ class RequestTrace(SagaCase):
         cid = r.json["checkout_id"]
         self.wait_log(f"req={confirm_id}", f"admission={poll_id}",
                       what="the confirm's line naming the admitting poll")
+        # a token the reserve verified already (its cache) is logged the same way
+        read_id = f"read-{uuid.uuid4().hex}"
+        r = self.c.get(f"/v1/checkouts/{cid}", token=token, headers={"X-Request-Id": read_id})
+        self.assertStatus(r, 200, msg="read the checkout:")
+        self.wait_log(f"req={read_id}", f"admission={poll_id}",
+                      what="a cached token's line naming the admitting poll")
         self.assertEqual(self.S.sql_value(f"select admission_request_id from checkouts "
                                           f"where checkout_id = '{cid}'"), poll_id)
         found = self.admin_find(poll_id)
