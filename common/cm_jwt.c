@@ -40,6 +40,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "cm_access.h"
 #include "cm_mem.h"
 #include "cm_parse.h"
 
@@ -641,8 +642,22 @@ static bool read_cnf(json_t *claims, cm_jwt_claims_t *out)
     return json_is_object(cnf) && copy_str(cnf, "jkt", out->cnf_jkt, sizeof(out->cnf_jkt), false);
 }
 
+/* rid is advisory (a log correlation id, docs/tokens.md): kept when it is a sane request
+ * id, ignored otherwise, never a reason to refuse a token. */
+_Static_assert(CM_JWT_RID_MAX == CM_ACCESS_ID_MAX, "a rid claim holds one request id");
+
+static void read_rid(json_t *claims, cm_jwt_claims_t *out)
+{
+    char id[CM_ACCESS_ID_MAX + 1];
+    json_t *v = json_object_get(claims, "rid");
+    if (json_is_string(v) && strlen(json_string_value(v)) == json_string_length(v) &&
+        cm_access_pick_id(json_string_value(v), NULL, id))
+        memcpy(out->rid, id, strlen(id) + 1);
+}
+
 static bool read_claims(json_t *claims, cm_jwt_claims_t *out)
 {
+    read_rid(claims, out);
     return read_cnf(claims, out) && copy_str(claims, "iss", out->iss, sizeof(out->iss), false) &&
            copy_str(claims, "sub", out->sub, sizeof(out->sub), true) &&
            copy_str(claims, "evt", out->evt, sizeof(out->evt), true) &&
@@ -904,6 +919,8 @@ static size_t claims_json(const cm_jwt_claims_t *c, const char *audience, char *
     json_object_set_new(o, "exp", json_integer(c->exp));
     if (c->cnf_jkt[0] != '\0')
         json_object_set_new(o, "cnf", json_pack("{s:s}", "jkt", c->cnf_jkt));
+    if (c->rid[0] != '\0')
+        json_object_set_new(o, "rid", json_string(c->rid));
     size_t n = json_dumpb(o, buf, cap, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(o);
     return n <= cap ? n : 0;

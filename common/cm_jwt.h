@@ -24,6 +24,7 @@
 
 #define CM_JWT_AUDIENCE "onsale-reserve"
 #define CM_JWT_JKT_LEN  43 /* an RFC 7638 SHA-256 thumbprint in base64url */
+#define CM_JWT_RID_MAX  64 /* CM_ACCESS_ID_MAX: a request id (cm_access.h) */
 
 typedef struct cm_jwt_keyset cm_jwt_keyset_t;
 typedef struct cm_jwt_signer cm_jwt_signer_t;
@@ -39,6 +40,10 @@ typedef struct cm_jwt_claims {
     int64_t iat, nbf, exp; /* seconds since the epoch */
     char cnf_jkt[CM_JWT_JKT_LEN + 1]; /* cnf.jkt (RFC 9449): the thumbprint of the key the
                                          token is bound to; "" = not bound, no cnf written */
+    char rid[CM_JWT_RID_MAX + 1];     /* the request id of the poll that got the token signed
+                                         (docs/tokens.md); "" = none. Optional and advisory:
+                                         verify fills it only when it is a sane request id
+                                         (cm_access_pick_id) and ignores any other value */
 } cm_jwt_claims_t;
 
 typedef enum {
@@ -133,7 +138,8 @@ void cm_jwt_signer_free(cm_jwt_signer_t *s);
 const char *cm_jwt_signer_kid(const cm_jwt_signer_t *s);
 
 /**
- * Signs claims (iss, sub, evt, jti, iat, nbf, exp; kid from the signer) with ES256 and
+ * Signs claims (iss, sub, evt, jti, iat, nbf, exp, cnf.jkt and rid when set; kid from the
+ * signer) with ES256 and
  * aud = audience (NULL = CM_JWT_AUDIENCE). Returns a heap string the caller frees, or
  * NULL on failure (an empty sub, evt or jti). Any thread, concurrently on one signer.
  */

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cm_access.h"
 #include "cm_err.h"
 #include "cm_log.h"
 #include "cm_mem.h"
@@ -354,6 +355,7 @@ static void on_admit(const char *err, const cm_redis_reply_t *reply, void *arg)
         snprintf(op->claims.sub, sizeof(op->claims.sub), "%s", op->t.visitor);
         snprintf(op->claims.evt, sizeof(op->claims.evt), "%s", op->room->event);
         snprintf(op->claims.cnf_jkt, sizeof(op->claims.cnf_jkt), "%s", op->t.cnf_jkt); /* gw_dpop */
+        snprintf(op->claims.rid, sizeof(op->claims.rid), "%s", cm_access_id(op->r.req));
         op->sign_start_ns = cm_time_mono_ns();
         gw_signer_submit(srv->pool, &op->claims, on_signed, op);
         return;

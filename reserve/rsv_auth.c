@@ -40,7 +40,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "cm_access.h"
 #include "cm_http.h"
+#include "cm_log.h"
 #include "cm_mem.h"
 #include "cm_reload.h"
 #include "cm_time.h"
@@ -100,6 +102,7 @@ typedef struct job {
     bool has_event;
     bool allow_expired;
     cm_jwt_claims_t *out;
+    char req_id[CM_ACCESS_ID_MAX + 1]; /* the request's id, for log_admission */
     rsv_auth_cb cb;
     void *arg;
 } job_t;
@@ -373,6 +376,19 @@ static void cache_put(rsv_auth_t *a, job_t *j, bool record_only)
     free(old);
 }
 
+/* A token the gateway signed for a request names it (the rid claim, docs/tokens.md): one
+ * line under this request's id that names the admission's, so one search finds both. */
+static void log_admission(const char *req_id, const cm_jwt_claims_t *c)
+{
+    if (c->rid[0] == '\0' || CM_LOG_INFO < cm_log_level)
+        return;
+    char saved[CM_ACCESS_ID_MAX + 1];
+    snprintf(saved, sizeof(saved), "%s", cm_log_request());
+    cm_log_set_request(req_id);
+    cm_log(CM_LOG_INFO, "token admission=%s event=%s", c->rid, c->evt);
+    cm_log_set_request(saved[0] ? saved : NULL);
+}
+
 /* Loop thread: records a verification's outcome and answers its caller. */
 static void complete(rsv_auth_t *a, job_t *j)
 {
@@ -383,6 +399,8 @@ static void complete(rsv_auth_t *a, job_t *j)
         *j->out = j->claims;
         r = judge(a, &j->claims, (int64_t)time(NULL), j->has_event ? j->event : NULL,
                   j->allow_expired, &why);
+        if (r == RSV_AUTH_OK)
+            log_admission(j->req_id, &j->claims);
     } else {
         if (j->result == CM_JWT_BAD_SIGNATURE) /* the only failure that cost an ECDSA check */
             count_failure(a, j->addr);
@@ -567,7 +585,8 @@ static bool cache_get(rsv_auth_t *a, const char *tok, size_t len, bool for_hold,
 
 /* Judges a token the cache does not hold without its signature (rsv_auth_check_new). */
 static void inspect(rsv_auth_t *a, const char *tok, size_t len, const char *event, int64_t now,
-                    cm_jwt_claims_t *claims, char record[65], rsv_auth_cb cb, void *arg)
+                    cm_jwt_claims_t *claims, char record[65], const char *req_id, rsv_auth_cb cb,
+                    void *arg)
 {
     cm_jwt_policy_t pol = {
         .issuer = a->issuer,
@@ -590,6 +609,7 @@ static void inspect(rsv_auth_t *a, const char *tok, size_t len, const char *even
     }
     cm_tls_sha256_hex(tok, len, record);
     a->inspected++;
+    log_admission(req_id, claims);
     cb(RSV_AUTH_UNVERIFIED, NULL, arg);
 }
 
@@ -622,6 +642,8 @@ static void check(rsv_auth_t *a, cm_req_t *req, const char *event, bool allow_ex
     if (cache_get(a, tok, len, record != NULL, claims)) {
         a->hits++;
         rsv_auth_result_t r = judge(a, claims, now, event, allow_expired, &why);
+        if (r == RSV_AUTH_OK)
+            log_admission(cm_access_id(req), claims);
         cb(r, why, arg);
         return;
     }
@@ -640,7 +662,7 @@ static void check(rsv_auth_t *a, cm_req_t *req, const char *event, bool allow_ex
         return;
     }
     if (record != NULL && a->cfg.records) {
-        inspect(a, tok, len, event, now, claims, record, cb, arg);
+        inspect(a, tok, len, event, now, claims, record, cm_access_id(req), cb, arg);
         return;
     }
     a->verifications++;
@@ -654,6 +676,7 @@ static void check(rsv_auth_t *a, cm_req_t *req, const char *event, bool allow_ex
         snprintf(j->event, sizeof(j->event), "%s", event);
     j->allow_expired = allow_expired;
     j->out = claims;
+    snprintf(j->req_id, sizeof(j->req_id), "%s", cm_access_id(req));
     j->cb = cb;
     j->arg = arg;
     if (a->nthreads == 0) {

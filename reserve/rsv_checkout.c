@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cm_access.h"
 #include "cm_err.h"
 #include "cm_log.h"
 #include "cm_mem.h"
@@ -154,6 +155,7 @@ static void drive_started(confirm_op_t *op, const rsv_pg_result_t *res, bool fre
     snprintf(row.charge_id, sizeof(row.charge_id), "%s", rsv_pg_result_value(res, 0, 5));
     snprintf(row.refund_id, sizeof(row.refund_id), "%s", rsv_pg_result_value(res, 0, 6));
     snprintf(row.refund_reason, sizeof(row.refund_reason), "%s", rsv_pg_result_value(res, 0, 7));
+    snprintf(row.request_id, sizeof(row.request_id), "%s", rsv_pg_result_value(res, 0, 8));
     int64_t ext_ms = op->ev->checkout_extension_s * 1000;
     if (fresh && state == RSV_SAGA_PAYMENT_REQUESTED) {
         /* created → hold_extended → payment_requested, committed with the checkout. */
@@ -257,15 +259,17 @@ static void begin(confirm_op_t *op, const char *new_id)
                             to == RSV_SAGA_INVALID ? NULL : rsv_saga_state_name(to),
                             reason,
                             code ? code_s : NULL,
-                            body};
+                            body,
+                            cm_access_id(op->r.req),
+                            op->claims.rid[0] ? op->claims.rid : NULL};
     if (to != RSV_SAGA_INVALID)
         rsv_saga_fault(op->r.srv, "before", RSV_SAGA_CREATED);
     int rc = rsv_pg_query(op->r.srv->pg,
                           "SELECT outcome, checkout_id, state, response_code, response_body, "
-                          "charge_id, refund_id, refund_reason "
+                          "charge_id, refund_id, refund_reason, request_id "
                           "FROM onsale_saga_start($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, "
-                          "$12, $13::int, $14)",
-                          14, params, on_begun, op);
+                          "$12, $13::int, $14, $15, $16)",
+                          16, params, on_begun, op);
     free(body);
     if (rc != 0)
         confirm_unavailable(op, "starting the checkout", cm_err_shutdown);
@@ -509,6 +513,8 @@ void rsv_checkout_admin_list(rsv_server_t *srv, cm_req_t *req)
     const char *older = evhttp_find_header(&q, "older_than_seconds");
     const char *event = evhttp_find_header(&q, "event");
     const char *limit = evhttp_find_header(&q, "limit");
+    const char *rid = evhttp_find_header(&q, "request_id");
+    char rid_v[CM_ACCESS_ID_MAX + 1];
     int64_t older_v = 0, limit_v = 100;
     const char *bad = NULL;
     if (state && !cm_parse_ident(state))
@@ -519,6 +525,8 @@ void rsv_checkout_admin_list(rsv_server_t *srv, cm_req_t *req)
         bad = "older_than_seconds must be an integer >= 0";
     else if (limit && cm_parse_i64(limit, 1, 1000, &limit_v) != 0)
         bad = "limit must be an integer from 1 to 1000";
+    else if (rid && !cm_access_pick_id(rid, NULL, rid_v))
+        bad = "request_id must be 1-64 characters of [A-Za-z0-9._-]";
     if (bad) {
         evhttp_clear_headers(&q);
         rsv_reply_error(r, 400, "invalid_request", bad, NULL);
@@ -528,22 +536,25 @@ void rsv_checkout_admin_list(rsv_server_t *srv, cm_req_t *req)
     char older_s[24], limit_s[24];
     snprintf(older_s, sizeof(older_s), "%lld", (long long)older_v);
     snprintf(limit_s, sizeof(limit_s), "%lld", (long long)limit_v);
-    const char *params[] = {state, older_s, event, limit_s};
+    const char *params[] = {state, older_s, event, limit_s, rid ? rid_v : NULL};
+    /* request_id: the checkout of that confirm, or of that admission, in any state */
     static const char sql[] =
         "WITH m AS (SELECT c.* FROM checkouts c"
         "  WHERE ($1::text IS NULL OR c.state = $1)"
-        "    AND ($1::text IS NOT NULL OR c.state NOT IN "
+        "    AND ($1::text IS NOT NULL OR $5::text IS NOT NULL OR c.state NOT IN "
         "('confirmed','failed','released','refunded'))"
         "    AND c.updated_at <= now() - make_interval(secs => $2::int)"
-        "    AND ($3::text IS NULL OR c.event_id = $3))"
+        "    AND ($3::text IS NULL OR c.event_id = $3)"
+        "    AND ($5::text IS NULL OR c.request_id = $5 OR c.admission_request_id = $5))"
         " SELECT json_build_object('count', (SELECT count(*) FROM m),"
         "  'checkouts', COALESCE((SELECT json_agg(json_build_object('checkout_id', x.checkout_id,"
         "    'state', x.state, 'event', x.event_id, 'hold_id', x.hold_id, 'buyer', x.buyer,"
         "    'amount', x.amount, 'currency', x.currency, 'booking_id', x.booking_id,"
+        "    'request_id', x.request_id, 'admission_request_id', x.admission_request_id,"
         "    'age_seconds', round(extract(epoch FROM now() - x.created_at)::numeric, 3),"
         "    'in_state_seconds', round(extract(epoch FROM now() - x.updated_at)::numeric, 3)))"
         "   FROM (SELECT * FROM m ORDER BY m.updated_at LIMIT $4::int) x), '[]'))::text";
-    int rc = rsv_pg_query(srv->pg_read, sql, 4, params, on_admin_list, r);
+    int rc = rsv_pg_query(srv->pg_read, sql, 5, params, on_admin_list, r);
     evhttp_clear_headers(&q);
     if (rc != 0) {
         rsv_reply_unavailable(r, "listing checkouts", cm_err_shutdown);

@@ -483,11 +483,14 @@ static int start_call(rsv_pay_t *p, rsv_pay_op_t op, bool post, const char *path
 }
 
 int rsv_pay_charge(rsv_pay_t *p, const char *key, int64_t amount, const char *currency,
-                   const char *source, const char *event, rsv_pay_cb cb, void *arg)
+                   const char *source, const char *event, const char *request_id, rsv_pay_cb cb,
+                   void *arg)
 {
     json_t *o = json_pack("{s:I, s:s, s:s, s:{s:s, s:s}}", "amount", (json_int_t)amount, "currency",
                           currency, "source", source ? source : "tok_visa", "metadata", "event",
                           event, "checkout", key);
+    if (request_id && request_id[0] != '\0')
+        json_object_set_new(json_object_get(o, "metadata"), "request_id", json_string(request_id));
     char *body = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     int rc = start_call(p, RSV_PAY_OP_CHARGE, true, "/v1/charges", key, body, cb, arg);

@@ -126,13 +126,17 @@ void rsv_pay_free(rsv_pay_t *p);
 int rsv_pay_inflight(const rsv_pay_t *p);
 
 /**
- * POST /v1/charges {amount, currency, source, metadata:{event, checkout}} with
- * Idempotency-Key key. Returns 0 (cb will be called) or -1 when shutting down.
+ * POST /v1/charges {amount, currency, source, metadata:{event, checkout[, request_id]}}
+ * with Idempotency-Key key; request_id (NULL or "" = not sent) is the checkout's request
+ * id, so the provider's dashboard finds the charge by it. A repeated charge must send the
+ * same request_id (the provider compares the parameters under one key). Returns 0 (cb
+ * will be called) or -1 when shutting down.
  */
 __attribute__((warn_unused_result)) int rsv_pay_charge(rsv_pay_t *p, const char *key,
                                                        int64_t amount, const char *currency,
                                                        const char *source, const char *event,
-                                                       rsv_pay_cb cb, void *arg);
+                                                       const char *request_id, rsv_pay_cb cb,
+                                                       void *arg);
 /** GET /v1/charges?idempotency_key=key: PAID, DECLINED, NONE or UNKNOWN. Same return. */
 __attribute__((warn_unused_result)) int rsv_pay_lookup(rsv_pay_t *p, const char *key, rsv_pay_cb cb,
                                                        void *arg);

@@ -458,7 +458,8 @@ static void on_lookup(const rsv_pay_result_t *res, void *arg)
 static void charge(saga_t *s)
 {
     if (rsv_pay_charge(s->srv->pay, s->row.id, s->row.amount, s->row.currency,
-                       s->row.source[0] ? s->row.source : NULL, s->row.event, on_charge, s) != 0)
+                       s->row.source[0] ? s->row.source : NULL, s->row.event, s->row.request_id,
+                       on_charge, s) != 0)
         saga_fail(s, "charging", cm_err_shutdown);
 }
 

@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cm_access.h"
 #include "cm_parse.h"
 #include "rsv_hold.h"
 #include "rsv_pay.h"
@@ -49,6 +50,8 @@ typedef struct rsv_saga_row {
     char charge_id[RSV_PAY_ID_MAX];
     char refund_id[RSV_PAY_ID_MAX];
     char refund_reason[32];
+    char request_id[CM_ACCESS_ID_MAX + 1]; /* checkouts.request_id: the creating confirm's,
+                                              sent in the charge's metadata; "" = none */
 } rsv_saga_row_t;
 
 typedef enum {

@@ -157,13 +157,17 @@ END $$;
 -- (terminal: replay response_code/response_body), 'mismatch' (same key, other request).
 -- A resumed, busy, done or mismatched checkout is left as it is: the extend's outcome
 -- only ever describes a checkout this call inserted.
+-- p_request_id / p_admission_request_id: the confirm's request id and its token's rid
+-- claim (007), stored with a new checkout; request_id answers the checkout's own (the
+-- creating confirm's), which the saga sends in the charge's metadata — a resumed charge
+-- must repeat the first one's parameters exactly, or the provider refuses its key.
 CREATE OR REPLACE FUNCTION onsale_saga_start(p_checkout_id text, p_event text, p_buyer text,
         p_key text, p_hash text, p_hold text, p_amount bigint, p_currency text,
         p_lease_seconds integer, p_source text, p_to text, p_reason text, p_code integer,
-        p_body text,
+        p_body text, p_request_id text DEFAULT NULL, p_admission_request_id text DEFAULT NULL,
         OUT outcome text, OUT checkout_id text, OUT state text, OUT response_code integer,
         OUT response_body text, OUT charge_id text, OUT refund_id text,
-        OUT refund_reason text)
+        OUT refund_reason text, OUT request_id text)
 LANGUAGE plpgsql AS $$
 DECLARE
     c checkouts%ROWTYPE;
@@ -185,14 +189,15 @@ BEGIN
     END IF;
     INSERT INTO checkouts (checkout_id, event_id, buyer, idem_key, request_hash, hold_id,
                            state, amount, currency, lease_until, payment_source,
-                           response_code, response_body)
+                           response_code, response_body, request_id, admission_request_id)
     VALUES (p_checkout_id, p_event, p_buyer, p_key, p_hash, p_hold, st, p_amount, p_currency,
             CASE WHEN failed THEN NULL ELSE now() + make_interval(secs => p_lease_seconds) END,
-            p_source, CASE WHEN failed THEN p_code END, CASE WHEN failed THEN p_body END)
+            p_source, CASE WHEN failed THEN p_code END, CASE WHEN failed THEN p_body END,
+            p_request_id, p_admission_request_id)
     ON CONFLICT ON CONSTRAINT checkouts_buyer_idem_key_key DO NOTHING;
     GET DIAGNOSTICS n = ROW_COUNT;
     IF n = 1 THEN
-        outcome := 'new'; checkout_id := p_checkout_id; state := st;
+        outcome := 'new'; checkout_id := p_checkout_id; state := st; request_id := p_request_id;
         IF failed THEN
             response_code := p_code; response_body := p_body;
         END IF;
@@ -203,6 +208,7 @@ BEGIN
     SELECT * INTO c FROM checkouts k WHERE k.buyer = p_buyer AND k.idem_key = p_key FOR UPDATE;
     checkout_id := c.checkout_id; state := c.state;
     charge_id := c.charge_id; refund_id := c.refund_id; refund_reason := c.refund_reason;
+    request_id := c.request_id;
     IF c.request_hash <> p_hash THEN
         outcome := 'mismatch';
     ELSIF c.state IN ('confirmed', 'failed', 'released', 'refunded') THEN

@@ -430,6 +430,53 @@ static void test_wrong_audience(void **state)
     free(tok);
 }
 
+/* rid (docs/tokens.md): written when set and read back; absent otherwise. It is advisory:
+ * a value that is not a sane request id (wrong type, empty, too long, other characters) is
+ * ignored and the token still verifies. */
+static void test_rid(void **state)
+{
+    fixture_t *f = *state;
+    cm_jwt_claims_t in = sample_claims(), out;
+    char *tok = cm_jwt_sign(f->signer, &in, AUD);
+    assert_int_equal(verify(f, tok, &out), CM_JWT_OK);
+    assert_string_equal(out.rid, "");
+    free(tok);
+    snprintf(in.rid, sizeof(in.rid), "%s", "poll-7f3a.b_c");
+    tok = cm_jwt_sign(f->signer, &in, AUD);
+    assert_int_equal(verify(f, tok, &out), CM_JWT_OK);
+    assert_string_equal(out.rid, "poll-7f3a.b_c");
+    free(tok);
+    const char *bad[] = {
+        "\"rid\":7,",
+        "\"rid\":\"has space\",",
+        "\"rid\":\"\",",
+        "\"rid\":\"rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr\",",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char payload[512];
+        snprintf(payload, sizeof(payload),
+                 "{%s\"aud\":\"onsale-reserve\",\"sub\":\"v\",\"evt\":\"e\",\"jti\":\"j\","
+                 "\"exp\":1800000600}",
+                 bad[i]);
+        tok = craft_es256(f->key, header_for(f, "ES256"), payload);
+        cm_jwt_result_t r = verify(f, tok, &out);
+        if (r != CM_JWT_OK)
+            fail_msg("rid %zu: %s instead of ok", i, cm_jwt_result_str(r));
+        assert_string_equal(out.rid, "");
+        assert_string_equal(out.sub, "v");
+        free(tok);
+    }
+    /* 64 characters is the longest id, and is kept */
+    tok =
+        craft_es256(f->key, header_for(f, "ES256"),
+                    "{\"rid\":\"rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr\","
+                    "\"aud\":\"onsale-reserve\",\"sub\":\"v\",\"evt\":\"e\",\"jti\":\"j\","
+                    "\"exp\":1800000600}");
+    assert_int_equal(verify(f, tok, &out), CM_JWT_OK);
+    assert_int_equal(strlen(out.rid), 64);
+    free(tok);
+}
+
 static void test_missing_or_bad_claims(void **state)
 {
     fixture_t *f = *state;
@@ -898,6 +945,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(test_round_trip),
         T(test_cnf_jkt),
+        T(test_rid),
         T(test_hand_crafted_es256_accepted),
         T(test_alg_none),
         T(test_hs256_with_public_key),

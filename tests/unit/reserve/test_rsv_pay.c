@@ -14,6 +14,7 @@
 #include <arpa/inet.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <jansson.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
@@ -135,6 +136,7 @@ typedef struct fx {
     cm_req_t *held; /* a request the provider never answers (deadline test) */
     char last_key[128];
     char last_auth[128];
+    char last_body[512];
     int calls;
     int peer_port[8]; /* the client's port of each request: equal ports = one connection */
     int nreq;
@@ -153,6 +155,9 @@ static void provider(cm_req_t *req, void *arg)
     const char *auth = cm_http_header(req, "Authorization");
     snprintf(f->last_key, sizeof(f->last_key), "%s", key ? key : "");
     snprintf(f->last_auth, sizeof(f->last_auth), "%s", auth ? auth : "");
+    size_t blen = 0;
+    const char *sent = cm_http_body(req, &blen);
+    snprintf(f->last_body, sizeof(f->last_body), "%.*s", sent ? (int)blen : 0, sent ? sent : "");
     char *peer = NULL;
     ev_uint16_t pport = 0;
     evhttp_connection_get_peer(evhttp_request_get_connection(cm_http_evhttp_of(req)), &peer,
@@ -256,7 +261,8 @@ static void charge_lookup_refund(void **state)
 {
     fx_t *f = *state;
     rsv_pay_t *p = client(f, "", 0, 2000);
-    assert_int_equal(rsv_pay_charge(p, "co_1", 1200, "EUR", "tok_visa", "ev1", on_result, f), 0);
+    assert_int_equal(rsv_pay_charge(p, "co_1", 1200, "EUR", "tok_visa", "ev1", NULL, on_result, f),
+                     0);
     assert_int_equal(f->done, 0); /* never called from inside the call */
     run(f);
     assert_int_equal(f->done, 1);
@@ -265,6 +271,19 @@ static void charge_lookup_refund(void **state)
     assert_null(f->res.err);
     assert_string_equal(f->last_key, "co_1");
     assert_string_equal(f->last_auth, "Bearer sk_test");
+    assert_null(strstr(f->last_body, "request_id")); /* none given: none sent */
+
+    /* The checkout's request id goes in the charge's metadata. */
+    assert_int_equal(
+        rsv_pay_charge(p, "co_1r", 1200, "EUR", "tok_visa", "ev1", "fan-rid.7", on_result, f), 0);
+    run(f);
+    assert_int_equal(f->res.outcome, RSV_PAY_PAID);
+    json_t *sent = json_loads(f->last_body, 0, NULL);
+    assert_non_null(sent);
+    json_t *md = json_object_get(sent, "metadata");
+    assert_string_equal(json_string_value(json_object_get(md, "request_id")), "fan-rid.7");
+    assert_string_equal(json_string_value(json_object_get(md, "checkout")), "co_1r");
+    json_decref(sent);
 
     assert_int_equal(rsv_pay_lookup(p, "none", on_result, f), 0);
     run(f);
@@ -303,7 +322,7 @@ static void oversized_answer_gives_unknown(void **state)
 {
     fx_t *f = *state;
     rsv_pay_t *p = client(f, "/big", 0, 2000);
-    assert_int_equal(rsv_pay_charge(p, "co_5", 100, "EUR", NULL, "ev1", on_result, f), 0);
+    assert_int_equal(rsv_pay_charge(p, "co_5", 100, "EUR", NULL, "ev1", NULL, on_result, f), 0);
     run(f);
     assert_int_equal(f->done, 1);
     assert_int_equal(f->res.outcome, RSV_PAY_UNKNOWN);
@@ -327,7 +346,7 @@ static void deadline_gives_unknown(void **state)
 {
     fx_t *f = *state;
     rsv_pay_t *p = client(f, "/slow", 0, 300);
-    assert_int_equal(rsv_pay_charge(p, "co_2", 100, "EUR", NULL, "ev1", on_result, f), 0);
+    assert_int_equal(rsv_pay_charge(p, "co_2", 100, "EUR", NULL, "ev1", NULL, on_result, f), 0);
     run(f);
     assert_int_equal(f->done, 1);
     assert_int_equal(f->res.outcome, RSV_PAY_UNKNOWN);
@@ -349,7 +368,7 @@ static void refused_connection_gives_unknown(void **state)
     int port = ntohs(sin.sin_port);
     close(s);
     rsv_pay_t *p = client(f, "", port, 1000);
-    assert_int_equal(rsv_pay_charge(p, "co_3", 100, "EUR", NULL, "ev1", on_result, f), 0);
+    assert_int_equal(rsv_pay_charge(p, "co_3", 100, "EUR", NULL, "ev1", NULL, on_result, f), 0);
     run(f);
     assert_int_equal(f->done, 1);
     assert_int_equal(f->res.outcome, RSV_PAY_UNKNOWN);
@@ -361,7 +380,7 @@ static void free_with_call_in_flight(void **state)
 {
     fx_t *f = *state;
     rsv_pay_t *p = client(f, "/slow", 0, 5000);
-    assert_int_equal(rsv_pay_charge(p, "co_4", 100, "EUR", NULL, "ev1", on_result, f), 0);
+    assert_int_equal(rsv_pay_charge(p, "co_4", 100, "EUR", NULL, "ev1", NULL, on_result, f), 0);
     rsv_pay_free(p);
     assert_int_equal(f->done, 1);
     assert_ptr_equal(f->res.err, cm_err_shutdown);
