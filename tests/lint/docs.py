@@ -4,7 +4,8 @@
 Checks README.md, docs/**/*.md and the config examples against the tree and the built
 binaries:
   1. every file or directory of the tree a doc names (a backticked path or a relative
-     link such as `reserve/rsv_hold.c`, `deploy/sql/`, `tests/lint/*.sh`) exists;
+     link such as `reserve/rsv_hold.c`, `deploy/sql/`, `tests/lint/*.sh`) exists, or is
+     one git ignores (what the build and the tests write);
   2. every key a config example sets or shows (`key = value`, also commented out) is a
      setting of that service (its --help);
   3. every `key = value` a doc shows is a setting of some service, a field of the API
@@ -52,9 +53,16 @@ def lines(path):
         yield from enumerate(f, 1)
 
 
+def ignored(rel):
+    """True for a path git ignores: one the build or a test writes (a report's out/ dir)."""
+    p = subprocess.run(["git", "-C", SRC, "check-ignore", "-q", "--no-index", rel],
+                       capture_output=True)
+    return p.returncode == 0
+
+
 def exists(rel, base):
     rel = re.sub(r"[:#].*$", "", rel).rstrip(".,;)")
-    if not rel:
+    if not rel or ignored(rel):
         return True
     for root in (SRC, base):
         p = os.path.normpath(os.path.join(root, rel))
