@@ -297,6 +297,28 @@ static void on_listener_error(struct evconnlistener *l, void *arg)
     cm_log(CM_LOG_WARN, "accept: %s", strerror(e));
 }
 
+/* An IPv4 ("127.0.0.1", "0.0.0.0") or IPv6 ("::1", "::": both families unless the host
+ * sets bindv6only) address and port as a socket address; 0, or -1 when addr is neither. */
+static int listen_sockaddr(const char *addr, int port, struct sockaddr_storage *ss, socklen_t *len)
+{
+    memset(ss, 0, sizeof(*ss));
+    struct sockaddr_in *a4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)ss;
+    if (inet_pton(AF_INET, addr, &a4->sin_addr) == 1) {
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons((uint16_t)port);
+        *len = sizeof(*a4);
+        return 0;
+    }
+    if (inet_pton(AF_INET6, addr, &a6->sin6_addr) == 1) {
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons((uint16_t)port);
+        *len = sizeof(*a6);
+        return 0;
+    }
+    return -1;
+}
+
 cm_http_server_t *cm_http_server_new(struct event_base *base, const char *addr, int port,
                                      cm_tls_ctx_t *tls, const cm_http_limits_t *limits,
                                      cm_http_handler_t handler, void *arg, char *err, size_t errlen)
@@ -348,12 +370,10 @@ cm_http_server_t *cm_http_server_new(struct event_base *base, const char *addr, 
             goto err;
     }
 
-    struct sockaddr_in sin;
-    memset(&sin, 0, sizeof(sin));
-    sin.sin_family = AF_INET;
-    sin.sin_port = htons((uint16_t)port);
-    if (inet_pton(AF_INET, addr, &sin.sin_addr) != 1) {
-        snprintf(err, errlen, "listen address %s is not an IPv4 address", addr);
+    struct sockaddr_storage ss;
+    socklen_t sslen;
+    if (listen_sockaddr(addr, port, &ss, &sslen) != 0) {
+        snprintf(err, errlen, "listen address %s is not an IPv4 or IPv6 address", addr);
         goto err;
     }
     unsigned flags = LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC;
@@ -361,8 +381,8 @@ cm_http_server_t *cm_http_server_new(struct event_base *base, const char *addr, 
         flags |= LEV_OPT_REUSEABLE_PORT; /* one listener per worker; the kernel spreads */
     /* The kernel's accept queue is where connections wait while the overload policy has
      * paused accepting: as deep as the host allows (Linux caps it at somaxconn). */
-    srv->listener = evconnlistener_new_bind(base, NULL, NULL, flags, 65535, (struct sockaddr *)&sin,
-                                            sizeof(sin));
+    srv->listener =
+        evconnlistener_new_bind(base, NULL, NULL, flags, 65535, (struct sockaddr *)&ss, sslen);
     if (srv->listener == NULL) {
         snprintf(err, errlen, "bind %s:%d: %s", addr, port, strerror(errno));
         goto err;
@@ -373,10 +393,11 @@ cm_http_server_t *cm_http_server_new(struct event_base *base, const char *addr, 
      * sockets inherit the option from the listener on Linux. */
     int one = 1;
     setsockopt(evconnlistener_get_fd(srv->listener), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    struct sockaddr_in bound;
+    struct sockaddr_storage bound;
     socklen_t blen = sizeof(bound);
     if (getsockname(evconnlistener_get_fd(srv->listener), (struct sockaddr *)&bound, &blen) == 0)
-        srv->port = ntohs(bound.sin_port);
+        srv->port = bound.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&bound)->sin6_port)
+                                                : ntohs(((struct sockaddr_in *)&bound)->sin_port);
     srv->resume_timer = evtimer_new(base, on_resume_timer, srv);
     if (srv->engine == CM_HTTP_ENGINE_H1) {
         evconnlistener_set_cb(srv->listener, cm_http_on_h1_accept, srv);

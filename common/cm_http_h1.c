@@ -167,11 +167,16 @@ static const char *h1_peer(cm_req_t *r)
     if (ssl != NULL) {
         cm_http_ssl_peer(ssl, c->peer, sizeof(c->peer));
     } else {
-        struct sockaddr_in sin;
-        socklen_t len = sizeof(sin);
-        if (getpeername(bufferevent_getfd(c->bev), (struct sockaddr *)&sin, &len) == 0 &&
-            sin.sin_family == AF_INET)
-            inet_ntop(AF_INET, &sin.sin_addr, c->peer, sizeof(c->peer));
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        if (getpeername(bufferevent_getfd(c->bev), (struct sockaddr *)&ss, &len) == 0) {
+            if (ss.ss_family == AF_INET)
+                inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, c->peer,
+                          sizeof(c->peer));
+            else if (ss.ss_family == AF_INET6)
+                inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, c->peer,
+                          sizeof(c->peer));
+        }
     }
     return c->peer[0] != '\0' ? c->peer : "?";
 }

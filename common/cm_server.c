@@ -109,16 +109,27 @@ struct cm_server {
 int cm_server_parse_listen(const char *text, char *addr, size_t addrlen, int *port)
 {
     const char *colon = text ? strrchr(text, ':') : NULL;
-    if (colon == NULL || colon == text || (size_t)(colon - text) >= addrlen)
+    if (colon == NULL || colon == text)
         return -1;
     char *end = NULL;
     long p = strtol(colon + 1, &end, 10);
     if (colon[1] == '\0' || *end != '\0' || p < 0 || p > 65535)
         return -1;
-    memcpy(addr, text, (size_t)(colon - text));
-    addr[colon - text] = '\0';
+    const char *host = text;
+    size_t n = (size_t)(colon - text);
+    bool bracketed = text[0] == '[';
+    if (bracketed) { /* [IPv6]:port */
+        if (n < 3 || text[n - 1] != ']')
+            return -1;
+        host++, n -= 2;
+    }
+    if (n >= addrlen)
+        return -1;
+    memcpy(addr, host, n);
+    addr[n] = '\0';
     struct in_addr in;
-    if (inet_pton(AF_INET, addr, &in) != 1)
+    struct in6_addr in6;
+    if (bracketed ? inet_pton(AF_INET6, addr, &in6) != 1 : inet_pton(AF_INET, addr, &in) != 1)
         return -1;
     *port = (int)p;
     return 0;

@@ -155,7 +155,10 @@ void cm_server_admin_who(cm_req_t *req, char *out, size_t outlen);
 /** 503 unavailable with Retry-After: 1 and message "<what> failed (<err>); retry shortly". */
 void cm_server_reply_unavailable(cm_req_t *req, const char *what, const char *err);
 
-/** "ip:port" (IPv4; port 0 = any) into addr and *port. 0, or -1 when malformed. */
+/**
+ * "ip:port" (IPv4) or "[ipv6]:port" (port 0 = any) into addr (without the brackets) and
+ * *port. 0, or -1 when malformed.
+ */
 int cm_server_parse_listen(const char *text, char *addr, size_t addrlen, int *port);
 
 /** The number of online cores (at least 1). */

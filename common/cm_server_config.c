@@ -12,7 +12,8 @@
 
 /* Defaults NULL here are the service's (cm_server_config_defaults_t) or unset. */
 static const cm_config_opt_t keys[CM_SERVER_CONFIG_NKEYS] = {
-    {"listen_addr", CM_CFG_STR, S(listen_addr), "127.0.0.1", 0, 0, "IPv4 address to listen on"},
+    {"listen_addr", CM_CFG_STR, S(listen_addr), "127.0.0.1", 0, 0,
+     "IPv4 or IPv6 address to listen on (0.0.0.0 or :: for every address)"},
     {"port", CM_CFG_INT, S(port), NULL, 0, 65535, "TCP port (0 = any free port)"},
     {"workers", CM_CFG_INT, S(workers), "0", 0, 256,
      "worker threads, one event loop and listener (SO_REUSEPORT) each; 0 = one per core"},
@@ -52,7 +53,8 @@ static const cm_config_opt_t keys[CM_SERVER_CONFIG_NKEYS] = {
      "open connections from one client address (the PROXY header's behind a balancer); "
      "more get 429 too_many_connections; 0 = unlimited"},
     {"admin_listen", CM_CFG_STR, S(admin_listen), NULL, 0, 0,
-     "ip:port of the admin listener (admin API, dashboard, /metrics; loopback by default); "
+     "ip:port or [ipv6]:port of the admin listener (admin API, dashboard, /metrics; loopback by "
+     "default); "
      "the fans' port answers those paths 404"},
     {"max_handshakes", CM_CFG_INT, S(max_handshakes), "256", 0, 100000,
      "TLS handshakes in flight per worker before its listener stops accepting until one "
@@ -115,7 +117,7 @@ int cm_server_config_opts(const cm_server_config_t *c, cm_server_opts_t *o, char
 {
     int admin_port = 0;
     if (cm_server_parse_listen(c->admin_listen, admin_addr, admin_len, &admin_port) != 0) {
-        snprintf(err, errlen, "admin_listen: expected ip:port (IPv4), got '%s'",
+        snprintf(err, errlen, "admin_listen: expected ip:port or [ipv6]:port, got '%s'",
                  c->admin_listen ? c->admin_listen : "");
         return -1;
     }

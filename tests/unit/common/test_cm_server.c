@@ -436,6 +436,31 @@ static void notify_ready_and_watchdog(void **state)
     assert_true(wait_line("STOPPING=1", 1000)); /* queued in the socket meanwhile */
 }
 
+static void listen_addresses_parse(void **state)
+{
+    (void)state;
+    char addr[64];
+    int port = -1;
+    assert_int_equal(cm_server_parse_listen("127.0.0.1:9000", addr, sizeof(addr), &port), 0);
+    assert_string_equal(addr, "127.0.0.1");
+    assert_int_equal(port, 9000);
+    assert_int_equal(cm_server_parse_listen("[::1]:0", addr, sizeof(addr), &port), 0);
+    assert_string_equal(addr, "::1");
+    assert_int_equal(port, 0);
+    assert_int_equal(cm_server_parse_listen("[2001:db8::7]:65535", addr, sizeof(addr), &port), 0);
+    assert_string_equal(addr, "2001:db8::7");
+    const char *bad[] = {"::1:9000", "[::1]",          "[::1:9000", "::1]:9000",
+                         "[]:9000",  "[127.0.0.1]:80", "1.2.3.4:",  ":80",
+                         "[::1]:x",  "[::1]:65536",    "host:80",   "1.2.3.4:-1"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (cm_server_parse_listen(bad[i], addr, sizeof(addr), &port) == 0)
+            fail_msg("accepted %s", bad[i]);
+    /* too long for the buffer */
+    char small[4];
+    assert_int_equal(cm_server_parse_listen("[::1]:80", small, sizeof(small), &port), 0);
+    assert_int_equal(cm_server_parse_listen("10.0.0.1:80", small, sizeof(small), &port), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -445,6 +470,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(sigterm_drains_every_worker, setup, teardown),
         cmocka_unit_test_setup_teardown(ready_only_when_every_worker_is, setup, teardown),
         cmocka_unit_test_setup_teardown(notify_ready_and_watchdog, setup_notify, teardown_notify),
+        cmocka_unit_test(listen_addresses_parse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
