@@ -52,12 +52,12 @@ typedef struct cm_dpop_proof {
 
 /** What a proof must name: the request it comes with and the key. Borrowed strings. */
 typedef struct cm_dpop_want {
-    const char *method; /* "GET" / "POST" / … */
-    const char *origin; /* "scheme://authority" the service is reached at, compared without
-                           case; NULL or "": https:// (or http:// with plain_http) + host */
-    const char *host;   /* the Host header, as sent (used when origin is not set) */
-    const char *path;   /* the request path, as sent, without the query */
-    bool plain_http;    /* the service speaks plain HTTP (tests): htu may be http:// */
+    const char *method;       /* "GET" / "POST" / … */
+    const char *origin;       /* "scheme://authority" the service is reached at, compared without
+                                 case; NULL or "": https:// (or http:// with plain_http) + host */
+    const char *host;         /* the Host header, as sent (used when origin is not set) */
+    const char *path;         /* the request path, as sent, without the query */
+    bool plain_http;          /* the service speaks plain HTTP (tests): htu may be http:// */
     const unsigned char *jkt; /* the thumbprint's leading jkt_len bytes (1 to 32) the
                                  proof's key must have; NULL: no key is right */
     size_t jkt_len;

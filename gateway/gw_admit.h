@@ -42,7 +42,8 @@ const char *gw_admit_cache_find(gw_admit_t *a, uint64_t gen, uint64_t num, const
                                 const char *visitor, const char *jkt, int64_t *exp);
 /**
  * Caches token (malloc'd; taken, and freed at once when that visitor's admission is
- * cached already for that key) for (gen, num, event, visitor, jkt), evicting the oldest entry when full.
+ * cached already for that key) for (gen, num, event, visitor, jkt), evicting the oldest
+ * entry when full.
  * Returns the cached token (borrowed, as above).
  */
 const char *gw_admit_cache_put(gw_admit_t *a, uint64_t gen, uint64_t num, const char *event,

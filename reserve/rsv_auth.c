@@ -112,7 +112,7 @@ struct rsv_auth {
     char *issuer;
     char *origin;      /* cfg.public_origin's copy, NULL when unset */
     cm_redis_t *redis; /* records proofs' jti; borrowed */
-    uint64_t policy; /* fingerprint of issuer, max_lifetime_s, leeway_s */
+    uint64_t policy;   /* fingerprint of issuer, max_lifetime_s, leeway_s */
     token_cache_t *cache;
     rsv_auth_fails_t *fails;
     bool own_fails; /* made by this gate (cfg.fails was NULL) */
@@ -454,8 +454,8 @@ static cm_dpop_result_t judge_proof(const rsv_auth_t *a, cm_req_t *req,
 
 /* Answers a check: a token that passed (r OK or UNVERIFIED) and is bound to a key is
  * answered r only once its request's proof passed and its jti was claimed. Loop thread. */
-static void answer(rsv_auth_t *a, cm_req_t *req, const cm_jwt_claims_t *claims,
-                   rsv_auth_result_t r, const char *why, rsv_auth_cb cb, void *arg)
+static void answer(rsv_auth_t *a, cm_req_t *req, const cm_jwt_claims_t *claims, rsv_auth_result_t r,
+                   const char *why, rsv_auth_cb cb, void *arg)
 {
     if ((r != RSV_AUTH_OK && r != RSV_AUTH_UNVERIFIED) || claims->cnf_jkt[0] == '\0') {
         cb(r, why, arg);

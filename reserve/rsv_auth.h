@@ -61,6 +61,8 @@ typedef enum {
     RSV_AUTH_LIMITED,     /* 429 + Retry-After: too many failed tokens from this address */
     RSV_AUTH_UNVERIFIED,  /* rsv_auth_check_new only: every claim fine, the signature not
                              checked; good only with the token's record (see there) */
+
+    /* a token bound to a key (cnf.jkt), by its request's DPoP proof */
     RSV_AUTH_PROOF_REQUIRED,    /* 401 proof_required: the token is bound (cnf.jkt) and the
                                    request has no DPoP header */
     RSV_AUTH_INVALID_PROOF,     /* 401 invalid_proof: the proof is refused (why names the
@@ -83,6 +85,8 @@ typedef struct rsv_auth_config {
                                 (borrowed); NULL: the gate keeps its own */
     bool records;            /* rsv_auth_check_new answers RSV_AUTH_UNVERIFIED on a cache
                                 miss (token records, docs/tokens.md); false: it verifies */
+
+    /* bound tokens' DPoP proofs */
     const char *public_origin; /* the origin a DPoP proof's htu must name (copied); NULL or
                                   "": https:// (http:// with plain_http) + the Host header */
     bool plain_http;           /* the reserve speaks plain HTTP (tests) */
@@ -141,8 +145,9 @@ void rsv_auth_free(rsv_auth_t *a);
  * compares claims->evt itself). allow_expired accepts a correctly signed token whose
  * exp has passed (operations on a hold its owner already has). cb runs exactly once:
  * before this returns when the answer is known at once (cache hit, no token, queue
- * full, address limited), else later from the loop. req must stay unanswered until cb. claims must stay valid until then
- * (it lives in the caller's operation). The address is the request's peer.
+ * full, address limited), else later from the loop. req must stay unanswered until cb
+ * (its DPoP header is read then); claims must stay valid until then (it lives in the
+ * caller's operation). The address is the request's peer.
  */
 void rsv_auth_check(rsv_auth_t *a, cm_req_t *req, const char *event, bool allow_expired,
                     cm_jwt_claims_t *claims, rsv_auth_cb cb, void *arg);
