@@ -10,12 +10,14 @@
 #include "gw_admit.h"
 
 #include <event2/http.h>
+#include <event2/keyvalq_struct.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cm_access.h"
+#include "cm_dpop.h"
 #include "cm_err.h"
 #include "cm_log.h"
 #include "cm_mem.h"
@@ -34,6 +36,7 @@ typedef struct entry {
     uint64_t gen, num;
     char event[CM_IDENT_MAX + 1];
     char visitor[GW_VISITOR_LEN + 1];
+    char jkt[CM_JWT_JKT_LEN + 1]; /* the key the token is bound to (cnf.jkt); "" = none */
     int64_t exp;
     char *token;
 } entry_t;
@@ -85,11 +88,11 @@ static size_t bucket_of(const gw_admit_t *a, uint64_t gen, uint64_t num)
 }
 
 static entry_t *lookup(gw_admit_t *a, uint64_t gen, uint64_t num, const char *event,
-                       const char *visitor)
+                       const char *visitor, const char *jkt)
 {
     for (entry_t *e = a->buckets[bucket_of(a, gen, num)]; e; e = e->next) {
         if (e->gen == gen && e->num == num && strcmp(e->event, event) == 0 &&
-            strcmp(e->visitor, visitor) == 0)
+            strcmp(e->visitor, visitor) == 0 && strcmp(e->jkt, jkt) == 0)
             return e;
     }
     return NULL;
@@ -109,9 +112,9 @@ static void unlink_entry(gw_admit_t *a, entry_t *e)
 
 /* Stores the token (taking it); returns the cached entry. */
 static entry_t *insert(gw_admit_t *a, uint64_t gen, uint64_t num, const char *event,
-                       const char *visitor, int64_t exp, char *token)
+                       const char *visitor, const char *jkt, int64_t exp, char *token)
 {
-    entry_t *e = lookup(a, gen, num, event, visitor);
+    entry_t *e = lookup(a, gen, num, event, visitor, jkt);
     if (e) {
         free(token);
         return e;
@@ -125,6 +128,7 @@ static entry_t *insert(gw_admit_t *a, uint64_t gen, uint64_t num, const char *ev
     e->num = num;
     snprintf(e->event, sizeof(e->event), "%s", event);
     snprintf(e->visitor, sizeof(e->visitor), "%s", visitor);
+    snprintf(e->jkt, sizeof(e->jkt), "%s", jkt);
     e->exp = exp;
     e->token = token;
     size_t b = bucket_of(a, gen, num);
@@ -134,9 +138,9 @@ static entry_t *insert(gw_admit_t *a, uint64_t gen, uint64_t num, const char *ev
 }
 
 const char *gw_admit_cache_find(gw_admit_t *a, uint64_t gen, uint64_t num, const char *event,
-                                const char *visitor, int64_t *exp)
+                                const char *visitor, const char *jkt, int64_t *exp)
 {
-    const entry_t *e = lookup(a, gen, num, event, visitor);
+    const entry_t *e = lookup(a, gen, num, event, visitor, jkt);
     if (e == NULL)
         return NULL;
     if (exp)
@@ -145,9 +149,9 @@ const char *gw_admit_cache_find(gw_admit_t *a, uint64_t gen, uint64_t num, const
 }
 
 const char *gw_admit_cache_put(gw_admit_t *a, uint64_t gen, uint64_t num, const char *event,
-                               const char *visitor, int64_t exp, char *token)
+                               const char *visitor, const char *jkt, int64_t exp, char *token)
 {
-    return insert(a, gen, num, event, visitor, exp, token)->token;
+    return insert(a, gen, num, event, visitor, jkt, exp, token)->token;
 }
 
 static const char *redirect_of(gw_server_t *srv, const gw_room_t *room)
@@ -298,7 +302,7 @@ static void on_signed(const char *err, char *token, void *arg)
     }
     record_token(srv, op->room->event, token, op->claims.exp);
     entry_t *e = insert(srv->admit, op->room->s.gen, op->t.num, op->room->event, op->t.visitor,
-                        op->claims.exp, token);
+                        op->t.cnf_jkt, op->claims.exp, token);
     reply_admitted(&op->r, op->room, op->ticket, e, op->code, op->page);
     op_free(op);
 }
@@ -376,11 +380,46 @@ static void on_admit(const char *err, const cm_redis_reply_t *reply, void *arg)
     op_free(op);
 }
 
-void gw_admit_serve(gw_req_t *r, gw_room_t *room, const gw_ticket_t *t, const char *ticket_text,
-                    int code, bool page)
+/* The key the poll names for the token (?bind=, the storefront's thumbprint) into jkt,
+ * which keeps the ticket's (or "") without one. -1 when bind is there but is not a
+ * canonical 43-character thumbprint, or is given twice. */
+static int bind_of(cm_req_t *req, char jkt[CM_JWT_JKT_LEN + 1])
+{
+    const char *raw = cm_http_uri_query(req);
+    if (raw == NULL || strstr(raw, GW_ADMIT_BIND_QUERY "=") == NULL)
+        return 0;
+    struct evkeyvalq q;
+    int rc = -1, seen = 0;
+    const char *v = NULL;
+    if (cm_http_query(req, &q) == 0) {
+        for (struct evkeyval *kv = q.tqh_first; kv; kv = kv->next.tqe_next)
+            if (strcmp(kv->key, GW_ADMIT_BIND_QUERY) == 0 && ++seen == 1)
+                v = kv->value;
+        if (seen == 1 && cm_dpop_jkt_valid(v)) {
+            snprintf(jkt, CM_JWT_JKT_LEN + 1, "%s", v);
+            rc = 0;
+        } else if (seen == 0) {
+            rc = 0; /* "bind=" inside another parameter's value */
+        }
+    }
+    evhttp_clear_headers(&q);
+    return rc;
+}
+
+void gw_admit_serve(gw_req_t *r, gw_room_t *room, const gw_ticket_t *ticket,
+                    const char *ticket_text, int code, bool page)
 {
     gw_server_t *srv = r->srv;
-    entry_t *e = lookup(srv->admit, room->s.gen, t->num, room->event, t->visitor);
+    gw_ticket_t bound = *ticket; /* cnf_jkt: the key the token will carry */
+    const gw_ticket_t *t = &bound;
+    if (bind_of(r->req, bound.cnf_jkt) != 0) {
+        gw_reply_error(r, 400, "invalid_bind",
+                       "bind must name one key: its RFC 7638 SHA-256 thumbprint, 43 base64url "
+                       "characters",
+                       NULL);
+        return;
+    }
+    entry_t *e = lookup(srv->admit, room->s.gen, t->num, room->event, t->visitor, t->cnf_jkt);
     if (e != NULL) {
         if (e->exp <= cm_time_wall_ms() / 1000) {
             reply_expired(r);

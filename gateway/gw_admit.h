@@ -23,33 +23,42 @@
 #include "gw_ticket.h"
 #include "gw_watermark.h"
 
+/** The admitting poll's query parameter naming the key the admission token is bound to
+ *  (cnf.jkt), the storefront's: without it the token is bound to the ticket's key, if any. */
+#define GW_ADMIT_BIND_QUERY "bind"
+
 /** An empty token cache holding at most size admissions. NULL never. */
 gw_admit_t *gw_admit_new(size_t size);
 /** Frees the cache (the server frees the signer and Redis first). NULL is fine. */
 void gw_admit_free(gw_admit_t *a);
 
 /**
- * The cached token of (gen, num, event, visitor) and its exp into *exp (may be NULL), or
- * NULL: an admission is found only by the visitor it was signed for. The token is
+ * The cached token of (gen, num, event, visitor, jkt) and its exp into *exp (may be NULL),
+ * or NULL: an admission is found only by the visitor it was signed for, bound to the key
+ * (jkt, "" = unbound) it was signed for. The token is
  * borrowed until the next gw_admit_cache_put (which may evict it).
  */
 const char *gw_admit_cache_find(gw_admit_t *a, uint64_t gen, uint64_t num, const char *event,
-                                const char *visitor, int64_t *exp);
+                                const char *visitor, const char *jkt, int64_t *exp);
 /**
  * Caches token (malloc'd; taken, and freed at once when that visitor's admission is
- * cached already) for (gen, num, event, visitor), evicting the oldest entry when full.
+ * cached already for that key) for (gen, num, event, visitor, jkt), evicting the oldest
+ * entry when full.
  * Returns the cached token (borrowed, as above).
  */
 const char *gw_admit_cache_put(gw_admit_t *a, uint64_t gen, uint64_t num, const char *event,
-                               const char *visitor, int64_t exp, char *token);
+                               const char *visitor, const char *jkt, int64_t exp, char *token);
 
 /**
  * Answers r (started by the caller) for ticket t, whose number is at or below room's
  * watermark: from the cache at once, else after Redis and the signer. code is the
  * status of a success (200, or 201 for a fresh join); ticket_text is echoed in the body.
- * page true answers with the HTML queue page (gw_page) instead of JSON.
+ * page true answers with the HTML queue page (gw_page) instead of JSON. A valid ?bind=
+ * (GW_ADMIT_BIND_QUERY) makes the token's cnf.jkt that thumbprint instead of the
+ * ticket's; a malformed one is answered 400 invalid_bind. The ticket's own proof (the
+ * caller's, gw_dpop) still authorised the poll.
  */
-void gw_admit_serve(gw_req_t *r, gw_room_t *room, const gw_ticket_t *t, const char *ticket_text,
-                    int code, bool page);
+void gw_admit_serve(gw_req_t *r, gw_room_t *room, const gw_ticket_t *ticket,
+                    const char *ticket_text, int code, bool page);
 
 #endif

@@ -20,37 +20,30 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cm_dpop.h"
 #include "cm_jwt.h"
 #include "gw_server.h"
 #include "gw_ticket.h"
 
-#define GW_DPOP_MAX_LEN  1024 /* a proof's text; ours are ~450 bytes */
-#define GW_DPOP_WINDOW_S 60   /* |iat - now| allowed, seconds */
-#define GW_DPOP_JTI_MAX  64
-#define GW_DPOP_HTU_MAX  512
+#define GW_DPOP_MAX_LEN  CM_DPOP_MAX_LEN
+#define GW_DPOP_WINDOW_S CM_DPOP_WINDOW_S
+#define GW_DPOP_JTI_MAX  CM_DPOP_JTI_MAX
+#define GW_DPOP_HTU_MAX  CM_DPOP_HTU_MAX
 #define GW_DPOP_QUERY    "dpop" /* the page's query parameter carrying a proof */
 
-typedef enum {
-    GW_DPOP_OK = 0,
-    GW_DPOP_MISSING,       /* no proof where one is required */
-    GW_DPOP_MALFORMED,     /* not a compact JWS of a proof's shape, or a bad claim */
-    GW_DPOP_BAD_KEY,       /* the jwk is not an EC P-256 public key */
-    GW_DPOP_BAD_SIGNATURE, /* the signature does not verify under the jwk */
-    GW_DPOP_WRONG_KEY,     /* signed by a key other than the ticket's (or ticket unbound) */
-    GW_DPOP_WRONG_TARGET,  /* htm or htu name another request */
-    GW_DPOP_STALE,         /* iat outside the window */
-    GW_DPOP_REPLAYED,      /* its jti was used already */
-    GW_DPOP_UNAVAILABLE,   /* Redis could not record the jti */
-} gw_dpop_result_t;
-
-typedef struct gw_dpop_proof {
-    char x[44], y[44];             /* the jwk's coordinates, base64url */
-    char jkt[CM_JWT_JKT_LEN + 1];  /* its RFC 7638 thumbprint */
-    char jti[GW_DPOP_JTI_MAX + 1]; /* [A-Za-z0-9_-], 8 to 64 characters */
-    char htm[8];                   /* "GET", "POST" */
-    char htu[GW_DPOP_HTU_MAX];     /* scheme://authority/path, no query or fragment */
-    int64_t iat;
-} gw_dpop_proof_t;
+/* The gateway's names for the shared verifier's outcomes and proofs (common/cm_dpop.h). */
+typedef cm_dpop_result_t gw_dpop_result_t;
+typedef cm_dpop_proof_t gw_dpop_proof_t;
+#define GW_DPOP_OK            CM_DPOP_OK
+#define GW_DPOP_MISSING       CM_DPOP_MISSING
+#define GW_DPOP_MALFORMED     CM_DPOP_MALFORMED
+#define GW_DPOP_BAD_KEY       CM_DPOP_BAD_KEY
+#define GW_DPOP_BAD_SIGNATURE CM_DPOP_BAD_SIGNATURE
+#define GW_DPOP_WRONG_KEY     CM_DPOP_WRONG_KEY
+#define GW_DPOP_WRONG_TARGET  CM_DPOP_WRONG_TARGET
+#define GW_DPOP_STALE         CM_DPOP_STALE
+#define GW_DPOP_REPLAYED      CM_DPOP_REPLAYED
+#define GW_DPOP_UNAVAILABLE   CM_DPOP_UNAVAILABLE
 
 /** What a proof must name: the request it comes with and the ticket's key. */
 typedef struct gw_dpop_want {
@@ -62,11 +55,8 @@ typedef struct gw_dpop_want {
 } gw_dpop_want_t;
 
 /**
- * Parses text (len bytes, need not be NUL-terminated): three canonical base64url parts,
- * the header (typ dpop+jwt, alg ES256, an EC P-256 jwk, no private member "d"), the
- * claims (jti, htm, htu strings, iat integer) and the thumbprint. No signature check:
- * enough to bind a ticket at the join (a key nobody holds binds a ticket nobody can use).
- * GW_DPOP_OK with *out filled, GW_DPOP_MALFORMED or GW_DPOP_BAD_KEY.
+ * cm_dpop_parse: enough to bind a ticket at the join (a key nobody holds binds a ticket
+ * nobody can use).
  */
 gw_dpop_result_t gw_dpop_parse(const char *text, size_t len, gw_dpop_proof_t *out);
 
@@ -78,9 +68,9 @@ gw_dpop_result_t gw_dpop_parse(const char *text, size_t len, gw_dpop_proof_t *ou
 gw_dpop_result_t gw_dpop_parse_key(const char *text, size_t len, gw_dpop_proof_t *out);
 
 /**
- * gw_dpop_parse, then the ticket's key, the signature, htm and htu against want, and iat
- * within GW_DPOP_WINDOW_S of now_s. Not the jti (gw_dpop_check claims it). ~70 µs: one
- * ECDSA verification.
+ * cm_dpop_verify with the ticket's key (the leading GW_TICKET_JKT_LEN bytes of its
+ * thumbprint, refused when the ticket is unbound): htm and htu against want, iat within
+ * GW_DPOP_WINDOW_S of now_s, the signature. Not the jti (gw_dpop_check claims it).
  */
 gw_dpop_result_t gw_dpop_verify(const char *text, size_t len, const gw_dpop_want_t *want,
                                 int64_t now_s, gw_dpop_proof_t *out);
@@ -122,7 +112,7 @@ typedef void (*gw_dpop_cb)(gw_dpop_result_t r, void *arg);
 
 /**
  * Verifies proof (may be NULL: GW_DPOP_MISSING) for req as the proof of t, then records
- * its jti in Redis once (SET os:{event}:dp:<jti> NX, expiring after twice the window):
+ * its jti in Redis once (cm_dpop_claim: the key the reserve claims its proofs' jti in too):
  * cb runs exactly once, on the loop thread, possibly from inside this call. On GW_DPOP_OK
  * t->cnf_jkt holds the thumbprint. Counts verified and refused proofs in srv's metrics.
  */

@@ -41,8 +41,9 @@
 #include <time.h>
 
 #include "cm_access.h"
-#include "cm_http.h"
+#include "cm_dpop.h"
 #include "cm_log.h"
+#include "cm_http.h"
 #include "cm_mem.h"
 #include "cm_reload.h"
 #include "cm_time.h"
@@ -102,7 +103,7 @@ typedef struct job {
     bool has_event;
     bool allow_expired;
     cm_jwt_claims_t *out;
-    char req_id[CM_ACCESS_ID_MAX + 1]; /* the request's id, for log_admission */
+    cm_req_t *req; /* the caller's, unanswered until cb: its DPoP proof */
     rsv_auth_cb cb;
     void *arg;
 } job_t;
@@ -111,7 +112,9 @@ struct rsv_auth {
     rsv_auth_keys_t *keys;
     rsv_auth_config_t cfg;
     char *issuer;
-    uint64_t policy; /* fingerprint of issuer, max_lifetime_s, leeway_s */
+    char *origin;      /* cfg.public_origin's copy, NULL when unset */
+    cm_redis_t *redis; /* records proofs' jti; borrowed */
+    uint64_t policy;   /* fingerprint of issuer, max_lifetime_s, leeway_s */
     token_cache_t *cache;
     rsv_auth_fails_t *fails;
     bool own_fails; /* made by this gate (cfg.fails was NULL) */
@@ -376,17 +379,125 @@ static void cache_put(rsv_auth_t *a, job_t *j, bool record_only)
     free(old);
 }
 
+/* ---- bound tokens: the request's DPoP proof ---- */
+
+/* The client's address: the PROXY v2 source behind a balancer, else the socket's peer
+ * (cm_http_peer; "?" for a request without a connection, as in the unit tests). */
+static void peer_addr(cm_req_t *req, char out[ADDR_MAX])
+{
+    snprintf(out, ADDR_MAX, "%s", cm_http_peer(req));
+}
+
+typedef struct proof_op {
+    rsv_auth_result_t r; /* the answer once the jti is claimed */
+    const char *why;
+    rsv_auth_cb cb;
+    void *arg;
+} proof_op_t;
+
+static void on_proof_claim(cm_dpop_result_t res, void *arg)
+{
+    proof_op_t *op = arg;
+    rsv_auth_result_t r = op->r;
+    const char *why = op->why;
+    if (res == CM_DPOP_REPLAYED) {
+        r = RSV_AUTH_INVALID_PROOF;
+        why = cm_dpop_result_str(res);
+    } else if (res != CM_DPOP_OK) {
+        r = RSV_AUTH_PROOF_UNAVAILABLE;
+        why = "recording the DPoP proof";
+    }
+    rsv_auth_cb cb = op->cb;
+    void *cb_arg = op->arg;
+    free(op);
+    cb(r, why, cb_arg);
+}
+
+static const char *method_name(cm_http_method_t m)
+{
+    switch (m) {
+    case CM_HTTP_GET:
+        return "GET";
+    case CM_HTTP_POST:
+        return "POST";
+    case CM_HTTP_PUT:
+        return "PUT";
+    case CM_HTTP_DELETE:
+        return "DELETE";
+    case CM_HTTP_PATCH:
+        return "PATCH";
+    default:
+        return "";
+    }
+}
+
+/* The proof of req for a token bound to claims->cnf_jkt: CM_DPOP_OK with p filled. */
+static cm_dpop_result_t judge_proof(const rsv_auth_t *a, cm_req_t *req,
+                                    const cm_jwt_claims_t *claims, cm_dpop_proof_t *p)
+{
+    const char *proof = cm_http_header(req, "DPoP");
+    if (proof == NULL)
+        return CM_DPOP_MISSING;
+    if (!cm_dpop_jkt_valid(claims->cnf_jkt))
+        return CM_DPOP_WRONG_KEY; /* signed by the gateway, yet no key can match it */
+    unsigned char jkt[32];
+    cm_dpop_jkt_bytes(claims->cnf_jkt, jkt, sizeof(jkt));
+    cm_dpop_want_t want = {
+        .method = method_name(cm_http_method(req)),
+        .origin = a->origin,
+        .host = cm_http_header(req, "Host"),
+        .path = cm_http_uri_path(req),
+        .plain_http = a->cfg.plain_http,
+        .jkt = jkt,
+        .jkt_len = sizeof(jkt),
+    };
+    return cm_dpop_verify(proof, strlen(proof), &want, (int64_t)time(NULL), p);
+}
+
 /* A token the gateway signed for a request names it (the rid claim, docs/tokens.md): one
  * line under this request's id that names the admission's, so one search finds both. */
 static void log_admission(const char *req_id, const cm_jwt_claims_t *c)
 {
-    if (c->rid[0] == '\0' || CM_LOG_INFO < cm_log_level)
+    if (c->rid[0] == '\0' || CM_LOG_INFO < __atomic_load_n(&cm_log_level, __ATOMIC_RELAXED))
         return;
     char saved[CM_ACCESS_ID_MAX + 1];
     snprintf(saved, sizeof(saved), "%s", cm_log_request());
     cm_log_set_request(req_id);
     cm_log(CM_LOG_INFO, "token admission=%s event=%s", c->rid, c->evt);
     cm_log_set_request(saved[0] ? saved : NULL);
+}
+
+/* Answers a check: a token that passed (r OK or UNVERIFIED) and is bound to a key is
+ * answered r only once its request's proof passed and its jti was claimed. Loop thread. */
+static void answer(rsv_auth_t *a, cm_req_t *req, const cm_jwt_claims_t *claims, rsv_auth_result_t r,
+                   const char *why, rsv_auth_cb cb, void *arg)
+{
+    if ((r != RSV_AUTH_OK && r != RSV_AUTH_UNVERIFIED) || claims->cnf_jkt[0] == '\0') {
+        if (r == RSV_AUTH_OK || r == RSV_AUTH_UNVERIFIED)
+            log_admission(cm_access_id(req), claims);
+        cb(r, why, arg);
+        return;
+    }
+    char addr[ADDR_MAX];
+    peer_addr(req, addr);
+    if (is_limited(a, addr)) { /* a stolen token's owner-less proofs cost no more ECDSA */
+        a->limited++;
+        cb(RSV_AUTH_LIMITED, "too many failed proofs from this address", arg);
+        return;
+    }
+    cm_dpop_proof_t p;
+    cm_dpop_result_t res = judge_proof(a, req, claims, &p);
+    if (res != CM_DPOP_OK) {
+        if (res == CM_DPOP_BAD_SIGNATURE)
+            count_failure(a, addr);
+        cb(res == CM_DPOP_MISSING ? RSV_AUTH_PROOF_REQUIRED : RSV_AUTH_INVALID_PROOF,
+           cm_dpop_result_str(res), arg);
+        return;
+    }
+    log_admission(cm_access_id(req), claims);
+    proof_op_t *op = cm_xcalloc(1, sizeof(*op));
+    *op = (proof_op_t){r, why, cb, arg};
+    cm_dpop_claim(a->redis, claims->evt, p.jti, on_proof_claim, op);
 }
 
 /* Loop thread: records a verification's outcome and answers its caller. */
@@ -399,8 +510,10 @@ static void complete(rsv_auth_t *a, job_t *j)
         *j->out = j->claims;
         r = judge(a, &j->claims, (int64_t)time(NULL), j->has_event ? j->event : NULL,
                   j->allow_expired, &why);
-        if (r == RSV_AUTH_OK)
-            log_admission(j->req_id, &j->claims);
+        answer(a, j->req, j->out, r, why, j->cb, j->arg);
+        free(j->token);
+        free(j);
+        return;
     } else {
         if (j->result == CM_JWT_BAD_SIGNATURE) /* the only failure that cost an ECDSA check */
             count_failure(a, j->addr);
@@ -487,6 +600,8 @@ rsv_auth_t *rsv_auth_new(struct event_base *base, rsv_auth_keys_t *keys,
     a->cfg = *cfg;
     a->issuer = cfg->issuer && cfg->issuer[0] ? cm_xstrdup(cfg->issuer) : NULL;
     a->cfg.issuer = a->issuer;
+    a->origin = cfg->public_origin && cfg->public_origin[0] ? cm_xstrdup(cfg->public_origin) : NULL;
+    a->cfg.public_origin = a->origin;
     if (a->cfg.fail_window_s <= 0)
         a->cfg.fail_window_s = 1;
     a->policy = policy_fingerprint(&a->cfg);
@@ -507,6 +622,11 @@ rsv_auth_t *rsv_auth_new(struct event_base *base, rsv_auth_keys_t *keys,
                 a->nthreads++;
     }
     return a;
+}
+
+void rsv_auth_use_redis(rsv_auth_t *a, cm_redis_t *redis)
+{
+    a->redis = redis;
 }
 
 void rsv_auth_free(rsv_auth_t *a)
@@ -533,16 +653,10 @@ void rsv_auth_free(rsv_auth_t *a)
     if (a->own_fails)
         rsv_auth_fails_free(a->fails);
     free(a->issuer);
+    free(a->origin);
     pthread_mutex_destroy(&a->lock);
     pthread_cond_destroy(&a->cond);
     free(a);
-}
-
-/* The client's address: the PROXY v2 source behind a balancer, else the socket's peer
- * (cm_http_peer; "?" for a request without a connection, as in the unit tests). */
-static void peer_addr(cm_req_t *req, char out[ADDR_MAX])
-{
-    snprintf(out, ADDR_MAX, "%s", cm_http_peer(req));
 }
 
 /* A cache hit still stands if the keys changed since only when its kid is still held;
@@ -583,8 +697,11 @@ static bool cache_get(rsv_auth_t *a, const char *tok, size_t len, bool for_hold,
     return hit;
 }
 
-/* Judges a token the cache does not hold without its signature (rsv_auth_check_new). */
-static void inspect(rsv_auth_t *a, const char *tok, size_t len, const char *event, int64_t now,
+/* Judges a token the cache does not hold without its signature (rsv_auth_check_new); false
+ * (nothing answered) for a token bound to a key, which is verified instead: its proof is
+ * judged once, after the verification, and a record's follow-up check would find its jti
+ * spent. */
+static bool inspect(rsv_auth_t *a, const char *tok, size_t len, const char *event, int64_t now,
                     cm_jwt_claims_t *claims, char record[65], const char *req_id, rsv_auth_cb cb,
                     void *arg)
 {
@@ -599,18 +716,21 @@ static void inspect(rsv_auth_t *a, const char *tok, size_t len, const char *even
     cm_jwt_keyset_free(ks);
     if (jr != CM_JWT_OK) {
         cb(RSV_AUTH_INVALID, cm_jwt_result_str(jr), arg);
-        return;
+        return true;
     }
+    if (claims->cnf_jkt[0] != '\0')
+        return false;
     const char *why = NULL;
     rsv_auth_result_t r = judge(a, claims, now, event, false, &why);
     if (r != RSV_AUTH_OK) {
         cb(r, why, arg);
-        return;
+        return true;
     }
     cm_tls_sha256_hex(tok, len, record);
     a->inspected++;
     log_admission(req_id, claims);
     cb(RSV_AUTH_UNVERIFIED, NULL, arg);
+    return true;
 }
 
 static bool queue_full(rsv_auth_t *a)
@@ -642,9 +762,7 @@ static void check(rsv_auth_t *a, cm_req_t *req, const char *event, bool allow_ex
     if (cache_get(a, tok, len, record != NULL, claims)) {
         a->hits++;
         rsv_auth_result_t r = judge(a, claims, now, event, allow_expired, &why);
-        if (r == RSV_AUTH_OK)
-            log_admission(cm_access_id(req), claims);
-        cb(r, why, arg);
+        answer(a, req, claims, r, why, cb, arg);
         return;
     }
     /* Before any work on an unknown token — its parse, the hold script's look for its
@@ -661,10 +779,9 @@ static void check(rsv_auth_t *a, cm_req_t *req, const char *event, bool allow_ex
         cb(RSV_AUTH_BUSY, "verification queue full", arg);
         return;
     }
-    if (record != NULL && a->cfg.records) {
-        inspect(a, tok, len, event, now, claims, record, cm_access_id(req), cb, arg);
+    if (record != NULL && a->cfg.records &&
+        inspect(a, tok, len, event, now, claims, record, cm_access_id(req), cb, arg))
         return;
-    }
     a->verifications++;
     job_t *j = cm_xcalloc(1, sizeof(*j));
     j->token = cm_xstrndup(tok, len);
@@ -676,7 +793,7 @@ static void check(rsv_auth_t *a, cm_req_t *req, const char *event, bool allow_ex
         snprintf(j->event, sizeof(j->event), "%s", event);
     j->allow_expired = allow_expired;
     j->out = claims;
-    snprintf(j->req_id, sizeof(j->req_id), "%s", cm_access_id(req));
+    j->req = req;
     j->cb = cb;
     j->arg = arg;
     if (a->nthreads == 0) {

@@ -45,6 +45,7 @@
 
 #include "cm_http.h"
 #include "cm_jwt.h"
+#include "cm_redis.h"
 
 struct event_base;
 typedef struct rsv_auth rsv_auth_t;
@@ -60,6 +61,13 @@ typedef enum {
     RSV_AUTH_LIMITED,     /* 429 + Retry-After: too many failed tokens from this address */
     RSV_AUTH_UNVERIFIED,  /* rsv_auth_check_new only: every claim fine, the signature not
                              checked; good only with the token's record (see there) */
+
+    /* a token bound to a key (cnf.jkt), by its request's DPoP proof */
+    RSV_AUTH_PROOF_REQUIRED,    /* 401 proof_required: the token is bound (cnf.jkt) and the
+                                   request has no DPoP header */
+    RSV_AUTH_INVALID_PROOF,     /* 401 invalid_proof: the proof is refused (why names the
+                                   cm_dpop reason: wrong_key, replayed, stale, …) */
+    RSV_AUTH_PROOF_UNAVAILABLE, /* 503: Redis could not record the proof's jti */
 } rsv_auth_result_t;
 
 typedef struct rsv_auth_config {
@@ -77,6 +85,11 @@ typedef struct rsv_auth_config {
                                 (borrowed); NULL: the gate keeps its own */
     bool records;            /* rsv_auth_check_new answers RSV_AUTH_UNVERIFIED on a cache
                                 miss (token records, docs/tokens.md); false: it verifies */
+
+    /* bound tokens' DPoP proofs */
+    const char *public_origin; /* the origin a DPoP proof's htu must name (copied); NULL or
+                                  "": https:// (http:// with plain_http) + the Host header */
+    bool plain_http;           /* the reserve speaks plain HTTP (tests) */
 } rsv_auth_config_t;
 
 /**
@@ -110,16 +123,31 @@ typedef void (*rsv_auth_cb)(rsv_auth_result_t result, const char *why, void *arg
 /** keys is borrowed and must outlive the gate; cfg is copied (issuer too). */
 rsv_auth_t *rsv_auth_new(struct event_base *base, rsv_auth_keys_t *keys,
                          const rsv_auth_config_t *cfg);
+/** The Redis (borrowed, the gate's loop's) that records the jti of every DPoP proof of a
+ *  bound token; without one such tokens get RSV_AUTH_PROOF_UNAVAILABLE. */
+void rsv_auth_use_redis(rsv_auth_t *a, cm_redis_t *redis);
 /** Joins the workers; pending checks are answered RSV_AUTH_INVALID ("shutting down"). */
 void rsv_auth_free(rsv_auth_t *a);
 
 /**
+ * Bound tokens (docs/api.md "DPoP"): a token whose claims carry cnf.jkt is good only with
+ * a DPoP header on the request — a proof (common/cm_dpop) by the key of that RFC 7638
+ * thumbprint, with htm the request's method, htu public_origin (or the Host) and the
+ * request's path, iat within CM_DPOP_WINDOW_S — whose jti Redis had not seen (recorded
+ * with SET NX in the token's event's slot, so it works once across every reserve and
+ * gateway). Every answer that would be RSV_AUTH_OK or RSV_AUTH_UNVERIFIED for such a token
+ * is that only after its proof passed; else PROOF_REQUIRED, INVALID_PROOF or
+ * PROOF_UNAVAILABLE. A proof whose signature fails counts as a failed token for the
+ * address (fail_limit). rsv_auth_check_new never answers UNVERIFIED for a bound token: it
+ * is verified, so its proof is judged once. Tokens without cnf are judged as before.
+ *
  * Checks the request's bearer token. event NULL skips the event check (the caller
  * compares claims->evt itself). allow_expired accepts a correctly signed token whose
  * exp has passed (operations on a hold its owner already has). cb runs exactly once:
  * before this returns when the answer is known at once (cache hit, no token, queue
- * full, address limited), else later from the loop. claims must stay valid until then
- * (it lives in the caller's operation). The address is the request's peer.
+ * full, address limited), else later from the loop. req must stay unanswered until cb
+ * (its DPoP header is read then); claims must stay valid until then (it lives in the
+ * caller's operation). The address is the request's peer.
  */
 void rsv_auth_check(rsv_auth_t *a, cm_req_t *req, const char *event, bool allow_expired,
                     cm_jwt_claims_t *claims, rsv_auth_cb cb, void *arg);

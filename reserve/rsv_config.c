@@ -52,6 +52,10 @@ static const cm_config_opt_t own[] = {
      "gateway wrote of that exact token (docs/tokens.md); false = verify every new token"},
     {"token_issuer", CM_CFG_STR, S(token_issuer), "onsale-gateway", 0, 0,
      "iss every admission token must carry (the gateway's issuer); empty = not checked"},
+    {"public_origin", CM_CFG_STR, S(public_origin), NULL, 0, 0,
+     "scheme://host[:port] buyers reach this reserve at, the origin a DPoP proof's htu must "
+     "name for a bound admission token; empty = https:// (http:// with plain_http) and the "
+     "request's Host header"},
     {"token_max_lifetime_s", CM_CFG_INT, S(token_max_lifetime_s), "86400", 0, 31536000,
      "longest admission token accepted (exp - iat); 0 = unlimited"},
     {"verify_max_queue", CM_CFG_INT, S(verify_max_queue), "4096", 1, 1000000,
@@ -161,8 +165,24 @@ int rsv_config_add_pg_password(rsv_config_t *cfg, char *err, size_t errlen)
     return 0;
 }
 
+/* public_origin: unset, or a scheme and an authority with nothing after it. */
+static bool origin_ok(const char *o)
+{
+    if (o == NULL || o[0] == '\0')
+        return true;
+    const char *auth = strncmp(o, "https://", 8) == 0  ? o + 8
+                       : strncmp(o, "http://", 7) == 0 ? o + 7
+                                                       : NULL;
+    return auth != NULL && auth[0] != '\0' && strpbrk(auth, "/?#@ ") == NULL;
+}
+
 int rsv_config_check(const rsv_config_t *cfg, char *err, size_t errlen)
 {
+    if (!origin_ok(cfg->public_origin)) {
+        snprintf(err, errlen, "public_origin must be http(s)://host[:port], no path: %s",
+                 cfg->public_origin);
+        return -1;
+    }
     /* A checkout's lease must outlast its longest provider call with room to record the
      * answer: a lease that lapses mid-charge lets the reconciler drive the same checkout
      * while the first charge is still out (docs/hold-ttl.md). */

@@ -30,6 +30,7 @@ typedef struct rsv_config {
     int64_t verify_threads;
     bool token_records;
     char *token_issuer;
+    char *public_origin; /* NULL/"": the Host header (rsv_auth's DPoP htu) */
     int64_t token_max_lifetime_s;
     int64_t verify_max_queue;
     int64_t auth_fail_limit;

@@ -18,7 +18,7 @@
 #include "cm_mem.h"
 
 #define ALLOW_METHODS  "GET, POST, DELETE"
-#define ALLOW_HEADERS  "Authorization, Content-Type, Idempotency-Key"
+#define ALLOW_HEADERS  "Authorization, Content-Type, DPoP, Idempotency-Key"
 #define EXPOSE_HEADERS "Retry-After, WWW-Authenticate"
 #define MAX_AGE        "600"
 

@@ -123,6 +123,20 @@ void rsv_reply_unavailable(rsv_req_t *r, const char *what, const char *err)
     rsv_req_replied(r);
 }
 
+/* A bound token's refused proof (rsv_auth, docs/api.md "DPoP"): the gateway's codes. */
+static void reply_proof(rsv_req_t *r, int result, const char *why)
+{
+    bool missing = result == RSV_AUTH_PROOF_REQUIRED;
+    cm_http_add_header(r->req, "WWW-Authenticate",
+                       missing ? "DPoP algs=\"ES256\""
+                               : "DPoP algs=\"ES256\", error=\"invalid_dpop_proof\"");
+    rsv_reply_error(r, 401, missing ? "proof_required" : "invalid_proof",
+                    missing ? "this admission token is bound to a key: send a DPoP proof "
+                              "signed by it"
+                            : "the DPoP proof of this bound admission token is refused",
+                    json_pack("{s:s}", "reason", why ? why : "invalid"));
+}
+
 void rsv_reply_auth(rsv_req_t *r, int result, const char *why)
 {
     if (result == RSV_AUTH_WRONG_EVENT) {
@@ -131,6 +145,14 @@ void rsv_reply_auth(rsv_req_t *r, int result, const char *why)
     }
     if (result == RSV_AUTH_BUSY) {
         rsv_reply_unavailable(r, "verifying the admission token", why);
+        return;
+    }
+    if (result == RSV_AUTH_PROOF_REQUIRED || result == RSV_AUTH_INVALID_PROOF) {
+        reply_proof(r, result, why);
+        return;
+    }
+    if (result == RSV_AUTH_PROOF_UNAVAILABLE) {
+        rsv_reply_unavailable(r, why, cm_err_closed);
         return;
     }
     if (result == RSV_AUTH_LIMITED) {
@@ -413,11 +435,14 @@ static rsv_server_t *worker_new(rsv_server_t *first, cm_server_t *cs, int i, cha
         .fail_window_s = (int)cfg->auth_fail_window_s,
         .fails = first->auth_fails,
         .records = cfg->token_records,
+        .public_origin = cfg->public_origin,
+        .plain_http = cfg->server.plain_http,
     };
     srv->auth = rsv_auth_new(srv->base, srv->keys, &ac);
     srv->redis = cm_redis_config_open(srv->base, &cfg->redis, err, errlen); /* before its loop */
     if (srv->redis == NULL)
         return srv;
+    rsv_auth_use_redis(srv->auth, srv->redis); /* the jti of bound tokens' proofs */
     srv->pg = rsv_pg_new(srv->base, cfg->pg_conninfo, pool, (int)cfg->pg_timeout_ms,
                          (int)cfg->pg_max_queue);
     int read_pool = (int)((cfg->pg_read_pool_size + n - 1) / n);

@@ -6,7 +6,9 @@
  *
  * The admission token comes from the waiting room in the URL fragment, is kept in
  * sessionStorage (this tab only) and sent only in the Authorization header of calls to
- * the buyer API of this origin. It never goes into a URL query, a cookie or a log.
+ * the buyer API of this origin. It never goes into a URL query, a cookie or a log. A
+ * token bound to this storefront's key (cnf.jkt) goes with a DPoP proof by that key on
+ * every call; one bound to another key is named as such, not silently refused.
  *
  * A fan who is finished (a loser who gave up, a buyer who has their tickets) presses
  * "leave the sale": POST /v1/events/{event}/done frees their place in the waiting room's
@@ -67,6 +69,90 @@
     try { if (ev) sessionStorage.removeItem(KEY + ev); } catch (e) { /* ignore */ }
   }
 
+  /* ---- this storefront's key (docs/api.md "DPoP") ----
+     A P-256 key made here by WebCrypto, not extractable, kept in IndexedDB for this
+     origin. Its thumbprint goes on the link to the waiting room (?bind=), which has the
+     gateway bind the admission token to it (cnf.jkt); the reserve then wants, with such
+     a token, a proof by this key on every request: a copied admission link is of no use
+     in another browser. */
+  var shopKey = null;    /* Promise of { pair, jwk, jkt }, or of null without WebCrypto */
+  function b64u(bytes) {
+    var s = '';
+    for (var i = 0; i < bytes.length; i++) s += String.fromCharCode(bytes[i]);
+    return btoa(s).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
+  }
+  function b64uText(text) { return b64u(new TextEncoder().encode(text)); }
+  function newPair() {
+    return crypto.subtle.generateKey({ name: 'ECDSA', namedCurve: 'P-256' }, false, ['sign']);
+  }
+  function storedPair() {
+    if (typeof indexedDB === 'undefined') return newPair();
+    return new Promise(function (resolve) {
+      var fresh = function () { resolve(newPair()); };
+      try {
+        var open = indexedDB.open('onsale-shop-dpop', 1);
+        open.onupgradeneeded = function () { open.result.createObjectStore('keys'); };
+        open.onerror = open.onblocked = fresh;
+        open.onsuccess = function () {
+          try {
+            var db = open.result;
+            var get = db.transaction('keys').objectStore('keys').get('shop');
+            get.onerror = fresh;
+            get.onsuccess = function () {
+              if (get.result && get.result.privateKey) return resolve(get.result);
+              newPair().then(function (pair) {
+                try {
+                  var put = db.transaction('keys', 'readwrite').objectStore('keys').put(pair, 'shop');
+                  put.onsuccess = put.onerror = function () { resolve(pair); };
+                } catch (e) { resolve(pair); }
+              }, fresh);
+            };
+          } catch (e) { fresh(); }
+        };
+      } catch (e) { fresh(); }
+    });
+  }
+  function getShopKey() {
+    if (shopKey) return shopKey;
+    if (typeof crypto === 'undefined' || !crypto.subtle || typeof TextEncoder === 'undefined') {
+      shopKey = Promise.resolve(null);
+      return shopKey;
+    }
+    shopKey = storedPair().then(function (pair) {
+      return crypto.subtle.exportKey('jwk', pair.publicKey).then(function (j) {
+        var jwk = { kty: 'EC', crv: 'P-256', x: j.x, y: j.y };
+        /* RFC 7638: the required members in lexicographic order, no white space */
+        var canon = '{"crv":"P-256","kty":"EC","x":"' + j.x + '","y":"' + j.y + '"}';
+        return crypto.subtle.digest('SHA-256', new TextEncoder().encode(canon)).then(function (h) {
+          return { pair: pair, jwk: jwk, jkt: b64u(new Uint8Array(h)) };
+        });
+      });
+    }).then(null, function () { return null; });
+    return shopKey;
+  }
+  function boundTo() { return claims && claims.cnf && typeof claims.cnf.jkt === 'string' ? claims.cnf.jkt : null; }
+  /* A proof for one request (htu: this origin and the path, no query; iat on the
+     server's clock), or null when the token is not bound to a key. */
+  function proofFor(method, path) {
+    if (!boundTo()) return Promise.resolve(null);
+    return getShopKey().then(function (k) {
+      if (!k) return null;
+      var jti = new Uint8Array(16);
+      crypto.getRandomValues(jti);
+      var input = b64uText(JSON.stringify({ typ: 'dpop+jwt', alg: 'ES256', jwk: k.jwk })) + '.' +
+        b64uText(JSON.stringify({ jti: b64u(jti), htm: method, htu: location.origin + path.split('?')[0],
+                                  iat: Math.floor((Date.now() + clockSkew) / 1000) }));
+      return crypto.subtle.sign({ name: 'ECDSA', hash: 'SHA-256' }, k.pair.privateKey,
+                                new TextEncoder().encode(input)).then(function (sig) {
+        return input + '.' + b64u(new Uint8Array(sig));   /* WebCrypto's ECDSA is R || S */
+      });
+    });
+  }
+  function withBind(url, jkt) {
+    if (!url || !jkt) return url;
+    return url + (url.indexOf('?') >= 0 ? '&' : '?') + 'bind=' + jkt;
+  }
+
   /* ---- formatting ---- */
   function money(amount, currency) {
     if (typeof amount !== 'number') return '—';
@@ -121,6 +207,13 @@
         [{ label: 'Try again', run: function () { clearAlert(); refresh(); } }]);
       return true;
     }
+    if (res.status === 401 && (j.error === 'proof_required' || j.error === 'invalid_proof')) {
+      stopPolling();
+      alertBox('This admission belongs to another browser.',
+        'It was given to the browser that waited in line, and works only there. Open the sale in that browser, or join the waiting room here.',
+        queueLink());
+      return true;
+    }
     if (res.status === 401) {
       forgetToken();
       stopPolling();
@@ -145,13 +238,16 @@
   }
 
   /* ---- the buyer API ---- */
-  function api(method, path, body, headers) {
+  function api(method, path, body, headers, retried) {
     var h = { 'Accept': 'application/json' };
     if (token) h.Authorization = 'Bearer ' + token;
     var opts = { method: method, headers: h, cache: 'no-store', credentials: 'omit' };
     if (body !== undefined) { h['Content-Type'] = 'application/json'; opts.body = JSON.stringify(body); }
     Object.keys(headers || {}).forEach(function (k) { h[k] = headers[k]; });
-    return fetch(path, opts).then(function (r) {
+    return proofFor(method, path).then(function (p) {
+      if (p) h.DPoP = p;
+      return fetch(path, opts);
+    }).then(function (r) {
       var date = Date.parse(r.headers.get('Date') || '');
       /* the Date header has whole seconds: correct only a real clock difference */
       if (!isNaN(date)) clockSkew = Math.abs(date - Date.now()) > 2000 ? date - Date.now() : 0;
@@ -160,7 +256,12 @@
         try { j = JSON.parse(t); } catch (e) { j = null; }
         return { status: r.status, json: j };
       });
-    }, function () { return { status: 0, json: null }; });
+    }, function () { return { status: 0, json: null }; }).then(function (res) {
+      /* a proof off by the clock (clockSkew is now the server's) or lost in a retry: once more */
+      var why = res.status === 401 && res.json && res.json.reason;
+      if (!retried && (why === 'stale' || why === 'replayed')) return api(method, path, body, headers, true);
+      return res;
+    });
   }
   function evPath(rest) { return '/v1/events/' + encodeURIComponent(ev) + rest; }
   function holdPath(rest) { return '/v1/holds/' + encodeURIComponent(hold.hold_id) + (rest || ''); }
@@ -653,10 +754,21 @@
     $('leave-btn').addEventListener('click', leave);
     $('leave-done-btn').addEventListener('click', leave);
     $('slow-s').textContent = String(SLOW_CARD_MS / 1000);
-    fetch('config.json', { cache: 'no-store', credentials: 'omit' }).then(function (r) { return r.json(); })
-      .catch(function () { return {}; }).then(function (cfg) {
+    var cfgP = fetch('config.json', { cache: 'no-store', credentials: 'omit' }).then(function (r) { return r.json(); })
+      .catch(function () { return {}; });
+    Promise.all([cfgP, getShopKey()]).then(function (got) {
+        var cfg = got[0], key = got[1];
         if (cfg && typeof cfg.queue_url === 'string' && ev) queueUrl = cfg.queue_url.replace('{event}', encodeURIComponent(ev));
+        queueUrl = withBind(queueUrl, key && key.jkt);   /* the token will be bound to this key */
         if (!ev || !token) { gate(); return; }
+        if (boundTo() && (!key || key.jkt !== boundTo())) {
+          alertBox('This admission belongs to another browser.',
+            key ? 'It was given to the browser that waited in line, and works only there. Open the sale in that browser, or join the waiting room here.'
+                : 'This browser cannot sign for it (no Web Crypto). Use an up-to-date browser with JavaScript, or join the waiting room there.',
+            queueLink());
+          gate();
+          return;
+        }
         if (claims && typeof claims.exp === 'number')
           $('who').textContent = 'You are admitted · admission valid until ' +
             new Date(claims.exp * 1000).toLocaleTimeString('en-GB', { hour: '2-digit', minute: '2-digit' });

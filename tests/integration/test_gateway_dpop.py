@@ -189,6 +189,58 @@ class Binding(gwstack.GatewayTestCase):
                        what="the gateway seeing dpop on")
         self.assertRefused(self.poll(ev, ticket, DPoPKey()), "invalid_proof", "wrong_key")
 
+    def poll_bind(self, ev, ticket, key, bind):
+        path = f"/q/{ev}/status"
+        proof = key.proof("GET", self.url(path))  # htu has no query
+        return self.c.get(f"{path}?bind={bind}", token=ticket, headers={"DPoP": proof})
+
+    def test_bind_names_the_key_the_token_is_bound_to(self):
+        k, shop = DPoPKey(), DPoPKey()
+        ev, ticket = self.admitted_room(k)
+        r = self.poll_bind(ev, ticket, k, shop.jkt)
+        self.assertStatus(r, 200)
+        self.assertEqual(claims_of(r.json["admission_token"]).get("cnf"), {"jkt": shop.jkt})
+        # the ticket's proof still authorises the poll: another key's gets nothing
+        self.assertRefused(self.poll_bind(ev, ticket, DPoPKey(), shop.jkt), "invalid_proof",
+                           "wrong_key")
+
+    def test_cached_token_is_not_served_for_another_bind(self):
+        k, shop1, shop2 = DPoPKey(), DPoPKey(), DPoPKey()
+        ev, ticket = self.admitted_room(k)
+        t1 = self.poll_bind(ev, ticket, k, shop1.jkt).json["admission_token"]
+        t2 = self.poll_bind(ev, ticket, k, shop2.jkt).json["admission_token"]
+        plain = self.poll(ev, ticket, k).json["admission_token"]
+        self.assertEqual(claims_of(t1)["cnf"], {"jkt": shop1.jkt})
+        self.assertEqual(claims_of(t2)["cnf"], {"jkt": shop2.jkt})
+        self.assertEqual(claims_of(plain)["cnf"], {"jkt": k.jkt})
+        again = self.poll_bind(ev, ticket, k, shop1.jkt).json["admission_token"]
+        self.assertEqual(again, t1, "the cache serves each bind its own token")
+        self.assertEqual(claims_of(t1)["jti"], claims_of(t2)["jti"], "one admission")
+
+    def test_malformed_bind_is_400(self):
+        k = DPoPKey()
+        ev, ticket = self.admitted_room(k)
+        good = DPoPKey().jkt
+        # "B" as the last character sets bits past the 256th: not a canonical encoding
+        for bad in ("", "abc", good[:-1], good + "A", good[:-1] + "=", good[:-1] + "*",
+                    good[:42] + "B", f"{good}&bind={good}"):
+            r = self.poll_bind(ev, ticket, k, bad)
+            self.assertStatus(r, 400, "invalid_bind", msg=repr(bad))
+        # the ticket is still good
+        self.assertStatus(self.poll_bind(ev, ticket, k, good), 200)
+
+    def test_bind_in_a_room_without_dpop(self):
+        """An unbound ticket's token can still be bound to the storefront's key."""
+        shop = DPoPKey()
+        ev = self.new_room(rate_per_minute=6000, dpop=False)
+        ticket = self.join(ev).json["ticket"]
+
+        def admitted():
+            r = self.c.get(f"/q/{ev}/status?bind={shop.jkt}", token=ticket)
+            return r.json.get("state") == "admitted" and r
+        r = stack.wait_for(admitted, 10, what="the admission")
+        self.assertEqual(claims_of(r.json["admission_token"]).get("cnf"), {"jkt": shop.jkt})
+
     def test_page_shows_the_token_only_with_a_proof(self):
         k = DPoPKey()
         ev, ticket = self.admitted_room(k)

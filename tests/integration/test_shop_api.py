@@ -95,14 +95,15 @@ class Cors(stack.ReserveTestCase):
         ev = self.new_event(seats=[{"id": "A-1", "section": "A", "price": 100}])
         for origin in (ALLOWED, ALLOWED2):
             r = self.preflight(f"/v1/events/{ev}/holds", origin,
-                               headers="authorization, content-type, idempotency-key")
+                               headers="authorization, content-type, dpop, idempotency-key")
             self.assertEqual(r.status, 204, r)
             self.assertEqual(r.header("access-control-allow-origin"), origin)
             self.assertIn("Origin", r.header("vary"))
             methods = {m.strip() for m in r.header("access-control-allow-methods").split(",")}
             self.assertLessEqual({"GET", "POST", "DELETE"}, methods)
             hdrs = {h.strip().lower() for h in r.header("access-control-allow-headers").split(",")}
-            self.assertLessEqual({"authorization", "content-type", "idempotency-key"}, hdrs)
+            self.assertLessEqual({"authorization", "content-type", "dpop", "idempotency-key"},
+                                 hdrs)
             self.assertGreater(int(r.header("access-control-max-age")), 0)
             self.assertIsNone(r.header("access-control-allow-credentials"))
         r = self.preflight("/v1/holds/abc/confirm", ALLOWED)

@@ -8,6 +8,9 @@ chromium through playwright-core:
 - journey: queue page → admitted → the reserve's storefront (the admission token in the
   URL fragment, never the query) → two seats chosen with the keyboard → hold with its
   countdown → checkout extends it → card → booked;
+- bound: a "dpop" room; the storefront's own key is named on its link to the queue, the
+  token comes back bound to it, the hold goes with the storefront's proof, the token
+  alone (a copied link) is refused, and a token bound to another key is named so;
 - loser: the seat the fan picked is held by another fan first → told so → another seat →
   booked;
 - declined: the card is declined → told so, the seats stay held → another card → booked;
@@ -141,6 +144,30 @@ class ShopInBrowser(unittest.TestCase):
                                                            "A-1-3": "available"})
         for name in ("queue", "map", "phone", "hold", "checkout", "booked", "left"):
             self.assertTrue(os.path.exists(os.path.join(BROWSER_DIR, "out", f"shop-{name}.png")), name)
+
+    def test_bound_admission_holds_only_in_the_storefront_that_asked(self):
+        """A "dpop" room: storefront (no token) → its link to the queue names its key →
+        queue → admitted with a token bound to that key → a hold with the storefront's
+        proof; the token alone is refused, and a token bound to another key is named so."""
+        ev = self.event("shop-b")
+        storefront = f"https://127.0.0.1:{self.S.reserve_port}/shop/?event={ev}"
+        c = stack.Client(self.S.gateway_admin_port, self.S.ctx)
+        try:
+            r = c.put(f"/admin/events/{ev}", {"rate_per_minute": 600, "max_active": 0,
+                                              "mode": "fifo", "redirect_url": storefront,
+                                              "dpop": True},
+                      token=self.S.gateway_admin_token)
+            self.assertIn(r.status, (200, 201), f"PUT gateway /admin/events/{ev}: {r!r}")
+        finally:
+            c.close()
+        from dpop_key import DPoPKey
+        claims = self.S.claims(ev, "someone-else")
+        claims["cnf"] = {"jkt": DPoPKey().jkt}
+        spec = self.base_spec()
+        spec["bound"] = {"event": ev, "foreign": self.S.sign(claims)}
+        res = self.run_browser(spec, "bound")["scenarios"]["bound"]
+        self.assertEqual(res["copied"], 401, res)
+        self.wait_status(ev, self.S.token(ev, "checker"), {"A-2-1": "held", "A-2-2": "available"})
 
     def test_loser_declined_slow_card_expiry_and_cors(self):
         evl, evd, evs, evc = (self.event(p) for p in ("shop-l", "shop-d", "shop-s", "shop-c"))

@@ -241,6 +241,59 @@ async function journey(context, spec, sc) {
   return r;
 }
 
+// A "dpop" room: the storefront's key is named on its link to the queue (?bind=), the
+// admission token comes back bound to it, holds go with the storefront's proofs, and the
+// token alone (a copied link) buys nothing.
+function claimsOf(token) {
+  return JSON.parse(Buffer.from(token.split('.')[1], 'base64url').toString());
+}
+
+async function bound(context, spec, sc) {
+  const r = {};
+  const page = await context.newPage();
+  page.setDefaultTimeout(20000);
+  const errors = watchErrors(page);
+  await page.goto(`${spec.reserve}/shop/?event=${encodeURIComponent(sc.event)}`, { waitUntil: 'domcontentloaded' });
+  await page.locator('#s-gate').waitFor({ state: 'visible' });
+  const href = await page.locator('#gate-link').getAttribute('href');
+  const bind = new URL(href).searchParams.get('bind');
+  check(/^[A-Za-z0-9_-]{43}$/.test(bind || ''), 'the link to the queue names the storefront key', href);
+  await page.locator('#gate-link').click();
+  const shopUrl = new URL('/shop/', spec.reserve);
+  await page.waitForURL((u) => u.href.startsWith(shopUrl.href) && u.href !== `${shopUrl.href}?event=${sc.event}`,
+    { timeout: spec.timeout * 500 }).catch(() => {});
+  await page.locator('#s-pick').waitFor({ state: 'visible', timeout: spec.timeout * 500 });
+  const token = await page.evaluate((ev) => sessionStorage.getItem(`onsale.admission.${ev}`), sc.event);
+  check(token, 'the storefront holds an admission token');
+  const cnf = claimsOf(token).cnf;
+  check(cnf && cnf.jkt === bind, "the token is bound to the storefront's key", cnf);
+  r.jkt = bind;
+  await pickSeat(page, 'A-2-1');
+  await page.locator('#hold-btn').click();
+  await page.locator('#s-hold').waitFor({ state: 'visible' });
+  check((await page.locator('#hold-items').innerText()).includes('A-2-1'), 'the hold was taken with a proof');
+  await shot(page, 'bound-hold');
+  const copied = await apiCall(spec.reserve, spec.ca, 'POST', `/v1/events/${sc.event}/holds`, token,
+    { seats: ['A-2-2'] });
+  check(copied.status === 401 && copied.json && copied.json.error === 'proof_required',
+    'the token alone, copied elsewhere, holds nothing', copied);
+  r.copied = copied.status;
+  check(errors.length === 0, 'no script errors', errors);
+  await page.close();
+
+  // a token bound to a key this storefront does not hold: said plainly
+  const other = await context.newPage();
+  other.setDefaultTimeout(20000);
+  await other.goto(`${spec.reserve}/shop/?event=${encodeURIComponent(sc.event)}#admission_token=${sc.foreign}`,
+    { waitUntil: 'domcontentloaded' });
+  await other.locator('#alert').waitFor({ state: 'visible' });
+  const text = await other.locator('#alert').innerText();
+  check(/another browser/.test(text), 'a token bound to another key is named as such', text);
+  await shot(other, 'bound-foreign');
+  await other.close();
+  return r;
+}
+
 async function loser(context, spec, sc) {
   const { page, errors } = await openShop(context, spec, sc);
   await pickSeat(page, 'A-1-3');
@@ -359,7 +412,7 @@ async function cors(context, spec, sc) {
   return { get: get.status, post: post.status, del: del.status, blocked: blocked.error };
 }
 
-const SCENARIOS = { journey, loser, declined, slow, expired, cors };
+const SCENARIOS = { journey, bound, loser, declined, slow, expired, cors };
 
 async function main() {
   let args, spec, chromium;
