@@ -37,6 +37,7 @@
 
 #include "cm_log.h"
 #include "cm_mem.h"
+#include "cm_parse.h"
 
 int cm_http_ssl_conn_index = -1;
 int cm_http_ssl_proxy_index = -1;
@@ -297,28 +298,6 @@ static void on_listener_error(struct evconnlistener *l, void *arg)
     cm_log(CM_LOG_WARN, "accept: %s", strerror(e));
 }
 
-/* An IPv4 ("127.0.0.1", "0.0.0.0") or IPv6 ("::1", "::": both families unless the host
- * sets bindv6only) address and port as a socket address; 0, or -1 when addr is neither. */
-static int listen_sockaddr(const char *addr, int port, struct sockaddr_storage *ss, socklen_t *len)
-{
-    memset(ss, 0, sizeof(*ss));
-    struct sockaddr_in *a4 = (struct sockaddr_in *)ss;
-    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)ss;
-    if (inet_pton(AF_INET, addr, &a4->sin_addr) == 1) {
-        a4->sin_family = AF_INET;
-        a4->sin_port = htons((uint16_t)port);
-        *len = sizeof(*a4);
-        return 0;
-    }
-    if (inet_pton(AF_INET6, addr, &a6->sin6_addr) == 1) {
-        a6->sin6_family = AF_INET6;
-        a6->sin6_port = htons((uint16_t)port);
-        *len = sizeof(*a6);
-        return 0;
-    }
-    return -1;
-}
-
 cm_http_server_t *cm_http_server_new(struct event_base *base, const char *addr, int port,
                                      cm_tls_ctx_t *tls, const cm_http_limits_t *limits,
                                      cm_http_handler_t handler, void *arg, char *err, size_t errlen)
@@ -370,9 +349,9 @@ cm_http_server_t *cm_http_server_new(struct event_base *base, const char *addr, 
             goto err;
     }
 
-    struct sockaddr_storage ss;
-    socklen_t sslen;
-    if (listen_sockaddr(addr, port, &ss, &sslen) != 0) {
+    struct sockaddr_storage ss; /* IPv6 "::" takes both families unless the host sets bindv6only */
+    unsigned sslen;
+    if (cm_parse_ip_sockaddr(addr, port, &ss, &sslen) != 0) {
         snprintf(err, errlen, "listen address %s is not an IPv4 or IPv6 address", addr);
         goto err;
     }
@@ -382,7 +361,7 @@ cm_http_server_t *cm_http_server_new(struct event_base *base, const char *addr, 
     /* The kernel's accept queue is where connections wait while the overload policy has
      * paused accepting: as deep as the host allows (Linux caps it at somaxconn). */
     srv->listener =
-        evconnlistener_new_bind(base, NULL, NULL, flags, 65535, (struct sockaddr *)&ss, sslen);
+        evconnlistener_new_bind(base, NULL, NULL, flags, 65535, (struct sockaddr *)&ss, (int)sslen);
     if (srv->listener == NULL) {
         snprintf(err, errlen, "bind %s:%d: %s", addr, port, strerror(errno));
         goto err;

@@ -16,6 +16,10 @@
  */
 #include "cm_parse.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -472,4 +476,26 @@ int cm_parse_path(const char *path, char *buf, size_t bufsize, char **segs, int 
         }
     }
     return n;
+}
+
+int cm_parse_ip_sockaddr(const char *ip, int port, struct sockaddr_storage *ss, unsigned *len)
+{
+    struct sockaddr_in *a4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)ss;
+    memset(ss, 0, sizeof(*ss));
+    if (ip == NULL || port < 0 || port > 65535)
+        return -1;
+    if (inet_pton(AF_INET, ip, &a4->sin_addr) == 1) {
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons((uint16_t)port);
+        *len = sizeof(*a4);
+        return 0;
+    }
+    if (inet_pton(AF_INET6, ip, &a6->sin6_addr) == 1) {
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons((uint16_t)port);
+        *len = sizeof(*a6);
+        return 0;
+    }
+    return -1;
 }

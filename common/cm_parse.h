@@ -13,6 +13,15 @@
 #define CM_IDENT_MAX    64
 #define CM_IDEM_KEY_MAX 255
 
+struct sockaddr_storage;
+
+/**
+ * An IP literal — IPv4 ("127.0.0.1") or IPv6 ("::1") — and a port as a socket address in
+ * *ss, its length in *len. 0, or -1 when ip is neither (a host name is not resolved here).
+ */
+__attribute__((warn_unused_result)) int
+cm_parse_ip_sockaddr(const char *ip, int port, struct sockaddr_storage *ss, unsigned *len);
+
 /** True when s is 1–64 characters of [A-Za-z0-9._-] (docs/api.md identifiers). */
 bool cm_parse_ident(const char *s);
 /** Same check on a length-delimited string (need not be NUL-terminated). */

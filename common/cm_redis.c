@@ -46,6 +46,7 @@
 #include "cm_err.h"
 #include "cm_log.h"
 #include "cm_mem.h"
+#include "cm_parse.h"
 
 #include <arpa/inet.h>
 #include <assert.h>
@@ -664,28 +665,6 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-/* host (an IP literal) and port as a socket address; 0, or -1 when host is not one. */
-static int make_addr(const char *host, int port, struct sockaddr_storage *ss, int *len)
-{
-    struct sockaddr_in *a4 = (struct sockaddr_in *)ss;
-    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)ss;
-
-    memset(ss, 0, sizeof(*ss));
-    if (inet_pton(AF_INET, host, &a4->sin_addr) == 1) {
-        a4->sin_family = AF_INET;
-        a4->sin_port = htons((uint16_t)port);
-        *len = sizeof(*a4);
-        return 0;
-    }
-    if (inet_pton(AF_INET6, host, &a6->sin6_addr) == 1) {
-        a6->sin6_family = AF_INET6;
-        a6->sin6_port = htons((uint16_t)port);
-        *len = sizeof(*a6);
-        return 0;
-    }
-    return -1;
-}
-
 /* A connection attempt failed before it started: log it, stay DOWN, retry later. */
 static void connect_failed(cm_redis_t *r, const char *why)
 {
@@ -724,10 +703,10 @@ static struct bufferevent *new_bev(cm_redis_t *r)
 static void conn_start(cm_redis_t *r)
 {
     struct sockaddr_storage ss;
-    int sslen;
+    unsigned sslen;
 
     assert(r->bev == NULL);
-    if (make_addr(r->host, r->port, &ss, &sslen) != 0) {
+    if (cm_parse_ip_sockaddr(r->host, r->port, &ss, &sslen) != 0) {
         connect_failed(r, "not an IP address");
         return;
     }
@@ -741,7 +720,7 @@ static void conn_start(cm_redis_t *r)
     r->gen++;
     bufferevent_setcb(r->bev, on_read, NULL, on_event, r);
     if (bufferevent_enable(r->bev, EV_READ | EV_WRITE) != 0 ||
-        bufferevent_socket_connect(r->bev, (struct sockaddr *)&ss, sslen) != 0) {
+        bufferevent_socket_connect(r->bev, (struct sockaddr *)&ss, (int)sslen) != 0) {
         /* e.g. out of sockets; a refused connect on loopback comes as an event */
         char why[120];
         snprintf(why, sizeof(why), "%s", evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
@@ -769,7 +748,7 @@ cm_redis_t *cm_redis_new_auth(struct event_base *base, const char *host, int por
 {
     cm_redis_t *r = cm_xcalloc(1, sizeof(*r));
     struct sockaddr_storage ss;
-    int sslen;
+    unsigned sslen;
 
     if (auth != NULL && auth->password != NULL) {
         r->auth_user = auth->user ? cm_xstrdup(auth->user) : NULL;
@@ -804,7 +783,7 @@ cm_redis_t *cm_redis_new_auth(struct event_base *base, const char *host, int por
     r->cmd_tv = event_base_init_common_timeout(base, &tv);
     if (r->cmd_tv == NULL)
         r->cmd_tv = &r->cmd_tv_plain;
-    if (make_addr(host, port, &ss, &sslen) != 0) {
+    if (cm_parse_ip_sockaddr(host, port, &ss, &sslen) != 0) {
         /* resolving a name would need DNS on the loop: refuse, stay down. */
         cm_log(CM_LOG_ERROR, "redis: host \"%s\" is not an IP address; not connecting", host);
         return r;

@@ -10,6 +10,10 @@
 
 #include <string.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include "cm_parse.h"
 
 static void test_ident(void **state)
@@ -340,15 +344,35 @@ static void test_path(void **state)
         assert_int_equal(cm_parse_path(bad[i], buf, sizeof(buf), seg, 4), -1);
 }
 
+static void ip_sockaddr(void **state)
+{
+    (void)state;
+    struct sockaddr_storage ss;
+    unsigned len = 0;
+    assert_int_equal(cm_parse_ip_sockaddr("127.0.0.1", 6379, &ss, &len), 0);
+    assert_int_equal(ss.ss_family, AF_INET);
+    assert_int_equal(len, sizeof(struct sockaddr_in));
+    assert_int_equal(ntohs(((struct sockaddr_in *)&ss)->sin_port), 6379);
+    assert_int_equal(cm_parse_ip_sockaddr("::1", 0, &ss, &len), 0);
+    assert_int_equal(ss.ss_family, AF_INET6);
+    assert_int_equal(len, sizeof(struct sockaddr_in6));
+    const char *bad[] = {"localhost", "", "1.2.3", "1.2.3.4.5", "[::1]", "::g", "1.2.3.4:80"};
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++)
+        assert_int_equal(cm_parse_ip_sockaddr(bad[k], 80, &ss, &len), -1);
+    assert_int_equal(cm_parse_ip_sockaddr(NULL, 80, &ss, &len), -1);
+    assert_int_equal(cm_parse_ip_sockaddr("127.0.0.1", 65536, &ss, &len), -1);
+    assert_int_equal(cm_parse_ip_sockaddr("127.0.0.1", -1, &ss, &len), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ident),         cmocka_unit_test(test_idem_key),
-        cmocka_unit_test(test_rfc3339_parse), cmocka_unit_test(test_rfc3339_format),
-        cmocka_unit_test(test_i64),           cmocka_unit_test(test_bool),
-        cmocka_unit_test(test_bearer),        cmocka_unit_test(test_base64url),
-        cmocka_unit_test(test_hex),           cmocka_unit_test(test_url_allowed),
-        cmocka_unit_test(test_path),
+        cmocka_unit_test(ip_sockaddr),         cmocka_unit_test(test_ident),
+        cmocka_unit_test(test_idem_key),       cmocka_unit_test(test_rfc3339_parse),
+        cmocka_unit_test(test_rfc3339_format), cmocka_unit_test(test_i64),
+        cmocka_unit_test(test_bool),           cmocka_unit_test(test_bearer),
+        cmocka_unit_test(test_base64url),      cmocka_unit_test(test_hex),
+        cmocka_unit_test(test_url_allowed),    cmocka_unit_test(test_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
