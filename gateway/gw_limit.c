@@ -8,6 +8,7 @@
 
 #include <arpa/inet.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,9 +26,10 @@ typedef struct slot {
 
 struct gw_limit {
     pthread_mutex_t lock;
-    double per_ms, burst;
+    double per_ms, burst; /* under lock */
     size_t mask;
-    slot_t *slots;
+    slot_t *slots; /* NULL while unlimited and never limited; set under lock, read atomically */
+    bool on;       /* per_minute > 0: read atomically before the lock (the unlimited fast path) */
 };
 
 gw_limit_t *gw_limit_new(int64_t per_minute, int64_t burst, size_t size)
@@ -40,8 +42,23 @@ gw_limit_t *gw_limit_new(int64_t per_minute, int64_t burst, size_t size)
     l->per_ms = (double)per_minute / 60000.0;
     l->burst = burst > 0 ? (double)burst : 1;
     l->slots = per_minute > 0 ? cm_xcalloc(cap, sizeof(slot_t)) : NULL;
+    l->on = per_minute > 0;
     pthread_mutex_init(&l->lock, NULL);
     return l;
+}
+
+void gw_limit_set(gw_limit_t *l, int64_t per_minute, int64_t burst)
+{
+    pthread_mutex_lock(&l->lock);
+    l->per_ms = (double)per_minute / 60000.0;
+    l->burst = burst > 0 ? (double)burst : 1;
+    if (per_minute > 0 && l->slots == NULL)
+        l->slots = cm_xcalloc(l->mask + 1, sizeof(slot_t));
+    for (size_t i = 0; l->slots != NULL && i <= l->mask; i++)
+        if (l->slots[i].tokens > l->burst)
+            l->slots[i].tokens = l->burst;
+    __atomic_store_n(&l->on, per_minute > 0, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&l->lock);
 }
 
 void gw_limit_free(gw_limit_t *l)
@@ -116,10 +133,10 @@ static int take_locked(gw_limit_t *l, const char *addr, int64_t now_ms)
 
 int gw_limit_take(gw_limit_t *l, const char *addr, int64_t now_ms)
 {
-    if (l->slots == NULL)
+    if (!__atomic_load_n(&l->on, __ATOMIC_ACQUIRE))
         return 0;
     pthread_mutex_lock(&l->lock);
-    int wait = take_locked(l, addr, now_ms);
+    int wait = l->per_ms > 0 ? take_locked(l, addr, now_ms) : 0;
     pthread_mutex_unlock(&l->lock);
     return wait;
 }

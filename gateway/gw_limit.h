@@ -27,6 +27,12 @@ gw_limit_t *gw_limit_new(int64_t per_minute, int64_t burst, size_t size);
 void gw_limit_free(gw_limit_t *l);
 
 /**
+ * New rate and burst (a reload), any thread. Addresses keep their tokens, capped at the new
+ * burst; turning the limit on from 0 makes the table then. Unchanged values cost nothing.
+ */
+void gw_limit_set(gw_limit_t *l, int64_t per_minute, int64_t burst);
+
+/**
  * Takes one token for addr at now_ms. Returns 0 when allowed, else the seconds after
  * which a token will be there (for Retry-After, at least 1).
  */

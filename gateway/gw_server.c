@@ -350,6 +350,7 @@ static int on_config_apply(void *arg, const void *p, char *err, size_t errlen)
     cm_reload_set_log_level(level);
     cm_log_set_format(format);
     cm_access_set_log(cfg->access_log);
+    gw_limit_set(srv->limit, cfg->join_rate_per_ip, cfg->join_burst_per_ip);
     return 0;
 }
 

@@ -201,8 +201,9 @@ int rsv_config_check(const rsv_config_t *cfg, char *err, size_t errlen)
 /* The TLS certificate's and the admission keys' contents are re-read by their own hooks
  * (cm_tls, rsv_auth); a new path in tls_cert, tls_key or admission_keys is a restart.
  * docs/operations.md has the table. */
-const char *const rsv_config_live[] = {"log_level",        "log_format",   "access_log",
-                                       "admin_token_file", "cors_origins", NULL};
+const char *const rsv_config_live[] = {
+    "log_level",    "log_format",     "access_log", "admin_token_file",
+    "cors_origins", "paysim_api_key", NULL};
 
 const char *const rsv_config_secret[] = {"paysim_api_key", NULL};
 

@@ -37,6 +37,7 @@
 #include "cm_err.h"
 #include "cm_log.h"
 #include "cm_mem.h"
+#include "cm_reload.h"
 #include "cm_time.h"
 
 /* Answers are bounded: one charge or refund is a small object; a ledger page (up to
@@ -73,7 +74,7 @@ struct rsv_pay {
     rsv_pay_url_t url;
     char *base_url; /* scheme://host:port[/prefix], without a trailing '/' */
     char *ca_file;
-    char *auth; /* "Authorization: Bearer <key>" or NULL */
+    cm_reload_cell_t *auth; /* "Authorization: Bearer <key>", or "" without a key; live */
     int connect_timeout_ms, timeout_ms;
     CURLM *multi;
     CURLSH *share;
@@ -447,8 +448,9 @@ static int start_call(rsv_pay_t *p, rsv_pay_op_t op, bool post, const char *path
     struct curl_slist *h = NULL;
     h = curl_slist_append(h, "Accept: application/json");
     h = curl_slist_append(h, "Expect:"); /* no 100-continue round trip */
-    if (p->auth)
-        h = curl_slist_append(h, p->auth);
+    const char *auth = cm_reload_cell_get(p->auth);
+    if (auth[0] != '\0')
+        h = curl_slist_append(h, auth); /* copied: a reload may replace it meanwhile */
     if (key) {
         char line[256];
         snprintf(line, sizeof(line), "Idempotency-Key: %s", key);
@@ -570,6 +572,24 @@ static void global_init(void)
                      : "SYNCHRONOUS: name the provider by IP address or it blocks the loop");
 }
 
+/* The Authorization line for key (NULL or "": none, an empty line); owned by the caller. */
+static char *auth_line(const char *key)
+{
+    return key != NULL && key[0] != '\0' ? cm_xasprintf("Authorization: Bearer %s", key)
+                                         : cm_xstrdup("");
+}
+
+void rsv_pay_set_api_key(rsv_pay_t *p, const char *key)
+{
+    const char *now = cm_reload_cell_get(p->auth);
+    char *line = auth_line(key);
+    if (strcmp(now, line) == 0) {
+        cm_reload_free_secret(line, NULL);
+        return;
+    }
+    cm_reload_cell_set(p->auth, line);
+}
+
 rsv_pay_t *rsv_pay_new(struct event_base *base, const rsv_pay_config_t *cfg, char *err,
                        size_t errlen)
 {
@@ -597,8 +617,7 @@ rsv_pay_t *rsv_pay_new(struct event_base *base, const rsv_pay_config_t *cfg, cha
         fclose(f);
         p->ca_file = cm_xstrdup(cfg->ca_file);
     }
-    if (cfg->api_key)
-        p->auth = cm_xasprintf("Authorization: Bearer %s", cfg->api_key);
+    p->auth = cm_reload_cell_new(auth_line(cfg->api_key), cm_reload_free_secret, NULL);
     p->share = curl_share_init();
     p->multi = curl_multi_init();
     if (p->share == NULL || p->multi == NULL)
@@ -640,6 +659,6 @@ void rsv_pay_free(rsv_pay_t *p)
         event_free(p->timer);
     free(p->base_url);
     free(p->ca_file);
-    free(p->auth);
+    cm_reload_cell_free(p->auth);
     free(p);
 }

@@ -385,6 +385,9 @@ static int on_config_apply(void *arg, const void *p, char *err, size_t errlen)
         cm_reload_free_secret(token, NULL);
     }
     cm_reload_cell_set(srv->cors, cors);
+    int workers = srv->all != NULL ? cm_server_workers(srv->cs) : 1;
+    for (int i = 0; i < workers; i++) /* each worker has a client of its own */
+        rsv_pay_set_api_key(srv->all != NULL ? srv->all[i]->pay : srv->pay, cfg->paysim_api_key);
     cm_reload_set_log_level(level);
     cm_log_set_format(format);
     cm_access_set_log(cfg->access_log);

@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import unittest
@@ -304,8 +305,80 @@ class Reserve(ReloadCase):
         self.assertEqual(self.preflight(shop).header("Access-Control-Allow-Origin"), shop)
 
 
+    def paysim(self, api_key):
+        """A payment simulator of this test's own that wants api_key; its URL."""
+        port = stack._free_ports(1)[0]
+        log = open(os.path.join(self.dir, "paysim.log"), "ab")
+        self.addCleanup(log.close)
+        p = subprocess.Popen(
+            [os.path.join(self.S.build, "loadgen", "paysim", "onsale-paysim"), f"--port={port}",
+             f"--tls_cert={self.S.state}/server.pem", f"--tls_key={self.S.state}/server-key.pem",
+             f"--api_key={api_key}"], stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, env={k: v for k, v in os.environ.items()
+                                           if not k.startswith("ONSALE_")})
+        self.addCleanup(lambda: (p.terminate(), p.wait(20)))
+
+        def up():
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.5).close()
+                return True
+            except OSError:
+                return False
+        stack.wait_for(up, BOUND, interval=0.1, what="paysim listening")
+        return f"https://127.0.0.1:{port}"
+
+    def buy(self, ev, seat):
+        c = stack.Client(self.port, self.S.ctx, timeout=15)
+        try:
+            token = self.S.token(ev, f"reload-buyer-{seat}")
+            h = c.post(f"/v1/events/{ev}/holds", {"seats": [seat]}, token=token)
+            self.assertEqual(h.status, 201, h)
+            body = {"payment": {"amount": 100, "currency": "EUR", "source": "tok_visa"}}
+            return c.post(f"/v1/holds/{h.json['hold_id']}/confirm", body, token=token,
+                          headers={"Idempotency-Key": os.urandom(8).hex()})
+        finally:
+            c.close()
+
+    def test_provider_key_changes_live(self):
+        right = "sk_right_" + os.urandom(6).hex()
+        url = self.paysim(right)
+        self.start(paysim_url=url, paysim_api_key="sk_wrong_" + os.urandom(6).hex())
+        ev = stack.new_id("key")
+        r = self.S.create_event(ev, seats=[{"id": f"A-{i}", "section": "A", "price": 100}
+                                           for i in (1, 2)])
+        self.assertEqual(r.status, 201, r)
+        self.assertNotEqual(self.buy(ev, "A-1").status, 201, "paid with the wrong key")
+        mark = self.reload(paysim_url=url, paysim_api_key=right)
+        self.wait_log("reload: paysim_api_key changed (applied live)", mark)
+        self.reload_done(mark)
+        r = self.buy(ev, "A-2")
+        self.assertEqual(r.status, 201, r)
+
+
 class Gateway(ReloadCase):
     service = "gateway"
+
+    def joins(self, ev, n):
+        c = stack.Client(self.port, self.S.ctx, timeout=5)
+        try:
+            return [c.post(f"/q/{ev}/join").status for _ in range(n)]
+        finally:
+            c.close()
+
+    def test_join_limits_change_live(self):
+        self.start(join_rate_per_ip=1, join_burst_per_ip=2)
+        ev = stack.new_id("lim")
+        r = self.S.gateway_admin("PUT", f"/admin/events/{ev}",
+                                 {"rate_per_minute": 600, "dpop": False, "pow": False})
+        self.assertEqual(r.status, 201, r)
+        self.assertEqual(self.joins(ev, 3)[2], 429, "the burst of 2 was not the limit")
+        mark = self.reload(join_rate_per_ip=60000, join_burst_per_ip=50)
+        self.wait_log("reload: join_burst_per_ip changed (applied live)", mark)
+        self.reload_done(mark)
+        # the address keeps its empty bucket; at the new rate it refills to the new burst
+        # within 50 ms (at the old one, one join a minute, never)
+        stack.wait_for(lambda: 429 not in self.joins(ev, 20), BOUND, interval=0.2,
+                       what="20 joins in a row at the new rate and burst")
 
 
 del ReloadCase

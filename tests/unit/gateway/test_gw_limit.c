@@ -94,6 +94,28 @@ static size_t entries(const gw_limit_t *l)
     return n;
 }
 
+/* A reload's new rate and burst apply at once, to addresses already tracked too. */
+static void test_set_applies_live(void **state)
+{
+    (void)state;
+    gw_limit_t *l = gw_limit_new(0, 1, 64); /* unlimited: no table */
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(gw_limit_take(l, "10.0.0.1", 1000), 0);
+    gw_limit_set(l, 60, 2); /* one a second, burst 2 */
+    assert_int_equal(gw_limit_take(l, "10.0.0.1", 1000), 0);
+    assert_int_equal(gw_limit_take(l, "10.0.0.1", 1000), 0);
+    assert_true(gw_limit_take(l, "10.0.0.1", 1000) >= 1);
+    gw_limit_set(l, 600, 5); /* ten a second now: 100 ms later one more */
+    assert_int_equal(gw_limit_take(l, "10.0.0.1", 1100), 0);
+    assert_true(gw_limit_take(l, "10.0.0.1", 1100) >= 1);
+    gw_limit_set(l, 60, 1); /* a smaller burst caps what addresses hold */
+    assert_true(gw_limit_take(l, "10.0.0.1", 1100) >= 1);
+    gw_limit_set(l, 0, 1); /* off again */
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(gw_limit_take(l, "10.0.0.1", 1100), 0);
+    gw_limit_free(l);
+}
+
 static void test_flood_of_addresses_stays_bounded(void **state)
 {
     (void)state;
@@ -132,6 +154,7 @@ int main(void)
         cmocka_unit_test(test_unlimited),
         cmocka_unit_test(test_key_ipv6_by_64_ipv4_whole),
         cmocka_unit_test(test_flood_of_addresses_stays_bounded),
+        cmocka_unit_test(test_set_applies_live),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
