@@ -112,8 +112,8 @@ const cm_config_opt_t *gw_config_table(size_t *n)
 /* The TLS certificate and key files' contents are re-read by cm_tls's own hook; a new
  * path in tls_cert/tls_key is a restart. docs/operations.md has the table. */
 const char *const gw_config_live[] = {
-    "log_level",        "log_format",        "access_log", "admin_token_file",
-    "join_rate_per_ip", "join_burst_per_ip", NULL};
+    "log_level",        "log_format",        "access_log",   "admin_token_file",
+    "join_rate_per_ip", "join_burst_per_ip", "signing_keys", NULL};
 
 const char *const gw_config_secret[] = {NULL};
 

@@ -83,7 +83,8 @@ static void jwks(gw_server_t *srv, cm_req_t *req)
     gw_req_t r;
     gw_req_start(&r, srv, req, GW_EP_JWKS);
     cm_http_add_header(req, "Cache-Control", "public, max-age=60");
-    cm_http_send_body(req, 200, "application/jwk-set+json", srv->jwks, strlen(srv->jwks), true);
+    const char *jwks = cm_reload_cell_get(srv->jwks); /* a reload may publish new keys */
+    cm_http_send_body(req, 200, "application/jwk-set+json", jwks, strlen(jwks), true);
     gw_req_replied(&r);
 }
 

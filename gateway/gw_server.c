@@ -207,12 +207,15 @@ static char *read_secret(const char *what, const char *path, size_t min, size_t 
     return cm_config_read_secret(what, path, min, 4096, len, err, errlen);
 }
 
-/* signing_keys: every file into the JWKS; the last one becomes the signer. */
-static int load_keys(gw_server_t *srv, char *err, size_t errlen)
+/* signing_keys (list): every file into the JWKS (*jwks), the last one the signer; 0, or -1
+ * + err with nothing made. Start-up, and the reload thread: it reads files. */
+static int read_keys(const char *list_text, cm_jwt_signer_t **signer_out, char **jwks_out,
+                     int *nkeys_out, char *err, size_t errlen)
 {
     int rc = -1;
-    char *list = cm_xstrdup(srv->cfg.signing_keys), *save = NULL, *pem = NULL;
+    char *list = cm_xstrdup(list_text), *save = NULL, *pem = NULL;
     cm_jwt_keyset_t *ks = cm_jwt_keyset_new();
+    cm_jwt_signer_t *signer = NULL;
     int nkeys = 0;
     for (char *p = strtok_r(list, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
         while (*p == ' ')
@@ -237,29 +240,83 @@ static int load_keys(gw_server_t *srv, char *err, size_t errlen)
             snprintf(err, errlen, "signing key %s: %s", p, why);
             goto out;
         }
-        cm_jwt_signer_free(srv->signer);
-        srv->signer = cm_jwt_signer_new(NULL, pem, len, why, sizeof(why));
-        if (srv->signer == NULL) {
+        cm_jwt_signer_free(signer);
+        signer = cm_jwt_signer_new(NULL, pem, len, why, sizeof(why));
+        if (signer == NULL) {
             snprintf(err, errlen, "signing key %s: %s", p, why);
             goto out;
         }
     }
-    if (srv->signer == NULL) {
+    if (signer == NULL) {
         snprintf(err, errlen, "signing_keys names no key file");
         goto out;
     }
-    srv->jwks = cm_jwt_keyset_jwks(ks);
-    cm_log(CM_LOG_INFO, "signing admissions with kid %s (%d key(s) published)",
-           cm_jwt_signer_kid(srv->signer), nkeys);
+    *signer_out = signer;
+    *jwks_out = cm_jwt_keyset_jwks(ks);
+    *nkeys_out = nkeys;
+    signer = NULL;
     rc = 0;
 out:
     if (pem) {
         memset(pem, 0, strlen(pem));
         free(pem);
     }
+    cm_jwt_signer_free(signer);
     cm_jwt_keyset_free(ks);
     free(list);
     return rc;
+}
+
+static void signer_free(void *signer, void *ctx)
+{
+    (void)ctx;
+    cm_jwt_signer_free(signer);
+}
+
+static void text_free(void *text, void *ctx)
+{
+    (void)ctx;
+    free(text);
+}
+
+static int load_keys(gw_server_t *srv, char *err, size_t errlen)
+{
+    cm_jwt_signer_t *signer;
+    char *jwks;
+    int nkeys;
+    if (read_keys(srv->cfg.signing_keys, &signer, &jwks, &nkeys, err, errlen) != 0)
+        return -1;
+    srv->signer = cm_reload_cell_new(signer, signer_free, NULL);
+    srv->jwks = cm_reload_cell_new(jwks, text_free, NULL);
+    cm_log(CM_LOG_INFO, "signing admissions with kid %s (%d key(s) published)",
+           cm_jwt_signer_kid(signer), nkeys);
+    return 0;
+}
+
+/* On the reload thread: the keys again; a new set is published and signs from the next
+ * admission on (every worker's pool), the old signer retired, never freed, while in use. */
+static int reload_keys(gw_server_t *srv, const char *list, char *err, size_t errlen)
+{
+    cm_jwt_signer_t *signer;
+    char *jwks;
+    int nkeys;
+    if (read_keys(list, &signer, &jwks, &nkeys, err, errlen) != 0)
+        return -1;
+    const cm_jwt_signer_t *old = cm_reload_cell_get(srv->signer);
+    if (strcmp(jwks, cm_reload_cell_get(srv->jwks)) == 0 &&
+        strcmp(cm_jwt_signer_kid(signer), cm_jwt_signer_kid(old)) == 0) {
+        cm_jwt_signer_free(signer); /* the same keys */
+        free(jwks);
+        return 0;
+    }
+    cm_reload_cell_set(srv->jwks, jwks); /* published before anything is signed with it */
+    cm_reload_cell_set(srv->signer, signer);
+    int n = srv->all != NULL ? cm_server_workers(srv->cs) : 1;
+    for (int i = 0; i < n; i++)
+        gw_signer_set_key(srv->all != NULL ? srv->all[i]->pool : srv->pool, signer);
+    cm_log(CM_LOG_INFO, "reload: signing admissions with kid %s (%d key(s) published)",
+           cm_jwt_signer_kid(signer), nkeys);
+    return 0;
 }
 
 /* ticket_secret_file: a comma-separated list, oldest first; the last one signs. */
@@ -347,6 +404,8 @@ static int on_config_apply(void *arg, const void *p, char *err, size_t errlen)
     } else {
         cm_reload_free_secret(token, NULL);
     }
+    if (reload_keys(srv, cfg->signing_keys, err, errlen) != 0)
+        return -1;
     cm_reload_set_log_level(level);
     cm_log_set_format(format);
     cm_access_set_log(cfg->access_log);
@@ -420,7 +479,8 @@ static gw_server_t *worker_new(gw_server_t *first, cm_server_t *cs, int i, char 
     srv->admit = gw_admit_new((size_t)cfg->admission_cache_size);
     /* the setting is per process: split over the workers (0 stays 0: sign on the loop) */
     int threads = (int)((cfg->signer_threads + n - 1) / n);
-    srv->pool = gw_signer_new(srv->base, srv->signer, threads, (size_t)cfg->signer_queue);
+    srv->pool = gw_signer_new(srv->base, cm_reload_cell_get(srv->signer), threads,
+                              (size_t)cfg->signer_queue);
     if (srv->pool == NULL) {
         snprintf(err, errlen, "cannot start the signer threads");
         return srv;
@@ -535,8 +595,8 @@ void gw_server_free(gw_server_t *srv)
     gw_limit_free(srv->limit);
     gw_pow_free(srv->pow);
     cm_tls_free(srv->tls);
-    cm_jwt_signer_free(srv->signer);
-    free(srv->jwks);
+    cm_reload_cell_free(srv->signer);
+    cm_reload_cell_free(srv->jwks);
     for (int i = 0; i < srv->ticket_keys.n; i++) {
         unsigned char *s = (unsigned char *)srv->ticket_keys.secret[i];
         memset(s, 0, srv->ticket_keys.len[i]);

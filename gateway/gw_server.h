@@ -91,8 +91,8 @@ struct gw_server {
     gw_ticket_keys_t ticket_keys;  /* every secret of ticket_secret_file, oldest first */
     cm_reload_cell_t *admin_token; /* the operators' token (char *), replaced on SIGHUP */
     cm_reload_config_t *config;    /* the effective configuration (NULL: cfg, no reloads) */
-    cm_jwt_signer_t *signer;       /* the active (last) signing key */
-    char *jwks;                    /* every configured key, public halves */
+    cm_reload_cell_t *signer;      /* cm_jwt_signer_t: the active (last) signing key; live */
+    cm_reload_cell_t *jwks;        /* char *: every configured key, public halves; live */
     gw_signer_t *pool;
     gw_admit_t *admit;
     gw_limit_t *limit;

@@ -34,7 +34,7 @@ typedef struct list {
 } list_t;
 
 struct gw_signer {
-    const cm_jwt_signer_t *signer;
+    const cm_jwt_signer_t *signer; /* swapped by gw_signer_set_key (a reload): atomic */
     struct event *wake;
     pthread_mutex_t mu;
     pthread_cond_t cond;
@@ -81,7 +81,8 @@ static void *worker(void *arg)
         job_t *j = pop(&p->todo);
         p->busy++;
         pthread_mutex_unlock(&p->mu);
-        j->token = cm_jwt_sign(p->signer, &j->claims, CM_JWT_AUDIENCE);
+        j->token =
+            cm_jwt_sign(__atomic_load_n(&p->signer, __ATOMIC_ACQUIRE), &j->claims, CM_JWT_AUDIENCE);
         j->err = j->token ? NULL : cm_err_server;
         pthread_mutex_lock(&p->mu);
         p->busy--;
@@ -109,6 +110,11 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
     p->done = (list_t){0};
     pthread_mutex_unlock(&p->mu);
     run_done(&got);
+}
+
+void gw_signer_set_key(gw_signer_t *p, const cm_jwt_signer_t *signer)
+{
+    __atomic_store_n(&p->signer, signer, __ATOMIC_RELEASE);
 }
 
 gw_signer_t *gw_signer_new(struct event_base *base, const cm_jwt_signer_t *signer, int nthreads,
@@ -139,7 +145,8 @@ void gw_signer_submit(gw_signer_t *p, const cm_jwt_claims_t *claims, gw_signer_c
     j->arg = arg;
     if (p->nthreads == 0 && !p->stopping) {
         /* inline: sign now on this loop thread; answer on its next turn */
-        j->token = cm_jwt_sign(p->signer, &j->claims, CM_JWT_AUDIENCE);
+        j->token =
+            cm_jwt_sign(__atomic_load_n(&p->signer, __ATOMIC_ACQUIRE), &j->claims, CM_JWT_AUDIENCE);
         j->err = j->token ? NULL : cm_err_server;
     }
     pthread_mutex_lock(&p->mu);

@@ -38,6 +38,12 @@ gw_signer_t *gw_signer_new(struct event_base *base, const cm_jwt_signer_t *signe
                            size_t max_queue);
 
 /**
+ * Signs with signer from the next job on (a reload's new key). Any thread; the old signer
+ * must stay alive (a job may be signing with it): the caller retires it, never frees it.
+ */
+void gw_signer_set_key(gw_signer_t *p, const cm_jwt_signer_t *signer);
+
+/**
  * Queues claims (copied) for signing; cb runs later on the loop thread, exactly once —
  * never from inside this call.
  */

@@ -365,6 +365,54 @@ class Gateway(ReloadCase):
         finally:
             c.close()
 
+    def admission_kid(self, ev):
+        c = stack.Client(self.port, self.S.ctx, timeout=5)
+        try:
+            ticket = c.post(f"/q/{ev}/join").json["ticket"]
+
+            def admitted():
+                r = c.get(f"/q/{ev}/status", token=ticket)
+                return r.json.get("admission_token") if r.status == 200 else None
+            token = stack.wait_for(admitted, BOUND, interval=0.1, what="an admission token")
+        finally:
+            c.close()
+        return stack.jwt_parts(token)[0]["kid"]
+
+    def jwks_kids(self):
+        c = stack.Client(self.port, self.S.ctx, timeout=5)
+        try:
+            return [k["kid"] for k in c.get("/.well-known/jwks.json").json["keys"]]
+        finally:
+            c.close()
+
+    def test_signing_keys_change_live(self):
+        old = [ln.split("=", 1)[1].strip() for ln in self.base_conf.splitlines()
+               if ln.startswith("signing_keys")][-1]
+        self.start()
+        ev = stack.new_id("kid")
+        r = self.S.gateway_admin("PUT", f"/admin/events/{ev}",
+                                 {"rate_per_minute": 6000, "dpop": False, "pow": False})
+        self.assertEqual(r.status, 201, r)
+        first = self.admission_kid(ev)
+        self.assertEqual(self.jwks_kids(), [first])
+        new = os.path.join(self.dir, "signing-2.pem")
+        subprocess.run(["openssl", "ecparam", "-name", "prime256v1", "-genkey", "-noout",
+                        "-out", new], check=True, capture_output=True)
+        os.chmod(new, 0o600)
+        mark = self.reload(signing_keys=f"{old},{new}")
+        self.wait_log("reload: signing admissions with kid", mark)
+        self.reload_done(mark)
+        second = self.admission_kid(ev)
+        self.assertNotEqual(second, first, "new admissions are still signed with the old key")
+        self.assertEqual(sorted(self.jwks_kids()), sorted([first, second]),
+                         "the JWKS does not publish both keys")
+        # a key file that is no key: nothing changes
+        with open(new, "w") as f:
+            f.write("not a key\n")
+        mark = self.reload(signing_keys=f"{old},{new}")
+        self.wait_log("reload: gateway configuration kept as it was", mark)
+        self.assertEqual(self.admission_kid(ev), second)
+
     def test_join_limits_change_live(self):
         self.start(join_rate_per_ip=1, join_burst_per_ip=2)
         ev = stack.new_id("lim")
