@@ -111,28 +111,6 @@ void cm_access_begin(cm_req_t *req)
     cm_log_set_request(req->acc.id);
 }
 
-static const char *method_name(cm_http_method_t m)
-{
-    switch (m) {
-    case CM_HTTP_GET:
-        return "GET";
-    case CM_HTTP_HEAD:
-        return "HEAD";
-    case CM_HTTP_POST:
-        return "POST";
-    case CM_HTTP_PUT:
-        return "PUT";
-    case CM_HTTP_DELETE:
-        return "DELETE";
-    case CM_HTTP_OPTIONS:
-        return "OPTIONS";
-    case CM_HTTP_PATCH:
-        return "PATCH";
-    default:
-        return "OTHER";
-    }
-}
-
 void cm_access_end(cm_req_t *req, int code, size_t bytes)
 {
     last_status = code;
@@ -145,8 +123,11 @@ void cm_access_end(cm_req_t *req, int code, size_t bytes)
     cm_log_set_request(req->acc.id);
     uint64_t us = (cm_time_mono_ns() - req->acc.start_ns) / 1000;
     cm_log_always(CM_LOG_INFO, "access method=%s route=%s status=%d us=%llu bytes=%zu peer=%s",
-                  method_name(cm_http_method(req)), req->acc.route ? req->acc.route : "-", code,
-                  (unsigned long long)us, bytes, cm_http_peer(req));
+                  cm_http_method_name(cm_http_method(req))
+                      ? cm_http_method_name(cm_http_method(req))
+                      : "OTHER",
+                  req->acc.route ? req->acc.route : "-", code, (unsigned long long)us, bytes,
+                  cm_http_peer(req));
     cm_log_set_request(saved[0] ? saved : NULL);
 }
 

@@ -134,6 +134,8 @@ void cm_http_server_free(cm_http_server_t *srv);
 /* --- requests ------------------------------------------------------------ */
 
 /** The request's method. */
+/** "GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"; NULL for another method. */
+const char *cm_http_method_name(cm_http_method_t m);
 cm_http_method_t cm_http_method(cm_req_t *req);
 
 /** The request target's path as sent (not decoded), or NULL. Valid until the reply. */

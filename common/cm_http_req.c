@@ -14,6 +14,28 @@
 
 /* --- requests (any backend) ------------------------------------------------------- */
 
+const char *cm_http_method_name(cm_http_method_t m)
+{
+    switch (m) {
+    case CM_HTTP_GET:
+        return "GET";
+    case CM_HTTP_HEAD:
+        return "HEAD";
+    case CM_HTTP_POST:
+        return "POST";
+    case CM_HTTP_PUT:
+        return "PUT";
+    case CM_HTTP_DELETE:
+        return "DELETE";
+    case CM_HTTP_OPTIONS:
+        return "OPTIONS";
+    case CM_HTTP_PATCH:
+        return "PATCH";
+    default:
+        return NULL;
+    }
+}
+
 cm_http_method_t cm_http_method(cm_req_t *req)
 {
     return req->ops->method(req);

@@ -201,3 +201,17 @@ void cm_log_route_libevent(void)
 {
     event_set_log_callback(on_libevent_log);
 }
+
+int cm_log_settings_parse(const char *level, const char *format_name, cm_log_level_t *level_out,
+                          cm_log_format_t *format_out, char *err, size_t errlen)
+{
+    if (cm_log_level_parse(level, level_out) != 0) {
+        snprintf(err, errlen, "log_level must be debug, info, warn or error");
+        return -1;
+    }
+    if (cm_log_format_parse(format_name, format_out) != 0) {
+        snprintf(err, errlen, "log_format must be text or json");
+        return -1;
+    }
+    return 0;
+}

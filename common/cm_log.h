@@ -16,6 +16,8 @@
 #ifndef CM_LOG_H
 #define CM_LOG_H
 
+#include <stddef.h>
+
 #include <stdbool.h>
 
 typedef enum { CM_LOG_DEBUG = 0, CM_LOG_INFO, CM_LOG_WARN, CM_LOG_ERROR } cm_log_level_t;
@@ -46,6 +48,15 @@ bool cm_log_journal(void);
 void cm_log_set_request(const char *id);
 /** This thread's request id ("" when none). */
 const char *cm_log_request(void);
+
+/**
+ * A service's logging settings from its config (log_level, log_format): both parsed, or -1
+ * with err naming the bad key. Start-up, --check-config and a reload all use it.
+ */
+__attribute__((warn_unused_result)) int cm_log_settings_parse(const char *level, const char *format,
+                                                              cm_log_level_t *level_out,
+                                                              cm_log_format_t *format_out,
+                                                              char *err, size_t errlen);
 
 /** Formats and writes one line; use the cm_log() macro instead. */
 void cm_log_write(cm_log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -177,10 +177,9 @@ int gw_config_check(const void *p, char *err, size_t errlen)
 {
     const gw_config_t *cfg = p;
     cm_log_level_t level;
-    if (cm_log_level_parse(cfg->log_level, &level) != 0) {
-        snprintf(err, errlen, "log_level must be debug, info, warn or error");
+    cm_log_format_t format;
+    if (cm_log_settings_parse(cfg->log_level, cfg->log_format, &level, &format, err, errlen) != 0)
         return -1;
-    }
     if (cfg->poll_min_ms > cfg->poll_max_ms) {
         snprintf(err, errlen, "poll_min_ms must not exceed poll_max_ms");
         return -1;

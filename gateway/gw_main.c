@@ -54,14 +54,11 @@ int main(int argc, char **argv)
         goto out;
     }
     cm_log_level_t level = CM_LOG_INFO;
-    if (gw_config_check(&cfg, err, sizeof(err)) != 0 ||
-        cm_log_level_parse(cfg.log_level, &level) != 0) {
-        fprintf(stderr, "onsale-gateway: %s\n", err);
-        goto out;
-    }
     cm_log_format_t format = CM_LOG_TEXT;
-    if (cm_log_format_parse(cfg.log_format, &format) != 0) {
-        fprintf(stderr, "onsale-gateway: log_format must be text or json\n");
+    if (gw_config_check(&cfg, err, sizeof(err)) != 0 ||
+        cm_log_settings_parse(cfg.log_level, cfg.log_format, &level, &format, err, sizeof(err)) !=
+            0) {
+        fprintf(stderr, "onsale-gateway: %s\n", err);
         goto out;
     }
     cm_log_set_format(format);

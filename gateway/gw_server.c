@@ -385,15 +385,9 @@ static int on_config_apply(void *arg, const void *p, char *err, size_t errlen)
     gw_server_t *srv = arg;
     const gw_config_t *cfg = p;
     cm_log_level_t level;
-    if (cm_log_level_parse(cfg->log_level, &level) != 0) {
-        snprintf(err, errlen, "log_level must be debug, info, warn or error");
-        return -1;
-    }
     cm_log_format_t format;
-    if (cm_log_format_parse(cfg->log_format, &format) != 0) {
-        snprintf(err, errlen, "log_format must be text or json");
+    if (cm_log_settings_parse(cfg->log_level, cfg->log_format, &level, &format, err, errlen) != 0)
         return -1;
-    }
     char *token = read_secret("admin_token_file", cfg->admin_token_file, 16, NULL, err, errlen);
     if (token == NULL)
         return -1;

@@ -413,24 +413,6 @@ static void on_proof_claim(cm_dpop_result_t res, void *arg)
     cb(r, why, cb_arg);
 }
 
-static const char *method_name(cm_http_method_t m)
-{
-    switch (m) {
-    case CM_HTTP_GET:
-        return "GET";
-    case CM_HTTP_POST:
-        return "POST";
-    case CM_HTTP_PUT:
-        return "PUT";
-    case CM_HTTP_DELETE:
-        return "DELETE";
-    case CM_HTTP_PATCH:
-        return "PATCH";
-    default:
-        return "";
-    }
-}
-
 /* The proof of req for a token bound to claims->cnf_jkt: CM_DPOP_OK with p filled. */
 static cm_dpop_result_t judge_proof(const rsv_auth_t *a, cm_req_t *req,
                                     const cm_jwt_claims_t *claims, cm_dpop_proof_t *p)
@@ -443,7 +425,9 @@ static cm_dpop_result_t judge_proof(const rsv_auth_t *a, cm_req_t *req,
     unsigned char jkt[32];
     cm_dpop_jkt_bytes(claims->cnf_jkt, jkt, sizeof(jkt));
     cm_dpop_want_t want = {
-        .method = method_name(cm_http_method(req)),
+        .method = cm_http_method_name(cm_http_method(req))
+                      ? cm_http_method_name(cm_http_method(req))
+                      : "",
         .origin = a->origin,
         .host = cm_http_header(req, "Host"),
         .path = cm_http_uri_path(req),

@@ -247,10 +247,9 @@ int rsv_config_validate(const void *p, char *err, size_t errlen)
 {
     const rsv_config_t *cfg = p;
     cm_log_level_t level;
-    if (cm_log_level_parse(cfg->log_level, &level) != 0) {
-        snprintf(err, errlen, "log_level must be debug, info, warn or error");
+    cm_log_format_t format;
+    if (cm_log_settings_parse(cfg->log_level, cfg->log_format, &level, &format, err, errlen) != 0)
         return -1;
-    }
     if (!cm_parse_url_allowed(cfg->paysim_url, cfg->allow_loopback_http, NULL)) {
         snprintf(err, errlen,
                  "paysim_url must be an https:// URL (plain http:// only to a "

@@ -78,13 +78,10 @@ int main(int argc, char **argv)
         goto out;
     }
     cm_log_level_t level = CM_LOG_INFO;
-    if (cm_log_level_parse(cfg.log_level, &level) != 0) {
-        fprintf(stderr, "onsale-reserve: log_level must be debug, info, warn or error\n");
-        goto out;
-    }
     cm_log_format_t format = CM_LOG_TEXT;
-    if (cm_log_format_parse(cfg.log_format, &format) != 0) {
-        fprintf(stderr, "onsale-reserve: log_format must be text or json\n");
+    if (cm_log_settings_parse(cfg.log_level, cfg.log_format, &level, &format, err, sizeof(err)) !=
+        0) {
+        fprintf(stderr, "onsale-reserve: %s\n", err);
         goto out;
     }
     cm_log_set_format(format);
