@@ -1,0 +1,287 @@
+/*
+ * gw_batch — see gw_batch.h.
+ *
+ * A worker keeps up to GW_BATCH_ROOMS slots, one per room with joins gathering; each slot
+ * owns a timer and its open batch. The first fan of a batch arms the timer (window_us);
+ * the timer, or the fan that fills the batch to its cap, detaches the batch from its slot
+ * and sends it: from then on the batch is the Redis callback's alone, and the slot's
+ * next fan opens a new one. Batches of one room are sent on the worker's one Redis
+ * connection in the order they closed, so Redis numbers them in that order too.
+ *
+ * The argument vector of a send is built in scratch arrays sized once for the cap (13 +
+ * 6 × cap entries), not on the stack; cm_redis_eval copies what it is given.
+ */
+#include "gw_batch.h"
+
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cm_err.h"
+#include "cm_log.h"
+#include "cm_mem.h"
+#include "cm_text.h"
+#include "gw_lua.h"
+
+typedef struct entry {
+    gw_batch_fan_t fan;
+    gw_batch_cb cb;
+    void *arg;
+} entry_t;
+
+/* One room's fans in arrival order: gathering in a slot, then in flight. */
+typedef struct batch {
+    char event[CM_IDENT_MAX + 1];
+    int n;
+    entry_t e[];
+} batch_t;
+
+typedef struct slot {
+    gw_batch_t *owner;
+    struct event *timer;
+    batch_t *open; /* NULL: idle */
+} slot_t;
+
+struct gw_batch {
+    struct event_base *base;
+    cm_redis_t *redis;
+    struct timeval window;
+    int cap;
+    uint64_t sent;
+    slot_t slots[GW_BATCH_ROOMS];
+    const char **argv; /* scratch for one send */
+    size_t *argvlen;
+    int *set_of;     /* per fan: index of its proof set among the batch's, 0: none */
+    char (*num)[12]; /* per fan: set_of as text; then n and m */
+};
+
+#define ARGV_MAX(cap) (GW_K_COUNT + 2 + 6 * (cap))
+
+gw_batch_t *gw_batch_new(struct event_base *base, cm_redis_t *redis, int64_t window_us, int cap)
+{
+    gw_batch_t *b = cm_xcalloc(1, sizeof(*b));
+    b->base = base;
+    b->redis = redis;
+    b->window.tv_sec = (time_t)(window_us / 1000000);
+    b->window.tv_usec = (suseconds_t)(window_us % 1000000);
+    b->cap = cap < 1 ? 1 : cap > GW_BATCH_CAP_MAX ? GW_BATCH_CAP_MAX : cap;
+    b->argv = cm_xcalloc(ARGV_MAX(b->cap), sizeof(*b->argv));
+    b->argvlen = cm_xcalloc(ARGV_MAX(b->cap), sizeof(*b->argvlen));
+    b->set_of = cm_xcalloc((size_t)b->cap, sizeof(*b->set_of));
+    b->num = cm_xcalloc((size_t)b->cap + 2, sizeof(*b->num));
+    for (int i = 0; i < GW_BATCH_ROOMS; i++)
+        b->slots[i].owner = b;
+    return b;
+}
+
+uint64_t gw_batch_sent(const gw_batch_t *b)
+{
+    return b->sent;
+}
+
+static void fail_all(batch_t *batch, const char *err)
+{
+    for (int i = 0; i < batch->n; i++)
+        batch->e[i].cb(batch->e[i].arg, err, NULL);
+    free(batch);
+}
+
+/* Every fan of batch told the one room-wide decision res. */
+static void tell_all(batch_t *batch, const gw_join_result_t *res)
+{
+    for (int i = 0; i < batch->n; i++)
+        batch->e[i].cb(batch->e[i].arg, NULL, res);
+    free(batch);
+}
+
+/* {'queued'|'prequeue', gen, now, first|opens_at, marks}: each fan's own answer. */
+static void tell_each(batch_t *batch, const cm_redis_reply_t *reply, bool queued)
+{
+    size_t len = 0;
+    const char *marks = cm_redis_reply_str(cm_redis_reply_at(reply, 4), &len);
+    const char *gen = cm_redis_reply_str(cm_redis_reply_at(reply, 1), NULL);
+    const cm_redis_reply_t *third = cm_redis_reply_at(reply, 3);
+    if (marks == NULL || len != (size_t)batch->n || gen == NULL || third == NULL) {
+        fail_all(batch, cm_err_protocol);
+        return;
+    }
+    int64_t now = cm_redis_reply_int(cm_redis_reply_at(reply, 2));
+    int64_t next = queued ? cm_redis_reply_int(third) : 0;
+    const char *opens = queued ? NULL : cm_redis_reply_str(third, NULL);
+    for (int i = 0; i < batch->n; i++) {
+        gw_join_result_t res = {.gen = gen, .now_ms = now};
+        if (marks[i] == 'q') {
+            res.what = "queued";
+            res.num = next++;
+        } else if (marks[i] == 'p') {
+            res.what = "prequeue";
+        } else if (marks[i] == 'f') {
+            res.what = "prequeue_full";
+            res.at = opens;
+        } else {
+            res.what = "replayed";
+        }
+        batch->e[i].cb(batch->e[i].arg, NULL, &res);
+    }
+    free(batch);
+}
+
+static void on_batch(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    batch_t *batch = arg;
+    const char *what = NULL;
+    if (err == NULL && cm_redis_reply_type(reply) == CM_REDIS_ARRAY)
+        what = cm_redis_reply_str(cm_redis_reply_at(reply, 0), NULL);
+    if (what == NULL) {
+        if (err == NULL && cm_redis_reply_type(reply) == CM_REDIS_ERROR)
+            cm_log(CM_LOG_WARN, "join batch: %s", cm_redis_reply_str(reply, NULL));
+        fail_all(batch, err ? err : cm_err_protocol);
+        return;
+    }
+    if (strcmp(what, "queued") == 0 || strcmp(what, "prequeue") == 0) {
+        tell_each(batch, reply, what[0] == 'q');
+        return;
+    }
+    const cm_redis_reply_t *at = cm_redis_reply_at(reply, 1);
+    gw_join_result_t res = {.what = what, .at = at ? cm_redis_reply_str(at, NULL) : NULL};
+    tell_all(batch, &res);
+}
+
+static void push(gw_batch_t *b, int *argc, const char *s, size_t len)
+{
+    b->argv[*argc] = s;
+    b->argvlen[*argc] = len;
+    (*argc)++;
+}
+
+/* The proof sets of batch, distinct, as KEYS[12 ..] (fills b->set_of); their count. */
+static int push_sets(gw_batch_t *b, batch_t *batch, int *argc)
+{
+    int m = 0, first = *argc;
+    for (int i = 0; i < batch->n; i++) {
+        const char *key = batch->e[i].fan.proof_key;
+        b->set_of[i] = 0;
+        if (key[0] == '\0')
+            continue;
+        for (int j = 0; j < m && b->set_of[i] == 0; j++)
+            if (strcmp(b->argv[first + j], key) == 0)
+                b->set_of[i] = j + 1;
+        if (b->set_of[i] == 0) {
+            push(b, argc, key, strlen(key));
+            b->set_of[i] = ++m;
+        }
+    }
+    return m;
+}
+
+static size_t int_text(char out[12], int v)
+{
+    cm_text_t t = cm_text_at(out, 12);
+    cm_text_i64(&t, v);
+    return cm_text_done(&t, out);
+}
+
+static void send_batch(gw_batch_t *b, batch_t *batch)
+{
+    int argc = gw_keys_cached(batch->event, b->argv, b->argvlen);
+    int m = push_sets(b, batch, &argc), nkeys = argc;
+    push(b, &argc, b->num[b->cap], int_text(b->num[b->cap], batch->n));
+    push(b, &argc, b->num[b->cap + 1], int_text(b->num[b->cap + 1], m));
+    for (int i = 0, j = 0; i < batch->n && j < m; i++)
+        if (b->set_of[i] == j + 1) { /* first fan of set j+1: its lifetime */
+            const char *ttl = batch->e[i].fan.proof_ttl;
+            push(b, &argc, ttl, strlen(ttl));
+            j++;
+        }
+    for (int i = 0; i < batch->n; i++) {
+        const gw_batch_fan_t *f = &batch->e[i].fan;
+        push(b, &argc, f->visitor, strlen(f->visitor));
+        push(b, &argc, f->score, strlen(f->score));
+        push(b, &argc, b->num[i], int_text(b->num[i], b->set_of[i]));
+        push(b, &argc, f->proof_id, b->set_of[i] ? strlen(f->proof_id) : 0);
+    }
+    b->sent++;
+    if (cm_redis_eval(b->redis, gw_lua()->join_batch, on_batch, batch, nkeys, argc, b->argv,
+                      b->argvlen) != 0)
+        fail_all(batch, cm_err_closed);
+}
+
+static void flush(slot_t *s)
+{
+    batch_t *batch = s->open;
+    s->open = NULL;
+    evtimer_del(s->timer);
+    if (batch != NULL)
+        send_batch(s->owner, batch);
+}
+
+static void on_window(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    flush(arg);
+}
+
+static batch_t *batch_new(int cap, const char *event)
+{
+    batch_t *batch = cm_xmalloc(sizeof(*batch) + (size_t)cap * sizeof(entry_t));
+    snprintf(batch->event, sizeof(batch->event), "%s", event);
+    batch->n = 0;
+    return batch;
+}
+
+/* The slot gathering event's batch, else an idle one (opened for event); NULL: none. */
+static slot_t *slot_for(gw_batch_t *b, const char *event)
+{
+    slot_t *idle = NULL;
+    for (int i = 0; i < GW_BATCH_ROOMS; i++) {
+        slot_t *s = &b->slots[i];
+        if (s->open == NULL) {
+            if (idle == NULL)
+                idle = s;
+        } else if (strcmp(s->open->event, event) == 0) {
+            return s;
+        }
+    }
+    if (idle == NULL)
+        return NULL;
+    if (idle->timer == NULL)
+        idle->timer = evtimer_new(b->base, on_window, idle);
+    idle->open = batch_new(b->cap, event);
+    evtimer_add(idle->timer, &b->window);
+    return idle;
+}
+
+void gw_batch_add(gw_batch_t *b, const char *event, const gw_batch_fan_t *fan, gw_batch_cb cb,
+                  void *arg)
+{
+    slot_t *s = slot_for(b, event);
+    batch_t *batch = s ? s->open : batch_new(1, event); /* every slot busy: alone */
+    entry_t *e = &batch->e[batch->n++];
+    e->fan = *fan;
+    e->cb = cb;
+    e->arg = arg;
+    if (s == NULL)
+        send_batch(b, batch);
+    else if (batch->n >= b->cap)
+        flush(s);
+}
+
+void gw_batch_free(gw_batch_t *b)
+{
+    if (b == NULL)
+        return;
+    for (int i = 0; i < GW_BATCH_ROOMS; i++) {
+        slot_t *s = &b->slots[i];
+        if (s->open != NULL)
+            fail_all(s->open, cm_err_shutdown);
+        if (s->timer != NULL)
+            event_free(s->timer);
+    }
+    free(b->argv);
+    free(b->argvlen);
+    free(b->set_of);
+    free(b->num);
+    free(b);
+}
