@@ -5,9 +5,12 @@
  * arrival order) or adds the pre-queue arrivals with one ZADD. Each fan still gets its
  * own answer through its callback, exactly what join.lua would have told it.
  *
- * One gw_batch_t per worker, used only on that worker's loop thread. A batch is sent
- * when its window ends (a libevent timer: nothing waits on the loop) or at once when it
- * reaches join_batch_max fans. docs/design.md ("Numbering in batches") argues the
+ * One gw_batch_t per worker, used only on that worker's loop thread. A room's batch is
+ * sent once the loop has run what was ready if Redis has none of the room's batches from
+ * this worker in flight, else as soon as that one is answered; at the latest when its
+ * window ends (a libevent timer: nothing waits on the loop); at once when it reaches
+ * join_batch_max fans. So an idle Redis adds no wait, and under a crowd a batch holds
+ * what arrived during one round trip. docs/design.md ("Numbering in batches") argues the
  * fairness bound and why no number is handed out twice.
  */
 #ifndef GW_BATCH_H

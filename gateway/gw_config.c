@@ -41,7 +41,8 @@ static const cm_config_opt_t own[] = {
      "carrier-grade NAT address serves 60 to over 100 subscribers)"},
     {"join_batch_us", CM_CFG_INT, S(join_batch_us), "1000", 0, 1000000,
      "longest a new join waits, in microseconds, for the others of its room on the same "
-     "worker: each batch is numbered by one Redis script (0 = one script per join)"},
+     "worker while the room's previous batch is in Redis: each batch is numbered by one "
+     "Redis script (0 = one script per join)"},
     {"join_batch_max", CM_CFG_INT, S(join_batch_max), "256", 1, 1024,
      "joins that send their batch at once, before its window ends"},
     {"rate_limit_table_size", CM_CFG_INT, S(rate_limit_table_size), "65536", 16, 10000000,

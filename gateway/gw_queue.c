@@ -851,9 +851,9 @@ static void join_batched(place_op_t *op, uint64_t v)
     gw_batch_add(srv->batch, op->event, &fan, join_done, op);
 }
 
-/* A new place: the per-address limit, then join.lua (or its batch's join_batch.lua). A join that brought a valid proof
- * of work has paid for its place already (the difficulty rises with its address block's
- * challenge rate, gw_pow.h): the address bucket is for rooms without proofs. */
+/* A new place: the per-address limit, then join.lua (or its batch's join_batch.lua). A join that
+ * brought a valid proof of work has paid for its place already (the difficulty rises with its
+ * address block's challenge rate, gw_pow.h): the address bucket is for rooms without proofs. */
 static void take_place(place_op_t *op)
 {
     gw_server_t *srv = op->r.srv;

@@ -5,11 +5,14 @@
 -- batch (docs/design.md, "Numbering in batches").
 -- KEYS: the room's keys (prelude.lua), then KEYS[12 .. 11+m] the sets of used proofs of
 -- work, one per challenge-expiry bucket that the batch's proofs fall in (join.lua).
--- ARGV[1] = n (fans), ARGV[2] = m (proof sets), ARGV[3 .. 2+m] = each set's lifetime in
--- seconds (set when the set is made); then four per fan i, from a = 3+m+4(i-1):
--- ARGV[a] = visitor id, ARGV[a+1] = its random pre-queue score (join.lua's ARGV[2]),
--- ARGV[a+2] = the index j of its proof's set (KEYS[11+j]; 0: no proof),
--- ARGV[a+3] = its proof id ('' without one).
+-- ARGV[1] = n (fans), ARGV[2] = m (proof sets), ARGV[3] = p (fans with a proof),
+-- ARGV[4 .. 3+m] = each set's lifetime in seconds (set when the set is made),
+-- ARGV[4+m] = the fans, 48 bytes each in arrival order: the visitor id (32) and its
+-- random pre-queue score (join.lua's ARGV[2]) as 16 zero-padded digits; then three per
+-- fan with a proof, from a = 5+m+3t: ARGV[a] = the fan's index (1-based), ARGV[a+1] =
+-- its set's index j (KEYS[11+j]), ARGV[a+2] = the proof's id. One string for the fans,
+-- not arguments of their own: an open room never looks at them, and Redis pays per
+-- argument.
 -- Returns, for the whole batch: {'unknown'} | {'sold_out'} | {'closed'} |
 -- {'not_open', prequeue_at}; or one mark per fan (a string of n characters) with
 --   {'queued', gen, now, first, marks}: 'q' placed, numbered first, first+1, ... in the
@@ -18,7 +21,12 @@
 --     'f' the pre-queue was full (join.lua's 'prequeue_full')
 -- A replayed proof refuses its own fan only; a number is never taken for a fan that is
 -- not placed, so the block handed out is contiguous.
-local n, m = tonumber(ARGV[1]), tonumber(ARGV[2])
+local FAN = 48
+local n, m, p = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local fans = ARGV[4 + m]
+if #fans ~= FAN * n then
+    return redis.error_reply('join_batch: the fans are not 48 bytes each')
+end
 local cf = redis.call('HMGET', K.cfg, 'gen', 'sold_out', 'closes_at', 'prequeue_at',
                       'opens_at', 'mode', 'max_prequeue')
 if not cf[1] then
@@ -36,22 +44,18 @@ end
 if c.prequeue_at and now < num(c.prequeue_at, 0) then
     return {'not_open', c.prequeue_at}
 end
-local base = 3 + m
-local placed, marks = n, nil
-if m > 0 then
-    marks = {}
-    for i = 1, n do
-        local a = base + 4 * (i - 1)
-        local j = tonumber(ARGV[a + 2])
-        marks[i] = 'q'
-        if j > 0 and redis.call('SADD', KEYS[11 + j], ARGV[a + 3]) == 0 then
-            marks[i] = 'r'
+local placed, replayed = n, {}
+if p > 0 then
+    for t = 0, p - 1 do
+        local a = 5 + m + 3 * t
+        if redis.call('SADD', KEYS[11 + tonumber(ARGV[a + 1])], ARGV[a + 2]) == 0 then
+            replayed[tonumber(ARGV[a])] = true
             placed = placed - 1
         end
     end
     for j = 1, m do -- a set made by this batch lives until its bucket's challenges expire
         if redis.call('TTL', KEYS[11 + j]) == -1 then
-            redis.call('EXPIRE', KEYS[11 + j], ARGV[2 + j])
+            redis.call('EXPIRE', KEYS[11 + j], ARGV[3 + j])
         end
     end
 end
@@ -62,8 +66,12 @@ if st.opened == '1' then
     if placed > 0 then
         first = redis.call('INCRBY', K.n, placed) - placed + 1
     end
-    if marks == nil then
+    if placed == n then
         return {'queued', c.gen, now, first, string.rep('q', n)}
+    end
+    local marks = {}
+    for i = 1, n do
+        marks[i] = replayed[i] and 'r' or 'q'
     end
     return {'queued', c.gen, now, first, table.concat(marks)}
 end
@@ -71,13 +79,14 @@ end
 local room = num(c.max_prequeue, 1000000) - redis.call('ZCARD', K.pre)
 local out, args, taken = {}, {}, 0
 for i = 1, n do
-    if marks and marks[i] == 'r' then
+    if replayed[i] then
         out[i] = 'r'
     elseif taken < room then
+        local at = FAN * (i - 1)
         taken = taken + 1
         out[i] = 'p'
-        args[2 * taken] = ARGV[base + 4 * (i - 1)]
-        args[2 * taken - 1] = ARGV[base + 4 * (i - 1) + 1]
+        args[2 * taken - 1] = string.sub(fans, at + 33, at + FAN)
+        args[2 * taken] = string.sub(fans, at + 1, at + 32)
     else
         out[i] = 'f'
     end

@@ -163,8 +163,11 @@ static void test_cap_sends_without_waiting_for_the_window(void **state)
     fixture_t *f = *state;
     open_room(f, "cap");
     f->b = gw_batch_new(f->base, f->r, HOUR_US, 3); /* the timer would wait an hour */
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 2; i++)
         add(f, i, "cap", NULL, NULL);
+    assert_int_equal(gw_batch_sent(f->b), 0);
+    add(f, 2, "cap", NULL, NULL);
+    assert_int_equal(gw_batch_sent(f->b), 1); /* sent by the third join itself */
     assert_int_equal(run_until_done(f, 3, 10000), 3);
     assert_int_equal(gw_batch_sent(f->b), 1);
     for (int i = 0; i < 3; i++) {
@@ -186,6 +189,61 @@ static void test_window_sends_a_partial_batch(void **state)
     assert_int_equal(gw_batch_sent(f->b), 1);
     assert_int_equal(f->num[0], 1);
     assert_int_equal(f->num[1], 2);
+}
+
+/* Redis busy (DEBUG SLEEP 1 from another connection): the room's first batch is in flight,
+ * so the next one gathers — until the first is answered (window an hour), or until its
+ * window ends (window 50 ms) while the first is still out. */
+static void busy_redis(fixture_t *f, cm_redis_t **other)
+{
+    cm_redis_auth_t auth = {.user = SVC_REDIS_USER, .password = svc_password()};
+    fixture_t g = {.base = f->base};
+    *other = g.r = cm_redis_new_auth(f->base, SVC_HOST, svc_redis_port(srv), 5000, &auth);
+    run_until_done(&g, 0, 5000);
+    const char *argv[] = {"DEBUG", "SLEEP", "1"};
+    assert_int_equal(cm_redis_command(g.r, on_cmd, &g, 3, argv, NULL), 0);
+    g.done = 0;
+    run_until_done(&g, 1, 50); /* the sleep reaches Redis first (not a wait for it) */
+}
+
+static void test_next_batch_goes_when_the_one_in_flight_is_answered(void **state)
+{
+    fixture_t *f = *state;
+    open_room(f, "fly");
+    f->b = gw_batch_new(f->base, f->r, HOUR_US, 256);
+    cm_redis_t *other = NULL;
+    busy_redis(f, &other);
+    add(f, 0, "fly", NULL, NULL);
+    run_until_done(f, 1, 20); /* sent after the loop's pass; Redis still asleep */
+    assert_int_equal(gw_batch_sent(f->b), 1);
+    add(f, 1, "fly", NULL, NULL);
+    add(f, 2, "fly", NULL, NULL);
+    run_until_done(f, 1, 20);
+    assert_int_equal(gw_batch_sent(f->b), 1); /* gathering behind the first */
+    assert_int_equal(run_until_done(f, 3, 10000), 3);
+    assert_int_equal(gw_batch_sent(f->b), 2);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(f->num[i], i + 1);
+    cm_redis_free(other);
+}
+
+static void test_window_bounds_the_wait_behind_a_slow_batch(void **state)
+{
+    fixture_t *f = *state;
+    open_room(f, "slow");
+    f->b = gw_batch_new(f->base, f->r, 50000, 256);
+    cm_redis_t *other = NULL;
+    busy_redis(f, &other);
+    add(f, 0, "slow", NULL, NULL);
+    run_until_done(f, 1, 20);
+    add(f, 1, "slow", NULL, NULL);
+    run_until_done(f, 1, 200); /* past the window, Redis still asleep */
+    assert_int_equal(f->done, 0);
+    assert_int_equal(gw_batch_sent(f->b), 2);
+    assert_int_equal(run_until_done(f, 2, 10000), 2);
+    assert_int_equal(f->num[0], 1);
+    assert_int_equal(f->num[1], 2);
+    cm_redis_free(other);
 }
 
 /* Another gateway's batch between two of ours: each block stays contiguous and distinct
@@ -279,6 +337,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cap_sends_without_waiting_for_the_window, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_window_sends_a_partial_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_next_batch_goes_when_the_one_in_flight_is_answered,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_window_bounds_the_wait_behind_a_slow_batch, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_batches_take_contiguous_blocks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replayed_proof_refuses_only_its_fan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prequeue_takes_arrivals_in_order_up_to_its_bound,
