@@ -7,6 +7,7 @@
  *   - the loop has run what was ready, and no batch of the room is in flight: the joins
  *     read in one pass of the loop go together and an idle Redis adds no wait;
  *   - the room's batch in flight is answered: the joins that came meanwhile go at once;
+ *   (both no sooner than gap_us after the room's previous send)
  *   - the window (window_us) ends: the bound a fan waits whatever Redis does;
  *   - it reaches the cap.
  * So batches are as large as Redis is slow: one join per call when it is idle, a whole
@@ -28,6 +29,7 @@
 #include "cm_log.h"
 #include "cm_mem.h"
 #include "cm_text.h"
+#include "cm_time.h"
 #include "gw_lua.h"
 
 typedef struct entry {
@@ -54,12 +56,14 @@ struct slot {
     char event[CM_IDENT_MAX + 1]; /* the room (while open or inflight) */
     batch_t *open;                /* NULL: none gathering */
     int inflight;                 /* batches of this room sent and not yet answered */
+    uint64_t sent_ns;             /* CLOCK_MONOTONIC of the room's last send */
 };
 
 struct gw_batch {
     struct event_base *base;
     cm_redis_t *redis;
     struct timeval window;
+    uint64_t gap_ns; /* the least time between two early sends of a room */
     int cap;
     uint64_t sent;
     slot_t slots[GW_BATCH_ROOMS];
@@ -77,13 +81,15 @@ struct gw_batch {
 
 #define ARGV_MAX(cap) (GW_K_COUNT + 4 + 5 * (cap))
 
-gw_batch_t *gw_batch_new(struct event_base *base, cm_redis_t *redis, int64_t window_us, int cap)
+gw_batch_t *gw_batch_new(struct event_base *base, cm_redis_t *redis, int64_t window_us,
+                         int64_t gap_us, int cap)
 {
     gw_batch_t *b = cm_xcalloc(1, sizeof(*b));
     b->base = base;
     b->redis = redis;
     b->window.tv_sec = (time_t)(window_us / 1000000);
     b->window.tv_usec = (suseconds_t)(window_us % 1000000);
+    b->gap_ns = (uint64_t)(gap_us < 0 ? 0 : gap_us > window_us ? window_us : gap_us) * 1000;
     b->cap = cap < 1 ? 1 : cap > GW_BATCH_CAP_MAX ? GW_BATCH_CAP_MAX : cap;
     b->argv = cm_xcalloc(ARGV_MAX(b->cap), sizeof(*b->argv));
     b->argvlen = cm_xcalloc(ARGV_MAX(b->cap), sizeof(*b->argvlen));
@@ -148,6 +154,7 @@ static void tell_each(batch_t *batch, const cm_redis_reply_t *reply, bool queued
 }
 
 static void flush(slot_t *s);
+static void send_early(slot_t *s);
 
 /* batch was answered: off the list; its room's next batch goes now if it was the last. */
 static void landed(batch_t *batch)
@@ -162,7 +169,7 @@ static void landed(batch_t *batch)
     if (batch->next)
         batch->next->prev = batch->prev;
     if (--s->inflight == 0 && s->open != NULL)
-        flush(s);
+        send_early(s);
 }
 
 static void on_batch(const char *err, const cm_redis_reply_t *reply, void *arg)
@@ -285,8 +292,10 @@ static void flush(slot_t *s)
     s->open = NULL;
     evtimer_del(s->timer);
     event_del(s->soon);
-    if (batch != NULL)
+    if (batch != NULL) {
+        s->sent_ns = cm_time_mono_ns();
         send_batch(s->owner, batch, s);
+    }
 }
 
 static void on_window(evutil_socket_t fd, short what, void *arg)
@@ -296,14 +305,32 @@ static void on_window(evutil_socket_t fd, short what, void *arg)
     flush(arg);
 }
 
+/*
+ * Nothing of s's room in flight: its batch goes now, or gap_ns after the room's last
+ * send — the timer moved earlier than the window's end (the batch opened after that
+ * send, so its window ends later still). The gap caps a worker's calls per room at one
+ * per gap_ns however fast Redis answers, so a crowd's batches stay large.
+ */
+static void send_early(slot_t *s)
+{
+    uint64_t now = cm_time_mono_ns(), next = s->sent_ns + s->owner->gap_ns;
+    if (now >= next) {
+        flush(s);
+        return;
+    }
+    struct timeval tv = {.tv_sec = (time_t)((next - now) / 1000000000),
+                         .tv_usec = (suseconds_t)((next - now) % 1000000000 / 1000)};
+    evtimer_add(s->timer, &tv);
+}
+
 /* The loop ran what was ready: send unless a batch of the room is in flight. */
 static void on_soon(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     slot_t *s = arg;
-    if (s->inflight == 0)
-        flush(s);
+    if (s->inflight == 0 && s->open != NULL)
+        send_early(s);
 }
 
 static batch_t *batch_new(int cap, const char *event)
@@ -330,6 +357,8 @@ static slot_t *slot_for(gw_batch_t *b, const char *event)
         }
     }
     if (idle != NULL) {
+        if (strcmp(idle->event, event) != 0)
+            idle->sent_ns = 0; /* another room's time: this one has been quiet */
         snprintf(idle->event, sizeof(idle->event), "%s", event);
         if (idle->timer == NULL) {
             idle->timer = evtimer_new(b->base, on_window, idle);

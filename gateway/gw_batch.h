@@ -7,7 +7,8 @@
  *
  * One gw_batch_t per worker, used only on that worker's loop thread. A room's batch is
  * sent once the loop has run what was ready if Redis has none of the room's batches from
- * this worker in flight, else as soon as that one is answered; at the latest when its
+ * this worker in flight, else as soon as that one is answered (either no sooner than
+ * gap_us after the room's previous send); at the latest when its
  * window ends (a libevent timer: nothing waits on the loop); at once when it reaches
  * join_batch_max fans. So an idle Redis adds no wait, and under a crowd a batch holds
  * what arrived during one round trip. docs/design.md ("Numbering in batches") argues the
@@ -28,6 +29,8 @@ struct event_base;
 
 /** The largest batch join_batch_max allows. */
 #define GW_BATCH_CAP_MAX 1024
+/** gw_queue's gap: a quarter of the window (docs/design.md, "Numbering in batches"). */
+#define GW_BATCH_GAP_DIV 4
 /** Rooms with a batch open at once per worker; a join of one more is sent alone. */
 #define GW_BATCH_ROOMS 32
 
@@ -63,10 +66,12 @@ typedef struct gw_batch gw_batch_t;
 
 /**
  * A batcher on base, sending through redis (both borrowed, and must outlive it):
- * window_us > 0 the longest a fan waits for its batch to be sent, cap (1 ..
+ * window_us > 0 the longest a fan waits for its batch to be sent; gap_us (0 .. window_us)
+ * the least time between two sends of a room that do not wait for the window; cap (1 ..
  * GW_BATCH_CAP_MAX) the size that sends it at once. Never NULL (aborts on OOM).
  */
-gw_batch_t *gw_batch_new(struct event_base *base, cm_redis_t *redis, int64_t window_us, int cap);
+gw_batch_t *gw_batch_new(struct event_base *base, cm_redis_t *redis, int64_t window_us,
+                         int64_t gap_us, int cap);
 
 /**
  * Adds fan (copied) to event's open batch; cb(arg, …) is called exactly once: when Redis

@@ -838,8 +838,9 @@ static void join_batched(place_op_t *op, uint64_t v)
 {
     gw_server_t *srv = op->r.srv;
     if (srv->batch == NULL)
-        srv->batch = gw_batch_new(srv->base, srv->redis, srv->cfg.join_batch_us,
-                                  (int)srv->cfg.join_batch_max);
+        srv->batch =
+            gw_batch_new(srv->base, srv->redis, srv->cfg.join_batch_us,
+                         srv->cfg.join_batch_us / GW_BATCH_GAP_DIV, (int)srv->cfg.join_batch_max);
     gw_batch_fan_t fan;
     memcpy(fan.visitor, op->t.visitor, sizeof(fan.visitor));
     score_text(v, fan.score);

@@ -4,7 +4,9 @@
  * window ends; a window's partial batch is sent by its timer; the fans of a batch get one
  * contiguous block of numbers in arrival order, after whatever another gateway took; a
  * proof used twice refuses only the fan that replayed it; pre-queue arrivals are added in
- * order up to max_prequeue; a room that does not exist is told to every fan.
+ * order up to max_prequeue; a room that does not exist is told to every fan; while a
+ * batch is in flight the next one gathers until it is answered, or until its window ends;
+ * and two early sends of a room keep the gap apart.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -162,7 +164,7 @@ static void test_cap_sends_without_waiting_for_the_window(void **state)
 {
     fixture_t *f = *state;
     open_room(f, "cap");
-    f->b = gw_batch_new(f->base, f->r, HOUR_US, 3); /* the timer would wait an hour */
+    f->b = gw_batch_new(f->base, f->r, HOUR_US, 0, 3); /* the timer would wait an hour */
     for (int i = 0; i < 2; i++)
         add(f, i, "cap", NULL, NULL);
     assert_int_equal(gw_batch_sent(f->b), 0);
@@ -181,7 +183,7 @@ static void test_window_sends_a_partial_batch(void **state)
 {
     fixture_t *f = *state;
     open_room(f, "win");
-    f->b = gw_batch_new(f->base, f->r, 20000, 256);
+    f->b = gw_batch_new(f->base, f->r, 20000, 0, 256);
     add(f, 0, "win", NULL, NULL);
     add(f, 1, "win", NULL, NULL);
     assert_int_equal(gw_batch_sent(f->b), 0); /* gathering */
@@ -210,7 +212,7 @@ static void test_next_batch_goes_when_the_one_in_flight_is_answered(void **state
 {
     fixture_t *f = *state;
     open_room(f, "fly");
-    f->b = gw_batch_new(f->base, f->r, HOUR_US, 256);
+    f->b = gw_batch_new(f->base, f->r, HOUR_US, 0, 256);
     cm_redis_t *other = NULL;
     busy_redis(f, &other);
     add(f, 0, "fly", NULL, NULL);
@@ -231,7 +233,7 @@ static void test_window_bounds_the_wait_behind_a_slow_batch(void **state)
 {
     fixture_t *f = *state;
     open_room(f, "slow");
-    f->b = gw_batch_new(f->base, f->r, 50000, 256);
+    f->b = gw_batch_new(f->base, f->r, 50000, 0, 256);
     cm_redis_t *other = NULL;
     busy_redis(f, &other);
     add(f, 0, "slow", NULL, NULL);
@@ -246,13 +248,30 @@ static void test_window_bounds_the_wait_behind_a_slow_batch(void **state)
     cm_redis_free(other);
 }
 
+/* Redis answers fast, but a room's early sends keep gap_us apart: the second join waits
+ * for the gap (500 ms here), not for the window (an hour). */
+static void test_early_sends_keep_the_gap(void **state)
+{
+    fixture_t *f = *state;
+    open_room(f, "gap");
+    f->b = gw_batch_new(f->base, f->r, HOUR_US, 500000, 256);
+    add(f, 0, "gap", NULL, NULL); /* a quiet room: sent after the loop's pass */
+    assert_int_equal(run_until_done(f, 1, 5000), 1);
+    add(f, 1, "gap", NULL, NULL);
+    run_until_done(f, 2, 5); /* a few passes of the loop, far inside the gap */
+    assert_int_equal(gw_batch_sent(f->b), 1);
+    assert_int_equal(run_until_done(f, 2, 10000), 2);
+    assert_int_equal(gw_batch_sent(f->b), 2);
+    assert_int_equal(f->num[1], 2);
+}
+
 /* Another gateway's batch between two of ours: each block stays contiguous and distinct
  * (a wrong INCRBY offset would hand out a number twice or skip one). */
 static void test_batches_take_contiguous_blocks(void **state)
 {
     fixture_t *f = *state;
     open_room(f, "blk");
-    f->b = gw_batch_new(f->base, f->r, HOUR_US, 4);
+    f->b = gw_batch_new(f->base, f->r, HOUR_US, 0, 4);
     for (int i = 0; i < 4; i++)
         add(f, i, "blk", NULL, NULL);
     assert_int_equal(run_until_done(f, 4, 10000), 4);
@@ -270,7 +289,7 @@ static void test_replayed_proof_refuses_only_its_fan(void **state)
 {
     fixture_t *f = *state;
     open_room(f, "pow");
-    f->b = gw_batch_new(f->base, f->r, HOUR_US, 4);
+    f->b = gw_batch_new(f->base, f->r, HOUR_US, 0, 4);
     add(f, 0, "pow", "aaaaaaaaaaaaaaaaaaaaaaaa", "7");
     add(f, 1, "pow", "aaaaaaaaaaaaaaaaaaaaaaaa", "7"); /* the same proof again */
     add(f, 2, "pow", "bbbbbbbbbbbbbbbbbbbbbbbb", "8");
@@ -295,7 +314,7 @@ static void test_prequeue_takes_arrivals_in_order_up_to_its_bound(void **state)
     fixture_t *f = *state;
     cmd(f, "HSET", "os:{pre}:q:cfg", "gen", "77", "opens_at", "99999999999999", "mode", "fifo",
         "max_prequeue", "2", NULL);
-    f->b = gw_batch_new(f->base, f->r, HOUR_US, 3);
+    f->b = gw_batch_new(f->base, f->r, HOUR_US, 0, 3);
     for (int i = 0; i < 3; i++)
         add(f, i, "pre", NULL, NULL);
     assert_int_equal(run_until_done(f, 3, 10000), 3);
@@ -308,7 +327,7 @@ static void test_prequeue_takes_arrivals_in_order_up_to_its_bound(void **state)
 static void test_unknown_room_is_told_to_every_fan(void **state)
 {
     fixture_t *f = *state;
-    f->b = gw_batch_new(f->base, f->r, HOUR_US, 2);
+    f->b = gw_batch_new(f->base, f->r, HOUR_US, 0, 2);
     add(f, 0, "nowhere", NULL, NULL);
     add(f, 1, "nowhere", NULL, NULL);
     assert_int_equal(run_until_done(f, 2, 10000), 2);
@@ -341,6 +360,7 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_window_bounds_the_wait_behind_a_slow_batch, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_early_sends_keep_the_gap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batches_take_contiguous_blocks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replayed_proof_refuses_only_its_fan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prequeue_takes_arrivals_in_order_up_to_its_bound,
