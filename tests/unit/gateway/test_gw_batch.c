@@ -196,16 +196,26 @@ static void test_window_sends_a_partial_batch(void **state)
 /* Redis busy (DEBUG SLEEP 1 from another connection): the room's first batch is in flight,
  * so the next one gathers — until the first is answered (window an hour), or until its
  * window ends (window 50 ms) while the first is still out. */
+static fixture_t sleeper; /* the connection that keeps Redis asleep, and its answer */
+
 static void busy_redis(fixture_t *f, cm_redis_t **other)
 {
     cm_redis_auth_t auth = {.user = SVC_REDIS_USER, .password = svc_password()};
-    fixture_t g = {.base = f->base};
-    *other = g.r = cm_redis_new_auth(f->base, SVC_HOST, svc_redis_port(srv), 5000, &auth);
-    run_until_done(&g, 0, 5000);
+    memset(&sleeper, 0, sizeof(sleeper));
+    sleeper.base = f->base;
+    *other = sleeper.r = cm_redis_new_auth(f->base, SVC_HOST, svc_redis_port(srv), 5000, &auth);
+    run_until_done(&sleeper, 0, 5000);
     const char *argv[] = {"DEBUG", "SLEEP", "1"};
-    assert_int_equal(cm_redis_command(g.r, on_cmd, &g, 3, argv, NULL), 0);
-    g.done = 0;
-    run_until_done(&g, 1, 50); /* the sleep reaches Redis first (not a wait for it) */
+    assert_int_equal(cm_redis_command(sleeper.r, on_cmd, &sleeper, 3, argv, NULL), 0);
+    run_until_done(&sleeper, 1, 50); /* the sleep reaches Redis first (not a wait for it) */
+}
+
+/* Waits for the sleep's own answer, then closes its connection. */
+static void awake(cm_redis_t *other)
+{
+    run_until_done(&sleeper, 1, 5000);
+    assert_int_equal(sleeper.done, 1);
+    cm_redis_free(other);
 }
 
 static void test_next_batch_goes_when_the_one_in_flight_is_answered(void **state)
@@ -226,7 +236,7 @@ static void test_next_batch_goes_when_the_one_in_flight_is_answered(void **state
     assert_int_equal(gw_batch_sent(f->b), 2);
     for (int i = 0; i < 3; i++)
         assert_int_equal(f->num[i], i + 1);
-    cm_redis_free(other);
+    awake(other);
 }
 
 static void test_window_bounds_the_wait_behind_a_slow_batch(void **state)
@@ -245,7 +255,7 @@ static void test_window_bounds_the_wait_behind_a_slow_batch(void **state)
     assert_int_equal(run_until_done(f, 2, 10000), 2);
     assert_int_equal(f->num[0], 1);
     assert_int_equal(f->num[1], 2);
-    cm_redis_free(other);
+    awake(other);
 }
 
 /* Redis answers fast, but a room's early sends keep gap_us apart: the second join waits
@@ -324,6 +334,32 @@ static void test_prequeue_takes_arrivals_in_order_up_to_its_bound(void **state)
     assert_int_equal(f->num[0], 0);
 }
 
+/* A batch whose script times out: every fan of it gets the error (gw_queue answers each
+ * 503 with Retry-After), none a number. */
+static void test_a_timed_out_batch_fails_every_fan(void **state)
+{
+    fixture_t *f = *state;
+    open_room(f, "late");
+    cm_redis_auth_t auth = {.user = SVC_REDIS_USER, .password = svc_password()};
+    cm_redis_t *quick = cm_redis_new_auth(f->base, SVC_HOST, svc_redis_port(srv), 200, &auth);
+    fixture_t g = {.base = f->base, .r = quick};
+    run_until_done(&g, 0, 5000);
+    cm_redis_t *other = NULL;
+    busy_redis(f, &other); /* asleep for 1 s, past the 200 ms deadline */
+    f->b = gw_batch_new(f->base, quick, HOUR_US, 0, 3);
+    for (int i = 0; i < 3; i++)
+        add(f, i, "late", NULL, NULL);
+    assert_int_equal(run_until_done(f, 3, 10000), 3);
+    for (int i = 0; i < 3; i++) {
+        assert_ptr_equal(f->err[i], cm_err_timeout);
+        assert_string_equal(f->what[i], "");
+    }
+    gw_batch_free(f->b);
+    f->b = NULL;
+    cm_redis_free(quick);
+    awake(other);
+}
+
 static void test_unknown_room_is_told_to_every_fan(void **state)
 {
     fixture_t *f = *state;
@@ -365,6 +401,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_replayed_proof_refuses_only_its_fan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prequeue_takes_arrivals_in_order_up_to_its_bound,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_timed_out_batch_fails_every_fan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_room_is_told_to_every_fan, setup, teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
