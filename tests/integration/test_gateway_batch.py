@@ -3,7 +3,8 @@ Redis, each gathering its new joins for WINDOW_US before one join_batch.lua call
 made at once through both are numbered once each with nothing lost, in far fewer
 scripts than joins; joins that arrive well more than a window after others always get
 larger numbers, whichever gateway took them; a proof of work used twice within one batch
-refuses only the fan that replayed it. (The cap that sends a full batch before its
+refuses only the fan that replayed it; a batch whose script times out answers every fan
+of it 503 with Retry-After, and the joins after it are still numbered once each. (The cap that sends a full batch before its
 window ends: tests/unit/gateway/test_gw_batch.c.)"""
 
 import asyncio
@@ -105,3 +106,21 @@ class Batches(gwstack.GatewayTestCase):
         self.assertStatus(out[2], 201)
         placed = sorted(ticket_number(r.json["ticket"]) for r in out if r.status == 201)
         self.assertEqual(placed, [1, 2], "the replay took a number")
+
+    def test_a_batch_that_times_out_answers_each_fan_503_and_no_number_twice(self):
+        ev = self.new_room(prefix="bt", rate_per_minute=1, paused=True)
+        g1, g2 = self.GS.gateways
+        join = {g: g.req("POST", f"/q/{ev}/join") for g in (g1, g2)}
+        self.GS.redis("CLIENT", "PAUSE", "2500", "WRITE")  # past the 1 s deadline
+        try:
+            out = self.fire([(g, join[g], 0.0) for _ in range(10) for g in (g1, g2)])
+        finally:
+            self.GS.redis("CLIENT", "UNPAUSE")
+        for r in out:
+            self.assertStatus(r, 503, msg="join while Redis is paused:")
+            self.assertIsNotNone(r.header("retry-after"), f"no Retry-After: {r!r}")
+        after = self.fire([(g, join[g], 0.0) for _ in range(20) for g in (g1, g2)])
+        for r in after:
+            self.assertEqual(r.status, 201, f"join after the pause: {r!r}")
+        nums = [ticket_number(r.json["ticket"]) for r in after]
+        self.assertEqual(len(set(nums)), len(nums), "a number was handed out twice")
