@@ -124,11 +124,15 @@ static void tell_all(batch_t *batch, const gw_join_result_t *res)
 /* {'queued'|'prequeue', gen, now, first|opens_at, marks}: each fan's own answer. */
 static void tell_each(batch_t *batch, const cm_redis_reply_t *reply, bool queued)
 {
+    if (cm_redis_reply_count(reply) < 5) { /* every element below exists */
+        fail_all(batch, cm_err_protocol);
+        return;
+    }
     size_t len = 0;
     const char *marks = cm_redis_reply_str(cm_redis_reply_at(reply, 4), &len);
     const char *gen = cm_redis_reply_str(cm_redis_reply_at(reply, 1), NULL);
     const cm_redis_reply_t *third = cm_redis_reply_at(reply, 3);
-    if (marks == NULL || len != (size_t)batch->n || gen == NULL || third == NULL) {
+    if (marks == NULL || len != (size_t)batch->n || gen == NULL) {
         fail_all(batch, cm_err_protocol);
         return;
     }
@@ -177,7 +181,8 @@ static void on_batch(const char *err, const cm_redis_reply_t *reply, void *arg)
     batch_t *batch = arg;
     landed(batch);
     const char *what = NULL;
-    if (err == NULL && cm_redis_reply_type(reply) == CM_REDIS_ARRAY)
+    if (err == NULL && cm_redis_reply_type(reply) == CM_REDIS_ARRAY &&
+        cm_redis_reply_count(reply) >= 1)
         what = cm_redis_reply_str(cm_redis_reply_at(reply, 0), NULL);
     if (what == NULL) {
         if (err == NULL && cm_redis_reply_type(reply) == CM_REDIS_ERROR)
