@@ -57,6 +57,13 @@ class Batches(gwstack.GatewayTestCase):
                     c.close()
         return asyncio.run(run())
 
+    def redis_nodes(self):
+        """One client per Redis master: the stack's Redis, or each cluster master."""
+        r = self.GS.S.redis
+        if isinstance(r, stack.ClusterRedis):
+            return [r._conn(p) for p in r.masters()]
+        return [r]
+
     def test_concurrent_joins_through_two_gateways_are_numbered_once(self):
         ev = self.new_room(prefix="bt", rate_per_minute=1, paused=True)
         n = 600
@@ -111,11 +118,14 @@ class Batches(gwstack.GatewayTestCase):
         ev = self.new_room(prefix="bt", rate_per_minute=1, paused=True)
         g1, g2 = self.GS.gateways
         join = {g: g.req("POST", f"/q/{ev}/join") for g in (g1, g2)}
-        self.GS.redis("CLIENT", "PAUSE", "2500", "WRITE")  # past the 1 s deadline
+        nodes = self.redis_nodes()
+        for node in nodes:  # past the 1 s deadline
+            node("CLIENT", "PAUSE", "2500", "WRITE")
         try:
             out = self.fire([(g, join[g], 0.0) for _ in range(10) for g in (g1, g2)])
         finally:
-            self.GS.redis("CLIENT", "UNPAUSE")
+            for node in nodes:
+                node("CLIENT", "UNPAUSE")
         for r in out:
             self.assertStatus(r, 503, msg="join while Redis is paused:")
             self.assertIsNotNone(r.header("retry-after"), f"no Retry-After: {r!r}")
