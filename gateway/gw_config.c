@@ -47,6 +47,12 @@ static const cm_config_opt_t own[] = {
     {"join_burst_per_ip", CM_CFG_INT, S(join_burst_per_ip), "200", 1, 1000000,
      "joins one client address may make at once before join_rate_per_ip applies (a "
      "carrier-grade NAT address serves 60 to over 100 subscribers)"},
+    {"join_batch_us", CM_CFG_INT, S(join_batch_us), "1000", 0, 1000000,
+     "longest a new join waits, in microseconds, for the others of its room on the same "
+     "worker while the room's previous batch is in Redis: each batch is numbered by one "
+     "Redis script (0 = one script per join)"},
+    {"join_batch_max", CM_CFG_INT, S(join_batch_max), "256", 1, 1024,
+     "joins that send their batch at once, before its window ends"},
     {"rate_limit_table_size", CM_CFG_INT, S(rate_limit_table_size), "65536", 16, 10000000,
      "client addresses tracked by the join limit (idle ones are forgotten first)"},
     {"pow_new_rooms", CM_CFG_BOOL, S(pow_new_rooms), "true", 0, 0,

@@ -27,6 +27,7 @@ typedef struct gw_config {
     bool dpop_new_rooms; /* "dpop" of a room created or replaced by a PUT that does not say */
     int64_t join_rate_per_ip;
     int64_t join_burst_per_ip;
+    int64_t join_batch_us, join_batch_max;
     int64_t rate_limit_table_size;
     bool pow_new_rooms;
     int64_t pow_base_bits, pow_max_bits, pow_ttl_s, pow_window_s;

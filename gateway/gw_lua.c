@@ -8,6 +8,7 @@
 
 extern const char gw_lua_prelude[];
 extern const char gw_lua_join[];
+extern const char gw_lua_join_batch[];
 extern const char gw_lua_lookup[];
 extern const char gw_lua_advance[];
 extern const char gw_lua_admit[];
@@ -27,6 +28,7 @@ static cm_redis_script_t *make(const char *name, const char *body)
 static void build(void)
 {
     scripts.join = make("gw_join", gw_lua_join);
+    scripts.join_batch = make("gw_join_batch", gw_lua_join_batch);
     scripts.lookup = make("gw_lookup", gw_lua_lookup);
     scripts.advance = make("gw_advance", gw_lua_advance);
     scripts.admit = make("gw_admit", gw_lua_admit);

@@ -10,6 +10,7 @@
 
 typedef struct gw_lua {
     cm_redis_script_t *join;
+    cm_redis_script_t *join_batch; /* join.lua for the fans of one batch (gw_batch) */
     cm_redis_script_t *lookup;
     cm_redis_script_t *advance;
     cm_redis_script_t *admit;

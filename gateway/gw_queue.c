@@ -23,6 +23,7 @@
 #include "cm_time.h"
 #include "cm_tls.h"
 #include "gw_admit.h"
+#include "gw_batch.h"
 #include "gw_dpop.h"
 #include "gw_keys.h"
 #include "gw_limit.h"
@@ -527,30 +528,62 @@ static void see_page(place_op_t *op)
     op_free(op);
 }
 
+/* What one join's decision says, from join.lua's reply (gw_join_result_t); its strings
+ * live as long as reply. False for a reply of the wrong shape (an error reply logged). */
+static bool join_result(const char *err, const cm_redis_reply_t *reply, gw_join_result_t *res)
+{
+    memset(res, 0, sizeof(*res));
+    if (err == NULL && cm_redis_reply_type(reply) == CM_REDIS_ARRAY &&
+        cm_redis_reply_count(reply) >= 1)
+        res->what = cm_redis_reply_str(cm_redis_reply_at(reply, 0), NULL);
+    if (res->what == NULL) {
+        if (err == NULL && cm_redis_reply_type(reply) == CM_REDIS_ERROR)
+            cm_log(CM_LOG_WARN, "join: %s", cm_redis_reply_str(reply, NULL));
+        return false;
+    }
+    const cm_redis_reply_t *second = cm_redis_reply_at(reply, 1);
+    if (strcmp(res->what, "queued") == 0 || strcmp(res->what, "prequeue") == 0) {
+        res->gen = second ? cm_redis_reply_str(second, NULL) : NULL;
+        res->num =
+            cm_redis_reply_count(reply) >= 4 ? cm_redis_reply_int(cm_redis_reply_at(reply, 2)) : 0;
+        res->now_ms =
+            cm_redis_reply_count(reply) >= 4 ? cm_redis_reply_int(cm_redis_reply_at(reply, 3)) : 0;
+    } else if (second != NULL) {
+        res->at = cm_redis_reply_str(second, NULL);
+    }
+    return true;
+}
+
+static void join_done(void *arg, const char *err, const gw_join_result_t *res);
+
 static void on_join(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    gw_join_result_t res;
+    if (join_result(err, reply, &res))
+        join_done(arg, NULL, &res);
+    else
+        join_done(arg, err ? err : cm_err_protocol, NULL);
+}
+
+/* A join's answer once Redis decided (join.lua alone, or its batch's join_batch.lua). */
+static void join_done(void *arg, const char *err, const gw_join_result_t *res)
 {
     place_op_t *op = arg;
     gw_server_t *srv = op->r.srv;
-    const char *what = NULL;
-    if (err == NULL && cm_redis_reply_type(reply) == CM_REDIS_ARRAY &&
-        cm_redis_reply_count(reply) >= 1)
-        what = cm_redis_reply_str(cm_redis_reply_at(reply, 0), NULL);
-    if (what == NULL) {
-        if (err == NULL && cm_redis_reply_type(reply) == CM_REDIS_ERROR)
-            cm_log(CM_LOG_WARN, "join: %s", cm_redis_reply_str(reply, NULL));
+    if (res == NULL) {
         gw_reply_unavailable(&op->r, "joining the queue", err ? err : cm_err_protocol);
         op_free(op);
         return;
     }
+    const char *what = res->what;
     if (strcmp(what, "queued") == 0 || strcmp(what, "prequeue") == 0) {
-        const char *gen = cm_redis_reply_str(cm_redis_reply_at(reply, 1), NULL);
-        if (gen == NULL || gw_settings_gen_parse(gen, &op->t.gen) != 0) {
+        if (res->gen == NULL || gw_settings_gen_parse(res->gen, &op->t.gen) != 0) {
             gw_reply_unavailable(&op->r, "joining the queue", cm_err_protocol);
             op_free(op);
             return;
         }
-        op->t.num = (uint64_t)cm_redis_reply_int(cm_redis_reply_at(reply, 2));
-        op->t.iat = cm_redis_reply_int(cm_redis_reply_at(reply, 3)) / 1000;
+        op->t.num = (uint64_t)res->num;
+        op->t.iat = res->now_ms / 1000;
         op->t.bound = op->keyed;
         memcpy(op->t.jkt, op->jkt, sizeof(op->jkt));
         if (gw_ticket_encode(srv->ticket_secret, srv->ticket_secret_len, op->event, &op->t,
@@ -594,7 +627,7 @@ static void on_join(const char *err, const cm_redis_reply_t *reply, void *arg)
         gw_reply_error(&op->r, 410, "closed", "this waiting room is closed", NULL);
     } else if (strcmp(what, "prequeue_full") == 0) {
         char when[32] = "";
-        const char *ms = cm_redis_reply_str(cm_redis_reply_at(reply, 1), NULL);
+        const char *ms = res->at;
         int64_t v = 0;
         if (ms && cm_parse_i64(ms, 0, INT64_MAX, &v) == 0 && v > 0)
             cm_format_rfc3339(v, when, sizeof(when));
@@ -603,7 +636,7 @@ static void on_join(const char *err, const cm_redis_reply_t *reply, void *arg)
                        json_pack("{s:s}", "opens_at", when));
     } else if (strcmp(what, "not_open") == 0) {
         char when[32] = "";
-        const char *ms = cm_redis_reply_str(cm_redis_reply_at(reply, 1), NULL);
+        const char *ms = res->at;
         int64_t v = 0;
         if (ms && cm_parse_i64(ms, 0, INT64_MAX, &v) == 0)
             cm_format_rfc3339(v, when, sizeof(when));
@@ -751,13 +784,18 @@ static void place_with_proof(place_op_t *op)
  */
 #define GW_POW_BUCKET_S 64
 
-static int proof_key(place_op_t *op, const char **argv, size_t *argvlen, int argc, char *key,
-                     size_t keylen, char ttl[24], int *nkeys)
+static void proof_set(const place_op_t *op, char *key, size_t keylen, char ttl[24])
 {
     int64_t bucket = op->proof.expires_s / GW_POW_BUCKET_S;
     int64_t left = (bucket + 1) * GW_POW_BUCKET_S - cm_time_wall_ms() / 1000 + 1;
     snprintf(key, keylen, "os:{%s}:q:pw:%" PRId64, op->event, bucket);
     snprintf(ttl, 24, "%" PRId64, left > 1 ? left : 1);
+}
+
+static int proof_key(place_op_t *op, const char **argv, size_t *argvlen, int argc, char *key,
+                     size_t keylen, char ttl[24], int *nkeys)
+{
+    proof_set(op, key, keylen, ttl);
     argv[argc] = key;
     argvlen[argc] = strlen(key);
     (*nkeys)++;
@@ -794,9 +832,29 @@ static int bind_key(place_op_t *op)
     return -1;
 }
 
-/* A new place: the per-address limit, then join.lua. A join that brought a valid proof
- * of work has paid for its place already (the difficulty rises with its address block's
- * challenge rate, gw_pow.h): the address bucket is for rooms without proofs. */
+/* The new place of op (its visitor id drawn, v its lottery score) numbered with the
+ * other joins of its batch (gw_batch.h): join_batch.lua instead of join.lua. */
+static void join_batched(place_op_t *op, uint64_t v)
+{
+    gw_server_t *srv = op->r.srv;
+    if (srv->batch == NULL)
+        srv->batch =
+            gw_batch_new(srv->base, srv->redis, srv->cfg.join_batch_us,
+                         srv->cfg.join_batch_us / GW_BATCH_GAP_DIV, (int)srv->cfg.join_batch_max);
+    gw_batch_fan_t fan;
+    memcpy(fan.visitor, op->t.visitor, sizeof(fan.visitor));
+    score_text(v, fan.score);
+    fan.proof_key[0] = fan.proof_id[0] = fan.proof_ttl[0] = '\0';
+    if (op->proof.id[0]) {
+        memcpy(fan.proof_id, op->proof.id, sizeof(fan.proof_id));
+        proof_set(op, fan.proof_key, sizeof(fan.proof_key), fan.proof_ttl);
+    }
+    gw_batch_add(srv->batch, op->event, &fan, join_done, op);
+}
+
+/* A new place: the per-address limit, then join.lua (or its batch's join_batch.lua). A join that
+ * brought a valid proof of work has paid for its place already (the difficulty rises with its
+ * address block's challenge rate, gw_pow.h): the address bucket is for rooms without proofs. */
 static void take_place(place_op_t *op)
 {
     gw_server_t *srv = op->r.srv;
@@ -825,6 +883,10 @@ static void take_place(place_op_t *op)
     cm_tls_random_reserve(raw, sizeof(raw));
     cm_hex_encode(raw, GW_VISITOR_LEN / 2, op->t.visitor);
     memcpy(&v, raw + GW_VISITOR_LEN / 2, sizeof(v));
+    if (srv->cfg.join_batch_us > 0) {
+        join_batched(op, v);
+        return;
+    }
     char score[24], used[GW_KEY_MAX + GW_POW_ID_LEN + 8], ttl[24];
     const char *argv[GW_K_COUNT + 5];
     size_t argvlen[GW_K_COUNT + 5];

@@ -30,6 +30,7 @@
 #include "cm_time.h"
 #include "cm_tls.h"
 #include "gw_admit.h"
+#include "gw_batch.h"
 #include "gw_limit.h"
 #include "gw_pow.h"
 #include "gw_signer.h"
@@ -550,7 +551,10 @@ int gw_server_run(gw_server_t *srv)
 /* One worker's own parts (not the shared ones). */
 static void worker_free(gw_server_t *srv)
 {
-    /* Waiters first (they answer 503 on still-open connections), then the connections. */
+    /* Waiters first (they answer 503 on still-open connections), then the connections:
+     * the joins still gathering for a batch, then the commands in flight. */
+    gw_batch_free(srv->batch);
+    srv->batch = NULL;
     cm_redis_free(srv->redis);
     srv->redis = NULL;
     gw_signer_free(srv->pool);

@@ -37,6 +37,7 @@ typedef struct gw_admit gw_admit_t;
 typedef struct gw_rooms gw_rooms_t;
 typedef struct gw_history gw_history_t;
 typedef struct gw_pow gw_pow_t;
+typedef struct gw_batch gw_batch_t;
 
 typedef enum {
     GW_EP_HEALTH,
@@ -100,6 +101,7 @@ struct gw_server {
     gw_rooms_t *rooms;
     gw_history_t *history; /* the dashboard's history of every room (gw_history.h) */
     cm_pool_t *place_ops;  /* gw_queue's operations (joins, status polls), reused */
+    gw_batch_t *batch;     /* new joins gathered per room (gw_batch.h; made on first use) */
     struct event *tick;
     struct cm_drain *drain; /* SIGTERM: stop accepting, finish in-flight requests */
 };
