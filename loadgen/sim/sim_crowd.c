@@ -256,8 +256,11 @@ static void fan_done(sim_fan_t *f, int outcome)
     f->outcome = (uint8_t)outcome;
     r->outcome_count[outcome]++;
     f->done_ns = now_rel(c);
-    if (outcome == O_LOST && f->admitted_ns > 0)
+    if (outcome == O_LOST && f->admitted_ns > 0) {
         sim_hist_add(&r->loser_heard, (uint64_t)(f->done_ns - f->admitted_ns) / 1000);
+        sim_hist_add(&r->loser_waited, (uint64_t)f->hold_wait_ns / 1000);
+        sim_hist_add(&r->loser_wire, (uint64_t)f->hold_wire_ns / 1000);
+    }
     if (outcome == O_LOST && f->leaves && f->token && !c->finished)
         say_done(f);
     free(f->token);
@@ -626,6 +629,8 @@ static void on_hold(const sim_resp_t *resp, void *arg)
     record(c, EP_HOLD, resp);
     if (f->state == F_DONE)
         return;
+    f->hold_wait_ns += (int64_t)resp->waited_ns;
+    f->hold_wire_ns += (int64_t)resp->latency_ns;
     if (resp->err || resp->status >= 500) {
         retry_or_give_up(f, resp, do_hold, 500);
         return;

@@ -181,11 +181,13 @@ json_t *sim_report_json(const sim_run_t *r)
     }
     json_object_set_new(o, "endpoints", eps);
     json_object_set_new(o, "latencies",
-                        json_pack("{s:o, s:o, s:o, s:o, s:o}", "time_to_place",
+                        json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "time_to_place",
                                   sim_hist_json(&r->time_to_place), "time_to_admission",
                                   sim_hist_json(&r->time_to_admission), "hold_taken",
                                   sim_hist_json(&r->hold_taken), "loser_heard_taken",
-                                  sim_hist_json(&r->loser_heard), "hold_to_confirm",
+                                  sim_hist_json(&r->loser_heard), "loser_waited",
+                                  sim_hist_json(&r->loser_waited), "loser_on_the_wire",
+                                  sim_hist_json(&r->loser_wire), "hold_to_confirm",
                                   sim_hist_json(&r->hold_to_confirm)));
     int n = (int)ceil(duration_s(r)) + 1;
     json_object_set_new(
@@ -255,6 +257,8 @@ void sim_report_print(const sim_run_t *r, FILE *out)
                  {"time to admission", &r->time_to_admission},
                  {"hold answered \"taken\"", &r->hold_taken},
                  {"loser: admitted -> heard taken", &r->loser_heard},
+                 {"  of it, holds before the wire", &r->loser_waited},
+                 {"  of it, holds on the wire", &r->loser_wire},
                  {"hold -> confirmed", &r->hold_to_confirm}};
     fprintf(out, "\n%-32s %9s %9s %9s %9s %9s\n", "", "count", "p50 ms", "p90 ms", "p99 ms",
             "max ms");
