@@ -50,6 +50,14 @@ static int64_t reply_i64(const cm_redis_reply_t *r, size_t i)
     return s ? strtoll(s, NULL, 10) : 0;
 }
 
+/* Whether element i of r is the string word. */
+static bool reply_is(const cm_redis_reply_t *r, size_t i, const char *word)
+{
+    const cm_redis_reply_t *e = cm_redis_reply_at(r, i);
+    const char *s = e ? cm_redis_reply_str(e, NULL) : NULL;
+    return s != NULL && strcmp(s, word) == 0;
+}
+
 /* The words of the hold scripts, by rsv_hold_status_t (OTHER has none). */
 static const char *const status_words[RSV_HOLD_NSTATUS] = {
     [RSV_HOLD_OK] = "OK",
@@ -627,6 +635,9 @@ static void on_create_reply(const char *err, const cm_redis_reply_t *reply, void
         break;
     case RSV_HOLD_TAKE_SOLDOUT:
         cm_counter_inc(m->hold_conflicts);
+        if (reply_is(reply, 1, "sold"))
+            rsv_avail_note_sold(op->r.srv->avail, op->ev,
+                                op->ev->nseats + (size_t)(op->pool - op->ev->pools));
         rsv_reply_error(&op->r, 409, "sold_out", "the pool has no units left", NULL);
         break;
     case RSV_HOLD_TAKE_INSUFFICIENT:
@@ -750,12 +761,22 @@ static void run_create(create_op_t *op)
     }
 }
 
-/* A hold without an Idempotency-Key on a seat this worker saw sold moments ago: 409
- * seat_unavailable (naming those seats) from memory, no script. true when answered. */
+/* A hold without an Idempotency-Key on a seat (or a pool) this worker saw sold moments
+ * ago: 409 seat_unavailable naming those seats (or sold_out) from memory, no script. true
+ * when answered. */
 static bool refuse_known_sold(create_op_t *op)
 {
     if (op->idem[0] != '\0')
         return false;
+    if (op->pool) {
+        size_t item = op->ev->nseats + (size_t)(op->pool - op->ev->pools);
+        if (!rsv_avail_known_sold(op->r.srv->avail, op->ev, item))
+            return false;
+        cm_counter_inc(op->r.srv->m.hold_conflicts);
+        rsv_reply_error(&op->r, 409, "sold_out", "the pool has no units left", NULL);
+        create_done(op);
+        return true;
+    }
     json_t *seats = json_object_get(op->body, "seats");
     json_t *sold = NULL;
     size_t i;
@@ -858,6 +879,8 @@ static void on_create_event(rsv_event_t *ev, const char *err, void *arg)
         }
         op->quantity = (int64_t)json_integer_value(json_object_get(op->body, "quantity"));
         op->amount = op->pool->price * op->quantity;
+        if (refuse_known_sold(op))
+            return;
     }
     run_create(op);
 }

@@ -17,6 +17,7 @@ from stack import metric_sum
 from test_reserve_records import event_scripts
 
 SEATS = [{"id": f"A-{i}", "section": "A", "price": 12000} for i in range(1, 7)]
+GA = [{"id": "ga", "capacity": 2, "price": 3000}]
 LOSERS = 40
 
 
@@ -30,23 +31,28 @@ class SoldSeatsCostNoScript(stack.ReserveTestCase):
         keeps its own sold marks, so each may run one script to learn a seat is sold."""
         return int(metric_sum(self.S.metrics(), "onsale_reserve_workers")) or 1
 
-    def sell(self, ev, seat, key=None):
+    def sell(self, ev, seat=None, key=None, quantity=None):
         tok = self.S.token(ev, f"buyer-{uuid.uuid4().hex[:8]}")
         headers = {"Idempotency-Key": key} if key else None
-        h = self.c.post(f"/v1/events/{ev}/holds", {"seats": [seat]}, token=tok, headers=headers)
+        body = {"seats": [seat]} if seat else {"pool": "ga", "quantity": quantity}
+        h = self.c.post(f"/v1/events/{ev}/holds", body, token=tok, headers=headers)
         self.assertStatus(h, 201, msg="the buyer's hold:")
         r = self.confirm(h.json["hold_id"], tok, h.json["amount"])
         self.assertStatus(r, 201, msg="the buyer's confirmation:")
         return tok, h.json["hold_id"]
 
-    def losers_on(self, ev, seats, n=LOSERS):
-        """n buyers with fresh tokens ask for seats; returns (answers, scripts run, seconds)."""
+    def losers_on(self, ev, seats=None, n=LOSERS):
+        """n buyers with fresh tokens ask for seats (None: a unit of the pool); returns
+        (answers, scripts run, seconds)."""
         toks = self.S.tokens(ev, f"loser-{uuid.uuid4().hex[:8]}", n)
         answers = []
 
         def ask():
             for t in toks:
-                answers.append(self.hold(ev, t, seats=seats, expect=None))
+                if seats is None:
+                    answers.append(self.hold(ev, t, pool="ga", quantity=1, expect=None))
+                else:
+                    answers.append(self.hold(ev, t, seats=seats, expect=None))
         t0 = time.monotonic()
         spent = event_scripts(self.S, ev, ask)
         return answers, spent, time.monotonic() - t0
@@ -69,6 +75,27 @@ class SoldSeatsCostNoScript(stack.ReserveTestCase):
         self.assertEqual(r.json["unavailable"], ["A-1"])
         # and nothing was held: A-2 is still free for the next buyer
         self.hold(ev, self.S.token(ev, "next"), seats=["A-2"])
+
+    def test_holds_on_a_sold_out_pool_run_no_script(self):
+        ev = self.new_event(pools=GA)
+        self.sell(ev, quantity=2)
+        answers, spent, took = self.losers_on(ev)
+        for r in answers:
+            self.assertStatus(r, 409, "sold_out")
+        bound = self.workers() * (math.ceil(took) + 1)
+        self.assertLessEqual(spent, bound,
+                             f"{LOSERS} holds on a sold-out pool ran {spent} hold scripts in "
+                             f"{took:.1f} s (at most {bound}: one per worker per second)")
+
+    def test_holds_on_a_pool_with_a_unit_held_still_ask_redis(self):
+        # one unit sold, the other held: the hold may expire, so the pool is not sold out
+        ev = self.new_event(pools=GA)
+        self.sell(ev, quantity=1)
+        self.hold(ev, self.S.token(ev, "holder"), pool="ga", quantity=1)
+        answers, spent, _ = self.losers_on(ev, n=5)
+        for r in answers:
+            self.assertStatus(r, 409, "sold_out")
+        self.assertGreaterEqual(spent, 5, "every hold on a pool with a live hold runs a script")
 
     def test_holds_on_a_held_seat_still_ask_redis(self):
         # a hold can expire at any moment: only Redis knows whether the seat is free
