@@ -152,6 +152,7 @@ typedef struct sim_run {
     sim_endpoint_t ep[EP_N];
     sim_hist_t time_to_place, time_to_admission, hold_taken, loser_heard, hold_to_confirm;
     sim_hist_t loser_waited, loser_wire; /* loser_heard's parts (sim_fan_t.hold_wait_ns) */
+    sim_hist_t loop_lag;                 /* the simulator's own loop lag (sim_crowd.c) */
     sim_series_t s_queue, s_admitted, s_holds, s_confirms, s_errors, s_requests, s_taken;
     sim_series_t s_watermark; /* the room's watermark, sampled once a second (admin API) */
     struct {
