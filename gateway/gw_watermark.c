@@ -153,6 +153,7 @@ void gw_watermark_forget(gw_server_t *srv, const char *event)
     r->s.gen = 0;
     r->wm = r->n = r->n_seen = r->claimed = 0;
     r->opened = false;
+    r->pass_len = 0;
     for (int k = 0; k < GW_NPHASES; k++)
         cm_gauge_set(r->g_phase[k], 0); /* a deleted room is in no phase */
 }
@@ -259,6 +260,87 @@ double gw_watermark_eta_model(double position, double rate, double recent, doubl
     return t + left * (1.0 - share) / rate; /* the steady state */
 }
 
+double gw_watermark_eta_ring(double position, double rate, const double *passes, size_t n,
+                             double share, int grace_s)
+{
+    if (rate <= 0)
+        return -1;
+    if (position <= 0)
+        return 0;
+    if (share <= 0 || grace_s <= 0)
+        return position / rate;
+    if (n > (size_t)grace_s) { /* only the last grace comes back */
+        passes += n - (size_t)grace_s;
+        n = (size_t)grace_s;
+    }
+    double t = 0, left = position, sum = 0;
+    for (int k = 0; k < grace_s; k++) { /* second k comes back from second k - grace_s */
+        long i = (long)n - grace_s + k;
+        double w = rate + share * (i >= 0 ? passes[i] : 0);
+        if (left <= w)
+            return t + left / w;
+        left -= w;
+        t += 1;
+        sum += w;
+    }
+    /* beyond the first grace: what came back over it, one grace at a time */
+    double g = (double)grace_s, prev = sum / g;
+    for (int k = 0; k < 64; k++) {
+        double w = rate + share * prev;
+        if (left <= w * g)
+            return t + left / w;
+        left -= w * g;
+        t += g;
+        prev = w;
+    }
+    return t + left * (1.0 - share) / rate; /* the steady state */
+}
+
+/* The last grace's passes per second from the room's ring, oldest first, into out (at
+ * most GW_PASS_RING - 1); false when the ring does not cover the grace and the room had
+ * passed numbers before its oldest second (a gateway started mid-queue: not known). */
+static bool ring_passes(const gw_room_t *room, int grace_s, double *out, size_t *n)
+{
+    if (room->pass_len == 0)
+        return false;
+    size_t have = room->pass_len - 1, want = (size_t)grace_s;
+    size_t oldest = (room->pass_head + GW_PASS_RING - have) % GW_PASS_RING;
+    if (have < want && room->pass_ring[oldest] > 0)
+        return false;
+    *n = have < want ? have : want;
+    for (size_t i = 0; i < *n; i++) {
+        size_t b = (room->pass_head + GW_PASS_RING - (*n - 1 - i)) % GW_PASS_RING;
+        out[i] =
+            (double)(room->pass_ring[b] - room->pass_ring[(b + GW_PASS_RING - 1) % GW_PASS_RING]);
+    }
+    return true;
+}
+
+double gw_watermark_retired_share(int64_t retired, int64_t judged)
+{
+    if (judged < GW_NOSHOW_MIN_PASSES)
+        return -1;
+    double share = (double)retired / (double)judged;
+    if (share < 0)
+        return 0;
+    return share > GW_NOSHOW_SHARE_MAX ? GW_NOSHOW_SHARE_MAX : share;
+}
+
+/* The judged share from the ring (gw_watermark_retired_share): the last rate window's
+ * retirements over what was passed in the window a grace before; -1 while the ring is
+ * shorter than both. */
+static double ring_share(const gw_room_t *room, int grace_s)
+{
+    size_t w = RATE_WINDOW_MS / 1000, g = (size_t)grace_s;
+    if (grace_s <= 0 || g + w >= GW_PASS_RING || room->pass_len <= g + w)
+        return -1;
+    size_t now = room->pass_head, w_ago = (now + GW_PASS_RING - w) % GW_PASS_RING;
+    size_t g_ago = (now + GW_PASS_RING - g) % GW_PASS_RING;
+    size_t gw_ago = (now + GW_PASS_RING - g - w) % GW_PASS_RING;
+    return gw_watermark_retired_share(room->noshow_ring[now] - room->noshow_ring[w_ago],
+                                      room->pass_ring[g_ago] - room->pass_ring[gw_ago]);
+}
+
 int64_t gw_watermark_ahead_now(const gw_room_t *room, int64_t position, double rate,
                                uint64_t mono_ms)
 {
@@ -279,12 +361,21 @@ double gw_watermark_rate_ahead(const gw_room_t *room, int64_t position)
     if (rate < configured) /* max_active holds the line: what it lets through is measured */
         return rate;
     bool sampled = room->nsamples >= 4;
-    double share = sampled ? gw_watermark_noshow_share(room->win_passes, room->win_claims,
-                                                       room->noshows, room->claimed)
-                           : 0;
+    int grace = room->s.noshow_grace_seconds;
+    /* the no-show share the grace has judged (ring_share), else the rate window's live
+     * one while the ring is shorter than a grace and a window */
+    double share = ring_share(room, grace);
+    if (share < 0)
+        share = sampled ? gw_watermark_noshow_share(room->win_passes, room->win_claims,
+                                                    room->noshows, room->claimed)
+                        : 0;
+    double passes[GW_PASS_RING];
+    size_t n = 0;
     double eta =
-        gw_watermark_eta_model((double)position, configured, sampled ? room->pass_rate : 0,
-                               (double)room->wm, share, (double)room->s.noshow_grace_seconds);
+        share > 0 && grace > 0 && grace < GW_PASS_RING && ring_passes(room, grace, passes, &n)
+            ? gw_watermark_eta_ring((double)position, configured, passes, n, share, grace)
+            : gw_watermark_eta_model((double)position, configured, sampled ? room->pass_rate : 0,
+                                     (double)room->wm, share, (double)grace);
     return eta > 0 ? (double)position / eta : rate;
 }
 
@@ -374,8 +465,40 @@ static double join_peak(const gw_room_t *room, size_t span)
     return peak;
 }
 
+/* The watermark and the no-shows at the end of this second: a new ring entry once a
+ * second has passed (seconds without a read repeat the last values: nothing seen passed
+ * in them). */
+static void ring_note(gw_room_t *room, uint64_t mono_ms)
+{
+    uint64_t sec = mono_ms / 1000;
+    if (room->pass_len > 0 && room->wm < room->pass_ring[room->pass_head])
+        room->pass_len = 0; /* a new generation of the room: its numbers start again */
+    if (room->pass_len == 0) {
+        room->pass_head = 0;
+        room->pass_len = 1;
+        room->pass_sec = sec;
+    } else if (sec > room->pass_sec) {
+        uint64_t gap = sec - room->pass_sec;
+        int64_t last = room->pass_ring[room->pass_head];
+        int64_t last_ns = room->noshow_ring[room->pass_head];
+        for (uint64_t i = 1; i < gap && i < GW_PASS_RING; i++) {
+            room->pass_head = (room->pass_head + 1) % GW_PASS_RING;
+            room->pass_ring[room->pass_head] = last;
+            room->noshow_ring[room->pass_head] = last_ns;
+        }
+        room->pass_head = (room->pass_head + 1) % GW_PASS_RING;
+        room->pass_len += gap < GW_PASS_RING ? (size_t)gap : GW_PASS_RING;
+        if (room->pass_len > GW_PASS_RING)
+            room->pass_len = GW_PASS_RING;
+        room->pass_sec = sec;
+    }
+    room->pass_ring[room->pass_head] = room->wm;
+    room->noshow_ring[room->pass_head] = room->noshows;
+}
+
 void gw_watermark_sample(gw_room_t *room, uint64_t mono_ms)
 {
+    ring_note(room, mono_ms);
     if (room->nsamples > 0) {
         const gw_sample_t *last = &room->samples[(room->head + GW_SAMPLES - 1) % GW_SAMPLES];
         if (mono_ms - last->mono_ms < SAMPLE_EVERY_MS)

@@ -39,6 +39,9 @@ typedef struct gw_server gw_server_t;
 #define GW_FRONT_POLL_MS     100 /* a fan about to be passed polls 100–200 ms after */
 #define GW_NOSHOW_MIN_PASSES 50  /* passes in the rate window before its no-show share counts */
 #define GW_NOSHOW_SHARE_MAX  0.9 /* a no-show share above this is believed as this */
+#define GW_PASS_RING                                                                               \
+    600 /* seconds of watermark kept per room (the longest grace the                               \
+           per-second ETA model covers; beyond it, the rate window's) */
 
 typedef struct gw_sample {
     uint64_t mono_ms;
@@ -82,7 +85,13 @@ typedef struct gw_room {
     size_t nsamples, head;
     double pass_rate, join_rate, claim_rate; /* per second over the last ~10 s */
     int64_t win_passes, win_claims; /* numbers passed and admissions claimed in those ~10 s */
-    double join_peak;    /* fastest joins per second between two samples of those ~10 s */
+    double join_peak; /* fastest joins per second between two samples of those ~10 s */
+    /* the watermark and the no-shows at the end of each of the last seconds (monotonic
+     * seconds, the newest pass_sec at [pass_head]): what was passed one grace ago, second
+     * by second, and what the grace has judged of it since */
+    int64_t pass_ring[GW_PASS_RING], noshow_ring[GW_PASS_RING];
+    size_t pass_len, pass_head;
+    uint64_t pass_sec;
     uint64_t learned_ms; /* monotonic ms of the last advance answer (when n was learned) */
     cm_gauge_t *g_queue, *g_wm, *g_n, *g_claimed, *g_active, *g_noshows;
     cm_gauge_t *g_phase[GW_NPHASES]; /* one-hot: 1 for the room's phase, 0 for the rest */
@@ -166,6 +175,14 @@ int64_t gw_watermark_ahead_now(const gw_room_t *room, int64_t position, double r
 double gw_watermark_noshow_share(int64_t win_passes, int64_t win_claims, int64_t noshows,
                                  int64_t claimed);
 /**
+ * The no-show share the grace has judged: the slots retired unclaimed over the last rate
+ * window (each is retired a grace after it was passed) over the numbers passed in the
+ * same window a grace earlier, in [0, GW_NOSHOW_SHARE_MAX]; -1 below GW_NOSHOW_MIN_PASSES.
+ * Unlike the rate window's 1 − claims / passes it does not move with when fans happen to
+ * poll (after a rate change, fans told the old ETA claim late, then all at once). Pure.
+ */
+double gw_watermark_retired_share(int64_t retired, int64_t judged);
+/**
  * Seconds until the watermark has covered position numbers: it passes rate numbers a
  * second (the claims the room meters) plus, noshow_grace_s after each pass, the no-show
  * share of it again. So over the next grace it moves at rate + share × what was passed
@@ -176,6 +193,17 @@ double gw_watermark_noshow_share(int64_t win_passes, int64_t win_claims, int64_t
  */
 double gw_watermark_eta_model(double position, double rate, double recent, double passed,
                               double share, double noshow_grace_s);
+/**
+ * gw_watermark_eta_model with what was passed over the last grace known second by second:
+ * passes[i] numbers in the i-th of the last n seconds (oldest first, n ≤ grace_s; the room
+ * passed nothing before them when n < grace_s). Future second k moves the watermark by
+ * rate + share × what was passed grace_s seconds before it (a recorded second, then one
+ * of these future seconds), so a rate change or a burst of passes a grace ago is
+ * followed where it lands instead of being spread over the whole grace; after the first
+ * grace, one grace at a time as gw_watermark_eta_model. -1 when rate <= 0. Pure.
+ */
+double gw_watermark_eta_ring(double position, double rate, const double *passes, size_t n,
+                             double share, int grace_s);
 /** Seconds until position reaches the front at rate_per_s, to the nearest second and at
  *  least 1 while position > 0; -1 when unknown (rate 0). */
 int64_t gw_watermark_eta_s(int64_t position, double rate_per_s);

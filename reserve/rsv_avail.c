@@ -1,5 +1,12 @@
 /*
  * rsv_avail — see rsv_avail.h.
+ *
+ * Sold marks: per event, one timestamp per seat and pool (allocated at the first mark,
+ * dropped when the event's version changes or it is invalidated), set from a hold
+ * script's TAKEN or SOLDOUT answer or a snapshot's scan. A mark is believed for avail_max_age_ms: a
+ * sold seat is final except when a failed booking gives it back (reserve/lua/unconvert.lua),
+ * possibly on another reserve, and for that long this worker may still call it sold, the same lag
+ * the seat map is allowed.
  */
 #include "rsv_avail.h"
 
@@ -41,6 +48,11 @@ typedef struct snap {
     unsigned char *status;
     int64_t (*pool_counts)[2];
     waiter_t *waiters;
+    /* sold marks (see the top): mono ns per seat then per pool, 0 = none; for
+     * sold_version's items */
+    uint64_t *sold_ns;
+    size_t nsold;
+    int64_t sold_version;
 } snap_t;
 
 struct rsv_avail {
@@ -91,6 +103,7 @@ void rsv_avail_free(rsv_avail_t *a)
         free(s->seats_json);
         free(s->status);
         free(s->pool_counts);
+        free(s->sold_ns);
         rsv_event_unref(s->ev);
         free(s);
     }
@@ -119,8 +132,48 @@ static snap_t *find(rsv_avail_t *a, const char *event, int create)
 void rsv_avail_invalidate(rsv_avail_t *a, const char *event)
 {
     snap_t *s = find(a, event, 0);
-    if (s)
-        s->built_ns = 0;
+    if (s == NULL)
+        return;
+    s->built_ns = 0;
+    free(s->sold_ns);
+    s->sold_ns = NULL;
+    s->nsold = 0;
+}
+
+/* The sold marks of ev, emptied first when they belong to another version of it; NULL
+ * when there are none and create is 0. */
+static uint64_t *sold_marks(snap_t *s, const rsv_event_t *ev, int create)
+{
+    size_t items = ev->nseats + ev->npools;
+    if (s->sold_ns && (s->sold_version != ev->version || s->nsold != items)) {
+        free(s->sold_ns);
+        s->sold_ns = NULL;
+        s->nsold = 0;
+    }
+    if (s->sold_ns == NULL && create && items > 0) {
+        s->sold_ns = cm_xcalloc(items, sizeof(*s->sold_ns));
+        s->nsold = items;
+        s->sold_version = ev->version;
+    }
+    return s->sold_ns;
+}
+
+void rsv_avail_note_sold(rsv_avail_t *a, const rsv_event_t *ev, size_t item)
+{
+    if (a->srv->cfg.avail_max_age_ms <= 0 || item >= ev->nseats + ev->npools)
+        return;
+    uint64_t *marks = sold_marks(find(a, ev->id, 1), ev, 1);
+    marks[item] = cm_time_mono_ns();
+}
+
+bool rsv_avail_known_sold(rsv_avail_t *a, const rsv_event_t *ev, size_t item)
+{
+    snap_t *s = find(a, ev->id, 0);
+    uint64_t *marks = s && item < ev->nseats + ev->npools ? sold_marks(s, ev, 0) : NULL;
+    if (marks == NULL || marks[item] == 0)
+        return false;
+    uint64_t max_age = (uint64_t)a->srv->cfg.avail_max_age_ms * 1000000ull;
+    return cm_time_mono_ns() - marks[item] <= max_age;
 }
 
 static void build_json(snap_t *s)
@@ -182,6 +235,12 @@ static void part_done(snap_t *s)
         build_json(s);
         s->built_ns = cm_time_mono_ns();
         s->version = s->ev->version;
+        for (size_t k = 0; k < s->ev->nseats; k++)
+            if (s->status[k] == SEAT_SOLD)
+                rsv_avail_note_sold(s->a, s->ev, k);
+        for (size_t i = 0; i < s->ev->npools; i++)
+            if (s->pool_counts[i][0] <= 0 && s->pool_counts[i][1] == 0)
+                rsv_avail_note_sold(s->a, s->ev, s->ev->nseats + i);
     }
     free(s->status);
     s->status = NULL;

@@ -10,17 +10,31 @@
 #ifndef RSV_AVAIL_H
 #define RSV_AVAIL_H
 
+#include <stdbool.h>
+#include <stddef.h>
+
 #include "cm_http.h"
 
 typedef struct rsv_server rsv_server_t;
 typedef struct rsv_avail rsv_avail_t;
+struct rsv_event;
 
 rsv_avail_t *rsv_avail_new(rsv_server_t *srv);
 void rsv_avail_free(rsv_avail_t *a);
 
 /** GET /v1/events/{event}/availability (seats 0) or /seats (seats 1). */
 void rsv_avail_serve(rsv_server_t *srv, cm_req_t *req, const char *event, int seats);
-/** Forgets an event's snapshot (its inventory changed). */
+/** Forgets an event's snapshot and its sold marks (its inventory changed). */
 void rsv_avail_invalidate(rsv_avail_t *a, const char *event);
+
+/**
+ * Sold marks: this worker saw item sold just now — a seat (its index in ev's seats) or a
+ * pool with every unit booked (ev->nseats + its index in ev's pools) — in a hold script's
+ * answer or a snapshot. For avail_max_age_ms afterwards rsv_avail_known_sold says so, and
+ * a hold asking for it is refused without a script (rsv_hold.c). Marks belong to ev's
+ * version: a new version of the event starts without any. avail_max_age_ms = 0 keeps none.
+ */
+void rsv_avail_note_sold(rsv_avail_t *a, const struct rsv_event *ev, size_t item);
+bool rsv_avail_known_sold(rsv_avail_t *a, const struct rsv_event *ev, size_t item);
 
 #endif

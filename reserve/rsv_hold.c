@@ -5,6 +5,13 @@
  * (in memory: seat ids, prices, the event's TTLs) → one EVALSHA. When Redis answers
  * NOSEED (first use of the event, or Redis lost its data) the event's state is loaded
  * from Postgres and the script runs once more.
+ *
+ * A loser's hold costs no script once the seat is sold: the script's TAKEN answer says
+ * which seats are sold (not merely held), the worker marks them (rsv_avail_note_sold),
+ * and a hold without an Idempotency-Key asking for a seat marked within
+ * avail_max_age_ms is answered 409 seat_unavailable from memory, before the token's
+ * record is looked up (the seat map is public; nothing is held). With a key the script
+ * runs, so a retry of a hold that was taken and then bought is still answered its hold.
  */
 #include "rsv_hold.h"
 
@@ -20,6 +27,7 @@
 #include "cm_text.h"
 #include "cm_tls.h"
 #include "rsv_auth.h"
+#include "rsv_avail.h"
 #include "rsv_catalog.h"
 #include "rsv_keys.h"
 #include "rsv_lua.h"
@@ -40,6 +48,14 @@ static int64_t reply_i64(const cm_redis_reply_t *r, size_t i)
         return cm_redis_reply_int(e);
     const char *s = cm_redis_reply_str(e, NULL);
     return s ? strtoll(s, NULL, 10) : 0;
+}
+
+/* Whether element i of r is the string word. */
+static bool reply_is(const cm_redis_reply_t *r, size_t i, const char *word)
+{
+    const cm_redis_reply_t *e = cm_redis_reply_at(r, i);
+    const char *s = e ? cm_redis_reply_str(e, NULL) : NULL;
+    return s != NULL && strcmp(s, word) == 0;
 }
 
 /* The words of the hold scripts, by rsv_hold_status_t (OTHER has none). */
@@ -543,14 +559,21 @@ static void on_create_verified(rsv_auth_result_t a, const char *why, void *arg)
     run_create(op);
 }
 
-/* 409 seat_unavailable naming the seats the script found held or sold (1-based indexes). */
+/* 409 seat_unavailable naming the seats the script found held or sold (1-based indexes,
+ * negative for sold ones: those are marked sold on this worker). */
 static void reply_taken(create_op_t *op, const cm_redis_reply_t *reply)
 {
     json_t *seats = json_object_get(op->body, "seats");
     json_t *un = json_array();
     for (size_t i = 1; i < cm_redis_reply_count(reply); i++) {
         long long idx = cm_redis_reply_int(cm_redis_reply_at(reply, i));
-        json_array_append(un, json_array_get(seats, (size_t)(idx - 1)));
+        json_t *seat = json_array_get(seats, (size_t)((idx < 0 ? -idx : idx) - 1));
+        if (seat == NULL)
+            continue;
+        json_array_append(un, seat);
+        long k = rsv_event_seat(op->ev, json_string_value(seat));
+        if (idx < 0 && k >= 0)
+            rsv_avail_note_sold(op->r.srv->avail, op->ev, (size_t)k);
     }
     rsv_reply_error(&op->r, 409, "seat_unavailable", "a requested seat is held or sold",
                     json_pack("{s:o}", "unavailable", un));
@@ -612,6 +635,9 @@ static void on_create_reply(const char *err, const cm_redis_reply_t *reply, void
         break;
     case RSV_HOLD_TAKE_SOLDOUT:
         cm_counter_inc(m->hold_conflicts);
+        if (reply_is(reply, 1, "sold"))
+            rsv_avail_note_sold(op->r.srv->avail, op->ev,
+                                op->ev->nseats + (size_t)(op->pool - op->ev->pools));
         rsv_reply_error(&op->r, 409, "sold_out", "the pool has no units left", NULL);
         break;
     case RSV_HOLD_TAKE_INSUFFICIENT:
@@ -735,6 +761,44 @@ static void run_create(create_op_t *op)
     }
 }
 
+/* A hold without an Idempotency-Key on a seat (or a pool) this worker saw sold moments
+ * ago: 409 seat_unavailable naming those seats (or sold_out) from memory, no script. true
+ * when answered. */
+static bool refuse_known_sold(create_op_t *op)
+{
+    if (op->idem[0] != '\0')
+        return false;
+    if (op->pool) {
+        size_t item = op->ev->nseats + (size_t)(op->pool - op->ev->pools);
+        if (!rsv_avail_known_sold(op->r.srv->avail, op->ev, item))
+            return false;
+        cm_counter_inc(op->r.srv->m.hold_conflicts);
+        rsv_reply_error(&op->r, 409, "sold_out", "the pool has no units left", NULL);
+        create_done(op);
+        return true;
+    }
+    json_t *seats = json_object_get(op->body, "seats");
+    json_t *sold = NULL;
+    size_t i;
+    json_t *s;
+    json_array_foreach(seats, i, s)
+    {
+        long k = rsv_event_seat(op->ev, json_string_value(s));
+        if (k >= 0 && rsv_avail_known_sold(op->r.srv->avail, op->ev, (size_t)k)) {
+            if (sold == NULL)
+                sold = json_array();
+            json_array_append(sold, s);
+        }
+    }
+    if (sold == NULL)
+        return false;
+    cm_counter_inc(op->r.srv->m.hold_conflicts);
+    rsv_reply_error(&op->r, 409, "seat_unavailable", "a requested seat is held or sold",
+                    json_pack("{s:o}", "unavailable", sold));
+    create_done(op);
+    return true;
+}
+
 static void on_create_event(rsv_event_t *ev, const char *err, void *arg);
 
 /* A seat or pool the cached event lacks may be an operator's change made through another
@@ -801,6 +865,8 @@ static void on_create_event(rsv_event_t *ev, const char *err, void *arg)
             strcat(op->seats_csv, json_string_value(s));
         }
         op->quantity = (int64_t)json_array_size(seats);
+        if (refuse_known_sold(op))
+            return;
     } else {
         const char *pool = json_string_value(json_object_get(op->body, "pool"));
         op->pool = rsv_event_pool(ev, pool);
@@ -813,6 +879,8 @@ static void on_create_event(rsv_event_t *ev, const char *err, void *arg)
         }
         op->quantity = (int64_t)json_integer_value(json_object_get(op->body, "quantity"));
         op->amount = op->pool->price * op->quantity;
+        if (refuse_known_sold(op))
+            return;
     }
     run_create(op);
 }

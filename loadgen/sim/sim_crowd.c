@@ -52,6 +52,8 @@ struct sim_crowd {
     uint8_t *taken; /* seats known to be taken (from answers, like a lagging seat map) */
     double *cdf;    /* hotspot: cumulative seat weights */
     struct event *arrivals, *tick, *deadline, *sigchld;
+    struct event *lag; /* the loop-lag probe: a timer every LAG_PROBE_MS */
+    uint64_t lag_due_ns;
     struct event **action_ev;
     struct action_arg {
         sim_crowd_t *c;
@@ -256,8 +258,11 @@ static void fan_done(sim_fan_t *f, int outcome)
     f->outcome = (uint8_t)outcome;
     r->outcome_count[outcome]++;
     f->done_ns = now_rel(c);
-    if (outcome == O_LOST && f->admitted_ns > 0)
+    if (outcome == O_LOST && f->admitted_ns > 0) {
         sim_hist_add(&r->loser_heard, (uint64_t)(f->done_ns - f->admitted_ns) / 1000);
+        sim_hist_add(&r->loser_waited, (uint64_t)f->hold_wait_ns / 1000);
+        sim_hist_add(&r->loser_wire, (uint64_t)f->hold_wire_ns / 1000);
+    }
     if (outcome == O_LOST && f->leaves && f->token && !c->finished)
         say_done(f);
     free(f->token);
@@ -626,6 +631,8 @@ static void on_hold(const sim_resp_t *resp, void *arg)
     record(c, EP_HOLD, resp);
     if (f->state == F_DONE)
         return;
+    f->hold_wait_ns += (int64_t)resp->waited_ns;
+    f->hold_wire_ns += (int64_t)resp->latency_ns;
     if (resp->err || resp->status >= 500) {
         retry_or_give_up(f, resp, do_hold, 500);
         return;
@@ -1094,6 +1101,22 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 
 /* -------------------------------------------------------------------- end */
 
+/* The simulator's own loop lag: how late a LAG_PROBE_MS timer fires, i.e. how long the
+ * loop was busy with other fans' answers. Every latency the simulator measures includes
+ * up to this much of its own delay (an answer waits in the socket meanwhile). */
+#define LAG_PROBE_MS 10
+
+static void on_lag(evutil_socket_t fd, short what, void *arg)
+{
+    sim_crowd_t *c = arg;
+    uint64_t now = cm_time_mono_ns();
+    if (c->lag_due_ns)
+        sim_hist_add(&c->r->loop_lag, now > c->lag_due_ns ? (now - c->lag_due_ns) / 1000 : 0);
+    c->lag_due_ns = now + LAG_PROBE_MS * 1000000ull;
+    struct timeval tv = {0, LAG_PROBE_MS * 1000};
+    evtimer_add(c->lag, &tv);
+}
+
 static void finish_night(sim_crowd_t *c)
 {
     sim_run_t *r = c->r;
@@ -1102,6 +1125,7 @@ static void finish_night(sim_crowd_t *c)
     c->finished = true;
     r->end_ns = now_rel(c);
     evtimer_del(c->arrivals);
+    evtimer_del(c->lag);
     for (int i = 0; i < r->nfans; i++)
         if (r->fans[i].state != F_DONE) {
             fan_done(&r->fans[i], O_CUT);
@@ -1195,6 +1219,7 @@ static void start_night(sim_crowd_t *c)
     evtimer_add(c->arrivals, &tv);
     struct timeval one = {1, 0};
     evtimer_add(c->tick, &one);
+    on_lag(-1, 0, c);
     int64_t dl = (int64_t)(s->duration_s * 1000) - now_rel(c) / 1000000;
     struct timeval dtv = {dl / 1000, (dl % 1000) * 1000};
     evtimer_add(c->deadline, &dtv);
@@ -1288,6 +1313,7 @@ int sim_crowd_run(sim_run_t *r, char *err, size_t errlen)
     c->arrivals = evtimer_new(c->base, on_arrivals, c);
     c->tick = event_new(c->base, -1, EV_PERSIST, on_tick, c);
     c->deadline = evtimer_new(c->base, on_deadline, c);
+    c->lag = evtimer_new(c->base, on_lag, c);
     c->sigchld = evsignal_new(c->base, SIGCHLD, on_sigchld, c);
     event_add(c->sigchld, NULL);
     c->action_rec = cm_xcalloc((size_t)s->nactions + 1, sizeof(json_t *));
@@ -1335,6 +1361,8 @@ out:
         event_free(c->tick);
     if (c->deadline)
         event_free(c->deadline);
+    if (c->lag)
+        event_free(c->lag);
     if (c->sigchld)
         event_free(c->sigchld);
     for (int i = 0; c->action_ev && i < s->nactions; i++)

@@ -42,7 +42,8 @@ typedef struct req {
     size_t wire_len;
     sim_http_cb cb;
     void *arg;
-    uint64_t t0;
+    uint64_t t_queued; /* when the caller asked */
+    uint64_t t0;       /* when it went on the wire */
 } req_t;
 
 typedef enum { C_CLOSED, C_CONNECTING, C_READY, C_BUSY } conn_state_t;
@@ -179,6 +180,7 @@ static void fail(conn_t *c, req_t *r, const char *why)
                        .body = "",
                        .retry_after_s = -1,
                        .latency_ns = cm_time_mono_ns() - r->t0,
+                       .waited_ns = r->t0 - r->t_queued,
                        .err = why};
     finish(c, r, &resp);
 }
@@ -303,6 +305,7 @@ static void on_read(struct bufferevent *bev, void *arg)
                            .body_len = (size_t)c->clen,
                            .retry_after_s = c->retry_after,
                            .latency_ns = cm_time_mono_ns() - r->t0,
+                           .waited_ns = r->t0 - r->t_queued,
                            .err = NULL};
         bool close_after = c->close_after;
         parser_reset(c);
@@ -449,7 +452,7 @@ static void enqueue(sim_pool_t *p, unsigned pin, bool urgent, const char *method
     r->wire_len = strlen(r->wire);
     r->cb = cb;
     r->arg = arg;
-    r->t0 = cm_time_mono_ns();
+    r->t_queued = r->t0 = cm_time_mono_ns();
     req_t *after = urgent ? (c->urgent_last       ? c->urgent_last
                              : c->state == C_BUSY ? c->head
                                                   : NULL)

@@ -21,8 +21,10 @@ typedef struct sim_resp {
     int status;
     const char *body;
     size_t body_len;
-    int retry_after_s; /* Retry-After in seconds, -1 when absent */
-    uint64_t latency_ns;
+    int retry_after_s;   /* Retry-After in seconds, -1 when absent */
+    uint64_t latency_ns; /* on the wire: from writing the request to its answer */
+    uint64_t waited_ns;  /* before that: behind other requests on its connection, or
+                            while the connection was being opened */
     const char *err;
 } sim_resp_t;
 
@@ -59,6 +61,9 @@ void sim_pool_request_urgent(sim_pool_t *p, unsigned pin, const char *method, co
 
 /** Requests queued or in flight. */
 size_t sim_pool_pending(const sim_pool_t *p);
+
+/** Opens every connection not open yet (TLS handshake included), without a request. */
+void sim_pool_open_all(sim_pool_t *p);
 
 /** Closes every connection; pending callbacks are not called. Accepts NULL. */
 void sim_pool_free(sim_pool_t *p);

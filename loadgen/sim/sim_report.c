@@ -180,13 +180,15 @@ json_t *sim_report_json(const sim_run_t *r)
         json_object_set_new(eps, EP_NAMES[i], e);
     }
     json_object_set_new(o, "endpoints", eps);
-    json_object_set_new(o, "latencies",
-                        json_pack("{s:o, s:o, s:o, s:o, s:o}", "time_to_place",
-                                  sim_hist_json(&r->time_to_place), "time_to_admission",
-                                  sim_hist_json(&r->time_to_admission), "hold_taken",
-                                  sim_hist_json(&r->hold_taken), "loser_heard_taken",
-                                  sim_hist_json(&r->loser_heard), "hold_to_confirm",
-                                  sim_hist_json(&r->hold_to_confirm)));
+    json_object_set_new(
+        o, "latencies",
+        json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "time_to_place",
+                  sim_hist_json(&r->time_to_place), "time_to_admission",
+                  sim_hist_json(&r->time_to_admission), "hold_taken", sim_hist_json(&r->hold_taken),
+                  "loser_heard_taken", sim_hist_json(&r->loser_heard), "loser_waited",
+                  sim_hist_json(&r->loser_waited), "loser_on_the_wire",
+                  sim_hist_json(&r->loser_wire), "simulator_loop_lag", sim_hist_json(&r->loop_lag),
+                  "hold_to_confirm", sim_hist_json(&r->hold_to_confirm)));
     int n = (int)ceil(duration_s(r)) + 1;
     json_object_set_new(
         o, "series",
@@ -255,7 +257,10 @@ void sim_report_print(const sim_run_t *r, FILE *out)
                  {"time to admission", &r->time_to_admission},
                  {"hold answered \"taken\"", &r->hold_taken},
                  {"loser: admitted -> heard taken", &r->loser_heard},
-                 {"hold -> confirmed", &r->hold_to_confirm}};
+                 {"  of it, holds before the wire", &r->loser_waited},
+                 {"  of it, holds on the wire", &r->loser_wire},
+                 {"hold -> confirmed", &r->hold_to_confirm},
+                 {"the simulator's own loop lag", &r->loop_lag}};
     fprintf(out, "\n%-32s %9s %9s %9s %9s %9s\n", "", "count", "p50 ms", "p90 ms", "p99 ms",
             "max ms");
     for (size_t i = 0; i < sizeof(extra) / sizeof(extra[0]); i++)

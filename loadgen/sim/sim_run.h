@@ -88,6 +88,9 @@ typedef struct sim_fan {
     uint64_t num;          /* queue number (from the ticket) */
     int64_t arrive_ns, join_sent_ns, placed_ns, admitted_ns, first_hold_ns, hold_ns, done_ns;
     int64_t abandon_at_ns;
+    /* a loser's admitted -> "taken", split: its holds' time before the wire (the
+     * simulator's connection queue) and on the wire, summed over its attempts */
+    int64_t hold_wait_ns, hold_wire_ns;
     int32_t eta_s;     /* ETA told at join (or after a rate change), -1 when none */
     int64_t eta_at_ns; /* when eta_s was told */
     int32_t seat;      /* first seat index of the hold being tried / held */
@@ -148,6 +151,8 @@ typedef struct sim_run {
     int total_units;
     sim_endpoint_t ep[EP_N];
     sim_hist_t time_to_place, time_to_admission, hold_taken, loser_heard, hold_to_confirm;
+    sim_hist_t loser_waited, loser_wire; /* loser_heard's parts (sim_fan_t.hold_wait_ns) */
+    sim_hist_t loop_lag;                 /* the simulator's own loop lag (sim_crowd.c) */
     sim_series_t s_queue, s_admitted, s_holds, s_confirms, s_errors, s_requests, s_taken;
     sim_series_t s_watermark; /* the room's watermark, sampled once a second (admin API) */
     struct {

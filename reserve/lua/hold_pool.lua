@@ -9,7 +9,8 @@
 -- ARGV: 1 hold id, 2 buyer, 3 ttl ms, 4 max hold ms, 5 max per buyer, 6 pool id,
 --       7 quantity, 8 amount, 9 record keep ms, 10 request hash ('' = no key),
 --       11 the token record that must exist: hex SHA-256 of the token ('' = verified)
--- Reply: {'OK', exp, left} | {'SOLDOUT'} | {'INSUFFICIENT', available} | {'LIMIT', units}
+-- Reply: {'OK', exp, left} | {'SOLDOUT'} ({'SOLDOUT', 'sold'} when no unit is held either)
+--        | {'INSUFFICIENT', available} | {'LIMIT', units}
 --        | {'NOSEED'} | {'REPLAY', hold id} | {'MISMATCH'} | {'UNVERIFIED'}
 if not token_recorded(KEYS[1], ARGV[11]) then
     return {'UNVERIFIED'}
@@ -28,7 +29,8 @@ if free == nil then
 end
 local qty = tonumber(ARGV[7])
 if free <= 0 then
-    return {'SOLDOUT'}
+    -- no unit held either: every one is booked (the reserve remembers it a while)
+    return redis.call('ZCARD', KEYS[5]) == 0 and {'SOLDOUT', 'sold'} or {'SOLDOUT'}
 end
 if free < qty then
     return {'INSUFFICIENT', free}

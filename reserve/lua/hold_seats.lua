@@ -10,7 +10,8 @@
 -- ARGV: 1 hold id, 2 buyer, 3 ttl ms, 4 max hold ms, 5 max per buyer (0 = none),
 --       6 seats (comma-joined), 7 amount, 8 record keep ms, 9 request hash ('' = no key),
 --       10 the token record that must exist: hex SHA-256 of the token ('' = verified)
--- Reply: {'OK', exp} | {'TAKEN', i, …} (1-based seat indexes) | {'LIMIT', units} | {'NOSEED'}
+-- Reply: {'OK', exp} | {'TAKEN', i, …} (1-based seat indexes, negative for a seat sold:
+--        the reserve remembers those a while, rsv_avail_note_sold) | {'LIMIT', units} | {'NOSEED'}
 --        | {'REPLAY', hold id} | {'MISMATCH'} | {'UNVERIFIED'}
 if not token_recorded(KEYS[1], ARGV[10]) then
     return {'UNVERIFIED'}
@@ -25,8 +26,9 @@ end
 local now = now_ms()
 local taken = {'TAKEN'}
 for i = 6, #KEYS do
-    if redis.call('EXISTS', KEYS[i]) == 1 then
-        taken[#taken + 1] = i - 5
+    local v = redis.call('GET', KEYS[i])
+    if v then
+        taken[#taken + 1] = string.sub(v, 1, 4) == 'sold' and 5 - i or i - 5
     end
 end
 if #taken > 1 then

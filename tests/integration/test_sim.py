@@ -117,6 +117,14 @@ class SimTest(unittest.TestCase):
         # Every admitted loser was told "taken" by the reserve, and the table says how fast.
         self.assertGreater(rep["outcomes"]["lost"], 0)
         self.assertGreater(rep["latencies"]["hold_taken"]["count"], 0)
+        # ... split into its parts: the holds' time before the wire (the simulator's own
+        # connection queue) and on the wire, beside the simulator's own loop lag
+        lat = rep["latencies"]
+        for part in ("loser_waited", "loser_on_the_wire"):
+            self.assertEqual(lat[part]["count"], rep["outcomes"]["lost"], part)
+            self.assertLessEqual(lat[part]["p50_ms"], lat["loser_heard_taken"]["max_ms"], part)
+        self.assertGreater(lat["simulator_loop_lag"]["count"], 0)
+        self.assertIn("of it, holds before the wire", out)
         self.assertGreater(rep["endpoints"]["join"]["count"], 0)
         self.assertIn("join", out)
         # The watermark over time (what the ETA audit measures against) was recorded: it

@@ -92,6 +92,78 @@ static void test_eta_model_counts_the_noshows_ahead(void **state)
     assert_true(near(gw_watermark_eta_model(2428.6, 200, 100 / 0.7, -1, 0.3, 20), 10, 1e-3));
 }
 
+static void test_eta_ring_follows_what_was_passed_a_grace_ago(void **state)
+{
+    (void)state;
+    double steady[20];
+    for (int i = 0; i < 20; i++)
+        steady[i] = 100;
+    assert_true(gw_watermark_eta_ring(1000, 0, steady, 20, 0.3, 20) == -1); /* paused */
+    assert_true(gw_watermark_eta_ring(0, 100, steady, 20, 0.3, 20) == 0);
+    assert_true(near(gw_watermark_eta_ring(1000, 100, steady, 20, 0, 20), 10, 1e-9));
+    /* the same passes every second: the grace-at-a-time model's answer */
+    for (double pos = 500; pos < 2e5; pos *= 3)
+        assert_true(near(gw_watermark_eta_ring(pos, 100, steady, 20, 0.3, 20),
+                         gw_watermark_eta_model(pos, 100, 100, -1, 0.3, 20), 1e-6));
+    /* a burst of 1,000 passes a grace ago comes back now; the same burst a second ago
+     * comes back in 19 s (the 10 s rate window cannot tell them apart) */
+    double old_burst[20] = {1000}, new_burst[20] = {0};
+    new_burst[19] = 1000;
+    assert_true(near(gw_watermark_eta_ring(1200, 100, old_burst, 20, 0.5, 20), 7, 1e-9));
+    assert_true(near(gw_watermark_eta_ring(1200, 100, new_burst, 20, 0.5, 20), 12, 1e-9));
+    /* a room open for 5 s (nothing passed before): 15 s at the rate, then 130/s */
+    assert_true(near(gw_watermark_eta_ring(2150, 100, steady, 5, 0.3, 20), 20, 1e-9));
+    /* more seconds than a grace: only the last grace counts */
+    double longer[30];
+    for (int i = 0; i < 30; i++)
+        longer[i] = i < 10 ? 5000 : 100;
+    assert_true(near(gw_watermark_eta_ring(1000, 100, longer, 30, 0.3, 20),
+                     gw_watermark_eta_ring(1000, 100, steady, 20, 0.3, 20), 1e-9));
+}
+
+static void test_retired_share(void **state)
+{
+    (void)state;
+    assert_true(gw_watermark_retired_share(10, GW_NOSHOW_MIN_PASSES - 1) == -1); /* too few */
+    assert_true(near(gw_watermark_retired_share(300, 1000), 0.3, 1e-12));
+    assert_true(gw_watermark_retired_share(-5, 1000) == 0);
+    assert_true(gw_watermark_retired_share(0, 1000) == 0);
+    assert_true(gw_watermark_retired_share(990, 1000) == GW_NOSHOW_SHARE_MAX);
+}
+
+static void test_rate_ahead_reads_the_pass_ring(void **state)
+{
+    (void)state;
+    gw_room_t r;
+    memset(&r, 0, sizeof(r));
+    gw_settings_defaults(&r.s);
+    r.s.rate_per_minute = 12000; /* 200 a second, doubled 10 s ago */
+    r.s.noshow_grace_seconds = 20;
+    /* 30 s of reads every 250 ms: 100 passes a second, then 200 for the last 10 s */
+    for (int i = 0; i <= 120; i++) {
+        r.wm = i <= 80 ? 25 * i : 2000 + 50 * (i - 80);
+        r.claimed = r.wm * 7 / 10; /* 30% never come: retired a grace (80 reads) later */
+        r.noshows = i >= 80 ? 3 * 25 * (i - 80) / 10 : 0;
+        gw_watermark_sample(&r, 1000000 + 250 * (uint64_t)i);
+    }
+    double passes[20];
+    for (int i = 0; i < 20; i++)
+        passes[i] = i < 10 ? 100 : 200;
+    /* of the 1,000 numbers passed 30 to 20 s ago, 300 were retired unclaimed since */
+    double want = gw_watermark_eta_ring(5000, 200, passes, 20, 0.3, 20);
+    double got = 5000 / gw_watermark_rate_ahead(&r, 5000);
+    /* the ring's seconds, give or take the second in progress (one read of it so far) */
+    assert_true(near(got, want, 0.5));
+    /* the fans passed since the doubling claim late (they were told the old ETA): the
+     * rate window's share says 60%, the retired share keeps 30% */
+    r.win_claims = r.win_passes * 4 / 10;
+    assert_true(near(5000 / gw_watermark_rate_ahead(&r, 5000), want, 0.5));
+    /* a new generation of the room (its numbers start again) empties the ring */
+    r.wm = 0;
+    gw_watermark_sample(&r, 1000000 + 250 * 121);
+    assert_int_equal(r.pass_len, 1);
+}
+
 static void test_rate_ahead_follows_the_room(void **state)
 {
     (void)state;
@@ -276,6 +348,9 @@ int main(void)
         cmocka_unit_test(test_noshow_share),
         cmocka_unit_test(test_eta_model_counts_the_noshows_ahead),
         cmocka_unit_test(test_rate_ahead_follows_the_room),
+        cmocka_unit_test(test_eta_ring_follows_what_was_passed_a_grace_ago),
+        cmocka_unit_test(test_retired_share),
+        cmocka_unit_test(test_rate_ahead_reads_the_pass_ring),
         cmocka_unit_test(test_poll_grows_with_distance_and_is_bounded),
         cmocka_unit_test(test_poll_jitter_spread),
         cmocka_unit_test(test_poll_cap_near_the_front),
