@@ -65,7 +65,9 @@ static const cm_config_opt_t own[] = {
     {"auth_fail_window_s", CM_CFG_INT, S(auth_fail_window_s), "10", 1, 3600,
      "the window of auth_fail_limit, and the Retry-After of its 429"},
     {"avail_max_age_ms", CM_CFG_INT, S(avail_max_age_ms), "1000", 0, 60000,
-     "how stale the availability and seat map answers may be"},
+     "how stale the availability and seat map answers may be, and how long a worker "
+     "believes a seat or pool it saw sold out (a hold for it is answered 409 without a "
+     "script; 0: never)"},
     {"catalog_refresh_ms", CM_CFG_INT, S(catalog_refresh_ms), "2000", 100, 600000,
      "how often a cached event is re-checked against Postgres"},
     {"checkout_lease_s", CM_CFG_INT, S(checkout_lease_s), "30", 1, 3600,
