@@ -14,6 +14,11 @@
  * The connection's lifecycle is a state enum changed only by set_state(): DOWN (r->timer
  * is the reconnect backoff, 100 ms doubling to 2 s) → CONNECTING (r->timer is the connect
  * deadline, which covers the TCP connect, the TLS handshake and AUTH) → UP → DOWN …
+ * A redis_host that is a name is looked up (cm_resolve, evdns: never blocking) at the
+ * start of every CONNECTING, so a name moved by a failover is followed; the connect
+ * deadline covers the lookup too, and a failed lookup is a failed connect (logged,
+ * retried on the backoff). The addresses of one answer are tried in turn, each with a
+ * deadline of its own, before the attempt counts as failed.
  *
  * Every command is a `struct cmd` record with its own deadline timer, linked in r's
  * in-flight FIFO in the order it was written; Redis answers in that order, so each reply
@@ -47,6 +52,7 @@
 #include "cm_log.h"
 #include "cm_mem.h"
 #include "cm_parse.h"
+#include "cm_resolve.h"
 
 #include <arpa/inet.h>
 #include <assert.h>
@@ -126,6 +132,10 @@ struct cm_redis {
     int refs;                        /* paths that will touch r after a user callback */
     int closing;                     /* cm_redis_free was called */
     struct cm_redis_cluster *cl;     /* cluster mode: every call goes there; the rest is unused */
+    cm_resolve_t *resolver;          /* host is a name: looked up before each connect; else NULL */
+    cm_resolve_req_t *lookup;        /* CONNECTING: the lookup in flight, or NULL */
+    cm_resolve_addr_t addrs[CM_RESOLVE_MAX]; /* the addresses of this attempt */
+    int naddrs, next_addr;                   /* how many; the one to try next */
 };
 
 static void conn_start(cm_redis_t *r);
@@ -199,6 +209,7 @@ static void hold(cm_redis_t *r)
 static void destroy(cm_redis_t *r)
 {
     event_free(r->timer);
+    cm_resolve_free(r->resolver); /* NULL is fine; no lookup is pending any more */
     free(r->host);
     free(r->auth_user);
     if (r->auth_password) {
@@ -299,6 +310,10 @@ static int drop_connection(cm_redis_t *r, const char *err)
 {
     struct cmd *c = r->head;
 
+    if (r->lookup != NULL) { /* its callback will not run */
+        cm_resolve_cancel(r->lookup);
+        r->lookup = NULL;
+    }
     if (r->bev != NULL) {
         bufferevent_free(r->bev); /* closes the socket; frees the SSL */
         r->bev = NULL;
@@ -321,9 +336,19 @@ static int drop_connection(cm_redis_t *r, const char *err)
     return release(r);
 }
 
-/** Closes the connection, answering what it still owes with cm_err_closed. */
+static void connect_next(cm_redis_t *r);
+
+/** Closes the connection, answering what it still owes with cm_err_closed. A connect
+ *  that fails while the name's answer holds more addresses goes on with the next. */
 static void conn_close(cm_redis_t *r, const char *why)
 {
+    if (r->state == CONN_CONNECTING && r->bev != NULL && r->next_addr < r->naddrs && !r->closing) {
+        cm_log(CM_LOG_DEBUG, "redis %s:%d: cannot connect to address %d of %d: %s", r->host,
+               r->port, r->next_addr, r->naddrs, why);
+        if (drop_connection(r, cm_err_closed))
+            connect_next(r);
+        return;
+    }
     conn_down(r, why);
     drop_connection(r, cm_err_closed);
 }
@@ -658,16 +683,20 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
         conn_start(r);
         break;
     case CONN_CONNECTING:
-        conn_close(r, "connect timed out");
+        conn_close(r, r->lookup != NULL ? "host name lookup timed out" : "connect timed out");
         break;
     case CONN_UP:
         break;
     }
 }
 
-/* A connection attempt failed before it started: log it, stay DOWN, retry later. */
+/* A connection attempt failed before it started: log it, go or stay DOWN, retry later. */
 static void connect_failed(cm_redis_t *r, const char *why)
 {
+    if (r->state != CONN_DOWN) { /* after a lookup: the same log, the same backoff */
+        conn_down(r, why);
+        return;
+    }
     cm_log(r->quiet ? CM_LOG_DEBUG : CM_LOG_WARN, "redis %s:%d: cannot connect: %s", r->host,
            r->port, why);
     r->quiet = 1;
@@ -678,6 +707,8 @@ static void connect_failed(cm_redis_t *r, const char *why)
 static struct bufferevent *new_bev(cm_redis_t *r)
 {
     const int opts = BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS;
+    /* the name to check: redis_tls_server_name, else a redis_host that is a name */
+    const char *name = r->tls_server_name ? r->tls_server_name : r->resolver ? r->host : NULL;
     SSL *ssl;
     int ok;
 
@@ -686,9 +717,8 @@ static struct bufferevent *new_bev(cm_redis_t *r)
     ssl = SSL_new(r->tls);
     if (ssl == NULL)
         return NULL;
-    if (r->tls_server_name != NULL)
-        ok = SSL_set_tlsext_host_name(ssl, r->tls_server_name) == 1 &&
-             SSL_set1_host(ssl, r->tls_server_name) == 1;
+    if (name != NULL)
+        ok = SSL_set_tlsext_host_name(ssl, name) == 1 && SSL_set1_host(ssl, name) == 1;
     else /* no name configured: the certificate must carry the address as an IP SAN */
         ok = X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), r->host) == 1;
     if (!ok) {
@@ -699,17 +729,13 @@ static struct bufferevent *new_bev(cm_redis_t *r)
     return bufferevent_openssl_socket_new(r->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING, opts);
 }
 
-/* Opens a new connection; called in state DOWN with none. */
-static void conn_start(cm_redis_t *r)
+/* Connects to r->addrs[r->next_addr++]: in state DOWN (an IP host) or CONNECTING (a
+ * name's answer), with no connection. */
+static void connect_next(cm_redis_t *r)
 {
-    struct sockaddr_storage ss;
-    unsigned sslen;
+    const cm_resolve_addr_t *a = &r->addrs[r->next_addr++];
 
     assert(r->bev == NULL);
-    if (cm_parse_ip_sockaddr(r->host, r->port, &ss, &sslen) != 0) {
-        connect_failed(r, "not an IP address");
-        return;
-    }
     r->reader = redisReaderCreate();
     r->bev = new_bev(r);
     if (r->reader == NULL || r->bev == NULL) {
@@ -720,7 +746,7 @@ static void conn_start(cm_redis_t *r)
     r->gen++;
     bufferevent_setcb(r->bev, on_read, NULL, on_event, r);
     if (bufferevent_enable(r->bev, EV_READ | EV_WRITE) != 0 ||
-        bufferevent_socket_connect(r->bev, (struct sockaddr *)&ss, (int)sslen) != 0) {
+        bufferevent_socket_connect(r->bev, (const struct sockaddr *)&a->ss, (int)a->len) != 0) {
         /* e.g. out of sockets; a refused connect on loopback comes as an event */
         char why[120];
         snprintf(why, sizeof(why), "%s", evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
@@ -738,6 +764,41 @@ static void conn_start(cm_redis_t *r)
     set_state(r, CONN_CONNECTING);
 }
 
+static void on_lookup(const char *err, const cm_resolve_addr_t *addrs, int n, void *arg)
+{
+    cm_redis_t *r = arg;
+    char why[200];
+
+    r->lookup = NULL;
+    if (err != NULL) {
+        snprintf(why, sizeof(why), "cannot resolve the name: %s", err);
+        conn_close(r, why);
+        return;
+    }
+    memcpy(r->addrs, addrs, (size_t)n * sizeof(*addrs));
+    r->naddrs = n;
+    r->next_addr = 0;
+    connect_next(r);
+}
+
+/* Opens a new connection; called in state DOWN with none. */
+static void conn_start(cm_redis_t *r)
+{
+    assert(r->bev == NULL);
+    r->naddrs = r->next_addr = 0;
+    if (r->resolver != NULL) {
+        set_state(r, CONN_CONNECTING); /* the connect deadline covers the lookup */
+        r->lookup = cm_resolve_start(r->resolver, r->host, r->port, on_lookup, r);
+        return;
+    }
+    if (cm_parse_ip_sockaddr(r->host, r->port, &r->addrs[0].ss, &r->addrs[0].len) != 0) {
+        connect_failed(r, "not an IP address");
+        return;
+    }
+    r->naddrs = 1;
+    connect_next(r);
+}
+
 cm_redis_t *cm_redis_new(struct event_base *base, const char *host, int port, int timeout_ms)
 {
     return cm_redis_new_auth(base, host, port, timeout_ms, NULL);
@@ -747,8 +808,6 @@ cm_redis_t *cm_redis_new_auth(struct event_base *base, const char *host, int por
                               const cm_redis_auth_t *auth)
 {
     cm_redis_t *r = cm_xcalloc(1, sizeof(*r));
-    struct sockaddr_storage ss;
-    unsigned sslen;
 
     if (auth != NULL && auth->password != NULL) {
         r->auth_user = auth->user ? cm_xstrdup(auth->user) : NULL;
@@ -783,10 +842,13 @@ cm_redis_t *cm_redis_new_auth(struct event_base *base, const char *host, int por
     r->cmd_tv = event_base_init_common_timeout(base, &tv);
     if (r->cmd_tv == NULL)
         r->cmd_tv = &r->cmd_tv_plain;
-    if (cm_parse_ip_sockaddr(host, port, &ss, &sslen) != 0) {
-        /* resolving a name would need DNS on the loop: refuse, stay down. */
-        cm_log(CM_LOG_ERROR, "redis: host \"%s\" is not an IP address; not connecting", host);
-        return r;
+    if (cm_resolve_needed(host)) {
+        /* start-up: reads resolv.conf and /etc/hosts; the lookups go through the loop */
+        r->resolver = cm_resolve_new(base);
+        if (r->resolver == NULL) {
+            cm_log(CM_LOG_ERROR, "redis: host \"%s\": no resolver; not connecting", host);
+            return r;
+        }
     }
     conn_start(r);
     return r;

@@ -64,13 +64,17 @@ typedef struct cm_redis_auth {
      * signed Redis' certificate, and a client certificate when Redis asks for one); NULL:
      * plain TCP. The client takes its own reference (SSL_CTX_up_ref). */
     struct ssl_ctx_st *tls;
-    /* The name Redis' certificate must carry (also sent as SNI); NULL or "": the
-     * certificate must carry the IP address connected to (an IP SAN). Copied. */
+    /* The name Redis' certificate must carry (also sent as SNI); NULL or "": the host
+     * name when the host is one, else the IP address connected to (an IP SAN). Copied. */
     const char *tls_server_name;
 } cm_redis_auth_t;
 
-/** Starts connecting to host:port (an IP address; no DNS). timeout_ms bounds connect
- *  (TLS handshake and AUTH included) and each command. NULL never. A certificate that
+/** Starts connecting to host:port. host is an IP address or a name; a name is looked up
+ *  asynchronously (cm_resolve.h: resolv.conf and /etc/hosts are read here, at start-up)
+ *  before every connect, each of its addresses tried in turn, and a failed lookup is
+ *  logged and retried like a failed connect. With TLS and no tls_server_name, the
+ *  certificate must carry that name. timeout_ms bounds connect (lookup, TLS handshake
+ *  and AUTH included) and each command. NULL never. A certificate that
  *  does not verify is a connect failure like any other: logged with OpenSSL's reason
  *  ("certificate verify failed (certificate: …)") and retried with the usual backoff. */
 cm_redis_t *cm_redis_new(struct event_base *base, const char *host, int port, int timeout_ms);

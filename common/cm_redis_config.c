@@ -12,7 +12,9 @@
 #define S(f) offsetof(cm_redis_config_t, f)
 
 static const cm_config_opt_t keys[CM_REDIS_CONFIG_NKEYS] = {
-    {"redis_host", CM_CFG_STR, S(host), "127.0.0.1", 0, 0, "Redis IPv4 address"},
+    {"redis_host", CM_CFG_STR, S(host), "127.0.0.1", 0, 0,
+     "Redis address (IPv4 or IPv6) or host name; a name is looked up without blocking "
+     "the loop before every connect, so a name moved by a failover is followed"},
     {"redis_port", CM_CFG_INT, S(port), "6379", 1, 65535, "Redis port"},
     {"redis_user", CM_CFG_STR, S(user), NULL, 0, 0,
      "Redis ACL user to authenticate as (AUTH user password on every connection)"},
@@ -31,7 +33,8 @@ static const cm_config_opt_t keys[CM_REDIS_CONFIG_NKEYS] = {
      "name Redis' certificate must carry (and SNI); unset: the certificate must carry "
      "the IP address connected to"},
     {"redis_cluster", CM_CFG_STR, S(cluster), NULL, 0, 0,
-     "Redis Cluster seed nodes ip:port[,ip:port...]; when set, redis_host/redis_port are "
+     "Redis Cluster seed nodes ip:port[,ip:port...] (IP addresses, no names); when set, "
+     "redis_host/redis_port are "
      "unused and the slot map comes from CLUSTER SHARDS"},
     {"redis_timeout_ms", CM_CFG_INT, S(timeout_ms), "1000", 10, 60000,
      "deadline of one Redis command"},

@@ -33,6 +33,15 @@
  * also stopped by the server: every pool session runs with statement_timeout a little
  * over the pool's timeout (a little over, so that our deadline is what callers see).
  *
+ * A host given by name (host=db.example, or any name of a host=a,b list) is looked up
+ * here first, asynchronously (cm_resolve, evdns on the pool's loop), at the start of
+ * every connect attempt — libpq would resolve it with a blocking getaddrinfo inside
+ * PQconnectPoll. The connect is then made with hostaddr= lists (host=db,db
+ * hostaddr=10.0.0.1,10.0.0.2: one item per address of each name, in the rotated host
+ * order, libpq trying them in turn) while host= keeps the names for TLS and the logs.
+ * The connect deadline covers the lookups. IP literals and socket directories need no
+ * lookup; a conninfo that gives hostaddr itself is used as it is.
+ *
  * User callbacks may re-enter (issue queries, even rsv_pg_free). Every path that runs
  * one and touches the pool afterwards holds a reference (hold/release); rsv_pg_free
  * answers everything at once but the pool's memory goes with the last reference.
@@ -42,12 +51,16 @@
 #include "cm_err.h"
 #include "cm_log.h"
 #include "cm_mem.h"
+#include "cm_resolve.h"
 
 #include <assert.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 #include <event2/event.h>
 #include <libpq-fe.h>
@@ -62,6 +75,15 @@ enum conn_state { CONN_DOWN, CONN_CONNECTING, CONN_IDLE, CONN_BUSY };
 enum query_state { Q_WAITING, Q_RUNNING, Q_DOOMED };
 
 struct conn;
+
+/* One host name's lookup for one connect attempt of one connection. */
+struct lookup {
+    struct conn *c;
+    cm_resolve_req_t *req; /* in flight, or NULL */
+    const char *err;       /* the last answer's error (static), or NULL */
+    int n;                 /* addresses in the last answer */
+    char addrs[CM_RESOLVE_MAX][INET6_ADDRSTRLEN];
+};
 
 struct query {
     struct query *prev, *next; /* in pg->waiting or pg->doomed */
@@ -97,8 +119,10 @@ struct conn {
     char *stmts[PREPARED_MAX]; /* SQL of the statements prepared on pq (named "s<i>") */
     unsigned hashes[PREPARED_MAX];
     int nstmts;
-    int preparing;  /* CONN_BUSY: q's SQL is being prepared as "s<nstmts>" */
-    int first_host; /* several hosts: the one the next connect tries first */
+    int preparing;     /* CONN_BUSY: q's SQL is being prepared as "s<nstmts>" */
+    int first_host;    /* several hosts: the one the next connect tries first */
+    struct lookup *lk; /* pg->nnames of them when names are looked up, else NULL */
+    int pending;       /* lookups in flight */
 };
 
 struct rsv_pg {
@@ -121,6 +145,10 @@ struct rsv_pg {
     int nhost_items, naddr_items, nports; /* items in each list (nports: 1 or nhosts) */
     int host_kw, hostaddr_kw, port_kw;    /* index in keywords/values, or -1 */
     int connect_ms;                       /* deadline of one connect attempt */
+    /* host names looked up before each connect (cm_resolve); resolver NULL: none */
+    cm_resolve_t *resolver;
+    int nnames, nname_ports;    /* host items; port items (1 or nnames, else 0) */
+    char **names, **name_ports; /* the host and port lists, split */
 };
 
 static void conn_start(struct conn *c);
@@ -183,9 +211,14 @@ static void hold(rsv_pg_t *pg)
 
 static void destroy(rsv_pg_t *pg)
 {
-    for (int i = 0; i < pg->size; i++)
+    for (int i = 0; i < pg->size; i++) {
         event_free(pg->conns[i].timer);
+        free(pg->conns[i].lk);
+    }
     free(pg->conns);
+    cm_resolve_free(pg->resolver);
+    free_list(pg->names, pg->nnames);
+    free_list(pg->name_ports, pg->nname_ports);
     free(pg->keywords);
     free(pg->values);
     free(pg->options);
@@ -369,11 +402,21 @@ static void forget_statements(struct conn *c)
  * Closes the connection and returns its in-flight query (detached, for the caller to
  * answer). reopen_now: connect again at once instead of after the backoff.
  */
+static void cancel_lookups(struct conn *c)
+{
+    for (int i = 0; c->lk != NULL && i < c->pg->nnames; i++) {
+        cm_resolve_cancel(c->lk[i].req);
+        c->lk[i].req = NULL;
+    }
+    c->pending = 0;
+}
+
 static struct query *conn_drop(struct conn *c, const char *what, const char *why, int reopen_now)
 {
     struct query *q = c->q;
 
     log_failure(c, what, why);
+    cancel_lookups(c);
     c->q = NULL;
     if (q != NULL)
         q->conn = NULL;
@@ -471,15 +514,80 @@ static PGconn *start_connect(struct conn *c)
     return pq;
 }
 
-static void conn_start(struct conn *c)
+/*
+ * The host, hostaddr and port lists of a connect after c's lookups: for each host in the
+ * order this attempt tries them (from first_host), one item per address of a name, and
+ * one item with an empty hostaddr (libpq: connect by host) for the others.
+ */
+static void resolved_lists(struct conn *c, char **host, char **addr, char **port)
 {
-    c->pq = start_connect(c);
+    rsv_pg_t *pg = c->pg;
+    size_t cap = (size_t)pg->nnames * CM_RESOLVE_MAX;
+    char **h = cm_xcalloc(cap, sizeof(char *)), **a = cm_xcalloc(cap, sizeof(char *));
+    char **p = cm_xcalloc(cap, sizeof(char *)), empty[1] = "";
+    int n = 0, first = pg->nhosts >= 2 ? c->first_host % pg->nnames : 0;
+
+    for (int k = 0; k < pg->nnames; k++) {
+        int i = (first + k) % pg->nnames;
+        char *port_i = pg->nname_ports == pg->nnames ? pg->name_ports[i] : NULL;
+        int items = cm_resolve_needed(pg->names[i]) ? c->lk[i].n : 1;
+        for (int j = 0; j < items; j++, n++) {
+            h[n] = pg->names[i];
+            a[n] = cm_resolve_needed(pg->names[i]) ? c->lk[i].addrs[j] : empty;
+            p[n] = port_i;
+        }
+    }
+    *host = rotated(h, n, 0);
+    *addr = rotated(a, n, 0);
+    *port = pg->nname_ports == pg->nnames && pg->nnames > 0 ? rotated(p, n, 0) : NULL;
+    free(h);
+    free(a);
+    free(p);
+}
+
+/* PQconnectStartParams with the addresses c's lookups found (pg->resolver is set). */
+static PGconn *start_resolved(struct conn *c)
+{
+    rsv_pg_t *pg = c->pg;
+    char *host, *addr, *port;
+    const char **kw, **values;
+    PGconn *pq;
+    size_t n = 0;
+
+    while (pg->keywords[n] != NULL)
+        n++;
+    kw = cm_xcalloc(n + 2, sizeof(char *));
+    values = cm_xcalloc(n + 2, sizeof(char *));
+    memcpy(kw, pg->keywords, n * sizeof(char *));
+    memcpy(values, pg->values, n * sizeof(char *));
+    resolved_lists(c, &host, &addr, &port);
+    values[pg->host_kw] = host;
+    if (port != NULL)
+        values[pg->port_kw] = port;
+    kw[n] = "hostaddr"; /* none in the conninfo: pg->resolver would be NULL */
+    values[n] = addr;
+    pq = PQconnectStartParams(kw, values, 0); /* copies what it keeps */
+    free(host);
+    free(addr);
+    free(port);
+    free(kw);
+    free(values);
+    return pq;
+}
+
+/* Starts libpq's connect (after the lookups, when there are some). */
+static void open_connection(struct conn *c)
+{
+    c->pq = c->pg->resolver != NULL ? start_resolved(c) : start_connect(c);
     if (c->pq == NULL || PQstatus(c->pq) == CONNECTION_BAD) {
         log_failure(c, "cannot connect", c->pq ? PQerrorMessage(c->pq) : "out of memory");
         if (c->pq != NULL)
             PQfinish(c->pq);
         c->pq = NULL;
-        schedule_retry(c);
+        if (c->state != CONN_DOWN)
+            conn_set_state(c, CONN_DOWN); /* and the backoff */
+        else
+            schedule_retry(c);
         return;
     }
     PQsetNoticeReceiver(c->pq, on_notice, c);
@@ -487,6 +595,71 @@ static void conn_start(struct conn *c)
     /* libpq: start as if PQconnectPoll had returned PGRES_POLLING_WRITING */
     if (watch(c, 0, 1, 1) != 0)
         conn_drop(c, "cannot connect", "cannot watch the socket", 0);
+}
+
+/* All of c's lookups answered: connect to what they found, or fail the attempt. */
+static void lookups_done(struct conn *c)
+{
+    rsv_pg_t *pg = c->pg;
+    char why[300] = "";
+    int found = 0;
+
+    for (int i = 0; i < pg->nnames; i++) {
+        if (!cm_resolve_needed(pg->names[i])) {
+            found++;
+            continue;
+        }
+        found += c->lk[i].n;
+        if (c->lk[i].err != NULL && why[0] == '\0')
+            snprintf(why, sizeof(why), "cannot resolve %s: %s", pg->names[i], c->lk[i].err);
+    }
+    if (found == 0) {
+        conn_drop(c, "cannot connect", why, 0);
+        return;
+    }
+    if (why[0] != '\0') /* another host still has addresses: go on with those */
+        cm_log(CM_LOG_DEBUG, "postgres conn %d: %s", c->id, why);
+    open_connection(c);
+}
+
+static void on_lookup(const char *err, const cm_resolve_addr_t *addrs, int n, void *arg)
+{
+    struct lookup *lk = arg;
+
+    lk->req = NULL;
+    lk->err = err;
+    lk->n = 0;
+    for (int i = 0; i < n; i++) {
+        const struct sockaddr *sa = (const struct sockaddr *)&addrs[i].ss;
+        const void *ip = sa->sa_family == AF_INET6
+                             ? (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr
+                             : (const void *)&((const struct sockaddr_in *)sa)->sin_addr;
+        if (inet_ntop(sa->sa_family, ip, lk->addrs[lk->n], sizeof(lk->addrs[0])) != NULL)
+            lk->n++;
+    }
+    if (--lk->c->pending == 0)
+        lookups_done(lk->c);
+}
+
+/* A connect attempt: look the host names up first when there are any, else connect. */
+static void conn_start(struct conn *c)
+{
+    rsv_pg_t *pg = c->pg;
+
+    if (pg->resolver == NULL) {
+        open_connection(c);
+        return;
+    }
+    conn_set_state(c, CONN_CONNECTING); /* the connect deadline covers the lookups */
+    for (int i = 0; i < pg->nnames; i++) {
+        c->lk[i].c = c;
+        c->lk[i].n = 0;
+        c->lk[i].err = NULL;
+        if (!cm_resolve_needed(pg->names[i]))
+            continue;
+        c->pending++; /* callbacks come from the loop, never inside cm_resolve_start */
+        c->lk[i].req = cm_resolve_start(pg->resolver, pg->names[i], 0, on_lookup, &c->lk[i]);
+    }
 }
 
 static void connect_step(struct conn *c)
@@ -678,7 +851,8 @@ static void on_conn_timer(evutil_socket_t fd, short what, void *arg)
     else if (c->state == CONN_CONNECTING) {
         if (c->pg->nhosts > 1) /* a silent host: the next attempt starts past it */
             c->first_host = (c->first_host + 1) % c->pg->nhosts;
-        conn_drop(c, "cannot connect", "connect timed out", 0);
+        conn_drop(c, "cannot connect",
+                  c->pending > 0 ? "host name lookup timed out" : "connect timed out", 0);
     }
 }
 
@@ -1002,6 +1176,33 @@ static int split_hosts(rsv_pg_t *pg)
 }
 
 /*
+ * When the host list holds a name and the conninfo gives no hostaddr (which would win),
+ * keeps the host and port lists for the lookups and makes the pool's resolver (start-up:
+ * it reads resolv.conf). Without a resolver libpq would resolve, blocking: logged.
+ */
+static void setup_names(rsv_pg_t *pg)
+{
+    bool any = false;
+
+    if (pg->host_kw < 0 || pg->hostaddr_kw >= 0)
+        return;
+    pg->names = split_list(pg->values[pg->host_kw], &pg->nnames);
+    for (int i = 0; i < pg->nnames; i++)
+        any = any || cm_resolve_needed(pg->names[i]);
+    if (!any) {
+        free_list(pg->names, pg->nnames);
+        pg->names = NULL;
+        pg->nnames = 0;
+        return;
+    }
+    if (pg->port_kw >= 0)
+        pg->name_ports = split_list(pg->values[pg->port_kw], &pg->nname_ports);
+    pg->resolver = cm_resolve_new(pg->base);
+    if (pg->resolver == NULL)
+        cm_log(CM_LOG_ERROR, "postgres: no resolver: libpq will look host names up itself");
+}
+
+/*
  * Turns conninfo into keyword/value arrays, adding "-c statement_timeout=…" to the
  * session options so the server also gives up on a statement past its deadline.
  */
@@ -1038,6 +1239,7 @@ static int parse_conninfo(rsv_pg_t *pg, const char *conninfo)
         pg->keywords = pg->values = NULL;
         return -1;
     }
+    setup_names(pg);
     /* a margin over our deadline, so that ours fires first and the answer is a timeout */
     pg->options = cm_xasprintf("%s%s-c statement_timeout=%d", old_options ? old_options : "",
                                old_options ? " " : "", pg->timeout_ms + pg->timeout_ms / 4 + 100);
@@ -1072,6 +1274,8 @@ rsv_pg_t *rsv_pg_new(struct event_base *base, const char *conninfo, int size, in
         c->fd = -1;
         c->state = CONN_DOWN;
         c->backoff_ms = BACKOFF_MIN_MS;
+        if (pg->resolver != NULL)
+            c->lk = cm_xcalloc((size_t)pg->nnames, sizeof(struct lookup));
         c->timer = evtimer_new(base, on_conn_timer, c);
         if (c->timer == NULL) {
             cm_log(CM_LOG_ERROR, "postgres: cannot create a timer");
@@ -1104,6 +1308,7 @@ void rsv_pg_free(rsv_pg_t *pg)
             PQfinish(c->pq);
         c->pq = NULL;
         forget_statements(c);
+        cancel_lookups(c);
         conn_set_state(c, CONN_DOWN); /* no reconnect: the pool is closing */
         if (q != NULL)
             notify(pg, q, cm_err_shutdown, NULL);

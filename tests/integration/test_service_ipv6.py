@@ -39,7 +39,9 @@ def free_port6():
         return s.getsockname()[1]
 
 
-class Listener(unittest.TestCase):
+class Process(unittest.TestCase):
+    """One service process against the module's stack, with a config of its own."""
+
     def setUp(self):
         if S.cluster:
             self.skipTest("one process against one stack; the topology does not matter")
@@ -95,6 +97,8 @@ class Listener(unittest.TestCase):
                 return False
         stack.wait_for(up, BOUND, interval=0.1, what=f"/readyz on [{host}]:{admin}")
 
+
+class Listener(Process):
     def test_gateway_serves_fans_and_operators_over_ipv6(self):
         port, admin = free_port6(), free_port6()
         _, log = self.start("gateway", listen_addr="::1", port=port,
@@ -151,6 +155,70 @@ class Listener(unittest.TestCase):
             self.assertNotEqual(proc.wait(BOUND), 0, keys)
             with open(log) as f:
                 self.assertIn(want, f.read(), keys)
+
+
+def free_port4():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ByName(Process):
+    """redis_host and pg_conninfo's host as names, looked up on the loop (issue 22, item 8)."""
+
+    def conf_value(self, service, key):
+        with open(os.path.join(S.state, f"{service}.conf")) as f:
+            for line in f:
+                k, _, v = line.partition("=")
+                if k.strip() == key:
+                    return v.strip().strip('"')
+        self.fail(f"{key} not in {service}.conf")
+
+    def test_gateway_reaches_redis_by_name(self):
+        port, admin = free_port4(), free_port4()
+        _, log = self.start("gateway", port=port, admin_listen=f"127.0.0.1:{admin}",
+                            redis_host="localhost")
+        self.ready("127.0.0.1", admin)
+        ev = stack.new_id("dns")
+        status, _ = self.get("127.0.0.1", admin, f"/admin/events/{ev}", S.gateway_admin_token,
+                             "PUT", {"rate_per_minute": 600, "dpop": False, "pow": False})
+        self.assertEqual(status, 201)
+        status, body = self.get("127.0.0.1", port, f"/q/{ev}/join", method="POST")
+        self.assertIn(status, (200, 201), body)
+
+    def test_reserve_reaches_redis_and_postgres_by_name(self):
+        port, admin = free_port4(), free_port4()
+        conninfo = self.conf_value("reserve", "pg_conninfo") + " host=localhost"
+        self.start("reserve", port=port, admin_listen=f"127.0.0.1:{admin}",
+                   redis_host="localhost", pg_conninfo=f'"{conninfo}"')
+        self.ready("127.0.0.1", admin)
+        ev = stack.new_id("dns")
+        self.assertEqual(S.create_event(ev, seats=[{"id": "A-1", "section": "A", "price": 100}])
+                         .status, 201)
+        status, body = self.get("127.0.0.1", port, f"/v1/events/{ev}/holds",
+                                S.token(ev, "dns-buyer"), "POST", {"seats": ["A-1"]})
+        self.assertEqual(status, 201, body)
+
+    def test_name_that_does_not_resolve_keeps_it_unready(self):
+        port, admin = free_port4(), free_port4()
+        proc, log = self.start("gateway", port=port, admin_listen=f"127.0.0.1:{admin}",
+                               redis_host="redis.onsale.invalid", redis_timeout_ms="300")
+
+        def logged():
+            with open(log) as f:
+                return any("redis redis.onsale.invalid" in ln and "cannot connect" in ln
+                           for ln in f)
+        stack.wait_for(logged, BOUND, interval=0.1, what="the failed lookup logged")
+
+        def answers():
+            try:
+                return self.get("127.0.0.1", admin, "/readyz")[0]
+            except OSError:
+                return None
+        stack.wait_for(lambda: answers() is not None, BOUND, interval=0.1, what="/readyz")
+        self.assertEqual(answers(), 503)
+        self.assertEqual(self.get("127.0.0.1", admin, "/healthz")[0], 200)
+        self.assertIsNone(proc.poll())
 
 
 if __name__ == "__main__":

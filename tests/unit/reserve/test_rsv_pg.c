@@ -388,6 +388,99 @@ static void test_silent_first_host_is_passed(void **state)
     close(fd);
 }
 
+/* ---- host names (looked up on the loop, then given to libpq as hostaddr) ---- */
+
+struct gap {
+    struct timeval last;
+    long max_us;
+};
+
+static void on_gap_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct gap *g = arg;
+    struct timeval now, d;
+
+    evutil_gettimeofday(&now, NULL);
+    evutil_timersub(&now, &g->last, &d);
+    if (d.tv_sec * 1000000L + d.tv_usec > g->max_us)
+        g->max_us = d.tv_sec * 1000000L + d.tv_usec;
+    g->last = now;
+}
+
+/* Runs the loop for ms with a 10 ms timer; returns the longest wait between its ticks. */
+static long max_gap_during(int ms)
+{
+    struct gap g = {{0, 0}, 0};
+    struct timeval tv = {0, 10000};
+    struct event *tick = event_new(base, -1, EV_PERSIST, on_gap_tick, &g);
+
+    evutil_gettimeofday(&g.last, NULL);
+    event_add(tick, &tv);
+    run_for(ms);
+    event_free(tick);
+    return g.max_us;
+}
+
+/* host=localhost: the pool connects through the name and serves queries. */
+static void test_host_by_name(void **state)
+{
+    char conninfo[1024];
+    rsv_pg_t *pg;
+    struct qres q;
+
+    snprintf(conninfo, sizeof(conninfo), "%s host=localhost", svc_pg_conninfo(srv));
+    pg = rsv_pg_new(base, conninfo, 2, 5000, 100);
+    assert_true(wait_connected(pg, 2));
+    q = query(pg, "SELECT host(inet_server_addr())", 0, NULL);
+    assert_null(q.err);
+    assert_string_equal(q.v[0], "127.0.0.1");
+    rsv_pg_free(pg);
+}
+
+/*
+ * A host name whose nameserver never answers (ONSALE_TEST_NAMESERVER: a UDP socket of
+ * ours that reads and stays silent): the lookup is asked of it — so it is not libpq's
+ * blocking getaddrinfo, which would hold the loop inside PQconnectPoll — while a 10 ms
+ * timer keeps its pace; queries wait and fail cleanly, and after the connect deadline
+ * the next attempt looks the name up again.
+ */
+static void test_silent_dns_never_blocks(void **state)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    char ns[64], conninfo[1024], buf[512];
+    int seen = 0;
+    rsv_pg_t *pg;
+    struct qres q = {0};
+
+    assert_true(fd >= 0);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    snprintf(ns, sizeof(ns), "127.0.0.1:%d", ntohs(a.sin_port));
+    assert_int_equal(setenv("ONSALE_TEST_NAMESERVER", ns, 1), 0);
+    snprintf(conninfo, sizeof(conninfo), "%s host=pg.onsale.invalid", svc_pg_conninfo(srv));
+    pg = rsv_pg_new(base, conninfo, 1, 300, 10);
+    unsetenv("ONSALE_TEST_NAMESERVER");
+    assert_int_equal(rsv_pg_query(pg, "SELECT 1", 0, NULL, on_qres, &q), 0);
+    assert_true(max_gap_during(250) < 100000);
+    while (recv(fd, buf, sizeof(buf), MSG_DONTWAIT) > 0)
+        seen++;
+    assert_true(seen >= 1);
+    assert_int_equal(rsv_pg_connected(pg), 0);
+    assert_true(wait_calls(&q, 1));
+    assert_string_equal(q.err, cm_err_closed);
+    /* past the 300 ms connect deadline and the backoff: asked again */
+    assert_true(max_gap_during(500) < 100000);
+    seen = 0;
+    while (recv(fd, buf, sizeof(buf), MSG_DONTWAIT) > 0)
+        seen++;
+    assert_true(seen >= 1);
+    rsv_pg_free(pg);
+    close(fd);
+}
+
 struct sleeper_gone {
     rsv_pg_t *pg;
     struct qres q;
@@ -644,6 +737,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_timeout_reopens_connection, setup, teardown),
         cmocka_unit_test_setup_teardown(test_read_only_session_reconnects, setup, teardown),
         cmocka_unit_test_setup_teardown(test_silent_first_host_is_passed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_host_by_name, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_silent_dns_never_blocks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_concurrent_queries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_queue_overflow_is_busy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_free_answers_everything, setup, teardown),
