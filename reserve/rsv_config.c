@@ -21,7 +21,8 @@ static const cm_config_opt_t own[] = {
     {"pg_conninfo", CM_CFG_STR, S(pg_conninfo),
      "host=127.0.0.1 port=5432 dbname=onsale user=onsale", 0, 0,
      "libpq connection string of the system of record (no password in it: see "
-     "pg_password_file)"},
+     "pg_password_file); host names in host= are looked up without blocking, again on "
+     "every connect"},
     {"pg_password_file", CM_CFG_STR, S(pg_password_file), NULL, 0, 0,
      "file holding the Postgres password (scram-sha-256), readable by its owner only; "
      "added to pg_conninfo"},
