@@ -136,8 +136,10 @@ GLOG=$STATE/log/gateway.log
 
 onsale() {
     # join_rate_per_ip=0: every join of the benchmark comes from 127.0.0.1; proof of work
-    # at difficulty 0 that never rises (only the --pow room asks for it)
-    ONSALE_GATEWAY_POW_BASE_BITS=0 ONSALE_GATEWAY_POW_MAX_BITS=0 \
+    # at difficulty 0 that never rises (only the --pow room asks for it); no access lines,
+    # like the nginx it is held against (access_log off; ONSALE_GATEWAY_ACCESS_LOG=true
+    # measures what they cost)
+    ONSALE_GATEWAY_ACCESS_LOG=${ONSALE_GATEWAY_ACCESS_LOG:-false} ONSALE_GATEWAY_POW_BASE_BITS=0 ONSALE_GATEWAY_POW_MAX_BITS=0 \
         ONSALE_GATEWAY_POW_BLOCK_FREE_PER_MIN=0 ONSALE_GATEWAY_POW_TOTAL_FREE_PER_MIN=0 \
         ONSALE_STATE=$STATE ONSALE_BUILD=$BUILD ONSALE_SKIP_DEPS=1 ONSALE_SKIP_BUILD=1 ONSALE_SEED=0 \
         ONSALE_RESERVE_PORT=$P_RESERVE ONSALE_REDIS_PORT=$P_REDIS ONSALE_PG_PORT=$P_PG \
