@@ -311,13 +311,18 @@ class Package(unittest.TestCase):
                        headers={"DPoP": key.proof("GET", f"{base}/status")})
             return s if s.status == 200 and s.json.get("state") == "admitted" else None
         tok = stack.wait_for(admitted, 30, interval=0.2, what="admission").json["admission_token"]
-        rsv = self.client(self.rsv_port)
-        h = rsv.post(f"/v1/events/{ev}/holds", {"seats": ["A-1"]}, token=tok)
+        # the token is bound to the fan's key (cnf.jkt): every reserve call carries a proof
+        # by that key for that very request (docs/api.md, "DPoP on the reserve")
+        rsv, origin = self.client(self.rsv_port), f"https://127.0.0.1:{self.rsv_port}"
+        path = f"/v1/events/{ev}/holds"
+        h = rsv.post(path, {"seats": ["A-1"]}, token=tok,
+                     headers={"DPoP": key.proof("POST", origin + path)})
         self.assertEqual(h.status, 201, repr(h))
-        c = rsv.post(f"/v1/holds/{h.json['hold_id']}/confirm",
-                     {"payment": {"amount": h.json["amount"], "currency": "EUR",
-                                  "source": "tok_visa"}},
-                     token=tok, headers={"Idempotency-Key": uuid.uuid4().hex})
+        path = f"/v1/holds/{h.json['hold_id']}/confirm"
+        c = rsv.post(path, {"payment": {"amount": h.json["amount"], "currency": "EUR",
+                                        "source": "tok_visa"}},
+                     token=tok, headers={"Idempotency-Key": uuid.uuid4().hex,
+                                         "DPoP": key.proof("POST", origin + path)})
         self.assertEqual(c.status, 201, repr(c))
         self.assertEqual(c.json.get("state"), "confirmed", repr(c))
         print(f"\npackage journey: {os.path.basename(self.deb)} join → admitted → hold → "
