@@ -13,22 +13,9 @@
 -- Cost: this script is Redis' whole share of a join, so it reads only the fields it needs
 -- (HMGET and HGET, not HGETALL of the settings and the counters: ~15 -> ~9 µs per join,
 -- docs/performance.md, round 3). A room always has a gen (settings.lua, advance.lua).
-local cf = redis.call('HMGET', K.cfg, 'gen', 'sold_out', 'closes_at', 'prequeue_at',
-                      'opens_at', 'mode', 'max_prequeue')
-if not cf[1] then
-    return {'unknown'}
-end
-local c = {gen = cf[1], sold_out = cf[2], closes_at = cf[3], prequeue_at = cf[4],
-           opens_at = cf[5], mode = cf[6], max_prequeue = cf[7]}
-if c.sold_out == '1' then
-    return {'sold_out'}
-end
-local now = now_ms()
-if c.closes_at and now >= num(c.closes_at, 0) then
-    return {'closed'}
-end
-if c.prequeue_at and now < num(c.prequeue_at, 0) then
-    return {'not_open', c.prequeue_at}
+local c, now, refused = join_gate()
+if refused then
+    return refused
 end
 if KEYS[12] then
     if redis.call('SADD', KEYS[12], ARGV[3]) == 0 then

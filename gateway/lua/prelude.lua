@@ -69,6 +69,30 @@ end
 -- own numbers 1..k by rank; everyone after joins FIFO from k+1. O(1) whatever k is: no
 -- member is touched (lookup.lua reads a member's rank when the fan next polls).
 -- Idempotent: the first caller past opens_at does it.
+-- What every join reads and checks first (join.lua, join_batch.lua): the room's join
+-- settings (HMGET of only those fields) and now, or the reply that refuses the whole call
+-- ({'unknown'}, {'sold_out'}, {'closed'}, {'not_open', prequeue_at}).
+local function join_gate()
+    local cf = redis.call('HMGET', K.cfg, 'gen', 'sold_out', 'closes_at', 'prequeue_at',
+                          'opens_at', 'mode', 'max_prequeue')
+    if not cf[1] then
+        return nil, nil, {'unknown'}
+    end
+    local c = {gen = cf[1], sold_out = cf[2], closes_at = cf[3], prequeue_at = cf[4],
+               opens_at = cf[5], mode = cf[6], max_prequeue = cf[7]}
+    if c.sold_out == '1' then
+        return nil, nil, {'sold_out'}
+    end
+    local now = now_ms()
+    if c.closes_at and now >= num(c.closes_at, 0) then
+        return nil, nil, {'closed'}
+    end
+    if c.prequeue_at and now < num(c.prequeue_at, 0) then
+        return nil, nil, {'not_open', c.prequeue_at}
+    end
+    return c, now, nil
+end
+
 local function open_room(c, st, now)
     if st.opened == '1' or now < num(c.opens_at, 0) then
         return
