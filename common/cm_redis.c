@@ -13,7 +13,8 @@
  *
  * The connection's lifecycle is a state enum changed only by set_state(): DOWN (r->timer
  * is the reconnect backoff, 100 ms doubling to 2 s) → CONNECTING (r->timer is the connect
- * deadline, which covers the TCP connect, the TLS handshake and AUTH) → UP → DOWN …
+ * deadline, the command deadline but at least 1 s, which covers the TCP connect, the TLS
+ * handshake and AUTH) → UP → DOWN …
  * A redis_host that is a name is looked up (cm_resolve, evdns: never blocking) at the
  * start of every CONNECTING, so a name moved by a failover is followed; the connect
  * deadline covers the lookup too, and a failed lookup is a failed connect (logged,
@@ -78,6 +79,11 @@
 
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 2000
+/* The connect deadline (lookup, TCP, TLS handshake, AUTH) is the command deadline but
+ * never under this: a handshake is several round trips and a key exchange, and a
+ * command deadline tuned for answers (tens of ms) would fail every attempt of a busy
+ * machine's reconnect, leaving the link down for good. */
+#define CONNECT_MIN_MS 1000
 /* Timed-out commands whose late reply has not come yet; past this the link is wedged. */
 #define MAX_ZOMBIES 1024
 /* TCP keepalive like hiredis' redisEnableKeepAlive: probe after 15 s idle, every 5 s. */
@@ -115,6 +121,7 @@ struct cm_redis {
     char *host;
     int port;
     int timeout_ms;
+    int connect_ms;               /* max(timeout_ms, CONNECT_MIN_MS) */
     struct timeval cmd_tv_plain;  /* timeout_ms */
     const struct timeval *cmd_tv; /* the same as a libevent common timeout, when available */
     struct bufferevent *bev;      /* NULL when there is no connection */
@@ -179,7 +186,7 @@ static void set_state(cm_redis_t *r, enum conn_state s)
         schedule_retry(r);
         break;
     case CONN_CONNECTING:
-        arm_timer(r, r->timeout_ms);
+        arm_timer(r, r->connect_ms);
         break;
     case CONN_UP:
         r->backoff_ms = BACKOFF_MIN_MS;
@@ -826,6 +833,7 @@ cm_redis_t *cm_redis_new_auth(struct event_base *base, const char *host, int por
     r->host = cm_xstrdup(host);
     r->port = port;
     r->timeout_ms = timeout_ms;
+    r->connect_ms = timeout_ms > CONNECT_MIN_MS ? timeout_ms : CONNECT_MIN_MS;
     r->backoff_ms = BACKOFF_MIN_MS;
     r->state = CONN_DOWN;
     r->timer = evtimer_new(base, on_timer, r);

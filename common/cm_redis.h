@@ -73,10 +73,11 @@ typedef struct cm_redis_auth {
  *  asynchronously (cm_resolve.h: resolv.conf and /etc/hosts are read here, at start-up)
  *  before every connect, each of its addresses tried in turn, and a failed lookup is
  *  logged and retried like a failed connect. With TLS and no tls_server_name, the
- *  certificate must carry that name. timeout_ms bounds connect (lookup, TLS handshake
- *  and AUTH included) and each command. NULL never. A certificate that
- *  does not verify is a connect failure like any other: logged with OpenSSL's reason
- *  ("certificate verify failed (certificate: …)") and retried with the usual backoff. */
+ *  certificate must carry that name. timeout_ms bounds each command, and the connect
+ *  (lookup, TLS handshake and AUTH included) too, but never under 1 s. NULL never. A
+ *  certificate that does not verify is a connect failure like any other: logged with
+ *  OpenSSL's reason ("certificate verify failed (certificate: …)") and retried with the
+ *  usual backoff. */
 cm_redis_t *cm_redis_new(struct event_base *base, const char *host, int port, int timeout_ms);
 /** cm_redis_new with credentials (auth may be NULL: none). */
 cm_redis_t *cm_redis_new_auth(struct event_base *base, const char *host, int port, int timeout_ms,

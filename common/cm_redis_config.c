@@ -37,7 +37,7 @@ static const cm_config_opt_t keys[CM_REDIS_CONFIG_NKEYS] = {
      "redis_host/redis_port are "
      "unused and the slot map comes from CLUSTER SHARDS"},
     {"redis_timeout_ms", CM_CFG_INT, S(timeout_ms), "1000", 10, 60000,
-     "deadline of one Redis command"},
+     "deadline of one Redis command (and of a connect, at least 1 s)"},
 };
 
 size_t cm_redis_config_keys(cm_config_opt_t *out, size_t base)

@@ -50,10 +50,10 @@ class SimTest(unittest.TestCase):
         env.update(extra or {})
         return env
 
-    def run_sim(self, scenario, extra_env=None, expect_rc=0):
+    def run_sim(self, scenario, extra_env=None, expect_rc=0, path=None):
         # Through `deploy/onsale sim`, as an operator runs it, in either topology.
         out_dir = os.path.join(S.root, "sim-" + scenario)
-        path = os.path.join(S.source, "loadgen", "scenarios", scenario + ".json")
+        path = path or os.path.join(S.source, "loadgen", "scenarios", scenario + ".json")
         env = S.env()
         env.update(extra_env or {})
         p = subprocess.run([S.script, "sim", "--no-progress", "--scale", SCALE, "--out", out_dir,
@@ -141,8 +141,27 @@ class SimTest(unittest.TestCase):
         self.assertGreaterEqual(pq["p_chi2"], pq["p_min"])
         self.assertEqual(rep["figures"]["fifo"]["inversions"], 0, out)
 
+    def rates_scaled(self, scenario):
+        """The scenario with its admission rates and max_active scaled like its fans.
+
+        --scale shrinks the crowd only; at 0.25 the stadium's 750 fans arrive slower than
+        its 1,000/s admit them, no queue forms, and no fan waits long enough to abandon
+        it. Scaled together, the queue keeps its depth in seconds."""
+        with open(os.path.join(S.source, "loadgen", "scenarios", scenario + ".json")) as f:
+            doc = json.load(f)
+        k = float(SCALE)
+        for patch in [doc["room"]] + [o["patch"] for o in doc.get("operator", [])
+                                      if "patch" in o]:
+            for key in ("rate_per_minute", "max_active"):
+                if patch.get(key):
+                    patch[key] = max(1, int(patch[key] * k))
+        path = os.path.join(S.root, scenario + "-rates-scaled.json")
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        return path
+
     def test_stadium_with_every_behaviour(self):
-        rep, out, _ = self.run_sim("stadium-small")
+        rep, out, _ = self.run_sim("stadium-small", path=self.rates_scaled("stadium-small"))
         self.assertCleanNight(rep, out)
         o = rep["outcomes"]
         for k in ("bought", "abandoned", "vanished"):
