@@ -286,20 +286,18 @@ size_t cm_base64url_encode(const unsigned char *in, size_t n, char *out)
     return o;
 }
 
-static int b64url_value(unsigned char c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '-')
-        return 62;
-    if (c == '_')
-        return 63;
-    return -1;
-}
+/* Each alphabet character's value plus one; 0: not in the alphabet. A table, not a chain
+ * of range tests: on random text (challenges, ids) every branch of such a chain is a coin
+ * toss the CPU mispredicts, ~10 ns a character (measured on a proof of work's 40). */
+static const unsigned char b64url_rev[256] = {
+    ['A'] = 1,  ['B'] = 2,  ['C'] = 3,  ['D'] = 4,  ['E'] = 5,  ['F'] = 6,  ['G'] = 7,  ['H'] = 8,
+    ['I'] = 9,  ['J'] = 10, ['K'] = 11, ['L'] = 12, ['M'] = 13, ['N'] = 14, ['O'] = 15, ['P'] = 16,
+    ['Q'] = 17, ['R'] = 18, ['S'] = 19, ['T'] = 20, ['U'] = 21, ['V'] = 22, ['W'] = 23, ['X'] = 24,
+    ['Y'] = 25, ['Z'] = 26, ['a'] = 27, ['b'] = 28, ['c'] = 29, ['d'] = 30, ['e'] = 31, ['f'] = 32,
+    ['g'] = 33, ['h'] = 34, ['i'] = 35, ['j'] = 36, ['k'] = 37, ['l'] = 38, ['m'] = 39, ['n'] = 40,
+    ['o'] = 41, ['p'] = 42, ['q'] = 43, ['r'] = 44, ['s'] = 45, ['t'] = 46, ['u'] = 47, ['v'] = 48,
+    ['w'] = 49, ['x'] = 50, ['y'] = 51, ['z'] = 52, ['0'] = 53, ['1'] = 54, ['2'] = 55, ['3'] = 56,
+    ['4'] = 57, ['5'] = 58, ['6'] = 59, ['7'] = 60, ['8'] = 61, ['9'] = 62, ['-'] = 63, ['_'] = 64};
 
 long cm_base64url_decode(const char *in, size_t n, unsigned char *out, size_t outlen)
 {
@@ -313,10 +311,10 @@ long cm_base64url_decode(const char *in, size_t n, unsigned char *out, size_t ou
     unsigned acc = 0;
     int bits = 0;
     for (size_t i = 0; i < n; i++) {
-        int v = b64url_value((unsigned char)in[i]);
-        if (v < 0)
+        unsigned v = b64url_rev[(unsigned char)in[i]];
+        if (v == 0)
             return -1;
-        acc = (acc << 6 | (unsigned)v) & 0xffffff;
+        acc = (acc << 6 | (v - 1)) & 0xffffff;
         bits += 6;
         if (bits >= 8) {
             bits -= 8;

@@ -71,15 +71,18 @@ struct gw_batch {
     const char **argv; /* scratch for one send */
     size_t *argvlen;
     int *set_of;     /* per fan: index of its proof set among the batch's, 0: none */
-    char (*num)[12]; /* per fan with a proof: its index and set as text; then n, m, p */
+    char num[3][12]; /* n, m and p as text */
     char *fans;      /* the fans' records (GW_BATCH_FAN bytes each) */
+    char *counts;    /* per proof set: its count of proofs, 4 digits */
+    char *owners;    /* per proof, grouped by set: its fan's index (1-based), 4 digits */
 };
 
 /* A fan's record in join_batch.lua's ARGV: visitor id, then its score in 16 digits. */
 #define GW_BATCH_FAN   48
 #define GW_BATCH_SCORE 16
-
-#define ARGV_MAX(cap) (GW_K_COUNT + 4 + 5 * (cap))
+/* the room's keys and a set per fan at most; n, m, p, a lifetime per set, the fans, the
+ * counts, the owners and an id per fan */
+#define ARGV_MAX(cap) (GW_K_COUNT + 3 * (cap) + 6)
 
 gw_batch_t *gw_batch_new(struct event_base *base, cm_redis_t *redis, int64_t window_us,
                          int64_t gap_us, int cap)
@@ -94,8 +97,9 @@ gw_batch_t *gw_batch_new(struct event_base *base, cm_redis_t *redis, int64_t win
     b->argv = cm_xcalloc(ARGV_MAX(b->cap), sizeof(*b->argv));
     b->argvlen = cm_xcalloc(ARGV_MAX(b->cap), sizeof(*b->argvlen));
     b->set_of = cm_xcalloc((size_t)b->cap, sizeof(*b->set_of));
-    b->num = cm_xcalloc(2 * (size_t)b->cap + 3, sizeof(*b->num));
     b->fans = cm_xmalloc((size_t)b->cap * GW_BATCH_FAN);
+    b->counts = cm_xmalloc((size_t)b->cap * 4);
+    b->owners = cm_xmalloc((size_t)b->cap * 4);
     for (int i = 0; i < GW_BATCH_ROOMS; i++)
         b->slots[i].owner = b;
     return b;
@@ -248,16 +252,48 @@ static size_t fan_records(gw_batch_t *b, const batch_t *batch)
     return (size_t)batch->n * GW_BATCH_FAN;
 }
 
+/* Four digits of v (0..9999) at out. */
+static void digits4(char *out, int v)
+{
+    for (int k = 3; k >= 0; k--, v /= 10)
+        out[k] = (char)('0' + v % 10);
+}
+
+/* The proofs grouped by set, as join_batch.lua takes them: each set's count (4 digits),
+ * each proof's fan (4 digits, in the order of the ids), and the ids, an argument each.
+ * Returns the new argc. */
+static int push_proofs(gw_batch_t *b, const batch_t *batch, int m, int argc)
+{
+    int counted = 0, owned = 0, first = argc + 2;
+    argc = first;
+    for (int j = 1; j <= m; j++) {
+        int cnt = 0;
+        for (int i = 0; i < batch->n; i++) {
+            if (b->set_of[i] != j)
+                continue;
+            digits4(b->owners + 4 * owned++, i + 1);
+            b->argv[argc] = batch->e[i].fan.proof_id;
+            b->argvlen[argc++] = GW_POW_ID_LEN;
+            cnt++;
+        }
+        digits4(b->counts + 4 * counted++, cnt);
+    }
+    b->argv[first - 2] = b->counts;
+    b->argvlen[first - 2] = 4 * (size_t)counted;
+    b->argv[first - 1] = b->owners;
+    b->argvlen[first - 1] = 4 * (size_t)owned;
+    return argc;
+}
+
 static void send_batch(gw_batch_t *b, batch_t *batch, slot_t *s)
 {
     int argc = gw_keys_cached(batch->event, b->argv, b->argvlen);
     int m = push_sets(b, batch, &argc), nkeys = argc, p = 0;
     for (int i = 0; i < batch->n; i++)
         p += b->set_of[i] != 0;
-    char(*num)[12] = b->num + 2 * b->cap;
-    push(b, &argc, num[0], int_text(num[0], batch->n));
-    push(b, &argc, num[1], int_text(num[1], m));
-    push(b, &argc, num[2], int_text(num[2], p));
+    push(b, &argc, b->num[0], int_text(b->num[0], batch->n));
+    push(b, &argc, b->num[1], int_text(b->num[1], m));
+    push(b, &argc, b->num[2], int_text(b->num[2], p));
     for (int i = 0, j = 0; i < batch->n && j < m; i++)
         if (b->set_of[i] == j + 1) { /* first fan of set j+1: its lifetime */
             const char *ttl = batch->e[i].fan.proof_ttl;
@@ -265,15 +301,7 @@ static void send_batch(gw_batch_t *b, batch_t *batch, slot_t *s)
             j++;
         }
     push(b, &argc, b->fans, fan_records(b, batch));
-    for (int i = 0, t = 0; i < batch->n; i++) {
-        if (b->set_of[i] == 0)
-            continue;
-        const gw_batch_fan_t *f = &batch->e[i].fan;
-        push(b, &argc, b->num[t], int_text(b->num[t], i + 1));
-        push(b, &argc, b->num[t + 1], int_text(b->num[t + 1], b->set_of[i]));
-        push(b, &argc, f->proof_id, strlen(f->proof_id));
-        t += 2;
-    }
+    argc = push_proofs(b, batch, m, argc);
     b->sent++;
     if (cm_redis_eval(b->redis, gw_lua()->join_batch, on_batch, batch, nkeys, argc, b->argv,
                       b->argvlen) != 0) {
@@ -412,7 +440,8 @@ void gw_batch_free(gw_batch_t *b)
     free(b->argv);
     free(b->argvlen);
     free(b->set_of);
-    free(b->num);
+    free(b->counts);
+    free(b->owners);
     free(b->fans);
     free(b);
 }

@@ -788,8 +788,15 @@ static void proof_set(const place_op_t *op, char *key, size_t keylen, char ttl[2
 {
     int64_t bucket = op->proof.expires_s / GW_POW_BUCKET_S;
     int64_t left = (bucket + 1) * GW_POW_BUCKET_S - cm_time_wall_ms() / 1000 + 1;
-    snprintf(key, keylen, "os:{%s}:q:pw:%" PRId64, op->event, bucket);
-    snprintf(ttl, 24, "%" PRId64, left > 1 ? left : 1);
+    cm_text_t t = cm_text_at(key, keylen); /* cm_text, not snprintf: every join with a proof */
+    CM_TEXT_LIT(&t, "os:{");
+    cm_text_str(&t, op->event);
+    CM_TEXT_LIT(&t, "}:q:pw:");
+    cm_text_i64(&t, bucket);
+    cm_text_done(&t, key);
+    t = cm_text_at(ttl, 24);
+    cm_text_i64(&t, left > 1 ? left : 1);
+    cm_text_done(&t, ttl);
 }
 
 static int proof_key(place_op_t *op, const char **argv, size_t *argvlen, int argc, char *key,

@@ -8,11 +8,13 @@
 -- ARGV[1] = n (fans), ARGV[2] = m (proof sets), ARGV[3] = p (fans with a proof),
 -- ARGV[4 .. 3+m] = each set's lifetime in seconds (set when the set is made),
 -- ARGV[4+m] = the fans, 48 bytes each in arrival order: the visitor id (32) and its
--- random pre-queue score (join.lua's ARGV[2]) as 16 zero-padded digits; then three per
--- fan with a proof, from a = 5+m+3t: ARGV[a] = the fan's index (1-based), ARGV[a+1] =
--- its set's index j (KEYS[11+j]), ARGV[a+2] = the proof's id. One string for the fans,
--- not arguments of their own: an open room never looks at them, and Redis pays per
--- argument.
+-- random pre-queue score (join.lua's ARGV[2]) as 16 zero-padded digits;
+-- ARGV[5+m] = each set's count of proofs (4 digits each), ARGV[6+m] = each proof's fan
+-- (its index, 1-based, in 4 digits), ARGV[7+m .. 6+m+p] = the proofs' ids, grouped by
+-- set in the order of the sets. The fans are one string, not arguments of their own: an
+-- open room never looks at them, and Redis pays per argument. The ids are arguments, so
+-- that each set's are looked up with one SMISMEMBER and marked with one SADD without a
+-- string operation per fan; the owners are read only for a replay.
 -- Returns, for the whole batch: {'unknown'} | {'sold_out'} | {'closed'} |
 -- {'not_open', prequeue_at}; or one mark per fan (a string of n characters) with
 --   {'queued', gen, now, first, marks}: 'q' placed, numbered first, first+1, ... in the
@@ -23,28 +25,37 @@
 -- not placed, so the block handed out is contiguous.
 local FAN = 48
 local n, m, p = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local fans = ARGV[4 + m]
-if #fans ~= FAN * n then
-    return redis.error_reply('join_batch: the fans are not 48 bytes each')
+local fans, counts, owners = ARGV[4 + m], ARGV[5 + m], ARGV[6 + m]
+if #fans ~= FAN * n or #counts ~= 4 * m or #owners ~= 4 * p or #ARGV ~= 6 + m + p then
+    return redis.error_reply('join_batch: the fans, counts, owners or ids do not add up')
 end
 local c, now, refused = join_gate()
 if refused then
     return refused
 end
 local placed, replayed = n, {}
-if p > 0 then
-    for t = 0, p - 1 do
-        local a = 5 + m + 3 * t
-        if redis.call('SADD', KEYS[11 + tonumber(ARGV[a + 1])], ARGV[a + 2]) == 0 then
-            replayed[tonumber(ARGV[a])] = true
-            placed = placed - 1
+local at = 7 + m -- the first id of set j
+for j = 1, m do
+    local key, cnt = KEYS[11 + j], tonumber(string.sub(counts, 4 * j - 3, 4 * j))
+    local last = at + cnt - 1
+    local used = redis.call('SMISMEMBER', key, unpack(ARGV, at, last))
+    local added = redis.call('SADD', key, unpack(ARGV, at, last))
+    if added < cnt then -- replays: used before, or twice in this batch
+        local seen = {}
+        for k = 1, cnt do
+            local id = ARGV[at + k - 1]
+            if used[k] == 1 or seen[id] then
+                local o = at + k - 8 - m -- this proof's place among all, 0-based
+                replayed[tonumber(string.sub(owners, 4 * o + 1, 4 * o + 4))] = true
+                placed = placed - 1
+            end
+            seen[id] = true
         end
     end
-    for j = 1, m do -- a set made by this batch lives until its bucket's challenges expire
-        if redis.call('TTL', KEYS[11 + j]) == -1 then
-            redis.call('EXPIRE', KEYS[11 + j], ARGV[3 + j])
-        end
+    if added > 0 then -- a set made by this batch lives until its bucket's challenges expire
+        redis.call('EXPIRE', key, ARGV[3 + j], 'NX')
     end
+    at = last + 1
 end
 local st = {opened = redis.call('HGET', K.st, 'opened')}
 open_room(c, st, now)

@@ -25,7 +25,7 @@
 #include "gw_batch.h"
 #include "svc.h"
 
-#define NFANS   8
+#define NFANS   9
 #define HOUR_US (3600LL * 1000000)
 
 static svc_redis_t *srv;
@@ -38,6 +38,7 @@ typedef struct fixture {
     const char *err[NFANS];
     char what[NFANS][24];
     int64_t num[NFANS];
+    long long last; /* the integer answer of the last command */
 } fixture_t;
 
 typedef struct call {
@@ -96,6 +97,7 @@ static void on_cmd(const char *err, const cm_redis_reply_t *reply, void *arg)
     fixture_t *f = arg;
     assert_null(err);
     assert_int_not_equal(cm_redis_reply_type(reply), CM_REDIS_ERROR);
+    f->last = cm_redis_reply_type(reply) == CM_REDIS_INT ? cm_redis_reply_int(reply) : 0;
     f->done++;
 }
 
@@ -312,11 +314,29 @@ static void test_replayed_proof_refuses_only_its_fan(void **state)
     assert_int_equal(f->num[2], 2);
     assert_string_equal(f->what[3], "queued");
     assert_int_equal(f->num[3], 3);
-    /* the proof stays used for the next batch too */
+    /* the proofs stay used for the next batch: its replays (also one inside the batch)
+     * refuse their own fans, its fresh proofs are placed */
     add(f, 4, "pow", "aaaaaaaaaaaaaaaaaaaaaaaa", "7");
-    gw_batch_free(f->b); /* still gathering: told shutdown */
+    add(f, 5, "pow", "cccccccccccccccccccccccc", "7");
+    add(f, 6, "pow", "cccccccccccccccccccccccc", "7");
+    add(f, 7, "pow", "dddddddddddddddddddddddd", "8");
+    assert_int_equal(run_until_done(f, 8, 10000), 8);
+    assert_string_equal(f->what[4], "replayed");
+    assert_string_equal(f->what[5], "queued");
+    assert_int_equal(f->num[5], 4);
+    assert_string_equal(f->what[6], "replayed");
+    assert_string_equal(f->what[7], "queued");
+    assert_int_equal(f->num[7], 5);
+    /* each set lives as long as its bucket's challenges (the fans' 120 s) */
+    cmd(f, "SCARD", "os:{pow}:q:pw:7", NULL);
+    assert_int_equal(f->last, 2);
+    cmd(f, "TTL", "os:{pow}:q:pw:8", NULL);
+    assert_true(f->last > 100 && f->last <= 120);
+    /* a batch still gathering when the batcher goes is told shutdown */
+    add(f, 8, "pow", "eeeeeeeeeeeeeeeeeeeeeeee", "7");
+    gw_batch_free(f->b);
     f->b = NULL;
-    assert_ptr_equal(f->err[4], cm_err_shutdown);
+    assert_ptr_equal(f->err[8], cm_err_shutdown);
 }
 
 static void test_prequeue_takes_arrivals_in_order_up_to_its_bound(void **state)
