@@ -153,30 +153,31 @@ static void on_settings(const char *err, const cm_redis_reply_t *reply, void *ar
 {
     admin_op_t *op = arg;
     gw_server_t *srv = op->r.srv;
-    const char *what = NULL;
-    if (err == NULL && cm_redis_reply_type(reply) == CM_REDIS_ARRAY &&
-        cm_redis_reply_count(reply) >= 1)
-        what = cm_redis_reply_str(cm_redis_reply_at(reply, 0), NULL);
-    if (what == NULL) {
+    gw_settings_word_t what = err == NULL ? gw_lua_settings_word(reply) : GW_SETTINGS_BAD;
+    switch (what) {
+    case GW_SETTINGS_BAD:
         if (err == NULL && cm_redis_reply_type(reply) == CM_REDIS_ERROR)
             cm_log(CM_LOG_WARN, "settings %s: %s", op->event, cm_redis_reply_str(reply, NULL));
         gw_reply_unavailable(&op->r, "saving the settings", err ? err : cm_err_protocol);
         op_free(op);
         return;
-    }
-    if (strcmp(what, "invalid") == 0) {
+    case GW_SETTINGS_INVALID: {
         const char *msg = cm_redis_reply_str(cm_redis_reply_at(reply, 1), NULL);
         gw_reply_error(&op->r, 400, "invalid_request", msg ? msg : "invalid settings", NULL);
         op_free(op);
         return;
     }
-    if (strcmp(what, "unknown") == 0) {
+    case GW_SETTINGS_UNKNOWN:
         gw_reply_error(&op->r, 404, "unknown_event", "no waiting room for this event", NULL);
         op_free(op);
         return;
+    case GW_SETTINGS_CREATED:
+    case GW_SETTINGS_REPLACED:
+    case GW_SETTINGS_PATCHED:
+        break;
     }
-    op->code = strcmp(what, "created") == 0 ? 201 : 200;
-    cm_log(CM_LOG_INFO, "waiting room %s %s", op->event, what);
+    op->code = what == GW_SETTINGS_CREATED ? 201 : 200;
+    cm_log(CM_LOG_INFO, "waiting room %s %s", op->event, gw_lua_settings_name(what));
     const char *argv[] = {"SADD", GW_ROOMS_KEY, op->event};
     if (cm_redis_command(srv->redis, on_listed, op, 3, argv, NULL) != 0) {
         gw_reply_unavailable(&op->r, "listing the waiting room", cm_err_closed);

@@ -160,7 +160,7 @@ static const char *redirect_of(gw_server_t *srv, const gw_room_t *room)
 }
 
 /* The queue page (no-JavaScript fans reach admission through it too). */
-static void reply_page(gw_req_t *r, gw_room_t *room, const char *state, int64_t position,
+static void reply_page(gw_req_t *r, gw_room_t *room, gw_page_state_t state, int64_t position,
                        const entry_t *e)
 {
     gw_page_info_t info = {
@@ -194,7 +194,7 @@ static void reply_admitted(gw_req_t *r, gw_room_t *room, const char *ticket, con
 {
     if (page) {
         gw_queue_set_cookie(r, room->event, ticket);
-        reply_page(r, room, "admitted", 0, e);
+        reply_page(r, room, GW_PAGE_ADMITTED, 0, e);
         return;
     }
     char exp[32];
@@ -239,7 +239,7 @@ static void reply_front(gw_req_t *r, gw_room_t *room, const char *ticket, int co
 {
     if (page) {
         gw_queue_set_cookie(r, room->event, ticket);
-        reply_page(r, room, "queued", 1, NULL);
+        reply_page(r, room, GW_PAGE_QUEUED, 1, NULL);
         return;
     }
     char body[CM_TEXT_JSON_WORST(CM_IDENT_MAX + GW_TICKET_MAX_LEN) + 256];
@@ -329,21 +329,20 @@ static void on_admit(const char *err, const cm_redis_reply_t *reply, void *arg)
 {
     admit_op_t *op = arg;
     gw_server_t *srv = op->r.srv;
-    if (err == NULL &&
-        (cm_redis_reply_type(reply) != CM_REDIS_ARRAY || cm_redis_reply_count(reply) < 1))
-        err = cm_err_protocol;
-    if (err != NULL) {
-        if (reply && cm_redis_reply_type(reply) == CM_REDIS_ERROR)
+    gw_admit_word_t what = err == NULL ? gw_lua_admit_word(reply) : GW_ADMIT_BAD;
+    if (what == GW_ADMIT_BAD) {
+        if (err == NULL && cm_redis_reply_type(reply) == CM_REDIS_ERROR)
             cm_log(CM_LOG_WARN, "admit: %s", cm_redis_reply_str(reply, NULL));
-        gw_reply_unavailable(&op->r, "admission", err);
+        gw_reply_unavailable(&op->r, "admission", err ? err : cm_err_protocol);
         op_free(op);
         return;
     }
-    const char *what = cm_redis_reply_str(cm_redis_reply_at(reply, 0), NULL);
     const char *rec = cm_redis_reply_count(reply) > 1
                           ? cm_redis_reply_str(cm_redis_reply_at(reply, 1), NULL)
                           : NULL;
-    if (what && (strcmp(what, "new") == 0 || strcmp(what, "existing") == 0)) {
+    switch (what) {
+    case GW_ADMIT_NEW:
+    case GW_ADMIT_EXISTING:
         if (parse_record(rec, op->t.visitor, &op->claims) != 0) {
             gw_reply_unavailable(&op->r, "admission record", cm_err_protocol);
             op_free(op);
@@ -354,7 +353,7 @@ static void on_admit(const char *err, const cm_redis_reply_t *reply, void *arg)
             op_free(op);
             return;
         }
-        cm_counter_inc(what[0] == 'n' ? srv->m.admissions : srv->m.readmissions);
+        cm_counter_inc(what == GW_ADMIT_NEW ? srv->m.admissions : srv->m.readmissions);
         snprintf(op->claims.iss, sizeof(op->claims.iss), "%s", srv->cfg.issuer);
         snprintf(op->claims.sub, sizeof(op->claims.sub), "%s", op->t.visitor);
         snprintf(op->claims.evt, sizeof(op->claims.evt), "%s", op->room->event);
@@ -363,20 +362,28 @@ static void on_admit(const char *err, const cm_redis_reply_t *reply, void *arg)
         op->sign_start_ns = cm_time_mono_ns();
         gw_signer_submit(srv->pool, &op->claims, on_signed, op);
         return;
-    }
-    if (what && (strcmp(what, "wait") == 0 || strcmp(what, "not_yet") == 0))
+    case GW_ADMIT_WAIT:
+    case GW_ADMIT_NOT_YET:
         reply_front(&op->r, op->room, op->ticket, op->code, op->page);
-    else if (what && strcmp(what, "sold_out") == 0 && op->page)
-        reply_page(&op->r, op->room, "sold_out", -1, NULL);
-    else if (what && strcmp(what, "sold_out") == 0)
-        gw_reply_error(&op->r, 410, "sold_out", "this event is sold out", NULL);
-    else if (what && strcmp(what, "closed") == 0 && op->page)
-        reply_page(&op->r, op->room, "closed", -1, NULL);
-    else if (what && strcmp(what, "closed") == 0)
-        gw_reply_error(&op->r, 410, "closed", "this waiting room is closed", NULL);
-    else
+        break;
+    case GW_ADMIT_SOLD_OUT:
+        if (op->page)
+            reply_page(&op->r, op->room, GW_PAGE_SOLD_OUT, -1, NULL);
+        else
+            gw_reply_error(&op->r, 410, "sold_out", "this event is sold out", NULL);
+        break;
+    case GW_ADMIT_CLOSED:
+        if (op->page)
+            reply_page(&op->r, op->room, GW_PAGE_CLOSED, -1, NULL);
+        else
+            gw_reply_error(&op->r, 410, "closed", "this waiting room is closed", NULL);
+        break;
+    case GW_ADMIT_UNKNOWN:
+    case GW_ADMIT_BAD: /* not here: answered above */
         gw_reply_error(&op->r, 401, "invalid_ticket",
                        "the ticket belongs to a waiting room that no longer exists", NULL);
+        break;
+    }
     op_free(op);
 }
 

@@ -144,18 +144,11 @@ static void tell_each(batch_t *batch, const cm_redis_reply_t *reply, bool queued
     int64_t next = queued ? cm_redis_reply_int(third) : 0;
     const char *opens = queued ? NULL : cm_redis_reply_str(third, NULL);
     for (int i = 0; i < batch->n; i++) {
-        gw_join_result_t res = {.gen = gen, .now_ms = now};
-        if (marks[i] == 'q') {
-            res.what = "queued";
+        gw_join_result_t res = {.what = gw_lua_join_mark(marks[i]), .gen = gen, .now_ms = now};
+        if (res.what == GW_JOIN_QUEUED)
             res.num = next++;
-        } else if (marks[i] == 'p') {
-            res.what = "prequeue";
-        } else if (marks[i] == 'f') {
-            res.what = "prequeue_full";
+        else if (res.what == GW_JOIN_PREQUEUE_FULL)
             res.at = opens;
-        } else {
-            res.what = "replayed";
-        }
         batch->e[i].cb(batch->e[i].arg, NULL, &res);
     }
     free(batch);
@@ -184,19 +177,24 @@ static void on_batch(const char *err, const cm_redis_reply_t *reply, void *arg)
 {
     batch_t *batch = arg;
     landed(batch);
-    const char *what = NULL;
-    if (err == NULL && cm_redis_reply_type(reply) == CM_REDIS_ARRAY &&
-        cm_redis_reply_count(reply) >= 1)
-        what = cm_redis_reply_str(cm_redis_reply_at(reply, 0), NULL);
-    if (what == NULL) {
+    gw_join_word_t what = err == NULL ? gw_lua_join_word(reply) : GW_JOIN_BAD;
+    switch (what) {
+    case GW_JOIN_BAD:
         if (err == NULL && cm_redis_reply_type(reply) == CM_REDIS_ERROR)
             cm_log(CM_LOG_WARN, "join batch: %s", cm_redis_reply_str(reply, NULL));
         fail_all(batch, err ? err : cm_err_protocol);
         return;
-    }
-    if (strcmp(what, "queued") == 0 || strcmp(what, "prequeue") == 0) {
-        tell_each(batch, reply, what[0] == 'q');
+    case GW_JOIN_QUEUED:
+    case GW_JOIN_PREQUEUE:
+        tell_each(batch, reply, what == GW_JOIN_QUEUED);
         return;
+    case GW_JOIN_UNKNOWN: /* the room's gate: the same answer for every fan */
+    case GW_JOIN_SOLD_OUT:
+    case GW_JOIN_CLOSED:
+    case GW_JOIN_NOT_OPEN:
+    case GW_JOIN_REPLAYED: /* a fan's own words (its mark); as the batch's, told to all */
+    case GW_JOIN_PREQUEUE_FULL:
+        break;
     }
     const cm_redis_reply_t *at = cm_redis_reply_at(reply, 1);
     gw_join_result_t res = {.what = what, .at = at ? cm_redis_reply_str(at, NULL) : NULL};

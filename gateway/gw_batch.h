@@ -22,6 +22,7 @@
 
 #include "cm_redis.h"
 #include "gw_keys.h"
+#include "gw_lua.h"
 #include "gw_pow.h"
 #include "gw_ticket.h"
 
@@ -36,14 +37,14 @@ struct event_base;
 
 /**
  * What Redis decided for one fan's join: join.lua's reply, whichever script made it.
- * what: "queued", "prequeue", "replayed", "unknown", "sold_out", "closed", "not_open",
- * "prequeue_full". gen (queued, prequeue): the room's generation; num: the queue number
- * (0 in the pre-queue); now_ms: Redis' clock at the join; at: the epoch-ms text of
- * not_open's prequeue_at or prequeue_full's opens_at (else NULL). The strings live only
- * during the callback that receives them.
+ * what: its word (gw_lua.h; never GW_JOIN_BAD: that is an error). gen (queued,
+ * prequeue): the room's generation; num: the queue number (0 in the pre-queue); now_ms:
+ * Redis' clock at the join; at: the epoch-ms text of not_open's prequeue_at or
+ * prequeue_full's opens_at (else NULL). The strings live only during the callback that
+ * receives them.
  */
 typedef struct gw_join_result {
-    const char *what;
+    gw_join_word_t what;
     const char *gen;
     int64_t num;
     int64_t now_ms;

@@ -224,16 +224,16 @@ const char *gw_page_dashboard_csp(void)
 /* --- values ---------------------------------------------------------------------------- */
 
 /*
- * The page's states: the six of gw_page_info_t.state, then the ones only an answer
+ * The page's states: the six of gw_page_state_t, then the ones only an answer
  * (gw_page_render_answer) leads to, which share the page's error section.
  */
 typedef enum {
-    ST_NEW = 0,
-    ST_QUEUED,
-    ST_PREQUEUE,
-    ST_ADMITTED,
-    ST_SOLD_OUT,
-    ST_CLOSED,
+    ST_NEW = GW_PAGE_NEW,
+    ST_QUEUED = GW_PAGE_QUEUED,
+    ST_PREQUEUE = GW_PAGE_PREQUEUE,
+    ST_ADMITTED = GW_PAGE_ADMITTED,
+    ST_SOLD_OUT = GW_PAGE_SOLD_OUT,
+    ST_CLOSED = GW_PAGE_CLOSED,
     ST_UNKNOWN,     /* 404 unknown_event */
     ST_EXPIRED,     /* 410 admission_expired */
     ST_UNAVAILABLE, /* 503, or anything unexpected: try again shortly */
@@ -273,7 +273,14 @@ static const struct {
                        "Please turn JavaScript on for this site and reload the page."},
 };
 
-/* One of the six caller-facing states; anything else is "new". */
+/* A caller's state as the page's; anything outside the enum is "new". */
+static page_state_t state_of(gw_page_state_t s)
+{
+    return s >= GW_PAGE_NEW && s <= GW_PAGE_CLOSED ? (page_state_t)s : ST_NEW;
+}
+
+/* One of the six caller-facing states by its API name ("state" of a JSON answer);
+ * anything else is "new". */
 static page_state_t parse_state(const char *s)
 {
     for (int i = 0; s != NULL && i < ST_SECTIONS; i++)
@@ -565,13 +572,13 @@ static char *render(const gw_page_info_t *info, page_state_t st, size_t *len, ch
 
 char *gw_page_render_queue(const gw_page_info_t *info, size_t *len)
 {
-    return render(info, parse_state(info->state), len, NULL);
+    return render(info, state_of(info->state), len, NULL);
 }
 
 char *gw_page_csp(const gw_page_info_t *info)
 {
     char *csp = NULL;
-    free(render(info, parse_state(info->state), NULL, &csp));
+    free(render(info, state_of(info->state), NULL, &csp));
     return csp;
 }
 
@@ -675,7 +682,7 @@ void gw_page_queue(cm_req_t *req, const gw_page_info_t *info)
         page.first_position = from;
     size_t len = 0;
     char *csp = NULL;
-    char *html = render(&page, parse_state(page.state), &len, &csp);
+    char *html = render(&page, state_of(page.state), &len, &csp);
     security_headers(req, csp);
     cm_http_send_body(req, 200, "text/html; charset=utf-8", html, len, false);
     free(html);

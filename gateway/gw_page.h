@@ -20,20 +20,30 @@
 #include <stdint.h>
 #include "cm_http.h"
 
+/** The states a caller shows the queue page in (the page has more of its own, which only
+ *  an answer leads to: gw_page_render_answer). Their names are the API's "state" words. */
+typedef enum gw_page_state {
+    GW_PAGE_NEW = 0, /* joining: the script (or the form) asks the API for a place */
+    GW_PAGE_QUEUED,
+    GW_PAGE_PREQUEUE,
+    GW_PAGE_ADMITTED,
+    GW_PAGE_SOLD_OUT,
+    GW_PAGE_CLOSED,
+} gw_page_state_t;
+
 /*
  * What the queue page shows. Strings are borrowed for the duration of the call; NULL is
  * the same as "". Negative numbers mean "unknown" (shown as a dash or "calculating…").
  */
 typedef struct gw_page_info {
-    const char *event; /* the event id of the path */
-    const char *state; /* "queued" | "prequeue" | "admitted" | "sold_out" | "closed" | "new";
-                          anything else renders as "new" (the script then asks the API) */
+    const char *event;     /* the event id of the path */
+    gw_page_state_t state; /* a value outside the enum renders as GW_PAGE_NEW */
     int64_t position, queue_size, eta_seconds, poll_after_ms;
     int64_t opens_at_ms;                        /* prequeue: the opening, Unix ms; 0 = unknown */
     const char *admission_token, *redirect_url; /* admitted: where to forward the fan */
     bool handoff_post;         /* the room's handoff: true "post" (a form), false "fragment" */
     bool pow;                  /* the room asks for a proof of work on join (gw_pow.h) */
-    const char *pow_challenge; /* "new" with pow: a challenge for the script to solve */
+    const char *pow_challenge; /* GW_PAGE_NEW with pow: a challenge for the script to solve */
     int pow_bits;              /* its difficulty */
     /*
      * Optional (0 = unknown): the position the fan first saw, the baseline of the

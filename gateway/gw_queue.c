@@ -212,7 +212,7 @@ static void reply_json_text(place_op_t *op, const char *body, int n)
 }
 
 /* The queue page for op's room; state and numbers as gw_page_info_t describes. */
-static void reply_page(place_op_t *op, gw_room_t *room, const char *state, int64_t position,
+static void reply_page(place_op_t *op, gw_room_t *room, gw_page_state_t state, int64_t position,
                        int64_t eta, int64_t poll)
 {
     gw_page_info_t info = {
@@ -227,7 +227,7 @@ static void reply_page(place_op_t *op, gw_room_t *room, const char *state, int64
     };
     char ch[GW_POW_CHALLENGE_LEN + 1];
     int64_t expires;
-    if (info.pow && op->fresh && strcmp(state, "new") == 0) { /* the script solves it at once */
+    if (info.pow && op->fresh && state == GW_PAGE_NEW) { /* the script solves it at once */
         info.pow_bits = issue_challenge(op->r.srv, op->r.req, op->event, ch, &expires);
         info.pow_challenge = ch;
     }
@@ -242,7 +242,7 @@ static void reply_invalid_ticket(place_op_t *op, const char *why)
 {
     if (op->page) { /* a stale or foreign cookie: start afresh */
         op->fresh = true;
-        reply_page(op, gw_watermark_room(op->r.srv, op->event), "new", -1, -1,
+        reply_page(op, gw_watermark_room(op->r.srv, op->event), GW_PAGE_NEW, -1, -1,
                    op->r.srv->cfg.poll_min_ms);
         return;
     }
@@ -263,7 +263,7 @@ static void reply_prequeue(place_op_t *op, gw_room_t *room)
     char opens[32] = "";
     cm_format_rfc3339(room->s.opens_at, opens, sizeof(opens));
     if (op->page) {
-        reply_page(op, room, "prequeue", -1, -1, poll);
+        reply_page(op, room, GW_PAGE_PREQUEUE, -1, -1, poll);
         return;
     }
     json_text_t j;
@@ -293,7 +293,7 @@ static void reply_queued(place_op_t *op, gw_room_t *room)
     poll = gw_watermark_poll_cap(poll, position, room->s.rate_per_minute,
                                  room->s.noshow_grace_seconds);
     if (op->page) {
-        reply_page(op, room, "queued", position, eta, poll);
+        reply_page(op, room, GW_PAGE_QUEUED, position, eta, poll);
         return;
     }
     /* The cached count of numbers lags joins by up to one tick; this fan's own number
@@ -321,11 +321,8 @@ static void on_lookup(const char *err, const cm_redis_reply_t *reply, void *arg)
     place_op_t *op = arg;
     gw_server_t *srv = op->r.srv;
     gw_room_t *room = gw_watermark_room(srv, op->event);
-    const char *what = NULL;
-    if (err == NULL && cm_redis_reply_type(reply) == CM_REDIS_ARRAY &&
-        cm_redis_reply_count(reply) >= 1)
-        what = cm_redis_reply_str(cm_redis_reply_at(reply, 0), NULL);
-    if (what == NULL || room == NULL) {
+    gw_lookup_word_t what = err == NULL ? gw_lua_lookup_word(reply) : GW_LOOKUP_BAD;
+    if (what == GW_LOOKUP_BAD || room == NULL) {
         if (room == NULL && err == NULL) {
             gw_reply_error(&op->r, 404, "unknown_event", "no waiting room for this event", NULL);
             op_free(op);
@@ -335,7 +332,8 @@ static void on_lookup(const char *err, const cm_redis_reply_t *reply, void *arg)
         op_free(op);
         return;
     }
-    if (strcmp(what, "number") == 0) {
+    switch (what) {
+    case GW_LOOKUP_NUMBER:
         op->t.num = (uint64_t)cm_redis_reply_int(cm_redis_reply_at(reply, 1));
         op->t.iat = gw_watermark_now_ms(room) / 1000;
         if (gw_ticket_encode(srv->ticket_secret, srv->ticket_secret_len, op->event, &op->t,
@@ -346,12 +344,16 @@ static void on_lookup(const char *err, const cm_redis_reply_t *reply, void *arg)
         }
         room->opened = true;
         answer(op, room);
-    } else if (strcmp(what, "prequeue") == 0) {
+        return;
+    case GW_LOOKUP_PREQUEUE:
         room->opened = false;
         reply_prequeue(op, room);
-    } else {
+        return;
+    case GW_LOOKUP_UNKNOWN:
+    case GW_LOOKUP_BAD: /* not here: answered above */
         gw_reply_error(&op->r, 404, "unknown_event", "no waiting room for this event", NULL);
         op_free(op);
+        return;
     }
 }
 
@@ -396,7 +398,7 @@ static void on_proof(gw_dpop_result_t res, void *arg)
         gw_reply_unavailable(&op->r, "checking the DPoP proof", cm_err_closed);
         op_free(op);
     } else if (op->page) { /* at the front; the page's script polls with a fresh proof */
-        reply_page(op, room, "queued", 1, 0, op->r.srv->cfg.poll_min_ms);
+        reply_page(op, room, GW_PAGE_QUEUED, 1, 0, op->r.srv->cfg.poll_min_ms);
     } else {
         gw_reply_error(&op->r, 401, res == GW_DPOP_MISSING ? "proof_required" : "invalid_proof",
                        gw_dpop_result_message(res),
@@ -413,7 +415,7 @@ static void prove(place_op_t *op, gw_room_t *room)
     size_t len = 0;
     const char *proof = gw_dpop_of_request(op->r.req, op->page, buf, sizeof(buf), &len);
     if (op->page && proof == NULL) {
-        reply_page(op, room, "queued", 1, 0, op->r.srv->cfg.poll_min_ms);
+        reply_page(op, room, GW_PAGE_QUEUED, 1, 0, op->r.srv->cfg.poll_min_ms);
         return;
     }
     gw_dpop_check(op->r.srv, op->r.req, op->event, proof, len, &op->t, on_proof, op);
@@ -422,11 +424,11 @@ static void prove(place_op_t *op, gw_room_t *room)
 static void answer(place_op_t *op, gw_room_t *room)
 {
     if (op->fresh) {
-        const char *state = "new";
+        gw_page_state_t state = GW_PAGE_NEW;
         if (room->s.sold_out)
-            state = "sold_out";
+            state = GW_PAGE_SOLD_OUT;
         else if (room->s.closes_at > 0 && gw_watermark_now_ms(room) >= room->s.closes_at)
-            state = "closed";
+            state = GW_PAGE_CLOSED;
         reply_page(op, room, state, -1, -1, op->r.srv->cfg.poll_min_ms);
         return;
     }
@@ -457,7 +459,7 @@ static void answer(place_op_t *op, gw_room_t *room)
     }
     if (op->page && (room->s.sold_out ||
                      (room->s.closes_at > 0 && gw_watermark_now_ms(room) >= room->s.closes_at))) {
-        reply_page(op, room, room->s.sold_out ? "sold_out" : "closed", -1, -1,
+        reply_page(op, room, room->s.sold_out ? GW_PAGE_SOLD_OUT : GW_PAGE_CLOSED, -1, -1,
                    op->r.srv->cfg.poll_max_ms);
         return;
     }
@@ -533,16 +535,14 @@ static void see_page(place_op_t *op)
 static bool join_result(const char *err, const cm_redis_reply_t *reply, gw_join_result_t *res)
 {
     memset(res, 0, sizeof(*res));
-    if (err == NULL && cm_redis_reply_type(reply) == CM_REDIS_ARRAY &&
-        cm_redis_reply_count(reply) >= 1)
-        res->what = cm_redis_reply_str(cm_redis_reply_at(reply, 0), NULL);
-    if (res->what == NULL) {
+    res->what = err == NULL ? gw_lua_join_word(reply) : GW_JOIN_BAD;
+    if (res->what == GW_JOIN_BAD) {
         if (err == NULL && cm_redis_reply_type(reply) == CM_REDIS_ERROR)
             cm_log(CM_LOG_WARN, "join: %s", cm_redis_reply_str(reply, NULL));
         return false;
     }
     const cm_redis_reply_t *second = cm_redis_reply_at(reply, 1);
-    if (strcmp(res->what, "queued") == 0 || strcmp(res->what, "prequeue") == 0) {
+    if (res->what == GW_JOIN_QUEUED || res->what == GW_JOIN_PREQUEUE) {
         res->gen = second ? cm_redis_reply_str(second, NULL) : NULL;
         res->num =
             cm_redis_reply_count(reply) >= 4 ? cm_redis_reply_int(cm_redis_reply_at(reply, 2)) : 0;
@@ -565,6 +565,62 @@ static void on_join(const char *err, const cm_redis_reply_t *reply, void *arg)
         join_done(arg, err ? err : cm_err_protocol, NULL);
 }
 
+/* A new place Redis gave op: its ticket, then the answer. Frees op (or hands it on). */
+static void placed(place_op_t *op, const gw_join_result_t *res)
+{
+    gw_server_t *srv = op->r.srv;
+    if (res->gen == NULL || gw_settings_gen_parse(res->gen, &op->t.gen) != 0) {
+        gw_reply_unavailable(&op->r, "joining the queue", cm_err_protocol);
+        op_free(op);
+        return;
+    }
+    op->t.num = (uint64_t)res->num;
+    op->t.iat = res->now_ms / 1000;
+    op->t.bound = op->keyed;
+    memcpy(op->t.jkt, op->jkt, sizeof(op->jkt));
+    if (gw_ticket_encode(srv->ticket_secret, srv->ticket_secret_len, op->event, &op->t, op->ticket,
+                         sizeof(op->ticket)) == 0) {
+        gw_reply_unavailable(&op->r, "issuing a ticket", cm_err_protocol);
+        op_free(op);
+        return;
+    }
+    cm_counter_inc(srv->m.joins);
+    if (op->proof.id[0])
+        gw_pow_count_join(srv->pow, cm_time_mono_ns() / 1000000);
+    if (op->form) {
+        see_page(op);
+        return;
+    }
+    op->code = 201;
+    /* A prequeue ticket whose room has just opened must not be looked up before the
+     * join has even been answered: report the pre-queue; the next poll exchanges it. */
+    op->looked_up = op->t.num == 0;
+    answer_with_room(op);
+}
+
+/* The API's answer to a join that took no place: sold out, closed, not open yet, the
+ * pre-queue full (with when to come back). Frees op. */
+static void refuse(place_op_t *op, const gw_join_result_t *res)
+{
+    char when[32] = "";
+    int64_t v = 0;
+    if (res->at && cm_parse_i64(res->at, 0, INT64_MAX, &v) == 0 &&
+        (v > 0 || res->what == GW_JOIN_NOT_OPEN))
+        cm_format_rfc3339(v, when, sizeof(when));
+    if (res->what == GW_JOIN_SOLD_OUT)
+        gw_reply_error(&op->r, 410, "sold_out", "this event is sold out", NULL);
+    else if (res->what == GW_JOIN_CLOSED)
+        gw_reply_error(&op->r, 410, "closed", "this waiting room is closed", NULL);
+    else if (res->what == GW_JOIN_PREQUEUE_FULL)
+        gw_reply_error(&op->r, 409, "prequeue_full",
+                       "the pre-queue is full; join again once the waiting room opens",
+                       json_pack("{s:s}", "opens_at", when));
+    else
+        gw_reply_error(&op->r, 409, "not_open", "the waiting room does not accept fans yet",
+                       json_pack("{s:s}", "prequeue_at", when));
+    op_free(op);
+}
+
 /* A join's answer once Redis decided (join.lua alone, or its batch's join_batch.lua). */
 static void join_done(void *arg, const char *err, const gw_join_result_t *res)
 {
@@ -575,75 +631,35 @@ static void join_done(void *arg, const char *err, const gw_join_result_t *res)
         op_free(op);
         return;
     }
-    const char *what = res->what;
-    if (strcmp(what, "queued") == 0 || strcmp(what, "prequeue") == 0) {
-        if (res->gen == NULL || gw_settings_gen_parse(res->gen, &op->t.gen) != 0) {
-            gw_reply_unavailable(&op->r, "joining the queue", cm_err_protocol);
-            op_free(op);
-            return;
-        }
-        op->t.num = (uint64_t)res->num;
-        op->t.iat = res->now_ms / 1000;
-        op->t.bound = op->keyed;
-        memcpy(op->t.jkt, op->jkt, sizeof(op->jkt));
-        if (gw_ticket_encode(srv->ticket_secret, srv->ticket_secret_len, op->event, &op->t,
-                             op->ticket, sizeof(op->ticket)) == 0) {
-            gw_reply_unavailable(&op->r, "issuing a ticket", cm_err_protocol);
-            op_free(op);
-            return;
-        }
-        cm_counter_inc(srv->m.joins);
-        if (op->proof.id[0])
-            gw_pow_count_join(srv->pow, cm_time_mono_ns() / 1000000);
-        if (op->form) {
-            see_page(op);
-            return;
-        }
-        op->code = 201;
-        /* A prequeue ticket whose room has just opened must not be looked up before the
-         * join has even been answered: report the pre-queue; the next poll exchanges it. */
-        op->looked_up = op->t.num == 0;
-        answer_with_room(op);
+    switch (res->what) {
+    case GW_JOIN_QUEUED:
+    case GW_JOIN_PREQUEUE:
+        placed(op, res);
         return;
-    }
-    if (strcmp(what, "replayed") == 0) {
+    case GW_JOIN_REPLAYED:
         refuse_proof(op, 409, "pow_replayed", "this proof of work placed a fan already");
         return;
-    }
-    if (op->page && strcmp(what, "unknown") != 0) {
-        /* sold out, closed, not open yet: the page says so (no place was taken) */
-        const char *state = strcmp(what, "sold_out") == 0 ? "sold_out"
-                            : strcmp(what, "closed") == 0 ? "closed"
-                                                          : "new";
-        op->fresh = true;
-        reply_page(op, gw_watermark_room(srv, op->event), state, -1, -1, srv->cfg.poll_max_ms);
+    case GW_JOIN_SOLD_OUT:
+    case GW_JOIN_CLOSED:
+    case GW_JOIN_NOT_OPEN:
+    case GW_JOIN_PREQUEUE_FULL:
+        if (op->page) { /* the page says so (no place was taken) */
+            op->fresh = true;
+            reply_page(op, gw_watermark_room(srv, op->event),
+                       res->what == GW_JOIN_SOLD_OUT ? GW_PAGE_SOLD_OUT
+                       : res->what == GW_JOIN_CLOSED ? GW_PAGE_CLOSED
+                                                     : GW_PAGE_NEW,
+                       -1, -1, srv->cfg.poll_max_ms);
+            return;
+        }
+        refuse(op, res);
         return;
-    }
-    if (strcmp(what, "unknown") == 0) {
+    case GW_JOIN_UNKNOWN:
         gw_reply_error(&op->r, 404, "unknown_event", "no waiting room for this event", NULL);
-    } else if (strcmp(what, "sold_out") == 0) {
-        gw_reply_error(&op->r, 410, "sold_out", "this event is sold out", NULL);
-    } else if (strcmp(what, "closed") == 0) {
-        gw_reply_error(&op->r, 410, "closed", "this waiting room is closed", NULL);
-    } else if (strcmp(what, "prequeue_full") == 0) {
-        char when[32] = "";
-        const char *ms = res->at;
-        int64_t v = 0;
-        if (ms && cm_parse_i64(ms, 0, INT64_MAX, &v) == 0 && v > 0)
-            cm_format_rfc3339(v, when, sizeof(when));
-        gw_reply_error(&op->r, 409, "prequeue_full",
-                       "the pre-queue is full; join again once the waiting room opens",
-                       json_pack("{s:s}", "opens_at", when));
-    } else if (strcmp(what, "not_open") == 0) {
-        char when[32] = "";
-        const char *ms = res->at;
-        int64_t v = 0;
-        if (ms && cm_parse_i64(ms, 0, INT64_MAX, &v) == 0)
-            cm_format_rfc3339(v, when, sizeof(when));
-        gw_reply_error(&op->r, 409, "not_open", "the waiting room does not accept fans yet",
-                       json_pack("{s:s}", "prequeue_at", when));
-    } else {
+        break;
+    case GW_JOIN_BAD:
         gw_reply_unavailable(&op->r, "joining the queue", cm_err_protocol);
+        break;
     }
     op_free(op);
 }
@@ -872,7 +888,8 @@ static void take_place(place_op_t *op)
         cm_counter_inc(srv->m.rate_limited);
         if (op->page) { /* the page's script retries the join and sees the 429 itself */
             op->fresh = true;
-            reply_page(op, gw_watermark_room(srv, op->event), "new", -1, -1, (int64_t)wait * 1000);
+            reply_page(op, gw_watermark_room(srv, op->event), GW_PAGE_NEW, -1, -1,
+                       (int64_t)wait * 1000);
             return;
         }
         char ra[16];

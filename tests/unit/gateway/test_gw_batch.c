@@ -86,7 +86,7 @@ static void on_fan(void *arg, const char *err, const gw_join_result_t *res)
     fixture_t *f = c->f;
     f->err[c->i] = err;
     if (res != NULL) {
-        snprintf(f->what[c->i], sizeof(f->what[c->i]), "%s", res->what);
+        snprintf(f->what[c->i], sizeof(f->what[c->i]), "%s", gw_lua_join_name(res->what));
         f->num[c->i] = res->num;
     }
     f->done++;

@@ -70,7 +70,7 @@ static void test_queued(void **s)
 {
     (void)s;
     gw_page_info_t in = {.event = "e1",
-                         .state = "queued",
+                         .state = GW_PAGE_QUEUED,
                          .position = 1234,
                          .queue_size = 50210,
                          .eta_seconds = 62,
@@ -99,7 +99,8 @@ static void test_progress_baseline(void **s)
 {
     (void)s;
     /* first visit: the baseline is the current position, progress 0 */
-    gw_page_info_t in = {.event = "e1", .state = "queued", .position = 500, .queue_size = 900};
+    gw_page_info_t in = {
+        .event = "e1", .state = GW_PAGE_QUEUED, .position = 500, .queue_size = 900};
     char *html = render(&in);
     assert_has(html, "aria-valuenow=\"0\"");
     assert_has(html, "data-from=\"500\"");
@@ -122,7 +123,7 @@ static void test_escaping(void **s)
 {
     (void)s;
     gw_page_info_t in = {.event = "<script>alert(\"x\")</script>&'",
-                         .state = "queued",
+                         .state = GW_PAGE_QUEUED,
                          .position = 1,
                          .queue_size = 1,
                          .eta_seconds = 0,
@@ -134,7 +135,7 @@ static void test_escaping(void **s)
     free(html);
 
     gw_page_info_t adm = {.event = "e1",
-                          .state = "admitted",
+                          .state = GW_PAGE_ADMITTED,
                           .admission_token = "a.b\"<c",
                           .redirect_url = "https://shop.example/buy?x=1&y=\"2\""};
     html = render(&adm);
@@ -161,7 +162,7 @@ static void test_admitted(void **s)
 {
     (void)s;
     gw_page_info_t in = {.event = "e1",
-                         .state = "admitted",
+                         .state = GW_PAGE_ADMITTED,
                          .admission_token = "eyJ.eyJ.sig",
                          .redirect_url = "https://shop.example/checkout"};
     char *html = render(&in);
@@ -197,11 +198,11 @@ static void test_admitted(void **s)
     assert_has(csp, "form-action https://shop.example:8443");
     assert_lacks(csp, "checkout");
     free(csp);
-    in.state = "queued";
+    in.state = GW_PAGE_QUEUED;
     csp = gw_page_csp(&in); /* only the admitted page may post anywhere */
     assert_has(csp, "form-action 'none'");
     free(csp);
-    in.state = "admitted";
+    in.state = GW_PAGE_ADMITTED;
     in.handoff_post = false;
     in.redirect_url = "https://shop.example/checkout";
 
@@ -255,7 +256,8 @@ static int assert_elements_hashed(const char *html, const char *csp, const char 
 static void test_csp_hashes(void **s)
 {
     (void)s;
-    static const char *const states[] = {"new", "queued", "prequeue", "admitted", "sold_out"};
+    static const gw_page_state_t states[] = {GW_PAGE_NEW, GW_PAGE_QUEUED, GW_PAGE_PREQUEUE,
+                                             GW_PAGE_ADMITTED, GW_PAGE_SOLD_OUT};
     for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++) {
         gw_page_info_t in = {.event = "e1",
                              .state = states[i],
@@ -321,7 +323,7 @@ static void test_prequeue(void **s)
 {
     (void)s;
     gw_page_info_t in = {.event = "e1",
-                         .state = "prequeue",
+                         .state = GW_PAGE_PREQUEUE,
                          .position = -1,
                          .queue_size = -1,
                          .eta_seconds = -1,
@@ -345,7 +347,7 @@ static void test_prequeue(void **s)
 static void test_terminal_and_unknown(void **s)
 {
     (void)s;
-    gw_page_info_t in = {.event = "e1", .state = "sold_out"};
+    gw_page_info_t in = {.event = "e1", .state = GW_PAGE_SOLD_OUT};
     char *html = render(&in);
     assert_only_visible(html, "sold_out");
     assert_has(html, "<h1 id=\"title\">Sold out</h1>");
@@ -353,14 +355,14 @@ static void test_terminal_and_unknown(void **s)
     assert_has(html, "<p hidden>JavaScript is off");
     free(html);
 
-    in.state = "closed";
+    in.state = GW_PAGE_CLOSED;
     html = render(&in);
     assert_only_visible(html, "closed");
     free(html);
 
-    /* unknown or NULL state: the page starts as "new" and the script joins; without
+    /* a state outside the enum: the page starts as "new" and the script joins; without
      * JavaScript it does not reload (a GET takes no place) but offers its join form */
-    in.state = "bogus";
+    in.state = (gw_page_state_t)99;
     html = render(&in);
     assert_only_visible(html, "new");
     assert_has(html, "data-state=\"new\"");
@@ -368,7 +370,7 @@ static void test_terminal_and_unknown(void **s)
     assert_has(html, "<p hidden>JavaScript is off");
     assert_has(html, "<form method=\"post\" action=\"/q/e1/join\">");
     free(html);
-    in.state = "queued";
+    in.state = GW_PAGE_QUEUED;
     in.position = 9;
     in.queue_size = 4; /* sampled before this fan joined */
     in.poll_after_ms = 800;
@@ -376,7 +378,7 @@ static void test_terminal_and_unknown(void **s)
     assert_has(html, "<dd id=\"queue-size\">9</dd>");
     assert_has(html, "reloads by itself every second.");
     free(html);
-    in.state = NULL;
+    in.state = GW_PAGE_NEW;
     in.event = NULL;
     html = render(&in);
     assert_only_visible(html, "new");
@@ -404,7 +406,7 @@ static void test_eta_and_refresh_bounds(void **s)
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         gw_page_info_t in = {.event = "e1",
-                             .state = "queued",
+                             .state = GW_PAGE_QUEUED,
                              .position = 7,
                              .queue_size = 7,
                              .eta_seconds = cases[i].eta,
@@ -416,7 +418,7 @@ static void test_eta_and_refresh_bounds(void **s)
         free(html);
     }
     gw_page_info_t big = {.event = "e1",
-                          .state = "queued",
+                          .state = GW_PAGE_QUEUED,
                           .position = 1000000,
                           .queue_size = 1234567890,
                           .poll_after_ms = INT64_MAX};
@@ -556,7 +558,7 @@ static void test_pow(void **s)
 {
     (void)s;
     gw_page_info_t in = {.event = "e1",
-                         .state = "new",
+                         .state = GW_PAGE_NEW,
                          .position = -1,
                          .queue_size = -1,
                          .eta_seconds = -1,
