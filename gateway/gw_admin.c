@@ -18,7 +18,7 @@
 #include "cm_time.h"
 #include "cm_tls.h"
 #include "gw_dpop.h"
-#include "gw_keys.h"
+#include "gw_rediskeys.h"
 #include "gw_history.h"
 #include "gw_lua.h"
 #include "gw_pow.h"
@@ -213,9 +213,9 @@ void gw_admin_event_write(gw_server_t *srv, cm_req_t *req, const char *event, bo
     cm_tls_random(&g, sizeof(g));
     g = (g >> 11) | 1; /* 53 bits: exact in Lua numbers and JSON; never 0 */
     gw_settings_gen_text(g, gen);
-    gw_keys_t keys;
+    gw_rediskeys_t keys;
     const char *argv[GW_K_COUNT + 2 + 2 * GW_SETTINGS_MAX_FIELDS];
-    int argc = gw_keys_argv(event, &keys, argv);
+    int argc = gw_rediskeys_argv(event, &keys, argv);
     argv[argc++] = partial ? "patch" : "put";
     argv[argc++] = gen;
     for (int i = 0; i < n; i++) {
@@ -256,9 +256,9 @@ static void on_deleted(const char *err, const cm_redis_reply_t *reply, void *arg
 static void on_unlisted(const char *err, const cm_redis_reply_t *reply, void *arg)
 {
     admin_op_t *op = arg;
-    gw_keys_t keys;
+    gw_rediskeys_t keys;
     const char *argv[GW_K_COUNT];
-    int argc = gw_keys_argv(op->event, &keys, argv);
+    int argc = gw_rediskeys_argv(op->event, &keys, argv);
     if (err != NULL || cm_redis_eval(op->r.srv->redis, gw_lua()->remove, on_deleted, op, GW_K_COUNT,
                                      argc, argv, NULL) != 0) {
         gw_reply_unavailable(&op->r, "deleting the waiting room", err ? err : cm_err_closed);

@@ -24,7 +24,7 @@
 #include "cm_text.h"
 #include "cm_time.h"
 #include "cm_tls.h"
-#include "gw_keys.h"
+#include "gw_rediskeys.h"
 #include "gw_lua.h"
 #include "gw_page.h"
 #include "gw_queue.h"
@@ -263,7 +263,7 @@ static void op_free(admit_op_t *op)
 }
 
 /* The token record's key: "os:{<event>}:tk:<hex sha256 of the token>" — the reserve's
- * RSV_K_TOKEN (reserve/rsv_keys.h, reserve/lua/prelude.lua), in the event's hash slot so
+ * RSV_K_TOKEN (reserve/rsv_rediskeys.h, reserve/lua/prelude.lua), in the event's hash slot so
  * the reserve's hold script can read it under Redis Cluster. */
 #define TOKEN_RECORD_KIND "tk:"
 
@@ -445,9 +445,9 @@ void gw_admit_serve(gw_req_t *r, gw_room_t *room, const gw_ticket_t *ticket,
     snprintf(op->ticket, sizeof(op->ticket), "%s", ticket_text);
     char gen[21], num[24], jti[33];
     unsigned char raw[16];
-    gw_keys_t keys;
+    gw_rediskeys_t keys;
     const char *argv[GW_K_COUNT + 4];
-    int argc = gw_keys_argv(room->event, &keys, argv);
+    int argc = gw_rediskeys_argv(room->event, &keys, argv);
     gw_settings_gen_text(room->s.gen, gen);
     snprintf(num, sizeof(num), "%" PRIu64, t->num);
     cm_tls_random(raw, sizeof(raw));

@@ -285,7 +285,7 @@ static int push_proofs(gw_batch_t *b, const batch_t *batch, int m, int argc)
 
 static void send_batch(gw_batch_t *b, batch_t *batch, slot_t *s)
 {
-    int argc = gw_keys_cached(batch->event, b->argv, b->argvlen);
+    int argc = gw_rediskeys_cached(batch->event, b->argv, b->argvlen);
     int m = push_sets(b, batch, &argc), nkeys = argc, p = 0;
     for (int i = 0; i < batch->n; i++)
         p += b->set_of[i] != 0;

@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #include "cm_redis.h"
-#include "gw_keys.h"
+#include "gw_rediskeys.h"
 #include "gw_lua.h"
 #include "gw_pow.h"
 #include "gw_ticket.h"

@@ -25,7 +25,7 @@
 #include "gw_admit.h"
 #include "gw_batch.h"
 #include "gw_dpop.h"
-#include "gw_keys.h"
+#include "gw_rediskeys.h"
 #include "gw_limit.h"
 #include "gw_lua.h"
 #include "gw_page.h"
@@ -362,7 +362,7 @@ static void lookup_number(place_op_t *op)
     char score[24];
     const char *argv[GW_K_COUNT + 2];
     size_t argvlen[GW_K_COUNT + 2];
-    int argc = gw_keys_cached(op->event, argv, argvlen);
+    int argc = gw_rediskeys_cached(op->event, argv, argvlen);
     argvlen[argc] = strlen(op->t.visitor);
     argv[argc++] = op->t.visitor;
     argvlen[argc] = random_score(score);
@@ -914,7 +914,7 @@ static void take_place(place_op_t *op)
     char score[24], used[GW_KEY_MAX + GW_POW_ID_LEN + 8], ttl[24];
     const char *argv[GW_K_COUNT + 5];
     size_t argvlen[GW_K_COUNT + 5];
-    int argc = gw_keys_cached(op->event, argv, argvlen), nkeys = GW_K_COUNT;
+    int argc = gw_rediskeys_cached(op->event, argv, argvlen), nkeys = GW_K_COUNT;
     if (op->proof.id[0]) /* KEYS[12]: the proof's used-mark (join.lua) */
         argc = proof_key(op, argv, argvlen, argc, used, sizeof(used), ttl, &nkeys);
     argvlen[argc] = GW_VISITOR_LEN;

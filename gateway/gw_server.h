@@ -162,6 +162,6 @@ void gw_routes_admin(cm_req_t *req, void *arg);
 /** The admin bearer token check (constant time). True when it matches. */
 bool gw_admin_authorized(gw_server_t *srv, cm_req_t *req);
 
-#include "gw_keys.h" /* the Redis key schema (GW_ROOMS_KEY, each room's keys) */
+#include "gw_rediskeys.h" /* the Redis key schema (GW_ROOMS_KEY, each room's keys) */
 
 #endif

@@ -20,7 +20,7 @@
 #include "cm_log.h"
 #include "cm_mem.h"
 #include "cm_time.h"
-#include "gw_keys.h"
+#include "gw_rediskeys.h"
 #include "gw_lua.h"
 #include "gw_server.h"
 
@@ -633,8 +633,8 @@ void gw_watermark_refresh(gw_server_t *srv, const char *event, gw_room_cb cb, vo
     gw_room_t *r = find(srv->rooms, event);
     size_t npairs = r && r->s.gen != 0 ? r->ncfg_raw : 0;
     const char **argv = cm_xcalloc(GW_K_COUNT + RESTORE_ARGS + npairs, sizeof(char *));
-    gw_keys_t keys;
-    int argc = gw_keys_argv(event, &keys, argv);
+    gw_rediskeys_t keys;
+    int argc = gw_rediskeys_argv(event, &keys, argv);
     char gen[21] = "", wm[24] = "0", n[24] = "0", claimed[24] = "0", jump[24] = "0";
     if (npairs > 0) {
         gw_settings_gen_text(r->s.gen, gen);

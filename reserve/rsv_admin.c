@@ -23,7 +23,7 @@
 #include "cm_time.h"
 #include "rsv_avail.h"
 #include "rsv_catalog.h"
-#include "rsv_keys.h"
+#include "rsv_rediskeys.h"
 #include "rsv_server.h"
 
 /* What onsale_event_put did (deploy/sql/functions.sql), named as the API answers it. */

@@ -19,7 +19,7 @@
 #include "cm_mem.h"
 #include "cm_time.h"
 #include "cm_tls.h"
-#include "rsv_keys.h"
+#include "rsv_rediskeys.h"
 #include "rsv_lua.h"
 #include "rsv_server.h"
 

@@ -29,7 +29,7 @@
 #include "rsv_auth.h"
 #include "rsv_avail.h"
 #include "rsv_catalog.h"
-#include "rsv_keys.h"
+#include "rsv_rediskeys.h"
 #include "rsv_lua.h"
 #include "rsv_server.h"
 

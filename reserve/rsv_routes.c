@@ -12,7 +12,7 @@
 #include "cm_drain.h"
 #include "cm_mem.h"
 #include "cm_parse.h"
-#include "rsv_active.h"
+#include "rsv_done.h"
 #include "rsv_admin.h"
 #include "rsv_avail.h"
 #include "rsv_checkout.h"
@@ -91,7 +91,7 @@ static void route_events(rsv_server_t *srv, cm_req_t *req, char **seg, int n)
             reply_simple(srv, req, RSV_EP_OTHER, 405, "method_not_allowed", "use POST");
     } else if (strcmp(seg[3], "done") == 0) {
         if (method_is(req, CM_HTTP_POST))
-            rsv_active_done(srv, req, seg[2]);
+            rsv_done_handle(srv, req, seg[2]);
         else
             reply_simple(srv, req, RSV_EP_OTHER, 405, "method_not_allowed", "use POST");
     } else if (strcmp(seg[3], "availability") == 0 || strcmp(seg[3], "seats") == 0) {

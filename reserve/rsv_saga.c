@@ -15,7 +15,7 @@
 #include "cm_log.h"
 #include "cm_mem.h"
 #include "cm_time.h"
-#include "rsv_keys.h"
+#include "rsv_rediskeys.h"
 #include "rsv_server.h"
 
 /* --- driving a checkout ------------------------------------------------------------------

@@ -58,8 +58,8 @@ pw_sha256() {
 REDIS_SERVICE_COMMANDS='-@all +@read +@write +@scripting +@connection -@dangerous -function -script|flush -script|kill +time +cluster|shards +asking'
 
 # The ACL lines of every Redis of the stack (single or cluster node), passwords as their
-# SHA-256 only (docs/operations.md, "Redis users"; the key schema: gateway/gw_keys.c,
-# reserve/rsv_keys.h):
+# SHA-256 only (docs/operations.md, "Redis users"; the key schema: gateway/gw_rediskeys.c,
+# reserve/rsv_rediskeys.h):
 #   $REDIS_USER          everything: this script, tests, tools, replication, --cluster
 #   $REDIS_GATEWAY_USER  its waiting rooms (os:{e}:q:*, os:gateway:*), the active set,
 #                        and token records write-only: never a hold, seat or pool key

@@ -1,7 +1,7 @@
 -- Shared by every gateway script (prepended at load time).
 --
 -- Every key a script touches is declared in KEYS, the same eleven keys in the same order
--- for every script (gw_keys.h builds them), all with the {event} hash tag, so one event
+-- for every script (gw_rediskeys.h builds them), all with the {event} hash tag, so one event
 -- lives in one hash slot and each script stays atomic under Redis Cluster too:
 --   K.cfg    'os:{e}:q:cfg'   hash: the waiting room's settings (docs/api.md names; times in
 --                             epoch ms) plus gen (random id of this room's life),

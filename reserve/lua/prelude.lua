@@ -1,5 +1,5 @@
 -- Shared by every reserve script (prepended at load time). Every key a script touches
--- is declared in KEYS by the caller (reserve/rsv_keys.h names them), all under the
+-- is declared in KEYS by the caller (reserve/rsv_rediskeys.h names them), all under the
 -- event's hash tag 'os:{<event>}:', so one Redis Cluster slot holds an event and each
 -- script stays atomic there:
 --   seed            present once the event's counters and sold seats are loaded

@@ -43,7 +43,7 @@ import stack
 from stack import HOST, Client, wait_for
 
 READY_TIMEOUT = 30
-ROOMS_KEY = "os:gateway:rooms"  # gateway/gw_keys.h GW_ROOMS_KEY
+ROOMS_KEY = "os:gateway:rooms"  # gateway/gw_rediskeys.h GW_ROOMS_KEY
 _CURRENT = None
 
 # What the tests' gateways run with (every key of deploy/gateway.conf.example that the

@@ -14,7 +14,7 @@ SOURCE = stack._env_dir("ONSALE_SOURCE_DIR",
                         os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 LUA = os.path.join(SOURCE, "gateway", "lua")
 KEY_SUFFIXES = ["q:cfg", "q:n", "q:st", "q:wb", "q:pre", "q:pl", "q:cb", "q:sb", "q:adm",
-                "q:gone", "active"]  # gw_keys.h order
+                "q:gone", "active"]  # gw_rediskeys.h order
 _REDIS = {}
 
 

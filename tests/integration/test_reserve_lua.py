@@ -40,7 +40,7 @@ def s(v):
 
 
 class Event:
-    """One event's keys (rsv_keys.h layout under the test prefix)."""
+    """One event's keys (rsv_rediskeys.h layout under the test prefix)."""
 
     def __init__(self, r):
         self.r = r

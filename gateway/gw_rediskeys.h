@@ -1,5 +1,5 @@
 /*
- * gw_keys — the Redis key schema of one waiting room, as the gateway's scripts see it.
+ * gw_rediskeys — the Redis key schema of one waiting room, as the gateway's scripts see it.
  *
  * Every key a gateway script touches is passed in KEYS, always the same GW_K_COUNT keys in
  * the same order (prelude.lua names them), so a script never builds a key name itself.
@@ -7,13 +7,13 @@
  * script stays atomic under Redis Cluster. The one cross-event key, GW_ROOMS_KEY (room
  * discovery), is never touched by a script (see its comment).
  *
- * gw_keys_of writes the names by hand (no snprintf: this runs on every join and poll that
- * reaches Redis); gw_keys_cached keeps them per thread, built once per room.
+ * gw_rediskeys_of writes the names by hand (no snprintf: this runs on every join and poll that
+ * reaches Redis); gw_rediskeys_cached keeps them per thread, built once per room.
  *
- * Pure functions (gw_keys_cached: per-thread state only), any thread.
+ * Pure functions (gw_rediskeys_cached: per-thread state only), any thread.
  */
-#ifndef GW_KEYS_H
-#define GW_KEYS_H
+#ifndef GW_REDISKEYS_H
+#define GW_REDISKEYS_H
 
 #include <stddef.h>
 
@@ -37,32 +37,32 @@ typedef enum {
 
 #define GW_KEY_MAX (CM_IDENT_MAX + 24)
 
-typedef struct gw_keys {
+typedef struct gw_rediskeys {
     char name[GW_K_COUNT][GW_KEY_MAX];
     size_t len[GW_K_COUNT]; /* strlen(name[i]) */
-} gw_keys_t;
+} gw_rediskeys_t;
 
 /**
  * Fills k with every key of event's room ("os:{<event>}:q:cfg", …, "os:{<event>}:active").
  * event is an identifier (at most CM_IDENT_MAX bytes; a longer one is cut there).
  */
-void gw_keys_of(const char *event, gw_keys_t *k);
+void gw_rediskeys_of(const char *event, gw_rediskeys_t *k);
 
 /**
  * Writes the keys of event into argv[0 .. GW_K_COUNT-1] (pointing into k, which must
  * outlive argv's use); returns GW_K_COUNT, the nkeys of cm_redis_eval.
  */
-int gw_keys_argv(const char *event, gw_keys_t *k, const char **argv);
+int gw_rediskeys_argv(const char *event, gw_rediskeys_t *k, const char **argv);
 
-/** How many rooms' keys each thread keeps (gw_keys_cached); past that the oldest goes. */
+/** How many rooms' keys each thread keeps (gw_rediskeys_cached); past that the oldest goes. */
 #define GW_KEYS_CACHED 8
 
 /**
- * Like gw_keys_argv, with the lengths (argvlen[0 .. GW_K_COUNT-1]), from this thread's
+ * Like gw_rediskeys_argv, with the lengths (argvlen[0 .. GW_K_COUNT-1]), from this thread's
  * cache: the names are built on a room's first call only. argv points into the cache:
- * use it before this thread's next gw_keys_cached call (cm_redis_eval copies it).
+ * use it before this thread's next gw_rediskeys_cached call (cm_redis_eval copies it).
  */
-int gw_keys_cached(const char *event, const char **argv, size_t *argvlen);
+int gw_rediskeys_cached(const char *event, const char **argv, size_t *argvlen);
 
 /**
  * The Redis set listing every waiting room: discovery only, so a gateway learns rooms

@@ -1,7 +1,7 @@
 /*
- * rsv_keys — see rsv_keys.h.
+ * rsv_rediskeys — see rsv_rediskeys.h.
  */
-#include "rsv_keys.h"
+#include "rsv_rediskeys.h"
 
 #include <string.h>
 

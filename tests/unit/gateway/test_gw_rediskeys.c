@@ -1,5 +1,5 @@
 /*
- * Unit tests for gateway/gw_keys.c: every key name byte for byte (as the snprintf it
+ * Unit tests for gateway/gw_rediskeys.c: every key name byte for byte (as the snprintf it
  * replaced wrote them, for the shortest and the longest event id), the lengths, and the
  * per-thread cache (the same names on a hit, other rooms' names after a round of misses).
  */
@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "gw_keys.h"
+#include "gw_rediskeys.h"
 
 static const char *const suffix[GW_K_COUNT] = {
     "q:cfg", "q:n", "q:st", "q:wb", "q:pre", "q:pl", "q:cb", "q:sb", "q:adm", "q:gone", "active",
@@ -38,9 +38,9 @@ static void test_names_byte_for_byte(void **state)
     longest[CM_IDENT_MAX] = '\0';
     const char *events[] = {"e", "tour-2027_night.1", longest};
     for (size_t e = 0; e < sizeof(events) / sizeof(events[0]); e++) {
-        gw_keys_t k;
+        gw_rediskeys_t k;
         const char *argv[GW_K_COUNT];
-        assert_int_equal(gw_keys_argv(events[e], &k, argv), GW_K_COUNT);
+        assert_int_equal(gw_rediskeys_argv(events[e], &k, argv), GW_K_COUNT);
         assert_keys_of(events[e], argv, k.len);
         assert_int_equal(k.len[GW_K_ACTIVE], 4 + strlen(events[e]) + 2 + 6);
         assert_true(k.len[GW_K_GONE] < GW_KEY_MAX); /* the NUL fits too */
@@ -52,25 +52,25 @@ static void test_cache_hits_and_misses(void **state)
     (void)state;
     const char *argv[GW_K_COUNT];
     size_t argvlen[GW_K_COUNT];
-    assert_int_equal(gw_keys_cached("alpha", argv, argvlen), GW_K_COUNT);
+    assert_int_equal(gw_rediskeys_cached("alpha", argv, argvlen), GW_K_COUNT);
     assert_keys_of("alpha", argv, argvlen);
     const char *first = argv[0];
-    assert_int_equal(gw_keys_cached("alpha", argv, argvlen), GW_K_COUNT);
+    assert_int_equal(gw_rediskeys_cached("alpha", argv, argvlen), GW_K_COUNT);
     assert_ptr_equal(argv[0], first); /* a hit: the same cached names */
     /* a prefix of a cached id, and an id a cached one is a prefix of, are other rooms */
-    gw_keys_cached("alph", argv, argvlen);
+    gw_rediskeys_cached("alph", argv, argvlen);
     assert_keys_of("alph", argv, argvlen);
-    gw_keys_cached("alphabet", argv, argvlen);
+    gw_rediskeys_cached("alphabet", argv, argvlen);
     assert_keys_of("alphabet", argv, argvlen);
     /* more rooms than the cache holds: each still gets its own names */
     char ev[16];
     for (int round = 0; round < 3; round++)
         for (int i = 0; i < 3 * GW_KEYS_CACHED; i++) {
             snprintf(ev, sizeof(ev), "room%d", i);
-            gw_keys_cached(ev, argv, argvlen);
+            gw_rediskeys_cached(ev, argv, argvlen);
             assert_keys_of(ev, argv, argvlen);
         }
-    gw_keys_cached("alpha", argv, argvlen);
+    gw_rediskeys_cached("alpha", argv, argvlen);
     assert_keys_of("alpha", argv, argvlen);
 }
 

@@ -1,14 +1,14 @@
 /*
- * rsv_keys — the reserve's Redis key schema, in one place (reserve/lua/prelude.lua
+ * rsv_rediskeys — the reserve's Redis key schema, in one place (reserve/lua/prelude.lua
  * describes what each key holds). Every key of an event carries the event as its hash
  * tag, "os:{<event>}:<kind>[<id>]", so a Redis Cluster slot holds a whole event and
  * each script, which gets every key it touches in KEYS, stays atomic. The gateway shares
- * the prefix and the "active" set (gateway/gw_keys.c).
+ * the prefix and the "active" set (gateway/gw_rediskeys.c).
  *
  * Pure; any thread.
  */
-#ifndef RSV_KEYS_H
-#define RSV_KEYS_H
+#ifndef RSV_REDISKEYS_H
+#define RSV_REDISKEYS_H
 
 #include <stddef.h>
 

@@ -1,5 +1,5 @@
 /*
- * rsv_active — a buyer's activity in the waiting room's max_active count.
+ * rsv_done — POST /done: a fan who is finished leaves the waiting room's max_active count.
  *
  * The gateway adds every admitted fan to the event's active set (os:{e}:active, member
  * the visitor id = the token's sub) until the admission expires; the reserve's hold
@@ -15,14 +15,14 @@
  * entry (idempotent, never counted twice). HTTP handler on the event-loop thread; one
  * asynchronous EVALSHA.
  */
-#ifndef RSV_ACTIVE_H
-#define RSV_ACTIVE_H
+#ifndef RSV_DONE_H
+#define RSV_DONE_H
 
 #include "cm_http.h"
 
 typedef struct rsv_server rsv_server_t;
 
 /** POST /v1/events/{event}/done (event already checked as an identifier). */
-void rsv_active_done(rsv_server_t *srv, cm_req_t *req, const char *event);
+void rsv_done_handle(rsv_server_t *srv, cm_req_t *req, const char *event);
 
 #endif

@@ -1,11 +1,11 @@
 /*
- * rsv_active — see rsv_active.h.
+ * rsv_done — see rsv_done.h.
  *
  * Flow: token (valid now, for this event) → reserve/lua/done.lua over the buyer's zset
  * and the active set → 200 {"event", "active", "active_until"?}. The event need not be
  * in the catalogue: the token alone says the gateway admitted this buyer to it.
  */
-#include "rsv_active.h"
+#include "rsv_done.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +16,7 @@
 #include "cm_mem.h"
 #include "cm_parse.h"
 #include "rsv_auth.h"
-#include "rsv_keys.h"
+#include "rsv_rediskeys.h"
 #include "rsv_lua.h"
 #include "rsv_server.h"
 
@@ -73,7 +73,7 @@ static void on_done_auth(rsv_auth_result_t a, const char *why, void *arg)
     }
 }
 
-void rsv_active_done(rsv_server_t *srv, cm_req_t *req, const char *event)
+void rsv_done_handle(rsv_server_t *srv, cm_req_t *req, const char *event)
 {
     done_op_t *op = cm_xcalloc(1, sizeof(*op));
     rsv_req_start(&op->r, srv, req, RSV_EP_DONE);

@@ -1,12 +1,12 @@
 /*
- * gw_keys — see gw_keys.h.
+ * gw_rediskeys — see gw_rediskeys.h.
  *
- * The names are written with memcpy: gw_keys_of ran eleven snprintf per join, the
+ * The names are written with memcpy: gw_rediskeys_of ran eleven snprintf per join, the
  * largest part of the join's formatting cost in the profile (docs/performance.md,
  * round 3). The per-thread cache needs no lock and no invalidation: a room's key names
  * depend on its event id alone.
  */
-#include "gw_keys.h"
+#include "gw_rediskeys.h"
 
 #include <string.h>
 
@@ -16,7 +16,7 @@ static const char *const suffix[GW_K_COUNT] = {
     [GW_K_ADM] = "q:adm", [GW_K_GONE] = "q:gone", [GW_K_ACTIVE] = "active",
 };
 
-void gw_keys_of(const char *event, gw_keys_t *k)
+void gw_rediskeys_of(const char *event, gw_rediskeys_t *k)
 {
     size_t elen = strnlen(event, CM_IDENT_MAX);
     for (int i = 0; i < GW_K_COUNT; i++) {
@@ -30,9 +30,9 @@ void gw_keys_of(const char *event, gw_keys_t *k)
     }
 }
 
-int gw_keys_argv(const char *event, gw_keys_t *k, const char **argv)
+int gw_rediskeys_argv(const char *event, gw_rediskeys_t *k, const char **argv)
 {
-    gw_keys_of(event, k);
+    gw_rediskeys_of(event, k);
     for (int i = 0; i < GW_K_COUNT; i++)
         argv[i] = k->name[i];
     return GW_K_COUNT;
@@ -40,13 +40,13 @@ int gw_keys_argv(const char *event, gw_keys_t *k, const char **argv)
 
 typedef struct cached {
     char event[CM_IDENT_MAX + 1]; /* "" while the slot is free */
-    gw_keys_t keys;
+    gw_rediskeys_t keys;
 } cached_t;
 
 static __thread cached_t cache[GW_KEYS_CACHED];
 static __thread unsigned next_slot; /* the slot a miss replaces: round robin */
 
-int gw_keys_cached(const char *event, const char **argv, size_t *argvlen)
+int gw_rediskeys_cached(const char *event, const char **argv, size_t *argvlen)
 {
     size_t elen = strnlen(event, CM_IDENT_MAX);
     cached_t *c = NULL;
@@ -59,7 +59,7 @@ int gw_keys_cached(const char *event, const char **argv, size_t *argvlen)
         next_slot = (next_slot + 1) % GW_KEYS_CACHED;
         memcpy(c->event, event, elen);
         c->event[elen] = '\0';
-        gw_keys_of(c->event, &c->keys);
+        gw_rediskeys_of(c->event, &c->keys);
     }
     for (int i = 0; i < GW_K_COUNT; i++) {
         argv[i] = c->keys.name[i];
