@@ -367,16 +367,12 @@ static void on_admit(const char *err, const cm_redis_reply_t *reply, void *arg)
         reply_front(&op->r, op->room, op->ticket, op->code, op->page);
         break;
     case GW_ADMIT_SOLD_OUT:
-        if (op->page)
-            reply_page(&op->r, op->room, GW_PAGE_SOLD_OUT, -1, NULL);
-        else
-            gw_reply_error(&op->r, 410, "sold_out", "this event is sold out", NULL);
-        break;
     case GW_ADMIT_CLOSED:
         if (op->page)
-            reply_page(&op->r, op->room, GW_PAGE_CLOSED, -1, NULL);
+            reply_page(&op->r, op->room,
+                       what == GW_ADMIT_SOLD_OUT ? GW_PAGE_SOLD_OUT : GW_PAGE_CLOSED, -1, NULL);
         else
-            gw_reply_error(&op->r, 410, "closed", "this waiting room is closed", NULL);
+            gw_reply_gone(&op->r, what == GW_ADMIT_SOLD_OUT);
         break;
     case GW_ADMIT_UNKNOWN:
     case GW_ADMIT_BAD: /* not here: answered above */

@@ -149,7 +149,10 @@ static void tell_each(batch_t *batch, const cm_redis_reply_t *reply, bool queued
             res.num = next++;
         else if (res.what == GW_JOIN_PREQUEUE_FULL)
             res.at = opens;
-        batch->e[i].cb(batch->e[i].arg, NULL, &res);
+        if (res.what == GW_JOIN_BAD) /* a mark join_batch.lua does not make */
+            batch->e[i].cb(batch->e[i].arg, cm_err_protocol, NULL);
+        else
+            batch->e[i].cb(batch->e[i].arg, NULL, &res);
     }
     free(batch);
 }

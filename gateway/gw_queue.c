@@ -421,14 +421,19 @@ static void prove(place_op_t *op, gw_room_t *room)
     gw_dpop_check(op->r.srv, op->r.req, op->event, proof, len, &op->t, on_proof, op);
 }
 
+/* The room takes nobody any more: sold out, or past closes_at on its clock. */
+static bool room_gone(const gw_room_t *room)
+{
+    return room->s.sold_out ||
+           (room->s.closes_at > 0 && gw_watermark_now_ms(room) >= room->s.closes_at);
+}
+
 static void answer(place_op_t *op, gw_room_t *room)
 {
     if (op->fresh) {
-        gw_page_state_t state = GW_PAGE_NEW;
-        if (room->s.sold_out)
-            state = GW_PAGE_SOLD_OUT;
-        else if (room->s.closes_at > 0 && gw_watermark_now_ms(room) >= room->s.closes_at)
-            state = GW_PAGE_CLOSED;
+        gw_page_state_t state = !room_gone(room)   ? GW_PAGE_NEW
+                                : room->s.sold_out ? GW_PAGE_SOLD_OUT
+                                                   : GW_PAGE_CLOSED;
         reply_page(op, room, state, -1, -1, op->r.srv->cfg.poll_min_ms);
         return;
     }
@@ -457,23 +462,15 @@ static void answer(place_op_t *op, gw_room_t *room)
         admit(op, room);
         return;
     }
-    if (op->page && (room->s.sold_out ||
-                     (room->s.closes_at > 0 && gw_watermark_now_ms(room) >= room->s.closes_at))) {
+    if (!room_gone(room)) {
+        reply_queued(op, room);
+    } else if (op->page) {
         reply_page(op, room, room->s.sold_out ? GW_PAGE_SOLD_OUT : GW_PAGE_CLOSED, -1, -1,
                    op->r.srv->cfg.poll_max_ms);
-        return;
-    }
-    if (room->s.sold_out) {
-        gw_reply_error(&op->r, 410, "sold_out", "this event is sold out", NULL);
+    } else {
+        gw_reply_gone(&op->r, room->s.sold_out);
         op_free(op);
-        return;
     }
-    if (room->s.closes_at > 0 && gw_watermark_now_ms(room) >= room->s.closes_at) {
-        gw_reply_error(&op->r, 410, "closed", "this waiting room is closed", NULL);
-        op_free(op);
-        return;
-    }
-    reply_queued(op, room);
 }
 
 static void on_room(const char *err, gw_room_t *room, void *arg)
@@ -607,10 +604,8 @@ static void refuse(place_op_t *op, const gw_join_result_t *res)
     if (res->at && cm_parse_i64(res->at, 0, INT64_MAX, &v) == 0 &&
         (v > 0 || res->what == GW_JOIN_NOT_OPEN))
         cm_format_rfc3339(v, when, sizeof(when));
-    if (res->what == GW_JOIN_SOLD_OUT)
-        gw_reply_error(&op->r, 410, "sold_out", "this event is sold out", NULL);
-    else if (res->what == GW_JOIN_CLOSED)
-        gw_reply_error(&op->r, 410, "closed", "this waiting room is closed", NULL);
+    if (res->what == GW_JOIN_SOLD_OUT || res->what == GW_JOIN_CLOSED)
+        gw_reply_gone(&op->r, res->what == GW_JOIN_SOLD_OUT);
     else if (res->what == GW_JOIN_PREQUEUE_FULL)
         gw_reply_error(&op->r, 409, "prequeue_full",
                        "the pre-queue is full; join again once the waiting room opens",

@@ -91,6 +91,14 @@ void gw_reply_text(gw_req_t *r, int code, const char *ctype, const char *body, s
     gw_req_replied(r);
 }
 
+void gw_reply_gone(gw_req_t *r, bool sold_out)
+{
+    if (sold_out)
+        gw_reply_error(r, 410, "sold_out", "this event is sold out", NULL);
+    else
+        gw_reply_error(r, 410, "closed", "this waiting room is closed", NULL);
+}
+
 void gw_reply_unavailable(gw_req_t *r, const char *what, const char *err)
 {
     cm_counter_inc(r->srv->m.backend_errors);

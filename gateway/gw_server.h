@@ -143,6 +143,8 @@ void gw_reply_error(gw_req_t *r, int code, const char *error, const char *messag
 void gw_reply_text(gw_req_t *r, int code, const char *ctype, const char *body, size_t len);
 /** 503 with Retry-After for a Redis/signer failure (err from the completion). */
 void gw_reply_unavailable(gw_req_t *r, const char *what, const char *err);
+/** 410 for a room that takes nobody any more: sold_out, else closed. */
+void gw_reply_gone(gw_req_t *r, bool sold_out);
 
 /**
  * Makes every other worker re-read the room from Redis (its settings changed, or it was
