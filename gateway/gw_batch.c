@@ -70,19 +70,19 @@ struct gw_batch {
     batch_t *flying;   /* every batch in flight (told when the batcher is freed) */
     const char **argv; /* scratch for one send */
     size_t *argvlen;
-    int *set_of;     /* per fan: index of its proof set among the batch's, 0: none */
+    int *set_of;     /* per fan: index of its proof's bitmap among the batch's, 0: none */
     char num[3][12]; /* n, m and p as text */
     char *fans;      /* the fans' records (GW_BATCH_FAN bytes each) */
-    char *counts;    /* per proof set: its count of proofs, 4 digits */
-    char *owners;    /* per proof, grouped by set: its fan's index (1-based), 4 digits */
+    char *counts;    /* per bitmap: its count of proofs, 4 digits */
+    char *owners;    /* per proof, grouped by bitmap: its fan's index (1-based), 4 digits */
 };
 
 /* A fan's record in join_batch.lua's ARGV: visitor id, then its score in 16 digits. */
 #define GW_BATCH_FAN   48
 #define GW_BATCH_SCORE 16
-/* the room's keys and a set per fan at most; n, m, p, a lifetime per set, the fans, the
- * counts, the owners and an id per fan */
-#define ARGV_MAX(cap) (GW_K_COUNT + 3 * (cap) + 6)
+/* the room's keys and a bitmap per fan at most; n, m, p, a lifetime per bitmap, the fans,
+ * the counts, the owners and four arguments per fan's proof */
+#define ARGV_MAX(cap) (GW_K_COUNT + 6 * (cap) + 6)
 
 gw_batch_t *gw_batch_new(struct event_base *base, cm_redis_t *redis, int64_t window_us,
                          int64_t gap_us, int cap)
@@ -211,7 +211,7 @@ static void push(gw_batch_t *b, int *argc, const char *s, size_t len)
     (*argc)++;
 }
 
-/* The proof sets of batch, distinct, as KEYS[12 ..] (fills b->set_of); their count. */
+/* The proof bitmaps of batch, distinct, as KEYS[12 ..] (fills b->set_of); their count. */
 static int push_sets(gw_batch_t *b, batch_t *batch, int *argc)
 {
     int m = 0, first = *argc;
@@ -260,9 +260,10 @@ static void digits4(char *out, int v)
         out[k] = (char)('0' + v % 10);
 }
 
-/* The proofs grouped by set, as join_batch.lua takes them: each set's count (4 digits),
- * each proof's fan (4 digits, in the order of the ids), and the ids, an argument each.
- * Returns the new argc. */
+/* The proofs grouped by bitmap, as join_batch.lua takes them: each bitmap's count (4
+ * digits), each proof's fan (4 digits, in the order of the proofs), and each proof as the
+ * four arguments of a BITFIELD subcommand, SET u1 <serial> 1, so that the script hands a
+ * bitmap's run of them to one BITFIELD as they came. Returns the new argc. */
 static int push_proofs(gw_batch_t *b, const batch_t *batch, int m, int argc)
 {
     int counted = 0, owned = 0, first = argc + 2;
@@ -272,9 +273,12 @@ static int push_proofs(gw_batch_t *b, const batch_t *batch, int m, int argc)
         for (int i = 0; i < batch->n; i++) {
             if (b->set_of[i] != j)
                 continue;
+            const char *serial = batch->e[i].fan.proof_serial;
             digits4(b->owners + 4 * owned++, i + 1);
-            b->argv[argc] = batch->e[i].fan.proof_id;
-            b->argvlen[argc++] = GW_POW_ID_LEN;
+            push(b, &argc, "SET", 3);
+            push(b, &argc, "u1", 2);
+            push(b, &argc, serial, strlen(serial));
+            push(b, &argc, "1", 1);
             cnt++;
         }
         digits4(b->counts + 4 * counted++, cnt);

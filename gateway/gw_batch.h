@@ -57,10 +57,10 @@ typedef void (*gw_batch_cb)(void *arg, const char *err, const gw_join_result_t *
 /** One fan of a batch (copied by gw_batch_add). proof_key[0] '\0': no proof of work. */
 typedef struct gw_batch_fan {
     char visitor[GW_VISITOR_LEN + 1];
-    char score[24];                   /* its random pre-queue order (decimal) */
-    char proof_id[GW_POW_ID_LEN + 1]; /* the proof's id, marked used (join.lua) */
-    char proof_key[GW_KEY_MAX + 32];  /* the set it is marked in */
-    char proof_ttl[24];               /* that set's lifetime, seconds */
+    char score[24];                                      /* its random pre-queue order (decimal) */
+    char proof_serial[12];                               /* the proof's serial (decimal) */
+    char proof_key[GW_KEY_MAX + GW_POW_ISSUER_LEN + 32]; /* the bitmap it is marked in */
+    char proof_ttl[24];                                  /* that bitmap's lifetime, seconds */
 } gw_batch_fan_t;
 
 typedef struct gw_batch gw_batch_t;

@@ -23,13 +23,13 @@
 #include "cm_tls.h"
 #include "gw_ticket.h"
 
-#define VERSION   1
-#define RAND_LEN  12
-#define MAC_LEN   16
-#define HEAD_LEN  (1 + 1 + 4 + RAND_LEN) /* version, bits, expires, random */
-#define RAW_LEN   (HEAD_LEN + MAC_LEN)
-#define PROBES    8
-#define MAC_INPUT (HEAD_LEN + 64 + 1 + GW_POW_BLOCK_MAX)
+#define VERSION    2
+#define ISSUER_LEN 8
+#define MAC_LEN    16
+#define HEAD_LEN   (1 + 1 + 4 + ISSUER_LEN + 4) /* version, bits, expires, issuer, serial */
+#define RAW_LEN    (HEAD_LEN + MAC_LEN)
+#define PROBES     8
+#define MAC_INPUT  (HEAD_LEN + 64 + 1 + GW_POW_BLOCK_MAX)
 
 typedef struct slot {
     uint64_t key; /* 0 = free */
@@ -79,6 +79,8 @@ struct gw_pow {
     slot_t *slots;
     slot_t total; /* the gateway's joins */
     atomic_uint_fast64_t refused;
+    unsigned char issuer[ISSUER_LEN]; /* this process's, drawn at random */
+    atomic_uint_fast64_t serials;     /* bucket << 32 | the bucket's next serial */
 };
 
 gw_pow_t *gw_pow_new(const unsigned char *key, size_t keylen, const gw_pow_config_t *cfg)
@@ -96,6 +98,8 @@ gw_pow_t *gw_pow_new(const unsigned char *key, size_t keylen, const gw_pow_confi
     p->slots = cm_xcalloc(cap, sizeof(slot_t));
     pthread_mutex_init(&p->lock, NULL);
     atomic_init(&p->refused, 0);
+    cm_tls_random_reserve(p->issuer, ISSUER_LEN);
+    atomic_init(&p->serials, 0);
     return p;
 }
 
@@ -248,20 +252,56 @@ static void mac_of(const gw_pow_t *p, const unsigned char head[HEAD_LEN], const 
     gw_ticket_hmac(p->key, p->keylen, msg, n, mac);
 }
 
-size_t gw_pow_issue(const gw_pow_t *p, const char *event, const char *block, int bits,
-                    int64_t now_s, char *out, size_t outlen)
+static void put32(unsigned char *at, uint32_t v)
+{
+    at[0] = (unsigned char)(v >> 24);
+    at[1] = (unsigned char)(v >> 16);
+    at[2] = (unsigned char)(v >> 8);
+    at[3] = (unsigned char)v;
+}
+
+static uint32_t get32(const unsigned char *at)
+{
+    return ((uint32_t)at[0] << 24) | ((uint32_t)at[1] << 16) | ((uint32_t)at[2] << 8) | at[3];
+}
+
+/* The next serial for a challenge expiring at *exp (moved to a later bucket's start when
+ * that bucket is the one being numbered, gw_pow.h). */
+static uint32_t take_serial(gw_pow_t *p, int64_t *exp)
+{
+    uint64_t want = (uint64_t)(*exp / GW_POW_BUCKET_S), cur = atomic_load(&p->serials), next;
+    uint64_t bucket;
+    uint32_t serial;
+    do {
+        bucket = cur >> 32;
+        serial = (uint32_t)cur;
+        if (want > bucket) {
+            bucket = want;
+            serial = 0;
+        } else if (serial >= GW_POW_SERIAL_MAX) {
+            bucket++;
+            serial = 0;
+        }
+        next = bucket << 32 | (serial + 1);
+    } while (!atomic_compare_exchange_weak(&p->serials, &cur, next));
+    if (bucket > want)
+        *exp = (int64_t)bucket * GW_POW_BUCKET_S;
+    return serial;
+}
+
+size_t gw_pow_issue(gw_pow_t *p, const char *event, const char *block, int bits, int64_t now_s,
+                    char *out, size_t outlen)
 {
     unsigned char raw[RAW_LEN], mac[32];
-    uint32_t exp = (uint32_t)(now_s + p->cfg.ttl_s);
+    int64_t exp = now_s + p->cfg.ttl_s;
     if (outlen < GW_POW_CHALLENGE_LEN + 1)
         return 0;
+    uint32_t serial = take_serial(p, &exp);
     raw[0] = VERSION;
     raw[1] = (unsigned char)bits;
-    raw[2] = (unsigned char)(exp >> 24);
-    raw[3] = (unsigned char)(exp >> 16);
-    raw[4] = (unsigned char)(exp >> 8);
-    raw[5] = (unsigned char)exp;
-    cm_tls_random_reserve(raw + 6, RAND_LEN);
+    put32(raw + 2, (uint32_t)exp);
+    memcpy(raw + 6, p->issuer, ISSUER_LEN);
+    put32(raw + 6 + ISSUER_LEN, serial);
     mac_of(p, raw, event, block, mac);
     memcpy(raw + HEAD_LEN, mac, MAC_LEN);
     return cm_base64url_encode(raw, RAW_LEN, out);
@@ -309,8 +349,7 @@ gw_pow_result_t gw_pow_check(const gw_pow_t *p, const char *event, const char *b
     mac_of(p, raw, event, block, mac);
     if (CRYPTO_memcmp(mac, raw + HEAD_LEN, MAC_LEN) != 0)
         return GW_POW_FORGED;
-    int64_t exp = ((int64_t)raw[2] << 24) | ((int64_t)raw[3] << 16) | ((int64_t)raw[4] << 8) |
-                  (int64_t)raw[5];
+    int64_t exp = get32(raw + 2);
     if (now_s >= exp)
         return GW_POW_EXPIRED;
     /* the challenge text and the nonce: proof without its '.' */
@@ -321,7 +360,8 @@ gw_pow_result_t gw_pow_check(const gw_pow_t *p, const char *event, const char *b
     sha256(msg, len - 1, digest);
     if (gw_pow_zero_bits(digest) < raw[1])
         return GW_POW_WEAK;
-    cm_hex_encode(raw + 6, RAND_LEN, out->id);
+    cm_hex_encode(raw + 6, ISSUER_LEN, out->issuer);
+    out->serial = get32(raw + 6 + ISSUER_LEN);
     out->expires_s = exp;
     out->bits = raw[1];
     return GW_POW_OK;

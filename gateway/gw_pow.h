@@ -2,13 +2,17 @@
  * gw_pow — adaptive proof of work on join (docs/design.md, "Bot defences"; docs/api.md).
  *
  * A challenge is stateless: the compact base64url text of
- *   version(1) ‖ bits(1) ‖ expires(4, epoch seconds, big-endian) ‖ random(12) ‖ mac(16)
- * where mac is HMAC-SHA256(key, version ‖ bits ‖ expires ‖ random ‖ event ‖ 0 ‖ block)
- * cut to 16 bytes: the gateway keeps nothing per challenge, and a challenge of another
- * event or another address block never verifies. A proof is "<challenge>.<nonce>" where
- * the nonce is 1-32 characters of [A-Za-z0-9_-] and SHA-256(challenge ‖ nonce), over the
- * ASCII text of both, starts with at least `bits` zero bits. Checking one costs one HMAC
- * and one SHA-256.
+ *   version(1) ‖ bits(1) ‖ expires(4, epoch seconds, big-endian) ‖ issuer(8) ‖ serial(4)
+ *   ‖ mac(16)
+ * where mac is HMAC-SHA256(key, version ‖ bits ‖ expires ‖ issuer ‖ serial ‖ event ‖ 0 ‖
+ * block) cut to 16 bytes: the gateway keeps nothing per challenge, and a challenge of
+ * another event or another address block never verifies. The issuer is drawn at random
+ * when the process starts; the serial counts the challenges it issued whose expiry falls
+ * in the same GW_POW_BUCKET_S-second bucket (0, 1, 2, ...), so (bucket, issuer, serial)
+ * names one challenge and the serials of a bucket are dense: a bit each in a bitmap.
+ * A proof is "<challenge>.<nonce>" where the nonce is 1-32 characters of [A-Za-z0-9_-]
+ * and SHA-256(challenge ‖ nonce), over the ASCII text of both, starts with at least
+ * `bits` zero bits. Checking one costs one HMAC and one SHA-256.
  *
  * The difficulty of a new challenge is base_bits, plus one bit for each doubling of the
  * address block's recent challenge rate past block_free_per_min, plus one bit for each
@@ -16,9 +20,9 @@
  * max_bits (gw_pow_difficulty). Rates decay exponentially with window_s as time constant,
  * so the difficulty falls back as the crowd thins. A block is an IPv4 /24 or an IPv6 /64.
  *
- * Replays are bounded by the caller: the proof's id (its random part) is used once per
- * room, marked in Redis in a set per expiry bucket that outlives the challenge
- * (gw_queue.c proof_key, join.lua).
+ * Replays are bounded by the caller: a proof is used once per room, its serial's bit set
+ * in the Redis bitmap of its bucket and issuer, which outlives the challenge (gw_queue.c
+ * proof_set, join.lua, join_batch.lua).
  *
  * Thread-safe: one instance serves every worker (the rate table is behind a mutex, held
  * for a few probes; the key is read-only after gw_pow_new).
@@ -33,7 +37,9 @@
 #define GW_POW_CHALLENGE_LEN 46 /* base64url of 34 bytes */
 #define GW_POW_NONCE_MAX     32
 #define GW_POW_PROOF_MAX     (GW_POW_CHALLENGE_LEN + 1 + GW_POW_NONCE_MAX)
-#define GW_POW_ID_LEN        24 /* the random part as lower-case hex */
+#define GW_POW_ISSUER_LEN    16         /* the issuer as lower-case hex */
+#define GW_POW_BUCKET_S      64         /* challenges are grouped by expiry in buckets this long */
+#define GW_POW_SERIAL_MAX    (1u << 27) /* serials of one bucket: a bitmap of 16 MiB at most */
 #define GW_POW_BLOCK_MAX     48
 #define GW_POW_MAX_BITS      40
 
@@ -58,7 +64,8 @@ typedef enum {
 
 /** A verified proof: what the replay check needs. */
 typedef struct gw_pow_proof {
-    char id[GW_POW_ID_LEN + 1];
+    char issuer[GW_POW_ISSUER_LEN + 1]; /* "" until a proof verified */
+    uint32_t serial;
     int64_t expires_s;
     int bits;
 } gw_pow_proof_t;
@@ -99,10 +106,14 @@ void gw_pow_count_join(gw_pow_t *p, int64_t now_ms);
 
 /**
  * Writes a challenge of event for block at bits, valid until now_s + ttl_s, into out
- * (at least GW_POW_CHALLENGE_LEN + 1 bytes). Returns its length.
+ * (at least GW_POW_CHALLENGE_LEN + 1 bytes), numbered with the next serial of its
+ * bucket. It may live up to a bucket longer: when another thread already numbers a later
+ * bucket (a second's race at a bucket's end) or its own bucket's serials ran out, it
+ * takes the later bucket's next serial and expires as that bucket begins. Returns its
+ * length. Thread-safe (one atomic counter).
  */
-size_t gw_pow_issue(const gw_pow_t *p, const char *event, const char *block, int bits,
-                    int64_t now_s, char *out, size_t outlen);
+size_t gw_pow_issue(gw_pow_t *p, const char *event, const char *block, int bits, int64_t now_s,
+                    char *out, size_t outlen);
 
 /** Checks proof (len bytes) for event and block at now_s; on GW_POW_OK fills *out. */
 gw_pow_result_t gw_pow_check(const gw_pow_t *p, const char *event, const char *block,

@@ -46,7 +46,7 @@ typedef struct place_op {
     bool form;      /* a browser's form POST to join: answered 303 to the page */
     bool keyed;     /* the join named a key (DPoP): the new ticket is bound to jkt */
     unsigned char jkt[GW_TICKET_JKT_LEN];
-    gw_pow_proof_t proof; /* the join's verified proof of work (proof.id[0]: none) */
+    gw_pow_proof_t proof; /* the join's verified proof of work (proof.issuer[0]: none) */
 } place_op_t;
 
 static void answer(place_op_t *op, gw_room_t *room);
@@ -151,7 +151,7 @@ static place_op_t *op_new(gw_server_t *srv, cm_req_t *req, gw_endpoint_t ep, con
     gw_req_start(&op->r, srv, req, ep);
     snprintf(op->event, sizeof(op->event), "%s", event);
     op->code = 200;
-    op->proof.id[0] = '\0';
+    op->proof.issuer[0] = '\0';
     return op;
 }
 
@@ -582,7 +582,7 @@ static void placed(place_op_t *op, const gw_join_result_t *res)
         return;
     }
     cm_counter_inc(srv->m.joins);
-    if (op->proof.id[0])
+    if (op->proof.issuer[0])
         gw_pow_count_join(srv->pow, cm_time_mono_ns() / 1000000);
     if (op->form) {
         see_page(op);
@@ -753,7 +753,7 @@ static void check_proof(place_op_t *op, gw_room_t *room)
     gw_pow_result_t res = gw_pow_check(srv->pow, op->event, block, proof, strlen(proof),
                                        cm_time_wall_ms() / 1000, &op->proof);
     if (res != GW_POW_OK) {
-        op->proof.id[0] = '\0';
+        op->proof.issuer[0] = '\0';
         refuse_proof(op, res == GW_POW_MALFORMED ? 400 : 403, gw_pow_error(res),
                      proof_message(res));
         return;
@@ -786,15 +786,13 @@ static void place_with_proof(place_op_t *op)
 }
 
 /*
- * Where op's proof is marked used: the set of proofs whose challenges expire in the same
- * GW_POW_BUCKET_S-second bucket, "os:{<event>}:q:pw:<bucket>" (the room's hash slot),
- * as KEYS[12] after the room's keys; in ttl the seconds until the bucket's end, when
- * every challenge in it has expired (the set's lifetime). A set per bucket instead of a
- * key per proof: SADD into it costs Redis about half of a SET NX EX of a new key.
- * Returns the new argc; *nkeys grows by one.
+ * Where op's proof is marked used: its serial's bit in the bitmap of the challenges of
+ * its issuer whose expiry falls in the same GW_POW_BUCKET_S-second bucket,
+ * "os:{<event>}:q:pw:<bucket>:<issuer>" (the room's hash slot), set by join.lua (SETBIT)
+ * or join_batch.lua (BITFIELD); in ttl the seconds until the bucket's end, when every
+ * challenge in it has expired (the bitmap's lifetime). A bit per proof, where a set of
+ * ids took ~40 bytes and a hash-table insert each (docs/design.md, "Bot defences").
  */
-#define GW_POW_BUCKET_S 64
-
 static void proof_set(const place_op_t *op, char *key, size_t keylen, char ttl[24])
 {
     int64_t bucket = op->proof.expires_s / GW_POW_BUCKET_S;
@@ -804,12 +802,23 @@ static void proof_set(const place_op_t *op, char *key, size_t keylen, char ttl[2
     cm_text_str(&t, op->event);
     CM_TEXT_LIT(&t, "}:q:pw:");
     cm_text_i64(&t, bucket);
+    CM_TEXT_LIT(&t, ":");
+    cm_text_str(&t, op->proof.issuer);
     cm_text_done(&t, key);
     t = cm_text_at(ttl, 24);
     cm_text_i64(&t, left > 1 ? left : 1);
     cm_text_done(&t, ttl);
 }
 
+/* op's serial as decimal text (the bit's offset); its length. */
+static size_t proof_serial(const place_op_t *op, char out[12])
+{
+    cm_text_t t = cm_text_at(out, 12);
+    cm_text_i64(&t, op->proof.serial);
+    return cm_text_done(&t, out);
+}
+
+/* KEYS[12] of join.lua: op's bitmap (proof_set). Returns the new argc; *nkeys grows by one. */
 static int proof_key(place_op_t *op, const char **argv, size_t *argvlen, int argc, char *key,
                      size_t keylen, char ttl[24], int *nkeys)
 {
@@ -862,9 +871,9 @@ static void join_batched(place_op_t *op, uint64_t v)
     gw_batch_fan_t fan;
     memcpy(fan.visitor, op->t.visitor, sizeof(fan.visitor));
     score_text(v, fan.score);
-    fan.proof_key[0] = fan.proof_id[0] = fan.proof_ttl[0] = '\0';
-    if (op->proof.id[0]) {
-        memcpy(fan.proof_id, op->proof.id, sizeof(fan.proof_id));
+    fan.proof_key[0] = fan.proof_serial[0] = fan.proof_ttl[0] = '\0';
+    if (op->proof.issuer[0]) {
+        proof_serial(op, fan.proof_serial);
         proof_set(op, fan.proof_key, sizeof(fan.proof_key), fan.proof_ttl);
     }
     gw_batch_add(srv->batch, op->event, &fan, join_done, op);
@@ -877,8 +886,9 @@ static void take_place(place_op_t *op)
 {
     gw_server_t *srv = op->r.srv;
     cm_req_t *req = op->r.req;
-    int wait =
-        op->proof.id[0] ? 0 : gw_limit_take(srv->limit, peer_of(req), cm_time_mono_ns() / 1000000);
+    int wait = op->proof.issuer[0]
+                   ? 0
+                   : gw_limit_take(srv->limit, peer_of(req), cm_time_mono_ns() / 1000000);
     if (wait > 0) {
         cm_counter_inc(srv->m.rate_limited);
         if (op->page) { /* the page's script retries the join and sees the 429 itself */
@@ -906,19 +916,19 @@ static void take_place(place_op_t *op)
         join_batched(op, v);
         return;
     }
-    char score[24], used[GW_KEY_MAX + GW_POW_ID_LEN + 8], ttl[24];
+    char score[24], used[GW_KEY_MAX + GW_POW_ISSUER_LEN + 32], ttl[24], serial[12];
     const char *argv[GW_K_COUNT + 5];
     size_t argvlen[GW_K_COUNT + 5];
     int argc = gw_rediskeys_cached(op->event, argv, argvlen), nkeys = GW_K_COUNT;
-    if (op->proof.id[0]) /* KEYS[12]: the proof's used-mark (join.lua) */
+    if (op->proof.issuer[0]) /* KEYS[12]: the proof's used-mark (join.lua) */
         argc = proof_key(op, argv, argvlen, argc, used, sizeof(used), ttl, &nkeys);
     argvlen[argc] = GW_VISITOR_LEN;
     argv[argc++] = op->t.visitor;
     argvlen[argc] = score_text(v, score);
     argv[argc++] = score;
-    if (op->proof.id[0]) { /* ARGV[3], ARGV[4]: the proof's id, the set's lifetime */
-        argvlen[argc] = GW_POW_ID_LEN;
-        argv[argc++] = op->proof.id;
+    if (op->proof.issuer[0]) { /* ARGV[3], ARGV[4]: the proof's serial, the bitmap's lifetime */
+        argvlen[argc] = proof_serial(op, serial);
+        argv[argc++] = serial;
         argvlen[argc] = strlen(ttl);
         argv[argc++] = ttl;
     }

@@ -3,10 +3,11 @@
 -- pre-queue; drawn by the gateway, never by the fan).
 -- Before the opening the visitor enters the pre-queue (at most max_prequeue members);
 -- after it, the next number.
--- KEYS[12] (optional) = the set of used proofs of work whose challenges expire in the
--- same bucket ('os:{e}:q:pw:<bucket>', gw_queue.c proof_key), ARGV[3] = the join's proof
--- id, ARGV[4] = seconds until every challenge of the bucket has expired (the set's
--- lifetime, set when the set is made): a proof places one fan.
+-- KEYS[12] (optional) = the bitmap of used proofs of work of one issuer whose challenges
+-- expire in the same bucket ('os:{e}:q:pw:<bucket>:<issuer>', gw_queue.c proof_set),
+-- ARGV[3] = the join's proof's serial (its bit), ARGV[4] = seconds until every challenge
+-- of the bucket has expired (the bitmap's lifetime, set when it is made): a proof places
+-- one fan.
 -- Returns {'queued', gen, number, now} | {'prequeue', gen, 0, now} | {'unknown'} |
 -- {'sold_out'} | {'closed'} | {'not_open', prequeue_at} | {'prequeue_full', opens_at} |
 -- {'replayed'} (the proof was used already).
@@ -18,12 +19,10 @@ if refused then
     return refused
 end
 if KEYS[12] then
-    if redis.call('SADD', KEYS[12], ARGV[3]) == 0 then
+    if redis.call('SETBIT', KEYS[12], ARGV[3], 1) == 1 then
         return {'replayed'}
     end
-    if redis.call('SCARD', KEYS[12]) == 1 then
-        redis.call('EXPIRE', KEYS[12], ARGV[4])
-    end
+    redis.call('EXPIRE', KEYS[12], ARGV[4], 'NX')
 end
 local st = {opened = redis.call('HGET', K.st, 'opened')}
 open_room(c, st, now)

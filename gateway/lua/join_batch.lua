@@ -3,18 +3,20 @@
 -- once for the whole batch: the room is read once, the numbers come from one INCRBY and
 -- the pre-queue arrivals go in with one ZADD, so Redis' cost per join shrinks with the
 -- batch (docs/design.md, "Numbering in batches").
--- KEYS: the room's keys (prelude.lua), then KEYS[12 .. 11+m] the sets of used proofs of
--- work, one per challenge-expiry bucket that the batch's proofs fall in (join.lua).
--- ARGV[1] = n (fans), ARGV[2] = m (proof sets), ARGV[3] = p (fans with a proof),
--- ARGV[4 .. 3+m] = each set's lifetime in seconds (set when the set is made),
+-- KEYS: the room's keys (prelude.lua), then KEYS[12 .. 11+m] the bitmaps of used proofs
+-- of work, one per challenge-expiry bucket and issuer that the batch's proofs fall in
+-- (join.lua).
+-- ARGV[1] = n (fans), ARGV[2] = m (bitmaps), ARGV[3] = p (fans with a proof),
+-- ARGV[4 .. 3+m] = each bitmap's lifetime in seconds (set when it is made),
 -- ARGV[4+m] = the fans, 48 bytes each in arrival order: the visitor id (32) and its
 -- random pre-queue score (join.lua's ARGV[2]) as 16 zero-padded digits;
--- ARGV[5+m] = each set's count of proofs (4 digits each), ARGV[6+m] = each proof's fan
--- (its index, 1-based, in 4 digits), ARGV[7+m .. 6+m+p] = the proofs' ids, grouped by
--- set in the order of the sets. The fans are one string, not arguments of their own: an
--- open room never looks at them, and Redis pays per argument. The ids are arguments, so
--- that each set's are looked up with one SMISMEMBER and marked with one SADD without a
--- string operation per fan; the owners are read only for a replay.
+-- ARGV[5+m] = each bitmap's count of proofs (4 digits each), ARGV[6+m] = each proof's fan
+-- (its index, 1-based, in 4 digits), ARGV[7+m .. 6+m+4p] = the proofs, grouped by bitmap
+-- in the order of the bitmaps, each as the BITFIELD subcommand 'SET', 'u1', its serial,
+-- '1'. The fans are one string, not arguments of their own: an open room never looks at
+-- them, and Redis pays per argument. The proofs are arguments, so that each bitmap's run
+-- of them is one BITFIELD as it came, which answers every bit's old value in order: a 1
+-- is a proof used before, or twice in this batch; the owners are read only for a replay.
 -- Returns, for the whole batch: {'unknown'} | {'sold_out'} | {'closed'} |
 -- {'not_open', prequeue_at}; or one mark per fan (a string of n characters) with
 --   {'queued', gen, now, first, marks}: 'q' placed, numbered first, first+1, ... in the
@@ -26,36 +28,27 @@
 local FAN = 48
 local n, m, p = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local fans, counts, owners = ARGV[4 + m], ARGV[5 + m], ARGV[6 + m]
-if #fans ~= FAN * n or #counts ~= 4 * m or #owners ~= 4 * p or #ARGV ~= 6 + m + p then
-    return redis.error_reply('join_batch: the fans, counts, owners or ids do not add up')
+if #fans ~= FAN * n or #counts ~= 4 * m or #owners ~= 4 * p or #ARGV ~= 6 + m + 4 * p then
+    return redis.error_reply('join_batch: the fans, counts, owners or proofs do not add up')
 end
 local c, now, refused = join_gate()
 if refused then
     return refused
 end
 local placed, replayed = n, {}
-local at = 7 + m -- the first id of set j
+local at, o = 7 + m, 0 -- the first argument of bitmap j's proofs; proofs before it
 for j = 1, m do
     local key, cnt = KEYS[11 + j], tonumber(string.sub(counts, 4 * j - 3, 4 * j))
-    local last = at + cnt - 1
-    local used = redis.call('SMISMEMBER', key, unpack(ARGV, at, last))
-    local added = redis.call('SADD', key, unpack(ARGV, at, last))
-    if added < cnt then -- replays: used before, or twice in this batch
-        local seen = {}
-        for k = 1, cnt do
-            local id = ARGV[at + k - 1]
-            if used[k] == 1 or seen[id] then
-                local o = at + k - 8 - m -- this proof's place among all, 0-based
-                replayed[tonumber(string.sub(owners, 4 * o + 1, 4 * o + 4))] = true
-                placed = placed - 1
-            end
-            seen[id] = true
+    local old = redis.call('BITFIELD', key, unpack(ARGV, at, at + 4 * cnt - 1))
+    for k = 1, cnt do
+        if old[k] == 1 then -- replays: used before, or twice in this batch
+            replayed[tonumber(string.sub(owners, 4 * (o + k) - 3, 4 * (o + k)))] = true
+            placed = placed - 1
         end
     end
-    if added > 0 then -- a set made by this batch lives until its bucket's challenges expire
-        redis.call('EXPIRE', key, ARGV[3 + j], 'NX')
-    end
-    at = last + 1
+    -- a bitmap made by this batch lives until its bucket's challenges expire
+    redis.call('EXPIRE', key, ARGV[3 + j], 'NX')
+    at, o = at + 4 * cnt, o + cnt
 end
 local st = {opened = redis.call('HGET', K.st, 'opened')}
 open_room(c, st, now)

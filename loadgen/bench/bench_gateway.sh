@@ -44,10 +44,13 @@
 # the proof's key; without it the rooms say "dpop": false (the default of loadgen).
 #
 # --pow adds, after the joins pair, REPS back-to-back runs of the gateway alone: joins of a
-# room with proof of work off (join.lua), of one with it on where each join carries a
-# proof made beforehand (proofs.py: the join alone, as a browser makes it with the
-# challenge its page came with), and of the same room as an API client joins it (a GET
-# /q/E/challenge, then the join). Difficulty 0: wrk does no hashing, the gateway all of
+# room with proof of work off, of one with it on where each join carries a proof made
+# beforehand (proofs.py: the join alone, as a browser makes it with the challenge its page
+# came with), and of the same room as an API client joins it (a GET /q/E/challenge, then
+# the join). The off and on runs send the very same requests (join_pow.lua with the same
+# proofs; a room with proof of work off ignores the header): wrk shares the two cores with
+# the gateway and Redis, so a client that worked harder in one run would slow the gateway's
+# loop there and raise its CPU per join for reasons of its own. Difficulty 0: wrk does no hashing, the gateway all of
 # its checking. It prints the gateway's and Redis' CPU microseconds per join of each and
 # the ratios: what proof of work adds to a join (docs/design.md, "Bot defences").
 #
@@ -422,7 +425,7 @@ if ((POW)); then # back to back: pow off, pow on, the gateway alone
         n=$(awk -v j="$(field "$OUT/joins.gw.1" ok)" 'BEGIN { printf "%d", (j > 0 ? j : 100000) * 2 }')
         python3 "$LIB/proofs.py" --secret "$STATE/keys/ticket-secret" --event "$EV_P" \
             --count "$n" >"$OUT/proofs.$r" || die "proofs.py failed"
-        measure powoff "$r" gw "$GW" join.lua 201 "/q/$EV_J/join"
+        measure powoff "$r" gw "$GW" join_pow.lua 201 "/q/$EV_J/join" "$OUT/proofs.$r" "$THREADS"
         measure powon "$r" gw "$GW" join_pow.lua 201 "/q/$EV_P/join" "$OUT/proofs.$r" "$THREADS"
         measure powch "$r" gw "$GW" join_pow.lua 201 "/q/$EV_P/join"
     done

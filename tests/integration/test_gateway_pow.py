@@ -60,9 +60,12 @@ class PowTest(gwstack.GatewayTestCase):
             secret = f.read().strip()
         return hmac.new(secret, b"onsale proof-of-work challenge key v1", hashlib.sha256).digest()
 
-    def made_challenge(self, ev, bits, expires, block="4:127.0.0"):
-        """A challenge with our own MAC (the key derives from the ticket secret)."""
-        head = bytes([1, bits]) + struct.pack(">I", expires) + os.urandom(12)
+    def made_challenge(self, ev, bits, expires, block="4:127.0.0", version=2):
+        """A challenge with our own MAC (the key derives from the ticket secret): version 2
+        is issuer(8) and serial(4) after the expiry, version 1 (before serials) 12 random
+        bytes there."""
+        tail = os.urandom(8) + struct.pack(">I", 7) if version == 2 else os.urandom(12)
+        head = bytes([version, bits]) + struct.pack(">I", expires) + tail
         mac = hmac.new(self.pow_key(), head + ev.encode() + b"\0" + block.encode(),
                        hashlib.sha256).digest()[:16]
         return b64url(head + mac)
@@ -95,6 +98,9 @@ class PowTest(gwstack.GatewayTestCase):
                 ev, BASE, int(time.time()) + 60, block="4:10.1.2"), BASE), 403, "pow_invalid"),
             ("expired", self.solved(self.made_challenge(ev, BASE, int(time.time()) - 1), BASE),
              403, "pow_expired"),
+            # a challenge of the format before serials, solved: the client fetches anew
+            ("version 1", self.solved(self.made_challenge(
+                ev, BASE, int(time.time()) + 60, version=1), BASE), 400, "pow_malformed"),
         ]
         for what, proof, code, error in cases:
             with self.subTest(what):
@@ -134,12 +140,15 @@ class PowTest(gwstack.GatewayTestCase):
             self.assertStatus(r, 409, "pow_replayed", msg=g.name)
             self.assertIn("challenge", r.json["pow"])
         self.assertEqual(int(self.GS.redis("GET", f"os:{{{ev}}}:q:n")), 1)
-        # the used-mark lives in the set of its expiry bucket (64 s), which outlives the
-        # challenge by less than a bucket
+        # the used-mark is the serial's bit in the bitmap of its expiry bucket (64 s) and
+        # issuer, which outlives the challenge by less than a bucket
         raw = base64.urlsafe_b64decode(proof.split(".")[0] + "==")
+        self.assertEqual(raw[0], 2)
         expires = struct.unpack(">I", raw[2:6])[0]
-        key = f"os:{{{ev}}}:q:pw:{expires // 64}"
-        self.assertEqual(int(self.GS.redis("SISMEMBER", key, raw[6:18].hex())), 1)
+        serial = struct.unpack(">I", raw[14:18])[0]
+        key = f"os:{{{ev}}}:q:pw:{expires // 64}:{raw[6:14].hex()}"
+        self.assertEqual(int(self.GS.redis("GETBIT", key, serial)), 1)
+        self.assertEqual(int(self.GS.redis("BITCOUNT", key)), 1)
         ttl = int(self.GS.redis("TTL", key))
         left = (expires // 64 + 1) * 64 - int(time.time())
         self.assertTrue(expires - int(time.time()) - 2 <= ttl <= left + 2, (ttl, left))

@@ -32,9 +32,10 @@ def main():
     with open(a.secret, "rb") as f:
         key = hmac.new(f.read().strip(), LABEL, hashlib.sha256).digest()
     expires = struct.pack(">I", int(time.time()) + a.ttl)
+    issuer = os.urandom(8)  # an issuer of its own: its serials are no gateway's
     out = sys.stdout
-    for _ in range(a.count):
-        head = bytes([1, a.bits]) + expires + os.urandom(12)
+    for serial in range(a.count):
+        head = bytes([2, a.bits]) + expires + issuer + struct.pack(">I", serial)
         mac = hmac.new(key, head + a.event.encode() + b"\0" + BLOCK, hashlib.sha256).digest()
         c = base64.urlsafe_b64encode(head + mac[:16]).rstrip(b"=").decode()
         n = 0

@@ -3,7 +3,8 @@
  * (tests/support/svc.h): a batch that reaches its cap is sent at once, not when its
  * window ends; a window's partial batch is sent by its timer; the fans of a batch get one
  * contiguous block of numbers in arrival order, after whatever another gateway took; a
- * proof used twice refuses only the fan that replayed it; pre-queue arrivals are added in
+ * proof used twice refuses only the fan that replayed it, and join.lua (joins not batched)
+ * refuses a replay the same way; pre-queue arrivals are added in
  * order up to max_prequeue; a room that does not exist is told to every fan; while a
  * batch is in flight the next one gathers until it is answered, or until its window ends;
  * and two early sends of a room keep the gap apart.
@@ -23,6 +24,8 @@
 #include "cm_log.h"
 #include "cm_redis.h"
 #include "gw_batch.h"
+#include "gw_lua.h"
+#include "gw_rediskeys.h"
 #include "svc.h"
 
 #define NFANS   9
@@ -117,13 +120,13 @@ static void cmd(fixture_t *f, ...)
     f->done = 0;
 }
 
-static void add(fixture_t *f, int i, const char *event, const char *proof_id, const char *set)
+static void add(fixture_t *f, int i, const char *event, const char *serial, const char *set)
 {
     gw_batch_fan_t fan = {0};
     snprintf(fan.visitor, sizeof(fan.visitor), "%032x", i + 1);
     snprintf(fan.score, sizeof(fan.score), "%d", 1000 - i);
-    if (proof_id != NULL) {
-        snprintf(fan.proof_id, sizeof(fan.proof_id), "%s", proof_id);
+    if (serial != NULL) {
+        snprintf(fan.proof_serial, sizeof(fan.proof_serial), "%s", serial);
         snprintf(fan.proof_key, sizeof(fan.proof_key), "os:{%s}:q:pw:%s", event, set);
         snprintf(fan.proof_ttl, sizeof(fan.proof_ttl), "120");
     }
@@ -302,9 +305,9 @@ static void test_replayed_proof_refuses_only_its_fan(void **state)
     fixture_t *f = *state;
     open_room(f, "pow");
     f->b = gw_batch_new(f->base, f->r, HOUR_US, 0, 4);
-    add(f, 0, "pow", "aaaaaaaaaaaaaaaaaaaaaaaa", "7");
-    add(f, 1, "pow", "aaaaaaaaaaaaaaaaaaaaaaaa", "7"); /* the same proof again */
-    add(f, 2, "pow", "bbbbbbbbbbbbbbbbbbbbbbbb", "8");
+    add(f, 0, "pow", "5", "7:a");
+    add(f, 1, "pow", "5", "7:a"); /* the same proof again */
+    add(f, 2, "pow", "5", "7:b"); /* the same serial of another issuer: another proof */
     add(f, 3, "pow", NULL, NULL);
     assert_int_equal(run_until_done(f, 4, 10000), 4);
     assert_string_equal(f->what[0], "queued");
@@ -316,10 +319,10 @@ static void test_replayed_proof_refuses_only_its_fan(void **state)
     assert_int_equal(f->num[3], 3);
     /* the proofs stay used for the next batch: its replays (also one inside the batch)
      * refuse their own fans, its fresh proofs are placed */
-    add(f, 4, "pow", "aaaaaaaaaaaaaaaaaaaaaaaa", "7");
-    add(f, 5, "pow", "cccccccccccccccccccccccc", "7");
-    add(f, 6, "pow", "cccccccccccccccccccccccc", "7");
-    add(f, 7, "pow", "dddddddddddddddddddddddd", "8");
+    add(f, 4, "pow", "5", "7:a");
+    add(f, 5, "pow", "130000", "7:a");
+    add(f, 6, "pow", "130000", "7:a");
+    add(f, 7, "pow", "0", "8:a");
     assert_int_equal(run_until_done(f, 8, 10000), 8);
     assert_string_equal(f->what[4], "replayed");
     assert_string_equal(f->what[5], "queued");
@@ -327,16 +330,68 @@ static void test_replayed_proof_refuses_only_its_fan(void **state)
     assert_string_equal(f->what[6], "replayed");
     assert_string_equal(f->what[7], "queued");
     assert_int_equal(f->num[7], 5);
-    /* each set lives as long as its bucket's challenges (the fans' 120 s) */
-    cmd(f, "SCARD", "os:{pow}:q:pw:7", NULL);
+    /* a bit per proof: serials 5 and 130000 in one bitmap, each bitmap living as long as
+     * its bucket's challenges (the fans' 120 s) */
+    cmd(f, "BITCOUNT", "os:{pow}:q:pw:7:a", NULL);
     assert_int_equal(f->last, 2);
-    cmd(f, "TTL", "os:{pow}:q:pw:8", NULL);
+    cmd(f, "GETBIT", "os:{pow}:q:pw:7:a", "130000", NULL);
+    assert_int_equal(f->last, 1);
+    cmd(f, "TTL", "os:{pow}:q:pw:8:a", NULL);
     assert_true(f->last > 100 && f->last <= 120);
     /* a batch still gathering when the batcher goes is told shutdown */
-    add(f, 8, "pow", "eeeeeeeeeeeeeeeeeeeeeeee", "7");
+    add(f, 8, "pow", "9", "7:a");
     gw_batch_free(f->b);
     f->b = NULL;
     assert_ptr_equal(f->err[8], cm_err_shutdown);
+}
+
+static void on_join(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    fixture_t *f = arg;
+    assert_null(err);
+    assert_int_equal(cm_redis_reply_type(reply), CM_REDIS_ARRAY);
+    size_t len = 0;
+    const char *what = cm_redis_reply_str(cm_redis_reply_at(reply, 0), &len);
+    snprintf(f->what[0], sizeof(f->what[0]), "%.*s", (int)len, what);
+    f->done++;
+}
+
+/* join.lua for one new fan of event with the proof serial in bitmap set; its answer's
+ * first word in f->what[0]. */
+static void join_one(fixture_t *f, const char *event, const char *serial, const char *set)
+{
+    const char *argv[GW_K_COUNT + 5];
+    size_t argvlen[GW_K_COUNT + 5];
+    char key[128];
+    int argc = gw_rediskeys_cached(event, argv, argvlen);
+    snprintf(key, sizeof(key), "os:{%s}:q:pw:%s", event, set);
+    const char *args[] = {key, "0123456789abcdef0123456789abcdef", "42", serial, "120"};
+    for (size_t i = 0; i < sizeof(args) / sizeof(args[0]); i++, argc++) {
+        argv[argc] = args[i];
+        argvlen[argc] = strlen(args[i]);
+    }
+    f->done = 0;
+    assert_int_equal(
+        cm_redis_eval(f->r, gw_lua()->join, on_join, f, GW_K_COUNT + 1, argc, argv, argvlen), 0);
+    assert_int_equal(run_until_done(f, 1, 5000), 1);
+}
+
+static void test_unbatched_join_refuses_a_replayed_proof(void **state)
+{
+    fixture_t *f = *state;
+    open_room(f, "one");
+    join_one(f, "one", "3", "9:a");
+    assert_string_equal(f->what[0], "queued");
+    join_one(f, "one", "3", "9:a");
+    assert_string_equal(f->what[0], "replayed");
+    join_one(f, "one", "3", "9:b"); /* another issuer's serial 3 */
+    assert_string_equal(f->what[0], "queued");
+    cmd(f, "INCRBY", "os:{one}:q:n", "0", NULL); /* two numbers taken, none for the replay */
+    assert_int_equal(f->last, 2);
+    cmd(f, "BITCOUNT", "os:{one}:q:pw:9:a", NULL);
+    assert_int_equal(f->last, 1);
+    cmd(f, "TTL", "os:{one}:q:pw:9:a", NULL);
+    assert_true(f->last > 100 && f->last <= 120);
 }
 
 static void test_prequeue_takes_arrivals_in_order_up_to_its_bound(void **state)
@@ -409,6 +464,8 @@ static int group_teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_unbatched_join_refuses_a_replayed_proof, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_cap_sends_without_waiting_for_the_window, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_window_sends_a_partial_batch, setup, teardown),

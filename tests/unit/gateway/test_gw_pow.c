@@ -1,5 +1,6 @@
 /*
- * Unit tests for gateway/gw_pow.c: a solved challenge verifies; a wrong nonce, another
+ * Unit tests for gateway/gw_pow.c: a solved challenge verifies; challenges are numbered
+ * densely per expiry bucket and issuer, also by threads at once; a wrong nonce, another
  * event or block, a changed difficulty, an expired or malformed proof each fail with
  * their own outcome; the difficulty formula; the rate estimate rises under a flood of
  * one block and falls back; address blocks of IPv4 and IPv6.
@@ -11,7 +12,9 @@
 #include <cmocka.h>
 
 #include <openssl/sha.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cm_parse.h"
@@ -48,7 +51,25 @@ static size_t solve(const char *challenge, int bits, char *proof)
     }
 }
 
-static void test_solved_challenge_verifies_once_per_id(void **state)
+/* The proof of a difficulty-0 challenge (any nonce solves it), checked at now_s. */
+static gw_pow_proof_t check0(gw_pow_t *p, const char *ch, int64_t now_s)
+{
+    char proof[GW_POW_PROOF_MAX + 1];
+    int n = snprintf(proof, sizeof(proof), "%s.0", ch);
+    gw_pow_proof_t out;
+    assert_int_equal(gw_pow_check(p, "ev1", "4:10.0.0", proof, (size_t)n, now_s, &out), GW_POW_OK);
+    return out;
+}
+
+static gw_pow_proof_t issue0(gw_pow_t *p, int64_t now_s)
+{
+    char ch[GW_POW_CHALLENGE_LEN + 1];
+    assert_int_equal(gw_pow_issue(p, "ev1", "4:10.0.0", 0, now_s, ch, sizeof(ch)),
+                     GW_POW_CHALLENGE_LEN);
+    return check0(p, ch, now_s);
+}
+
+static void test_solved_challenge_verifies_with_its_serial(void **state)
 {
     gw_pow_t *p = pow_new(8, 30, 6000);
     char ch[GW_POW_CHALLENGE_LEN + 1], proof[GW_POW_PROOF_MAX + 1];
@@ -59,15 +80,82 @@ static void test_solved_challenge_verifies_once_per_id(void **state)
     assert_int_equal(gw_pow_check(p, "ev1", "4:10.0.0", proof, n, 1001, &out), GW_POW_OK);
     assert_int_equal(out.bits, 8);
     assert_int_equal(out.expires_s, 1120);
-    assert_int_equal(strlen(out.id), GW_POW_ID_LEN);
-    /* two challenges never share an id */
-    char ch2[GW_POW_CHALLENGE_LEN + 1], proof2[GW_POW_PROOF_MAX + 1];
-    gw_pow_issue(p, "ev1", "4:10.0.0", 8, 1000, ch2, sizeof(ch2));
-    gw_pow_proof_t out2;
-    size_t n2 = solve(ch2, 8, proof2);
-    assert_int_equal(gw_pow_check(p, "ev1", "4:10.0.0", proof2, n2, 1001, &out2), GW_POW_OK);
-    assert_string_not_equal(out.id, out2.id);
+    assert_int_equal(strlen(out.issuer), GW_POW_ISSUER_LEN);
+    assert_int_equal(out.serial, 0);
+    /* the next challenge of the bucket has the next serial, the same issuer */
+    gw_pow_proof_t out2 = issue0(p, 1000);
+    assert_int_equal(out2.serial, 1);
+    assert_string_equal(out.issuer, out2.issuer);
+    /* another process (instance) is another issuer: its serials name other challenges */
+    gw_pow_t *q = pow_new(8, 30, 6000);
+    gw_pow_proof_t other = issue0(q, 1000);
+    assert_int_equal(other.serial, 0);
+    assert_string_not_equal(other.issuer, out.issuer);
+    gw_pow_free(q);
     gw_pow_free(p);
+}
+
+static void test_serials_restart_per_bucket_and_never_repeat(void **state)
+{
+    gw_pow_t *p = pow_new(0, 30, 6000); /* ttl 120: now 1000 expires 1120, bucket 17 */
+    assert_int_equal(issue0(p, 1000).serial, 0);
+    assert_int_equal(issue0(p, 1003).serial, 1); /* 1123: still bucket 17 */
+    gw_pow_proof_t later = issue0(p, 1100);      /* 1220: bucket 19, numbered afresh */
+    assert_int_equal(later.serial, 0);
+    assert_int_equal(later.expires_s, 1220);
+    /* a thread a moment behind (bucket 17 again) takes bucket 19's next serial and
+     * expires as bucket 19 begins: serial 2 of bucket 17 is never handed out twice */
+    gw_pow_proof_t behind = issue0(p, 1001);
+    assert_int_equal(behind.serial, 1);
+    assert_int_equal(behind.expires_s, 19 * GW_POW_BUCKET_S);
+    assert_int_equal(behind.expires_s / GW_POW_BUCKET_S, 19);
+    gw_pow_free(p);
+}
+
+#define THREADS    4
+#define PER_THREAD 20000
+static gw_pow_t *shared;
+static uint32_t serials[THREADS][PER_THREAD];
+
+static void *issue_many(void *arg)
+{
+    uint32_t *out = arg;
+    for (int i = 0; i < PER_THREAD; i++) {
+        char ch[GW_POW_CHALLENGE_LEN + 1];
+        gw_pow_issue(shared, "ev1", "4:10.0.0", 0, 1000, ch, sizeof(ch));
+        char proof[GW_POW_PROOF_MAX + 1];
+        int n = snprintf(proof, sizeof(proof), "%s.0", ch);
+        gw_pow_proof_t pr;
+        if (gw_pow_check(shared, "ev1", "4:10.0.0", proof, (size_t)n, 1000, &pr) != GW_POW_OK ||
+            pr.expires_s != 1120)
+            return "a challenge did not verify";
+        out[i] = pr.serial;
+    }
+    return NULL;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void test_threads_issue_distinct_dense_serials(void **state)
+{
+    shared = pow_new(0, 30, 6000);
+    pthread_t t[THREADS];
+    for (int i = 0; i < THREADS; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, issue_many, serials[i]), 0);
+    for (int i = 0; i < THREADS; i++) {
+        void *err = NULL;
+        pthread_join(t[i], &err);
+        assert_null(err);
+    }
+    /* every serial 0 .. THREADS * PER_THREAD - 1 exactly once: one bit each, no gaps */
+    qsort(serials, THREADS * PER_THREAD, sizeof(uint32_t), cmp_u32);
+    for (uint32_t i = 0; i < THREADS * PER_THREAD; i++)
+        assert_int_equal(((uint32_t *)serials)[i], i);
+    gw_pow_free(shared);
 }
 
 static void test_each_bad_proof_has_its_outcome(void **state)
@@ -187,7 +275,9 @@ static void test_flood_of_blocks_stays_bounded(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_solved_challenge_verifies_once_per_id),
+        cmocka_unit_test(test_solved_challenge_verifies_with_its_serial),
+        cmocka_unit_test(test_serials_restart_per_bucket_and_never_repeat),
+        cmocka_unit_test(test_threads_issue_distinct_dense_serials),
         cmocka_unit_test(test_each_bad_proof_has_its_outcome),
         cmocka_unit_test(test_difficulty_formula),
         cmocka_unit_test(test_block_flood_raises_then_falls_back),
