@@ -22,7 +22,7 @@
 #include "cm_time.h"
 #include "gw_rediskeys.h"
 #include "gw_lua.h"
-#include "gw_server.h"
+#include "gw_req.h"
 
 #define RATE_WINDOW_MS  10000
 #define SAMPLE_EVERY_MS 250
