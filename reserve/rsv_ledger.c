@@ -20,7 +20,7 @@
 #include "cm_mem.h"
 #include "cm_time.h"
 #include "rsv_pay.h"
-#include "rsv_server.h"
+#include "rsv_req.h"
 
 #define PAGE_LIMIT  200
 #define MAX_PAGES   20

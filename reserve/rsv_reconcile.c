@@ -17,7 +17,7 @@
 #include "cm_log.h"
 #include "cm_mem.h"
 #include "rsv_ledger.h"
-#include "rsv_server.h"
+#include "rsv_req.h"
 
 #define GAUGE_EVERY_TICKS 5
 
