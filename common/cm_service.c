@@ -34,7 +34,7 @@ struct cm_service {
     char metric_prefix[48];
     char admin_addr[64]; /* admin_listen's address (cm_server_config_opts) */
     void **instances;    /* one per worker */
-    void (*unmake)(void *instance, int i);
+    void (*unmake)(void *instance);
 };
 
 /* --- the process ------------------------------------------------------------------- */
@@ -83,16 +83,18 @@ int cm_service_workers(const cm_service_t *s)
     return s->cs ? cm_server_workers(s->cs) : 0;
 }
 
-int cm_service_start(cm_service_t *s,
-                     void *(*make)(void *arg, cm_service_t *s, int i, char *err, size_t errlen),
-                     void (*unmake)(void *instance, int i), void *arg, char *err, size_t errlen)
+int cm_service_start(cm_service_t *s, void *first, size_t size,
+                     void (*make)(void *first, cm_service_t *s, int i, void *instance, char *err,
+                                  size_t errlen),
+                     void (*unmake)(void *instance), char *err, size_t errlen)
 {
     int n = cm_service_workers(s);
     s->instances = cm_xcalloc((size_t)n, sizeof(void *));
     s->unmake = unmake;
     err[0] = '\0';
     for (int i = 0; i < n; i++) {
-        s->instances[i] = make(arg, s, i, err, errlen);
+        s->instances[i] = i == 0 ? first : cm_xcalloc(1, size);
+        make(first, s, i, s->instances[i], err, errlen);
         if (err[0] != '\0')
             return -1;
     }
@@ -114,8 +116,11 @@ void cm_service_free(cm_service_t *s)
     if (s == NULL)
         return;
     for (int i = cm_service_workers(s) - 1; i >= 0 && s->instances; i--)
-        if (s->instances[i] != NULL)
-            s->unmake(s->instances[i], i);
+        if (s->instances[i] != NULL) {
+            s->unmake(s->instances[i]);
+            if (i > 0) /* instance 0 is the caller's */
+                free(s->instances[i]);
+        }
     free(s->instances);
     cm_server_free(s->cs); /* the loops and the shared registry */
     cm_tls_free(s->tls);
@@ -160,17 +165,23 @@ void cm_service_log_apply(const cm_service_log_t *l)
 
 /* --- a worker ---------------------------------------------------------------------- */
 
-void cm_svc_worker_init(cm_svc_worker_t *w, cm_service_t *s, int i, const char *const *endpoints,
-                        size_t n)
+void cm_svc_worker_init(cm_svc_worker_t *w, cm_service_t *s, int i,
+                        const cm_svc_worker_spec_t *spec)
 {
     char name[80];
     snprintf(name, sizeof(name), "%s_request_seconds", s->metric_prefix);
     w->svc = s;
     w->worker = cm_server_worker(s->cs, i);
+    w->base = cm_worker_base(w->worker);
+    w->drain = cm_worker_drain(w->worker);
     w->metrics = cm_server_metrics(s->cs);
-    w->endpoints = endpoints;
-    w->requests = cm_metrics_requests(w->metrics, name,
-                                      "request latency by endpoint and status code", endpoints, n);
+    w->endpoints = spec->endpoints;
+    w->backends = spec->backends;
+    w->backends_arg = spec->arg;
+    w->down = spec->down;
+    w->requests =
+        cm_metrics_requests(w->metrics, name, "request latency by endpoint and status code",
+                            spec->endpoints, spec->nendpoints);
 }
 
 cm_reload_config_t *cm_svc_config(const cm_svc_worker_t *w)

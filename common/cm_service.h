@@ -40,6 +40,8 @@ typedef struct cm_service cm_service_t;
 typedef struct cm_svc_worker {
     cm_service_t *svc;
     cm_worker_t *worker;
+    struct event_base *base;         /* this worker's loop */
+    cm_drain_t *drain;               /* SIGTERM: stop accepting, finish in-flight requests */
     cm_metrics_t *metrics;           /* the process's registry (shared, thread-safe) */
     cm_metrics_requests_t *requests; /* <prefix>_request_seconds{endpoint,code} */
     const char *const *endpoints;    /* a name per endpoint index */
@@ -79,15 +81,16 @@ cm_server_t *cm_service_server(cm_service_t *s);
 int cm_service_workers(const cm_service_t *s);
 
 /**
- * Makes every worker's instance, worker 0 first: make(arg, s, i, err) returns instance i
- * (which it made listen with cm_worker_listen); a non-empty err means it failed (the
- * instance, complete or not, is still returned so that it is freed). Later
- * cm_service_free calls unmake(instance, i) for each, the last one first. 0, or -1 + err.
+ * Makes every worker's instance, worker 0 first. Instance 0 is first (the caller's);
+ * the others are zeroed allocations of size bytes, freed by cm_service_free.
+ * make(first, s, i, instance, err) fills instance i (and makes it listen with
+ * cm_worker_listen); a non-empty err means it failed. cm_service_free later calls
+ * unmake(instance) for each made (even partly) instance, the last one first. 0, or -1 + err.
  */
-__attribute__((warn_unused_result)) int
-cm_service_start(cm_service_t *s,
-                 void *(*make)(void *arg, cm_service_t *s, int i, char *err, size_t errlen),
-                 void (*unmake)(void *instance, int i), void *arg, char *err, size_t errlen);
+__attribute__((warn_unused_result)) int cm_service_start(
+    cm_service_t *s, void *first, size_t size,
+    void (*make)(void *first, cm_service_t *s, int i, void *instance, char *err, size_t errlen),
+    void (*unmake)(void *instance), char *err, size_t errlen);
 /** Worker i's instance (NULL before it was made). */
 void *cm_service_instance(const cm_service_t *s, int i);
 
@@ -125,12 +128,21 @@ void cm_service_log_apply(const cm_service_log_t *l);
 
 /* --- a worker ---------------------------------------------------------------------- */
 
+/** What a service's worker tells the shell about itself. */
+typedef struct cm_svc_worker_spec {
+    const char *const *endpoints; /* a name per endpoint index */
+    size_t nendpoints;
+    bool (*backends)(void *arg, json_t *o); /* cm_svc_worker_t.backends */
+    void *arg;
+    const char *down;
+} cm_svc_worker_spec_t;
+
 /**
- * Fills w for worker i of s (main thread, while making the instance): its registry and
- * <prefix>_request_seconds over endpoints[0..n).
+ * Fills w for worker i of s (main thread, while making the instance): its loop, drain,
+ * registry, readiness and <prefix>_request_seconds over the spec's endpoints.
  */
-void cm_svc_worker_init(cm_svc_worker_t *w, cm_service_t *s, int i, const char *const *endpoints,
-                        size_t n);
+void cm_svc_worker_init(cm_svc_worker_t *w, cm_service_t *s, int i,
+                        const cm_svc_worker_spec_t *spec);
 /** The configuration being served (NULL: no reloads watched). */
 cm_reload_config_t *cm_svc_config(const cm_svc_worker_t *w);
 

@@ -79,7 +79,6 @@ struct gw_server {
     int index;           /* worker number; 0 owns what the workers share */
     struct event_base *base;
     cm_redis_t *redis;
-    cm_metrics_t *metrics;
     gw_metrics_t m;
     unsigned char *ticket_secret; /* the newest of ticket_keys: signs new tickets */
     size_t ticket_secret_len;
@@ -95,7 +94,6 @@ struct gw_server {
     cm_pool_t *place_ops;  /* gw_queue's operations (joins, status polls), reused */
     gw_batch_t *batch;     /* new joins gathered per room (gw_batch.h; made on first use) */
     struct event *tick;
-    struct cm_drain *drain; /* SIGTERM: stop accepting, finish in-flight requests */
 };
 
 /** The request being served: embed it first in each handler's operation struct. */

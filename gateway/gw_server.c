@@ -48,7 +48,7 @@ static const char *const endpoint_names[GW_EP_COUNT] = {
 
 static void register_metrics(gw_server_t *srv)
 {
-    cm_metrics_t *m = srv->metrics;
+    cm_metrics_t *m = srv->svc.metrics;
     gw_metrics_t *x = &srv->m;
     x->joins = cm_metrics_counter(m, "onsale_gateway_joins_total",
                                   "new places handed out (queue and pre-queue)", NULL);
@@ -336,10 +336,10 @@ static gw_pow_t *pow_new(gw_server_t *srv)
 }
 
 /* One worker's instance on its loop; the shared parts are borrowed from worker 0. */
-static void *worker_new(void *arg, cm_service_t *svc, int i, char *err, size_t errlen)
+static void worker_new(void *arg, cm_service_t *svc, int i, void *instance, char *err,
+                       size_t errlen)
 {
-    gw_server_t *first = arg;
-    gw_server_t *srv = i == 0 ? first : cm_xcalloc(1, sizeof(*srv));
+    gw_server_t *first = arg, *srv = instance;
     const gw_config_t *cfg = &first->cfg;
     int n = cm_service_workers(svc);
     if (i > 0) {
@@ -352,16 +352,13 @@ static void *worker_new(void *arg, cm_service_t *svc, int i, char *err, size_t e
         srv->limit = first->limit;
         srv->pow = first->pow;
     }
+    cm_svc_worker_spec_t spec = {endpoint_names, GW_EP_COUNT, backends, srv,
+                                 "Redis is unreachable"};
+    cm_svc_worker_init(&srv->svc, svc, i, &spec);
+    cm_worker_t *w = srv->svc.worker;
     srv->index = i;
-    cm_worker_t *w = cm_server_worker(cm_service_server(svc), i);
-    srv->base = cm_worker_base(w);
-    srv->drain = cm_worker_drain(w);
-    srv->metrics = cm_server_metrics(cm_service_server(svc));
+    srv->base = srv->svc.base;
     register_metrics(srv);
-    cm_svc_worker_init(&srv->svc, svc, i, endpoint_names, GW_EP_COUNT);
-    srv->svc.backends = backends;
-    srv->svc.backends_arg = srv;
-    srv->svc.down = "Redis is unreachable";
     srv->rooms = gw_rooms_new();
     srv->admit = gw_admit_new((size_t)cfg->admission_cache_size);
     /* the setting is per process: split over the workers (0 stays 0: sign on the loop) */
@@ -370,13 +367,13 @@ static void *worker_new(void *arg, cm_service_t *svc, int i, char *err, size_t e
                               (size_t)cfg->signer_queue);
     if (srv->pool == NULL) {
         snprintf(err, errlen, "cannot start the signer threads");
-        return srv;
+        return;
     }
     srv->redis = cm_redis_config_open(srv->base, &cfg->redis, err, errlen); /* before its loop */
     if (srv->redis == NULL)
-        return srv;
+        return;
     if (cm_worker_listen(w, gw_routes_dispatch, gw_routes_admin, srv, err, errlen) != 0)
-        return srv;
+        return;
     cm_worker_gauge_min(w, "onsale_gateway_redis_up",
                         "1 while every worker's Redis connection is up, else 0", gauge_redis, srv);
     cm_worker_gauge(w, "onsale_gateway_redis_connections", "Redis connections up (one per worker)",
@@ -387,13 +384,13 @@ static void *worker_new(void *arg, cm_service_t *svc, int i, char *err, size_t e
     gw_watermark_start(srv);
     srv->history = gw_history_new(srv->base, srv->rooms, (int)cfg->history_interval_ms,
                                   (int)cfg->history_samples);
-    err[0] = '\0';
-    return srv;
+    err[0] = '\0'; /* made: whatever a step wrote there is no error */
 }
 
 /* One worker's own parts (not the shared ones). */
-static void worker_free(gw_server_t *srv)
+static void worker_free(void *instance)
 {
+    gw_server_t *srv = instance;
     /* Waiters first (they answer 503 on still-open connections), then the connections:
      * the joins still gathering for a batch, then the commands in flight. */
     gw_batch_free(srv->batch);
@@ -415,13 +412,6 @@ static void worker_free(gw_server_t *srv)
     srv->rooms = NULL;
     cm_pool_free(srv->place_ops); /* last: operations still out come back to it */
     srv->place_ops = NULL;
-}
-
-static void worker_unmake(void *instance, int i)
-{
-    worker_free(instance);
-    if (i > 0) /* worker 0's instance is the process's: gw_server_free frees it */
-        free(instance);
 }
 
 gw_server_t *gw_server_new(const gw_config_t *cfg, char *err, size_t errlen)
@@ -448,7 +438,8 @@ gw_server_t *gw_server_new(const gw_config_t *cfg, char *err, size_t errlen)
         cm_server_metrics(cm_service_server(srv->svc.svc)), "onsale_gateway_pow_base_difficulty",
         "proof-of-work difficulty (leading zero bits) a quiet address block is given now", NULL,
         gauge_pow_bits, srv->pow);
-    if (cm_service_start(srv->svc.svc, worker_new, worker_unmake, srv, err, errlen) != 0)
+    if (cm_service_start(srv->svc.svc, srv, sizeof(*srv), worker_new, worker_free, err, errlen) !=
+        0)
         goto err;
     return srv;
 err:

@@ -93,7 +93,7 @@ static gw_room_t *find_or_add(gw_server_t *srv, const char *event)
     gw_settings_defaults(&r->s);
     char labels[96];
     snprintf(labels, sizeof(labels), "event=\"%s\"", event);
-    cm_metrics_t *m = srv->metrics;
+    cm_metrics_t *m = srv->svc.metrics;
     r->g_queue =
         cm_metrics_gauge(m, "onsale_gateway_queue_size",
                          "fans waiting (numbered and not let in, plus the pre-queue)", labels);

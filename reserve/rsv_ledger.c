@@ -283,7 +283,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     rsv_ledger_t *l = arg;
     rsv_server_t *srv = l->srv;
-    if (l->busy || l->closing || cm_drain_draining(srv->drain) || srv->pay == NULL)
+    if (l->busy || l->closing || cm_drain_draining(srv->svc.drain) || srv->pay == NULL)
         return;
     l->busy = true;
     l->pages = 0;

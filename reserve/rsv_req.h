@@ -103,7 +103,6 @@ struct rsv_server {
     rsv_pg_t *pg;      /* the saga and every write */
     rsv_pg_t *pg_read; /* reads (catalog, seeds, checkout views, gauges): never queued
                           ahead of a confirmation */
-    cm_metrics_t *metrics;
     rsv_metrics_t m;
     rsv_auth_t *auth;
     rsv_auth_keys_t *keys;        /* admission keys, reloaded on SIGHUP */
@@ -113,7 +112,6 @@ struct rsv_server {
     rsv_pay_t *pay;
     rsv_reconcile_t *reconcile;
     cm_reload_cell_t *cors; /* rsv_cors_t: the buyer API's storefront origins */
-    struct cm_drain *drain; /* SIGTERM: stop accepting, finish in-flight requests */
 };
 
 /** The request being served: embed it first in each handler's operation struct. */

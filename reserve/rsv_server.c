@@ -48,7 +48,7 @@ static const char *const endpoint_names[RSV_EP_COUNT] = {
 
 static void register_saga_metrics(rsv_server_t *srv)
 {
-    cm_metrics_t *m = srv->metrics;
+    cm_metrics_t *m = srv->svc.metrics;
     rsv_metrics_t *x = &srv->m;
     static const char *const outcomes[] = {"paid",     "declined", "none",
                                            "refunded", "unknown",  "listed"};
@@ -119,7 +119,7 @@ static void register_saga_metrics(rsv_server_t *srv)
 
 static void register_metrics(rsv_server_t *srv)
 {
-    cm_metrics_t *m = srv->metrics;
+    cm_metrics_t *m = srv->svc.metrics;
     rsv_metrics_t *x = &srv->m;
     x->holds_taken = cm_metrics_counter(m, "onsale_reserve_holds_total", "holds taken", NULL);
     x->hold_conflicts =
@@ -225,10 +225,10 @@ int rsv_server_watch_config(rsv_server_t *srv, cm_reload_config_t *rc)
 }
 
 /* One worker's instance on its loop; the shared parts are borrowed from worker 0. */
-static void *worker_new(void *arg, cm_service_t *svc, int i, char *err, size_t errlen)
+static void worker_new(void *arg, cm_service_t *svc, int i, void *instance, char *err,
+                       size_t errlen)
 {
-    rsv_server_t *first = arg;
-    rsv_server_t *srv = i == 0 ? first : cm_xcalloc(1, sizeof(*srv));
+    rsv_server_t *first = arg, *srv = instance;
     const rsv_config_t *cfg = &first->cfg;
     int n = cm_service_workers(svc);
     if (i > 0) {
@@ -237,16 +237,13 @@ static void *worker_new(void *arg, cm_service_t *svc, int i, char *err, size_t e
         srv->auth_fails = first->auth_fails;
         srv->cors = first->cors;
     }
+    cm_svc_worker_spec_t spec = {endpoint_names, RSV_EP_COUNT, backends, srv,
+                                 "a backing store is unreachable"};
+    cm_svc_worker_init(&srv->svc, svc, i, &spec);
+    cm_worker_t *w = srv->svc.worker;
     srv->index = i;
-    cm_worker_t *w = cm_server_worker(cm_service_server(svc), i);
-    srv->base = cm_worker_base(w);
-    srv->drain = cm_worker_drain(w);
-    srv->metrics = cm_server_metrics(cm_service_server(svc));
+    srv->base = srv->svc.base;
     register_metrics(srv);
-    cm_svc_worker_init(&srv->svc, svc, i, endpoint_names, RSV_EP_COUNT);
-    srv->svc.backends = backends;
-    srv->svc.backends_arg = srv;
-    srv->svc.down = "a backing store is unreachable";
     /* Thread counts and the Postgres pool are per process: split over the workers. */
     int pool = (int)((cfg->pg_pool_size + n - 1) / n);
     rsv_auth_config_t ac = {
@@ -266,7 +263,7 @@ static void *worker_new(void *arg, cm_service_t *svc, int i, char *err, size_t e
     srv->auth = rsv_auth_new(srv->base, srv->keys, &ac);
     srv->redis = cm_redis_config_open(srv->base, &cfg->redis, err, errlen); /* before its loop */
     if (srv->redis == NULL)
-        return srv;
+        return;
     rsv_auth_use_redis(srv->auth, srv->redis); /* the jti of bound tokens' proofs */
     srv->pg = rsv_pg_new(srv->base, cfg->pg_conninfo, pool, (int)cfg->pg_timeout_ms,
                          (int)cfg->pg_max_queue);
@@ -284,11 +281,11 @@ static void *worker_new(void *arg, cm_service_t *svc, int i, char *err, size_t e
     };
     srv->pay = rsv_pay_new(srv->base, &pc, err, errlen);
     if (srv->pay == NULL)
-        return srv;
+        return;
     if (i == 0) /* one reconciler per process is enough (several are safe) */
         srv->reconcile = rsv_reconcile_new(srv);
     if (cm_worker_listen(w, rsv_routes_dispatch, rsv_routes_admin, srv, err, errlen) != 0)
-        return srv;
+        return;
     cm_worker_gauge(w, "onsale_reserve_postgres_connections", "Postgres connections up", gauge_pg,
                     srv);
     cm_worker_gauge_min(w, "onsale_reserve_redis_up",
@@ -296,8 +293,7 @@ static void *worker_new(void *arg, cm_service_t *svc, int i, char *err, size_t e
     cm_worker_gauge(w, "onsale_reserve_redis_connections", "Redis connections up (one per worker)",
                     gauge_redis, srv);
     cm_worker_readiness(w, backends_ready, srv);
-    err[0] = '\0';
-    return srv;
+    err[0] = '\0'; /* made: whatever a step wrote there is no error */
 }
 
 int rsv_server_run(rsv_server_t *srv)
@@ -306,8 +302,9 @@ int rsv_server_run(rsv_server_t *srv)
 }
 
 /* One worker's own parts (not the shared ones). */
-static void worker_free(rsv_server_t *srv)
+static void worker_free(void *instance)
 {
+    rsv_server_t *srv = instance;
     rsv_auth_free(srv->auth); /* first: its workers may still answer requests */
     srv->auth = NULL;
     rsv_reconcile_free(srv->reconcile);
@@ -326,13 +323,6 @@ static void worker_free(rsv_server_t *srv)
     srv->pg_read = NULL;
     cm_redis_free(srv->redis);
     srv->redis = NULL;
-}
-
-static void worker_unmake(void *instance, int i)
-{
-    worker_free(instance);
-    if (i > 0) /* worker 0's instance is the process's: rsv_server_free frees it */
-        free(instance);
 }
 
 rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen)
@@ -368,7 +358,8 @@ rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen)
     srv->cors = cm_reload_cell_new(cors, cors_free, NULL);
     if (cfg->fault && *cfg->fault)
         cm_log(CM_LOG_WARN, "fault points armed: %s (tests only)", cfg->fault);
-    if (cm_service_start(srv->svc.svc, worker_new, worker_unmake, srv, err, errlen) != 0)
+    if (cm_service_start(srv->svc.svc, srv, sizeof(*srv), worker_new, worker_free, err, errlen) !=
+        0)
         goto err;
     return srv;
 err:
