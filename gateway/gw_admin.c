@@ -36,6 +36,25 @@ typedef struct admin_op {
     const char *what;
 } admin_op_t;
 
+static void on_peer_refreshed(const char *err, gw_room_t *room, void *arg)
+{
+    cm_bcast_ack(arg); /* a failed re-read still ends: the tick retries it */
+}
+
+/* On a peer's thread. */
+static void peer_refresh(void *peer, const char *event, cm_bcast_t *b)
+{
+    gw_watermark_refresh(peer, event, on_peer_refreshed, b);
+}
+
+/* Makes every other worker re-read the room from Redis (its settings changed, or it was
+ * deleted), then calls done(arg) on this worker's thread: an operator's change is
+ * answered only once every worker serves it. */
+static void sync_room(gw_server_t *srv, const char *event, void (*done)(void *arg), void *arg)
+{
+    cm_svc_sync_event(&srv->svc, event, peer_refresh, done, arg);
+}
+
 /* Records who changes what before the change is made (the log line follows it). */
 static void change_begin(admin_op_t *op, const char *what)
 {
@@ -44,7 +63,7 @@ static void change_begin(admin_op_t *op, const char *what)
     op->before = s ? json_dumps(s, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(s);
     op->what = what;
-    cm_server_admin_who(op->r.req, op->who, sizeof(op->who));
+    cm_server_admin_who(op->r.svc.req, op->who, sizeof(op->who));
 }
 
 static void op_free(admin_op_t *op)
@@ -130,7 +149,7 @@ static void on_refreshed(const char *err, gw_room_t *room, void *arg)
         json_t *s = gw_settings_json(&room->s);
         op->after = json_dumps(s, JSON_COMPACT | JSON_SORT_KEYS);
         json_decref(s);
-        gw_server_sync_room(op->r.srv, op->event, on_synced, op);
+        sync_room(op->r.srv, op->event, on_synced, op);
         return;
     } else
         gw_reply_json(&op->r, op->code, gw_admin_room_json(op->r.srv, room));
@@ -247,7 +266,7 @@ static void on_deleted(const char *err, const cm_redis_reply_t *reply, void *arg
         cm_log(CM_LOG_INFO, "waiting room %s deleted", op->event);
         op->code = 200;
         op->out = json_pack("{s:s, s:b}", "event", op->event, "deleted", 1);
-        gw_server_sync_room(op->r.srv, op->event, on_synced, op);
+        sync_room(op->r.srv, op->event, on_synced, op);
         return;
     }
     op_free(op);
@@ -310,8 +329,8 @@ void gw_admin_config(gw_server_t *srv, cm_req_t *req)
     gw_req_t r;
     gw_req_start(&r, srv, req, GW_EP_ADMIN);
     json_t *config;
-    if (srv->config != NULL) {
-        config = cm_reload_config_json(srv->config);
+    if (cm_svc_config(&srv->svc) != NULL) {
+        config = cm_reload_config_json(cm_svc_config(&srv->svc));
     } else {
         size_t n = 0;
         const cm_config_opt_t *table = gw_config_table(&n);

@@ -11,7 +11,7 @@
 
 #include <jansson.h>
 
-#include "gw_server.h"
+#include "gw_req.h"
 #include "gw_watermark.h"
 #include "cm_http.h"
 

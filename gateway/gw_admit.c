@@ -27,7 +27,6 @@
 #include "gw_rediskeys.h"
 #include "gw_lua.h"
 #include "gw_page.h"
-#include "gw_queue.h"
 #include "gw_signer.h"
 
 typedef struct entry {
@@ -174,7 +173,7 @@ static void reply_page(gw_req_t *r, gw_room_t *room, gw_page_state_t state, int6
         .redirect_url = redirect_of(r->srv, room),
         .handoff_post = room->s.handoff_post,
     };
-    gw_page_queue(r->req, &info);
+    gw_page_queue(r->svc.req, &info);
     gw_req_replied(r);
 }
 
@@ -193,7 +192,7 @@ static void reply_admitted(gw_req_t *r, gw_room_t *room, const char *ticket, con
                            int code, bool page)
 {
     if (page) {
-        gw_queue_set_cookie(r, room->event, ticket);
+        gw_ticket_set_cookie(r->svc.req, room->event, ticket);
         reply_page(r, room, GW_PAGE_ADMITTED, 0, e);
         return;
     }
@@ -221,7 +220,7 @@ static void reply_admitted(gw_req_t *r, gw_room_t *room, const char *ticket, con
         CM_TEXT_LIT(&t, ",\"handoff\":\"post\"}");
     else
         CM_TEXT_LIT(&t, ",\"handoff\":\"fragment\"}");
-    gw_queue_set_cookie(r, room->event, ticket);
+    gw_ticket_set_cookie(r->svc.req, room->event, ticket);
     reply_text(r, code, &t, out);
     if (out != stack)
         free(out);
@@ -238,7 +237,7 @@ static void reply_expired(gw_req_t *r)
 static void reply_front(gw_req_t *r, gw_room_t *room, const char *ticket, int code, bool page)
 {
     if (page) {
-        gw_queue_set_cookie(r, room->event, ticket);
+        gw_ticket_set_cookie(r->svc.req, room->event, ticket);
         reply_page(r, room, GW_PAGE_QUEUED, 1, NULL);
         return;
     }
@@ -253,7 +252,7 @@ static void reply_front(gw_req_t *r, gw_room_t *room, const char *ticket, int co
     CM_TEXT_LIT(&t, ",\"eta_seconds\":0,\"poll_after_ms\":");
     cm_text_i64(&t, (int64_t)r->srv->cfg.poll_min_ms);
     CM_TEXT_LIT(&t, "}");
-    gw_queue_set_cookie(r, room->event, ticket);
+    gw_ticket_set_cookie(r->svc.req, room->event, ticket);
     reply_text(r, code, &t, body);
 }
 
@@ -358,7 +357,7 @@ static void on_admit(const char *err, const cm_redis_reply_t *reply, void *arg)
         snprintf(op->claims.sub, sizeof(op->claims.sub), "%s", op->t.visitor);
         snprintf(op->claims.evt, sizeof(op->claims.evt), "%s", op->room->event);
         snprintf(op->claims.cnf_jkt, sizeof(op->claims.cnf_jkt), "%s", op->t.cnf_jkt); /* gw_dpop */
-        snprintf(op->claims.rid, sizeof(op->claims.rid), "%s", cm_access_id(op->r.req));
+        snprintf(op->claims.rid, sizeof(op->claims.rid), "%s", cm_access_id(op->r.svc.req));
         op->sign_start_ns = cm_time_mono_ns();
         gw_signer_submit(srv->pool, &op->claims, on_signed, op);
         return;
@@ -415,7 +414,7 @@ void gw_admit_serve(gw_req_t *r, gw_room_t *room, const gw_ticket_t *ticket,
     gw_server_t *srv = r->srv;
     gw_ticket_t bound = *ticket; /* cnf_jkt: the key the token will carry */
     const gw_ticket_t *t = &bound;
-    if (bind_of(r->req, bound.cnf_jkt) != 0) {
+    if (bind_of(r->svc.req, bound.cnf_jkt) != 0) {
         gw_reply_error(r, 400, "invalid_bind",
                        "bind must name one key: its RFC 7638 SHA-256 thumbprint, 43 base64url "
                        "characters",

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gw_server.h"
+#include "gw_req.h"
 #include "gw_ticket.h"
 #include "gw_watermark.h"
 

@@ -22,7 +22,7 @@
 
 #include "cm_dpop.h"
 #include "cm_jwt.h"
-#include "gw_server.h"
+#include "gw_req.h"
 #include "gw_ticket.h"
 
 #define GW_DPOP_MAX_LEN  CM_DPOP_MAX_LEN

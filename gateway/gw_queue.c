@@ -90,19 +90,6 @@ size_t gw_queue_queued_json(char *out, size_t size, const gw_queued_answer_t *a)
     return cm_text_done(&t, out);
 }
 
-size_t gw_queue_cookie_text(char *out, size_t size, const char *event, const char *ticket)
-{
-    cm_text_t t = cm_text_at(out, size);
-    CM_TEXT_LIT(&t, GW_COOKIE_PREFIX);
-    cm_text_str(&t, event);
-    CM_TEXT_LIT(&t, "=");
-    cm_text_str(&t, ticket);
-    CM_TEXT_LIT(&t, "; HttpOnly; Secure; SameSite=Lax; Path=/q/");
-    cm_text_str(&t, event);
-    CM_TEXT_LIT(&t, "; Max-Age=86400");
-    return cm_text_done(&t, out);
-}
-
 /* Jitter for poll intervals (no secret): xorshift seeded once per thread from the CSPRNG,
  * not a RAND_bytes call per answer (each costs OpenSSL's getpid fork check). */
 static uint32_t rnd32(void)
@@ -132,13 +119,6 @@ static size_t random_score(char out[24])
     return score_text(v, out);
 }
 
-void gw_queue_set_cookie(gw_req_t *r, const char *event, const char *ticket)
-{
-    char cookie[GW_TICKET_MAX_LEN + 2 * CM_IDENT_MAX + 128];
-    if (gw_queue_cookie_text(cookie, sizeof(cookie), event, ticket) > 0)
-        cm_http_add_header(r->req, "Set-Cookie", cookie);
-}
-
 /* Operations come from the worker's pool: no allocation per request once warm. */
 #define PLACE_OPS_KEPT 1024
 
@@ -164,10 +144,10 @@ static int read_ticket(place_op_t *op, bool *from_bearer)
 {
     gw_server_t *srv = op->r.srv;
     size_t len = 0;
-    const char *text = cm_http_bearer(op->r.req, &len);
+    const char *text = cm_http_bearer(op->r.svc.req, &len);
     *from_bearer = text != NULL;
     if (text == NULL) {
-        const char *cookie = cm_http_header(op->r.req, "Cookie");
+        const char *cookie = cm_http_header(op->r.svc.req, "Cookie");
         text = cookie ? gw_ticket_from_cookie(cookie, op->event, &len) : NULL;
     }
     if (text == NULL)
@@ -228,12 +208,12 @@ static void reply_page(place_op_t *op, gw_room_t *room, gw_page_state_t state, i
     char ch[GW_POW_CHALLENGE_LEN + 1];
     int64_t expires;
     if (info.pow && op->fresh && state == GW_PAGE_NEW) { /* the script solves it at once */
-        info.pow_bits = issue_challenge(op->r.srv, op->r.req, op->event, ch, &expires);
+        info.pow_bits = issue_challenge(op->r.srv, op->r.svc.req, op->event, ch, &expires);
         info.pow_challenge = ch;
     }
     if (!op->fresh && op->ticket[0])
-        gw_queue_set_cookie(&op->r, op->event, op->ticket);
-    gw_page_queue(op->r.req, &info);
+        gw_ticket_set_cookie(op->r.svc.req, op->event, op->ticket);
+    gw_page_queue(op->r.svc.req, &info);
     gw_req_replied(&op->r);
     op_free(op);
 }
@@ -277,7 +257,7 @@ static void reply_prequeue(place_op_t *op, gw_room_t *room)
                      "{\"event\":%s,\"state\":\"prequeue\",\"opens_at\":\"%s\",\"ticket\":%s,"
                      "\"poll_after_ms\":%" PRId64 ",\"prequeue_size\":%" PRId64 "}",
                      j.event, opens, j.ticket, poll, (int64_t)room->prequeue);
-    gw_queue_set_cookie(&op->r, room->event, op->ticket);
+    gw_ticket_set_cookie(op->r.svc.req, room->event, op->ticket);
     reply_json_text(op, body, n);
 }
 
@@ -312,7 +292,7 @@ static void reply_queued(place_op_t *op, gw_room_t *room)
     };
     char body[JSON_BODY_MAX];
     size_t n = gw_queue_queued_json(body, sizeof(body), &a);
-    gw_queue_set_cookie(&op->r, room->event, op->ticket);
+    gw_ticket_set_cookie(op->r.svc.req, room->event, op->ticket);
     reply_json_text(op, body, n > 0 ? (int)n : -1);
 }
 
@@ -413,12 +393,12 @@ static void prove(place_op_t *op, gw_room_t *room)
 {
     char buf[GW_DPOP_MAX_LEN + 1];
     size_t len = 0;
-    const char *proof = gw_dpop_of_request(op->r.req, op->page, buf, sizeof(buf), &len);
+    const char *proof = gw_dpop_of_request(op->r.svc.req, op->page, buf, sizeof(buf), &len);
     if (op->page && proof == NULL) {
         reply_page(op, room, GW_PAGE_QUEUED, 1, 0, op->r.srv->cfg.poll_min_ms);
         return;
     }
-    gw_dpop_check(op->r.srv, op->r.req, op->event, proof, len, &op->t, on_proof, op);
+    gw_dpop_check(op->r.srv, op->r.svc.req, op->event, proof, len, &op->t, on_proof, op);
 }
 
 /* The room takes nobody any more: sold out, or past closes_at on its clock. */
@@ -521,8 +501,8 @@ static void see_page(place_op_t *op)
     if (room != NULL)
         gw_watermark_saw_number(room, op->t.gen, op->t.num);
     snprintf(where, sizeof(where), "/q/%s", op->event);
-    gw_queue_set_cookie(&op->r, op->event, op->ticket);
-    cm_http_add_header(op->r.req, "Location", where);
+    gw_ticket_set_cookie(op->r.svc.req, op->event, op->ticket);
+    cm_http_add_header(op->r.svc.req, "Location", where);
     gw_reply_text(&op->r, 303, "text/plain; charset=utf-8", "", 0);
     op_free(op);
 }
@@ -702,15 +682,15 @@ static void refuse_proof(place_op_t *op, int code, const char *error, const char
     gw_server_t *srv = op->r.srv;
     cm_counter_inc(srv->m.pow_refused);
     gw_pow_count_refused(srv->pow);
-    cm_http_add_header(op->r.req, "Cache-Control", "no-store");
+    cm_http_add_header(op->r.svc.req, "Cache-Control", "no-store");
     if (op->form) { /* a form without the page's script: it cannot solve a challenge */
         json_t *body = json_pack("{s:s, s:s}", "error", "pow_required", "message", message);
-        gw_page_queue_answer(op->r.req, code, body); /* steals body */
+        gw_page_queue_answer(op->r.svc.req, code, body); /* steals body */
         gw_req_replied(&op->r);
         op_free(op);
         return;
     }
-    json_t *extra = json_pack("{s:o}", "pow", challenge_json(srv, op->r.req, op->event));
+    json_t *extra = json_pack("{s:o}", "pow", challenge_json(srv, op->r.svc.req, op->event));
     gw_reply_error(&op->r, code, error, message, extra);
     op_free(op);
 }
@@ -743,13 +723,13 @@ static void check_proof(place_op_t *op, gw_room_t *room)
         return;
     }
     gw_server_t *srv = op->r.srv;
-    const char *proof = cm_http_header(op->r.req, "Onsale-Pow");
+    const char *proof = cm_http_header(op->r.svc.req, "Onsale-Pow");
     if (proof == NULL) {
         refuse_proof(op, 428, "pow_required", proof_message(GW_POW_OK));
         return;
     }
     char block[GW_POW_BLOCK_MAX];
-    gw_pow_block(peer_of(op->r.req), block);
+    gw_pow_block(peer_of(op->r.svc.req), block);
     gw_pow_result_t res = gw_pow_check(srv->pow, op->event, block, proof, strlen(proof),
                                        cm_time_wall_ms() / 1000, &op->proof);
     if (res != GW_POW_OK) {
@@ -838,7 +818,7 @@ static int bind_key(place_op_t *op)
 {
     gw_dpop_proof_t p;
     size_t len = 0;
-    const char *proof = gw_dpop_of_request(op->r.req, false, NULL, 0, &len);
+    const char *proof = gw_dpop_of_request(op->r.svc.req, false, NULL, 0, &len);
     gw_room_t *room = gw_watermark_room(op->r.srv, op->event);
     gw_dpop_result_t res = GW_DPOP_MISSING;
     if (proof != NULL && (res = gw_dpop_parse_key(proof, len, &p)) == GW_DPOP_OK) {
@@ -885,7 +865,7 @@ static void join_batched(place_op_t *op, uint64_t v)
 static void take_place(place_op_t *op)
 {
     gw_server_t *srv = op->r.srv;
-    cm_req_t *req = op->r.req;
+    cm_req_t *req = op->r.svc.req;
     int wait = op->proof.issuer[0]
                    ? 0
                    : gw_limit_take(srv->limit, peer_of(req), cm_time_mono_ns() / 1000000);

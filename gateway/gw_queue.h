@@ -17,7 +17,7 @@
 #ifndef GW_QUEUE_H
 #define GW_QUEUE_H
 
-#include "gw_server.h"
+#include "gw_req.h"
 #include "cm_http.h"
 
 /** GET /q/{event}/challenge: a proof-of-work challenge for the caller's address block. */
@@ -37,9 +37,6 @@ void gw_queue_status(gw_server_t *srv, cm_req_t *req, const char *event);
  */
 void gw_queue_page(gw_server_t *srv, cm_req_t *req, const char *event);
 
-/** Adds the ticket cookie (HttpOnly; Secure; SameSite=Lax; Path=/q/<event>) to the reply. */
-void gw_queue_set_cookie(gw_req_t *r, const char *event, const char *ticket);
-
 /* The hot answers' text, written by hand (no snprintf): pure, any thread. Each returns the
  * length written (a NUL follows it), or 0 when the text and its NUL do not fit in size. */
 
@@ -51,8 +48,5 @@ typedef struct gw_queued_answer {
 } gw_queued_answer_t;
 
 size_t gw_queue_queued_json(char *out, size_t size, const gw_queued_answer_t *a);
-
-/** The Set-Cookie value gw_queue_set_cookie sends (cookie name GW_COOKIE_PREFIX<event>). */
-size_t gw_queue_cookie_text(char *out, size_t size, const char *event, const char *ticket);
 
 #endif

@@ -14,12 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cm_drain.h"
 #include "cm_parse.h"
 #include "gw_admin.h"
 #include "gw_page.h"
 #include "gw_queue.h"
-#include "gw_server.h"
+#include "gw_req.h"
+#include "gw_routes.h"
 
 #define MAX_SEGS 5
 /* join takes no body: clients may send an empty JSON object, nothing more. */
@@ -28,9 +28,7 @@
 static void reply_simple(gw_server_t *srv, cm_req_t *req, gw_endpoint_t ep, int code,
                          const char *error, const char *message)
 {
-    gw_req_t r;
-    gw_req_start(&r, srv, req, ep);
-    gw_reply_error(&r, code, error, message, NULL);
+    cm_svc_refuse(&srv->svc, req, (size_t)ep, code, error, message);
 }
 
 static size_t body_len(cm_req_t *req)
@@ -43,39 +41,6 @@ static size_t body_len(cm_req_t *req)
 static int method_is(cm_req_t *req, cm_http_method_t t)
 {
     return cm_http_method(req) == t;
-}
-
-static void health(gw_server_t *srv, cm_req_t *req)
-{
-    gw_req_t r;
-    gw_req_start(&r, srv, req, GW_EP_HEALTH);
-    gw_reply_json(&r, 200, json_pack("{s:s}", "status", "ok"));
-}
-
-static void ready(gw_server_t *srv, cm_req_t *req)
-{
-    gw_req_t r;
-    gw_req_start(&r, srv, req, GW_EP_READY);
-    int redis = cm_redis_connected(srv->redis);
-    /* this worker now, and every worker at its last sample: a request may land on any */
-    int workers = cm_server_ready(srv->cs);
-    json_t *o = json_pack("{s:s, s:b, s:b}", "status", redis && workers ? "ready" : "unavailable",
-                          "redis", redis, "workers", workers);
-    if (redis && workers && !cm_drain_draining(srv->drain))
-        gw_reply_json(&r, 200, o);
-    else
-        gw_reply_error(&r, 503, "unavailable",
-                       cm_drain_draining(srv->drain) ? "shutting down" : "Redis is unreachable", o);
-}
-
-static void metrics(gw_server_t *srv, cm_req_t *req)
-{
-    gw_req_t r;
-    gw_req_start(&r, srv, req, GW_EP_METRICS);
-    size_t len = 0;
-    char *text = cm_metrics_render(srv->metrics, &len);
-    gw_reply_text(&r, 200, "text/plain; version=0.0.4", text, len);
-    free(text);
 }
 
 static void jwks(gw_server_t *srv, cm_req_t *req)
@@ -160,11 +125,8 @@ static void route_admin(gw_server_t *srv, cm_req_t *req, char **seg, int n)
             reply_simple(srv, req, GW_EP_OTHER, 405, "method_not_allowed", "use GET");
         return;
     }
-    if (!gw_admin_authorized(srv, req)) {
-        reply_simple(srv, req, GW_EP_ADMIN, 401, "unauthorized",
-                     "an operator bearer token is required");
+    if (!cm_svc_admin_gate(&srv->svc, req, GW_EP_ADMIN))
         return;
-    }
     if (n == 4 && strcmp(seg[1], "events") == 0 && strcmp(seg[3], "history") == 0) {
         if (!cm_parse_ident(seg[2]))
             reply_simple(srv, req, GW_EP_ADMIN, 400, "invalid_request",
@@ -237,14 +199,8 @@ static void dispatch(gw_server_t *srv, cm_req_t *req, bool admin)
         reply_simple(srv, req, GW_EP_OTHER, 400, "invalid_request", "malformed path");
         return;
     }
-    if (n == 1 && method_is(req, CM_HTTP_GET)) {
-        if (strcmp(seg[0], "healthz") == 0)
-            return health(srv, req);
-        if (strcmp(seg[0], "readyz") == 0)
-            return ready(srv, req);
-        if (admin && strcmp(seg[0], "metrics") == 0)
-            return metrics(srv, req);
-    }
+    if (cm_svc_route_shared(&srv->svc, req, seg, n, admin))
+        return; /* /healthz, /readyz, /metrics */
     if (admin) {
         if (n >= 1 && strcmp(seg[0], "admin") == 0)
             return route_admin(srv, req, seg, n);

@@ -11,7 +11,6 @@
  */
 #include "gw_history.h"
 #include "gw_server.h"
-#include "gw_page.h"
 
 #include <errno.h>
 #include <event2/event.h>
@@ -33,6 +32,7 @@
 #include "gw_batch.h"
 #include "gw_limit.h"
 #include "gw_pow.h"
+#include "gw_routes.h"
 #include "gw_signer.h"
 #include "gw_ticket.h"
 #include "gw_watermark.h"
@@ -44,115 +44,11 @@ static const char *const endpoint_names[GW_EP_COUNT] = {
     "healthz", "readyz", "metrics", "jwks", "page", "join", "status", "admin", "dashboard", "other",
 };
 
-/* --- requests ---------------------------------------------------------------------- */
-
-void gw_req_start(gw_req_t *r, gw_server_t *srv, cm_req_t *req, gw_endpoint_t ep)
-{
-    r->srv = srv;
-    r->req = req;
-    r->ep = ep;
-    r->start_ns = cm_worker_req_begin(srv->worker);
-    cm_access_set_route(req, endpoint_names[ep]);
-}
-
-void gw_req_replied(gw_req_t *r)
-{
-    cm_worker_req_end(r->srv->worker, r->srv->m.requests, (size_t)r->ep, r->start_ns);
-    r->req = NULL;
-}
-
-void gw_reply_json(gw_req_t *r, int code, json_t *body)
-{
-    if (r->ep == GW_EP_PAGE && code >= 400)
-        gw_page_queue_answer(r->req, code, body); /* a browser gets a page, not JSON */
-    else
-        cm_http_send_json(r->req, code, body);
-    gw_req_replied(r);
-}
-
-void gw_reply_error(gw_req_t *r, int code, const char *error, const char *message, json_t *extra)
-{
-    if (r->ep == GW_EP_PAGE) {
-        json_t *body = json_pack("{s:s, s:s}", "error", error, "message", message);
-        if (extra) {
-            json_object_update(body, extra);
-            json_decref(extra);
-        }
-        gw_page_queue_answer(r->req, code, body);
-    } else {
-        cm_http_send_error(r->req, code, error, message, extra);
-    }
-    gw_req_replied(r);
-}
-
-void gw_reply_text(gw_req_t *r, int code, const char *ctype, const char *body, size_t len)
-{
-    cm_http_send_body(r->req, code, ctype, body, len, false);
-    gw_req_replied(r);
-}
-
-void gw_reply_gone(gw_req_t *r, bool sold_out)
-{
-    if (sold_out)
-        gw_reply_error(r, 410, "sold_out", "this event is sold out", NULL);
-    else
-        gw_reply_error(r, 410, "closed", "this waiting room is closed", NULL);
-}
-
-void gw_reply_unavailable(gw_req_t *r, const char *what, const char *err)
-{
-    cm_counter_inc(r->srv->m.backend_errors);
-    char msg[160];
-    snprintf(msg, sizeof(msg), "%s failed (%s); retry shortly", what, err ? err : "error");
-    gw_reply_error(r, 503, "unavailable", msg, NULL);
-}
-
-bool gw_admin_authorized(gw_server_t *srv, cm_req_t *req)
-{
-    return cm_server_bearer_ok(req, cm_reload_cell_get(srv->admin_token));
-}
-
-/* --- between workers ---------------------------------------------------------------- */
-
-typedef struct sync_op {
-    char event[CM_IDENT_MAX + 1];
-    void (*done)(void *arg);
-    void *arg;
-} sync_op_t;
-
-static void on_peer_refreshed(const char *err, gw_room_t *room, void *arg)
-{
-    cm_bcast_ack(arg); /* a failed re-read still ends: the tick retries it */
-}
-
-/* On a peer's thread. */
-static void peer_refresh(void *peer, void *arg, cm_bcast_t *b)
-{
-    sync_op_t *op = arg;
-    gw_watermark_refresh(peer, op->event, on_peer_refreshed, b);
-}
-
-static void on_synced(void *arg)
-{
-    sync_op_t *op = arg;
-    op->done(op->arg);
-    free(op);
-}
-
-void gw_server_sync_room(gw_server_t *srv, const char *event, void (*done)(void *arg), void *arg)
-{
-    sync_op_t *op = cm_xcalloc(1, sizeof(*op));
-    snprintf(op->event, sizeof(op->event), "%s", event);
-    op->done = done;
-    op->arg = arg;
-    cm_worker_broadcast(srv->worker, peer_refresh, op, on_synced);
-}
-
 /* --- start-up ---------------------------------------------------------------------- */
 
 static void register_metrics(gw_server_t *srv)
 {
-    cm_metrics_t *m = srv->metrics;
+    cm_metrics_t *m = srv->svc.metrics;
     gw_metrics_t *x = &srv->m;
     x->joins = cm_metrics_counter(m, "onsale_gateway_joins_total",
                                   "new places handed out (queue and pre-queue)", NULL);
@@ -189,9 +85,6 @@ static void register_metrics(gw_server_t *srv)
     x->sign_seconds = cm_metrics_histogram(
         m, "onsale_gateway_sign_seconds", "queueing plus ES256 signing of one admission token",
         NULL, cm_metrics_latency_bounds, cm_metrics_latency_nbounds);
-    x->requests = cm_metrics_requests(m, "onsale_gateway_request_seconds",
-                                      "request latency by endpoint and status code", endpoint_names,
-                                      GW_EP_COUNT);
 }
 
 static double gauge_redis(void *arg)
@@ -202,6 +95,14 @@ static double gauge_redis(void *arg)
 static bool redis_ready(void *arg)
 {
     return cm_redis_connected(((gw_server_t *)arg)->redis);
+}
+
+/* /readyz: this worker's one backend. */
+static bool backends(void *arg, json_t *o)
+{
+    bool up = redis_ready(arg);
+    json_object_set_new(o, "redis", json_boolean(up));
+    return up;
 }
 
 static double gauge_signer(void *arg)
@@ -312,6 +213,7 @@ static int reload_keys(gw_server_t *srv, const char *list, char *err, size_t err
     if (read_keys(list, &signer, &jwks, &nkeys, err, errlen) != 0)
         return -1;
     const cm_jwt_signer_t *old = cm_reload_cell_get(srv->signer);
+    cm_service_t *svc = srv->svc.svc;
     if (strcmp(jwks, cm_reload_cell_get(srv->jwks)) == 0 &&
         strcmp(cm_jwt_signer_kid(signer), cm_jwt_signer_kid(old)) == 0) {
         cm_jwt_signer_free(signer); /* the same keys */
@@ -320,9 +222,10 @@ static int reload_keys(gw_server_t *srv, const char *list, char *err, size_t err
     }
     cm_reload_cell_set(srv->jwks, jwks); /* published before anything is signed with it */
     cm_reload_cell_set(srv->signer, signer);
-    int n = srv->all != NULL ? cm_server_workers(srv->cs) : 1;
-    for (int i = 0; i < n; i++)
-        gw_signer_set_key(srv->all != NULL ? srv->all[i]->pool : srv->pool, signer);
+    for (int i = 0; i < cm_service_workers(svc); i++) {
+        gw_server_t *w = cm_service_instance(svc, i);
+        gw_signer_set_key(w->pool, signer);
+    }
     cm_log(CM_LOG_INFO, "reload: signing admissions with kid %s (%d key(s) published)",
            cm_jwt_signer_kid(signer), nkeys);
     return 0;
@@ -378,14 +281,7 @@ static int load_secrets(gw_server_t *srv, char *err, size_t errlen)
     }
     if (load_keys(srv, err, errlen) != 0)
         return -1;
-    size_t n = 0;
-    if (load_ticket_secrets(srv, err, errlen) != 0)
-        return -1;
-    char *token = read_secret("admin_token_file", cfg->admin_token_file, 16, &n, err, errlen);
-    if (token == NULL)
-        return -1;
-    srv->admin_token = cm_reload_cell_new(token, cm_reload_free_secret, NULL);
-    return 0;
+    return load_ticket_secrets(srv, err, errlen); /* the admin token: cm_service_new */
 }
 
 /* On the reload thread: the live keys of a new snapshot (gw_config_live). */
@@ -393,36 +289,22 @@ static int on_config_apply(void *arg, const void *p, char *err, size_t errlen)
 {
     gw_server_t *srv = arg;
     const gw_config_t *cfg = p;
-    cm_log_level_t level;
-    cm_log_format_t format;
-    if (cm_log_settings_parse(cfg->log_level, cfg->log_format, &level, &format, err, errlen) != 0)
+    cm_service_log_t log;
+    if (cm_service_log_parse(&log, cfg->log_level, cfg->log_format, cfg->access_log, err, errlen) !=
+        0)
         return -1;
-    char *token = read_secret("admin_token_file", cfg->admin_token_file, 16, NULL, err, errlen);
-    if (token == NULL)
+    if (cm_service_reload_token(srv->svc.svc, cfg->admin_token_file, err, errlen) != 0)
         return -1;
-    const char *old = cm_reload_cell_get(srv->admin_token);
-    if (strcmp(old, token) != 0) {
-        cm_reload_cell_set(srv->admin_token, token);
-        cm_log(CM_LOG_INFO, "reload: operator token replaced");
-    } else {
-        cm_reload_free_secret(token, NULL);
-    }
     if (reload_keys(srv, cfg->signing_keys, err, errlen) != 0)
         return -1;
-    cm_reload_set_log_level(level);
-    cm_log_set_format(format);
-    cm_access_set_log(cfg->access_log);
+    cm_service_log_apply(&log);
     gw_limit_set(srv->limit, cfg->join_rate_per_ip, cfg->join_burst_per_ip);
     return 0;
 }
 
 int gw_server_watch_config(gw_server_t *srv, cm_reload_config_t *rc)
 {
-    int n = srv->cs ? cm_server_workers(srv->cs) : 0;
-    srv->config = rc;
-    for (int i = 0; i < n && srv->all != NULL; i++)
-        srv->all[i]->config = rc;
-    return cm_reload_config_start(rc, on_config_apply, srv);
+    return cm_service_watch_config(srv->svc.svc, rc, on_config_apply, srv);
 }
 
 static double gauge_pow_bits(void *arg)
@@ -454,29 +336,28 @@ static gw_pow_t *pow_new(gw_server_t *srv)
 }
 
 /* One worker's instance on its loop; the shared parts are borrowed from worker 0. */
-static gw_server_t *worker_new(gw_server_t *first, cm_server_t *cs, int i, char *err, size_t errlen)
+static void worker_new(void *arg, cm_service_t *svc, int i, void *instance, char *err,
+                       size_t errlen)
 {
-    gw_server_t *srv = i == 0 ? first : cm_xcalloc(1, sizeof(*srv));
+    gw_server_t *first = arg, *srv = instance;
     const gw_config_t *cfg = &first->cfg;
-    int n = cm_server_workers(cs);
+    int n = cm_service_workers(svc);
     if (i > 0) {
         srv->cfg = first->cfg;
         srv->ticket_secret = first->ticket_secret;
         srv->ticket_secret_len = first->ticket_secret_len;
         srv->ticket_keys = first->ticket_keys; /* borrowed: the first worker owns them */
-        srv->admin_token = first->admin_token;
         srv->signer = first->signer;
         srv->jwks = first->jwks;
-        srv->tls = first->tls;
         srv->limit = first->limit;
         srv->pow = first->pow;
     }
-    srv->cs = cs;
+    cm_svc_worker_spec_t spec = {endpoint_names, GW_EP_COUNT, backends, srv,
+                                 "Redis is unreachable"};
+    cm_svc_worker_init(&srv->svc, svc, i, &spec);
+    cm_worker_t *w = srv->svc.worker;
     srv->index = i;
-    srv->worker = cm_server_worker(cs, i);
-    srv->base = cm_worker_base(srv->worker);
-    srv->drain = cm_worker_drain(srv->worker);
-    srv->metrics = cm_server_metrics(cs);
+    srv->base = srv->svc.base;
     register_metrics(srv);
     srv->rooms = gw_rooms_new();
     srv->admit = gw_admit_new((size_t)cfg->admission_cache_size);
@@ -486,79 +367,30 @@ static gw_server_t *worker_new(gw_server_t *first, cm_server_t *cs, int i, char 
                               (size_t)cfg->signer_queue);
     if (srv->pool == NULL) {
         snprintf(err, errlen, "cannot start the signer threads");
-        return srv;
+        return;
     }
     srv->redis = cm_redis_config_open(srv->base, &cfg->redis, err, errlen); /* before its loop */
     if (srv->redis == NULL)
-        return srv;
-    if (cm_worker_listen(srv->worker, gw_routes_dispatch, gw_routes_admin, srv, err, errlen) != 0)
-        return srv;
-    cm_worker_gauge_min(srv->worker, "onsale_gateway_redis_up",
+        return;
+    if (cm_worker_listen(w, gw_routes_dispatch, gw_routes_admin, srv, err, errlen) != 0)
+        return;
+    cm_worker_gauge_min(w, "onsale_gateway_redis_up",
                         "1 while every worker's Redis connection is up, else 0", gauge_redis, srv);
-    cm_worker_gauge(srv->worker, "onsale_gateway_redis_connections",
-                    "Redis connections up (one per worker)", gauge_redis, srv);
-    cm_worker_readiness(srv->worker, redis_ready, srv);
-    cm_worker_gauge(srv->worker, "onsale_gateway_signer_pending",
-                    "admission tokens queued or being signed", gauge_signer, srv);
+    cm_worker_gauge(w, "onsale_gateway_redis_connections", "Redis connections up (one per worker)",
+                    gauge_redis, srv);
+    cm_worker_readiness(w, redis_ready, srv);
+    cm_worker_gauge(w, "onsale_gateway_signer_pending", "admission tokens queued or being signed",
+                    gauge_signer, srv);
     gw_watermark_start(srv);
     srv->history = gw_history_new(srv->base, srv->rooms, (int)cfg->history_interval_ms,
                                   (int)cfg->history_samples);
-    err[0] = '\0';
-    return srv;
-}
-
-gw_server_t *gw_server_new(const gw_config_t *cfg, char *err, size_t errlen)
-{
-    gw_server_t *srv = cm_xcalloc(1, sizeof(*srv));
-    srv->cfg = *cfg;
-    if (load_secrets(srv, err, errlen) != 0)
-        goto err;
-    if (cm_server_config_tls(&cfg->server, &srv->tls, err, errlen) != 0)
-        goto err;
-    srv->limit = gw_limit_new(cfg->join_rate_per_ip, cfg->join_burst_per_ip,
-                              (size_t)cfg->rate_limit_table_size);
-    srv->pow = pow_new(srv);
-    cm_server_opts_t o = {
-        .name = "gateway",
-        .metric_prefix = "onsale_gateway",
-        .tls = srv->tls,
-        .drain_limit_ns = DRAIN_LIMIT_NS,
-    };
-    if (cm_server_config_opts(&cfg->server, &o, srv->admin_addr, sizeof(srv->admin_addr), err,
-                              errlen) != 0)
-        goto err;
-    o.limits.body_cap = gw_routes_body_cap; /* join's cap known from the head (h1) */
-    srv->cs = cm_server_new(&o, err, errlen);
-    if (srv->cs == NULL)
-        goto err;
-    cm_metrics_gauge_fn(
-        cm_server_metrics(srv->cs), "onsale_gateway_pow_base_difficulty",
-        "proof-of-work difficulty (leading zero bits) a quiet address block is given now", NULL,
-        gauge_pow_bits, srv->pow);
-    int n = cm_server_workers(srv->cs);
-    srv->all = cm_xcalloc((size_t)n, sizeof(gw_server_t *));
-    err[0] = '\0';
-    for (int i = 0; i < n; i++) {
-        srv->all[i] = worker_new(srv, srv->cs, i, err, errlen);
-        if (err[0] != '\0')
-            goto err;
-    }
-    return srv;
-err:
-    gw_server_free(srv);
-    return NULL;
-}
-
-/* --- run / shutdown ---------------------------------------------------------------- */
-
-int gw_server_run(gw_server_t *srv)
-{
-    return cm_server_run(srv->cs);
+    err[0] = '\0'; /* made: whatever a step wrote there is no error */
 }
 
 /* One worker's own parts (not the shared ones). */
-static void worker_free(gw_server_t *srv)
+static void worker_free(void *instance)
 {
+    gw_server_t *srv = instance;
     /* Waiters first (they answer 503 on still-open connections), then the connections:
      * the joins still gathering for a batch, then the commands in flight. */
     gw_batch_free(srv->batch);
@@ -567,8 +399,8 @@ static void worker_free(gw_server_t *srv)
     srv->redis = NULL;
     gw_signer_free(srv->pool);
     srv->pool = NULL;
-    if (srv->worker)
-        cm_worker_close(srv->worker);
+    if (srv->svc.worker)
+        cm_worker_close(srv->svc.worker);
     if (srv->tick)
         event_free(srv->tick);
     srv->tick = NULL;
@@ -582,25 +414,55 @@ static void worker_free(gw_server_t *srv)
     srv->place_ops = NULL;
 }
 
+gw_server_t *gw_server_new(const gw_config_t *cfg, char *err, size_t errlen)
+{
+    gw_server_t *srv = cm_xcalloc(1, sizeof(*srv));
+    srv->cfg = *cfg;
+    if (load_secrets(srv, err, errlen) != 0)
+        goto err;
+    srv->limit = gw_limit_new(cfg->join_rate_per_ip, cfg->join_burst_per_ip,
+                              (size_t)cfg->rate_limit_table_size);
+    srv->pow = pow_new(srv);
+    cm_service_opts_t o = {
+        .name = "gateway",
+        .metric_prefix = "onsale_gateway",
+        .server = &cfg->server,
+        .admin_token_file = cfg->admin_token_file,
+        .body_cap = gw_routes_body_cap, /* join's cap known from the head (h1) */
+        .drain_limit_ns = DRAIN_LIMIT_NS,
+    };
+    srv->svc.svc = cm_service_new(&o, err, errlen);
+    if (srv->svc.svc == NULL)
+        goto err;
+    cm_metrics_gauge_fn(
+        cm_server_metrics(cm_service_server(srv->svc.svc)), "onsale_gateway_pow_base_difficulty",
+        "proof-of-work difficulty (leading zero bits) a quiet address block is given now", NULL,
+        gauge_pow_bits, srv->pow);
+    if (cm_service_start(srv->svc.svc, srv, sizeof(*srv), worker_new, worker_free, err, errlen) !=
+        0)
+        goto err;
+    return srv;
+err:
+    gw_server_free(srv);
+    return NULL;
+}
+
+/* --- run / shutdown ---------------------------------------------------------------- */
+
+int gw_server_run(gw_server_t *srv)
+{
+    return cm_service_run(srv->svc.svc);
+}
+
 void gw_server_free(gw_server_t *srv)
 {
     if (srv == NULL)
         return;
-    int n = srv->cs ? cm_server_workers(srv->cs) : 0;
-    for (int i = n - 1; i >= 0 && srv->all; i--) {
-        if (srv->all[i] == NULL)
-            continue;
-        worker_free(srv->all[i]);
-        if (i > 0)
-            free(srv->all[i]);
-    }
-    if (srv->all == NULL)
-        worker_free(srv);
-    free(srv->all);
-    cm_server_free(srv->cs); /* the loops and the shared registry */
+    if (srv->svc.svc == NULL || cm_service_instance(srv->svc.svc, 0) == NULL)
+        worker_free(srv);          /* the workers were never made */
+    cm_service_free(srv->svc.svc); /* every worker, the loops, the shared registry */
     gw_limit_free(srv->limit);
     gw_pow_free(srv->pow);
-    cm_tls_free(srv->tls);
     cm_reload_cell_free(srv->signer);
     cm_reload_cell_free(srv->jwks);
     for (int i = 0; i < srv->ticket_keys.n; i++) {
@@ -608,6 +470,5 @@ void gw_server_free(gw_server_t *srv)
         memset(s, 0, srv->ticket_keys.len[i]);
         free(s);
     }
-    cm_reload_cell_free(srv->admin_token);
     free(srv);
 }

@@ -27,7 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cm_http.h"
 #include "cm_parse.h"
+#include "cm_text.h"
 #include "cm_tls.h"
 
 #define VERSION       1
@@ -294,4 +296,26 @@ void gw_ticket_new_visitor(char out[GW_VISITOR_LEN + 1])
     unsigned char raw[16];
     cm_tls_random(raw, sizeof(raw));
     cm_hex_encode(raw, sizeof(raw), out);
+}
+
+/* --- the cookie ---------------------------------------------------------------------- */
+
+size_t gw_ticket_cookie_text(char *out, size_t size, const char *event, const char *ticket)
+{
+    cm_text_t t = cm_text_at(out, size);
+    CM_TEXT_LIT(&t, GW_COOKIE_PREFIX);
+    cm_text_str(&t, event);
+    CM_TEXT_LIT(&t, "=");
+    cm_text_str(&t, ticket);
+    CM_TEXT_LIT(&t, "; HttpOnly; Secure; SameSite=Lax; Path=/q/");
+    cm_text_str(&t, event);
+    CM_TEXT_LIT(&t, "; Max-Age=86400");
+    return cm_text_done(&t, out);
+}
+
+void gw_ticket_set_cookie(cm_req_t *req, const char *event, const char *ticket)
+{
+    char cookie[GW_TICKET_MAX_LEN + 2 * CM_IDENT_MAX + 128];
+    if (gw_ticket_cookie_text(cookie, sizeof(cookie), event, ticket) > 0)
+        cm_http_add_header(req, "Set-Cookie", cookie);
 }

@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cm_http.h"
+
 #define GW_TICKET_MAX_LEN     128 /* text form, NUL included */
 #define GW_VISITOR_LEN        32  /* visitor id: 16 random bytes as lower-case hex */
 #define GW_TICKET_SECRET_MIN  32  /* bytes of secret we accept */
@@ -90,6 +92,15 @@ bool gw_ticket_fresh(const gw_ticket_t *t, int64_t now_s, int64_t max_age_s);
  * header and its length in *len, or NULL.
  */
 const char *gw_ticket_from_cookie(const char *header, const char *event, size_t *len);
+
+/**
+ * The Set-Cookie value of a ticket (cookie name GW_COOKIE_PREFIX<event>; HttpOnly;
+ * Secure; SameSite=Lax; Path=/q/<event>): pure, any thread. Its length (a NUL follows),
+ * or 0 when it and its NUL do not fit in size.
+ */
+size_t gw_ticket_cookie_text(char *out, size_t size, const char *event, const char *ticket);
+/** Adds the ticket cookie to the reply being built for req (its loop thread). */
+void gw_ticket_set_cookie(cm_req_t *req, const char *event, const char *ticket);
 
 /** A fresh random visitor id (GW_VISITOR_LEN hex characters and a NUL). */
 void gw_ticket_new_visitor(char out[GW_VISITOR_LEN + 1]);

@@ -22,7 +22,7 @@
 #include "cm_time.h"
 #include "gw_rediskeys.h"
 #include "gw_lua.h"
-#include "gw_server.h"
+#include "gw_req.h"
 
 #define RATE_WINDOW_MS  10000
 #define SAMPLE_EVERY_MS 250
@@ -93,7 +93,7 @@ static gw_room_t *find_or_add(gw_server_t *srv, const char *event)
     gw_settings_defaults(&r->s);
     char labels[96];
     snprintf(labels, sizeof(labels), "event=\"%s\"", event);
-    cm_metrics_t *m = srv->metrics;
+    cm_metrics_t *m = srv->svc.metrics;
     r->g_queue =
         cm_metrics_gauge(m, "onsale_gateway_queue_size",
                          "fans waiting (numbered and not let in, plus the pre-queue)", labels);

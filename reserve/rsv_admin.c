@@ -24,7 +24,7 @@
 #include "rsv_avail.h"
 #include "rsv_catalog.h"
 #include "rsv_rediskeys.h"
-#include "rsv_server.h"
+#include "rsv_req.h"
 
 /* What onsale_event_put did (deploy/sql/functions.sql), named as the API answers it. */
 typedef enum { PUT_CREATED, PUT_REPLACED, PUT_UPDATED, PUT_HAS_SALES, PUT_NOUTCOMES } put_outcome_t;
@@ -117,6 +117,23 @@ static void reset_redis(put_op_t *op)
     free(argv);
 }
 
+/* On a peer's thread: that worker forgets its cached copy of the event. */
+static void peer_invalidate(void *peer, const char *event, cm_bcast_t *b)
+{
+    rsv_server_t *srv = peer;
+    rsv_catalog_invalidate(srv->catalog, event);
+    rsv_avail_invalidate(srv->avail, event);
+    cm_bcast_ack(b);
+}
+
+/* Makes every other worker drop its cached copy of the event (catalog, availability),
+ * then calls done(arg) on this worker's thread: an operator's change is answered only
+ * once no worker serves the old version. */
+static void sync_event(rsv_server_t *srv, const char *event, void (*done)(void *arg), void *arg)
+{
+    cm_svc_sync_event(&srv->svc, event, peer_invalidate, done, arg);
+}
+
 static void on_synced(void *arg)
 {
     put_op_t *op = arg;
@@ -134,7 +151,7 @@ static void on_announced(const char *err, void *arg)
                "event %s: bumping the catalogue generation in Redis: %s (other reserves may "
                "call it unknown for up to catalog_refresh_ms)",
                op->event, err);
-    rsv_server_sync_event(op->r.srv, op->event, on_synced, op); /* every worker forgets it */
+    sync_event(op->r.srv, op->event, on_synced, op); /* every worker forgets it */
 }
 
 /* The audit line of a change: who, what, the outcome (created, updated, …), the version
@@ -142,7 +159,7 @@ static void on_announced(const char *err, void *arg)
 static void log_change(put_op_t *op)
 {
     char who[96];
-    cm_server_admin_who(op->r.req, who, sizeof(who));
+    cm_server_admin_who(op->r.svc.req, who, sizeof(who));
     json_t *s = json_object();
     const char *keys[] = {"currency", "hold_ttl_seconds", "checkout_extension_seconds",
                           "max_hold_seconds", "max_per_buyer"};
@@ -350,8 +367,8 @@ void rsv_admin_config(rsv_server_t *srv, cm_req_t *req)
     rsv_req_t r;
     rsv_req_start(&r, srv, req, RSV_EP_OTHER);
     json_t *config;
-    if (srv->config != NULL) {
-        config = cm_reload_config_json(srv->config);
+    if (cm_svc_config(&srv->svc) != NULL) {
+        config = cm_reload_config_json(cm_svc_config(&srv->svc));
     } else {
         size_t n = 0;
         const cm_config_opt_t *table = rsv_config_table(&n);

@@ -21,7 +21,8 @@
 #include "rsv_catalog.h"
 #include "rsv_rediskeys.h"
 #include "rsv_lua.h"
-#include "rsv_server.h"
+#include "rsv_ids.h"
+#include "rsv_req.h"
 
 #define MGET_CHUNK 500
 
@@ -369,7 +370,7 @@ static void on_event(rsv_event_t *ev, const char *err, void *arg)
 {
     rsv_req_t *r = arg;
     rsv_avail_t *a = r->srv->avail;
-    int seats = r->ep == RSV_EP_SEATS;
+    int seats = r->svc.ep == RSV_EP_SEATS;
     if (err) {
         rsv_reply_unavailable(r, "loading the event", err);
         free(r);

@@ -21,7 +21,7 @@
 #include "cm_tls.h"
 #include "rsv_rediskeys.h"
 #include "rsv_lua.h"
-#include "rsv_server.h"
+#include "rsv_req.h"
 
 #define NEGATIVE_TTL_NS     (1000ull * 1000 * 1000)
 #define MAX_SEATS_PER_EVENT 200000

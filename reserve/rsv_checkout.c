@@ -31,7 +31,8 @@
 #include "rsv_hold.h"
 #include "rsv_reconcile.h"
 #include "rsv_saga.h"
-#include "rsv_server.h"
+#include "rsv_ids.h"
+#include "rsv_req.h"
 
 #define CHECKOUT_ID_MAX RSV_CHECKOUT_ID_MAX
 
@@ -176,7 +177,7 @@ static void replay(confirm_op_t *op, const rsv_pg_result_t *res)
         confirm_unavailable(op, "replaying the checkout", cm_err_protocol);
         return;
     }
-    cm_http_add_header(op->r.req, "Idempotent-Replayed", "true");
+    cm_http_add_header(op->r.svc.req, "Idempotent-Replayed", "true");
     reply_text_json(op, code == 201 ? 200 : code, rsv_pg_result_value(res, 0, 4));
     confirm_done(op);
 }
@@ -260,7 +261,7 @@ static void begin(confirm_op_t *op, const char *new_id)
                             reason,
                             code ? code_s : NULL,
                             body,
-                            cm_access_id(op->r.req),
+                            cm_access_id(op->r.svc.req),
                             op->claims.rid[0] ? op->claims.rid : NULL};
     if (to != RSV_SAGA_INVALID)
         rsv_saga_fault(op->r.srv, "before", RSV_SAGA_CREATED);
@@ -373,7 +374,7 @@ static void on_confirm_auth(rsv_auth_result_t a, const char *why, void *arg)
 {
     confirm_op_t *op = arg;
     rsv_server_t *srv = op->r.srv;
-    cm_req_t *req = op->r.req;
+    cm_req_t *req = op->r.svc.req;
     if (a != RSV_AUTH_OK) {
         rsv_reply_auth(&op->r, a, why);
         confirm_done(op);

@@ -18,7 +18,7 @@
 #include "rsv_auth.h"
 #include "rsv_rediskeys.h"
 #include "rsv_lua.h"
-#include "rsv_server.h"
+#include "rsv_req.h"
 
 typedef struct done_op {
     rsv_req_t r;

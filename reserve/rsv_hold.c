@@ -31,7 +31,8 @@
 #include "rsv_catalog.h"
 #include "rsv_rediskeys.h"
 #include "rsv_lua.h"
-#include "rsv_server.h"
+#include "rsv_ids.h"
+#include "rsv_req.h"
 
 #define MAX_SEATS_PER_HOLD 50
 #define MAX_QUANTITY       100
@@ -595,7 +596,7 @@ static void on_create_reply(const char *err, const cm_redis_reply_t *reply, void
         /* No record of this token (not from our gateway, or Redis lost it): verify it. */
         cm_counter_inc(m->token_records[1]);
         op->unverified = false;
-        rsv_auth_check(op->r.srv->auth, op->r.req, op->event, false, &op->claims,
+        rsv_auth_check(op->r.srv->auth, op->r.svc.req, op->event, false, &op->claims,
                        on_create_verified, op);
         return;
     }
@@ -603,7 +604,7 @@ static void on_create_reply(const char *err, const cm_redis_reply_t *reply, void
         /* The record matched: the gateway signed exactly this token. */
         cm_counter_inc(m->token_records[0]);
         op->unverified = false;
-        rsv_auth_remember(op->r.srv->auth, op->r.req, &op->claims);
+        rsv_auth_remember(op->r.srv->auth, op->r.svc.req, &op->claims);
     }
     if (took == RSV_HOLD_TAKE_NOSEED && !op->seeded) {
         op->seeded = 1;
@@ -919,7 +920,7 @@ static void on_create_auth(rsv_auth_result_t a, const char *why, void *arg)
 {
     create_op_t *op = arg;
     rsv_server_t *srv = op->r.srv;
-    cm_req_t *req = op->r.req;
+    cm_req_t *req = op->r.svc.req;
     op->unverified = a == RSV_AUTH_UNVERIFIED;
     if (a != RSV_AUTH_OK && a != RSV_AUTH_UNVERIFIED) {
         rsv_reply_auth(&op->r, a, why);

@@ -20,7 +20,7 @@
 #include "cm_mem.h"
 #include "cm_time.h"
 #include "rsv_pay.h"
-#include "rsv_server.h"
+#include "rsv_req.h"
 
 #define PAGE_LIMIT  200
 #define MAX_PAGES   20
@@ -283,7 +283,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     rsv_ledger_t *l = arg;
     rsv_server_t *srv = l->srv;
-    if (l->busy || l->closing || cm_drain_draining(srv->drain) || srv->pay == NULL)
+    if (l->busy || l->closing || cm_drain_draining(srv->svc.drain) || srv->pay == NULL)
         return;
     l->busy = true;
     l->pages = 0;

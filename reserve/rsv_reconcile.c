@@ -17,7 +17,7 @@
 #include "cm_log.h"
 #include "cm_mem.h"
 #include "rsv_ledger.h"
-#include "rsv_server.h"
+#include "rsv_req.h"
 
 #define GAUGE_EVERY_TICKS 5
 
@@ -144,7 +144,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     rsv_reconcile_t *r = arg;
     rsv_server_t *srv = r->srv;
-    if (r->closing || cm_drain_draining(srv->drain))
+    if (r->closing || cm_drain_draining(srv->svc.drain))
         return;
     if (++r->ticks % GAUGE_EVERY_TICKS == 1) {
         if (rsv_pg_query(srv->pg_read,

@@ -9,7 +9,6 @@
 #include <event2/http.h>
 #include <string.h>
 
-#include "cm_drain.h"
 #include "cm_mem.h"
 #include "cm_parse.h"
 #include "rsv_done.h"
@@ -18,7 +17,8 @@
 #include "rsv_checkout.h"
 #include "rsv_cors.h"
 #include "rsv_hold.h"
-#include "rsv_server.h"
+#include "rsv_req.h"
+#include "rsv_routes.h"
 #include "rsv_shop.h"
 
 #define MAX_SEGS 6
@@ -26,45 +26,7 @@
 static void reply_simple(rsv_server_t *srv, cm_req_t *req, rsv_endpoint_t ep, int code,
                          const char *error, const char *message)
 {
-    rsv_req_t r;
-    rsv_req_start(&r, srv, req, ep);
-    rsv_reply_error(&r, code, error, message, NULL);
-}
-
-static void health(rsv_server_t *srv, cm_req_t *req)
-{
-    rsv_req_t r;
-    rsv_req_start(&r, srv, req, RSV_EP_HEALTH);
-    rsv_reply_json(&r, 200, json_pack("{s:s}", "status", "ok"));
-}
-
-static void ready(rsv_server_t *srv, cm_req_t *req)
-{
-    rsv_req_t r;
-    rsv_req_start(&r, srv, req, RSV_EP_READY);
-    int redis = cm_redis_connected(srv->redis);
-    int pg = rsv_pg_connected(srv->pg) > 0;
-    /* this worker now, and every worker at its last sample: a request may land on any */
-    int workers = cm_server_ready(srv->cs);
-    int up = redis && pg && workers;
-    json_t *o = json_pack("{s:s, s:b, s:b, s:b}", "status", up ? "ready" : "unavailable", "redis",
-                          redis, "postgres", pg, "workers", workers);
-    if (up && !cm_drain_draining(srv->drain))
-        rsv_reply_json(&r, 200, o);
-    else
-        rsv_reply_error(
-            &r, 503, "unavailable",
-            cm_drain_draining(srv->drain) ? "shutting down" : "a backing store is unreachable", o);
-}
-
-static void metrics(rsv_server_t *srv, cm_req_t *req)
-{
-    rsv_req_t r;
-    rsv_req_start(&r, srv, req, RSV_EP_METRICS);
-    size_t len = 0;
-    char *text = cm_metrics_render(srv->metrics, &len);
-    rsv_reply_text(&r, 200, "text/plain; version=0.0.4", text, len);
-    free(text);
+    cm_svc_refuse(&srv->svc, req, (size_t)ep, code, error, message);
 }
 
 static int method_is(cm_req_t *req, cm_http_method_t t)
@@ -130,11 +92,8 @@ static void route_holds(rsv_server_t *srv, cm_req_t *req, char **seg, int n)
 
 static void route_admin(rsv_server_t *srv, cm_req_t *req, char **seg, int n)
 {
-    if (!rsv_admin_authorized(srv, req)) {
-        reply_simple(srv, req, RSV_EP_OTHER, 401, "unauthorized",
-                     "an operator bearer token is required");
+    if (!cm_svc_admin_gate(&srv->svc, req, RSV_EP_OTHER))
         return;
-    }
     if (n == 3 && strcmp(seg[1], "events") == 0) {
         if (!cm_parse_ident(seg[2])) {
             reply_simple(srv, req, RSV_EP_OTHER, 400, "invalid_request",
@@ -202,14 +161,8 @@ static void dispatch(rsv_server_t *srv, cm_req_t *req, bool admin)
         reply_simple(srv, req, RSV_EP_OTHER, 400, "invalid_request", "malformed path");
         return;
     }
-    if (n == 1 && method_is(req, CM_HTTP_GET)) {
-        if (strcmp(seg[0], "healthz") == 0)
-            return health(srv, req);
-        if (strcmp(seg[0], "readyz") == 0)
-            return ready(srv, req);
-        if (admin && strcmp(seg[0], "metrics") == 0)
-            return metrics(srv, req);
-    }
+    if (cm_svc_route_shared(&srv->svc, req, seg, n, admin))
+        return; /* /healthz, /readyz, /metrics */
     if (admin) {
         if (n >= 2 && strcmp(seg[0], "admin") == 0)
             return route_admin(srv, req, seg, n);

@@ -16,7 +16,8 @@
 #include "cm_mem.h"
 #include "cm_time.h"
 #include "rsv_rediskeys.h"
-#include "rsv_server.h"
+#include "rsv_ids.h"
+#include "rsv_req.h"
 
 /* --- driving a checkout ------------------------------------------------------------------
  *

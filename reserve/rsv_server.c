@@ -33,6 +33,7 @@
 #include "rsv_cors.h"
 #include "rsv_pay.h"
 #include "rsv_reconcile.h"
+#include "rsv_routes.h"
 
 #define DRAIN_LIMIT_NS (10ull * 1000 * 1000 * 1000)
 
@@ -43,176 +44,11 @@ static const char *const endpoint_names[RSV_EP_COUNT] = {
     "admin_event_get", "admin_checkouts", "done",         "other",
 };
 
-size_t rsv_key_prefix(const char *event, char *buf, size_t len)
-{
-    int n = snprintf(buf, len, "os:{%s}:", event);
-    return n < 0 ? 0 : (size_t)n;
-}
-
-static void random_hex(char *out, size_t nbytes)
-{
-    unsigned char raw[32];
-    static const char hex[] = "0123456789abcdef";
-    cm_tls_random(raw, nbytes);
-    for (size_t i = 0; i < nbytes; i++) {
-        out[2 * i] = hex[raw[i] >> 4];
-        out[2 * i + 1] = hex[raw[i] & 15];
-    }
-    out[2 * nbytes] = '\0';
-}
-
-void rsv_hex_id(char *buf, size_t size, const char *suffix)
-{
-    char hex[33];
-    random_hex(hex, 16);
-    snprintf(buf, size, "%s.%s", hex, suffix);
-}
-
-void rsv_random_id(char *buf, size_t size, const char *prefix)
-{
-    char hex[33];
-    random_hex(hex, 16);
-    snprintf(buf, size, "%s%s", prefix, hex);
-}
-
-/* --- requests ---------------------------------------------------------------------- */
-
-void rsv_req_start(rsv_req_t *r, rsv_server_t *srv, cm_req_t *req, rsv_endpoint_t ep)
-{
-    r->srv = srv;
-    r->req = req;
-    r->ep = ep;
-    r->start_ns = cm_worker_req_begin(srv->worker);
-    cm_access_set_route(req, endpoint_names[ep]);
-}
-
-void rsv_req_replied(rsv_req_t *r)
-{
-    cm_worker_req_end(r->srv->worker, r->srv->m.requests, (size_t)r->ep, r->start_ns);
-    r->req = NULL;
-}
-
-void rsv_reply_json(rsv_req_t *r, int code, json_t *body)
-{
-    cm_http_send_json(r->req, code, body);
-    rsv_req_replied(r);
-}
-
-void rsv_reply_error(rsv_req_t *r, int code, const char *error, const char *message, json_t *extra)
-{
-    cm_http_send_error(r->req, code, error, message, extra);
-    rsv_req_replied(r);
-}
-
-void rsv_reply_empty(rsv_req_t *r, int code)
-{
-    cm_http_send_empty(r->req, code);
-    rsv_req_replied(r);
-}
-
-void rsv_reply_text(rsv_req_t *r, int code, const char *ctype, const char *body, size_t len)
-{
-    cm_http_send_body(r->req, code, ctype, body, len, false);
-    rsv_req_replied(r);
-}
-
-void rsv_reply_unavailable(rsv_req_t *r, const char *what, const char *err)
-{
-    cm_counter_inc(r->srv->m.backend_errors);
-    cm_server_reply_unavailable(r->req, what, err);
-    rsv_req_replied(r);
-}
-
-/* A bound token's refused proof (rsv_auth, docs/api.md "DPoP"): the gateway's codes. */
-static void reply_proof(rsv_req_t *r, int result, const char *why)
-{
-    bool missing = result == RSV_AUTH_PROOF_REQUIRED;
-    cm_http_add_header(r->req, "WWW-Authenticate",
-                       missing ? "DPoP algs=\"ES256\""
-                               : "DPoP algs=\"ES256\", error=\"invalid_dpop_proof\"");
-    rsv_reply_error(r, 401, missing ? "proof_required" : "invalid_proof",
-                    missing ? "this admission token is bound to a key: send a DPoP proof "
-                              "signed by it"
-                            : "the DPoP proof of this bound admission token is refused",
-                    json_pack("{s:s}", "reason", why ? why : "invalid"));
-}
-
-void rsv_reply_auth(rsv_req_t *r, int result, const char *why)
-{
-    if (result == RSV_AUTH_WRONG_EVENT) {
-        rsv_reply_error(r, 403, "wrong_event", "the admission token is for another event", NULL);
-        return;
-    }
-    if (result == RSV_AUTH_BUSY) {
-        rsv_reply_unavailable(r, "verifying the admission token", why);
-        return;
-    }
-    if (result == RSV_AUTH_PROOF_REQUIRED || result == RSV_AUTH_INVALID_PROOF) {
-        reply_proof(r, result, why);
-        return;
-    }
-    if (result == RSV_AUTH_PROOF_UNAVAILABLE) {
-        rsv_reply_unavailable(r, why, cm_err_closed);
-        return;
-    }
-    if (result == RSV_AUTH_LIMITED) {
-        char secs[24];
-        snprintf(secs, sizeof(secs), "%lld", (long long)r->srv->cfg.auth_fail_window_s);
-        cm_http_add_header(r->req, "Retry-After", secs);
-        rsv_reply_error(r, 429, "rate_limited",
-                        "too many invalid admission tokens from this address; retry later", NULL);
-        return;
-    }
-    cm_counter_inc(r->srv->m.invalid_tokens);
-    cm_log(CM_LOG_DEBUG, "rejected admission token: %s", why ? why : "?");
-    cm_http_add_header(r->req, "WWW-Authenticate", "Bearer error=\"invalid_token\"");
-    rsv_reply_error(r, 401, "invalid_token", "a valid admission token is required", NULL);
-}
-
-bool rsv_admin_authorized(rsv_server_t *srv, cm_req_t *req)
-{
-    return cm_server_bearer_ok(req, cm_reload_cell_get(srv->admin_token));
-}
-
-/* --- between workers ---------------------------------------------------------------- */
-
-typedef struct sync_op {
-    char event[CM_IDENT_MAX + 1];
-    void (*done)(void *arg);
-    void *arg;
-} sync_op_t;
-
-/* On a peer's thread. */
-static void peer_invalidate(void *peer, void *arg, cm_bcast_t *b)
-{
-    rsv_server_t *srv = peer;
-    sync_op_t *op = arg;
-    rsv_catalog_invalidate(srv->catalog, op->event);
-    rsv_avail_invalidate(srv->avail, op->event);
-    cm_bcast_ack(b);
-}
-
-static void on_synced(void *arg)
-{
-    sync_op_t *op = arg;
-    op->done(op->arg);
-    free(op);
-}
-
-void rsv_server_sync_event(rsv_server_t *srv, const char *event, void (*done)(void *arg), void *arg)
-{
-    sync_op_t *op = cm_xcalloc(1, sizeof(*op));
-    snprintf(op->event, sizeof(op->event), "%s", event);
-    op->done = done;
-    op->arg = arg;
-    cm_worker_broadcast(srv->worker, peer_invalidate, op, on_synced);
-}
-
 /* --- lifecycle ----------------------------------------------------------------------- */
 
 static void register_saga_metrics(rsv_server_t *srv)
 {
-    cm_metrics_t *m = srv->metrics;
+    cm_metrics_t *m = srv->svc.metrics;
     rsv_metrics_t *x = &srv->m;
     static const char *const outcomes[] = {"paid",     "declined", "none",
                                            "refunded", "unknown",  "listed"};
@@ -283,7 +119,7 @@ static void register_saga_metrics(rsv_server_t *srv)
 
 static void register_metrics(rsv_server_t *srv)
 {
-    cm_metrics_t *m = srv->metrics;
+    cm_metrics_t *m = srv->svc.metrics;
     rsv_metrics_t *x = &srv->m;
     x->holds_taken = cm_metrics_counter(m, "onsale_reserve_holds_total", "holds taken", NULL);
     x->hold_conflicts =
@@ -322,9 +158,6 @@ static void register_metrics(rsv_server_t *srv)
                                               "time from taking a hold to its confirmation", NULL,
                                               h2c, sizeof(h2c) / sizeof(h2c[0]));
     register_saga_metrics(srv);
-    x->requests = cm_metrics_requests(m, "onsale_reserve_request_seconds",
-                                      "request latency by endpoint and status code", endpoint_names,
-                                      RSV_EP_COUNT);
 }
 
 static double gauge_pg(void *arg)
@@ -343,10 +176,15 @@ static bool backends_ready(void *arg)
     return cm_redis_connected(srv->redis) && rsv_pg_connected(srv->pg) > 0;
 }
 
-/* Start-up only: the admin token (cm_config_read_secret: owner-only mode, trimmed). */
-static char *read_token_file(const char *path, char *err, size_t errlen)
+/* /readyz: this worker's backends. */
+static bool backends(void *arg, json_t *o)
 {
-    return cm_config_read_secret("admin_token_file", path, 16, 4096, NULL, err, errlen);
+    rsv_server_t *srv = arg;
+    bool redis = cm_redis_connected(srv->redis);
+    bool pg = rsv_pg_connected(srv->pg) > 0;
+    json_object_set_new(o, "redis", json_boolean(redis));
+    json_object_set_new(o, "postgres", json_boolean(pg));
+    return redis && pg;
 }
 
 static void cors_free(void *cors, void *ctx)
@@ -360,64 +198,51 @@ static int on_config_apply(void *arg, const void *p, char *err, size_t errlen)
 {
     rsv_server_t *srv = arg;
     const rsv_config_t *cfg = p;
-    cm_log_level_t level;
-    cm_log_format_t format;
-    if (cm_log_settings_parse(cfg->log_level, cfg->log_format, &level, &format, err, errlen) != 0)
+    cm_service_t *svc = srv->svc.svc;
+    cm_service_log_t log;
+    if (cm_service_log_parse(&log, cfg->log_level, cfg->log_format, cfg->access_log, err, errlen) !=
+        0)
         return -1;
     rsv_cors_t *cors = rsv_cors_new(cfg->cors_origins, err, errlen);
     if (cors == NULL)
         return -1;
-    char *token = read_token_file(cfg->admin_token_file, err, errlen);
-    if (token == NULL) {
+    if (cm_service_reload_token(svc, cfg->admin_token_file, err, errlen) != 0) {
         rsv_cors_free(cors);
         return -1;
     }
-    if (strcmp(cm_reload_cell_get(srv->admin_token), token) != 0) {
-        cm_reload_cell_set(srv->admin_token, token);
-        cm_log(CM_LOG_INFO, "reload: operator token replaced");
-    } else {
-        cm_reload_free_secret(token, NULL);
-    }
     cm_reload_cell_set(srv->cors, cors);
-    int workers = srv->all != NULL ? cm_server_workers(srv->cs) : 1;
-    for (int i = 0; i < workers; i++) /* each worker has a client of its own */
-        rsv_pay_set_api_key(srv->all != NULL ? srv->all[i]->pay : srv->pay, cfg->paysim_api_key);
-    cm_reload_set_log_level(level);
-    cm_log_set_format(format);
-    cm_access_set_log(cfg->access_log);
+    for (int i = 0; i < cm_service_workers(svc); i++) { /* each has a client of its own */
+        rsv_server_t *w = cm_service_instance(svc, i);
+        rsv_pay_set_api_key(w->pay, cfg->paysim_api_key);
+    }
+    cm_service_log_apply(&log);
     return 0;
 }
 
 int rsv_server_watch_config(rsv_server_t *srv, cm_reload_config_t *rc)
 {
-    int n = srv->cs ? cm_server_workers(srv->cs) : 0;
-    srv->config = rc;
-    for (int i = 0; i < n && srv->all != NULL; i++)
-        srv->all[i]->config = rc;
-    return cm_reload_config_start(rc, on_config_apply, srv);
+    return cm_service_watch_config(srv->svc.svc, rc, on_config_apply, srv);
 }
 
 /* One worker's instance on its loop; the shared parts are borrowed from worker 0. */
-static rsv_server_t *worker_new(rsv_server_t *first, cm_server_t *cs, int i, char *err,
-                                size_t errlen)
+static void worker_new(void *arg, cm_service_t *svc, int i, void *instance, char *err,
+                       size_t errlen)
 {
-    rsv_server_t *srv = i == 0 ? first : cm_xcalloc(1, sizeof(*srv));
+    rsv_server_t *first = arg, *srv = instance;
     const rsv_config_t *cfg = &first->cfg;
-    int n = cm_server_workers(cs);
+    int n = cm_service_workers(svc);
     if (i > 0) {
         srv->cfg = first->cfg;
-        srv->admin_token = first->admin_token;
-        srv->tls = first->tls;
         srv->keys = first->keys;
         srv->auth_fails = first->auth_fails;
         srv->cors = first->cors;
     }
-    srv->cs = cs;
+    cm_svc_worker_spec_t spec = {endpoint_names, RSV_EP_COUNT, backends, srv,
+                                 "a backing store is unreachable"};
+    cm_svc_worker_init(&srv->svc, svc, i, &spec);
+    cm_worker_t *w = srv->svc.worker;
     srv->index = i;
-    srv->worker = cm_server_worker(cs, i);
-    srv->base = cm_worker_base(srv->worker);
-    srv->drain = cm_worker_drain(srv->worker);
-    srv->metrics = cm_server_metrics(cs);
+    srv->base = srv->svc.base;
     register_metrics(srv);
     /* Thread counts and the Postgres pool are per process: split over the workers. */
     int pool = (int)((cfg->pg_pool_size + n - 1) / n);
@@ -438,7 +263,7 @@ static rsv_server_t *worker_new(rsv_server_t *first, cm_server_t *cs, int i, cha
     srv->auth = rsv_auth_new(srv->base, srv->keys, &ac);
     srv->redis = cm_redis_config_open(srv->base, &cfg->redis, err, errlen); /* before its loop */
     if (srv->redis == NULL)
-        return srv;
+        return;
     rsv_auth_use_redis(srv->auth, srv->redis); /* the jti of bound tokens' proofs */
     srv->pg = rsv_pg_new(srv->base, cfg->pg_conninfo, pool, (int)cfg->pg_timeout_ms,
                          (int)cfg->pg_max_queue);
@@ -456,20 +281,48 @@ static rsv_server_t *worker_new(rsv_server_t *first, cm_server_t *cs, int i, cha
     };
     srv->pay = rsv_pay_new(srv->base, &pc, err, errlen);
     if (srv->pay == NULL)
-        return srv;
+        return;
     if (i == 0) /* one reconciler per process is enough (several are safe) */
         srv->reconcile = rsv_reconcile_new(srv);
-    if (cm_worker_listen(srv->worker, rsv_routes_dispatch, rsv_routes_admin, srv, err, errlen) != 0)
-        return srv;
-    cm_worker_gauge(srv->worker, "onsale_reserve_postgres_connections", "Postgres connections up",
-                    gauge_pg, srv);
-    cm_worker_gauge_min(srv->worker, "onsale_reserve_redis_up",
+    if (cm_worker_listen(w, rsv_routes_dispatch, rsv_routes_admin, srv, err, errlen) != 0)
+        return;
+    cm_worker_gauge(w, "onsale_reserve_postgres_connections", "Postgres connections up", gauge_pg,
+                    srv);
+    cm_worker_gauge_min(w, "onsale_reserve_redis_up",
                         "1 while every worker's Redis connection is up, else 0", gauge_redis, srv);
-    cm_worker_gauge(srv->worker, "onsale_reserve_redis_connections",
-                    "Redis connections up (one per worker)", gauge_redis, srv);
-    cm_worker_readiness(srv->worker, backends_ready, srv);
-    err[0] = '\0';
-    return srv;
+    cm_worker_gauge(w, "onsale_reserve_redis_connections", "Redis connections up (one per worker)",
+                    gauge_redis, srv);
+    cm_worker_readiness(w, backends_ready, srv);
+    err[0] = '\0'; /* made: whatever a step wrote there is no error */
+}
+
+int rsv_server_run(rsv_server_t *srv)
+{
+    return cm_service_run(srv->svc.svc);
+}
+
+/* One worker's own parts (not the shared ones). */
+static void worker_free(void *instance)
+{
+    rsv_server_t *srv = instance;
+    rsv_auth_free(srv->auth); /* first: its workers may still answer requests */
+    srv->auth = NULL;
+    rsv_reconcile_free(srv->reconcile);
+    srv->reconcile = NULL;
+    rsv_pay_free(srv->pay); /* its callbacks may still record steps: before pg and redis */
+    srv->pay = NULL;
+    if (srv->svc.worker)
+        cm_worker_close(srv->svc.worker);
+    rsv_avail_free(srv->avail);
+    srv->avail = NULL;
+    rsv_catalog_free(srv->catalog);
+    srv->catalog = NULL;
+    rsv_pg_free(srv->pg);
+    srv->pg = NULL;
+    rsv_pg_free(srv->pg_read);
+    srv->pg_read = NULL;
+    cm_redis_free(srv->redis);
+    srv->redis = NULL;
 }
 
 rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen)
@@ -488,93 +341,41 @@ rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen)
         snprintf(err, errlen, "checkout_lease_s must exceed pay_timeout_ms by at least 5 s");
         goto err;
     }
-    char *token = read_token_file(cfg->admin_token_file, err, errlen);
-    if (token == NULL)
+    cm_service_opts_t o = {
+        .name = "reserve",
+        .metric_prefix = "onsale_reserve",
+        .server = &cfg->server,
+        .admin_token_file = cfg->admin_token_file,
+        .body_cap = rsv_routes_body_cap, /* each route's cap known from the head (h1) */
+        .drain_limit_ns = DRAIN_LIMIT_NS,
+    };
+    srv->svc.svc = cm_service_new(&o, err, errlen); /* the admin token, TLS, the loops */
+    if (srv->svc.svc == NULL)
         goto err;
-    srv->admin_token = cm_reload_cell_new(token, cm_reload_free_secret, NULL);
     rsv_cors_t *cors = rsv_cors_new(cfg->cors_origins, err, errlen);
     if (cors == NULL)
         goto err;
     srv->cors = cm_reload_cell_new(cors, cors_free, NULL);
-    if (cm_server_config_tls(&cfg->server, &srv->tls, err, errlen) != 0)
-        goto err;
-    cm_server_opts_t o = {
-        .name = "reserve",
-        .metric_prefix = "onsale_reserve",
-        .tls = srv->tls,
-        .drain_limit_ns = DRAIN_LIMIT_NS,
-    };
-    if (cm_server_config_opts(&cfg->server, &o, srv->admin_addr, sizeof(srv->admin_addr), err,
-                              errlen) != 0)
-        goto err;
-    o.limits.body_cap = rsv_routes_body_cap; /* each route's cap known from the head (h1) */
-    srv->cs = cm_server_new(&o, err, errlen);
-    if (srv->cs == NULL)
-        goto err;
     if (cfg->fault && *cfg->fault)
         cm_log(CM_LOG_WARN, "fault points armed: %s (tests only)", cfg->fault);
-    int n = cm_server_workers(srv->cs);
-    srv->all = cm_xcalloc((size_t)n, sizeof(rsv_server_t *));
-    err[0] = '\0';
-    for (int i = 0; i < n; i++) {
-        srv->all[i] = worker_new(srv, srv->cs, i, err, errlen);
-        if (err[0] != '\0')
-            goto err;
-    }
+    if (cm_service_start(srv->svc.svc, srv, sizeof(*srv), worker_new, worker_free, err, errlen) !=
+        0)
+        goto err;
     return srv;
 err:
     rsv_server_free(srv);
     return NULL;
 }
 
-int rsv_server_run(rsv_server_t *srv)
-{
-    return cm_server_run(srv->cs);
-}
-
-/* One worker's own parts (not the shared ones). */
-static void worker_free(rsv_server_t *srv)
-{
-    rsv_auth_free(srv->auth); /* first: its workers may still answer requests */
-    srv->auth = NULL;
-    rsv_reconcile_free(srv->reconcile);
-    srv->reconcile = NULL;
-    rsv_pay_free(srv->pay); /* its callbacks may still record steps: before pg and redis */
-    srv->pay = NULL;
-    if (srv->worker)
-        cm_worker_close(srv->worker);
-    rsv_avail_free(srv->avail);
-    srv->avail = NULL;
-    rsv_catalog_free(srv->catalog);
-    srv->catalog = NULL;
-    rsv_pg_free(srv->pg);
-    srv->pg = NULL;
-    rsv_pg_free(srv->pg_read);
-    srv->pg_read = NULL;
-    cm_redis_free(srv->redis);
-    srv->redis = NULL;
-}
-
 void rsv_server_free(rsv_server_t *srv)
 {
     if (srv == NULL)
         return;
-    int n = srv->cs ? cm_server_workers(srv->cs) : 0;
-    for (int i = n - 1; i >= 0 && srv->all; i--) {
-        if (srv->all[i] == NULL)
-            continue;
-        worker_free(srv->all[i]);
-        if (i > 0)
-            free(srv->all[i]);
-    }
-    if (srv->all == NULL)
-        worker_free(srv);
-    free(srv->all);
-    cm_server_free(srv->cs); /* the loops and the shared registry */
+    if (srv->svc.svc == NULL || cm_service_instance(srv->svc.svc, 0) == NULL)
+        worker_free(srv);          /* the workers were never made */
+    cm_service_free(srv->svc.svc); /* every worker, the loops, the shared registry */
     rsv_auth_keys_free(srv->keys);
     rsv_auth_fails_free(srv->auth_fails);
-    cm_tls_free(srv->tls);
     cm_reload_cell_free(srv->cors);
-    cm_reload_cell_free(srv->admin_token);
     free(srv);
 }

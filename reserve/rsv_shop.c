@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "cm_mem.h"
-#include "rsv_server.h"
+#include "rsv_req.h"
 
 /* The embedded files (onsale_embed in reserve/CMakeLists.txt). */
 extern const char rsv_www_shop_html[];
@@ -46,7 +46,7 @@ static void security_headers(cm_req_t *req)
 static void config_json(rsv_server_t *srv, rsv_req_t *r)
 {
     const char *q = srv->cfg.shop_queue_url;
-    security_headers(r->req);
+    security_headers(r->svc.req);
     rsv_reply_json(r, 200, json_pack("{s:s?}", "queue_url", q && *q ? q : NULL));
 }
 

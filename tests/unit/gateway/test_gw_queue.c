@@ -95,11 +95,11 @@ static void test_cookie_as_before(void **state)
                          GW_COOKIE_PREFIX
                          "%s=%s; HttpOnly; Secure; SameSite=Lax; Path=/q/%s; Max-Age=86400",
                          events[i], tickets[i], events[i]);
-        assert_int_equal(gw_queue_cookie_text(got, sizeof(got), events[i], tickets[i]), (size_t)n);
+        assert_int_equal(gw_ticket_cookie_text(got, sizeof(got), events[i], tickets[i]), (size_t)n);
         assert_string_equal(got, want);
         for (size_t size = 0; size <= (size_t)n; size++) {
             memset(got, '#', sizeof(got));
-            assert_int_equal(gw_queue_cookie_text(got, size, events[i], tickets[i]), 0);
+            assert_int_equal(gw_ticket_cookie_text(got, size, events[i], tickets[i]), 0);
             assert_int_equal(got[size], '#');
         }
     }
