@@ -155,16 +155,15 @@ class PerAddressCap(gwstack.GatewayTestCase):
         self.assertGreaterEqual(codes.count(200), PER_ADDR - 3, codes)  # the test's own conns
         self.assertLessEqual(codes.count(200), PER_ADDR, codes)
         # every connection closed: a new one is served again
-        deadline = time.monotonic() + 10
-        while True:
+        def healthz():
             c = self.GS.g.client()
             try:
                 r = c.get("/healthz")
             finally:
                 c.close()
-            if r.status == 200 or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
+            return r if r.status == 200 else None
+
+        r = stack.wait_for(healthz, 10, interval=0.2, what="/healthz after the cap")
         self.assertStatus(r, 200)
 
 

@@ -27,16 +27,8 @@ ENV = {
 
 
 def setUpModule():
-    saved = {k: os.environ.get(k) for k in ENV}
-    os.environ.update(ENV)
-    try:
+    with stack.env_set(ENV):
         stack.module_stack("authlim")
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 SEATS = [{"id": f"A-{i}", "section": "A", "price": 12000} for i in range(1, 5)]

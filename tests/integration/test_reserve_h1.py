@@ -33,16 +33,8 @@ SEATS = [{"id": f"A-{i}", "section": "A", "price": 5000} for i in range(1, 5)]
 def setUpModule():
     if stack.topology() == "cluster":
         raise unittest.SkipTest("per-process transport: the single-node run covers it")
-    saved = {k: os.environ.get(k) for k in ENV}
-    os.environ.update(ENV)
-    try:
+    with stack.env_set(ENV):
         stack.module_stack("rsv-h1")
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 class H1(stack.ReserveTestCase):

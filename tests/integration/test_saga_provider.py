@@ -141,9 +141,8 @@ class Provider(SagaCase):
 
         th = threading.Thread(target=confirm)
         th.start()
-        deadline = time.monotonic() + 10
-        while silent.requests == 0 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        stack.wait_for(lambda: silent.requests, 10, interval=0.02,
+                       what="the charge at the silent provider")
         self.assertEqual(silent.requests, 1, "the charge never reached the silent provider")
         # While the charge waits for its deadline, the same (single) loop answers others.
         answered = 0

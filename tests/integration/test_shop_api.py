@@ -25,15 +25,7 @@ class CorsStack(stack.Stack):
 
 
 def setUpModule():
-    s = CorsStack("shop-api")
-
-    def cleanup():
-        stack._CURRENT = None
-        s.stop()
-
-    unittest.addModuleCleanup(cleanup)
-    stack._CURRENT = s
-    s.start()
+    stack.module_own_stack(CorsStack("shop-api"))
 
 
 class Storefront(stack.ReserveTestCase):

@@ -57,15 +57,7 @@ class ShopStack(stack.Stack):
 def setUpModule():
     if SKIP:
         raise unittest.SkipTest(SKIP)
-    s = ShopStack("shop-browser")
-
-    def cleanup():
-        stack._CURRENT = None
-        s.stop()
-
-    unittest.addModuleCleanup(cleanup)
-    stack._CURRENT = s
-    s.start()
+    stack.module_own_stack(ShopStack("shop-browser"))
 
 
 class ShopInBrowser(unittest.TestCase):

@@ -30,15 +30,7 @@ class HistoryStack(stack.Stack):
 
 
 def setUpModule():
-    s = HistoryStack("shop-dash")
-
-    def cleanup():
-        stack._CURRENT = None
-        s.stop()
-
-    unittest.addModuleCleanup(cleanup)
-    stack._CURRENT = s
-    s.start()
+    stack.module_own_stack(HistoryStack("shop-dash"))
 
 
 def admin_port(s):
