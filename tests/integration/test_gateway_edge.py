@@ -1,4 +1,4 @@
-"""The connection edge (issue 8): admin API, dashboard and /metrics only on each
+"""The connection edge: admin API, dashboard and /metrics only on each
 service's admin listener, a token per service; deadlines for the TLS handshake and the
 request (a client trickling bytes is cut off, not kept forever); a cap on connections
 per client address; join takes no body. Real sockets against the real binaries."""

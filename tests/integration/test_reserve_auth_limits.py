@@ -1,4 +1,4 @@
-"""What an abusive client can make the reserve spend on tokens (issue 8), and keys and
+"""What an abusive client can make the reserve spend on tokens, and keys and
 certificates replaced without a restart: forged tokens with a valid kid are limited per
 address (429 + Retry-After), the verification queue is bounded (503 + Retry-After), the
 admission keys and the TLS certificate are re-read on SIGHUP, and TLS session tickets are

@@ -1,4 +1,4 @@
-"""Checkout saga (issue 4, docs/design.md invariants 6-8): every branch driven from the payment
+"""Checkout saga (docs/design.md invariants 6-8): every branch driven from the payment
 simulator — success, decline, payment slower than the hold (refund + 409 hold_expired),
 provider timeout (202, then the reconciler resolves it both ways) — and double submit.
 

@@ -1,5 +1,5 @@
 """The reserve's payment-provider client (reserve/rsv_pay.c, libcurl's multi interface on
-the worker's loop; issue 9 "Confirmations"):
+the worker's loop):
 
 - a provider named by a host name (https://localhost:<port>) works — resolved off the
   loop, its certificate checked against the configured CA for that name;

@@ -1,4 +1,4 @@
-"""The fan's whole night in a real headless browser (issue 12).
+"""The fan's whole night in a real headless browser.
 
 A private stack (stack.py) whose reserve lists one extra origin in cors_origins (the
 gateway reached as https://localhost:<port>) and gives the payment provider 3 s before a

@@ -41,7 +41,7 @@
 #define HARD_MS    10000
 
 static svc_redis_t *srv;
-/* The "tls" group runs the single-node tests again over TLS (issue 11): tls_ctx is then
+/* The "tls" group runs the single-node tests again over TLS: tls_ctx is then
  * the client context (test CA + client certificate) and srv serves TLS on its tls port. */
 static cm_tls_ctx_t *tls_ctx;
 static char tls_dir[] = "/tmp/test_cm_redis_tls.XXXXXX";
@@ -416,7 +416,7 @@ static void on_busy(evutil_socket_t fd, short what, void *arg)
 }
 
 /*
- * Issue 9 (the simulator's connection bursts): the command is written, then a client
+ * Seen in the simulator's connection bursts: the command is written, then a client
  * event holds the loop past the command's 100 ms deadline while Redis answers at once.
  * On the next pass both the reply and the deadline are due: the reply must win, so the
  * caller gets its PONG, not a timeout. (Deadlines on a plain timer instead of the common
@@ -617,7 +617,7 @@ static int silent_listener(int *port)
     return fd;
 }
 
-/* Issue 8: AUTH is a connect-time step. Without credentials, or with a wrong password,
+/* AUTH is a connect-time step. Without credentials, or with a wrong password,
  * the client never counts as up and no command is sent; with them it connects as the
  * ACL user (ACL WHOAMI). */
 static void test_auth_at_connect(void **state)
@@ -827,7 +827,7 @@ static void assert_refused(struct fx *f, cm_redis_t *r, const char *want)
     cm_redis_free(r);
 }
 
-/* Issue 11: the certificate checks. Redis' certificate must chain to the configured CA
+/* The certificate checks. Redis' certificate must chain to the configured CA
  * and carry the expected name (or, with none configured, the IP address connected to);
  * Redis in turn requires our client certificate. Any failure is a clear log line and a
  * client that stays down; the right name connects. */
@@ -1460,7 +1460,7 @@ static void on_stale_accept(struct evconnlistener *l, evutil_socket_t fd, struct
 }
 
 /*
- * Issue 9: after a failover, a replica or a restarted old master may still describe the
+ * After a failover, a replica or a restarted old master may still describe the
  * old map. The client must refresh its map from the masters of the map it uses (or the
  * node a MOVED named), never round robin over every node it knows: here a stale seed
  * that was asked once at start (no map yet) must not be asked again while the masters

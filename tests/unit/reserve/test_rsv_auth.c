@@ -603,7 +603,7 @@ static void sighup_reloads_the_keys_from_their_file(void **state)
     unlink(path);
 }
 
-/* Issue 9: with workers = 2 a buyer's next request may land on the other worker; the
+/* With workers = 2 a buyer's next request may land on the other worker; the
  * cache is the process's, so it is a hit there, not a second verification. */
 static void a_token_verified_on_one_worker_is_a_hit_on_another(void **state)
 {
