@@ -38,7 +38,8 @@ static void load(rsv_config_t *cfg, int argc, char **argv)
 static void drop(rsv_config_t *cfg)
 {
     size_t n = 0;
-    cm_config_free(rsv_config_table(&n), n, cfg);
+    const cm_config_opt_t *t = rsv_config_table(&n); /* n is set by this call */
+    cm_config_free(t, n, cfg);
 }
 
 static void test_defaults_pass_the_cross_key_checks(void **state)
