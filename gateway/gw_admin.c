@@ -82,7 +82,7 @@ static admin_op_t *op_new(gw_server_t *srv, cm_req_t *req, const char *event)
     return op;
 }
 
-static json_t *stats_json(const gw_room_t *room)
+json_t *gw_admin_stats_json(const gw_room_t *room)
 {
     double rate = gw_watermark_rate(room);
     int64_t q = gw_watermark_queue_size(room);
@@ -97,8 +97,7 @@ static json_t *stats_json(const gw_room_t *room)
                      "opened", room->opened);
 }
 
-/* A PUT without "pow": the gateway's pow_new_rooms decides (gw_config.c). */
-static void pow_default(gw_setting_kv_t *kv, int n, bool on)
+void gw_admin_pow_default(gw_setting_kv_t *kv, int n, bool on)
 {
     for (int i = 0; i < n; i++)
         if (strcmp(kv[i].name, "pow") == 0)
@@ -116,7 +115,7 @@ static json_t *pow_json(gw_server_t *srv, const gw_room_t *room)
 json_t *gw_admin_room_json(gw_server_t *srv, const gw_room_t *room)
 {
     json_t *o = gw_settings_json(&room->s);
-    json_t *stats = stats_json(room);
+    json_t *stats = gw_admin_stats_json(room);
     json_object_set_new(stats, "pow", pow_json(srv, room));
     json_object_set_new(o, "event", json_string(room->event));
     uint64_t verified, refused; /* DPoP proofs at this gateway since it started (gw_dpop) */
@@ -220,7 +219,7 @@ void gw_admin_event_write(gw_server_t *srv, cm_req_t *req, const char *event, bo
     char err[256];
     int n = gw_settings_parse(body, partial, srv->cfg.allow_loopback_http, kv, err, sizeof(err));
     if (n > 0 && !partial && json_object_get(body, "pow") == NULL)
-        pow_default(kv, n, srv->cfg.pow_new_rooms);
+        gw_admin_pow_default(kv, n, srv->cfg.pow_new_rooms);
     json_decref(body);
     if (n < 0) {
         gw_reply_error(&op->r, 400, "invalid_request", err, NULL);

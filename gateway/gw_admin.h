@@ -30,6 +30,18 @@ void gw_admin_event_history(gw_server_t *srv, cm_req_t *req, const char *event);
 /** GET /admin/config: the effective configuration, secrets masked (cm_config_json). */
 void gw_admin_config(gw_server_t *srv, cm_req_t *req);
 
+/**
+ * A room's "stats" as the admin API shows them, before stats.pow and the DPoP counts:
+ * queue_size, admitted_total, active, watermark, numbers_issued, prequeue_size, noshows,
+ * the three rates per second, eta_last_seconds (null while nothing moves) and opened.
+ * New reference. Pure.
+ */
+json_t *gw_admin_stats_json(const gw_room_t *room);
+
+/** A PUT without "pow": the gateway's pow_new_rooms (on) fills the "pow" field of the n
+ * parsed settings in kv ("1" or "0"); nothing when kv has none. Pure. */
+void gw_admin_pow_default(gw_setting_kv_t *kv, int n, bool on);
+
 /** A room as the admin API shows it: event, settings, stats (with stats.pow; new reference). */
 json_t *gw_admin_room_json(gw_server_t *srv, const gw_room_t *room);
 

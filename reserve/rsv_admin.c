@@ -26,22 +26,24 @@
 #include "rsv_rediskeys.h"
 #include "rsv_req.h"
 
-/* What onsale_event_put did (deploy/sql/functions.sql), named as the API answers it. */
-typedef enum { PUT_CREATED, PUT_REPLACED, PUT_UPDATED, PUT_HAS_SALES, PUT_NOUTCOMES } put_outcome_t;
-static const char *const put_outcome_names[PUT_NOUTCOMES] = {
-    [PUT_CREATED] = "created",
-    [PUT_REPLACED] = "replaced", /* inventory changed */
-    [PUT_UPDATED] = "updated",   /* settings only */
-    [PUT_HAS_SALES] = "has_sales",
+static const char *const put_outcome_names[RSV_ADMIN_PUT_NOUTCOMES] = {
+    [RSV_ADMIN_PUT_CREATED] = "created",
+    [RSV_ADMIN_PUT_REPLACED] = "replaced", /* inventory changed */
+    [RSV_ADMIN_PUT_UPDATED] = "updated",   /* settings only */
+    [RSV_ADMIN_PUT_HAS_SALES] = "has_sales",
 };
 
-/* PUT_NOUTCOMES for a name Postgres should never answer. */
-static put_outcome_t put_outcome_parse(const char *name)
+rsv_admin_put_outcome_t rsv_admin_put_outcome_parse(const char *name)
 {
     int i = 0;
-    while (i < PUT_NOUTCOMES && strcmp(name, put_outcome_names[i]) != 0)
+    while (i < RSV_ADMIN_PUT_NOUTCOMES && strcmp(name, put_outcome_names[i]) != 0)
         i++;
-    return (put_outcome_t)i;
+    return (rsv_admin_put_outcome_t)i;
+}
+
+const char *rsv_admin_put_outcome_name(rsv_admin_put_outcome_t o)
+{
+    return put_outcome_names[o];
 }
 
 typedef struct put_op {
@@ -49,7 +51,7 @@ typedef struct put_op {
     char event[CM_IDENT_MAX + 1];
     json_t *doc;
     int code;
-    put_outcome_t outcome;
+    rsv_admin_put_outcome_t outcome;
     int64_t version;
 } put_op_t;
 
@@ -63,7 +65,7 @@ static void put_reply(put_op_t *op)
 {
     json_t *o = json_object();
     json_object_set_new(o, "event", json_string(op->event));
-    json_object_set_new(o, "outcome", json_string(put_outcome_names[op->outcome]));
+    json_object_set_new(o, "outcome", json_string(rsv_admin_put_outcome_name(op->outcome)));
     json_object_set_new(o, "version", json_integer(op->version));
     const char *keys[] = {"currency", "hold_ttl_seconds", "checkout_extension_seconds",
                           "max_hold_seconds", "max_per_buyer"};
@@ -137,7 +139,7 @@ static void sync_event(rsv_server_t *srv, const char *event, void (*done)(void *
 static void on_synced(void *arg)
 {
     put_op_t *op = arg;
-    if (op->outcome == PUT_UPDATED)
+    if (op->outcome == RSV_ADMIN_PUT_UPDATED)
         put_reply(op);
     else
         reset_redis(op);
@@ -171,7 +173,8 @@ static void log_change(put_op_t *op)
     char *text = json_dumps(s, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(s);
     cm_log(CM_LOG_INFO, "admin change by %s: PUT event %s: %s, now version %lld: %s", who,
-           op->event, put_outcome_names[op->outcome], (long long)op->version, text ? text : "?");
+           op->event, rsv_admin_put_outcome_name(op->outcome), (long long)op->version,
+           text ? text : "?");
     free(text);
 }
 
@@ -190,16 +193,16 @@ static void on_put(const char *err, const rsv_pg_result_t *res, void *arg)
         return;
     }
     const char *name = rsv_pg_result_value(res, 0, 0);
-    op->outcome = put_outcome_parse(name);
+    op->outcome = rsv_admin_put_outcome_parse(name);
     op->version = atoll(rsv_pg_result_value(res, 0, 1));
     rsv_server_t *srv = op->r.srv;
-    if (op->outcome == PUT_NOUTCOMES) {
+    if (op->outcome == RSV_ADMIN_PUT_NOUTCOMES) {
         cm_log(CM_LOG_ERROR, "event %s: onsale_event_put answered outcome '%s'", op->event, name);
         rsv_reply_unavailable(&op->r, "saving the event", cm_err_protocol);
         put_done(op);
         return;
     }
-    if (op->outcome == PUT_HAS_SALES) {
+    if (op->outcome == RSV_ADMIN_PUT_HAS_SALES) {
         rsv_reply_error(&op->r, 409, "event_has_sales",
                         "the inventory cannot change once checkouts exist; settings can", NULL);
         put_done(op);
@@ -207,7 +210,7 @@ static void on_put(const char *err, const rsv_pg_result_t *res, void *arg)
     }
     rsv_catalog_invalidate(srv->catalog, op->event);
     rsv_avail_invalidate(srv->avail, op->event);
-    op->code = op->outcome == PUT_CREATED ? 201 : 200;
+    op->code = op->outcome == RSV_ADMIN_PUT_CREATED ? 201 : 200;
     log_change(op);
     rsv_catalog_announce(srv->catalog, on_announced, op); /* every reserve: read your writes */
 }

@@ -46,7 +46,7 @@ typedef struct confirm_op {
     cm_jwt_claims_t claims;
     int64_t amount;
     char currency[4];
-    char source[128];
+    char source[RSV_CHECKOUT_SOURCE_MAX];
     rsv_event_t *ev;
     /* the hold's extend, run before the checkout is recorded */
     bool extended; /* view holds the extend script's answer */
@@ -332,26 +332,38 @@ static void on_confirm_event(rsv_event_t *ev, const char *err, void *arg)
     extend_first(op);
 }
 
-/* Validates the confirm body; fills amount/currency. NULL when fine, else the message. */
-static const char *check_confirm_body(confirm_op_t *op, const json_t *body)
+const char *rsv_checkout_payment_parse(const json_t *body, rsv_checkout_payment_t *pay)
 {
-    json_t *pay = json_object_get(body, "payment");
-    if (!json_is_object(pay))
+    json_t *p = json_object_get(body, "payment");
+    if (!json_is_object(p))
         return "payment must be an object {amount, currency, source}";
-    json_t *amount = json_object_get(pay, "amount");
-    json_t *cur = json_object_get(pay, "currency");
-    json_t *src = json_object_get(pay, "source");
+    json_t *amount = json_object_get(p, "amount");
+    json_t *cur = json_object_get(p, "currency");
+    json_t *src = json_object_get(p, "source");
     if (!json_is_integer(amount) || json_integer_value(amount) < 0)
         return "payment.amount must be an integer >= 0 (minor units)";
     if (!json_is_string(cur) || strlen(json_string_value(cur)) != 3)
         return "payment.currency must be a three-letter currency code";
     if (src && !json_is_string(src))
         return "payment.source must be a string";
-    if (src && strlen(json_string_value(src)) >= sizeof(op->source))
+    if (src && strlen(json_string_value(src)) >= sizeof(pay->source))
         return "payment.source is too long";
-    op->amount = (int64_t)json_integer_value(amount);
-    snprintf(op->currency, sizeof(op->currency), "%s", json_string_value(cur));
-    snprintf(op->source, sizeof(op->source), "%s", src ? json_string_value(src) : "");
+    pay->amount = (int64_t)json_integer_value(amount);
+    snprintf(pay->currency, sizeof(pay->currency), "%s", json_string_value(cur));
+    snprintf(pay->source, sizeof(pay->source), "%s", src ? json_string_value(src) : "");
+    return NULL;
+}
+
+/* Validates the confirm body; fills amount/currency. NULL when fine, else the message. */
+static const char *check_confirm_body(confirm_op_t *op, const json_t *body)
+{
+    rsv_checkout_payment_t pay;
+    const char *bad = rsv_checkout_payment_parse(body, &pay);
+    if (bad != NULL)
+        return bad;
+    op->amount = pay.amount;
+    memcpy(op->currency, pay.currency, sizeof(op->currency));
+    memcpy(op->source, pay.source, sizeof(op->source));
     return NULL;
 }
 
@@ -500,6 +512,25 @@ static void on_admin_list(const char *err, const rsv_pg_result_t *res, void *arg
     free(r);
 }
 
+const char *rsv_checkout_list_parse(rsv_checkout_list_t *l, const char *older, const char *limit,
+                                    const char *rid)
+{
+    l->older_s = 0;
+    l->limit = 100;
+    l->request_id[0] = '\0';
+    if (l->state && !cm_parse_ident(l->state))
+        return "state must be a checkout state name";
+    if (l->event && !cm_parse_ident(l->event))
+        return "event must be an identifier";
+    if (older && cm_parse_i64(older, 0, 100000000, &l->older_s) != 0)
+        return "older_than_seconds must be an integer >= 0";
+    if (limit && cm_parse_i64(limit, 1, 1000, &l->limit) != 0)
+        return "limit must be an integer from 1 to 1000";
+    if (rid && !cm_access_pick_id(rid, NULL, l->request_id))
+        return "request_id must be 1-64 characters of [A-Za-z0-9._-]";
+    return NULL;
+}
+
 void rsv_checkout_admin_list(rsv_server_t *srv, cm_req_t *req)
 {
     rsv_req_t *r = cm_xcalloc(1, sizeof(*r));
@@ -515,19 +546,8 @@ void rsv_checkout_admin_list(rsv_server_t *srv, cm_req_t *req)
     const char *event = evhttp_find_header(&q, "event");
     const char *limit = evhttp_find_header(&q, "limit");
     const char *rid = evhttp_find_header(&q, "request_id");
-    char rid_v[CM_ACCESS_ID_MAX + 1];
-    int64_t older_v = 0, limit_v = 100;
-    const char *bad = NULL;
-    if (state && !cm_parse_ident(state))
-        bad = "state must be a checkout state name";
-    else if (event && !cm_parse_ident(event))
-        bad = "event must be an identifier";
-    else if (older && cm_parse_i64(older, 0, 100000000, &older_v) != 0)
-        bad = "older_than_seconds must be an integer >= 0";
-    else if (limit && cm_parse_i64(limit, 1, 1000, &limit_v) != 0)
-        bad = "limit must be an integer from 1 to 1000";
-    else if (rid && !cm_access_pick_id(rid, NULL, rid_v))
-        bad = "request_id must be 1-64 characters of [A-Za-z0-9._-]";
+    rsv_checkout_list_t list = {.state = state, .event = event};
+    const char *bad = rsv_checkout_list_parse(&list, older, limit, rid);
     if (bad) {
         evhttp_clear_headers(&q);
         rsv_reply_error(r, 400, "invalid_request", bad, NULL);
@@ -535,9 +555,9 @@ void rsv_checkout_admin_list(rsv_server_t *srv, cm_req_t *req)
         return;
     }
     char older_s[24], limit_s[24];
-    snprintf(older_s, sizeof(older_s), "%lld", (long long)older_v);
-    snprintf(limit_s, sizeof(limit_s), "%lld", (long long)limit_v);
-    const char *params[] = {state, older_s, event, limit_s, rid ? rid_v : NULL};
+    snprintf(older_s, sizeof(older_s), "%lld", (long long)list.older_s);
+    snprintf(limit_s, sizeof(limit_s), "%lld", (long long)list.limit);
+    const char *params[] = {state, older_s, event, limit_s, rid ? list.request_id : NULL};
     /* request_id: the checkout of that confirm, or of that admission, in any state */
     static const char sql[] =
         "WITH m AS (SELECT c.* FROM checkouts c"

@@ -11,6 +11,10 @@
 #ifndef RSV_CHECKOUT_H
 #define RSV_CHECKOUT_H
 
+#include <jansson.h>
+#include <stdint.h>
+
+#include "cm_access.h"
 #include "cm_http.h"
 
 typedef struct rsv_server rsv_server_t;
@@ -19,5 +23,39 @@ void rsv_checkout_confirm(rsv_server_t *srv, cm_req_t *req, const char *hold_id)
 void rsv_checkout_get(rsv_server_t *srv, cm_req_t *req, const char *checkout_id);
 /** GET /admin/checkouts?state=…&older_than_seconds=…&event=…&limit=… (admin checked). */
 void rsv_checkout_admin_list(rsv_server_t *srv, cm_req_t *req);
+
+/** Longest payment.source a confirm may carry, NUL included. */
+#define RSV_CHECKOUT_SOURCE_MAX 128
+
+/** A confirm body's payment, as rsv_checkout_payment_parse found it. */
+typedef struct rsv_checkout_payment {
+    int64_t amount;                       /* minor units, >= 0 */
+    char currency[4];                     /* three letters */
+    char source[RSV_CHECKOUT_SOURCE_MAX]; /* "" when the body names none */
+} rsv_checkout_payment_t;
+
+/**
+ * Checks a confirm body's "payment": {amount: integer >= 0, currency: three letters,
+ * source: optional string shorter than RSV_CHECKOUT_SOURCE_MAX}. NULL and *pay filled,
+ * or the message a 400 carries (*pay untouched). Pure.
+ */
+const char *rsv_checkout_payment_parse(const json_t *body, rsv_checkout_payment_t *pay);
+
+/** GET /admin/checkouts' filters: state and event given by the caller (may be NULL),
+ * the rest filled by rsv_checkout_list_parse. */
+typedef struct rsv_checkout_list {
+    const char *state, *event;
+    int64_t older_s; /* older_than_seconds, 0 when absent */
+    int64_t limit;   /* 100 when absent */
+    char request_id[CM_ACCESS_ID_MAX + 1];
+} rsv_checkout_list_t;
+
+/**
+ * Checks the query's values (each NULL when absent): state and event identifiers,
+ * older_than_seconds 0..100000000, limit 1..1000, request_id as cm_access_pick_id takes
+ * it. NULL when fine, else the message a 400 carries. Pure.
+ */
+const char *rsv_checkout_list_parse(rsv_checkout_list_t *l, const char *older, const char *limit,
+                                    const char *rid);
 
 #endif

@@ -60,8 +60,7 @@ static void scan_end(rsv_ledger_t *l)
     }
 }
 
-/* Postgres text[] literal of ids: each element double-quoted, \ and " escaped. */
-static void append_elem(char **buf, size_t *len, size_t *cap, const char *v, bool first)
+void rsv_ledger_array_append(char **buf, size_t *len, size_t *cap, const char *v, bool first)
 {
     size_t need = *len + strlen(v) * 2 + 8;
     if (need > *cap) {
@@ -98,8 +97,8 @@ static void arrays_init(arrays_t *a)
 
 static void arrays_add(arrays_t *a, const char *checkout, const char *charge)
 {
-    append_elem(&a->cos, &a->lc, &a->cc, checkout, a->n == 0);
-    append_elem(&a->chs, &a->lh, &a->ch, charge, a->n == 0);
+    rsv_ledger_array_append(&a->cos, &a->lc, &a->cc, checkout, a->n == 0);
+    rsv_ledger_array_append(&a->chs, &a->lh, &a->ch, charge, a->n == 0);
     a->n++;
 }
 
@@ -109,7 +108,7 @@ static void arrays_free(arrays_t *a)
     free(a->chs);
 }
 
-static rsv_ledger_outcome_t outcome_of(const char *s)
+rsv_ledger_outcome_t rsv_ledger_outcome_parse(const char *s)
 {
     static const char *const names[] = {"refunding", "booked", "open", "mismatch", "unknown"};
     for (int i = 0; i < RSV_LEDGER_NOUTCOMES; i++)
@@ -178,7 +177,7 @@ static void on_checked(const char *err, const rsv_pg_result_t *res, void *arg)
     for (int r = 0; r < rows; r++) {
         const char *co = rsv_pg_result_value(res, r, 0);
         const char *ch = rsv_pg_result_value(res, r, 1);
-        rsv_ledger_outcome_t o = outcome_of(rsv_pg_result_value(res, r, 2));
+        rsv_ledger_outcome_t o = rsv_ledger_outcome_parse(rsv_pg_result_value(res, r, 2));
         const char *state = rsv_pg_result_value(res, r, 3);
         if (!rechecking || o != RSV_LEDGER_OPEN)
             cm_counter_inc(srv->m.ledger_charges[o]);

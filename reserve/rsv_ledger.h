@@ -24,6 +24,9 @@
 #ifndef RSV_LEDGER_H
 #define RSV_LEDGER_H
 
+#include <stdbool.h>
+#include <stddef.h>
+
 typedef struct rsv_server rsv_server_t;
 typedef struct rsv_ledger rsv_ledger_t;
 
@@ -36,6 +39,18 @@ typedef enum {
     RSV_LEDGER_UNKNOWN,   /* no checkout of ours */
     RSV_LEDGER_NOUTCOMES
 } rsv_ledger_outcome_t;
+
+/** The outcome onsale_ledger_check names s ("refunding", "booked", "open", "mismatch",
+ * "unknown"); RSV_LEDGER_UNKNOWN for any other text. Pure. */
+rsv_ledger_outcome_t rsv_ledger_outcome_parse(const char *s);
+
+/**
+ * Appends v as one element of a Postgres text[] literal being built in *buf (heap; *len
+ * bytes used, *cap allocated, grown as needed): double-quoted, \ and " escaped, a comma
+ * before every element but the first. The caller opens with "{" and closes with "}".
+ * Pure.
+ */
+void rsv_ledger_array_append(char **buf, size_t *len, size_t *cap, const char *v, bool first);
 
 /** Starts the timer (nothing when srv->cfg.ledger_interval_ms is 0). NULL then. */
 rsv_ledger_t *rsv_ledger_new(rsv_server_t *srv);

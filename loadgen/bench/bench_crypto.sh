@@ -20,36 +20,32 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
+PROG=bench_crypto
+# shellcheck source=loadgen/bench/lib.sh
+. "$ROOT/loadgen/bench/lib.sh"
 BUILD=${ONSALE_BUILD:-$ROOT/build}
 SKIP_BUILD=${ONSALE_SKIP_BUILD:-0}
 REPS=3
 SECONDS_EACH=3
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case "$1" in
     --skip-build) SKIP_BUILD=1 ;;
     --reps) REPS=$2; shift ;;
     --seconds) SECONDS_EACH=$2; shift ;;
-    -h | --help) usage; exit 0 ;;
-    *) echo "bench_crypto: unknown argument $1" >&2; usage >&2; exit 1 ;;
+    -h | --help) bench_usage; exit 0 ;;
+    *) printf '%s: unknown argument %s (try --help)\n' "$PROG" "$1" >&2; exit 1 ;;
     esac
     shift
 done
-case "$REPS$SECONDS_EACH" in *[!0-9]*) echo "bench_crypto: --reps and --seconds take integers" >&2; exit 1 ;; esac
-if ((REPS < 1 || SECONDS_EACH < 1)); then
-    echo "bench_crypto: --reps and --seconds must be >= 1" >&2
-    exit 1
-fi
+bench_positive REPS SECONDS_EACH
 
 if [ "$SKIP_BUILD" != 1 ]; then
     ONSALE_BUILD=$BUILD "$ROOT/deploy/onsale" build >/dev/null
 fi
 BIN=$BUILD/loadgen/onsale-bench-crypto
-[ -x "$BIN" ] || { echo "bench_crypto: $BIN not built" >&2; exit 1; }
-command -v openssl >/dev/null || { echo "bench_crypto: openssl not found" >&2; exit 1; }
-
-median() { sort -g | awk '{v[NR]=$1} END {if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
+[ -x "$BIN" ] || die "$BIN not built"
+bench_need '' openssl
 
 ours_sign=() ours_verify=() ssl_sign=() ssl_verify=() ours_dpop=()
 printf '%-4s %14s %14s %14s %14s\n' rep "ours sign/s" "ours verify/s" "openssl sign/s" "openssl verify/s"
@@ -63,18 +59,15 @@ for ((i = 1; i <= REPS; i++)); do
     line=$(openssl speed -seconds "$SECONDS_EACH" ecdsap256 2>/dev/null | grep 'nistp256' | tail -1)
     ss=$(awk '{print $(NF-1)}' <<<"$line")
     sv=$(awk '{print $NF}' <<<"$line")
-    if [[ -z $os || -z $ov || -z $ss || -z $sv ]]; then
-        echo "bench_crypto: a run printed nothing" >&2
-        exit 1
-    fi
+    [[ -n $os && -n $ov && -n $ss && -n $sv ]] || die "a run printed nothing"
     ours_sign+=("$os") ours_verify+=("$ov") ssl_sign+=("$ss") ssl_verify+=("$sv")
     printf '%-4s %14s %14s %14s %14s\n' "$i" "$os" "$ov" "$ss" "$sv"
 done
-ms=$(printf '%s\n' "${ours_sign[@]}" | median)
-mv=$(printf '%s\n' "${ours_verify[@]}" | median)
-rs=$(printf '%s\n' "${ssl_sign[@]}" | median)
-rv=$(printf '%s\n' "${ssl_verify[@]}" | median)
-md=$(printf '%s\n' "${ours_dpop[@]}" | median)
+ms=$(median "${ours_sign[@]}")
+mv=$(median "${ours_verify[@]}")
+rs=$(median "${ssl_sign[@]}")
+rv=$(median "${ssl_verify[@]}")
+md=$(median "${ours_dpop[@]}")
 echo
 awk -v ms="$ms" -v mv="$mv" -v rs="$rs" -v rv="$rv" -v md="$md" 'BEGIN {
     printf "%-8s %12s %12s %8s %16s %16s  %s\n", "op", "ours/s", "openssl/s", "ratio", "ours CPU us/op", "openssl CPU us/op", "goal >= 0.7x"

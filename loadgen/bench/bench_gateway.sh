@@ -65,6 +65,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
 LIB=$ROOT/loadgen/bench/gateway
 PROG=bench_gateway
+# shellcheck source=loadgen/bench/lib.sh
+. "$ROOT/loadgen/bench/lib.sh"
 
 REPS=3
 DURATION=10   # seconds per measured run
@@ -80,8 +82,6 @@ DPOP=false
 POW=0
 BUILD=${ONSALE_BUILD:-$ROOT/build}
 
-usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; }
-
 while (($#)); do
     case $1 in
     --skip-build) SKIP_BUILD=1 ;;
@@ -96,14 +96,12 @@ while (($#)); do
     --workers) WORKERS=${2:?}; shift ;;
     --keep) KEEP=1 ;;
     --dpop) DPOP=true ;;
-    -h | --help) usage; exit 0 ;;
+    -h | --help) bench_usage; exit 0 ;;
     *) printf '%s: unknown argument %s (try --help)\n' "$PROG" "$1" >&2; exit 1 ;;
     esac
     shift
 done
-for v in REPS DURATION CONNS THREADS TICKETS; do
-    [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { printf '%s: %s must be a positive integer\n' "$PROG" "$v" >&2; exit 1; }
-done
+bench_positive REPS DURATION CONNS THREADS TICKETS
 ((DURATION <= 120)) || { printf '%s: --duration is at most 120 s\n' "$PROG" >&2; exit 1; }
 ((REPS <= 9)) || { printf '%s: --reps is at most 9\n' "$PROG" >&2; exit 1; }
 [[ $WORKERS =~ ^[1-9][0-9]?$ ]] || { printf '%s: --workers is a number (1-99)\n' "$PROG" >&2; exit 1; }
@@ -112,28 +110,15 @@ NGINX_WORKERS=${NGINX_WORKERS:-$WORKERS} # the same number of event loops on bot
     { printf '%s: --nginx-workers is a number or auto\n' "$PROG" >&2; exit 1; }
 ((CONNS >= THREADS)) || THREADS=$CONNS
 
-say() { printf '[%s %s] %s\n' "$PROG" "$(date +%T)" "$*" >&2; }
-die() {
-    printf '%s: error: %s\n' "$PROG" "$*" >&2
-    exit 1
-}
-
-for c in wrk nginx curl openssl python3 timeout awk; do
-    command -v "$c" >/dev/null 2>&1 || die "'$c' not found (apt-get install wrk nginx-light curl openssl python3)"
-done
+bench_need 'apt-get install wrk nginx-light curl openssl python3' wrk nginx curl openssl python3 timeout awk
 NGINX=$(command -v nginx)
 
 # ---------------------------------------------------------------------------------------
 # the stack and nginx, and cleaning both up whatever happens
 
-WORK=$(mktemp -d /tmp/onsale-gwbench.XXXXXX)
-chmod 755 "$WORK" # Postgres runs as user postgres when we are root: it must enter it
-STATE=$WORK/state
-OUT=$WORK/out
+bench_workdir onsale-gwbench
 NGX=$WORK/nginx
-mkdir -p "$OUT" "$NGX/tmp"
-cd "$WORK" # nothing below writes into the caller's directory
-STACK_UP=0
+mkdir -p "$NGX/tmp"
 NGINX_PID=
 GLOG=$STATE/log/gateway.log
 
@@ -144,11 +129,7 @@ onsale() {
     # measures what they cost)
     ONSALE_GATEWAY_ACCESS_LOG=${ONSALE_GATEWAY_ACCESS_LOG:-false} ONSALE_GATEWAY_POW_BASE_BITS=0 ONSALE_GATEWAY_POW_MAX_BITS=0 \
         ONSALE_GATEWAY_POW_BLOCK_FREE_PER_MIN=0 ONSALE_GATEWAY_POW_TOTAL_FREE_PER_MIN=0 \
-        ONSALE_STATE=$STATE ONSALE_BUILD=$BUILD ONSALE_SKIP_DEPS=1 ONSALE_SKIP_BUILD=1 ONSALE_SEED=0 \
-        ONSALE_RESERVE_PORT=$P_RESERVE ONSALE_REDIS_PORT=$P_REDIS ONSALE_PG_PORT=$P_PG \
-        ONSALE_GATEWAY_PORT=$P_GATEWAY ONSALE_PAYSIM_PORT=$P_PAYSIM \
-        ONSALE_GATEWAY_JOIN_RATE_PER_IP=0 ONSALE_GATEWAY_WORKERS=$WORKERS \
-        timeout -k 10 240 "$ROOT/deploy/onsale" "$@"
+        ONSALE_GATEWAY_JOIN_RATE_PER_IP=0 ONSALE_GATEWAY_WORKERS=$WORKERS bench_onsale "$@"
 }
 
 # shellcheck disable=SC2317 # invoked by the EXIT trap
@@ -163,25 +144,14 @@ cleanup() {
         done
         kill -KILL "$NGINX_PID" 2>/dev/null || true
     fi
-    if ((rc != 0)) && [[ -s $GLOG ]]; then
-        printf -- '--- tail of the gateway log (%s) ---\n' "$GLOG" >&2
-        tail -n 20 "$GLOG" >&2 || true
-    fi
-    if ((STACK_UP)); then
-        say "stopping the stack"
-        onsale down >>"$OUT/stack.log" 2>&1 || say "warning: deploy/onsale down failed (see $OUT/stack.log)"
-    fi
-    if ((KEEP)); then
-        say "kept $WORK (state, logs, wrk outputs, nginx.conf)"
-    else
-        rm -rf "$WORK"
-    fi
-    exit "$rc"
+    bench_log_tail "$rc" "$GLOG" gateway
+    bench_finish "$rc" "state, logs, wrk outputs, nginx.conf"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Six distinct free loopback ports (bound together, so no two are equal).
+# The stack's five ports and nginx's, six distinct free loopback ports (bound together,
+# so no two are equal).
 pick_ports() {
     read -r P_RESERVE P_REDIS P_PG P_GATEWAY P_PAYSIM P_NGINX < <(python3 -c '
 import socket
@@ -191,26 +161,9 @@ for s in ss:
 print(*[s.getsockname()[1] for s in ss])')
 }
 
-if ((SKIP_BUILD)); then
-    say "not building (--skip-build): using $BUILD"
-else
-    say "building $BUILD (deploy/onsale build)"
-    ONSALE_BUILD=$BUILD timeout 1800 "$ROOT/deploy/onsale" build >"$OUT/build.log" 2>&1 ||
-        { tail -n 30 "$OUT/build.log" >&2; die "build failed (log above)"; }
-fi
+bench_build
 [[ -x $BUILD/gateway/onsale-gateway ]] || die "$BUILD has no gateway/onsale-gateway"
-
-for attempt in 1 2 3; do
-    pick_ports
-    say "starting the stack in $STATE (gateway :$P_GATEWAY, redis :$P_REDIS)"
-    STACK_UP=1
-    if onsale up >>"$OUT/stack.log" 2>&1; then break; fi
-    onsale down >>"$OUT/stack.log" 2>&1 || true
-    STACK_UP=0
-    grep -q 'already in use' "$OUT/stack.log" && ((attempt < 3)) && continue
-    tail -n 30 "$OUT/stack.log" >&2
-    die "deploy/onsale up failed"
-done
+bench_up pick_ports
 [[ -s $STATE/run/gateway.pid ]] || die "deploy/onsale up did not start the gateway (see $OUT/stack.log)"
 GW=https://127.0.0.1:$P_GATEWAY
 NG=https://127.0.0.1:$P_NGINX
@@ -227,38 +180,15 @@ gateway_alive() {
 }
 check_alive() { gateway_alive || die "the gateway (pid $GATEWAY_PID) died during $1"; }
 
-# cpu_ticks PID…: user+system clock ticks the processes have used so far.
-cpu_ticks() {
-    local p t=0 v
-    for p in "$@"; do
-        v=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$p/stat" 2>/dev/null || echo 0)
-        t=$((t + v))
-    done
-    echo "$t"
-}
-# cpu_pct TICKS_BEFORE TICKS_AFTER SECONDS: percent of one core.
-cpu_pct() { awk -v a="$1" -v b="$2" -v s="$3" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.0f", (s > 0 ? (b - a) / hz / s * 100 : 0) }'; }
-
-# admin METHOD PATH [JSON]: the gateway's admin API (token on curl's stdin config, so it
-# never shows in ps). Prints the status; the body goes to $OUT/admin_body.
-admin() {
-    printf 'header = "Authorization: Bearer %s"\n' "$(cat "$STATE/gateway-admin-token")" |
-        curl -s -K - -o "$OUT/admin_body" -w '%{http_code}' --max-time 30 --cacert "$CA" \
-            -X "$1" -H 'Content-Type: application/json' ${3:+--data-binary "$3"} \
-            "https://127.0.0.1:$((P_GATEWAY + 20))$2" || true # the gateway's admin listener
-}
 
 # room EVENT [POW]: a paused FIFO waiting room (nobody is admitted: status polls stay
 # "queued"), with proof of work off unless POW is true.
 room() {
     local code
-    code=$(admin PUT "/admin/events/$1" "{\"rate_per_minute\":60,\"max_active\":0,\"paused\":true,\"mode\":\"fifo\",\"dpop\":$DPOP,\"pow\":${2:-false}}")
+    code=$(gw_admin PUT "/admin/events/$1" "{\"rate_per_minute\":60,\"max_active\":0,\"paused\":true,\"mode\":\"fifo\",\"dpop\":$DPOP,\"pow\":${2:-false}}")
     [[ $code == 200 || $code == 201 ]] ||
         die "PUT /admin/events/$1 answered '$code': $(head -c 300 "$OUT/admin_body" 2>/dev/null)"
 }
-
-# field FILE KEY: KEY=value from the RESULT line of a wrk output.
-field() { sed -n 's/^RESULT //p' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 
 # wrk_run OUTFILE URL SCRIPT ARGS…: one measured, bounded wrk run.
 wrk_run() {
@@ -280,11 +210,6 @@ note_anomalies() {
     fi
 }
 
-# median V…
-median() {
-    printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END {
-        printf "%s", (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'
-}
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 ms() { awk -v u="$1" 'BEGIN { printf "%.2f", u / 1000 }'; }
 
@@ -410,7 +335,7 @@ measure() {
 }
 
 T_START=$SECONDS
-LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+LOAD_START=$(bench_load)
 for ((r = 1; r <= REPS; r++)); do
     measure status "$r" gw "$GW" status.lua 200 "/q/$EV_S/status" "$OUT/tickets"
     measure status "$r" ng "$NG" status.lua 200 "/q/$EV_S/status" "$OUT/tickets"

@@ -23,28 +23,23 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
 LIB=$ROOT/loadgen/bench/reserve
 PROG=bench_pg_sync
+# shellcheck source=loadgen/bench/lib.sh
+. "$ROOT/loadgen/bench/lib.sh"
 REPS=3
 CLIENTS=8
 PER=150 # confirmations per client and run
-
-die() {
-    printf '%s: error: %s\n' "$PROG" "$*" >&2
-    exit 1
-}
-say() { printf '%s: %s\n' "$PROG" "$*" >&2; }
 
 while (($#)); do
     case $1 in
     --reps) REPS=$2 && shift 2 ;;
     --clients) CLIENTS=$2 && shift 2 ;;
     --per) PER=$2 && shift 2 ;;
+    -h | --help) bench_usage; exit 0 ;;
     *) die "unknown option $1 (usage: $PROG [--reps N] [--clients C] [--per N])" ;;
     esac
 done
-for v in "$REPS" "$CLIENTS" "$PER"; do
-    [[ $v =~ ^[1-9][0-9]*$ ]] || die "'$v' is not a positive count"
-done
-for c in pgbench psql awk; do command -v "$c" >/dev/null || die "$c not found"; done
+bench_positive REPS CLIENTS PER
+bench_need '' pgbench psql awk
 
 eval "$("$ROOT/deploy/onsale" env)"
 [[ $ONSALE_TOPOLOGY == cluster ]] || die "needs the cluster topology (ONSALE_TOPOLOGY=cluster deploy/onsale up)"
@@ -85,18 +80,17 @@ for ((r = 1; r <= REPS; r++)); do
     done
 done
 
-median() { tr -s ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 printf '\nsynchronous commit cost per confirmation (pg_saga.sql: %s commits; %s clients, %s confirmations each)\n' \
     "$(grep -c '^SELECT' "$LIB/pg_saga.sql")" "$CLIENTS" "$PER"
 printf '%-6s %-22s %s\n' mode 'confirmations/s' 'latency per confirmation (ms)'
 for mode in sync local; do
-    t='' l=''
-    for ((r = 1; r <= REPS; r++)); do t+="${TPS[$mode.$r]} " l+="${LAT[$mode.$r]} "; done
-    printf '%-6s %-22s %s\n' "$mode" "$t" "$l"
-    declare "MT_$mode=$(echo "$t" | median)" "ML_$mode=$(echo "$l" | median)"
+    t=() l=()
+    for ((r = 1; r <= REPS; r++)); do t+=("${TPS[$mode.$r]}") l+=("${LAT[$mode.$r]}"); done
+    printf '%-6s %-22s %s\n' "$mode" "${t[*]} " "${l[*]} "
+    declare "MT_$mode=$(median "${t[@]}")" "ML_$mode=$(median "${l[@]}")"
 done
 # shellcheck disable=SC2154 # MT_*, ML_* are set by declare above
 awk -v ts="$MT_sync" -v tl="$MT_local" -v ls="$ML_sync" -v ll="$ML_local" 'BEGIN {
     printf "median  sync %.1f/s %.2f ms, local %.1f/s %.2f ms: +%.2f ms per confirmation (%.0f%% of the throughput kept)\n",
         ts, ls, tl, ll, ls - ll, 100 * ts / tl }'
-printf 'load average: %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
+printf 'load average: %s\n' "$(bench_load)"

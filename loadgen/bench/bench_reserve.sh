@@ -53,6 +53,8 @@ LIB=$ROOT/loadgen/bench/reserve
 # The commits of one confirmation in pg_saga.sql (its statements: each its own transaction).
 SAGA_COMMITS=$(grep -c '^SELECT' "$LIB/pg_saga.sql")
 PROG=bench_reserve
+# shellcheck source=loadgen/bench/lib.sh
+. "$ROOT/loadgen/bench/lib.sh"
 
 REPS=3
 DURATION=10       # seconds per measured run
@@ -83,8 +85,6 @@ SKIP_BUILD=${ONSALE_SKIP_BUILD:-0}
 KEEP=0
 BUILD=${ONSALE_BUILD:-$ROOT/build}
 
-usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; }
-
 while (($#)); do
     case $1 in
     --skip-build) SKIP_BUILD=1 ;;
@@ -92,7 +92,7 @@ while (($#)); do
     --duration) DURATION=${2:?}; shift ;;
     --connections) CONNS=${2:?}; shift ;;
     --keep) KEEP=1 ;;
-    -h | --help) usage; exit 0 ;;
+    -h | --help) bench_usage; exit 0 ;;
     *) printf '%s: unknown argument %s (try --help)\n' "$PROG" "$1" >&2; exit 1 ;;
     esac
     shift
@@ -100,20 +100,10 @@ done
 [[ $TOKEN_RECORDS == [01] ]] || { printf '%s: BENCH_TOKEN_RECORDS must be 0 or 1\n' "$PROG" >&2; exit 1; }
 [[ $REDIS_TLS == [01] ]] || { printf '%s: BENCH_REDIS_TLS must be 0 or 1\n' "$PROG" >&2; exit 1; }
 [[ $PAYSIM_LATENCY =~ ^[0-9]+$ ]] || { printf '%s: BENCH_PAYSIM_LATENCY_MS must be a number of ms\n' "$PROG" >&2; exit 1; }
-for v in REPS DURATION CONNS HOLD_TOKENS; do
-    [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { printf '%s: %s must be a positive integer\n' "$PROG" "$v" >&2; exit 1; }
-done
+bench_positive REPS DURATION CONNS HOLD_TOKENS
 ((CONNS >= THREADS)) || THREADS=$CONNS
 
-say() { printf '[%s %s] %s\n' "$PROG" "$(date +%T)" "$*" >&2; }
-die() {
-    printf '%s: error: %s\n' "$PROG" "$*" >&2
-    exit 1
-}
-
-for c in wrk redis-benchmark redis-cli pgbench psql curl timeout awk; do
-    command -v "$c" >/dev/null 2>&1 || die "'$c' not found (wrk, redis-tools, postgresql-contrib, curl)"
-done
+bench_need 'wrk, redis-tools, postgresql-contrib, curl' wrk redis-benchmark redis-cli pgbench psql curl timeout awk
 PY=
 for p in ${BENCH_PYTHON:-} /usr/bin/python3 python3; do
     if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import cryptography' 2>/dev/null; then
@@ -126,23 +116,13 @@ done
 # ---------------------------------------------------------------------------------------
 # the stack, and cleaning it up whatever happens
 
-WORK=$(mktemp -d /tmp/onsale-bench.XXXXXX)
-chmod 755 "$WORK" # Postgres runs as user postgres when we are root: it must enter it
-STATE=$WORK/state
-OUT=$WORK/out
-mkdir -p "$OUT"
-cd "$WORK" # nothing below writes into the caller's directory
-STACK_UP=0
+bench_workdir onsale-bench
 BG_PID=
 RLOG=$STATE/log/reserve.log
 
 onsale() {
-    ONSALE_STATE=$STATE ONSALE_BUILD=$BUILD ONSALE_SKIP_DEPS=1 ONSALE_SKIP_BUILD=1 ONSALE_SEED=0 \
-        ONSALE_RESERVE_PORT=$P_RESERVE ONSALE_REDIS_PORT=$P_REDIS ONSALE_PG_PORT=$P_PG \
-        ONSALE_GATEWAY_PORT=$P_GATEWAY ONSALE_PAYSIM_PORT=$P_PAYSIM \
-        ONSALE_PAYSIM_LATENCY_MIN_MS=$PAYSIM_LATENCY ONSALE_PAYSIM_LATENCY_MAX_MS=$PAYSIM_LATENCY \
-        ONSALE_RESERVE_PG_TIMEOUT_MS=$PG_TIMEOUT_MS \
-        ONSALE_REDIS_TLS=$REDIS_TLS timeout -k 10 240 "$ROOT/deploy/onsale" "$@"
+    ONSALE_PAYSIM_LATENCY_MIN_MS=$PAYSIM_LATENCY ONSALE_PAYSIM_LATENCY_MAX_MS=$PAYSIM_LATENCY \
+        ONSALE_RESERVE_PG_TIMEOUT_MS=$PG_TIMEOUT_MS ONSALE_REDIS_TLS=$REDIS_TLS bench_onsale "$@"
 }
 
 # shellcheck disable=SC2317 # invoked by the EXIT trap
@@ -150,65 +130,34 @@ cleanup() {
     local rc=$?
     trap - EXIT INT TERM
     if [[ -n $BG_PID ]]; then kill -INT "$BG_PID" 2>/dev/null || true; fi
-    if ((rc != 0)) && [[ -s $RLOG ]]; then
-        printf -- '--- tail of the reserve log (%s) ---\n' "$RLOG" >&2
-        tail -n 20 "$RLOG" >&2 || true
-    fi
-    if ((STACK_UP)); then
-        say "stopping the stack"
-        onsale down >>"$OUT/stack.log" 2>&1 || say "warning: deploy/onsale down failed (see $OUT/stack.log)"
-    fi
-    if ((KEEP)); then
-        say "kept $WORK (state, logs, wrk outputs)"
-    else
-        rm -rf "$WORK"
-    fi
-    exit "$rc"
+    bench_log_tail "$rc" "$RLOG" reserve
+    bench_finish "$rc" "state, logs, wrk outputs"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Five distinct free loopback ports (bound together, so no two are equal).
+# shellcheck disable=SC2317 # called by bench_up
 pick_ports() {
-    read -r P_RESERVE P_REDIS P_PG P_GATEWAY P_PAYSIM < <("$PY" -c '
-import socket
-ss = [socket.socket() for _ in range(5)]
-for s in ss:
-    s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in ss])')
+    bench_pick_ports "$PY"
+    URL=https://127.0.0.1:$P_RESERVE
 }
 
-if ((SKIP_BUILD)); then
-    say "not building (--skip-build): using $BUILD"
-else
-    say "building $BUILD (deploy/onsale build)"
-    ONSALE_BUILD=$BUILD timeout 1800 "$ROOT/deploy/onsale" build >"$OUT/build.log" 2>&1 ||
-        { tail -n 30 "$OUT/build.log" >&2; die "build failed (log above)"; }
-fi
+# `up` starts the reserve before the gateway: a gateway that fails to start does not
+# concern this benchmark, as long as the reserve answers /readyz.
+# shellcheck disable=SC2317 # called by bench_up
+reserve_ready_anyway() {
+    [[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 5 --cacert "$STATE/ca.pem" \
+        "$URL/readyz" 2>/dev/null) == 200 ]] || return 1
+    STACK_NOTE="deploy/onsale up failed after the reserve was ready; went on without it: $(grep 'error:' "$OUT/stack.log" | tail -n 1)"
+    say "warning: $STACK_NOTE"
+}
+
+bench_build
 TOKEN_BIN=$BUILD/loadgen/onsale-token
 [[ -x $BUILD/reserve/onsale-reserve && -x $TOKEN_BIN ]] || die "$BUILD has no onsale-reserve/onsale-token"
 
 STACK_NOTE=
-for attempt in 1 2 3; do
-    pick_ports
-    URL=https://127.0.0.1:$P_RESERVE
-    say "starting the stack in $STATE (reserve :$P_RESERVE, redis :$P_REDIS, postgres :$P_PG)"
-    STACK_UP=1
-    if onsale up >>"$OUT/stack.log" 2>&1; then break; fi
-    # `up` starts the reserve before the gateway: a gateway that fails to start does
-    # not concern this benchmark, as long as the reserve answers /readyz.
-    if [[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 5 --cacert "$STATE/ca.pem" \
-        "$URL/readyz" 2>/dev/null) == 200 ]]; then
-        STACK_NOTE="deploy/onsale up failed after the reserve was ready; went on without it: $(grep 'error:' "$OUT/stack.log" | tail -n 1)"
-        say "warning: $STACK_NOTE"
-        break
-    fi
-    onsale down >>"$OUT/stack.log" 2>&1 || true
-    STACK_UP=0
-    grep -q 'already in use' "$OUT/stack.log" && ((attempt < 3)) && continue
-    tail -n 30 "$OUT/stack.log" >&2
-    die "deploy/onsale up failed"
-done
+bench_up pick_ports reserve_ready_anyway
 RESERVE_PID=$(cat "$STATE/run/reserve.pid")
 REDIS_PID=$(cat "$STATE/run/redis.pid")
 # The stack's Redis and Postgres take authenticated clients only (ACL user, scram).
@@ -229,8 +178,6 @@ reserve_alive() {
 }
 check_alive() { reserve_alive || die "the reserve (pid $RESERVE_PID) died during $1"; }
 
-# cpu_ticks PID: user+system clock ticks the process has used so far.
-cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
 # cpu_pct TICKS_BEFORE TICKS_AFTER SECONDS: percent of one core.
 # pg_ticks: Postgres' ticks so far — the postmaster, its live backends, and (cutime/cstime)
 # every backend it reaped (pgbench's exit at the end of their run).
@@ -256,8 +203,6 @@ except Exception:
     print(0, 0, 0)' 2>/dev/null || echo 0 0 0
 }
 # us_per TICKS_BEFORE TICKS_AFTER COUNT: CPU microseconds per item.
-us_per() { awk -v a="$1" -v b="$2" -v n="$3" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.0f", (n > 0 ? (b - a) / hz * 1e6 / n : 0) }'; }
-cpu_pct() { awk -v a="$1" -v b="$2" -v s="$3" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.0f", (s > 0 ? (b - a) / hz / s * 100 : 0) }'; }
 
 # admin_put EVENT JSON: creates the event (admin token passed on curl's stdin config).
 # A big event's save can pass the reserve's Postgres deadline on a busy machine: its
@@ -314,9 +259,6 @@ for line in open(sys.argv[2], "rb"):
 ' "$1" "$4" | redis-cli -h 127.0.0.1 -p "$P_REDIS" "${REDIS_AUTH[@]}" --no-auth-warning --pipe \
         >"$OUT/records.log" 2>&1 || { cat "$OUT/records.log" >&2; die "writing the token records failed"; }
 }
-
-# field FILE KEY: KEY=value from the RESULT line of a wrk output.
-field() { sed -n 's/^RESULT //p' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 
 # wrk_run OUTFILE SECONDS SCRIPT ARGS…: one measured wrk run (bounded), ours.
 wrk_run() {
@@ -409,7 +351,7 @@ fmt() { awk -v v="$1" -v d="${2:-0}" 'BEGIN { printf "%.*f", d, v }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", (b > 0 ? a / b : 0) }'; }
 
 : >"$OUT/anomalies"
-LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+LOAD_START=$(bench_load)
 T_START=$SECONDS
 
 # ---------------------------------------------------------------------------------------
@@ -649,7 +591,7 @@ printf '\n=== onsale reserve benchmark: %s, %s cores, tree %s, build %s\n' "$(da
 printf '    %s connections (wrk -t%s, pgbench -j%s), %s s per run, %s repetitions (ours, then the reference)\n' \
     "$CONNS" "$THREADS" "$THREADS" "$DURATION" "$REPS"
 printf '    load average at start %s, at end %s; spread = (max - min) / median over the repetitions\n' \
-    "$LOAD_START" "$(cut -d' ' -f1-3 /proc/loadavg)"
+    "$LOAD_START" "$(bench_load)"
 printf '    services running: %s\n' "$(ONSALE_STATE=$STATE "$ROOT/deploy/onsale" status 2>/dev/null |
     awk '$2 == "running" { printf "%s%s", n++ ? ", " : "", $1 }')"
 [[ -z $STACK_NOTE ]] || printf '    note: %s\n' "$STACK_NOTE"

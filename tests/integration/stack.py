@@ -43,6 +43,7 @@ import asyncio
 import atexit
 import base64
 import collections
+import contextlib
 import hashlib
 import hmac
 import http.client
@@ -1388,12 +1389,14 @@ def release(s):
     return True
 
 
-def module_stack(name=None):
+def module_stack(name=None, s=None):
     """Starts a stack for the calling module (call from setUpModule), or takes the
     process's equally configured one when sharing; its teardown is registered first, so
-    it runs even when start-up fails half way."""
+    it runs even when start-up fails half way. s: a Stack (subclass) built by the caller,
+    else a plain Stack named name."""
     global _CURRENT
-    s = Stack(name or "stack")
+    if s is None:
+        s = Stack(name or "stack")
     taken = [s]
 
     def cleanup():
@@ -1405,6 +1408,37 @@ def module_stack(name=None):
     _CURRENT = s
     taken[0] = _CURRENT = acquire(s, "stack")
     return _CURRENT
+
+
+def module_own_stack(s):
+    """Starts s for the calling module alone (call from setUpModule; never shared), its
+    teardown registered first; returns it."""
+    global _CURRENT
+
+    def cleanup():
+        global _CURRENT
+        _CURRENT = None
+        s.stop()
+
+    unittest.addModuleCleanup(cleanup)
+    _CURRENT = s
+    s.start()
+    return s
+
+
+@contextlib.contextmanager
+def env_set(env):
+    """os.environ with env's keys set for the with block, as it was afterwards."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def new_id(prefix="ev"):

@@ -35,7 +35,7 @@ class Ops(gwstack.GatewayTestCase):
         self.assertEqual(keys[0]["kid"], self.GS.S.kid, "JWKS kid differs from onsale-token's")
 
     def test_nosniff_hsts_csp(self):
-        """Issue 8: nosniff and HSTS on every answer; the HTML pages carry a CSP with no
+        """Nosniff and HSTS on every answer; the HTML pages carry a CSP with no
         'unsafe-inline' (their own script and style allowed by hash)."""
         ev = self.new_room(rate_per_minute=60)
         answers = [self.c.get("/healthz"), self.c.get("/readyz"), self.a.get("/metrics"),
@@ -215,7 +215,7 @@ def _craft_ticket(secret, event, gen, num, iat, visitor):
 
 
 class TicketSecrets(gwstack.GatewayTestCase):
-    """Issue 8: the ticket secret rotates like the signing keys (a list: the newest signs,
+    """The ticket secret rotates like the signing keys (a list: the newest signs,
     all verify), and a ticket older than ticket_max_age_s is refused."""
 
     def secret_file(self, name):

@@ -1,4 +1,4 @@
-"""The queue page in a real headless browser (issue 3).
+"""The queue page in a real headless browser.
 
 Brings up a private stack (stack.py: deploy/onsale up with its own ONSALE_STATE and ports,
 the gateway included), creates a waiting room with a few fans already in line, and runs

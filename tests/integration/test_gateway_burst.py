@@ -1,6 +1,6 @@
 """A burst of new TLS connections must not starve the gateway's Redis replies.
 
-Regression (issue 9, the simulator's seed night and stadium): under a burst of fan
+Regression (the simulator's seed night and stadium): under a burst of fan
 connections the gateway's Redis commands passed their deadline while Redis sat nearly
 idle — the event loop served every pending TLS handshake (each ~0.3–0.5 ms of CPU) before
 it read the Redis connection, and a deadline could even fire while its reply sat read but

@@ -1,4 +1,4 @@
-"""The connection edge (issue 8): admin API, dashboard and /metrics only on each
+"""The connection edge: admin API, dashboard and /metrics only on each
 service's admin listener, a token per service; deadlines for the TLS handshake and the
 request (a client trickling bytes is cut off, not kept forever); a cap on connections
 per client address; join takes no body. Real sockets against the real binaries."""
@@ -155,16 +155,15 @@ class PerAddressCap(gwstack.GatewayTestCase):
         self.assertGreaterEqual(codes.count(200), PER_ADDR - 3, codes)  # the test's own conns
         self.assertLessEqual(codes.count(200), PER_ADDR, codes)
         # every connection closed: a new one is served again
-        deadline = time.monotonic() + 10
-        while True:
+        def healthz():
             c = self.GS.g.client()
             try:
                 r = c.get("/healthz")
             finally:
                 c.close()
-            if r.status == 200 or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
+            return r if r.status == 200 else None
+
+        r = stack.wait_for(healthz, 10, interval=0.2, what="/healthz after the cap")
         self.assertStatus(r, 200)
 
 

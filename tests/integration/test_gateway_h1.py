@@ -1,5 +1,5 @@
 """The fans' listener on onsale's own HTTP/1.1 engine (cm_h1, http_engine = h1), with
-issue 8's transport items only it can give: a route's body cap decided from the head
+the transport limits only it can give: a route's body cap decided from the head
 (join: 413 before any body byte is sent), a head deadline separate from the whole
 request's, plus strictness (malformed heads get the 400 family with docs/api.md's JSON error
 body, never a crash or a hang), pipelining in order, HTTP/1.0 and HEAD, and the evhttp

@@ -126,7 +126,7 @@ class PreQueue(gwstack.GatewayTestCase):
 
 
 class BigPreQueue(gwstack.GatewayTestCase):
-    """Issue 8: the pre-queue is bounded, and opening a room with 200,000 fans waiting
+    """The pre-queue is bounded, and opening a room with 200,000 fans waiting
     never blocks Redis for 50 ms (Redis' own SLOWLOG and LATENCY monitor say so)."""
 
     FANS = 200_000

@@ -1,4 +1,4 @@
-"""The API contract (issue 12): docs/openapi/*.yaml are valid OpenAPI 3.1 (Redocly's
+"""The API contract: docs/openapi/*.yaml are valid OpenAPI 3.1 (Redocly's
 linter, pinned in tests/openapi/package.json) and true to the code: every documented
 operation is called against a running stack (gateway, reserve, Redis, Postgres, payment
 simulator), and every answer's status must be documented for that operation and its body

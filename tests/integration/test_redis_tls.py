@@ -1,4 +1,4 @@
-"""Redis over TLS (issue 11). `ONSALE_REDIS_TLS=1 deploy/onsale up` runs Redis TLS-only
+"""Redis over TLS. `ONSALE_REDIS_TLS=1 deploy/onsale up` runs Redis TLS-only
 (port 0, tls-port, client certificates from the dev CA required); the reserve that
 deploy/onsale configures and a gateway configured with the redis_tls* keys carry a real
 sale through it: join → admission → hold → confirm, each as its own Redis ACL user."""

@@ -1,4 +1,4 @@
-"""What an abusive client can make the reserve spend on tokens (issue 8), and keys and
+"""What an abusive client can make the reserve spend on tokens, and keys and
 certificates replaced without a restart: forged tokens with a valid kid are limited per
 address (429 + Retry-After), the verification queue is bounded (503 + Retry-After), the
 admission keys and the TLS certificate are re-read on SIGHUP, and TLS session tickets are
@@ -27,16 +27,8 @@ ENV = {
 
 
 def setUpModule():
-    saved = {k: os.environ.get(k) for k in ENV}
-    os.environ.update(ENV)
-    try:
+    with stack.env_set(ENV):
         stack.module_stack("authlim")
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 SEATS = [{"id": f"A-{i}", "section": "A", "price": 12000} for i in range(1, 5)]

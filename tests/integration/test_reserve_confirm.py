@@ -228,7 +228,7 @@ class RedisLoss(stack.ReserveTestCase):
         self.assertEqual(after - before, 1, "one booking refused by the unique constraint")
 
     def test_stale_restore_refused_booking_gives_the_buyer_limit_back(self):
-        """Regression (issue 7 item 6): Redis converted the hold, Postgres refused the
+        """Regression: Redis converted the hold, Postgres refused the
         booking (stale restore); the buyer-limit entry stayed consumed forever, so the
         refunded buyer could never buy again."""
         ev = self.new_event(seats=SEATS, max_per_buyer=1)

@@ -1,5 +1,5 @@
 """The reserve's fans' listener on onsale's own HTTP/1.1 engine (cm_h1, the default
-http_engine): issue 8's transport items that evhttp cannot give. Each route's body cap is
+http_engine): the transport limits that evhttp cannot give. Each route's body cap is
 decided from the head (a GET, a release or `done` announcing a body, and a hold or a
 confirmation announcing more than max_body_bytes, get 413 before any body byte is sent),
 the head has its own deadline (head_timeout_s, shorter than the whole request's), and
@@ -33,16 +33,8 @@ SEATS = [{"id": f"A-{i}", "section": "A", "price": 5000} for i in range(1, 5)]
 def setUpModule():
     if stack.topology() == "cluster":
         raise unittest.SkipTest("per-process transport: the single-node run covers it")
-    saved = {k: os.environ.get(k) for k in ENV}
-    os.environ.update(ENV)
-    try:
+    with stack.env_set(ENV):
         stack.module_stack("rsv-h1")
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 class H1(stack.ReserveTestCase):

@@ -157,7 +157,7 @@ class Limits(stack.ReserveTestCase):
 
 
 class IdempotentCreate(stack.ReserveTestCase):
-    """Issue 7 item 8 (docs/api.md v1.1): a hold create that timed out on the client's side
+    """docs/api.md v1.1: a hold create that timed out on the client's side
     but ran is retried with the same Idempotency-Key: the same hold comes back (200) and
     the buyer is not blocked by an invisible hold of their own."""
 

@@ -133,7 +133,7 @@ class BadInput(stack.ReserveTestCase):
 
 
 class Amounts(stack.ReserveTestCase):
-    """Issue 7 item 9: prices are bounded so price x quantity cannot overflow (and stays
+    """Prices are bounded so price x quantity cannot overflow (and stays
     exact below 2^53 where Lua compares it); the units text built for Postgres is sized,
     never truncated (a 64-character pool id and a 100-unit hold book every unit)."""
 
@@ -163,7 +163,7 @@ class Amounts(stack.ReserveTestCase):
 
 class SecurityHeaders(stack.ReserveTestCase):
     def test_nosniff_and_hsts_on_every_answer(self):
-        """Issue 8: X-Content-Type-Options: nosniff and HSTS on every answer, success or
+        """X-Content-Type-Options: nosniff and HSTS on every answer, success or
         error, whatever route produced it."""
         ev = self.new_event(seats=SEATS)
         tok = self.S.token(ev, "headers")
@@ -183,7 +183,7 @@ class SecurityHeaders(stack.ReserveTestCase):
 
 
 class Secrets(stack.ReserveTestCase):
-    """Issue 8: the stack's Redis and Postgres take authenticated clients only, and the
+    """The stack's Redis and Postgres take authenticated clients only, and the
     services refuse secret files that group or others may read."""
 
     def test_redis_and_postgres_refuse_anonymous_clients(self):

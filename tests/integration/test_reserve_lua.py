@@ -1,9 +1,9 @@
 """The reserve's Lua scripts (reserve/lua/*.lua, each run with prelude.lua in front, as
 rsv_lua.c loads them) called directly against a real Redis of their own: hold_seats,
-hold_pool, get, extend, release, convert, unconvert, avail, seed (issue 7).
+hold_pool, get, extend, release, convert, unconvert, avail, seed.
 
 Keys live under a prefix of the test's own ('t:{<event>}:' instead of 'os:{<event>}:'),
-so a key a script built itself, outside KEYS, shows up as a stranger (issue 11: every
+so a key a script built itself, outside KEYS, shows up as a stranger (every
 key a script touches is declared). Expiry is driven by 1 ms TTLs and a short wait, never
 by a sweeper. One redis-server for the module, one event per test."""
 
@@ -110,7 +110,7 @@ class LuaCase(unittest.TestCase):
         self.e = Event(self.r)
 
     def tearDown(self):
-        # Issue 11: nothing outside the declared keys (all under the test's prefix).
+        # Nothing outside the declared keys (all under the test's prefix).
         strangers = [s(k) for k in self.r.scan_keys("*") if not s(k).startswith("t:{")]
         self.assertEqual(strangers, [], "a script built a key outside KEYS")
 
@@ -186,7 +186,7 @@ class Holds(LuaCase):
         self.assertEqual(rep, ["SOLDOUT"])
 
     def test_pool_is_exact_whatever_the_expiry_backlog(self):
-        """Regression (issue 7 item 5): expired pool holds were reclaimed 500 per call, so
+        """Regression: expired pool holds were reclaimed 500 per call, so
         a wave of expiries answered sold_out / under-counted while units existed."""
         e = self.e
         self.r("SET", e.k("p:", "fl"), 1200)
@@ -211,7 +211,7 @@ class Holds(LuaCase):
 
 class Idempotent(LuaCase):
     def test_same_key_and_body_replays_the_hold_other_body_mismatches(self):
-        """Issue 7 item 8: a create that ran in Redis but whose answer was lost is
+        """A create that ran in Redis but whose answer was lost is
         retried with the same key: the first hold comes back, nothing new is taken."""
         e = self.e
         h1, rep = e.seats("u1", ["A-1"], idem="k1", req="r1")
@@ -237,7 +237,7 @@ class Idempotent(LuaCase):
 
 class Acting(LuaCase):
     def test_extend_lengthens_nothing_when_a_seat_is_lost(self):
-        """Regression (issue 7 item 7): extend lengthened some seats, then answered
+        """Regression: extend lengthened some seats, then answered
         hold_expired without undoing them."""
         e = self.e
         hid, rep = e.seats("u1", ["A-1", "A-2", "A-3"], ttl=30000)
@@ -262,7 +262,7 @@ class Acting(LuaCase):
         self.assertEqual({int(float(x)) for x in scores[1::2]}, {int(rep[1])})
 
     def test_release_and_convert_keep_the_buyer_active_while_another_hold_lives(self):
-        """Regression (issue 7 item 7): release/convert took the buyer out of the active
+        """Regression: release/convert took the buyer out of the active
         set while another hold of theirs lived (max_active undercounted)."""
         e = self.e
         h1, r1 = e.seats("u1", ["A-1"], ttl=30000)
@@ -318,7 +318,7 @@ class Acting(LuaCase):
 
 class GiveBack(LuaCase):
     def test_refused_booking_gives_back_free_seats_and_the_buyer_limit(self):
-        """Regression (issue 7 item 6): Redis converted, Postgres refused (stale
+        """Regression: Redis converted, Postgres refused (stale
         restore): the sold marks and the buyer-limit entry stayed consumed forever."""
         e = self.e
         hid, _ = e.seats("u1", ["A-1", "A-2"])

@@ -87,7 +87,7 @@ class HealthAndMetrics(stack.ReserveTestCase):
 
 
 class UnknownEvents(stack.ReserveTestCase):
-    """Issue 8: made-up event ids never reach Postgres one query per request (the reserve
+    """Made-up event ids never reach Postgres one query per request (the reserve
     keeps the list of event ids and re-lists it at most a few times a second), and an
     event created a moment ago is found at once."""
 
@@ -116,7 +116,7 @@ class UnknownEvents(stack.ReserveTestCase):
 
 
 class ReadPool(stack.ReserveTestCase):
-    """Issue 8: reads have Postgres connections of their own (pg_read_pool_size), so a
+    """Reads have Postgres connections of their own (pg_read_pool_size), so a
     flood of slow reads never queues ahead of a confirmation. The reads are made slow in
     Postgres itself: a restrictive row-security policy on checkouts sleeps READ_DELAY for
     each row read by the checkout-view query (recognised by its text, current_query()),

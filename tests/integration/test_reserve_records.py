@@ -1,5 +1,5 @@
 """A buyer's first hold proven by the gateway's record of their token instead of an ES256
-verification (issue 9, docs/tokens.md): the gateway stores SHA-256 of every admission
+verification (docs/tokens.md): the gateway stores SHA-256 of every admission
 token it hands out under os:{<event>}:tk:<hash>, expiring with the token; the reserve
 judges an uncached token's claims without its signature and the hold script holds only
 if that record exists, else the reserve verifies the signature as before.
@@ -154,7 +154,7 @@ class TokenRecords(stack.ReserveTestCase):
         self.hold(ev, toks[0], seats=["A-3"])
 
     def test_a_record_proves_a_hold_and_nothing_else(self):
-        """Regression (security issue, defect 3): a token proven by a record was cached as
+        """Regression: a token proven by a record was cached as
         verified for every route, so whoever could write os:{event}:tk:* could act as any
         sub. Here the record of a forged token is written with the stack's admin user (the
         reserve's own Redis user cannot write one: RedisUsers below): the forged token
@@ -242,7 +242,7 @@ def event_scripts(S, ev, action):
 
 
 class FailedTokenLimitBeforeAnyWork(stack.ReserveTestCase):
-    """Regression (security issue, defect 2): a forged token shaped for a record went to
+    """Regression: a forged token shaped for a record went to
     inspection and the hold script before the failed-token limit was asked, so every
     forged token cost a body parse and a hold EVAL on the event's slot, also from an
     address already limited."""
@@ -287,7 +287,7 @@ def redis_as(S, service):
 
 
 class RedisUsers(stack.ReserveTestCase):
-    """Regression (security issue, defect 3): both services shared one Redis user with
+    """Regression: both services shared one Redis user with
     ~* +@all, so whoever had the reserve's Redis credentials could write token records
     (and mint first holds) and the gateway's could rewrite holds. Each service now has
     a user with only its key patterns and commands (deploy/onsale redis_acl_conf,

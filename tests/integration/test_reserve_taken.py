@@ -1,4 +1,4 @@
-"""Losers hear "taken" at once (issue 23, item 5): a hold asking for a seat that is sold
+"""Losers hear "taken" at once (item 5): a hold asking for a seat that is sold
 is answered 409 seat_unavailable from the reserve worker's memory of sold seats, with no
 hold script — the hold script's TAKEN answer says which seats are sold, and the worker
 believes that for avail_max_age_ms (reserve/rsv_avail.h). Held seats (a hold can expire)

@@ -1,4 +1,4 @@
-"""Checkout saga under failure (issue 4, docs/design.md invariant 8):
+"""Checkout saga under failure (docs/design.md invariant 8):
 
 - crash at every step: a reserve started with ONSALE_RESERVE_FAULT=<point> SIGKILLs itself
   right before/after committing that transition; one such process per checkout; then the

@@ -1,4 +1,4 @@
-"""Checkout saga (issue 4, docs/design.md invariants 6-8): every branch driven from the payment
+"""Checkout saga (docs/design.md invariants 6-8): every branch driven from the payment
 simulator — success, decline, payment slower than the hold (refund + 409 hold_expired),
 provider timeout (202, then the reconciler resolves it both ways) — and double submit.
 
@@ -13,7 +13,6 @@ import json
 import os
 import ssl
 import time
-import unittest
 import uuid
 import http.client
 
@@ -61,17 +60,7 @@ class SagaStack(stack.Stack):
 def saga_stack(name):
     """stack.module_stack for a SagaStack: started for the calling module (call from
     setUpModule), or the process's equally configured one when sharing."""
-    s = SagaStack(name)
-    taken = [s]
-
-    def cleanup():
-        stack._CURRENT = None
-        stack.release(taken[0])
-
-    unittest.addModuleCleanup(cleanup)
-    stack._CURRENT = s
-    taken[0] = stack._CURRENT = stack.acquire(s, "stack")
-    return stack._CURRENT
+    return stack.module_stack(s=SagaStack(name))
 
 
 class Paysim:

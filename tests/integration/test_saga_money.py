@@ -1,4 +1,4 @@
-"""No money goes missing (issue 7, docs/design.md invariant 8): a checkout that holds money is
+"""No money goes missing (docs/design.md invariant 8): a checkout that holds money is
 never terminal except confirmed or refunded.
 
 - A charge request that sits in the network past the reconciler's lookup (the provider

@@ -1,5 +1,5 @@
 """The reserve's payment-provider client (reserve/rsv_pay.c, libcurl's multi interface on
-the worker's loop; issue 9 "Confirmations"):
+the worker's loop):
 
 - a provider named by a host name (https://localhost:<port>) works — resolved off the
   loop, its certificate checked against the configured CA for that name;
@@ -141,9 +141,8 @@ class Provider(SagaCase):
 
         th = threading.Thread(target=confirm)
         th.start()
-        deadline = time.monotonic() + 10
-        while silent.requests == 0 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        stack.wait_for(lambda: silent.requests, 10, interval=0.02,
+                       what="the charge at the silent provider")
         self.assertEqual(silent.requests, 1, "the charge never reached the silent provider")
         # While the charge waits for its deadline, the same (single) loop answers others.
         answered = 0

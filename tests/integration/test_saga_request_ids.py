@@ -1,4 +1,4 @@
-"""The request id carried on (issue 22 item 4, docs/operations.md "Logs and request ids"):
+"""The request id carried on (docs/operations.md "Logs and request ids"):
 "I paid, where is my ticket?" is one search.
 
 - A confirm's X-Request-Id is stored with its checkout (checkouts.request_id), sent in the

@@ -164,7 +164,7 @@ def free_port4():
 
 
 class ByName(Process):
-    """redis_host and pg_conninfo's host as names, looked up on the loop (issue 22, item 8)."""
+    """redis_host and pg_conninfo's host as names, looked up on the loop (item 8)."""
 
     def conf_value(self, service, key):
         with open(os.path.join(S.state, f"{service}.conf")) as f:

@@ -1,5 +1,5 @@
 """The storefront's files and the buyer API's CORS answers, over HTTPS against the real
-reserve (issue 12). The browser side of the same is test_shop_browser.py.
+reserve. The browser side of the same is test_shop_browser.py.
 
 The reserve of this stack lists two storefront origins in cors_origins (one written with
 a default port and upper case, to show the list is normalised the way browsers send
@@ -25,15 +25,7 @@ class CorsStack(stack.Stack):
 
 
 def setUpModule():
-    s = CorsStack("shop-api")
-
-    def cleanup():
-        stack._CURRENT = None
-        s.stop()
-
-    unittest.addModuleCleanup(cleanup)
-    stack._CURRENT = s
-    s.start()
+    stack.module_own_stack(CorsStack("shop-api"))
 
 
 class Storefront(stack.ReserveTestCase):

@@ -1,4 +1,4 @@
-"""The fan's whole night in a real headless browser (issue 12).
+"""The fan's whole night in a real headless browser.
 
 A private stack (stack.py) whose reserve lists one extra origin in cors_origins (the
 gateway reached as https://localhost:<port>) and gives the payment provider 3 s before a
@@ -57,15 +57,7 @@ class ShopStack(stack.Stack):
 def setUpModule():
     if SKIP:
         raise unittest.SkipTest(SKIP)
-    s = ShopStack("shop-browser")
-
-    def cleanup():
-        stack._CURRENT = None
-        s.stop()
-
-    unittest.addModuleCleanup(cleanup)
-    stack._CURRENT = s
-    s.start()
+    stack.module_own_stack(ShopStack("shop-browser"))
 
 
 class ShopInBrowser(unittest.TestCase):

@@ -1,4 +1,4 @@
-"""The operator's side of the night (issue 12): the gateway keeps the last minutes of
+"""The operator's side of the night: the gateway keeps the last minutes of
 every waiting room (a bounded ring per room, sampled by a timer) and serves them at
 GET /admin/events/{event}/history; the dashboard's charts open with that history and
 label their y axes with distinct values.
@@ -30,15 +30,7 @@ class HistoryStack(stack.Stack):
 
 
 def setUpModule():
-    s = HistoryStack("shop-dash")
-
-    def cleanup():
-        stack._CURRENT = None
-        s.stop()
-
-    unittest.addModuleCleanup(cleanup)
-    stack._CURRENT = s
-    s.start()
+    stack.module_own_stack(HistoryStack("shop-dash"))
 
 
 def admin_port(s):

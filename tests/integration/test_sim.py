@@ -1,4 +1,4 @@
-"""The on-sale simulator (issue 10): scaled-down nights against a private stack.
+"""The on-sale simulator: scaled-down nights against a private stack.
 
 One stack per module (stack.py: deploy/onsale up with the gateway, reserve, payment
 simulator, Redis and Postgres, own ONSALE_STATE and ports). Each test runs

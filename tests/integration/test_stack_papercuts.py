@@ -1,4 +1,4 @@
-"""deploy/onsale's papercuts found from a fresh clone (issue 11):
+"""deploy/onsale's papercuts found from a fresh clone:
 
 - an `up` that fails part-way stops what it had started, so the next `up` (even with a
   new state directory) does not meet "port in use" from a Redis left behind;

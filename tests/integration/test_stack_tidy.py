@@ -1,4 +1,4 @@
-"""deploy/onsale tidied (issue 22, item 9):
+"""deploy/onsale tidied (item 9):
 
 - `up` asks only for what running the stack needs: nginx, HAProxy (outside the cluster
   topology), Prometheus, wrk, chromium, clang-format… come with `deps` and `test`, so

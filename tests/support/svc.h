@@ -9,7 +9,7 @@
  * and returns), and by the kernel (PR_SET_PDEATHSIG) if the test process dies outright;
  * each stop kills exactly the pid it started and removes its temporary directory.
  *
- * Authenticated like the local stack (issue 8): Postgres with scram-sha-256 (no trust),
+ * Authenticated like the local stack: Postgres with scram-sha-256 (no trust),
  * Redis with ACL user SVC_REDIS_USER and the default user off; both use svc_password(),
  * one random password per test process.
  *
@@ -35,7 +35,7 @@ svc_redis_t *svc_redis_start(void);
 /** Its TCP port on SVC_HOST. */
 int svc_redis_port(const svc_redis_t *s);
 /**
- * TLS (issue 11): svc_redis_start plus a TLS port serving dir/server.pem (made by
+ * TLS: svc_redis_start plus a TLS port serving dir/server.pem (made by
  * svc_tls_certs) that requires a client certificate signed by dir/ca.pem
  * (tls-auth-clients yes). The plain port stays open for the readiness probe.
  */

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// The operator dashboard in a real headless browser (issue 12): its charts open with the
+// The operator dashboard in a real headless browser: its charts open with the
 // history the gateway kept, and their y axes label distinct values.
 //
 //   node dashboard.mjs --url https://127.0.0.1:G --ca ca.pem --token-file admin-token --event E

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// The queue page in a real headless browser (issue 3): Debian's chromium driven by
+// The queue page in a real headless browser: Debian's chromium driven by
 // playwright-core. Opens GET /q/{event} on the real gateway over HTTPS, checks that the
 // position and the progress bar are shown, then waits — touching nothing — until the page
 // advances by itself to admission and hands the admission token to redirect_url.

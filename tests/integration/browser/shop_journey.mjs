@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// The fan's whole night in a real headless browser (issue 12): Debian's chromium driven
+// The fan's whole night in a real headless browser: Debian's chromium driven
 // by playwright-core against the real gateway and reserve of a private stack.
 //
 //   node shop_journey.mjs --spec spec.json [--scenario all|journey|loser|declined|slow|cors]

@@ -307,7 +307,7 @@ static void test_help(void **state)
     assert_non_null(strstr(text, "--config=<file>"));
 }
 
-/* Issue 8: secret files are read whole, trimmed, and refused unless owner-only. */
+/* Secret files are read whole, trimmed, and refused unless owner-only. */
 static void test_read_secret(void **state)
 {
     (void)state;

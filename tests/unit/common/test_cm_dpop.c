@@ -10,80 +10,14 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <openssl/bn.h>
-#include <openssl/core_names.h>
-#include <openssl/ec.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cm_dpop.h"
-#include "cm_parse.h"
+#include "keys.h"
 
 #define NOW 1800000000
-
-static void b64(const unsigned char *in, size_t n, char *out)
-{
-    cm_base64url_encode(in, n, out);
-}
-
-typedef struct key {
-    EVP_PKEY *pk;
-    char x[44], y[44], jkt[44];
-} tkey_t;
-
-static void key_new(tkey_t *k)
-{
-    k->pk = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
-    assert_non_null(k->pk);
-    BIGNUM *x = NULL, *y = NULL;
-    unsigned char bx[32], by[32];
-    assert_int_equal(EVP_PKEY_get_bn_param(k->pk, OSSL_PKEY_PARAM_EC_PUB_X, &x), 1);
-    assert_int_equal(EVP_PKEY_get_bn_param(k->pk, OSSL_PKEY_PARAM_EC_PUB_Y, &y), 1);
-    BN_bn2binpad(x, bx, 32);
-    BN_bn2binpad(y, by, 32);
-    BN_free(x);
-    BN_free(y);
-    b64(bx, 32, k->x);
-    b64(by, 32, k->y);
-    /* RFC 7638: the required members in lexicographic order, no white space */
-    char canon[200];
-    unsigned char d[32];
-    unsigned int dlen;
-    int n = snprintf(canon, sizeof(canon),
-                     "{\"crv\":\"P-256\",\"kty\":\"EC\",\"x\":\"%s\",\"y\":\"%s\"}", k->x, k->y);
-    EVP_Digest(canon, (size_t)n, d, &dlen, EVP_sha256(), NULL);
-    b64(d, 32, k->jkt);
-}
-
-/* ES256 over input by k, in the JOSE form (base64url of R || S) into sig (87 bytes). */
-static void es256(const tkey_t *k, const char *input, char *sig)
-{
-    unsigned char der[80], raw[64];
-    size_t derlen = sizeof(der);
-    EVP_MD_CTX *md = EVP_MD_CTX_new();
-    assert_int_equal(EVP_DigestSignInit(md, NULL, EVP_sha256(), NULL, k->pk), 1);
-    assert_int_equal(EVP_DigestSign(md, der, &derlen, (const unsigned char *)input, strlen(input)),
-                     1);
-    EVP_MD_CTX_free(md);
-    const unsigned char *p = der;
-    ECDSA_SIG *s = d2i_ECDSA_SIG(NULL, &p, (long)derlen);
-    BN_bn2binpad(ECDSA_SIG_get0_r(s), raw, 32);
-    BN_bn2binpad(ECDSA_SIG_get0_s(s), raw + 32, 32);
-    ECDSA_SIG_free(s);
-    b64(raw, 64, sig);
-}
-
-/* A compact JWS of header and claims (JSON texts) signed by k, into out. */
-static void jws(const tkey_t *k, const char *header, const char *claims, char *out, size_t outlen)
-{
-    char h[600], c[900], input[1600], sig[90];
-    b64((const unsigned char *)header, strlen(header), h);
-    b64((const unsigned char *)claims, strlen(claims), c);
-    snprintf(input, sizeof(input), "%s.%s", h, c);
-    es256(k, input, sig);
-    snprintf(out, outlen, "%s.%s", input, sig);
-}
 
 /* A proof by k for method and htu at NOW. */
 static void proof(const tkey_t *k, const char *method, const char *htu, char *out, size_t n)
@@ -95,7 +29,7 @@ static void proof(const tkey_t *k, const char *method, const char *htu, char *ou
              k->x, k->y);
     snprintf(c, sizeof(c), "{\"jti\":\"abcdefgh12\",\"htm\":\"%s\",\"htu\":\"%s\",\"iat\":%d}",
              method, htu, NOW);
-    jws(k, h, c, out, n);
+    tkey_jws(k, h, c, out, n);
 }
 
 static cm_dpop_result_t verify_as(const char *p, const tkey_t *bound, const char *origin,
@@ -117,8 +51,8 @@ static void test_the_whole_thumbprint_names_the_key(void **state)
 {
     (void)state;
     tkey_t k, other;
-    key_new(&k);
-    key_new(&other);
+    tkey_new(&k);
+    tkey_new(&other);
     char p[1200];
     proof(&k, "DELETE", "https://shop.example/v1/holds/h1", p, sizeof(p));
     assert_int_equal(verify_as(p, &k, "https://shop.example", "DELETE"), CM_DPOP_OK);
@@ -135,7 +69,7 @@ static void test_htu_is_the_configured_origin_and_the_path(void **state)
 {
     (void)state;
     tkey_t k;
-    key_new(&k);
+    tkey_new(&k);
     char p[1200];
     proof(&k, "GET", "https://SHOP.example/v1/holds/h1", p, sizeof(p));
     assert_int_equal(verify_as(p, &k, "https://shop.example", "GET"), CM_DPOP_OK);
@@ -153,7 +87,7 @@ static void test_a_thumbprint_has_one_form(void **state)
 {
     (void)state;
     tkey_t k;
-    key_new(&k);
+    tkey_new(&k);
     assert_true(cm_dpop_jkt_valid(k.jkt));
     char bad[64];
     assert_false(cm_dpop_jkt_valid(NULL));

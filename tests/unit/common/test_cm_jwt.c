@@ -24,6 +24,7 @@
 
 #include "cm_jwt.h"
 #include "cm_parse.h"
+#include "keys.h"
 
 #define NOW 1800000000LL
 #define AUD CM_JWT_AUDIENCE
@@ -37,22 +38,6 @@ typedef struct fixture {
 } fixture_t;
 
 /* ---- helpers: keys and hand-made tokens ---- */
-
-static char *pem_of(EVP_PKEY *pk, bool private_key)
-{
-    BIO *bio = BIO_new(BIO_s_mem());
-    char *data;
-    assert_non_null(bio);
-    assert_int_equal(private_key ? PEM_write_bio_PrivateKey(bio, pk, NULL, NULL, 0, NULL, NULL)
-                                 : PEM_write_bio_PUBKEY(bio, pk),
-                     1);
-    long n = BIO_get_mem_data(bio, &data);
-    char *out = malloc((size_t)n + 1); /* BIO memory is not NUL-terminated */
-    memcpy(out, data, (size_t)n);
-    out[n] = '\0';
-    BIO_free(bio);
-    return out;
-}
 
 static char *b64(const void *data, size_t n)
 {
@@ -154,10 +139,10 @@ static int setup(void **state)
     f->other = EVP_EC_gen("P-256");
     if (f->key == NULL || f->other == NULL)
         return -1;
-    f->priv_pem = pem_of(f->key, true);
-    f->pub_pem = pem_of(f->key, false);
-    f->other_priv_pem = pem_of(f->other, true);
-    f->other_pub_pem = pem_of(f->other, false);
+    f->priv_pem = tkey_pem(f->key, true);
+    f->pub_pem = tkey_pem(f->key, false);
+    f->other_priv_pem = tkey_pem(f->other, true);
+    f->other_pub_pem = tkey_pem(f->other, false);
     f->signer = cm_jwt_signer_new(NULL, f->priv_pem, strlen(f->priv_pem), f->err, sizeof(f->err));
     f->ks = cm_jwt_keyset_new();
     if (f->signer == NULL || cm_jwt_keyset_add_pem(f->ks, NULL, f->pub_pem, strlen(f->pub_pem),
@@ -773,7 +758,7 @@ static void test_bad_keys(void **state)
     EVP_PKEY *rsa = EVP_PKEY_Q_keygen(NULL, NULL, "RSA", (size_t)2048);
     assert_non_null(p384);
     assert_non_null(rsa);
-    char *p384_pem = pem_of(p384, true), *rsa_pem = pem_of(rsa, false);
+    char *p384_pem = tkey_pem(p384, true), *rsa_pem = tkey_pem(rsa, false);
     assert_int_equal(
         cm_jwt_keyset_add_pem(ks, NULL, p384_pem, strlen(p384_pem), f->err, sizeof(f->err)), -1);
     assert_non_null(strstr(f->err, "P-256"));

@@ -34,13 +34,14 @@
 #include "cm_log.h"
 #include "cm_redis.h"
 #include "cm_tls.h"
+#include "loop.h"
 #include "svc.h"
 
 #define TIMEOUT_MS 2000
 #define HARD_MS    10000
 
 static svc_redis_t *srv;
-/* The "tls" group runs the single-node tests again over TLS (issue 11): tls_ctx is then
+/* The "tls" group runs the single-node tests again over TLS: tls_ctx is then
  * the client context (test CA + client certificate) and srv serves TLS on its tls port. */
 static cm_tls_ctx_t *tls_ctx;
 static char tls_dir[] = "/tmp/test_cm_redis_tls.XXXXXX";
@@ -86,54 +87,6 @@ static void on_result(const char *err, const cm_redis_reply_t *reply, void *arg)
 
 /* ---- loop helpers ---- */
 
-struct until {
-    struct event_base *base;
-    int (*pred)(void *);
-    void *arg;
-};
-
-static void on_tick(evutil_socket_t fd, short what, void *arg)
-{
-    struct until *u = arg;
-    if (u->pred(u->arg))
-        event_base_loopbreak(u->base);
-}
-
-static void on_hard(evutil_socket_t fd, short what, void *arg)
-{
-    event_base_loopbreak(arg);
-}
-
-/* Runs the loop until pred holds or max_ms pass; returns pred. */
-static int run_until(struct event_base *base, int (*pred)(void *), void *arg, int max_ms)
-{
-    struct until u = {base, pred, arg};
-    struct timeval tick_tv = {0, 2000};
-    struct timeval hard_tv = {max_ms / 1000, (max_ms % 1000) * 1000};
-    struct event *tick = event_new(base, -1, EV_PERSIST, on_tick, &u);
-    struct event *hard = evtimer_new(base, on_hard, base);
-
-    if (!pred(arg)) {
-        event_add(tick, &tick_tv);
-        event_add(hard, &hard_tv);
-        event_base_dispatch(base);
-    }
-    event_free(tick);
-    event_free(hard);
-    return pred(arg);
-}
-
-static int never(void *arg)
-{
-    return 0;
-}
-
-/* Runs the loop for ms milliseconds (lets writes go out); not a wait for a result. */
-static void run_for(struct event_base *base, int ms)
-{
-    run_until(base, never, NULL, ms);
-}
-
 struct count_wait {
     struct result *res;
     int n;
@@ -152,7 +105,7 @@ static int all_called(void *arg)
 static int wait_calls(struct event_base *base, struct result *res, int n)
 {
     struct count_wait w = {res, n, 1};
-    return run_until(base, all_called, &w, HARD_MS);
+    return tloop_until(base, all_called, &w, HARD_MS);
 }
 
 static int is_connected(void *arg)
@@ -257,7 +210,7 @@ static int setup(void **state)
 
     f.base = event_base_new();
     f.r = cm_redis_new_auth(f.base, SVC_HOST, srv_port(), TIMEOUT_MS, auth());
-    if (!run_until(f.base, is_connected, f.r, HARD_MS))
+    if (!tloop_until(f.base, is_connected, f.r, HARD_MS))
         return -1;
     *state = &f;
     return 0;
@@ -435,7 +388,7 @@ static void test_deadline_then_late_reply_dropped(void **state)
     struct result res = {0};
     struct pinger p = {r, 0, 0, 0};
 
-    assert_true(run_until(f->base, is_connected, r, HARD_MS));
+    assert_true(tloop_until(f->base, is_connected, r, HARD_MS));
     assert_int_equal(cm_redis_command(r, on_result, &res, 3, argv, lens), 0);
     assert_true(wait_calls(f->base, &res, 1));
     assert_ptr_equal(res.err, cm_err_timeout);
@@ -443,7 +396,7 @@ static void test_deadline_then_late_reply_dropped(void **state)
     /* The server is still asleep: PINGs time out too until it wakes and answers
      * DEBUG SLEEP late; that late reply must be dropped, not delivered again. */
     ping(&p);
-    assert_true(run_until(f->base, pinged, &p, HARD_MS));
+    assert_true(tloop_until(f->base, pinged, &p, HARD_MS));
     assert_true(p.timeouts >= 1);
     assert_int_equal(res.calls, 1);
     assert_true(cm_redis_connected(r)); /* a deadline does not cost the connection */
@@ -463,7 +416,7 @@ static void on_busy(evutil_socket_t fd, short what, void *arg)
 }
 
 /*
- * Issue 9 (the simulator's connection bursts): the command is written, then a client
+ * Seen in the simulator's connection bursts: the command is written, then a client
  * event holds the loop past the command's 100 ms deadline while Redis answers at once.
  * On the next pass both the reply and the deadline are due: the reply must win, so the
  * caller gets its PONG, not a timeout. (Deadlines on a plain timer instead of the common
@@ -479,7 +432,7 @@ static void test_reply_read_before_its_deadline(void **state)
     struct timeval now = {0, 0};
     struct event *busy = evtimer_new(f->base, on_busy, NULL);
 
-    assert_true(run_until(f->base, is_connected, r, HARD_MS));
+    assert_true(tloop_until(f->base, is_connected, r, HARD_MS));
     assert_int_equal(cm_redis_command(r, on_result, &res, 1, argv, lens), 0);
     /* due at once: the next pass writes the command (an I/O event, served first), then
      * runs the busy callback; the pass after it reads the reply and finds the deadline
@@ -518,7 +471,7 @@ static void stalled_send_gets_its_reply(struct event_base *base)
     struct timeval now = {0, 0};
     struct event *busy = evtimer_new(base, on_send_then_busy, &st);
 
-    assert_true(run_until(base, is_connected, r, HARD_MS));
+    assert_true(tloop_until(base, is_connected, r, HARD_MS));
     evtimer_add(busy, &now);
     assert_true(wait_calls(base, &res, 1));
     assert_null(res.err);
@@ -564,7 +517,7 @@ static void test_free_fails_pending_with_shutdown(void **state)
 
     for (int i = 0; i < 3; i++)
         assert_int_equal(cm_redis_command(f->r, on_result, &res[i], 3, argv, lens), 0);
-    run_for(f->base, 50);
+    tloop_for(f->base, 50);
     cm_redis_free(f->r);
     f->r = NULL;
     for (int i = 0; i < 3; i++) {
@@ -603,12 +556,12 @@ static void test_free_inside_callback(void **state)
 
     assert_int_equal(cm_redis_command(f->r, on_free_self, &s, 1, ping_argv, ping_len), 0);
     assert_int_equal(cm_redis_command(f->r, on_result, &pending, 3, blpop, blpop_len), 0);
-    assert_true(run_until(f->base, first_called, &s, HARD_MS));
+    assert_true(tloop_until(f->base, first_called, &s, HARD_MS));
     assert_null(s.first.err);
     assert_null(f->r);
     assert_int_equal(pending.calls, 1);
     assert_ptr_equal(pending.err, cm_err_shutdown);
-    run_for(f->base, 20); /* nothing late may fire */
+    tloop_for(f->base, 20); /* nothing late may fire */
     assert_int_equal(s.first.calls, 1);
     assert_int_equal(pending.calls, 1);
 }
@@ -638,7 +591,7 @@ static void test_no_server_commands_fail_at_once(void **state)
     size_t lens[] = {4};
     struct result res = {0};
 
-    run_for(f->base, 400); /* a few reconnect attempts */
+    tloop_for(f->base, 400); /* a few reconnect attempts */
     assert_false(cm_redis_connected(down));
     assert_false(cm_redis_connected(named));
     assert_int_equal(cm_redis_command(down, on_result, &res, 1, argv, lens), -1);
@@ -664,7 +617,7 @@ static int silent_listener(int *port)
     return fd;
 }
 
-/* Issue 8: AUTH is a connect-time step. Without credentials, or with a wrong password,
+/* AUTH is a connect-time step. Without credentials, or with a wrong password,
  * the client never counts as up and no command is sent; with them it connects as the
  * ACL user (ACL WHOAMI). */
 static void test_auth_at_connect(void **state)
@@ -676,7 +629,7 @@ static void test_auth_at_connect(void **state)
     const char *argv[] = {"ACL", "WHOAMI"};
     struct result res = {0};
 
-    run_for(f->base, 400); /* a few attempts each */
+    tloop_for(f->base, 400); /* a few attempts each */
     assert_false(cm_redis_connected(bad));
     assert_int_equal(cm_redis_command(bad, on_result, &res, 2, argv, NULL), -1);
     /* without AUTH the connection is up, but Redis answers nothing but NOAUTH */
@@ -719,10 +672,10 @@ static void test_connect_deadline(void **state)
 
     assert_true(lfd >= 0);
     r = cm_redis_new_auth(f->base, SVC_HOST, port, 50, auth());
-    run_for(f->base, 800); /* a 50 ms connect deadline: 3 attempts by now */
+    tloop_for(f->base, 800); /* a 50 ms connect deadline: 3 attempts by now */
     assert_false(cm_redis_connected(r));
     assert_int_equal(attempts(lfd), 1);
-    run_for(f->base, 800); /* given up at 1 s, retried 100 ms later */
+    tloop_for(f->base, 800); /* given up at 1 s, retried 100 ms later */
     assert_false(cm_redis_connected(r));
     assert_int_equal(attempts(lfd), 1);
     cm_redis_free(r);
@@ -744,7 +697,7 @@ static void test_wedged_connection_is_reopened(void **state)
     struct pinger p = {r, 0, 0, 0};
     int timeouts = 0, closed = 0;
 
-    assert_true(run_until(f->base, is_connected, r, HARD_MS));
+    assert_true(tloop_until(f->base, is_connected, r, HARD_MS));
     assert_int_equal(cm_redis_command(r, on_result, &slept, 3, sleep_argv, sleep_len), 0);
     for (int i = 0; i < FLOOD; i++)
         assert_int_equal(cm_redis_command(r, on_result, &res[i], 1, ping_argv, ping_len), 0);
@@ -759,9 +712,9 @@ static void test_wedged_connection_is_reopened(void **state)
     assert_ptr_equal(slept.err, cm_err_timeout);
 
     /* the connection was reopened; once the server wakes, commands work again */
-    assert_true(run_until(f->base, is_connected, r, HARD_MS));
+    assert_true(tloop_until(f->base, is_connected, r, HARD_MS));
     ping(&p);
-    assert_true(run_until(f->base, pinged, &p, HARD_MS));
+    assert_true(tloop_until(f->base, pinged, &p, HARD_MS));
     assert_int_equal(slept.calls, 1);
     cm_redis_free(r);
     free(res);
@@ -776,10 +729,10 @@ static void test_server_loss_fails_pending_then_reconnects(void **state)
     size_t blpop_len[] = {5, 7, 1};
     struct result res[3] = {{0}}, none = {0};
 
-    assert_true(run_until(f->base, is_connected, r, HARD_MS));
+    assert_true(tloop_until(f->base, is_connected, r, HARD_MS));
     for (int i = 0; i < 3; i++)
         assert_int_equal(cm_redis_command(r, on_result, &res[i], 3, blpop, blpop_len), 0);
-    run_for(f->base, 50); /* the commands reach the server and block there */
+    tloop_for(f->base, 50); /* the commands reach the server and block there */
 
     assert_int_equal(svc_redis_kill(srv), 0);
     assert_true(wait_calls(f->base, res, 3));
@@ -790,11 +743,11 @@ static void test_server_loss_fails_pending_then_reconnects(void **state)
     assert_false(cm_redis_connected(r));
     assert_int_equal(cm_redis_command(r, on_result, &none, 3, blpop, blpop_len), -1);
     assert_int_equal(cm_redis_eval(r, s, on_result, &none, 0, 0, NULL, NULL), -1);
-    run_for(f->base, 300); /* a few failed reconnect attempts */
+    tloop_for(f->base, 300); /* a few failed reconnect attempts */
     assert_false(cm_redis_connected(r));
 
     assert_int_equal(svc_redis_restart(srv), 0);
-    assert_true(run_until(f->base, is_connected, r, HARD_MS));
+    assert_true(tloop_until(f->base, is_connected, r, HARD_MS));
     {
         struct fx again = {f->base, r};
         struct result ok;
@@ -812,7 +765,7 @@ static void test_server_loss_fails_pending_then_reconnects(void **state)
     cm_redis_free(r);
     cm_redis_script_free(s);
     /* the fixture's own client reconnects as well */
-    assert_true(run_until(f->base, is_connected, f->r, HARD_MS));
+    assert_true(tloop_until(f->base, is_connected, f->r, HARD_MS));
 }
 
 /* Many commands written before any reply is read: each caller gets its own reply, in
@@ -850,7 +803,7 @@ static const char *logged_while_running(struct event_base *base, int ms)
     assert_true(fd >= 0 && saved >= 0);
     unlink(path);
     assert_int_equal(dup2(fd, 2), 2);
-    run_for(base, ms);
+    tloop_for(base, ms);
     assert_int_equal(dup2(saved, 2), 2);
     close(saved);
     n = pread(fd, buf, sizeof(buf) - 1, 0);
@@ -874,7 +827,7 @@ static void assert_refused(struct fx *f, cm_redis_t *r, const char *want)
     cm_redis_free(r);
 }
 
-/* Issue 11: the certificate checks. Redis' certificate must chain to the configured CA
+/* The certificate checks. Redis' certificate must chain to the configured CA
  * and carry the expected name (or, with none configured, the IP address connected to);
  * Redis in turn requires our client certificate. Any failure is a clear log line and a
  * client that stays down; the right name connects. */
@@ -928,7 +881,7 @@ static void test_tls_certificate_checks(void **state)
     a = *auth();
     a.tls_server_name = "redis.test";
     cm_redis_t *r = cm_redis_new_auth(f->base, SVC_HOST, srv_port(), TIMEOUT_MS, &a);
-    assert_true(run_until(f->base, is_connected, r, HARD_MS));
+    assert_true(tloop_until(f->base, is_connected, r, HARD_MS));
     struct fx named = {f->base, r};
     struct result who;
     command(&named, &who, 2, (const char *[]){"ACL", "WHOAMI"});
@@ -1204,7 +1157,7 @@ static int cluster_setup(void **state)
     snprintf(seed, sizeof(seed), SVC_HOST ":%d", svc_redis_cluster_port(cluster, 0));
     f.base = event_base_new();
     f.r = cm_redis_new_cluster_auth(f.base, seed, TIMEOUT_MS, auth());
-    if (f.r == NULL || !run_until(f.base, is_connected, f.r, HARD_MS))
+    if (f.r == NULL || !tloop_until(f.base, is_connected, f.r, HARD_MS))
         return -1;
     *state = &f;
     return 0;
@@ -1216,7 +1169,7 @@ static void node_command(struct fx *f, int i, struct result *res, int argc, cons
     struct fx nf = {f->base,
                     cm_redis_new_auth(f->base, SVC_HOST, svc_redis_cluster_port(cluster, i),
                                       TIMEOUT_MS, auth())};
-    assert_true(run_until(f->base, is_connected, nf.r, HARD_MS));
+    assert_true(tloop_until(f->base, is_connected, nf.r, HARD_MS));
     command(&nf, res, argc, argv);
     cm_redis_free(nf.r);
 }
@@ -1443,9 +1396,9 @@ static void test_cluster_master_failover(void **state)
     /* the client goes on asking; the replica is promoted within the failover time */
     struct retry_get g = {.f = f, .key = key};
     g.res.calls = -1;
-    assert_true(run_until(f->base, got_value, &g, 20000));
+    assert_true(tloop_until(f->base, got_value, &g, 20000));
     assert_string_equal(g.res.str, "kept");
-    assert_true(run_until(f->base, is_connected, f->r, HARD_MS)); /* map has a master again */
+    assert_true(tloop_until(f->base, is_connected, f->r, HARD_MS)); /* map has a master again */
     /* the old master comes back as a replica; the cluster settles */
     assert_int_equal(svc_redis_cluster_restart(cluster, master), 0);
     assert_int_equal(svc_redis_cluster_wait_ok(cluster, 20000), 0);
@@ -1507,7 +1460,7 @@ static void on_stale_accept(struct evconnlistener *l, evutil_socket_t fd, struct
 }
 
 /*
- * Issue 9: after a failover, a replica or a restarted old master may still describe the
+ * After a failover, a replica or a restarted old master may still describe the
  * old map. The client must refresh its map from the masters of the map it uses (or the
  * node a MOVED named), never round robin over every node it knows: here a stale seed
  * that was asked once at start (no map yet) must not be asked again while the masters
@@ -1536,11 +1489,11 @@ static void test_cluster_map_asked_of_masters(void **state)
              svc_redis_cluster_port(cluster, 0));
     r = cm_redis_new_cluster_auth(f->base, seeds, TIMEOUT_MS, auth());
     assert_non_null(r);
-    assert_true(run_until(f->base, is_connected, r, HARD_MS));
+    assert_true(tloop_until(f->base, is_connected, r, HARD_MS));
     asked = sn.shards_asked;
     /* four refreshes (one a second): a round robin over the five known nodes reaches the
      * stale one within them */
-    run_for(f->base, 4500);
+    tloop_for(f->base, 4500);
     assert_int_equal(sn.shards_asked, asked);
     assert_true(cm_redis_connected(r));
     struct fx rf = {f->base, r};

@@ -11,83 +11,17 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <openssl/bn.h>
-#include <openssl/core_names.h>
-#include <openssl/ec.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "cm_parse.h"
 #include "gw_dpop.h"
+#include "keys.h"
 
 #define NOW  1800000000
 #define HOST "gw.example:8443"
 #define PATH "/q/ev1/status"
 #define HTU  "https://" HOST PATH
-
-typedef struct key {
-    EVP_PKEY *pk;
-    char x[44], y[44], jkt[44];
-} tkey_t;
-
-static void b64(const unsigned char *in, size_t n, char *out)
-{
-    cm_base64url_encode(in, n, out);
-}
-
-static void key_new(tkey_t *k)
-{
-    k->pk = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
-    assert_non_null(k->pk);
-    BIGNUM *x = NULL, *y = NULL;
-    unsigned char bx[32], by[32];
-    assert_int_equal(EVP_PKEY_get_bn_param(k->pk, OSSL_PKEY_PARAM_EC_PUB_X, &x), 1);
-    assert_int_equal(EVP_PKEY_get_bn_param(k->pk, OSSL_PKEY_PARAM_EC_PUB_Y, &y), 1);
-    BN_bn2binpad(x, bx, 32);
-    BN_bn2binpad(y, by, 32);
-    BN_free(x);
-    BN_free(y);
-    b64(bx, 32, k->x);
-    b64(by, 32, k->y);
-    /* RFC 7638: the required members in lexicographic order, no white space */
-    char canon[200];
-    unsigned char d[32];
-    unsigned int dlen;
-    int n = snprintf(canon, sizeof(canon),
-                     "{\"crv\":\"P-256\",\"kty\":\"EC\",\"x\":\"%s\",\"y\":\"%s\"}", k->x, k->y);
-    EVP_Digest(canon, (size_t)n, d, &dlen, EVP_sha256(), NULL);
-    b64(d, 32, k->jkt);
-}
-
-/* ES256 over input by k, in the JOSE form (base64url of R || S) into sig (87 bytes). */
-static void es256(const tkey_t *k, const char *input, char *sig)
-{
-    unsigned char der[80], raw[64];
-    size_t derlen = sizeof(der);
-    EVP_MD_CTX *md = EVP_MD_CTX_new();
-    assert_int_equal(EVP_DigestSignInit(md, NULL, EVP_sha256(), NULL, k->pk), 1);
-    assert_int_equal(EVP_DigestSign(md, der, &derlen, (const unsigned char *)input, strlen(input)),
-                     1);
-    EVP_MD_CTX_free(md);
-    const unsigned char *p = der;
-    ECDSA_SIG *s = d2i_ECDSA_SIG(NULL, &p, (long)derlen);
-    BN_bn2binpad(ECDSA_SIG_get0_r(s), raw, 32);
-    BN_bn2binpad(ECDSA_SIG_get0_s(s), raw + 32, 32);
-    ECDSA_SIG_free(s);
-    b64(raw, 64, sig);
-}
-
-/* A compact JWS of header and claims (JSON texts) signed by k, into out. */
-static void jws(const tkey_t *k, const char *header, const char *claims, char *out, size_t outlen)
-{
-    char h[600], c[900], input[1600], sig[90];
-    b64((const unsigned char *)header, strlen(header), h);
-    b64((const unsigned char *)claims, strlen(claims), c);
-    snprintf(input, sizeof(input), "%s.%s", h, c);
-    es256(k, input, sig);
-    snprintf(out, outlen, "%s.%s", input, sig);
-}
 
 static void std_header(const tkey_t *k, char *out, size_t n)
 {
@@ -106,7 +40,7 @@ static void proof(const tkey_t *k, const char *method, const char *htu, long lon
     snprintf(claims, sizeof(claims),
              "{\"jti\":\"jti-0123456789abcdef\",\"htm\":\"%s\",\"htu\":\"%s\",\"iat\":%lld}",
              method, htu, iat);
-    jws(k, header, claims, out, outlen);
+    tkey_jws(k, header, claims, out, outlen);
 }
 
 static gw_ticket_t bound_to(const tkey_t *k)
@@ -128,7 +62,7 @@ static void test_parse_reads_key_claims_and_thumbprint(void **state)
 {
     (void)state;
     tkey_t k;
-    key_new(&k);
+    tkey_new(&k);
     char text[1200];
     proof(&k, "GET", HTU, NOW, text, sizeof(text));
     gw_dpop_proof_t p;
@@ -146,7 +80,7 @@ static void test_verify_accepts_the_tickets_key_for_this_request(void **state)
 {
     (void)state;
     tkey_t k;
-    key_new(&k);
+    tkey_new(&k);
     gw_ticket_t t = bound_to(&k);
     char text[1200];
     proof(&k, "GET", HTU, NOW, text, sizeof(text));
@@ -164,8 +98,8 @@ static void test_verify_refuses_another_key_and_unbound_tickets(void **state)
 {
     (void)state;
     tkey_t a, b;
-    key_new(&a);
-    key_new(&b);
+    tkey_new(&a);
+    tkey_new(&b);
     gw_ticket_t ta = bound_to(&a), unbound = {.gen = 1, .num = 7};
     char text[1200];
     proof(&b, "GET", HTU, NOW, text, sizeof(text));
@@ -180,7 +114,7 @@ static void test_verify_refuses_another_request(void **state)
 {
     (void)state;
     tkey_t k;
-    key_new(&k);
+    tkey_new(&k);
     gw_ticket_t t = bound_to(&k);
     char text[1200];
     proof(&k, "POST", HTU, NOW, text, sizeof(text));
@@ -207,7 +141,7 @@ static void test_verify_refuses_stale_and_future_proofs(void **state)
 {
     (void)state;
     tkey_t k;
-    key_new(&k);
+    tkey_new(&k);
     gw_ticket_t t = bound_to(&k);
     char text[1200];
     proof(&k, "GET", HTU, NOW - GW_DPOP_WINDOW_S - 1, text, sizeof(text));
@@ -223,8 +157,8 @@ static void test_verify_refuses_bad_signatures(void **state)
 {
     (void)state;
     tkey_t a, b;
-    key_new(&a);
-    key_new(&b);
+    tkey_new(&a);
+    tkey_new(&b);
     gw_ticket_t t = bound_to(&a);
     char header[400], claims[400], text[1200];
     /* a's jwk in the header, signed by b */
@@ -232,7 +166,7 @@ static void test_verify_refuses_bad_signatures(void **state)
     snprintf(claims, sizeof(claims),
              "{\"jti\":\"jti-0123456789abcdef\",\"htm\":\"GET\",\"htu\":\"%s\",\"iat\":%d}", HTU,
              NOW);
-    jws(&b, header, claims, text, sizeof(text));
+    tkey_jws(&b, header, claims, text, sizeof(text));
     assert_int_equal(check(text, &t, "GET", NOW), GW_DPOP_BAD_SIGNATURE);
     /* one signature character changed */
     proof(&a, "GET", HTU, NOW, text, sizeof(text));
@@ -273,7 +207,7 @@ static void test_parse_refuses_malformed_proofs(void **state)
 {
     (void)state;
     tkey_t k;
-    key_new(&k);
+    tkey_new(&k);
     char jwk[200], header[400], text[1200];
     snprintf(jwk, sizeof(jwk), "{\"kty\":\"EC\",\"crv\":\"P-256\",\"x\":\"%s\",\"y\":\"%s\"}", k.x,
              k.y);
@@ -308,7 +242,7 @@ static void test_parse_refuses_malformed_proofs(void **state)
     gw_dpop_proof_t p;
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         fill(cases[i].header_fmt, jwk, NULL, NULL, header, sizeof(header));
-        jws(&k, header, cases[i].claims, text, sizeof(text));
+        tkey_jws(&k, header, cases[i].claims, text, sizeof(text));
         assert_int_equal(gw_dpop_parse(text, strlen(text), &p), cases[i].want);
     }
     /* keys that are not EC P-256 public keys */
@@ -326,7 +260,7 @@ static void test_parse_refuses_malformed_proofs(void **state)
         char x20[21];
         snprintf(x20, sizeof(x20), "%.20s", k.x);
         fill(bad_keys[i], k.x, k.y, x20, header, sizeof(header));
-        jws(&k, header, good, text, sizeof(text));
+        tkey_jws(&k, header, good, text, sizeof(text));
         assert_int_equal(gw_dpop_parse(text, strlen(text), &p), GW_DPOP_BAD_KEY);
     }
     /* shapes: parts, lengths, alphabet */
@@ -355,17 +289,17 @@ static void test_parse_key_reads_the_header_only(void **state)
 {
     (void)state;
     tkey_t k;
-    key_new(&k);
+    tkey_new(&k);
     char header[400], text[1200];
     std_header(&k, header, sizeof(header));
-    jws(&k, header, "{\"htm\":1}", text, sizeof(text));
+    tkey_jws(&k, header, "{\"htm\":1}", text, sizeof(text));
     gw_dpop_proof_t p;
     assert_int_equal(gw_dpop_parse(text, strlen(text), &p), GW_DPOP_MALFORMED);
     assert_int_equal(gw_dpop_parse_key(text, strlen(text), &p), GW_DPOP_OK);
     assert_string_equal(p.jkt, k.jkt);
     assert_string_equal(p.jti, "");
-    jws(&k, "{\"typ\":\"dpop+jwt\",\"alg\":\"ES256\",\"jwk\":{\"kty\":\"RSA\"}}", "{}", text,
-        sizeof(text));
+    tkey_jws(&k, "{\"typ\":\"dpop+jwt\",\"alg\":\"ES256\",\"jwk\":{\"kty\":\"RSA\"}}", "{}", text,
+             sizeof(text));
     assert_int_equal(gw_dpop_parse_key(text, strlen(text), &p), GW_DPOP_BAD_KEY);
     assert_int_equal(gw_dpop_parse_key("a.b", 3, &p), GW_DPOP_MALFORMED);
     EVP_PKEY_free(k.pk);
@@ -375,7 +309,7 @@ static void test_jkt_bytes_and_names(void **state)
 {
     (void)state;
     tkey_t k;
-    key_new(&k);
+    tkey_new(&k);
     unsigned char lead[GW_TICKET_JKT_LEN], full[33];
     gw_dpop_jkt_bytes(k.jkt, lead);
     assert_int_equal(cm_base64url_decode(k.jkt, 43, full, sizeof(full)), 32);

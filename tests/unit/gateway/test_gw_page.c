@@ -252,7 +252,7 @@ static int assert_elements_hashed(const char *html, const char *csp, const char 
     return n;
 }
 
-/* Issue 8: CSP without 'unsafe-inline'; the page's own elements allowed by hash. */
+/* CSP without 'unsafe-inline'; the page's own elements allowed by hash. */
 static void test_csp_hashes(void **s)
 {
     (void)s;

@@ -14,7 +14,6 @@
 #include <event2/event.h>
 #include <event2/thread.h>
 #include <openssl/evp.h>
-#include <openssl/pem.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +23,7 @@
 #include "cm_jwt.h"
 #include "cm_time.h"
 #include "gw_signer.h"
+#include "keys.h"
 
 typedef struct fixture {
     struct event_base *base;
@@ -44,17 +44,7 @@ static int setup(void **state)
 {
     fixture_t *f = calloc(1, sizeof(*f));
     f->base = event_base_new();
-    EVP_PKEY *key = EVP_EC_gen("P-256");
-    assert_non_null(key);
-    BIO *b = BIO_new(BIO_s_mem());
-    assert_int_equal(PEM_write_bio_PrivateKey(b, key, NULL, NULL, 0, NULL, NULL), 1);
-    char *data;
-    long n = BIO_get_mem_data(b, &data);
-    f->pem = malloc((size_t)n + 1); /* BIO memory is not NUL-terminated */
-    memcpy(f->pem, data, (size_t)n);
-    f->pem[n] = '\0';
-    BIO_free(b);
-    EVP_PKEY_free(key);
+    f->pem = tkey_new_pem();
     char err[256];
     f->signer = cm_jwt_signer_new(NULL, f->pem, strlen(f->pem), err, sizeof(err));
     assert_non_null(f->signer);

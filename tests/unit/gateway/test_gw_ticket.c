@@ -149,7 +149,7 @@ static void test_other_secret_refused(void **state)
     assert_int_equal(gw_ticket_decode(other, sizeof(other) - 1, "e1", text, n, &got), -1);
 }
 
-/* Issue 8: rotation. Every secret of the list verifies, whichever signed; a secret no
+/* Rotation. Every secret of the list verifies, whichever signed; a secret no
  * longer in the list does not. */
 static void test_rotation_any_secret_verifies(void **state)
 {
@@ -174,7 +174,7 @@ static void test_rotation_any_secret_verifies(void **state)
     assert_int_equal(gw_ticket_decode_any(&keys, "e1", by_new, n_new, &got), -1);
 }
 
-/* Issue 8: the maximum ticket age, and no belief in tickets from the future. */
+/* The maximum ticket age, and no belief in tickets from the future. */
 static void test_fresh(void **state)
 {
     gw_ticket_t t = sample(); /* iat 1800000000 */

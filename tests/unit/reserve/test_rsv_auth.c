@@ -25,6 +25,7 @@
 #include "cm_jwt.h"
 #include "cm_reload.h"
 #include "cm_req.h"
+#include "keys.h"
 #include "rsv_auth.h"
 
 #define ISSUER "onsale-gateway"
@@ -36,26 +37,11 @@ typedef struct fixture {
     cm_jwt_signer_t *stranger; /* a key the reserve does not trust */
 } fixture_t;
 
-static char *new_key_pem(void)
-{
-    EVP_PKEY *k = EVP_EC_gen("P-256");
-    BIO *b = BIO_new(BIO_s_mem());
-    PEM_write_bio_PrivateKey(b, k, NULL, NULL, 0, NULL, NULL);
-    char *data = NULL;
-    long n = BIO_get_mem_data(b, &data);
-    char *pem = malloc((size_t)n + 1); /* BIO memory is not NUL-terminated */
-    memcpy(pem, data, (size_t)n);
-    pem[n] = '\0';
-    BIO_free(b);
-    EVP_PKEY_free(k);
-    return pem;
-}
-
 static int setup(void **state)
 {
     fixture_t *f = calloc(1, sizeof(*f));
     char err[256];
-    char *pem = new_key_pem(), *other = new_key_pem();
+    char *pem = tkey_new_pem(), *other = tkey_new_pem();
     f->signer = cm_jwt_signer_new(NULL, pem, strlen(pem), err, sizeof(err));
     f->stranger =
         cm_jwt_signer_new(cm_jwt_signer_kid(f->signer), other, strlen(other), err, sizeof(err));
@@ -383,7 +369,7 @@ static void worker_threads_verify_off_the_loop_and_answer_on_it(void **state)
     evthread_use_pthreads();
     burst_t b = {0, 0, event_base_new()};
     char err[256];
-    char *pem = new_key_pem();
+    char *pem = tkey_new_pem();
     cm_jwt_signer_t *signer = cm_jwt_signer_new(NULL, pem, strlen(pem), err, sizeof(err));
     cm_jwt_keyset_t *ks = cm_jwt_keyset_new();
     assert_int_equal(cm_jwt_keyset_add_pem(ks, NULL, pem, strlen(pem), err, sizeof(err)), 0);
@@ -575,7 +561,7 @@ static void sighup_reloads_the_keys_from_their_file(void **state)
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     close(fd);
-    char *a_priv = new_key_pem(), *b_priv = new_key_pem();
+    char *a_priv = tkey_new_pem(), *b_priv = tkey_new_pem();
     char *a_pub = public_pem_of_signer_key(a_priv), *b_pub = public_pem_of_signer_key(b_priv);
     cm_jwt_signer_t *a = cm_jwt_signer_new(NULL, a_priv, strlen(a_priv), err, sizeof(err));
     cm_jwt_signer_t *b = cm_jwt_signer_new(NULL, b_priv, strlen(b_priv), err, sizeof(err));
@@ -617,7 +603,7 @@ static void sighup_reloads_the_keys_from_their_file(void **state)
     unlink(path);
 }
 
-/* Issue 9: with workers = 2 a buyer's next request may land on the other worker; the
+/* With workers = 2 a buyer's next request may land on the other worker; the
  * cache is the process's, so it is a hit there, not a second verification. */
 static void a_token_verified_on_one_worker_is_a_hit_on_another(void **state)
 {
@@ -694,7 +680,7 @@ static void a_reload_evicts_the_removed_keys_tokens_from_every_worker(void **sta
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     close(fd);
-    char *a_priv = new_key_pem(), *b_priv = new_key_pem();
+    char *a_priv = tkey_new_pem(), *b_priv = tkey_new_pem();
     char *a_pub = public_pem_of_signer_key(a_priv), *b_pub = public_pem_of_signer_key(b_priv);
     cm_jwt_signer_t *a = cm_jwt_signer_new(NULL, a_priv, strlen(a_priv), err, sizeof(err));
     cm_jwt_signer_t *b = cm_jwt_signer_new(NULL, b_priv, strlen(b_priv), err, sizeof(err));
@@ -755,7 +741,7 @@ static void a_remembered_token_of_a_removed_key_is_refused(void **state)
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     close(fd);
-    char *a_priv = new_key_pem(), *b_priv = new_key_pem();
+    char *a_priv = tkey_new_pem(), *b_priv = tkey_new_pem();
     char *a_pub = public_pem_of_signer_key(a_priv), *b_pub = public_pem_of_signer_key(b_priv);
     cm_jwt_signer_t *a = cm_jwt_signer_new(NULL, a_priv, strlen(a_priv), err, sizeof(err));
     write_file(path, a_pub);
@@ -837,7 +823,7 @@ static void workers_hammer_the_shared_cache_while_keys_reload(void **state)
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     close(fd);
-    char *priv = new_key_pem(), *pub = public_pem_of_signer_key(priv);
+    char *priv = tkey_new_pem(), *pub = public_pem_of_signer_key(priv);
     cm_jwt_signer_t *signer = cm_jwt_signer_new(NULL, priv, strlen(priv), err, sizeof(err));
     write_file(path, pub);
     rsv_auth_keys_t *keys = rsv_auth_keys_load(path, err, sizeof(err));

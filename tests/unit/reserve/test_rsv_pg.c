@@ -24,6 +24,7 @@
 
 #include "cm_err.h"
 #include "cm_log.h"
+#include "loop.h"
 #include "rsv_pg.h"
 #include "svc.h"
 
@@ -64,53 +65,6 @@ static void on_qres(const char *err, const rsv_pg_result_t *res, void *arg)
 
 /* ---- loop helpers ---- */
 
-struct until {
-    int (*pred)(void *);
-    void *arg;
-};
-
-static void on_tick(evutil_socket_t fd, short what, void *arg)
-{
-    struct until *u = arg;
-    if (u->pred(u->arg))
-        event_base_loopbreak(base);
-}
-
-static void on_hard(evutil_socket_t fd, short what, void *arg)
-{
-    event_base_loopbreak(base);
-}
-
-/* Runs the loop until pred holds or max_ms pass; returns pred. */
-static int run_until(int (*pred)(void *), void *arg, int max_ms)
-{
-    struct until u = {pred, arg};
-    struct timeval tick_tv = {0, 2000};
-    struct timeval hard_tv = {max_ms / 1000, (max_ms % 1000) * 1000};
-    struct event *tick = event_new(base, -1, EV_PERSIST, on_tick, &u);
-    struct event *hard = evtimer_new(base, on_hard, NULL);
-
-    if (!pred(arg)) {
-        event_add(tick, &tick_tv);
-        event_add(hard, &hard_tv);
-        event_base_dispatch(base);
-    }
-    event_free(tick);
-    event_free(hard);
-    return pred(arg);
-}
-
-static int never(void *arg)
-{
-    return 0;
-}
-
-/* Runs the loop for ms milliseconds (lets I/O happen); not a wait for a result. */
-static void run_for(int ms)
-{
-    run_until(never, NULL, ms);
-}
-
 struct count_wait {
     struct qres *q;
     int n;
@@ -128,7 +82,7 @@ static int all_called(void *arg)
 static int wait_calls(struct qres *q, int n)
 {
     struct count_wait w = {q, n};
-    return run_until(all_called, &w, HARD_MS);
+    return tloop_until(base, all_called, &w, HARD_MS);
 }
 
 struct conn_wait {
@@ -145,7 +99,7 @@ static int has_connected(void *arg)
 static int wait_connected(rsv_pg_t *pg, int n)
 {
     struct conn_wait w = {pg, n};
-    return run_until(has_connected, &w, HARD_MS);
+    return tloop_until(base, has_connected, &w, HARD_MS);
 }
 
 /* Runs one query to completion; returns its callback's view. */
@@ -416,7 +370,7 @@ static long max_gap_during(int ms)
 
     evutil_gettimeofday(&g.last, NULL);
     event_add(tick, &tv);
-    run_for(ms);
+    tloop_for(base, ms);
     event_free(tick);
     return g.max_us;
 }
@@ -521,7 +475,7 @@ static void test_timeout_reopens_connection(void **state)
     query_ok(pg, "SELECT 1");
     assert_int_equal(rsv_pg_connected(pg), 1);
     /* the server gives up on the abandoned statement too (statement_timeout) */
-    assert_true(run_until(sleeper_gone, &s, HARD_MS));
+    assert_true(tloop_until(base, sleeper_gone, &s, HARD_MS));
     if (s.running)
         assert_true(wait_calls(&s.q, 1));
     rsv_pg_free(pg);
@@ -623,7 +577,7 @@ static void test_free_answers_everything(void **state)
     assert_ptr_equal(waiting.err, cm_err_shutdown); /* was waiting */
     assert_int_equal(q[1].calls, 1);
     assert_ptr_equal(q[1].err, cm_err_busy); /* already refused: that answer stands */
-    run_for(20);                             /* nothing comes twice */
+    tloop_for(base, 20);                     /* nothing comes twice */
     assert_int_equal(q[0].calls + waiting.calls + q[1].calls, 3);
 }
 
@@ -703,7 +657,7 @@ static void test_server_restart_then_recovery(void **state)
     struct qres q[3] = {{0}};
 
     assert_int_equal(rsv_pg_query(pg, "SELECT pg_sleep(5)", 0, NULL, on_qres, &q[0]), 0);
-    run_for(50); /* the query is on the server */
+    tloop_for(base, 50); /* the query is on the server */
 
     assert_int_equal(svc_pg_kill(srv), 0);
     assert_true(wait_calls(&q[0], 1));
