@@ -29,6 +29,7 @@
 #include "gw_page.h"
 #include "gw_queue.h"
 #include "gw_signer.h"
+#include "gw_watermark.h"
 
 typedef struct entry {
     struct entry *next; /* bucket chain */
