@@ -1,7 +1,8 @@
 /*
  * cm_addrtab — a fixed-size table of per-client-address entries, shared by threads: the
  * connection counts of the HTTP guard (cm_http), the join buckets of the gateway's
- * limiter (gw_limit), the failed tokens of the reserve's gate (rsv_auth).
+ * limiter (gw_limit), the proof-of-work rates per address block (gw_pow), the failed
+ * tokens of the reserve's gate (rsv_auth).
  *
  * An entry is a 64-bit key (cm_hash_str of the address, or of the text the caller counts
  * it under) and a value of the caller's shape and size. The table never grows: a flood
