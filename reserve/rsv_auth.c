@@ -15,7 +15,8 @@
  * emptied. exp and nbf are judged on every use, so an entry never outlives its token.
  *
  * The failure limiter (rsv_auth_fails_t) is a direct-mapped cm_addrtab (FAIL_SLOTS
- * addresses, CM_ADDRTAB_FULL_RESTART): a slot holds one address's key, its failures and
+ * addresses, CM_ADDRTAB_FULL_RESTART): a slot holds one address (its key and its text,
+ * compared too, so even two addresses of one 64-bit hash never share), its failures and
  * when its window began. An address that collides with another restarts that slot — the
  * limiter can forget an attacker for a while, never limit an innocent address for
  * another's failures. One table serves every worker of the process (behind the table's
@@ -84,6 +85,7 @@ struct rsv_auth_keys {
 };
 
 typedef struct fail_window {
+    char addr[ADDR_MAX]; /* the address itself: a hash collision is a restart, not a share */
     int fails;
     int64_t since; /* monotonic seconds */
 } fail_window_t;
@@ -289,17 +291,19 @@ void rsv_auth_fails_free(rsv_auth_fails_t *f)
 }
 
 typedef struct fail_op {
+    const char *addr;
     int64_t now, window_s;
     int add;   /* failures to count */
     int fails; /* the address's failures in its window, after add */
 } fail_op_t;
 
-/* The address's window, restarted if it ended or the slot is new to it; then add. */
+/* The address's window, restarted if it ended or the slot held another; then add. */
 static cm_addrtab_verdict_t on_fail_window(void *value, bool fresh, void *arg)
 {
     fail_window_t *w = value;
     fail_op_t *op = arg;
-    if (fresh || op->now - w->since >= op->window_s) {
+    if (fresh || strcmp(w->addr, op->addr) != 0 || op->now - w->since >= op->window_s) {
+        snprintf(w->addr, sizeof(w->addr), "%s", op->addr);
         w->fails = 0;
         w->since = op->now;
     }
@@ -311,7 +315,7 @@ static cm_addrtab_verdict_t on_fail_window(void *value, bool fresh, void *arg)
 /* The address's failures in its window after adding add. */
 static int fail_window(rsv_auth_t *a, const char *addr, int add)
 {
-    fail_op_t op = {mono_s(), a->cfg.fail_window_s, add, 0};
+    fail_op_t op = {addr, mono_s(), a->cfg.fail_window_s, add, 0};
     (void)cm_addrtab_visit(a->fails->tab, cm_hash_str(addr), true, on_fail_window, &op);
     return op.fails; /* a restarting table always has the slot */
 }
