@@ -98,7 +98,8 @@ typedef struct cm_http_limits {
  *  (cm_http_limits_t.max_body_bytes is its cap). */
 #define CM_HTTP_BODY_CAP_JSON (SIZE_MAX - 1)
 
-/** A thread-safe count of open connections per client address (fixed size). */
+/** A thread-safe count of open connections per client address (a fixed-size cm_addrtab:
+ *  when an address finds no slot, its connection is let in uncounted). */
 cm_http_addrs_t *cm_http_addrs_new(void);
 void cm_http_addrs_free(cm_http_addrs_t *a);
 /** Open connections counted for addr right now (tests, metrics). */

@@ -21,6 +21,7 @@
 
 #include <arpa/inet.h>
 
+#include "cm_addrtab.h"
 #include "cm_hash.h"
 #include "cm_log.h"
 #include "cm_mem.h"
@@ -31,21 +32,17 @@
 #define ADDR_SLOTS  65536 /* addresses tracked at once; a full table lets connections in */
 #define ADDR_PROBES 16
 
-typedef struct addr_slot {
-    uint64_t key; /* 0 = free */
-    int count;
-} addr_slot_t;
-
 struct cm_http_addrs {
-    pthread_mutex_t lock;
-    addr_slot_t *slots;
+    cm_addrtab_t *tab; /* an int per address: its open connections */
 };
 
 cm_http_addrs_t *cm_http_addrs_new(void)
 {
     cm_http_addrs_t *a = cm_xcalloc(1, sizeof(*a));
-    pthread_mutex_init(&a->lock, NULL);
-    a->slots = cm_xcalloc(ADDR_SLOTS, sizeof(addr_slot_t));
+    a->tab = cm_addrtab_new(&(cm_addrtab_config_t){.slots = ADDR_SLOTS,
+                                                   .probes = ADDR_PROBES,
+                                                   .value_size = sizeof(int),
+                                                   .full = CM_ADDRTAB_FULL_PASS});
     return a;
 }
 
@@ -53,53 +50,37 @@ void cm_http_addrs_free(cm_http_addrs_t *a)
 {
     if (a == NULL)
         return;
-    pthread_mutex_destroy(&a->lock);
-    free(a->slots);
+    cm_addrtab_free(a->tab);
     free(a);
+}
+
+typedef struct count_op {
+    int delta, n;
+} count_op_t;
+
+static cm_addrtab_verdict_t on_count(void *value, bool fresh, void *arg)
+{
+    int *count = value;
+    count_op_t *op = arg;
+    *count += op->delta;
+    op->n = *count;
+    return *count <= 0 ? CM_ADDRTAB_DROP : CM_ADDRTAB_KEEP;
 }
 
 /* Adds delta to addr's count (creating it); returns the new count, or -1 when full. */
 static int addrs_add(cm_http_addrs_t *a, uint64_t key, int delta)
 {
-    int n = -1;
-    pthread_mutex_lock(&a->lock);
-    addr_slot_t *free_slot = NULL;
-    for (size_t i = 0; i < ADDR_PROBES; i++) {
-        addr_slot_t *sl = &a->slots[(key + i) & (ADDR_SLOTS - 1)];
-        if (sl->key == key) {
-            sl->count += delta;
-            n = sl->count;
-            if (sl->count <= 0)
-                sl->key = 0, sl->count = 0;
-            goto out;
-        }
-        if (sl->key == 0 && free_slot == NULL)
-            free_slot = sl;
-    }
-    if (free_slot != NULL && delta > 0) {
-        free_slot->key = key;
-        free_slot->count = delta;
-        n = delta;
-    }
-out:
-    pthread_mutex_unlock(&a->lock);
-    return n;
+    count_op_t op = {delta, -1};
+    if (cm_addrtab_visit(a->tab, key, delta > 0, on_count, &op) != 0)
+        return -1;
+    return op.n;
 }
 
 int cm_http_addrs_count(cm_http_addrs_t *a, const char *addr)
 {
-    uint64_t key = cm_hash_str(addr);
-    int n = 0;
-    pthread_mutex_lock(&a->lock);
-    for (size_t i = 0; i < ADDR_PROBES; i++) {
-        addr_slot_t *sl = &a->slots[(key + i) & (ADDR_SLOTS - 1)];
-        if (sl->key == key) {
-            n = sl->count;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&a->lock);
-    return n;
+    count_op_t op = {0, 0};
+    (void)cm_addrtab_visit(a->tab, cm_hash_str(addr), false, on_count, &op);
+    return op.n;
 }
 
 /* --- connection guard: deadlines and the per-address cap ------------------------------- */

@@ -22,7 +22,9 @@
 #include "gw_history.h"
 #include "gw_lua.h"
 #include "gw_pow.h"
+#include "gw_rooms.h"
 #include "gw_settings.h"
+#include "gw_watermark.h"
 
 typedef struct admin_op {
     gw_req_t r;
@@ -58,7 +60,7 @@ static void sync_room(gw_server_t *srv, const char *event, void (*done)(void *ar
 /* Records who changes what before the change is made (the log line follows it). */
 static void change_begin(admin_op_t *op, const char *what)
 {
-    gw_room_t *room = gw_watermark_room(op->r.srv, op->event);
+    gw_room_t *room = gw_rooms_find(op->r.srv->rooms, op->event);
     json_t *s = room ? gw_settings_json(&room->s) : NULL;
     op->before = s ? json_dumps(s, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(s);
@@ -261,7 +263,7 @@ static void on_deleted(const char *err, const cm_redis_reply_t *reply, void *arg
     } else if (cm_redis_reply_int(reply) == 0) {
         gw_reply_error(&op->r, 404, "unknown_event", "no waiting room for this event", NULL);
     } else {
-        gw_watermark_forget(op->r.srv, op->event);
+        gw_rooms_forget(op->r.srv->rooms, op->event);
         cm_log(CM_LOG_INFO, "waiting room %s deleted", op->event);
         op->code = 200;
         op->out = json_pack("{s:s, s:b}", "event", op->event, "deleted", 1);
@@ -300,7 +302,7 @@ void gw_admin_events_list(gw_server_t *srv, cm_req_t *req)
     gw_req_t r;
     gw_req_start(&r, srv, req, GW_EP_ADMIN);
     size_t n;
-    gw_room_t **rooms = gw_watermark_all(srv, &n);
+    gw_room_t **rooms = gw_rooms_all(srv->rooms, &n);
     json_t *arr = json_array();
     for (size_t i = 0; i < n; i++) {
         if (rooms[i]->present)
@@ -315,7 +317,7 @@ void gw_admin_event_history(gw_server_t *srv, cm_req_t *req, const char *event)
 {
     gw_req_t r;
     gw_req_start(&r, srv, req, GW_EP_ADMIN);
-    gw_room_t *room = gw_watermark_room(srv, event);
+    gw_room_t *room = gw_rooms_find(srv->rooms, event);
     if (room == NULL || !room->present) {
         gw_reply_error(&r, 404, "unknown_event", "no waiting room for this event", NULL);
         return;

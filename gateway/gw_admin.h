@@ -12,7 +12,7 @@
 #include <jansson.h>
 
 #include "gw_req.h"
-#include "gw_watermark.h"
+#include "gw_rooms.h"
 #include "cm_http.h"
 
 /** PUT (partial false) or PATCH (partial true) /admin/events/{event}. */

@@ -28,6 +28,7 @@
 #include "gw_lua.h"
 #include "gw_page.h"
 #include "gw_signer.h"
+#include "gw_watermark.h"
 
 typedef struct entry {
     struct entry *next; /* bucket chain */

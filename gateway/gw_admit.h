@@ -21,7 +21,7 @@
 
 #include "gw_req.h"
 #include "gw_ticket.h"
-#include "gw_watermark.h"
+#include "gw_rooms.h"
 
 /** The admitting poll's query parameter naming the key the admission token is bound to
  *  (cnf.jkt), the storefront's: without it the token is bound to the ticket's key, if any. */

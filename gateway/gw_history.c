@@ -15,6 +15,7 @@
 #include "cm_mem.h"
 #include "cm_parse.h"
 #include "cm_time.h"
+#include "gw_rooms.h"
 #include "gw_watermark.h"
 
 const char *const gw_history_fields[GW_HISTORY_NFIELDS] = {

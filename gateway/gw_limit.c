@@ -1,8 +1,11 @@
 /*
- * gw_limit — see gw_limit.h. Open addressing on a 64-bit FNV-1a hash of the address's
- * bucket key (gw_limit_key), at most PROBES slots looked at per call. One table serves every worker
- * thread (an address gets its rate once per process, not once per worker): a mutex guards it, held
- * for the few probes of one call.
+ * gw_limit — see gw_limit.h. The buckets live in a cm_addrtab keyed by the hash of the
+ * address's bucket key (gw_limit_key), PROBES slots looked at per call, the bucket idle
+ * longest given to a new address when they are all taken. One table serves every worker
+ * thread (an address gets its rate once per process, not once per worker). The limiter's
+ * own mutex guards the rate and burst and is held around each table call, so a reload's
+ * new burst and the capping of every bucket to it are one step for the takers; lock order:
+ * the limiter's, then the table's.
  */
 #include "gw_limit.h"
 
@@ -13,24 +16,38 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cm_addrtab.h"
 #include "cm_hash.h"
 #include "cm_mem.h"
 
 #define PROBES 8
 
-typedef struct slot {
-    uint64_t key; /* 0 = free */
+typedef struct bucket {
     double tokens;
     int64_t last_ms;
-} slot_t;
+} bucket_t;
 
 struct gw_limit {
     pthread_mutex_t lock;
     double per_ms, burst; /* under lock */
-    size_t mask;
-    slot_t *slots; /* NULL while unlimited and never limited; set under lock, read atomically */
-    bool on;       /* per_minute > 0: read atomically before the lock (the unlimited fast path) */
+    size_t slots;
+    cm_addrtab_t *tab; /* NULL while unlimited and never limited; set under lock */
+    bool on; /* per_minute > 0: read atomically before the lock (the unlimited fast path) */
 };
+
+static int64_t last_used(const void *value)
+{
+    return ((const bucket_t *)value)->last_ms;
+}
+
+static cm_addrtab_t *table_new(size_t slots)
+{
+    return cm_addrtab_new(&(cm_addrtab_config_t){.slots = slots,
+                                                 .probes = PROBES,
+                                                 .value_size = sizeof(bucket_t),
+                                                 .full = CM_ADDRTAB_FULL_EVICT,
+                                                 .last_used = last_used});
+}
 
 gw_limit_t *gw_limit_new(int64_t per_minute, int64_t burst, size_t size)
 {
@@ -38,13 +55,22 @@ gw_limit_t *gw_limit_new(int64_t per_minute, int64_t burst, size_t size)
     size_t cap = 16;
     while (cap < size * 2)
         cap <<= 1;
-    l->mask = cap - 1;
+    l->slots = cap;
     l->per_ms = (double)per_minute / 60000.0;
     l->burst = burst > 0 ? (double)burst : 1;
-    l->slots = per_minute > 0 ? cm_xcalloc(cap, sizeof(slot_t)) : NULL;
+    l->tab = per_minute > 0 ? table_new(cap) : NULL;
     l->on = per_minute > 0;
     pthread_mutex_init(&l->lock, NULL);
     return l;
+}
+
+static cm_addrtab_verdict_t on_cap(void *value, bool fresh, void *arg)
+{
+    bucket_t *b = value;
+    const gw_limit_t *l = arg;
+    if (b->tokens > l->burst)
+        b->tokens = l->burst;
+    return CM_ADDRTAB_KEEP;
 }
 
 void gw_limit_set(gw_limit_t *l, int64_t per_minute, int64_t burst)
@@ -52,11 +78,10 @@ void gw_limit_set(gw_limit_t *l, int64_t per_minute, int64_t burst)
     pthread_mutex_lock(&l->lock);
     l->per_ms = (double)per_minute / 60000.0;
     l->burst = burst > 0 ? (double)burst : 1;
-    if (per_minute > 0 && l->slots == NULL)
-        l->slots = cm_xcalloc(l->mask + 1, sizeof(slot_t));
-    for (size_t i = 0; l->slots != NULL && i <= l->mask; i++)
-        if (l->slots[i].tokens > l->burst)
-            l->slots[i].tokens = l->burst;
+    if (per_minute > 0 && l->tab == NULL)
+        l->tab = table_new(l->slots);
+    if (l->tab != NULL)
+        cm_addrtab_each(l->tab, on_cap, l);
     __atomic_store_n(&l->on, per_minute > 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&l->lock);
 }
@@ -66,7 +91,7 @@ void gw_limit_free(gw_limit_t *l)
     if (l == NULL)
         return;
     pthread_mutex_destroy(&l->lock);
-    free(l->slots);
+    cm_addrtab_free(l->tab);
     free(l);
 }
 
@@ -91,29 +116,20 @@ void gw_limit_key(const char *addr, char out[GW_LIMIT_KEY_MAX])
     snprintf(out, GW_LIMIT_KEY_MAX, "%s", addr); /* not an address: its own text */
 }
 
-static int take_locked(gw_limit_t *l, const char *addr, int64_t now_ms)
+typedef struct take_op {
+    const gw_limit_t *l;
+    int64_t now_ms;
+    int wait;
+} take_op_t;
+
+/* Refills the bucket up to now and takes a token, or says how long until there is one. */
+static cm_addrtab_verdict_t on_take(void *value, bool fresh, void *arg)
 {
-    char text[GW_LIMIT_KEY_MAX];
-    gw_limit_key(addr, text);
-    uint64_t key = cm_hash_str(text);
-    slot_t *s = NULL, *oldest = NULL;
-    for (size_t i = 0; i < PROBES; i++) {
-        slot_t *c = &l->slots[(key + i) & l->mask];
-        if (c->key == key) {
-            s = c;
-            break;
-        }
-        if (c->key == 0) {
-            if (oldest == NULL || oldest->key != 0)
-                oldest = c;
-            continue;
-        }
-        if (oldest == NULL || (oldest->key != 0 && c->last_ms < oldest->last_ms))
-            oldest = c;
-    }
-    if (s == NULL) {
-        s = oldest;
-        s->key = key;
+    bucket_t *s = value;
+    take_op_t *op = arg;
+    const gw_limit_t *l = op->l;
+    int64_t now_ms = op->now_ms;
+    if (fresh) {
         s->tokens = l->burst;
         s->last_ms = now_ms;
     }
@@ -125,10 +141,21 @@ static int take_locked(gw_limit_t *l, const char *addr, int64_t now_ms)
     }
     if (s->tokens >= 1.0) {
         s->tokens -= 1.0;
-        return 0;
+        op->wait = 0;
+    } else {
+        op->wait = (int)((1.0 - s->tokens) / l->per_ms / 1000.0) + 1;
     }
-    int wait = (int)((1.0 - s->tokens) / l->per_ms / 1000.0) + 1;
-    return wait;
+    return CM_ADDRTAB_KEEP;
+}
+
+static int take_locked(gw_limit_t *l, const char *addr, int64_t now_ms)
+{
+    char text[GW_LIMIT_KEY_MAX];
+    gw_limit_key(addr, text);
+    take_op_t op = {l, now_ms, 0};
+    /* an evicting table always has an entry to give */
+    (void)cm_addrtab_visit(l->tab, cm_hash_str(text), true, on_take, &op);
+    return op.wait;
 }
 
 int gw_limit_take(gw_limit_t *l, const char *addr, int64_t now_ms)

@@ -1,8 +1,10 @@
 /*
  * gw_pow — see gw_pow.h. The challenge and the check are pure functions of the key and
- * their arguments; the rate table is the only state (the shape of gw_limit: open
- * addressing on a 64-bit FNV-1a hash of the block text, PROBES slots per call, the idle
- * one reused when all are taken, so a flood of blocks cannot grow memory).
+ * their arguments; the rate table is the only state (the shape of gw_limit: a cm_addrtab
+ * keyed by the hash of the block text, PROBES slots per call, the idle one reused when
+ * all are taken, so a flood of blocks cannot grow memory). The module's mutex guards the
+ * gateway's total and is held around each table call, so a block's rate and the total
+ * are read together; lock order: this one, then the table's.
  */
 #include "gw_pow.h"
 
@@ -16,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cm_addrtab.h"
 #include "cm_hash.h"
 #include "cm_mem.h"
 #include "cm_parse.h"
@@ -31,11 +34,10 @@
 #define PROBES     8
 #define MAC_INPUT  (HEAD_LEN + 64 + 1 + GW_POW_BLOCK_MAX)
 
-typedef struct slot {
-    uint64_t key; /* 0 = free */
-    double v;     /* decayed count: ≈ events in the last window */
+typedef struct rate {
+    double v; /* decayed count: ≈ events in the last window */
     int64_t last_ms;
-} slot_t;
+} rate_t;
 
 /* SHA-256 fetched once (EVP_Digest with an implicit EVP_sha256() looks it up per call),
  * and a digest context per thread, kept: EVP_Digest makes and frees one per call, a
@@ -75,13 +77,17 @@ struct gw_pow {
     size_t keylen;
     gw_pow_config_t cfg;
     pthread_mutex_t lock;
-    size_t mask;
-    slot_t *slots;
-    slot_t total; /* the gateway's joins */
+    cm_addrtab_t *blocks; /* a rate_t per address block */
+    rate_t total;         /* the gateway's joins; under lock */
     atomic_uint_fast64_t refused;
     unsigned char issuer[ISSUER_LEN]; /* this process's, drawn at random */
     atomic_uint_fast64_t serials;     /* bucket << 32 | the bucket's next serial */
 };
+
+static int64_t last_used(const void *value)
+{
+    return ((const rate_t *)value)->last_ms;
+}
 
 gw_pow_t *gw_pow_new(const unsigned char *key, size_t keylen, const gw_pow_config_t *cfg)
 {
@@ -94,8 +100,11 @@ gw_pow_t *gw_pow_new(const unsigned char *key, size_t keylen, const gw_pow_confi
     size_t cap = 16;
     while (cap < cfg->table_size * 2)
         cap <<= 1;
-    p->mask = cap - 1;
-    p->slots = cm_xcalloc(cap, sizeof(slot_t));
+    p->blocks = cm_addrtab_new(&(cm_addrtab_config_t){.slots = cap,
+                                                      .probes = PROBES,
+                                                      .value_size = sizeof(rate_t),
+                                                      .full = CM_ADDRTAB_FULL_EVICT,
+                                                      .last_used = last_used});
     pthread_mutex_init(&p->lock, NULL);
     atomic_init(&p->refused, 0);
     cm_tls_random_reserve(p->issuer, ISSUER_LEN);
@@ -109,7 +118,7 @@ void gw_pow_free(gw_pow_t *p)
         return;
     pthread_mutex_destroy(&p->lock);
     OPENSSL_cleanse(p->key, sizeof(p->key));
-    free(p->slots);
+    cm_addrtab_free(p->blocks);
     free(p);
 }
 
@@ -166,14 +175,14 @@ int gw_pow_difficulty(int base, int max, double block_rate, double block_free, d
 }
 
 /* The decayed count of s at now_ms (not yet counting a new event). */
-static double decayed(const gw_pow_t *p, const slot_t *s, int64_t now_ms)
+static double decayed(const gw_pow_t *p, const rate_t *s, int64_t now_ms)
 {
     if (now_ms <= s->last_ms)
         return s->v;
     return s->v * exp(-(double)(now_ms - s->last_ms) / ((double)p->cfg.window_s * 1000.0));
 }
 
-static void bump(const gw_pow_t *p, slot_t *s, int64_t now_ms)
+static void bump(const gw_pow_t *p, rate_t *s, int64_t now_ms)
 {
     s->v = decayed(p, s, now_ms) + 1.0;
     if (now_ms > s->last_ms)
@@ -186,23 +195,6 @@ static double per_min(const gw_pow_t *p, double v)
     return v * 60.0 / (double)p->cfg.window_s;
 }
 
-static slot_t *slot_of(gw_pow_t *p, const char *block, int64_t now_ms)
-{
-    uint64_t key = cm_hash_str(block);
-    slot_t *oldest = NULL; /* a free slot, else the one idle longest */
-    for (size_t i = 0; i < PROBES; i++) {
-        slot_t *c = &p->slots[(key + i) & p->mask];
-        if (c->key == key)
-            return c;
-        if (oldest == NULL || (oldest->key != 0 && (c->key == 0 || c->last_ms < oldest->last_ms)))
-            oldest = c; /* oldest->key == 0 stays: a free slot beats any taken one */
-    }
-    oldest->key = key;
-    oldest->v = 0;
-    oldest->last_ms = now_ms;
-    return oldest;
-}
-
 static int bits_locked(gw_pow_t *p, double block_v, int64_t now_ms)
 {
     return gw_pow_difficulty(
@@ -210,14 +202,32 @@ static int bits_locked(gw_pow_t *p, double block_v, int64_t now_ms)
         per_min(p, decayed(p, &p->total, now_ms)), (double)p->cfg.total_free_per_min);
 }
 
+typedef struct take_op {
+    gw_pow_t *p;
+    int64_t now_ms;
+    int bits;
+} take_op_t;
+
+/* Counts a challenge for the block (a new one starts at 0, now) and prices it. */
+static cm_addrtab_verdict_t on_take(void *value, bool fresh, void *arg)
+{
+    rate_t *s = value;
+    take_op_t *op = arg;
+    if (fresh)
+        s->last_ms = op->now_ms;
+    bump(op->p, s, op->now_ms);
+    op->bits = bits_locked(op->p, s->v - 1.0, op->now_ms); /* the block's rate before this one */
+    return CM_ADDRTAB_KEEP;
+}
+
 int gw_pow_take_bits(gw_pow_t *p, const char *block, int64_t now_ms)
 {
+    take_op_t op = {p, now_ms, 0};
     pthread_mutex_lock(&p->lock);
-    slot_t *s = slot_of(p, block, now_ms);
-    bump(p, s, now_ms);
-    int bits = bits_locked(p, s->v - 1.0, now_ms); /* the block's rate before this one */
+    /* an evicting table always has an entry to give */
+    (void)cm_addrtab_visit(p->blocks, cm_hash_str(block), true, on_take, &op);
     pthread_mutex_unlock(&p->lock);
-    return bits;
+    return op.bits;
 }
 
 int gw_pow_base_now(gw_pow_t *p, int64_t now_ms)

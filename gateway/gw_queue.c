@@ -30,6 +30,7 @@
 #include "gw_lua.h"
 #include "gw_page.h"
 #include "gw_pow.h"
+#include "gw_rooms.h"
 #include "gw_ticket.h"
 #include "gw_watermark.h"
 
@@ -222,7 +223,7 @@ static void reply_invalid_ticket(place_op_t *op, const char *why)
 {
     if (op->page) { /* a stale or foreign cookie: start afresh */
         op->fresh = true;
-        reply_page(op, gw_watermark_room(op->r.srv, op->event), GW_PAGE_NEW, -1, -1,
+        reply_page(op, gw_rooms_find(op->r.srv->rooms, op->event), GW_PAGE_NEW, -1, -1,
                    op->r.srv->cfg.poll_min_ms);
         return;
     }
@@ -300,7 +301,7 @@ static void on_lookup(const char *err, const cm_redis_reply_t *reply, void *arg)
 {
     place_op_t *op = arg;
     gw_server_t *srv = op->r.srv;
-    gw_room_t *room = gw_watermark_room(srv, op->event);
+    gw_room_t *room = gw_rooms_find(srv->rooms, op->event);
     gw_lookup_word_t what = err == NULL ? gw_lua_lookup_word(reply) : GW_LOOKUP_BAD;
     if (what == GW_LOOKUP_BAD || room == NULL) {
         if (room == NULL && err == NULL) {
@@ -371,7 +372,7 @@ static void admit(place_op_t *op, gw_room_t *room)
 static void on_proof(gw_dpop_result_t res, void *arg)
 {
     place_op_t *op = arg;
-    gw_room_t *room = gw_watermark_room(op->r.srv, op->event);
+    gw_room_t *room = gw_rooms_find(op->r.srv->rooms, op->event);
     if (res == GW_DPOP_OK && room != NULL) {
         admit(op, room);
     } else if (res == GW_DPOP_UNAVAILABLE || room == NULL) {
@@ -472,7 +473,7 @@ static void on_room(const char *err, gw_room_t *room, void *arg)
 /* answer() once the room is cached (a refresh first if this gateway has not seen it). */
 static void answer_with_room(place_op_t *op)
 {
-    gw_room_t *room = gw_watermark_room(op->r.srv, op->event);
+    gw_room_t *room = gw_rooms_find(op->r.srv->rooms, op->event);
     if (room != NULL)
         answer(op, room);
     else
@@ -497,7 +498,7 @@ void gw_queue_status(gw_server_t *srv, cm_req_t *req, const char *event)
 static void see_page(place_op_t *op)
 {
     char where[CM_IDENT_MAX + 8];
-    gw_room_t *room = gw_watermark_room(op->r.srv, op->event);
+    gw_room_t *room = gw_rooms_find(op->r.srv->rooms, op->event);
     if (room != NULL)
         gw_watermark_saw_number(room, op->t.gen, op->t.num);
     snprintf(where, sizeof(where), "/q/%s", op->event);
@@ -620,7 +621,7 @@ static void join_done(void *arg, const char *err, const gw_join_result_t *res)
     case GW_JOIN_PREQUEUE_FULL:
         if (op->page) { /* the page says so (no place was taken) */
             op->fresh = true;
-            reply_page(op, gw_watermark_room(srv, op->event),
+            reply_page(op, gw_rooms_find(srv->rooms, op->event),
                        res->what == GW_JOIN_SOLD_OUT ? GW_PAGE_SOLD_OUT
                        : res->what == GW_JOIN_CLOSED ? GW_PAGE_CLOSED
                                                      : GW_PAGE_NEW,
@@ -758,7 +759,7 @@ static void on_room_to_place(const char *err, gw_room_t *room, void *arg)
 /* check_proof() once the room's settings are cached. */
 static void place_with_proof(place_op_t *op)
 {
-    gw_room_t *room = gw_watermark_room(op->r.srv, op->event);
+    gw_room_t *room = gw_rooms_find(op->r.srv->rooms, op->event);
     if (room != NULL)
         check_proof(op, room);
     else
@@ -819,7 +820,7 @@ static int bind_key(place_op_t *op)
     gw_dpop_proof_t p;
     size_t len = 0;
     const char *proof = gw_dpop_of_request(op->r.svc.req, false, NULL, 0, &len);
-    gw_room_t *room = gw_watermark_room(op->r.srv, op->event);
+    gw_room_t *room = gw_rooms_find(op->r.srv->rooms, op->event);
     gw_dpop_result_t res = GW_DPOP_MISSING;
     if (proof != NULL && (res = gw_dpop_parse_key(proof, len, &p)) == GW_DPOP_OK) {
         op->keyed = true;
@@ -873,7 +874,7 @@ static void take_place(place_op_t *op)
         cm_counter_inc(srv->m.rate_limited);
         if (op->page) { /* the page's script retries the join and sees the 429 itself */
             op->fresh = true;
-            reply_page(op, gw_watermark_room(srv, op->event), GW_PAGE_NEW, -1, -1,
+            reply_page(op, gw_rooms_find(srv->rooms, op->event), GW_PAGE_NEW, -1, -1,
                        (int64_t)wait * 1000);
             return;
         }
@@ -924,7 +925,7 @@ void gw_queue_page(gw_server_t *srv, cm_req_t *req, const char *event)
     op->page = true;
     bool bearer;
     int got = read_ticket(op, &bearer);
-    gw_room_t *room = gw_watermark_room(srv, event);
+    gw_room_t *room = gw_rooms_find(srv->rooms, event);
     if (got > 0 && (room == NULL || room->s.gen == op->t.gen)) {
         answer_with_room(op);
         return;
@@ -990,7 +991,7 @@ void gw_queue_join(gw_server_t *srv, cm_req_t *req, const char *event)
         return;
     }
     if (got > 0) {
-        gw_room_t *room = gw_watermark_room(srv, event);
+        gw_room_t *room = gw_rooms_find(srv->rooms, event);
         if (room == NULL || room->s.gen == op->t.gen || bearer) {
             cm_counter_inc(srv->m.rejoins);
             if (op->form) {

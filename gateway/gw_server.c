@@ -32,6 +32,7 @@
 #include "gw_batch.h"
 #include "gw_limit.h"
 #include "gw_pow.h"
+#include "gw_rooms.h"
 #include "gw_routes.h"
 #include "gw_signer.h"
 #include "gw_ticket.h"

@@ -30,133 +30,12 @@
 #define ADVANCE_HEAD    10 /* advance.lua's reply before the settings pairs */
 #define RESTORE_ARGS    6  /* advance.lua's ARGV before the settings pairs */
 
-struct gw_rooms {
-    gw_room_t **v;
-    size_t n, cap;
-    unsigned ticks;
-};
-
 typedef struct refresh_op {
     gw_server_t *srv;
     char event[CM_IDENT_MAX + 1];
     gw_room_cb cb;
     void *arg;
 } refresh_op_t;
-
-static void clear_raw(gw_room_t *r)
-{
-    for (size_t i = 0; i < r->ncfg_raw; i++)
-        free(r->cfg_raw[i]);
-    free(r->cfg_raw);
-    r->cfg_raw = NULL;
-    r->ncfg_raw = 0;
-}
-
-gw_rooms_t *gw_rooms_new(void)
-{
-    return cm_xcalloc(1, sizeof(gw_rooms_t));
-}
-
-void gw_rooms_free(gw_rooms_t *t)
-{
-    if (t == NULL)
-        return;
-    for (size_t i = 0; i < t->n; i++) {
-        clear_raw(t->v[i]);
-        free(t->v[i]);
-    }
-    free(t->v);
-    free(t);
-}
-
-static gw_room_t *find(gw_rooms_t *t, const char *event)
-{
-    for (size_t i = 0; i < t->n; i++) {
-        if (strcmp(t->v[i]->event, event) == 0)
-            return t->v[i];
-    }
-    return NULL;
-}
-
-static gw_room_t *find_or_add(gw_server_t *srv, const char *event)
-{
-    gw_rooms_t *t = srv->rooms;
-    gw_room_t *r = find(t, event);
-    if (r)
-        return r;
-    if (t->n == t->cap) {
-        t->cap = t->cap ? t->cap * 2 : 16;
-        t->v = cm_xrealloc(t->v, t->cap * sizeof(*t->v));
-    }
-    r = cm_xcalloc(1, sizeof(*r));
-    snprintf(r->event, sizeof(r->event), "%s", event);
-    gw_settings_defaults(&r->s);
-    char labels[96];
-    snprintf(labels, sizeof(labels), "event=\"%s\"", event);
-    cm_metrics_t *m = srv->svc.metrics;
-    r->g_queue =
-        cm_metrics_gauge(m, "onsale_gateway_queue_size",
-                         "fans waiting (numbered and not let in, plus the pre-queue)", labels);
-    r->g_wm =
-        cm_metrics_gauge(m, "onsale_gateway_watermark", "highest queue number let in", labels);
-    r->g_n = cm_metrics_gauge(m, "onsale_gateway_numbers_issued", "highest queue number handed out",
-                              labels);
-    r->g_claimed =
-        cm_metrics_gauge(m, "onsale_gateway_admissions_claimed",
-                         "passed numbers that claimed their admission (all gateways)", labels);
-    r->g_active = cm_metrics_gauge(m, "onsale_gateway_active_shoppers",
-                                   "admitted fans still shopping", labels);
-    r->g_noshows = cm_metrics_gauge(m, "onsale_gateway_noshows",
-                                    "passed numbers that never claimed within the grace", labels);
-    for (int k = 0; k < GW_NPHASES; k++) {
-        char pl[128];
-        snprintf(pl, sizeof(pl), "%s,phase=\"%s\"", labels, gw_phase_names[k]);
-        r->g_phase[k] =
-            cm_metrics_gauge(m, "onsale_gateway_room_phase",
-                             "1 for the room's phase (scheduled, prequeue, open, full, paused, "
-                             "sold_out, closed), 0 for the others",
-                             pl);
-    }
-    t->v[t->n++] = r;
-    return r;
-}
-
-gw_room_t *gw_rooms_find(gw_rooms_t *t, const char *event)
-{
-    gw_room_t *r = find(t, event);
-    return r && r->present ? r : NULL;
-}
-
-gw_room_t **gw_rooms_all(gw_rooms_t *t, size_t *n)
-{
-    *n = t->n;
-    return t->v;
-}
-
-gw_room_t *gw_watermark_room(gw_server_t *srv, const char *event)
-{
-    return gw_rooms_find(srv->rooms, event);
-}
-
-gw_room_t **gw_watermark_all(gw_server_t *srv, size_t *n)
-{
-    return gw_rooms_all(srv->rooms, n);
-}
-
-void gw_watermark_forget(gw_server_t *srv, const char *event)
-{
-    gw_room_t *r = find(srv->rooms, event);
-    if (r == NULL)
-        return;
-    r->present = false;
-    clear_raw(r);
-    r->s.gen = 0;
-    r->wm = r->n = r->n_seen = r->claimed = 0;
-    r->opened = false;
-    r->pass_len = 0;
-    for (int k = 0; k < GW_NPHASES; k++)
-        cm_gauge_set(r->g_phase[k], 0); /* a deleted room is in no phase */
-}
 
 void gw_watermark_saw_number(gw_room_t *room, uint64_t gen, uint64_t num)
 {
@@ -174,10 +53,6 @@ int64_t gw_watermark_queue_size(const gw_room_t *room)
     int64_t q = room->n - room->wm;
     return (q > 0 ? q : 0) + room->prequeue;
 }
-
-const char *const gw_phase_names[GW_NPHASES] = {
-    "scheduled", "prequeue", "open", "full", "paused", "sold_out", "closed",
-};
 
 gw_phase_t gw_watermark_phase(const gw_room_t *room, int64_t now_ms)
 {
@@ -540,7 +415,7 @@ static bool apply(gw_room_t *r, const cm_redis_reply_t *reply)
         cm_redis_reply_int(cm_redis_reply_at(reply, 0)) != 1 || n < ADVANCE_HEAD) {
         if (cm_redis_reply_type(reply) == CM_REDIS_ARRAY && n >= 1 &&
             cm_redis_reply_int(cm_redis_reply_at(reply, 0)) == 0) {
-            clear_raw(r);
+            gw_rooms_clear_raw(r);
             r->s.gen = 0;
         }
         r->present = false;
@@ -559,7 +434,7 @@ static bool apply(gw_room_t *r, const cm_redis_reply_t *reply)
     r->prequeue = v[8];
     r->restored = v[9] == 1;
     gw_settings_defaults(&r->s);
-    clear_raw(r);
+    gw_rooms_clear_raw(r);
     r->cfg_raw = cm_xcalloc(n - ADVANCE_HEAD + 1, sizeof(char *));
     for (size_t i = ADVANCE_HEAD; i + 1 < n; i += 2) {
         const char *k = cm_redis_reply_str(cm_redis_reply_at(reply, i), NULL);
@@ -594,7 +469,7 @@ static void on_advance(const char *err, const cm_redis_reply_t *reply, void *arg
 {
     refresh_op_t *op = arg;
     gw_server_t *srv = op->srv;
-    gw_room_t *r = find_or_add(srv, op->event);
+    gw_room_t *r = gw_rooms_add(srv->rooms, srv->svc.metrics, op->event);
     r->refreshing = false;
     const char *why = err;
     if (err == NULL && cm_redis_reply_type(reply) == CM_REDIS_ERROR) {
@@ -630,7 +505,7 @@ void gw_watermark_refresh(gw_server_t *srv, const char *event, gw_room_cb cb, vo
     snprintf(op->event, sizeof(op->event), "%s", event);
     op->cb = cb;
     op->arg = arg;
-    gw_room_t *r = find(srv->rooms, event);
+    gw_room_t *r = gw_rooms_get(srv->rooms, event);
     size_t npairs = r && r->s.gen != 0 ? r->ncfg_raw : 0;
     const char **argv = cm_xcalloc(GW_K_COUNT + RESTORE_ARGS + npairs, sizeof(char *));
     gw_rediskeys_t keys;
@@ -689,14 +564,15 @@ static void unlist(gw_server_t *srv, const gw_room_t *r)
 /* SADD of every room this gateway knows to exist (discovery heals after a loss). */
 static void relist(gw_server_t *srv)
 {
-    gw_rooms_t *t = srv->rooms;
-    const char **argv = cm_xcalloc(t->n + 2, sizeof(char *));
+    size_t n;
+    gw_room_t **rooms = gw_rooms_all(srv->rooms, &n);
+    const char **argv = cm_xcalloc(n + 2, sizeof(char *));
     int argc = 0;
     argv[argc++] = "SADD";
     argv[argc++] = GW_ROOMS_KEY;
-    for (size_t i = 0; i < t->n; i++) {
-        if (t->v[i]->present)
-            argv[argc++] = t->v[i]->event;
+    for (size_t i = 0; i < n; i++) {
+        if (rooms[i]->present)
+            argv[argc++] = rooms[i]->event;
     }
     if (argc > 2 && cm_redis_command(srv->redis, on_relisted, NULL, argc, argv, NULL) != 0)
         cm_log(CM_LOG_DEBUG, "re-listing the waiting rooms: Redis is down");
@@ -711,7 +587,7 @@ static void on_members(const char *err, const cm_redis_reply_t *reply, void *arg
     for (size_t i = 0; i < cm_redis_reply_count(reply); i++) {
         const char *ev = cm_redis_reply_str(cm_redis_reply_at(reply, i), NULL);
         if (ev && cm_parse_ident(ev))
-            find_or_add(srv, ev);
+            gw_rooms_add(srv->rooms, srv->svc.metrics, ev);
     }
 }
 
@@ -722,12 +598,13 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         const char *argv[] = {"SMEMBERS", GW_ROOMS_KEY};
         if (cm_redis_command(srv->redis, on_members, srv, 2, argv, NULL) != 0)
             cm_log(CM_LOG_DEBUG, "tick: Redis is down");
-        gw_rooms_t *t = srv->rooms;
-        if (++t->ticks % RELIST_TICKS == 0)
+        if (gw_rooms_count_pass(srv->rooms) % RELIST_TICKS == 0)
             relist(srv);
-        for (size_t i = 0; i < t->n; i++) {
-            if (!t->v[i]->refreshing)
-                gw_watermark_refresh(srv, t->v[i]->event, NULL, NULL);
+        size_t n;
+        gw_room_t **rooms = gw_rooms_all(srv->rooms, &n); /* refresh adds no room */
+        for (size_t i = 0; i < n; i++) {
+            if (!rooms[i]->refreshing)
+                gw_watermark_refresh(srv, rooms[i]->event, NULL, NULL);
         }
     }
     struct timeval tv = {0, (suseconds_t)srv->cfg.tick_ms * 1000};

@@ -18,8 +18,8 @@
  * gateway saw plus gw_watermark_restore_jump, so a number another gateway handed out
  * since this one last learned the count is not handed out again (invariant 13).
  *
- * Loop thread only. Rooms are never freed before the server is: a deleted room is only
- * marked absent, so operations in flight may keep a room pointer across an await.
+ * The rooms themselves, and the lookups every handler makes, are the registry's
+ * (gw_rooms.h). Loop thread only.
  */
 #ifndef GW_WATERMARK_H
 #define GW_WATERMARK_H
@@ -27,92 +27,15 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "cm_metrics.h"
-#include "cm_parse.h"
-#include "gw_settings.h"
+#include "gw_rooms.h"
 
 typedef struct gw_server gw_server_t;
 
-#define GW_SAMPLES           64
 #define GW_TICK_MAX_MS       250 /* tick_ms's maximum (gw_config.c) */
 #define GW_RESTORE_JUMP_MIN  64  /* numbers skipped at least when Redis lost some */
 #define GW_FRONT_POLL_MS     100 /* a fan about to be passed polls 100–200 ms after */
 #define GW_NOSHOW_MIN_PASSES 50  /* passes in the rate window before its no-show share counts */
 #define GW_NOSHOW_SHARE_MAX  0.9 /* a no-show share above this is believed as this */
-#define GW_PASS_RING                                                                               \
-    600 /* seconds of watermark kept per room (the longest grace the                               \
-           per-second ETA model covers; beyond it, the rate window's) */
-
-typedef struct gw_sample {
-    uint64_t mono_ms;
-    int64_t wm, n, claimed;
-} gw_sample_t;
-
-/** Where a room stands (gw_watermark_phase; the onsale_gateway_room_phase gauge). */
-typedef enum {
-    GW_PHASE_SCHEDULED, /* before prequeue_at: joins wait for it */
-    GW_PHASE_PREQUEUE,  /* before opens_at: fans gather, nobody is let in yet */
-    GW_PHASE_OPEN,      /* admitting at the rate */
-    GW_PHASE_FULL,      /* open, but max_active shoppers are in: numbers pass as they leave */
-    GW_PHASE_PAUSED,    /* an operator paused it (or its rate is 0) */
-    GW_PHASE_SOLD_OUT,  /* nothing left to sell */
-    GW_PHASE_CLOSED,    /* closes_at passed */
-    GW_NPHASES
-} gw_phase_t;
-
-/** The phase label values, by gw_phase_t ("scheduled", "prequeue", "open", …). */
-extern const char *const gw_phase_names[GW_NPHASES];
-
-typedef struct gw_room {
-    char event[CM_IDENT_MAX + 1];
-    bool present;    /* the room exists in Redis (as of the last refresh) */
-    bool refreshing; /* an advance is in flight */
-    gw_settings_t s;
-    bool opened;             /* the pre-queue has been numbered */
-    int64_t wm;              /* highest number let in */
-    int64_t n;               /* highest number handed out */
-    int64_t claimed;         /* admissions claimed (JWT issued), all gateways */
-    int64_t active;          /* active shoppers */
-    int64_t noshows;         /* passed numbers that never claimed */
-    int64_t prequeue;        /* fans in the pre-queue */
-    int64_t clock_offset_ms; /* Redis TIME − this host's wall clock */
-    int64_t n_seen;          /* highest number issued here or seen in a verified ticket */
-    char **cfg_raw;          /* the settings hash as Redis last returned it (pairs) */
-    size_t ncfg_raw;
-    bool restored; /* the last advance wrote the room back (Redis had lost it) */
-    bool unlisted; /* not found, and removed from the room list since */
-    gw_sample_t samples[GW_SAMPLES];
-    size_t nsamples, head;
-    double pass_rate, join_rate, claim_rate; /* per second over the last ~10 s */
-    int64_t win_passes, win_claims; /* numbers passed and admissions claimed in those ~10 s */
-    double join_peak; /* fastest joins per second between two samples of those ~10 s */
-    /* the watermark and the no-shows at the end of each of the last seconds (monotonic
-     * seconds, the newest pass_sec at [pass_head]): what was passed one grace ago, second
-     * by second, and what the grace has judged of it since */
-    int64_t pass_ring[GW_PASS_RING], noshow_ring[GW_PASS_RING];
-    size_t pass_len, pass_head;
-    uint64_t pass_sec;
-    uint64_t learned_ms; /* monotonic ms of the last advance answer (when n was learned) */
-    cm_gauge_t *g_queue, *g_wm, *g_n, *g_claimed, *g_active, *g_noshows;
-    cm_gauge_t *g_phase[GW_NPHASES]; /* one-hot: 1 for the room's phase, 0 for the rest */
-} gw_room_t;
-
-typedef struct gw_rooms gw_rooms_t;
-
-gw_rooms_t *gw_rooms_new(void);
-/** Frees every room. */
-void gw_rooms_free(gw_rooms_t *t);
-/** The room of event in t if it is known to exist, else NULL (the loop's thread). */
-gw_room_t *gw_rooms_find(gw_rooms_t *t, const char *event);
-/** Every room of t ever seen (present or not); count in *n. The array is borrowed. */
-gw_room_t **gw_rooms_all(gw_rooms_t *t, size_t *n);
-
-/** The cached room of event if it is known to exist, else NULL. */
-gw_room_t *gw_watermark_room(gw_server_t *srv, const char *event);
-/** Every room ever seen (present or not); count in *n. The array is borrowed. */
-gw_room_t **gw_watermark_all(gw_server_t *srv, size_t *n);
-/** Marks the room absent and forgets what it knew of it (after DELETE). */
-void gw_watermark_forget(gw_server_t *srv, const char *event);
 
 /** err NULL: room is the refreshed room, or NULL when the event has no waiting room. */
 typedef void (*gw_room_cb)(const char *err, gw_room_t *room, void *arg);

@@ -14,12 +14,16 @@
  * a reload a hit is honoured only if its kid is still in the keyset, else the slot is
  * emptied. exp and nbf are judged on every use, so an entry never outlives its token.
  *
- * The failure limiter (rsv_auth_fails_t) is direct-mapped too (FAIL_SLOTS addresses): a
- * slot holds one address, its failures and when its window began. An address that
- * collides with another resets that slot — the limiter can forget an attacker for a
- * while, never limit an innocent address for another's failures. One table serves every
- * worker of the process (behind its mutex, like cm_http_addrs), so an attacker spreading
- * connections over the workers reaches the limit at fail_limit, not at workers × it.
+ * The failure limiter (rsv_auth_fails_t) is a direct-mapped cm_addrtab (FAIL_SLOTS
+ * addresses, CM_ADDRTAB_FULL_RESTART): a slot holds one address (its key and its text,
+ * compared too, so even two addresses of one 64-bit hash never share), its failures and
+ * when its window began. An address that collides with another restarts that slot — the
+ * limiter can forget an attacker for a while, never limit an innocent address for
+ * another's failures. One table serves every worker of the process (behind the table's
+ * mutex, like cm_http's connection counts), so an attacker spreading connections over
+ * the workers reaches the limit at fail_limit, not at workers × it. The token cache and
+ * the table hash with cm_hash (eight bytes a step: a token is ~400 bytes, hashed on every
+ * request); only valid tokens are cached, so nobody chooses the inputs that fill it.
  *
  * Workers take jobs from a mutex-protected FIFO and put finished ones on a done list,
  * then wake the loop with event_active (thread-safe: the base is created after
@@ -41,7 +45,9 @@
 #include <time.h>
 
 #include "cm_access.h"
+#include "cm_addrtab.h"
 #include "cm_dpop.h"
+#include "cm_hash.h"
 #include "cm_log.h"
 #include "cm_http.h"
 #include "cm_mem.h"
@@ -78,15 +84,14 @@ struct rsv_auth_keys {
     token_cache_t *cache; /* made by the first gate (under mu), freed with the keys */
 };
 
-typedef struct fail_slot {
-    char addr[ADDR_MAX];
+typedef struct fail_window {
+    char addr[ADDR_MAX]; /* the address itself: a hash collision is a restart, not a share */
     int fails;
     int64_t since; /* monotonic seconds */
-} fail_slot_t;
+} fail_window_t;
 
 struct rsv_auth_fails {
-    pthread_mutex_t mu;
-    fail_slot_t *slots; /* FAIL_SLOTS */
+    cm_addrtab_t *tab; /* FAIL_SLOTS direct-mapped fail_window_t */
 };
 
 typedef struct job {
@@ -262,24 +267,6 @@ void rsv_auth_keys_free(rsv_auth_keys_t *k)
 
 /* ---- the gate ---- */
 
-/* Bucket of a token or an address: eight bytes a step (a token is ~400 bytes and hashed on
- * every request; byte-wise FNV cost a microsecond). Only valid tokens are cached, so
- * nobody chooses the inputs that fill the cache. */
-static uint64_t hash(const char *s, size_t n)
-{
-    uint64_t h = 0x9e3779b97f4a7c15ull ^ n, w;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        memcpy(&w, s + i, 8);
-        h = (h ^ w) * 0xff51afd7ed558ccdull;
-        h ^= h >> 32;
-    }
-    w = 0;
-    memcpy(&w, s + i, n - i);
-    h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
-    return h ^ (h >> 29);
-}
-
 static int64_t mono_s(void)
 {
     return (int64_t)(cm_time_mono_ns() / 1000000000ull);
@@ -288,8 +275,10 @@ static int64_t mono_s(void)
 rsv_auth_fails_t *rsv_auth_fails_new(void)
 {
     rsv_auth_fails_t *f = cm_xcalloc(1, sizeof(*f));
-    pthread_mutex_init(&f->mu, NULL);
-    f->slots = cm_xcalloc(FAIL_SLOTS, sizeof(fail_slot_t));
+    f->tab = cm_addrtab_new(&(cm_addrtab_config_t){.slots = FAIL_SLOTS,
+                                                   .probes = 1,
+                                                   .value_size = sizeof(fail_window_t),
+                                                   .full = CM_ADDRTAB_FULL_RESTART});
     return f;
 }
 
@@ -297,41 +286,52 @@ void rsv_auth_fails_free(rsv_auth_fails_t *f)
 {
     if (f == NULL)
         return;
-    pthread_mutex_destroy(&f->mu);
-    free(f->slots);
+    cm_addrtab_free(f->tab);
     free(f);
 }
 
-/* The address's slot, its window restarted if it ended or the slot held another.
- * Called with the table's mutex held. */
-static fail_slot_t *fail_slot(rsv_auth_t *a, const char *addr, int64_t now)
+typedef struct fail_op {
+    const char *addr;
+    int64_t now, window_s;
+    int add;   /* failures to count */
+    int fails; /* the address's failures in its window, after add */
+} fail_op_t;
+
+/* The address's window, restarted if it ended or the slot held another; then add. */
+static cm_addrtab_verdict_t on_fail_window(void *value, bool fresh, void *arg)
 {
-    fail_slot_t *f = &a->fails->slots[hash(addr, strlen(addr)) % FAIL_SLOTS];
-    if (strcmp(f->addr, addr) != 0 || now - f->since >= a->cfg.fail_window_s) {
-        snprintf(f->addr, sizeof(f->addr), "%s", addr);
-        f->fails = 0;
-        f->since = now;
+    fail_window_t *w = value;
+    fail_op_t *op = arg;
+    if (fresh || strcmp(w->addr, op->addr) != 0 || op->now - w->since >= op->window_s) {
+        snprintf(w->addr, sizeof(w->addr), "%s", op->addr);
+        w->fails = 0;
+        w->since = op->now;
     }
-    return f;
+    w->fails += op->add;
+    op->fails = w->fails;
+    return CM_ADDRTAB_KEEP;
+}
+
+/* The address's failures in its window after adding add. */
+static int fail_window(rsv_auth_t *a, const char *addr, int add)
+{
+    fail_op_t op = {addr, mono_s(), a->cfg.fail_window_s, add, 0};
+    (void)cm_addrtab_visit(a->fails->tab, cm_hash_str(addr), true, on_fail_window, &op);
+    return op.fails; /* a restarting table always has the slot */
 }
 
 static bool is_limited(rsv_auth_t *a, const char *addr)
 {
     if (a->cfg.fail_limit <= 0)
         return false;
-    pthread_mutex_lock(&a->fails->mu);
-    bool limited = fail_slot(a, addr, mono_s())->fails >= a->cfg.fail_limit;
-    pthread_mutex_unlock(&a->fails->mu);
-    return limited;
+    return fail_window(a, addr, 0) >= a->cfg.fail_limit;
 }
 
 static void count_failure(rsv_auth_t *a, const char *addr)
 {
     if (a->cfg.fail_limit <= 0)
         return;
-    pthread_mutex_lock(&a->fails->mu);
-    fail_slot(a, addr, mono_s())->fails++;
-    pthread_mutex_unlock(&a->fails->mu);
+    (void)fail_window(a, addr, 1);
 }
 
 /* Judges the time and event claims of a correctly signed token. */
@@ -358,7 +358,7 @@ static rsv_auth_result_t judge(const rsv_auth_t *a, const cm_jwt_claims_t *c, in
  * which never replaces the same token verified. Takes j->token. Any thread. */
 static void cache_put(rsv_auth_t *a, job_t *j, bool record_only)
 {
-    size_t i = hash(j->token, j->len) & a->cache->mask;
+    size_t i = cm_hash(j->token, j->len) & a->cache->mask;
     pthread_mutex_t *mu = slot_lock(a->cache, i);
     pthread_mutex_lock(mu);
     slot_t *s = &a->cache->slots[i];
@@ -573,7 +573,7 @@ static uint64_t policy_fingerprint(const rsv_auth_config_t *cfg)
     char buf[512];
     int n = snprintf(buf, sizeof(buf), "%s|%lld|%lld", cfg->issuer ? cfg->issuer : "",
                      (long long)cfg->max_lifetime_s, (long long)cfg->leeway_s);
-    return hash(buf, n > 0 && (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
+    return cm_hash(buf, n > 0 && (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
 }
 
 rsv_auth_t *rsv_auth_new(struct event_base *base, rsv_auth_keys_t *keys,
@@ -668,7 +668,7 @@ static bool hit_still_keyed(rsv_auth_t *a, slot_t *s)
 static bool cache_get(rsv_auth_t *a, const char *tok, size_t len, bool for_hold,
                       cm_jwt_claims_t *out)
 {
-    size_t i = hash(tok, len) & a->cache->mask;
+    size_t i = cm_hash(tok, len) & a->cache->mask;
     pthread_mutex_t *mu = slot_lock(a->cache, i);
     pthread_mutex_lock(mu);
     slot_t *s = &a->cache->slots[i];

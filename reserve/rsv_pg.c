@@ -49,6 +49,7 @@
 #include "rsv_pg.h"
 
 #include "cm_err.h"
+#include "cm_hash.h"
 #include "cm_log.h"
 #include "cm_mem.h"
 #include "cm_resolve.h"
@@ -117,7 +118,7 @@ struct conn {
     struct query *q;           /* CONN_BUSY: the query in flight */
     PGresult *res;             /* the result kept for q */
     char *stmts[PREPARED_MAX]; /* SQL of the statements prepared on pq (named "s<i>") */
-    unsigned hashes[PREPARED_MAX];
+    uint64_t hashes[PREPARED_MAX];
     int nstmts;
     int preparing;     /* CONN_BUSY: q's SQL is being prepared as "s<nstmts>" */
     int first_host;    /* several hosts: the one the next connect tries first */
@@ -858,16 +859,8 @@ static void on_conn_timer(evutil_socket_t fd, short what, void *arg)
 
 /* ---- queries ---- */
 
-static unsigned sql_hash(const char *sql)
-{
-    unsigned h = 2166136261u; /* FNV-1a */
-    for (const unsigned char *p = (const unsigned char *)sql; *p != '\0'; p++)
-        h = (h ^ *p) * 16777619u;
-    return h;
-}
-
 /* Index of sql among c's prepared statements, or -1. */
-static int find_statement(const struct conn *c, const char *sql, unsigned h)
+static int find_statement(const struct conn *c, const char *sql, uint64_t h)
 {
     for (int i = 0; i < c->nstmts; i++)
         if (c->hashes[i] == h && strcmp(c->stmts[i], sql) == 0)
@@ -886,7 +879,7 @@ static int send_statement(struct conn *c, struct query *q)
 
     if (q->nparams == 0)
         return PQsendQuery(c->pq, q->sql);
-    unsigned h = sql_hash(q->sql);
+    uint64_t h = cm_hash_str(q->sql);
     int i = find_statement(c, q->sql, h);
     if (i >= 0) {
         snprintf(name, sizeof(name), "s%d", i);

@@ -26,6 +26,7 @@
 
 #include "cm_jwt.h"
 #include "cm_parse.h"
+#include "cm_time.h"
 #include "gw_dpop.h"
 #include "cm_version.h"
 
@@ -45,9 +46,7 @@ typedef struct run {
 
 static double now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return (double)cm_time_mono_ns() / 1e9;
 }
 
 static double cpu_s(void)

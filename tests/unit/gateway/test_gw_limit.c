@@ -3,10 +3,11 @@
  * Retry-After), independence of addresses, the bucket key (IPv6 by /64, IPv4 whole), and a bounded
  * table under an address flood.
  *
- * gw_limit.c is compiled into this test, its allocations counted, so the flood test can
- * assert the bound gw_limit.h promises — a fixed table of about twice `size` slots,
- * allocated once, never more entries than slots — and that the flood does not push an
- * active address out (only the longest idle is forgotten).
+ * gw_limit.c and the table under it (common/cm_addrtab.c) are compiled into this test,
+ * their allocations counted, so the flood test can assert the bound gw_limit.h promises —
+ * a fixed table of about twice `size` slots, allocated once, never more entries than
+ * slots — and that the flood does not push an active address out (only the longest idle
+ * is forgotten).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -30,6 +31,7 @@ static void *count_xcalloc(size_t count, size_t n)
 }
 
 #define cm_xcalloc count_xcalloc
+#include "cm_addrtab.c"
 #include "gw_limit.c"
 #undef cm_xcalloc
 
@@ -86,12 +88,9 @@ static void test_key_ipv6_by_64_ipv4_whole(void **state)
     gw_limit_free(l);
 }
 
-static size_t entries(const gw_limit_t *l)
+static size_t entries(gw_limit_t *l)
 {
-    size_t n = 0;
-    for (size_t i = 0; i <= l->mask; i++)
-        n += l->slots[i].key != 0;
-    return n;
+    return cm_addrtab_count(l->tab);
 }
 
 /* A reload's new rate and burst apply at once, to addresses already tracked too. */
@@ -122,9 +121,10 @@ static void test_flood_of_addresses_stays_bounded(void **state)
     const size_t size = 16;
     allocated = 0;
     gw_limit_t *l = gw_limit_new(60, 1, size); /* one a second, burst 1 */
-    size_t slots = l->mask + 1, at_start = allocated;
+    size_t slots = l->tab->mask + 1, at_start = allocated;
     assert_true(slots >= size && slots <= 4 * size); /* "size: addresses tracked" */
-    assert_int_equal(at_start, sizeof(*l) + slots * sizeof(slot_t));
+    assert_int_equal(l->tab->stride, sizeof(uint64_t) + sizeof(bucket_t));
+    assert_int_equal(at_start, sizeof(*l) + sizeof(*l->tab) + slots * l->tab->stride);
     char addr[32];
     int hot_allowed = 0, hot_calls = 0;
     for (int i = 0; i < 100000; i++) {

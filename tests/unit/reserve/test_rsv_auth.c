@@ -22,6 +22,7 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 
+#include "cm_hash.h"
 #include "cm_jwt.h"
 #include "cm_reload.h"
 #include "cm_req.h"
@@ -108,10 +109,12 @@ static const char *fake_header(cm_req_t *r, const char *name)
     return strcasecmp(name, "Authorization") == 0 ? ((fake_req_t *)r)->authz : NULL;
 }
 
+static const char *peer_addr = "?"; /* every fake request's client address */
+
 static const char *fake_peer(cm_req_t *r)
 {
     (void)r;
-    return "?";
+    return peer_addr;
 }
 
 static const cm_req_ops_t fake_ops = {.header = fake_header, .peer = fake_peer};
@@ -472,6 +475,40 @@ static void failed_verifications_limit_the_address(void **state)
     f->auth = saved;
     free(good);
     free(other);
+    free(forged);
+}
+
+/* Two addresses whose failures land in one slot of the table (4096 slots, rsv_auth.c's
+ * FAIL_SLOTS, one per address): the second restarts the slot, so it is never charged the
+ * first's failures, and the first is forgotten, never the other way round. */
+static void addresses_sharing_a_slot_never_share_failures(void **state)
+{
+    fixture_t *f = *state;
+    rsv_auth_config_t cfg = {
+        .issuer = ISSUER, .cache_size = 64, .fail_limit = 3, .fail_window_s = 3600};
+    rsv_auth_t *saved = f->auth;
+    f->auth = rsv_auth_new(NULL, f->keys, &cfg);
+    static char other[32];
+    const char *first = "192.0.2.1";
+    for (int i = 0;; i++) {
+        snprintf(other, sizeof(other), "10.%d.%d.%d", (i >> 16) & 255, (i >> 8) & 255, i & 255);
+        if ((cm_hash_str(other) & 4095) == (cm_hash_str(first) & 4095))
+            break;
+    }
+    cm_jwt_claims_t c;
+    char *forged = token(f->stranger, "e1", "mallory", 600);
+    peer_addr = first;
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(check_token(f, forged, "e1", false, &c), RSV_AUTH_INVALID);
+    assert_int_equal(check_token(f, forged, "e1", false, &c), RSV_AUTH_LIMITED);
+    peer_addr = other; /* its own count, from 0 */
+    assert_int_equal(check_token(f, forged, "e1", false, &c), RSV_AUTH_INVALID);
+    assert_int_equal(check_token(f, forged, "e1", false, &c), RSV_AUTH_INVALID);
+    peer_addr = first; /* forgotten: verified again */
+    assert_int_equal(check_token(f, forged, "e1", false, &c), RSV_AUTH_INVALID);
+    peer_addr = "?";
+    rsv_auth_free(f->auth);
+    f->auth = saved;
     free(forged);
 }
 
@@ -873,6 +910,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(issuer_and_maximum_lifetime_are_enforced, setup, teardown),
         cmocka_unit_test_setup_teardown(failed_verifications_limit_the_address, setup, teardown),
+        cmocka_unit_test_setup_teardown(addresses_sharing_a_slot_never_share_failures, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(a_full_verification_queue_answers_busy, setup, teardown),
         cmocka_unit_test(sighup_reloads_the_keys_from_their_file),
         cmocka_unit_test_setup_teardown(valid_token_for_the_event_passes_with_its_claims, setup,
