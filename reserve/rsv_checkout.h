@@ -12,6 +12,7 @@
 #define RSV_CHECKOUT_H
 
 #include "cm_http.h"
+#include "cm_metrics.h"
 
 typedef struct rsv_server rsv_server_t;
 
@@ -19,5 +20,15 @@ void rsv_checkout_confirm(rsv_server_t *srv, cm_req_t *req, const char *hold_id)
 void rsv_checkout_get(rsv_server_t *srv, cm_req_t *req, const char *checkout_id);
 /** GET /admin/checkouts?state=…&older_than_seconds=…&event=…&limit=… (admin checked). */
 void rsv_checkout_admin_list(rsv_server_t *srv, cm_req_t *req);
+
+/* The confirmations' series. */
+typedef struct rsv_checkout_metrics {
+    cm_counter_t *confirmations;     /* holds converted into bookings */
+    cm_counter_t *replays;           /* answered from a stored result */
+    cm_histogram_t *hold_to_confirm; /* seconds from the hold to its confirmation */
+} rsv_checkout_metrics_t;
+
+/** Registers the confirmations' series in reg and points cm at them. Main thread, at start. */
+void rsv_checkout_metrics_register(rsv_checkout_metrics_t *cm, cm_metrics_t *reg);
 
 #endif
