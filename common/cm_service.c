@@ -135,6 +135,18 @@ int cm_service_watch_config(cm_service_t *s, cm_reload_config_t *rc, cm_reload_a
     return cm_reload_config_start(rc, apply, arg);
 }
 
+int cm_service_serve(cm_service_t *s, cm_reload_config_t *rc, cm_reload_apply_fn apply, void *arg)
+{
+    int rc_run = 1;
+    if (cm_service_watch_config(s, rc, apply, arg) != 0)
+        cm_log(CM_LOG_ERROR, "cannot install the SIGHUP reload of the configuration");
+    else
+        rc_run = cm_service_run(s) == 0 ? 0 : 1;
+    cm_reload_config_free(rc); /* no reload may run on a freed server */
+    s->config = NULL;
+    return rc_run;
+}
+
 int cm_service_reload_token(cm_service_t *s, const char *path, char *err, size_t errlen)
 {
     char *token = read_token(path, err, errlen);
@@ -161,6 +173,14 @@ void cm_service_log_apply(const cm_service_log_t *l)
     cm_reload_set_log_level(l->level);
     cm_log_set_format(l->format);
     cm_access_set_log(l->access_log);
+}
+
+void cm_service_log_start(const cm_service_log_t *l, const char *name)
+{
+    cm_log_set_format(l->format);
+    cm_access_set_log(l->access_log);
+    cm_log_init(name, l->level);
+    cm_log_route_libevent();
 }
 
 /* --- a worker ---------------------------------------------------------------------- */

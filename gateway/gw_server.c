@@ -302,9 +302,9 @@ static int on_config_apply(void *arg, const void *p, char *err, size_t errlen)
     return 0;
 }
 
-int gw_server_watch_config(gw_server_t *srv, cm_reload_config_t *rc)
+int gw_server_serve(gw_server_t *srv, cm_reload_config_t *rc)
 {
-    return cm_service_watch_config(srv->svc.svc, rc, on_config_apply, srv);
+    return cm_service_serve(srv->svc.svc, rc, on_config_apply, srv);
 }
 
 static double gauge_pow_bits(void *arg)
@@ -448,11 +448,6 @@ err:
 }
 
 /* --- run / shutdown ---------------------------------------------------------------- */
-
-int gw_server_run(gw_server_t *srv)
-{
-    return cm_service_run(srv->svc.svc);
-}
 
 void gw_server_free(gw_server_t *srv)
 {

@@ -105,9 +105,9 @@ static int on_config_apply(void *arg, const void *p, char *err, size_t errlen)
     return 0;
 }
 
-int rsv_server_watch_config(rsv_server_t *srv, cm_reload_config_t *rc)
+int rsv_server_serve(rsv_server_t *srv, cm_reload_config_t *rc)
 {
-    return cm_service_watch_config(srv->svc.svc, rc, on_config_apply, srv);
+    return cm_service_serve(srv->svc.svc, rc, on_config_apply, srv);
 }
 
 /* One worker's instance on its loop; the shared parts are borrowed from worker 0. */
@@ -180,11 +180,6 @@ static void worker_new(void *arg, cm_service_t *svc, int i, void *instance, char
                     gauge_redis, srv);
     cm_worker_readiness(w, backends_ready, srv);
     err[0] = '\0'; /* made: whatever a step wrote there is no error */
-}
-
-int rsv_server_run(rsv_server_t *srv)
-{
-    return cm_service_run(srv->svc.svc);
 }
 
 /* One worker's own parts (not the shared ones). */
