@@ -176,6 +176,24 @@ void cm_svc_sync_event(cm_svc_worker_t *w, const char *event,
  * admin one (seg/n: the decoded path). True when it answered.
  */
 bool cm_svc_route_shared(cm_svc_worker_t *w, cm_req_t *req, char **seg, int n, bool admin);
+/** Which shared route a request is: CM_SVC_EP_HEALTH, _READY, _METRICS (admin only), or
+ *  -1 when none. Pure. */
+int cm_svc_shared_endpoint(cm_http_method_t method, char **seg, int n, bool admin);
+
+/** The answer to /readyz. */
+typedef struct cm_svc_readiness {
+    int code;            /* 200, or 503 */
+    const char *message; /* 503: why (static, or the service's down message) */
+    json_t *body;        /* {"status", each backend, "workers"}: the caller's */
+} cm_svc_readiness_t;
+/**
+ * The answer from this worker's backends (their fields, taken; up: all are), whether
+ * every worker is ready, and whether the process is draining: 200 only when all are up
+ * and it is not draining (a draining process says "shutting down"; status stays what
+ * the backends and workers say). Pure.
+ */
+cm_svc_readiness_t cm_svc_readiness(json_t *backends, bool backends_up, bool workers, bool draining,
+                                    const char *down);
 
 /* --- requests ---------------------------------------------------------------------- */
 
