@@ -15,6 +15,7 @@
 
 #include "cm_metrics.h"
 #include "gw_metrics.h"
+#include "series.h"
 
 static const char *const expected[] = {
     "onsale_gateway_admissions_total",
@@ -34,11 +35,6 @@ static const char *const expected[] = {
     "onsale_gateway_watermark_errors_total",
 };
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
 static void registers_every_series(void **state)
 {
     (void)state;
@@ -47,15 +43,8 @@ static void registers_every_series(void **state)
     size_t len;
     char *text = cm_metrics_render(reg, &len);
     char *got[64];
-    size_t n = 0;
-    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-        if (line[0] == '#' || strstr(line, "_bucket{") || strstr(line, "_sum"))
-            continue;
-        *strrchr(line, ' ') = '\0';
-        assert_true(n < 64);
-        got[n++] = line;
-    }
-    qsort(got, n, sizeof(got[0]), cmp_str);
+    size_t n = series_of(text, got, 64);
+    assert_true(n <= 64);
     size_t want = sizeof(expected) / sizeof(expected[0]);
     for (size_t i = 0; i < n && i < want; i++)
         assert_string_equal(got[i], expected[i]);
