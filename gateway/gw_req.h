@@ -6,10 +6,11 @@
  * The process (gw_server.c) makes one gw_server_t per worker on the service shell
  * (cm_service), so every module runs single-threaded on its instance's loop. Shared
  * between the instances, read-only after start-up: the config, the signing key and JWKS,
- * the ticket secret; shared and thread-safe: the metrics registry, the per-address join
- * limit and the proof-of-work table. Handlers are asynchronous: each that waits on Redis
- * or the signer allocates an operation embedding gw_req_t and finishes with exactly one
- * gw_reply_*; the reply records the endpoint's latency.
+ * the ticket secret, the modules' series (gw_metrics.h); shared and thread-safe: the
+ * metrics registry, the per-address join limit and the proof-of-work table. Handlers
+ * are asynchronous: each that waits on Redis or the signer allocates an operation
+ * embedding gw_req_t and finishes with exactly one gw_reply_*; the reply records the
+ * endpoint's latency.
  */
 #ifndef GW_REQ_H
 #define GW_REQ_H
