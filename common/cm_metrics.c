@@ -14,6 +14,7 @@
  */
 #include "cm_metrics.h"
 
+#include <assert.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -261,6 +262,32 @@ cm_gauge_t *cm_metrics_gauge(cm_metrics_t *m, const char *name, const char *help
     cm_gauge_t *g = &get_series(f, labels, SER_GAUGE, &created)->u.gauge;
     pthread_mutex_unlock(&m->lock);
     return g;
+}
+
+/* key="value" into buf; a name too long for it is a programming error. */
+static const char *label_of(char *buf, size_t size, const char *key, const char *value)
+{
+    int n = snprintf(buf, size, "%s=\"%s\"", key, value);
+    assert(n > 0 && (size_t)n < size);
+    (void)n;
+    return buf;
+}
+
+void cm_metrics_counters(cm_metrics_t *m, const char *name, const char *help, const char *key,
+                         const char *const *values, size_t n, cm_counter_t **out)
+{
+    char labels[64];
+    for (size_t i = 0; i < n; i++)
+        out[i] =
+            cm_metrics_counter(m, name, help, label_of(labels, sizeof(labels), key, values[i]));
+}
+
+void cm_metrics_gauges(cm_metrics_t *m, const char *name, const char *help, const char *key,
+                       const char *const *values, size_t n, cm_gauge_t **out)
+{
+    char labels[64];
+    for (size_t i = 0; i < n; i++)
+        out[i] = cm_metrics_gauge(m, name, help, label_of(labels, sizeof(labels), key, values[i]));
 }
 
 static void add_fn(cm_metrics_t *m, const char *name, const char *help, const char *labels,

@@ -39,6 +39,15 @@ cm_gauge_t *cm_metrics_gauge(cm_metrics_t *m, const char *name, const char *help
  */
 void cm_metrics_gauge_fn(cm_metrics_t *m, const char *name, const char *help, const char *labels,
                          double (*fn)(void *arg), void *arg);
+/**
+ * One series per value of a label: out[i] is name{key="values[i]"}, registered in the
+ * order of values (an enum's names table, so out is indexed by the enum). Values are
+ * label-safe words (no quote or backslash), under 60 characters with their key.
+ */
+void cm_metrics_counters(cm_metrics_t *m, const char *name, const char *help, const char *key,
+                         const char *const *values, size_t n, cm_counter_t **out);
+void cm_metrics_gauges(cm_metrics_t *m, const char *name, const char *help, const char *key,
+                       const char *const *values, size_t n, cm_gauge_t **out);
 /** bounds: ascending upper bounds (the +Inf bucket is implicit); copied. */
 cm_histogram_t *cm_metrics_histogram(cm_metrics_t *m, const char *name, const char *help,
                                      const char *labels, const double *bounds, size_t nbounds);

@@ -135,6 +135,18 @@ int cm_service_watch_config(cm_service_t *s, cm_reload_config_t *rc, cm_reload_a
     return cm_reload_config_start(rc, apply, arg);
 }
 
+int cm_service_serve(cm_service_t *s, cm_reload_config_t *rc, cm_reload_apply_fn apply, void *arg)
+{
+    int rc_run = 1;
+    if (cm_service_watch_config(s, rc, apply, arg) != 0)
+        cm_log(CM_LOG_ERROR, "cannot install the SIGHUP reload of the configuration");
+    else
+        rc_run = cm_service_run(s) == 0 ? 0 : 1;
+    cm_reload_config_free(rc); /* no reload may run on a freed server */
+    s->config = NULL;
+    return rc_run;
+}
+
 int cm_service_reload_token(cm_service_t *s, const char *path, char *err, size_t errlen)
 {
     char *token = read_token(path, err, errlen);
@@ -161,6 +173,14 @@ void cm_service_log_apply(const cm_service_log_t *l)
     cm_reload_set_log_level(l->level);
     cm_log_set_format(l->format);
     cm_access_set_log(l->access_log);
+}
+
+void cm_service_log_start(const cm_service_log_t *l, const char *name)
+{
+    cm_log_set_format(l->format);
+    cm_access_set_log(l->access_log);
+    cm_log_init(name, l->level);
+    cm_log_route_libevent();
 }
 
 /* --- a worker ---------------------------------------------------------------------- */
@@ -244,6 +264,22 @@ static void health(cm_svc_worker_t *w, cm_req_t *req)
     cm_svc_reply_json(&r, 200, json_pack("{s:s}", "status", "ok"));
 }
 
+cm_svc_readiness_t cm_svc_readiness(json_t *backends, bool backends_up, bool workers, bool draining,
+                                    const char *down)
+{
+    bool up = backends_up && workers;
+    json_t *o = json_pack("{s:s}", "status", up ? "ready" : "unavailable");
+    json_object_update(o, backends);
+    json_decref(backends);
+    json_object_set_new(o, "workers", json_boolean(workers));
+    cm_svc_readiness_t a = {.code = 200, .message = NULL, .body = o};
+    if (!up || draining) {
+        a.code = 503;
+        a.message = draining ? "shutting down" : down;
+    }
+    return a;
+}
+
 static void ready(cm_svc_worker_t *w, cm_req_t *req)
 {
     cm_svc_req_t r;
@@ -251,17 +287,13 @@ static void ready(cm_svc_worker_t *w, cm_req_t *req)
     json_t *backends = json_object();
     bool up = w->backends == NULL || w->backends(w->backends_arg, backends);
     /* this worker now, and every worker at its last sample: a request may land on any */
-    int workers = cm_server_ready(cm_worker_server(w->worker));
-    up = up && workers;
-    json_t *o = json_pack("{s:s}", "status", up ? "ready" : "unavailable");
-    json_object_update(o, backends);
-    json_decref(backends);
-    json_object_set_new(o, "workers", json_boolean(workers));
+    bool workers = cm_server_ready(cm_worker_server(w->worker));
     bool draining = cm_drain_draining(cm_worker_drain(w->worker));
-    if (up && !draining)
-        cm_svc_reply_json(&r, 200, o);
+    cm_svc_readiness_t a = cm_svc_readiness(backends, up, workers, draining, w->down);
+    if (a.code == 200)
+        cm_svc_reply_json(&r, 200, a.body);
     else
-        cm_svc_reply_error(&r, 503, "unavailable", draining ? "shutting down" : w->down, o);
+        cm_svc_reply_error(&r, a.code, "unavailable", a.message, a.body);
 }
 
 static void metrics(cm_svc_worker_t *w, cm_req_t *req)
@@ -274,19 +306,34 @@ static void metrics(cm_svc_worker_t *w, cm_req_t *req)
     free(text);
 }
 
+int cm_svc_shared_endpoint(cm_http_method_t method, char **seg, int n, bool admin)
+{
+    if (n != 1 || method != CM_HTTP_GET)
+        return -1;
+    if (strcmp(seg[0], "healthz") == 0)
+        return CM_SVC_EP_HEALTH;
+    if (strcmp(seg[0], "readyz") == 0)
+        return CM_SVC_EP_READY;
+    if (admin && strcmp(seg[0], "metrics") == 0)
+        return CM_SVC_EP_METRICS;
+    return -1;
+}
+
 bool cm_svc_route_shared(cm_svc_worker_t *w, cm_req_t *req, char **seg, int n, bool admin)
 {
-    if (n != 1 || cm_http_method(req) != CM_HTTP_GET)
-        return false;
-    if (strcmp(seg[0], "healthz") == 0)
+    switch (cm_svc_shared_endpoint(cm_http_method(req), seg, n, admin)) {
+    case CM_SVC_EP_HEALTH:
         health(w, req);
-    else if (strcmp(seg[0], "readyz") == 0)
+        return true;
+    case CM_SVC_EP_READY:
         ready(w, req);
-    else if (admin && strcmp(seg[0], "metrics") == 0)
+        return true;
+    case CM_SVC_EP_METRICS:
         metrics(w, req);
-    else
+        return true;
+    default:
         return false;
-    return true;
+    }
 }
 
 /* --- requests ---------------------------------------------------------------------- */

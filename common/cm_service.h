@@ -109,6 +109,15 @@ __attribute__((warn_unused_result)) int cm_service_watch_config(cm_service_t *s,
                                                                 cm_reload_apply_fn apply,
                                                                 void *arg);
 
+/**
+ * The end of a service's main(), main thread: installs rc as the SIGHUP reload (as
+ * cm_service_watch_config, with apply and arg), runs every worker until the drain, then
+ * frees rc before the caller frees its instances, so no reload runs on a freed server.
+ * rc is taken (freed on every path). 0 after a clean stop; 1 when the hook could not be
+ * installed (logged) or the run failed.
+ */
+int cm_service_serve(cm_service_t *s, cm_reload_config_t *rc, cm_reload_apply_fn apply, void *arg);
+
 /** Reload thread: the operators' token re-read from path, replaced when it changed. 0/-1. */
 __attribute__((warn_unused_result)) int cm_service_reload_token(cm_service_t *s, const char *path,
                                                                 char *err, size_t errlen);
@@ -125,6 +134,9 @@ __attribute__((warn_unused_result)) int cm_service_log_parse(cm_service_log_t *o
                                                              size_t errlen);
 /** Puts checked log settings in force (the last step of a reload). */
 void cm_service_log_apply(const cm_service_log_t *l);
+/** Starts the process's logging with checked settings: name prefixes every line, and
+ *  libevent's own messages go through cm_log. Main thread, first thing after the config. */
+void cm_service_log_start(const cm_service_log_t *l, const char *name);
 
 /* --- a worker ---------------------------------------------------------------------- */
 
@@ -164,6 +176,24 @@ void cm_svc_sync_event(cm_svc_worker_t *w, const char *event,
  * admin one (seg/n: the decoded path). True when it answered.
  */
 bool cm_svc_route_shared(cm_svc_worker_t *w, cm_req_t *req, char **seg, int n, bool admin);
+/** Which shared route a request is: CM_SVC_EP_HEALTH, _READY, _METRICS (admin only), or
+ *  -1 when none. Pure. */
+int cm_svc_shared_endpoint(cm_http_method_t method, char **seg, int n, bool admin);
+
+/** The answer to /readyz. */
+typedef struct cm_svc_readiness {
+    int code;            /* 200, or 503 */
+    const char *message; /* 503: why (static, or the service's down message) */
+    json_t *body;        /* {"status", each backend, "workers"}: the caller's */
+} cm_svc_readiness_t;
+/**
+ * The answer from this worker's backends (their fields, taken; up: all are), whether
+ * every worker is ready, and whether the process is draining: 200 only when all are up
+ * and it is not draining (a draining process says "shutting down"; status stays what
+ * the backends and workers say). Pure.
+ */
+cm_svc_readiness_t cm_svc_readiness(json_t *backends, bool backends_up, bool workers, bool draining,
+                                    const char *down);
 
 /* --- requests ---------------------------------------------------------------------- */
 

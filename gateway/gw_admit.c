@@ -24,6 +24,7 @@
 #include "cm_text.h"
 #include "cm_time.h"
 #include "cm_tls.h"
+#include "gw_metrics.h"
 #include "gw_rediskeys.h"
 #include "gw_lua.h"
 #include "gw_page.h"
@@ -293,7 +294,7 @@ static void on_signed(const char *err, char *token, void *arg)
 {
     admit_op_t *op = arg;
     gw_server_t *srv = op->r.srv;
-    cm_histogram_observe(srv->m.sign_seconds,
+    cm_histogram_observe(srv->m->admit.sign_seconds,
                          (double)(cm_time_mono_ns() - op->sign_start_ns) / 1e9);
     if (err != NULL) {
         gw_reply_unavailable(&op->r, "signing the admission token", err);
@@ -353,7 +354,8 @@ static void on_admit(const char *err, const cm_redis_reply_t *reply, void *arg)
             op_free(op);
             return;
         }
-        cm_counter_inc(what == GW_ADMIT_NEW ? srv->m.admissions : srv->m.readmissions);
+        cm_counter_inc(what == GW_ADMIT_NEW ? srv->m->admit.admissions
+                                            : srv->m->admit.readmissions);
         snprintf(op->claims.iss, sizeof(op->claims.iss), "%s", srv->cfg.issuer);
         snprintf(op->claims.sub, sizeof(op->claims.sub), "%s", op->t.visitor);
         snprintf(op->claims.evt, sizeof(op->claims.evt), "%s", op->room->event);
@@ -428,7 +430,7 @@ void gw_admit_serve(gw_req_t *r, gw_room_t *room, const gw_ticket_t *ticket,
             reply_expired(r);
             return;
         }
-        cm_counter_inc(srv->m.readmissions);
+        cm_counter_inc(srv->m->admit.readmissions);
         reply_admitted(r, room, ticket_text, e, code, page);
         return;
     }
@@ -457,4 +459,16 @@ void gw_admit_serve(gw_req_t *r, gw_room_t *room, const gw_ticket_t *ticket,
         gw_reply_unavailable(&op->r, "admission", cm_err_closed);
         op_free(op);
     }
+}
+
+void gw_admit_metrics_register(gw_admit_metrics_t *am, cm_metrics_t *reg)
+{
+    am->admissions =
+        cm_metrics_counter(reg, "onsale_gateway_admissions_total",
+                           "admissions claimed through this gateway (first JWT)", NULL);
+    am->readmissions = cm_metrics_counter(reg, "onsale_gateway_readmissions_total",
+                                          "polls answered with an admission already issued", NULL);
+    am->sign_seconds = cm_metrics_histogram(
+        reg, "onsale_gateway_sign_seconds", "queueing plus ES256 signing of one admission token",
+        NULL, cm_metrics_latency_bounds, cm_metrics_latency_nbounds);
 }

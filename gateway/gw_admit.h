@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cm_metrics.h"
 #include "gw_req.h"
 #include "gw_ticket.h"
 #include "gw_rooms.h"
@@ -60,5 +61,15 @@ const char *gw_admit_cache_put(gw_admit_t *a, uint64_t gen, uint64_t num, const 
  */
 void gw_admit_serve(gw_req_t *r, gw_room_t *room, const gw_ticket_t *ticket,
                     const char *ticket_text, int code, bool page);
+
+/* The admissions' series. */
+typedef struct gw_admit_metrics {
+    cm_counter_t *admissions;     /* first claims (JWT issued) made through this gateway */
+    cm_counter_t *readmissions;   /* polls answered with the same admission */
+    cm_histogram_t *sign_seconds; /* queueing + signing of one admission token */
+} gw_admit_metrics_t;
+
+/** Registers the admissions' series in reg and points am at them. Main thread, at start. */
+void gw_admit_metrics_register(gw_admit_metrics_t *am, cm_metrics_t *reg);
 
 #endif

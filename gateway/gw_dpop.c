@@ -21,6 +21,7 @@
 #include "cm_mem.h"
 #include "cm_parse.h"
 #include "cm_time.h"
+#include "gw_metrics.h"
 
 /* ---- pure: the shared verifier with the ticket's key ---- */
 
@@ -147,7 +148,7 @@ void gw_dpop_counts(const char *event, uint64_t *verified, uint64_t *refused)
 
 void gw_dpop_count_refused(gw_server_t *srv, const char *event)
 {
-    cm_counter_inc(srv->m.dpop_refused);
+    cm_counter_inc(srv->m->dpop.refused);
     if (event != NULL)
         count(event, false);
 }
@@ -163,7 +164,7 @@ static void finish(gw_server_t *srv, const char *event, gw_dpop_result_t r, gw_d
                    void *arg)
 {
     if (r == GW_DPOP_OK) {
-        cm_counter_inc(srv->m.dpop_verified);
+        cm_counter_inc(srv->m->dpop.verified);
         count(event, true);
     } else if (r != GW_DPOP_UNAVAILABLE) {
         gw_dpop_count_refused(srv, event);
@@ -201,4 +202,15 @@ void gw_dpop_check(gw_server_t *srv, cm_req_t *req, const char *event, const cha
     *op = (claim_op_t){srv, cb, arg, ""};
     snprintf(op->event, sizeof(op->event), "%s", event);
     cm_dpop_claim(srv->redis, event, p.jti, on_claim, op);
+}
+
+void gw_dpop_metrics_register(gw_dpop_metrics_t *dm, cm_metrics_t *reg)
+{
+    dm->verified = cm_metrics_counter(reg, "onsale_gateway_dpop_verified_total",
+                                      "DPoP proofs verified on admitting polls", NULL);
+    dm->refused =
+        cm_metrics_counter(reg, "onsale_gateway_dpop_refused_total",
+                           "admitting polls and joins refused for a missing, invalid, wrong-key "
+                           "or replayed DPoP proof",
+                           NULL);
 }

@@ -22,6 +22,7 @@
 
 #include "cm_dpop.h"
 #include "cm_jwt.h"
+#include "cm_metrics.h"
 #include "gw_req.h"
 #include "gw_ticket.h"
 
@@ -118,5 +119,14 @@ typedef void (*gw_dpop_cb)(gw_dpop_result_t r, void *arg);
  */
 void gw_dpop_check(gw_server_t *srv, cm_req_t *req, const char *event, const char *proof,
                    size_t len, gw_ticket_t *t, gw_dpop_cb cb, void *arg);
+
+/* The proofs' series (the dashboard's per-room figures are gw_dpop_counts). */
+typedef struct gw_dpop_metrics {
+    cm_counter_t *verified; /* proofs accepted on admitting polls */
+    cm_counter_t *refused;  /* proofs missing, invalid or replayed where required */
+} gw_dpop_metrics_t;
+
+/** Registers the proofs' series in reg and points dm at them. Main thread, at start. */
+void gw_dpop_metrics_register(gw_dpop_metrics_t *dm, cm_metrics_t *reg);
 
 #endif

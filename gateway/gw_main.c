@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cm_access.h"
 #include "cm_log.h"
 #include "cm_reload.h"
 #include "cm_tls.h"
@@ -53,18 +52,14 @@ int main(int argc, char **argv)
         rc = check_config(&cfg);
         goto out;
     }
-    cm_log_level_t level = CM_LOG_INFO;
-    cm_log_format_t format = CM_LOG_TEXT;
+    cm_service_log_t log;
     if (gw_config_check(&cfg, err, sizeof(err)) != 0 ||
-        cm_log_settings_parse(cfg.log_level, cfg.log_format, &level, &format, err, sizeof(err)) !=
-            0) {
+        cm_service_log_parse(&log, cfg.log_level, cfg.log_format, cfg.access_log, err,
+                             sizeof(err)) != 0) {
         fprintf(stderr, "onsale-gateway: %s\n", err);
         goto out;
     }
-    cm_log_set_format(format);
-    cm_access_set_log(cfg.access_log);
-    cm_log_init("gateway", level);
-    cm_log_route_libevent();
+    cm_service_log_start(&log, "gateway");
     cm_reload_config_spec_t spec = {
         .service = "gateway",
         .table = table,
@@ -83,15 +78,7 @@ int main(int argc, char **argv)
         cm_log(CM_LOG_ERROR, "%s", err);
         goto out;
     }
-    if (gw_server_watch_config(srv, reload) != 0) {
-        cm_log(CM_LOG_ERROR, "cannot install the SIGHUP reload of the configuration");
-        cm_reload_config_free(reload);
-        reload = NULL;
-        gw_server_free(srv);
-        goto out;
-    }
-    rc = gw_server_run(srv) == 0 ? 0 : 1;
-    cm_reload_config_free(reload); /* no reload may run on a freed server */
+    rc = gw_server_serve(srv, reload); /* frees reload */
     reload = NULL;
     gw_server_free(srv);
 out:

@@ -403,3 +403,11 @@ void gw_pow_count_refused(gw_pow_t *p)
 {
     atomic_fetch_add(&p->refused, 1);
 }
+
+void gw_pow_metrics_register(gw_pow_metrics_t *pm, cm_metrics_t *reg)
+{
+    pm->challenges = cm_metrics_counter(reg, "onsale_gateway_pow_challenges_total",
+                                        "proof-of-work challenges handed out", NULL);
+    pm->refused = cm_metrics_counter(reg, "onsale_gateway_pow_refused_total",
+                                     "joins refused for a missing or bad proof of work", NULL);
+}

@@ -34,6 +34,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cm_metrics.h"
+
 #define GW_POW_CHALLENGE_LEN 46 /* base64url of 34 bytes */
 #define GW_POW_NONCE_MAX     32
 #define GW_POW_PROOF_MAX     (GW_POW_CHALLENGE_LEN + 1 + GW_POW_NONCE_MAX)
@@ -129,5 +131,14 @@ const char *gw_pow_error(gw_pow_result_t r);
 uint64_t gw_pow_refused(const gw_pow_t *p);
 /** Counts one refused proof (or a join without one). */
 void gw_pow_count_refused(gw_pow_t *p);
+
+/* The proofs of work's series (counted where joins meet them, gw_queue). */
+typedef struct gw_pow_metrics {
+    cm_counter_t *challenges; /* challenges handed out */
+    cm_counter_t *refused;    /* joins refused for a missing or bad proof */
+} gw_pow_metrics_t;
+
+/** Registers the proofs of work's series in reg and points pm at them. Main thread. */
+void gw_pow_metrics_register(gw_pow_metrics_t *pm, cm_metrics_t *reg);
 
 #endif

@@ -25,6 +25,7 @@
 #include "gw_admit.h"
 #include "gw_batch.h"
 #include "gw_dpop.h"
+#include "gw_metrics.h"
 #include "gw_rediskeys.h"
 #include "gw_limit.h"
 #include "gw_lua.h"
@@ -227,7 +228,7 @@ static void reply_invalid_ticket(place_op_t *op, const char *why)
                    op->r.srv->cfg.poll_min_ms);
         return;
     }
-    cm_counter_inc(op->r.srv->m.rejected_tickets);
+    cm_counter_inc(op->r.srv->m->queue.rejected_tickets);
     gw_reply_error(&op->r, 401, "invalid_ticket", why, NULL);
     op_free(op);
 }
@@ -483,7 +484,7 @@ static void answer_with_room(place_op_t *op)
 void gw_queue_status(gw_server_t *srv, cm_req_t *req, const char *event)
 {
     place_op_t *op = op_new(srv, req, GW_EP_STATUS, event);
-    cm_counter_inc(srv->m.status_polls);
+    cm_counter_inc(srv->m->queue.status_polls);
     bool bearer;
     int got = read_ticket(op, &bearer);
     if (got <= 0) {
@@ -562,7 +563,7 @@ static void placed(place_op_t *op, const gw_join_result_t *res)
         op_free(op);
         return;
     }
-    cm_counter_inc(srv->m.joins);
+    cm_counter_inc(srv->m->queue.joins);
     if (op->proof.issuer[0])
         gw_pow_count_join(srv->pow, cm_time_mono_ns() / 1000000);
     if (op->form) {
@@ -652,7 +653,7 @@ static int issue_challenge(gw_server_t *srv, cm_req_t *req, const char *event,
     int64_t now = cm_time_wall_ms() / 1000;
     gw_pow_issue(srv->pow, event, block, bits, now, ch, GW_POW_CHALLENGE_LEN + 1);
     *expires_s = now + gw_pow_ttl(srv->pow);
-    cm_counter_inc(srv->m.pow_challenges);
+    cm_counter_inc(srv->m->pow.challenges);
     return bits;
 }
 
@@ -681,7 +682,7 @@ void gw_queue_challenge(gw_server_t *srv, cm_req_t *req, const char *event)
 static void refuse_proof(place_op_t *op, int code, const char *error, const char *message)
 {
     gw_server_t *srv = op->r.srv;
-    cm_counter_inc(srv->m.pow_refused);
+    cm_counter_inc(srv->m->pow.refused);
     gw_pow_count_refused(srv->pow);
     cm_http_add_header(op->r.svc.req, "Cache-Control", "no-store");
     if (op->form) { /* a form without the page's script: it cannot solve a challenge */
@@ -871,7 +872,7 @@ static void take_place(place_op_t *op)
                    ? 0
                    : gw_limit_take(srv->limit, peer_of(req), cm_time_mono_ns() / 1000000);
     if (wait > 0) {
-        cm_counter_inc(srv->m.rate_limited);
+        cm_counter_inc(srv->m->queue.rate_limited);
         if (op->page) { /* the page's script retries the join and sees the 429 itself */
             op->fresh = true;
             reply_page(op, gw_rooms_find(srv->rooms, op->event), GW_PAGE_NEW, -1, -1,
@@ -976,7 +977,7 @@ void gw_queue_join(gw_server_t *srv, cm_req_t *req, const char *event)
 {
     place_op_t *op = op_new(srv, req, GW_EP_JOIN, event);
     if (cross_site(srv, req)) {
-        cm_counter_inc(srv->m.rejected_tickets);
+        cm_counter_inc(srv->m->queue.rejected_tickets);
         gw_reply_error(&op->r, 403, "cross_site",
                        "a browser may join only from this waiting room's own page", NULL);
         op_free(op);
@@ -993,7 +994,7 @@ void gw_queue_join(gw_server_t *srv, cm_req_t *req, const char *event)
     if (got > 0) {
         gw_room_t *room = gw_rooms_find(srv->rooms, event);
         if (room == NULL || room->s.gen == op->t.gen || bearer) {
-            cm_counter_inc(srv->m.rejoins);
+            cm_counter_inc(srv->m->queue.rejoins);
             if (op->form) {
                 see_page(op);
                 return;
@@ -1006,4 +1007,19 @@ void gw_queue_join(gw_server_t *srv, cm_req_t *req, const char *event)
     if (bind_key(op) != 0)
         return;
     place_with_proof(op);
+}
+
+void gw_queue_metrics_register(gw_queue_metrics_t *qm, cm_metrics_t *reg)
+{
+    qm->joins = cm_metrics_counter(reg, "onsale_gateway_joins_total",
+                                   "new places handed out (queue and pre-queue)", NULL);
+    qm->rejoins = cm_metrics_counter(reg, "onsale_gateway_rejoins_total",
+                                     "joins answered with the place of a valid ticket", NULL);
+    qm->status_polls =
+        cm_metrics_counter(reg, "onsale_gateway_status_polls_total", "status polls received", NULL);
+    qm->rejected_tickets =
+        cm_metrics_counter(reg, "onsale_gateway_rejected_tickets_total",
+                           "requests with a missing or invalid queue ticket", NULL);
+    qm->rate_limited = cm_metrics_counter(reg, "onsale_gateway_rate_limited_total",
+                                          "joins refused by the per-address limit", NULL);
 }

@@ -17,8 +17,9 @@
 #ifndef GW_QUEUE_H
 #define GW_QUEUE_H
 
-#include "gw_req.h"
 #include "cm_http.h"
+#include "cm_metrics.h"
+#include "gw_req.h"
 
 /** GET /q/{event}/challenge: a proof-of-work challenge for the caller's address block. */
 void gw_queue_challenge(gw_server_t *srv, cm_req_t *req, const char *event);
@@ -48,5 +49,17 @@ typedef struct gw_queued_answer {
 } gw_queued_answer_t;
 
 size_t gw_queue_queued_json(char *out, size_t size, const gw_queued_answer_t *a);
+
+/* The joins' and polls' series, shared by every worker (the registry's are). */
+typedef struct gw_queue_metrics {
+    cm_counter_t *joins;   /* new places handed out (queue and pre-queue) */
+    cm_counter_t *rejoins; /* joins answered from a valid ticket */
+    cm_counter_t *status_polls;
+    cm_counter_t *rejected_tickets; /* a missing or invalid queue ticket */
+    cm_counter_t *rate_limited;     /* joins refused by the per-address limit (gw_limit) */
+} gw_queue_metrics_t;
+
+/** Registers the joins' series in reg and points qm at them. Main thread, at start. */
+void gw_queue_metrics_register(gw_queue_metrics_t *qm, cm_metrics_t *reg);
 
 #endif

@@ -8,6 +8,7 @@
 
 #include <stdio.h>
 
+#include "gw_metrics.h"
 #include "gw_page.h"
 
 void gw_req_start(gw_req_t *r, gw_server_t *srv, cm_req_t *req, gw_endpoint_t ep)
@@ -61,7 +62,7 @@ void gw_reply_gone(gw_req_t *r, bool sold_out)
 
 void gw_reply_unavailable(gw_req_t *r, const char *what, const char *err)
 {
-    cm_counter_inc(r->srv->m.backend_errors);
+    cm_counter_inc(r->srv->m->backend_errors);
     char msg[160];
     snprintf(msg, sizeof(msg), "%s failed (%s); retry shortly", what, err ? err : "error");
     gw_reply_error(r, 503, "unavailable", msg, NULL);

@@ -6,10 +6,11 @@
  * The process (gw_server.c) makes one gw_server_t per worker on the service shell
  * (cm_service), so every module runs single-threaded on its instance's loop. Shared
  * between the instances, read-only after start-up: the config, the signing key and JWKS,
- * the ticket secret; shared and thread-safe: the metrics registry, the per-address join
- * limit and the proof-of-work table. Handlers are asynchronous: each that waits on Redis
- * or the signer allocates an operation embedding gw_req_t and finishes with exactly one
- * gw_reply_*; the reply records the endpoint's latency.
+ * the ticket secret, the modules' series (gw_metrics.h); shared and thread-safe: the
+ * metrics registry, the per-address join limit and the proof-of-work table. Handlers
+ * are asynchronous: each that waits on Redis or the signer allocates an operation
+ * embedding gw_req_t and finishes with exactly one gw_reply_*; the reply records the
+ * endpoint's latency.
  */
 #ifndef GW_REQ_H
 #define GW_REQ_H
@@ -53,23 +54,8 @@ typedef enum {
     GW_EP_COUNT
 } gw_endpoint_t;
 
-typedef struct gw_metrics {
-    cm_counter_t *joins;   /* new places handed out (queue + pre-queue) */
-    cm_counter_t *rejoins; /* joins answered from a valid ticket */
-    cm_counter_t *status_polls;
-    cm_counter_t *admissions;   /* first claims (JWT issued) made through this gateway */
-    cm_counter_t *readmissions; /* repeated polls answered with the same admission */
-    cm_counter_t *rejected_tickets;
-    cm_counter_t *dpop_verified; /* proofs accepted on admitting polls (gw_dpop) */
-    cm_counter_t *dpop_refused;  /* proofs missing, invalid or replayed where required */
-    cm_counter_t *rate_limited;
-    cm_counter_t *pow_challenges; /* proof-of-work challenges handed out */
-    cm_counter_t *pow_refused;    /* joins refused for a missing or bad proof of work */
-    cm_counter_t *backend_errors;
-    cm_counter_t *advance_runs;
-    cm_counter_t *advance_errors;
-    cm_histogram_t *sign_seconds; /* queueing + signing of one admission token */
-} gw_metrics_t;
+/* Every module's series (gw_metrics.h: include it to count). */
+typedef struct gw_metrics gw_metrics_t;
 
 typedef struct gw_server gw_server_t;
 
@@ -79,7 +65,7 @@ struct gw_server {
     int index;           /* worker number; 0 owns what the workers share */
     struct event_base *base;
     cm_redis_t *redis;
-    gw_metrics_t m;
+    gw_metrics_t *m;              /* worker 0's, borrowed by the others */
     unsigned char *ticket_secret; /* the newest of ticket_keys: signs new tickets */
     size_t ticket_secret_len;
     gw_ticket_keys_t ticket_keys; /* every secret of ticket_secret_file, oldest first */

@@ -31,6 +31,7 @@
 #include "gw_admit.h"
 #include "gw_batch.h"
 #include "gw_limit.h"
+#include "gw_metrics.h"
 #include "gw_pow.h"
 #include "gw_rooms.h"
 #include "gw_routes.h"
@@ -46,47 +47,6 @@ static const char *const endpoint_names[GW_EP_COUNT] = {
 };
 
 /* --- start-up ---------------------------------------------------------------------- */
-
-static void register_metrics(gw_server_t *srv)
-{
-    cm_metrics_t *m = srv->svc.metrics;
-    gw_metrics_t *x = &srv->m;
-    x->joins = cm_metrics_counter(m, "onsale_gateway_joins_total",
-                                  "new places handed out (queue and pre-queue)", NULL);
-    x->rejoins = cm_metrics_counter(m, "onsale_gateway_rejoins_total",
-                                    "joins answered with the place of a valid ticket", NULL);
-    x->status_polls =
-        cm_metrics_counter(m, "onsale_gateway_status_polls_total", "status polls received", NULL);
-    x->admissions = cm_metrics_counter(m, "onsale_gateway_admissions_total",
-                                       "admissions claimed through this gateway (first JWT)", NULL);
-    x->readmissions = cm_metrics_counter(m, "onsale_gateway_readmissions_total",
-                                         "polls answered with an admission already issued", NULL);
-    x->rejected_tickets =
-        cm_metrics_counter(m, "onsale_gateway_rejected_tickets_total",
-                           "requests with a missing or invalid queue ticket", NULL);
-    x->dpop_verified = cm_metrics_counter(m, "onsale_gateway_dpop_verified_total",
-                                          "DPoP proofs verified on admitting polls", NULL);
-    x->dpop_refused =
-        cm_metrics_counter(m, "onsale_gateway_dpop_refused_total",
-                           "admitting polls and joins refused for a missing, invalid, wrong-key "
-                           "or replayed DPoP proof",
-                           NULL);
-    x->rate_limited = cm_metrics_counter(m, "onsale_gateway_rate_limited_total",
-                                         "joins refused by the per-address limit", NULL);
-    x->pow_challenges = cm_metrics_counter(m, "onsale_gateway_pow_challenges_total",
-                                           "proof-of-work challenges handed out", NULL);
-    x->pow_refused = cm_metrics_counter(m, "onsale_gateway_pow_refused_total",
-                                        "joins refused for a missing or bad proof of work", NULL);
-    x->backend_errors = cm_metrics_counter(m, "onsale_gateway_backend_errors_total",
-                                           "requests answered 503 (Redis or signer failure)", NULL);
-    x->advance_runs = cm_metrics_counter(m, "onsale_gateway_watermark_advances_total",
-                                         "runs of the watermark advance script", NULL);
-    x->advance_errors = cm_metrics_counter(m, "onsale_gateway_watermark_errors_total",
-                                           "failed runs of the watermark advance script", NULL);
-    x->sign_seconds = cm_metrics_histogram(
-        m, "onsale_gateway_sign_seconds", "queueing plus ES256 signing of one admission token",
-        NULL, cm_metrics_latency_bounds, cm_metrics_latency_nbounds);
-}
 
 static double gauge_redis(void *arg)
 {
@@ -303,9 +263,9 @@ static int on_config_apply(void *arg, const void *p, char *err, size_t errlen)
     return 0;
 }
 
-int gw_server_watch_config(gw_server_t *srv, cm_reload_config_t *rc)
+int gw_server_serve(gw_server_t *srv, cm_reload_config_t *rc)
 {
-    return cm_service_watch_config(srv->svc.svc, rc, on_config_apply, srv);
+    return cm_service_serve(srv->svc.svc, rc, on_config_apply, srv);
 }
 
 static double gauge_pow_bits(void *arg)
@@ -359,7 +319,7 @@ static void worker_new(void *arg, cm_service_t *svc, int i, void *instance, char
     cm_worker_t *w = srv->svc.worker;
     srv->index = i;
     srv->base = srv->svc.base;
-    register_metrics(srv);
+    srv->m = i == 0 ? gw_metrics_new(srv->svc.metrics) : first->m; /* the shared series */
     srv->rooms = gw_rooms_new();
     srv->admit = gw_admit_new((size_t)cfg->admission_cache_size);
     /* the setting is per process: split over the workers (0 stays 0: sign on the loop) */
@@ -450,11 +410,6 @@ err:
 
 /* --- run / shutdown ---------------------------------------------------------------- */
 
-int gw_server_run(gw_server_t *srv)
-{
-    return cm_service_run(srv->svc.svc);
-}
-
 void gw_server_free(gw_server_t *srv)
 {
     if (srv == NULL)
@@ -462,6 +417,7 @@ void gw_server_free(gw_server_t *srv)
     if (srv->svc.svc == NULL || cm_service_instance(srv->svc.svc, 0) == NULL)
         worker_free(srv);          /* the workers were never made */
     cm_service_free(srv->svc.svc); /* every worker, the loops, the shared registry */
+    gw_metrics_free(srv->m);       /* after the workers: their last answers count */
     gw_limit_free(srv->limit);
     gw_pow_free(srv->pow);
     cm_reload_cell_free(srv->signer);

@@ -20,6 +20,7 @@
 #include "cm_log.h"
 #include "cm_mem.h"
 #include "cm_time.h"
+#include "gw_metrics.h"
 #include "gw_rediskeys.h"
 #include "gw_lua.h"
 #include "gw_req.h"
@@ -477,7 +478,7 @@ static void on_advance(const char *err, const cm_redis_reply_t *reply, void *arg
         why = cm_err_server;
     }
     if (why != NULL) {
-        cm_counter_inc(srv->m.advance_errors);
+        cm_counter_inc(srv->m->watermark.advance_errors);
         if (op->cb)
             op->cb(why, NULL, op->arg);
     } else {
@@ -529,12 +530,12 @@ void gw_watermark_refresh(gw_server_t *srv, const char *event, gw_room_cb cb, vo
     argv[argc++] = jump;
     for (size_t i = 0; i < npairs; i++)
         argv[argc++] = r->cfg_raw[i];
-    cm_counter_inc(srv->m.advance_runs);
+    cm_counter_inc(srv->m->watermark.advance_runs);
     int rc =
         cm_redis_eval(srv->redis, gw_lua()->advance, on_advance, op, GW_K_COUNT, argc, argv, NULL);
     free(argv);
     if (rc != 0) {
-        cm_counter_inc(srv->m.advance_errors);
+        cm_counter_inc(srv->m->watermark.advance_errors);
         if (cb)
             cb(cm_err_closed, NULL, arg);
         free(op);
@@ -616,4 +617,12 @@ void gw_watermark_start(gw_server_t *srv)
     srv->tick = evtimer_new(srv->base, on_tick, srv);
     struct timeval tv = {0, 1000};
     evtimer_add(srv->tick, &tv);
+}
+
+void gw_watermark_metrics_register(gw_watermark_metrics_t *wm, cm_metrics_t *reg)
+{
+    wm->advance_runs = cm_metrics_counter(reg, "onsale_gateway_watermark_advances_total",
+                                          "runs of the watermark advance script", NULL);
+    wm->advance_errors = cm_metrics_counter(reg, "onsale_gateway_watermark_errors_total",
+                                            "failed runs of the watermark advance script", NULL);
 }

@@ -165,4 +165,13 @@ int64_t gw_watermark_restore_jump(double join_peak_per_s, uint64_t stale_ms);
 /** Records a sample (at most one per 250 ms) and recomputes the room's rates. */
 void gw_watermark_sample(gw_room_t *room, uint64_t mono_ms);
 
+/* The advance's series. */
+typedef struct gw_watermark_metrics {
+    cm_counter_t *advance_runs;   /* runs of the advance script */
+    cm_counter_t *advance_errors; /* failed runs */
+} gw_watermark_metrics_t;
+
+/** Registers the advance's series in reg and points wm at them. Main thread, at start. */
+void gw_watermark_metrics_register(gw_watermark_metrics_t *wm, cm_metrics_t *reg);
+
 #endif

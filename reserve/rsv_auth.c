@@ -871,3 +871,10 @@ size_t rsv_auth_keys_cache_capacity(rsv_auth_keys_t *k)
     pthread_mutex_unlock(&k->mu);
     return n;
 }
+
+void rsv_auth_metrics_register(rsv_auth_metrics_t *am, cm_metrics_t *reg)
+{
+    am->invalid_tokens =
+        cm_metrics_counter(reg, "onsale_reserve_invalid_tokens_total",
+                           "requests with a missing or invalid admission token", NULL);
+}

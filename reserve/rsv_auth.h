@@ -45,6 +45,7 @@
 
 #include "cm_http.h"
 #include "cm_jwt.h"
+#include "cm_metrics.h"
 #include "cm_redis.h"
 
 struct event_base;
@@ -183,5 +184,13 @@ uint64_t rsv_auth_hits(const rsv_auth_t *a);
 /** Checks refused because the queue was full, or the address was limited. */
 uint64_t rsv_auth_busy(const rsv_auth_t *a);
 uint64_t rsv_auth_limited(const rsv_auth_t *a);
+
+/* The tokens' series (counted where a refusal is answered: rsv_reply_auth). */
+typedef struct rsv_auth_metrics {
+    cm_counter_t *invalid_tokens; /* 401 invalid_token answers */
+} rsv_auth_metrics_t;
+
+/** Registers the tokens' series in reg and points am at them. Main thread, at start. */
+void rsv_auth_metrics_register(rsv_auth_metrics_t *am, cm_metrics_t *reg);
 
 #endif

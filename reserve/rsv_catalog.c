@@ -238,6 +238,19 @@ static rsv_event_t *event_from_json(const char *id, const char *text)
     return ev;
 }
 
+/* --- metrics ------------------------------------------------------------------ */
+
+void rsv_catalog_metrics_register(rsv_catalog_metrics_t *cm, cm_metrics_t *reg)
+{
+    cm->queries = cm_metrics_counter(reg, "onsale_reserve_catalog_queries_total",
+                                     "Postgres queries of the event catalogue (loads, version "
+                                     "checks, event listings; never one per request for an "
+                                     "unknown event)",
+                                     NULL);
+    cm->reseeds = cm_metrics_counter(reg, "onsale_reserve_redis_reseeds_total",
+                                     "events whose Redis state was loaded from Postgres", NULL);
+}
+
 /* --- the cache ---------------------------------------------------------------- */
 
 rsv_catalog_t *rsv_catalog_new(rsv_server_t *srv)
@@ -409,7 +422,7 @@ static void refresh_known(rsv_catalog_t *c, uint64_t now, uint64_t max_age)
     op->c = c;
     op->gen = c->gen_listing = c->gen_seen;
     c->known_loading = true;
-    cm_counter_inc(c->srv->m.catalog_queries);
+    cm_counter_inc(c->srv->m.catalog.queries);
     if (rsv_pg_query_first(c->srv->pg_read, KNOWN_SQL, 0, NULL, on_known, op) != 0) {
         c->known_loading = false;
         free(op);
@@ -626,7 +639,7 @@ static void start_load(rsv_catalog_t *c, entry_t *e)
     const char *params[1] = {e->id};
     e->refreshing = 1;
     e->load_gen = c->gen_seen;
-    cm_counter_inc(c->srv->m.catalog_queries);
+    cm_counter_inc(c->srv->m.catalog.queries);
     if (rsv_pg_query_first(c->srv->pg_read, LOAD_SQL, 1, params, on_loaded, op) != 0) {
         free(op);
         e->refreshing = 0;
@@ -753,7 +766,7 @@ static void catalog_get(rsv_catalog_t *c, const char *event_id, rsv_catalog_cb c
             snprintf(op->id, sizeof(op->id), "%s", e->id);
             const char *params[1] = {e->id};
             e->refreshing = 1;
-            cm_counter_inc(c->srv->m.catalog_queries);
+            cm_counter_inc(c->srv->m.catalog.queries);
             if (rsv_pg_query(c->srv->pg_read, VERSION_SQL, 1, params, on_version, op) != 0) {
                 e->refreshing = 0;
                 free(op);
@@ -819,7 +832,7 @@ static void on_seeded(const char *err, const cm_redis_reply_t *reply, void *arg)
     }
     if (err == NULL) {
         if (cm_redis_reply_int(reply) == 1) {
-            cm_counter_inc(op->c->srv->m.reseeds);
+            cm_counter_inc(op->c->srv->m.catalog.reseeds);
             cm_log(CM_LOG_INFO, "event %s: Redis state loaded from Postgres", op->id);
         }
     }

@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cm_metrics.h"
 #include "cm_parse.h"
 
 /*
@@ -124,5 +125,14 @@ void rsv_catalog_seed(rsv_catalog_t *c, rsv_event_t *ev, rsv_seed_cb cb, void *a
  * Pure: no I/O.
  */
 json_t *rsv_catalog_normalise(const json_t *body, char *err, size_t errlen);
+
+/* The catalogue's series. */
+typedef struct rsv_catalog_metrics {
+    cm_counter_t *queries; /* Postgres queries: loads, version checks, listings */
+    cm_counter_t *reseeds; /* events whose Redis state was loaded from Postgres */
+} rsv_catalog_metrics_t;
+
+/** Registers the catalogue's series in reg and points cm at them. Main thread, at start. */
+void rsv_catalog_metrics_register(rsv_catalog_metrics_t *cm, cm_metrics_t *reg);
 
 #endif

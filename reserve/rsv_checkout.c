@@ -94,12 +94,26 @@ static void reply_text_json(confirm_op_t *op, int code, const char *text)
     rsv_reply_text(&op->r, code, "application/json", text, strlen(text));
 }
 
+/* --- metrics ---------------------------------------------------------------------- */
+
+void rsv_checkout_metrics_register(rsv_checkout_metrics_t *cm, cm_metrics_t *reg)
+{
+    static const double bounds[] = {1, 5, 15, 30, 60, 120, 300, 600, 900, 1800};
+    cm->confirmations = cm_metrics_counter(reg, "onsale_reserve_confirmations_total",
+                                           "holds converted into bookings", NULL);
+    cm->replays = cm_metrics_counter(reg, "onsale_reserve_confirm_replays_total",
+                                     "confirmations answered from a stored result", NULL);
+    cm->hold_to_confirm = cm_metrics_histogram(reg, "onsale_reserve_hold_to_confirm_seconds",
+                                               "time from taking a hold to its confirmation", NULL,
+                                               bounds, sizeof(bounds) / sizeof(bounds[0]));
+}
+
 /* --- the saga ---------------------------------------------------------------------- */
 
 static void on_saga_end(const rsv_saga_end_t *end, void *arg)
 {
     confirm_op_t *op = arg;
-    rsv_metrics_t *m = &op->r.srv->m;
+    rsv_checkout_metrics_t *m = &op->r.srv->m.checkout;
     if (end->err) {
         confirm_unavailable(op, "the checkout", end->err);
         return;
@@ -136,9 +150,9 @@ static void drive_started(confirm_op_t *op, const rsv_pg_result_t *res, bool fre
         rsv_saga_fault(srv, "after", state);
     if (fresh && state == RSV_SAGA_FAILED) {
         /* created → failed, committed with the checkout: the extend's answer. */
-        cm_counter_inc(srv->m.saga_transitions);
+        cm_counter_inc(srv->m.saga.transitions);
         if (op->verdict == RSV_SAGA_EXTEND_EXPIRED)
-            cm_counter_inc(srv->m.holds_expired);
+            cm_counter_inc(srv->m.hold.expired);
         reply_text_json(op, atoi(rsv_pg_result_value(res, 0, 3)), rsv_pg_result_value(res, 0, 4));
         confirm_done(op);
         return;
@@ -160,7 +174,7 @@ static void drive_started(confirm_op_t *op, const rsv_pg_result_t *res, bool fre
     int64_t ext_ms = op->ev->checkout_extension_s * 1000;
     if (fresh && state == RSV_SAGA_PAYMENT_REQUESTED) {
         /* created → hold_extended → payment_requested, committed with the checkout. */
-        cm_counter_add(srv->m.saga_transitions, 2);
+        cm_counter_add(srv->m.saga.transitions, 2);
         rsv_saga_drive_extended(srv, &row, ext_ms, &op->view, on_saga_end, op);
     } else {
         rsv_saga_drive(srv, &row, RSV_SAGA_FOREGROUND, ext_ms, on_saga_end, op);
@@ -170,7 +184,7 @@ static void drive_started(confirm_op_t *op, const rsv_pg_result_t *res, bool fre
 /* A terminal checkout under this key: its stored answer again (201 becomes 200). */
 static void replay(confirm_op_t *op, const rsv_pg_result_t *res)
 {
-    cm_counter_inc(op->r.srv->m.confirm_replays);
+    cm_counter_inc(op->r.srv->m.checkout.replays);
     int code = atoi(rsv_pg_result_value(res, 0, 3));
     if (code == 0 || rsv_pg_result_isnull(res, 0, 4)) {
         op->checkout_id[0] = '\0';

@@ -16,6 +16,7 @@
 
 #include "cm_access.h"
 #include "cm_http.h"
+#include "cm_metrics.h"
 
 typedef struct rsv_server rsv_server_t;
 
@@ -57,5 +58,15 @@ typedef struct rsv_checkout_list {
  */
 const char *rsv_checkout_list_parse(rsv_checkout_list_t *l, const char *older, const char *limit,
                                     const char *rid);
+
+/* The confirmations' series. */
+typedef struct rsv_checkout_metrics {
+    cm_counter_t *confirmations;     /* holds converted into bookings */
+    cm_counter_t *replays;           /* answered from a stored result */
+    cm_histogram_t *hold_to_confirm; /* seconds from the hold to its confirmation */
+} rsv_checkout_metrics_t;
+
+/** Registers the confirmations' series in reg and points cm at them. Main thread, at start. */
+void rsv_checkout_metrics_register(rsv_checkout_metrics_t *cm, cm_metrics_t *reg);
 
 #endif

@@ -37,6 +37,31 @@
 #define MAX_SEATS_PER_HOLD 50
 #define MAX_QUANTITY       100
 
+/* --- metrics ----------------------------------------------------------------- */
+
+const char *const rsv_hold_record_names[RSV_HOLD_RECORD_COUNT] = {
+    [RSV_HOLD_RECORD_MATCHED] = "matched",
+    [RSV_HOLD_RECORD_MISSING] = "missing",
+};
+
+void rsv_hold_metrics_register(rsv_hold_metrics_t *hm, cm_metrics_t *reg)
+{
+    hm->taken = cm_metrics_counter(reg, "onsale_reserve_holds_total", "holds taken", NULL);
+    hm->conflicts =
+        cm_metrics_counter(reg, "onsale_reserve_hold_conflicts_total",
+                           "hold attempts refused: seat held or sold, pool empty", NULL);
+    hm->expired = cm_metrics_counter(reg, "onsale_reserve_holds_expired_total",
+                                     "operations that found their hold expired", NULL);
+    hm->released = cm_metrics_counter(reg, "onsale_reserve_holds_released_total",
+                                      "holds released by their owner", NULL);
+    hm->limit_exceeded = cm_metrics_counter(reg, "onsale_reserve_limit_exceeded_total",
+                                            "hold attempts over max_per_buyer", NULL);
+    cm_metrics_counters(reg, "onsale_reserve_token_records_total",
+                        "first holds whose token was judged by its gateway record "
+                        "(matched: no signature check; missing: verified instead)",
+                        "result", rsv_hold_record_names, RSV_HOLD_RECORD_COUNT, hm->token_records);
+}
+
 /* --- views ------------------------------------------------------------------- */
 
 /* Element i of r as a number (0 when r has no element i, or it is not a number). */
@@ -583,7 +608,7 @@ static void reply_taken(create_op_t *op, const cm_redis_reply_t *reply)
 static void on_create_reply(const char *err, const cm_redis_reply_t *reply, void *arg)
 {
     create_op_t *op = arg;
-    rsv_metrics_t *m = &op->r.srv->m;
+    rsv_hold_metrics_t *m = &op->r.srv->m.hold;
     if (err || cm_redis_reply_type(reply) != CM_REDIS_ARRAY) {
         if (!err)
             cm_log(CM_LOG_ERROR, "hold script: %s", cm_redis_reply_str(reply, NULL) ?: "?");
@@ -594,7 +619,7 @@ static void on_create_reply(const char *err, const cm_redis_reply_t *reply, void
     rsv_hold_take_t took = rsv_hold_take_parse(reply);
     if (op->unverified && took == RSV_HOLD_TAKE_UNVERIFIED) {
         /* No record of this token (not from our gateway, or Redis lost it): verify it. */
-        cm_counter_inc(m->token_records[1]);
+        cm_counter_inc(m->token_records[RSV_HOLD_RECORD_MISSING]);
         op->unverified = false;
         rsv_auth_check(op->r.srv->auth, op->r.svc.req, op->event, false, &op->claims,
                        on_create_verified, op);
@@ -602,7 +627,7 @@ static void on_create_reply(const char *err, const cm_redis_reply_t *reply, void
     }
     if (op->unverified && took != RSV_HOLD_TAKE_NOSEED) {
         /* The record matched: the gateway signed exactly this token. */
-        cm_counter_inc(m->token_records[0]);
+        cm_counter_inc(m->token_records[RSV_HOLD_RECORD_MATCHED]);
         op->unverified = false;
         rsv_auth_remember(op->r.srv->auth, op->r.svc.req, &op->claims);
     }
@@ -613,7 +638,7 @@ static void on_create_reply(const char *err, const cm_redis_reply_t *reply, void
     }
     switch (took) {
     case RSV_HOLD_TAKE_OK:
-        cm_counter_inc(m->holds_taken);
+        cm_counter_inc(m->taken);
         reply_created(op, reply_i64(reply, 1));
         break;
     case RSV_HOLD_TAKE_REPLAY: {
@@ -631,18 +656,18 @@ static void on_create_reply(const char *err, const cm_redis_reply_t *reply, void
                         "this Idempotency-Key was used for a different hold request", NULL);
         break;
     case RSV_HOLD_TAKE_TAKEN:
-        cm_counter_inc(m->hold_conflicts);
+        cm_counter_inc(m->conflicts);
         reply_taken(op, reply);
         break;
     case RSV_HOLD_TAKE_SOLDOUT:
-        cm_counter_inc(m->hold_conflicts);
+        cm_counter_inc(m->conflicts);
         if (reply_is(reply, 1, "sold"))
             rsv_avail_note_sold(op->r.srv->avail, op->ev,
                                 op->ev->nseats + (size_t)(op->pool - op->ev->pools));
         rsv_reply_error(&op->r, 409, "sold_out", "the pool has no units left", NULL);
         break;
     case RSV_HOLD_TAKE_INSUFFICIENT:
-        cm_counter_inc(m->hold_conflicts);
+        cm_counter_inc(m->conflicts);
         rsv_reply_error(&op->r, 409, "insufficient", "fewer units are left than requested",
                         json_pack("{s:I}", "available", (json_int_t)reply_i64(reply, 1)));
         break;
@@ -773,7 +798,7 @@ static bool refuse_known_sold(create_op_t *op)
         size_t item = op->ev->nseats + (size_t)(op->pool - op->ev->pools);
         if (!rsv_avail_known_sold(op->r.srv->avail, op->ev, item))
             return false;
-        cm_counter_inc(op->r.srv->m.hold_conflicts);
+        cm_counter_inc(op->r.srv->m.hold.conflicts);
         rsv_reply_error(&op->r, 409, "sold_out", "the pool has no units left", NULL);
         create_done(op);
         return true;
@@ -793,7 +818,7 @@ static bool refuse_known_sold(create_op_t *op)
     }
     if (sold == NULL)
         return false;
-    cm_counter_inc(op->r.srv->m.hold_conflicts);
+    cm_counter_inc(op->r.srv->m.hold.conflicts);
     rsv_reply_error(&op->r, 409, "seat_unavailable", "a requested seat is held or sold",
                     json_pack("{s:o}", "unavailable", sold));
     create_done(op);
@@ -1003,7 +1028,7 @@ static void on_hold_reply(const char *err, const cm_redis_reply_t *reply, void *
     if (v.status == RSV_HOLD_NOTFOUND || v.status == RSV_HOLD_GONE) {
         rsv_reply_error(&op->r, 404, "unknown_hold", "no such hold of yours", NULL);
     } else if (v.status == RSV_HOLD_EXPIRED) {
-        cm_counter_inc(op->r.srv->m.holds_expired);
+        cm_counter_inc(op->r.srv->m.hold.expired);
         if (op->verb == OP_RELEASE)
             rsv_reply_empty(&op->r, 204); /* already free: releasing is idempotent */
         else
@@ -1017,7 +1042,7 @@ static void on_hold_reply(const char *err, const cm_redis_reply_t *reply, void *
             rsv_reply_error(&op->r, 409, "hold_converted", "the hold was already converted", NULL);
         }
     } else if (op->verb == OP_RELEASE) {
-        cm_counter_inc(op->r.srv->m.holds_released);
+        cm_counter_inc(op->r.srv->m.hold.released);
         rsv_reply_empty(&op->r, 204);
     } else {
         rsv_reply_json(&op->r, 200, hold_json(op->hold_id, op->event, "held", &v, currency));

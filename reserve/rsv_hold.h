@@ -16,13 +16,36 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cm_http.h"
+#include "cm_metrics.h"
 #include "cm_parse.h"
 #include "cm_redis.h"
-#include "cm_http.h"
 
 typedef struct rsv_server rsv_server_t;
 
 #define RSV_HOLD_ID_MAX (32 + 1 + CM_IDENT_MAX)
+
+/* What a first hold learnt from its token's gateway record (the `result` label). */
+typedef enum {
+    RSV_HOLD_RECORD_MATCHED, /* the record matched: no signature check */
+    RSV_HOLD_RECORD_MISSING, /* no record: the signature was verified instead */
+    RSV_HOLD_RECORD_COUNT
+} rsv_hold_record_t;
+
+extern const char *const rsv_hold_record_names[RSV_HOLD_RECORD_COUNT];
+
+/* The holds' series: shared by every worker (the registry's series are). */
+typedef struct rsv_hold_metrics {
+    cm_counter_t *taken;
+    cm_counter_t *conflicts; /* seat held or sold, pool empty */
+    cm_counter_t *expired;   /* operations that found their hold expired (any module) */
+    cm_counter_t *released;
+    cm_counter_t *limit_exceeded; /* over max_per_buyer */
+    cm_counter_t *token_records[RSV_HOLD_RECORD_COUNT];
+} rsv_hold_metrics_t;
+
+/** Registers the holds' series in reg and points hm at them. Main thread, at start. */
+void rsv_hold_metrics_register(rsv_hold_metrics_t *hm, cm_metrics_t *reg);
 
 /*
  * What a hold script answered first (element 1 of its reply): every word the scripts of

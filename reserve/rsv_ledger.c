@@ -108,11 +108,30 @@ static void arrays_free(arrays_t *a)
     free(a->chs);
 }
 
+const char *const rsv_ledger_outcome_names[RSV_LEDGER_NOUTCOMES] = {
+    [RSV_LEDGER_REFUNDING] = "refunding", [RSV_LEDGER_BOOKED] = "booked",
+    [RSV_LEDGER_OPEN] = "open",           [RSV_LEDGER_MISMATCH] = "mismatch",
+    [RSV_LEDGER_UNKNOWN] = "unknown",
+};
+
+const char *const rsv_ledger_scan_names[RSV_LEDGER_SCAN_COUNT] = {
+    [RSV_LEDGER_SCAN_OK] = "ok",
+    [RSV_LEDGER_SCAN_ERROR] = "error",
+};
+
+void rsv_ledger_metrics_register(rsv_ledger_metrics_t *lm, cm_metrics_t *reg)
+{
+    cm_metrics_counters(reg, "onsale_reserve_ledger_charges_total",
+                        "succeeded, unrefunded provider charges seen by the ledger check",
+                        "outcome", rsv_ledger_outcome_names, RSV_LEDGER_NOUTCOMES, lm->charges);
+    cm_metrics_counters(reg, "onsale_reserve_ledger_scans_total", "provider ledger pages read",
+                        "result", rsv_ledger_scan_names, RSV_LEDGER_SCAN_COUNT, lm->scans);
+}
+
 rsv_ledger_outcome_t rsv_ledger_outcome_parse(const char *s)
 {
-    static const char *const names[] = {"refunding", "booked", "open", "mismatch", "unknown"};
     for (int i = 0; i < RSV_LEDGER_NOUTCOMES; i++)
-        if (strcmp(s, names[i]) == 0)
+        if (strcmp(s, rsv_ledger_outcome_names[i]) == 0)
             return (rsv_ledger_outcome_t)i;
     return RSV_LEDGER_UNKNOWN;
 }
@@ -180,7 +199,7 @@ static void on_checked(const char *err, const rsv_pg_result_t *res, void *arg)
         rsv_ledger_outcome_t o = rsv_ledger_outcome_parse(rsv_pg_result_value(res, r, 2));
         const char *state = rsv_pg_result_value(res, r, 3);
         if (!rechecking || o != RSV_LEDGER_OPEN)
-            cm_counter_inc(srv->m.ledger_charges[o]);
+            cm_counter_inc(srv->m.ledger.charges[o]);
         if (o == RSV_LEDGER_REFUNDING)
             cm_log(CM_LOG_WARN,
                    "ledger: charge %s of checkout %s landed after the checkout ended unpaid; "
@@ -227,7 +246,7 @@ static void on_page(const rsv_pay_result_t *res, void *arg)
     rsv_ledger_t *l = arg;
     rsv_server_t *srv = l->srv;
     if (res->outcome != RSV_PAY_LISTED) {
-        cm_counter_inc(srv->m.ledger_scans[1]);
+        cm_counter_inc(srv->m.ledger.scans[RSV_LEDGER_SCAN_ERROR]);
         cm_log(CM_LOG_WARN, "ledger: listing charges: %s (status %d)", res->err ? res->err : "?",
                res->status);
         if (res->status == 404 && l->cursor[0])
@@ -235,7 +254,7 @@ static void on_page(const rsv_pay_result_t *res, void *arg)
         scan_end(l);
         return;
     }
-    cm_counter_inc(srv->m.ledger_scans[0]);
+    cm_counter_inc(srv->m.ledger.scans[RSV_LEDGER_SCAN_OK]);
     if (res->page->n == 0) {
         scan_end(l);
         return;

@@ -27,6 +27,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "cm_metrics.h"
+
 typedef struct rsv_server rsv_server_t;
 typedef struct rsv_ledger rsv_ledger_t;
 
@@ -51,6 +53,23 @@ rsv_ledger_outcome_t rsv_ledger_outcome_parse(const char *s);
  * Pure.
  */
 void rsv_ledger_array_append(char **buf, size_t *len, size_t *cap, const char *v, bool first);
+
+/** The outcomes' names, as onsale_ledger_check writes them (the `outcome` label). */
+extern const char *const rsv_ledger_outcome_names[RSV_LEDGER_NOUTCOMES];
+
+/* How reading a ledger page went (the `result` label of ledger_scans_total). */
+typedef enum { RSV_LEDGER_SCAN_OK, RSV_LEDGER_SCAN_ERROR, RSV_LEDGER_SCAN_COUNT } rsv_ledger_scan_t;
+
+extern const char *const rsv_ledger_scan_names[RSV_LEDGER_SCAN_COUNT];
+
+/* The ledger check's series. */
+typedef struct rsv_ledger_metrics {
+    cm_counter_t *charges[RSV_LEDGER_NOUTCOMES]; /* succeeded, unrefunded charges seen */
+    cm_counter_t *scans[RSV_LEDGER_SCAN_COUNT];  /* provider ledger pages read */
+} rsv_ledger_metrics_t;
+
+/** Registers the ledger check's series in reg and points lm at them. Main thread, at start. */
+void rsv_ledger_metrics_register(rsv_ledger_metrics_t *lm, cm_metrics_t *reg);
 
 /** Starts the timer (nothing when srv->cfg.ledger_interval_ms is 0). NULL then. */
 rsv_ledger_t *rsv_ledger_new(rsv_server_t *srv);

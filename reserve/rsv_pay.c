@@ -85,6 +85,37 @@ struct rsv_pay {
     bool closing;
 };
 
+/* --- metrics ------------------------------------------------------------------------ */
+
+const char *const rsv_pay_outcome_names[RSV_PAY_OUTCOME_COUNT] = {
+    [RSV_PAY_PAID] = "paid",         [RSV_PAY_DECLINED] = "declined", [RSV_PAY_NONE] = "none",
+    [RSV_PAY_REFUNDED] = "refunded", [RSV_PAY_UNKNOWN] = "unknown",   [RSV_PAY_LISTED] = "listed",
+};
+
+const char *const rsv_pay_op_names[RSV_PAY_OP_COUNT] = {
+    [RSV_PAY_OP_CHARGE] = "charge",
+    [RSV_PAY_OP_LOOKUP] = "lookup",
+    [RSV_PAY_OP_REFUND] = "refund",
+    [RSV_PAY_OP_LIST] = "list",
+};
+
+void rsv_pay_metrics_register(rsv_pay_metrics_t *pm, cm_metrics_t *reg)
+{
+    char labels[32];
+    cm_metrics_counters(reg, "onsale_reserve_payment_outcomes_total",
+                        "payment provider answers by outcome", "outcome", rsv_pay_outcome_names,
+                        RSV_PAY_OUTCOME_COUNT, pm->outcomes);
+    for (int op = 0; op < RSV_PAY_OP_COUNT; op++) {
+        pm->latency[op] = NULL;
+        if (op == RSV_PAY_OP_LIST)
+            continue; /* not timed (see rsv_pay_metrics_t) */
+        snprintf(labels, sizeof(labels), "op=\"%s\"", rsv_pay_op_names[op]);
+        pm->latency[op] = cm_metrics_histogram(
+            reg, "onsale_reserve_payment_seconds", "payment provider call latency", labels,
+            cm_metrics_latency_bounds, cm_metrics_latency_nbounds);
+    }
+}
+
 /* --- pure parts ---------------------------------------------------------------------- */
 
 static bool host_char(unsigned char c)
@@ -180,6 +211,7 @@ void rsv_pay_classify(rsv_pay_op_t op, int status, const char *body, size_t len,
         }
         break;
     case RSV_PAY_OP_LIST: /* rsv_pay_parse_list */
+    case RSV_PAY_OP_COUNT:
         break;
     }
     json_decref(doc);

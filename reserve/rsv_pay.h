@@ -25,6 +25,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cm_metrics.h"
+
 struct event_base;
 typedef struct rsv_pay rsv_pay_t;
 
@@ -37,14 +39,34 @@ typedef enum {
     RSV_PAY_REFUNDED, /* the refund exists (id = refund id) */
     RSV_PAY_UNKNOWN,  /* no definite answer: timeout, transport error, 5xx, in progress */
     RSV_PAY_LISTED,   /* list: a page of the ledger (result->page) */
+    RSV_PAY_OUTCOME_COUNT
 } rsv_pay_outcome_t;
+
+/** The outcomes' names (the `outcome` label of payment_outcomes_total). */
+extern const char *const rsv_pay_outcome_names[RSV_PAY_OUTCOME_COUNT];
 
 typedef enum {
     RSV_PAY_OP_CHARGE,
     RSV_PAY_OP_LOOKUP,
     RSV_PAY_OP_REFUND,
-    RSV_PAY_OP_LIST
+    RSV_PAY_OP_LIST,
+    RSV_PAY_OP_COUNT
 } rsv_pay_op_t;
+
+/** The operations' names (the `op` label of payment_seconds). */
+extern const char *const rsv_pay_op_names[RSV_PAY_OP_COUNT];
+
+/*
+ * The payment series, counted by the saga that reads the answers. A list (the ledger's
+ * background pages) is not timed: latency[RSV_PAY_OP_LIST] stays NULL.
+ */
+typedef struct rsv_pay_metrics {
+    cm_counter_t *outcomes[RSV_PAY_OUTCOME_COUNT];
+    cm_histogram_t *latency[RSV_PAY_OP_COUNT];
+} rsv_pay_metrics_t;
+
+/** Registers the payment series in reg and points pm at them. Main thread, at start. */
+void rsv_pay_metrics_register(rsv_pay_metrics_t *pm, cm_metrics_t *reg);
 
 /** One charge of a ledger page. */
 typedef struct rsv_pay_charge {

@@ -21,6 +21,30 @@
 
 #define GAUGE_EVERY_TICKS 5
 
+/* --- metrics ------------------------------------------------------------------------- */
+
+const char *const rsv_reconcile_action_names[RSV_RECONCILE_ACTION_COUNT] = {
+    [RSV_RECONCILE_CLAIMED] = "claimed",
+    [RSV_RECONCILE_FINISHED] = "finished",
+    [RSV_RECONCILE_RELEASED] = "released",
+    [RSV_RECONCILE_LOOKUP] = "lookup",
+};
+
+void rsv_reconcile_metrics_register(rsv_reconcile_metrics_t *rm, cm_metrics_t *reg)
+{
+    cm_metrics_counters(reg, "onsale_reserve_reconciler_actions_total", "reconciler actions",
+                        "action", rsv_reconcile_action_names, RSV_RECONCILE_ACTION_COUNT,
+                        rm->actions);
+    cm_metrics_gauges(reg, "onsale_reserve_checkouts",
+                      "checkouts by state (refreshed every few seconds)", "state",
+                      rsv_saga_state_names, RSV_SAGA_NSTATES, rm->checkouts);
+    rm->oldest_open = cm_metrics_gauge(
+        reg, "onsale_reserve_oldest_open_checkout_seconds",
+        "age of the oldest checkout not yet confirmed, failed, released or refunded (0: none; "
+        "refreshed every few seconds)",
+        NULL);
+}
+
 /* --- the reconciler ------------------------------------------------------------------ */
 
 struct rsv_reconcile {
@@ -45,7 +69,7 @@ static void on_reconciled(const rsv_saga_end_t *end, void *arg)
     rsv_server_t *srv = r->srv;
     r->running--;
     if (end->err == NULL && rsv_saga_is_terminal(end->state))
-        cm_counter_inc(srv->m.reconcile_finished);
+        cm_counter_inc(srv->m.reconcile.actions[RSV_RECONCILE_FINISHED]);
     cm_log(CM_LOG_INFO, "reconciler: checkout now %s%s%s", rsv_saga_state_name(end->state),
            end->err ? ": " : "", end->err ? end->err : "");
     reconcile_release(r);
@@ -112,7 +136,7 @@ static void on_claimed(const char *err, const rsv_pg_result_t *res, void *arg)
         snprintf(b->id, sizeof(b->id), "%s", row.id);
         b->attempts = atoi(rsv_pg_result_value(res, i, 11));
         r->running++;
-        cm_counter_inc(r->srv->m.reconcile_claimed);
+        cm_counter_inc(r->srv->m.reconcile.actions[RSV_RECONCILE_CLAIMED]);
         cm_log(CM_LOG_INFO, "reconciler: checkout %s in %s (attempt %d)", row.id,
                rsv_pg_result_value(res, i, 1), b->attempts);
         rsv_saga_drive(r->srv, &row, RSV_SAGA_BACKGROUND, 0, on_bg_end, b);
@@ -122,11 +146,11 @@ static void on_claimed(const char *err, const rsv_pg_result_t *res, void *arg)
 
 static void on_state_counts(const char *err, const rsv_pg_result_t *res, void *arg)
 {
-    rsv_server_t *srv = arg;
+    rsv_reconcile_metrics_t *m = &((rsv_server_t *)arg)->m.reconcile;
     if (err)
         return;
     for (int k = 0; k < RSV_SAGA_NSTATES; k++)
-        cm_gauge_set(srv->m.checkouts_by_state[k], 0);
+        cm_gauge_set(m->checkouts[k], 0);
     double oldest = 0;
     for (int i = 0; i < rsv_pg_result_rows(res); i++) {
         rsv_saga_state_t st = rsv_saga_state_parse(rsv_pg_result_value(res, i, 0));
@@ -135,9 +159,9 @@ static void on_state_counts(const char *err, const rsv_pg_result_t *res, void *a
         double age = strtod(rsv_pg_result_value(res, i, 2), NULL);
         if (!rsv_saga_is_terminal(st) && age > oldest)
             oldest = age;
-        cm_gauge_set(srv->m.checkouts_by_state[st], strtod(rsv_pg_result_value(res, i, 1), NULL));
+        cm_gauge_set(m->checkouts[st], strtod(rsv_pg_result_value(res, i, 1), NULL));
     }
-    cm_gauge_set(srv->m.oldest_open_checkout, oldest);
+    cm_gauge_set(m->oldest_open, oldest);
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)

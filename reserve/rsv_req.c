@@ -2,7 +2,8 @@
  * rsv_req — the reserve's request context and replies (see rsv_req.h): thin names over
  * the service shell's (cm_service), plus what only the reserve answers: a refused
  * admission token (rsv_auth's results, docs/api.md "Admission tokens" and "DPoP"), and a
- * backend failure counted in onsale_reserve_backend_errors_total. Worker threads.
+ * backend failure counted in onsale_reserve_backend_errors_total. Worker threads; the
+ * metrics' registration gathers each module's on the main thread.
  */
 #include "rsv_req.h"
 
@@ -11,6 +12,21 @@
 #include "cm_err.h"
 #include "cm_log.h"
 #include "rsv_auth.h"
+
+void rsv_metrics_register(rsv_metrics_t *m, cm_metrics_t *reg)
+{
+    rsv_hold_metrics_register(&m->hold, reg);
+    rsv_auth_metrics_register(&m->auth, reg);
+    rsv_saga_metrics_register(&m->saga, reg);
+    rsv_checkout_metrics_register(&m->checkout, reg);
+    rsv_catalog_metrics_register(&m->catalog, reg);
+    m->backend_errors =
+        cm_metrics_counter(reg, "onsale_reserve_backend_errors_total",
+                           "requests answered 503 because Redis or Postgres failed", NULL);
+    rsv_reconcile_metrics_register(&m->reconcile, reg);
+    rsv_ledger_metrics_register(&m->ledger, reg);
+    rsv_pay_metrics_register(&m->pay, reg);
+}
 
 void rsv_req_start(rsv_req_t *r, rsv_server_t *srv, cm_req_t *req, rsv_endpoint_t ep)
 {
@@ -89,7 +105,7 @@ void rsv_reply_auth(rsv_req_t *r, int result, const char *why)
                         "too many invalid admission tokens from this address; retry later", NULL);
         return;
     }
-    cm_counter_inc(r->srv->m.invalid_tokens);
+    cm_counter_inc(r->srv->m.auth.invalid_tokens);
     cm_log(CM_LOG_DEBUG, "rejected admission token: %s", why ? why : "?");
     cm_http_add_header(r->svc.req, "WWW-Authenticate", "Bearer error=\"invalid_token\"");
     rsv_reply_error(r, 401, "invalid_token", "a valid admission token is required", NULL);

@@ -23,9 +23,15 @@
 #include "cm_redis.h"
 #include "cm_reload.h"
 #include "cm_service.h"
+#include "rsv_auth.h"
+#include "rsv_catalog.h"
+#include "rsv_checkout.h"
 #include "rsv_config.h"
+#include "rsv_hold.h"
+#include "rsv_ledger.h"
 #include "rsv_pay.h"
 #include "rsv_pg.h"
+#include "rsv_reconcile.h"
 
 struct event_base;
 typedef struct rsv_auth rsv_auth_t;
@@ -58,39 +64,25 @@ typedef enum {
     RSV_EP_COUNT
 } rsv_endpoint_t;
 
+/*
+ * The reserve's series, one struct per module that counts them (each declared and
+ * registered in its module's header); only backend_errors is the replies' own.
+ */
 typedef struct rsv_metrics {
-    cm_counter_t *holds_taken;
-    cm_counter_t *hold_conflicts;
-    cm_counter_t *holds_expired;
-    cm_counter_t *holds_released;
-    cm_counter_t *limit_exceeded;
-    cm_counter_t *invalid_tokens;
-    cm_counter_t *token_records[2]; /* matched, missing (rsv_hold: a first hold's record) */
-    cm_counter_t *uniqueness_conflicts;
-    cm_counter_t *confirmations;
-    cm_counter_t *confirm_replays;
-    cm_counter_t *reseeds;
-    cm_counter_t *backend_errors;
-    cm_histogram_t *hold_to_confirm;
-    /* checkout saga (rsv_reconcile) */
-    cm_counter_t *saga_transitions;
-    cm_counter_t *refunds;
-    cm_counter_t *late_payments;
-    cm_counter_t *reconcile_claimed;
-    cm_counter_t *reconcile_finished;
-    cm_counter_t *reconcile_released;
-    cm_counter_t *reconcile_lookups;
-    cm_counter_t *catalog_queries;   /* Postgres queries the event catalogue issued */
-    cm_counter_t *booking_failures;  /* booking inserts that failed (not a conflict) */
-    cm_counter_t *booking_abandoned; /* paid checkouts refunded after book_max_attempts */
-    cm_counter_t *ledger_charges[5]; /* ledger reconciliation, by rsv_ledger outcome */
-    cm_counter_t *ledger_scans[2];   /* ok, error */
-    /* by rsv_pay_outcome_t: one per value of the enum */
-    cm_counter_t *pay_outcomes[RSV_PAY_LISTED + 1];
-    cm_histogram_t *pay_latency[3];     /* by rsv_pay_op_t */
-    cm_gauge_t *checkouts_by_state[13]; /* by rsv_saga_state_names */
-    cm_gauge_t *oldest_open_checkout;   /* age (s) of the oldest non-terminal checkout */
+    rsv_hold_metrics_t hold;
+    rsv_auth_metrics_t auth;
+    rsv_saga_metrics_t saga;
+    rsv_checkout_metrics_t checkout;
+    rsv_catalog_metrics_t catalog;
+    cm_counter_t *backend_errors; /* 503s for a Redis or Postgres failure (rsv_reply_unavailable) */
+    rsv_reconcile_metrics_t reconcile;
+    rsv_ledger_metrics_t ledger;
+    rsv_pay_metrics_t pay;
 } rsv_metrics_t;
+
+/** Registers every module's series in reg (one registry for all workers: the same series
+ *  come back to each) and points m at them. Main thread, before the worker's loop. */
+void rsv_metrics_register(rsv_metrics_t *m, cm_metrics_t *reg);
 
 typedef struct rsv_server rsv_server_t;
 

@@ -51,6 +51,26 @@ void rsv_saga_fault(rsv_server_t *srv, const char *when, rsv_saga_state_t state)
     }
 }
 
+void rsv_saga_metrics_register(rsv_saga_metrics_t *sm, cm_metrics_t *reg)
+{
+    sm->transitions = cm_metrics_counter(reg, "onsale_reserve_checkout_transitions_total",
+                                         "checkout saga transitions committed", NULL);
+    sm->refunds = cm_metrics_counter(reg, "onsale_reserve_refunds_total",
+                                     "payments refunded (hold expired or unit taken)", NULL);
+    sm->late_payments =
+        cm_metrics_counter(reg, "onsale_reserve_late_payments_total",
+                           "payments that succeeded after their hold expired", NULL);
+    sm->uniqueness_conflicts =
+        cm_metrics_counter(reg, "onsale_reserve_uniqueness_conflicts_total",
+                           "bookings refused by the Postgres unique constraint", NULL);
+    sm->booking_failures = cm_metrics_counter(
+        reg, "onsale_reserve_booking_failures_total",
+        "paid checkouts whose booking insert failed (not a unique conflict)", NULL);
+    sm->booking_abandoned = cm_metrics_counter(
+        reg, "onsale_reserve_bookings_abandoned_total",
+        "paid checkouts refunded because the booking kept failing (alert on any)", NULL);
+}
+
 /* --- one drive ------------------------------------------------------------------------- */
 
 typedef struct saga {
@@ -182,7 +202,7 @@ static void moved_first(saga_t *s, const rsv_pg_result_t *res)
         /* A charge that outlived its checkout (given up as unpaid meanwhile): it holds
          * money, so it is not terminal after all. refunding keeps the charge id and
          * the reconciler retries the refund until the provider confirms it. */
-        cm_counter_inc(s->srv->m.late_payments);
+        cm_counter_inc(s->srv->m.saga.late_payments);
         snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "late_charge");
         step(s, NULL, RSV_SAGA_REFUNDING, "a charge landed after the checkout had ended: refund", 0,
              NULL, lease_s(s));
@@ -205,8 +225,8 @@ static void on_step(const char *err, const rsv_pg_result_t *res, void *arg)
         moved_first(s, res);
         return;
     }
-    rsv_metrics_t *m = &s->srv->m;
-    cm_counter_inc(m->saga_transitions);
+    rsv_saga_metrics_t *m = &s->srv->m.saga;
+    cm_counter_inc(m->transitions);
     s->row.state = s->to;
     rsv_saga_fault(s->srv, "after", s->row.state);
     switch (s->row.state) {
@@ -370,7 +390,7 @@ static void on_extended(const char *err, const cm_redis_reply_t *reply, void *ar
         saga_fail(s, "extending the hold", cm_err_protocol);
         return;
     case RSV_SAGA_EXTEND_EXPIRED:
-        cm_counter_inc(s->srv->m.holds_expired);
+        cm_counter_inc(s->srv->m.hold.expired);
         /* fall through */
     default:
         step(s, from, RSV_SAGA_FAILED, reason, code, body, -1);
@@ -396,7 +416,7 @@ static void extend_hold(saga_t *s)
 
 static void record_payment(saga_t *s, const rsv_pay_result_t *res)
 {
-    rsv_metrics_t *m = &s->srv->m;
+    rsv_reconcile_metrics_t *m = &s->srv->m.reconcile;
     const rsv_saga_state_t *from = FROM(RSV_SAGA_PAYMENT_REQUESTED, RSV_SAGA_UNKNOWN);
     switch (res->outcome) {
     case RSV_PAY_PAID:
@@ -408,7 +428,7 @@ static void record_payment(saga_t *s, const rsv_pay_result_t *res)
         step(s, from, RSV_SAGA_DECLINED, "the provider declined the charge", 0, NULL, lease_s(s));
         return;
     case RSV_PAY_NONE:
-        cm_counter_inc(m->reconcile_released);
+        cm_counter_inc(m->actions[RSV_RECONCILE_RELEASED]);
         step(s, from, RSV_SAGA_RELEASED, "the provider has no charge under this checkout's key",
              409,
              error_text(s, "payment_not_completed",
@@ -431,17 +451,16 @@ static void record_payment(saga_t *s, const rsv_pay_result_t *res)
 static void on_payment(const rsv_pay_result_t *res, void *arg)
 {
     saga_t *s = arg;
-    rsv_metrics_t *m = &s->srv->m;
-    cm_counter_inc(m->pay_outcomes[res->outcome]);
+    cm_counter_inc(s->srv->m.pay.outcomes[res->outcome]);
     if (res->outcome == RSV_PAY_PAID)
         rsv_saga_fault(s->srv, "before", RSV_SAGA_PAID);
     record_payment(s, res);
 }
 
-static void on_pay_timed(const rsv_pay_result_t *res, void *arg, int op)
+static void on_pay_timed(const rsv_pay_result_t *res, void *arg, rsv_pay_op_t op)
 {
     saga_t *s = arg;
-    cm_histogram_observe(s->srv->m.pay_latency[op], res->seconds);
+    cm_histogram_observe(s->srv->m.pay.latency[op], res->seconds);
 }
 
 static void on_charge(const rsv_pay_result_t *res, void *arg)
@@ -466,7 +485,7 @@ static void charge(saga_t *s)
 
 static void lookup(saga_t *s)
 {
-    cm_counter_inc(s->srv->m.reconcile_lookups);
+    cm_counter_inc(s->srv->m.reconcile.actions[RSV_RECONCILE_LOOKUP]);
     if (rsv_pay_lookup(s->srv->pay, s->row.id, on_lookup, s) != 0)
         saga_fail(s, "asking the provider", cm_err_shutdown);
 }
@@ -631,7 +650,7 @@ static book_outcome_t book_outcome(const char *outcome)
 static void booked(saga_t *s)
 {
     s->row.state = RSV_SAGA_CONFIRMED;
-    cm_counter_add(s->srv->m.saga_transitions, 2);
+    cm_counter_add(s->srv->m.saga.transitions, 2);
     rsv_saga_fault(s->srv, "after", RSV_SAGA_CONFIRMED);
     double age =
         s->view.created_ms > 0 ? (double)(cm_time_wall_ms() - s->view.created_ms) / 1000.0 : -1;
@@ -646,18 +665,18 @@ static void booked(saga_t *s)
 static void book_refused(saga_t *s, const char *reason, const char *detail, int failures)
 {
     if (strcmp(reason, "booking_failed") == 0) {
-        cm_counter_inc(s->srv->m.booking_failures);
-        cm_counter_inc(s->srv->m.booking_abandoned);
+        cm_counter_inc(s->srv->m.saga.booking_failures);
+        cm_counter_inc(s->srv->m.saga.booking_abandoned);
         cm_log(CM_LOG_ERROR,
                "checkout %s: booking failed %d times (%s); the payment is refunded (alert: "
                "paid and not booked)",
                s->row.id, failures, detail);
     } else {
-        cm_counter_inc(s->srv->m.uniqueness_conflicts);
+        cm_counter_inc(s->srv->m.saga.uniqueness_conflicts);
     }
     s->row.state = RSV_SAGA_REFUNDING;
     snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "%s", reason);
-    cm_counter_inc(s->srv->m.saga_transitions);
+    cm_counter_inc(s->srv->m.saga.transitions);
     rsv_saga_fault(s->srv, "after", RSV_SAGA_REFUNDING);
 }
 
@@ -694,7 +713,7 @@ static void on_booked(const char *err, const rsv_pg_result_t *res, void *arg)
         break;
     case BOOK_FAILED:
         /* Not a conflict: retried by the reconciler, refunded after book_max_attempts. */
-        cm_counter_inc(s->srv->m.booking_failures);
+        cm_counter_inc(s->srv->m.saga.booking_failures);
         cm_log(CM_LOG_WARN, "checkout %s: booking failed (attempt %d of %lld): %s", s->row.id,
                failures, (long long)s->srv->cfg.book_max_attempts, detail);
         saga_fail(s, "booking", cm_err_server);
@@ -736,7 +755,7 @@ static void on_converted(const char *err, const cm_redis_reply_t *reply, void *a
     }
     if (s->view.status != RSV_HOLD_OK) {
         /* The payment outlived the hold (or the hold is gone): it goes back. */
-        cm_counter_inc(s->srv->m.late_payments);
+        cm_counter_inc(s->srv->m.saga.late_payments);
         snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "hold_expired");
         step(s, NULL, RSV_SAGA_REFUNDING, "paid, but the hold had expired at conversion: refund", 0,
              NULL, lease_s(s));
@@ -924,7 +943,7 @@ static void advance(saga_t *s)
         if (fg) {
             extend_hold(s);
         } else {
-            cm_counter_inc(s->srv->m.reconcile_released);
+            cm_counter_inc(s->srv->m.reconcile.actions[RSV_RECONCILE_RELEASED]);
             step(s, NULL, RSV_SAGA_RELEASED, "abandoned before payment was requested", 409,
                  error_text(s, "payment_not_completed",
                             "the checkout was abandoned before payment; nothing was charged", NULL),

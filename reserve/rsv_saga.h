@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "cm_access.h"
+#include "cm_metrics.h"
 #include "cm_parse.h"
 #include "rsv_hold.h"
 #include "rsv_pay.h"
@@ -124,5 +125,18 @@ rsv_saga_refund_t rsv_saga_refund_why(const char *reason);
 
 /** Kills the process (SIGKILL) when `when`:<state's name> is a configured fault point. */
 void rsv_saga_fault(rsv_server_t *srv, const char *when, rsv_saga_state_t state);
+
+/* The saga's series (the confirm handler counts the transitions committed with a checkout). */
+typedef struct rsv_saga_metrics {
+    cm_counter_t *transitions; /* checkout transitions committed */
+    cm_counter_t *refunds;
+    cm_counter_t *late_payments;        /* succeeded after their hold expired */
+    cm_counter_t *uniqueness_conflicts; /* bookings refused by the unique constraint */
+    cm_counter_t *booking_failures;     /* booking inserts that failed (not a conflict) */
+    cm_counter_t *booking_abandoned;    /* paid checkouts refunded after book_max_attempts */
+} rsv_saga_metrics_t;
+
+/** Registers the saga's series in reg and points sm at them. Main thread, at start. */
+void rsv_saga_metrics_register(rsv_saga_metrics_t *sm, cm_metrics_t *reg);
 
 #endif

@@ -46,120 +46,6 @@ static const char *const endpoint_names[RSV_EP_COUNT] = {
 
 /* --- lifecycle ----------------------------------------------------------------------- */
 
-static void register_saga_metrics(rsv_server_t *srv)
-{
-    cm_metrics_t *m = srv->svc.metrics;
-    rsv_metrics_t *x = &srv->m;
-    static const char *const outcomes[] = {"paid",     "declined", "none",
-                                           "refunded", "unknown",  "listed"};
-    static const char *const ops[] = {"charge", "lookup", "refund"};
-    char labels[64];
-    x->saga_transitions = cm_metrics_counter(m, "onsale_reserve_checkout_transitions_total",
-                                             "checkout saga transitions committed", NULL);
-    x->refunds = cm_metrics_counter(m, "onsale_reserve_refunds_total",
-                                    "payments refunded (hold expired or unit taken)", NULL);
-    x->late_payments = cm_metrics_counter(m, "onsale_reserve_late_payments_total",
-                                          "payments that succeeded after their hold expired", NULL);
-    x->reconcile_claimed = cm_metrics_counter(m, "onsale_reserve_reconciler_actions_total",
-                                              "reconciler actions", "action=\"claimed\"");
-    x->reconcile_finished = cm_metrics_counter(m, "onsale_reserve_reconciler_actions_total",
-                                               "reconciler actions", "action=\"finished\"");
-    x->reconcile_released = cm_metrics_counter(m, "onsale_reserve_reconciler_actions_total",
-                                               "reconciler actions", "action=\"released\"");
-    x->reconcile_lookups = cm_metrics_counter(m, "onsale_reserve_reconciler_actions_total",
-                                              "reconciler actions", "action=\"lookup\"");
-    x->catalog_queries =
-        cm_metrics_counter(m, "onsale_reserve_catalog_queries_total",
-                           "Postgres queries of the event catalogue (loads, version checks, "
-                           "event listings; never one per request for an unknown event)",
-                           NULL);
-    x->booking_failures = cm_metrics_counter(
-        m, "onsale_reserve_booking_failures_total",
-        "paid checkouts whose booking insert failed (not a unique conflict)", NULL);
-    x->booking_abandoned = cm_metrics_counter(
-        m, "onsale_reserve_bookings_abandoned_total",
-        "paid checkouts refunded because the booking kept failing (alert on any)", NULL);
-    static const char *const ledger[] = {"refunding", "booked", "open", "mismatch", "unknown"};
-    for (int i = 0; i < 5; i++) {
-        snprintf(labels, sizeof(labels), "outcome=\"%s\"", ledger[i]);
-        x->ledger_charges[i] = cm_metrics_counter(
-            m, "onsale_reserve_ledger_charges_total",
-            "succeeded, unrefunded provider charges seen by the ledger check", labels);
-    }
-    x->ledger_scans[0] = cm_metrics_counter(m, "onsale_reserve_ledger_scans_total",
-                                            "provider ledger pages read", "result=\"ok\"");
-    x->ledger_scans[1] = cm_metrics_counter(m, "onsale_reserve_ledger_scans_total",
-                                            "provider ledger pages read", "result=\"error\"");
-    _Static_assert(sizeof(outcomes) / sizeof(outcomes[0]) ==
-                       sizeof(x->pay_outcomes) / sizeof(x->pay_outcomes[0]),
-                   "a payment outcome name per rsv_pay_outcome_t value");
-    for (size_t i = 0; i < sizeof(outcomes) / sizeof(outcomes[0]); i++) {
-        snprintf(labels, sizeof(labels), "outcome=\"%s\"", outcomes[i]);
-        x->pay_outcomes[i] = cm_metrics_counter(m, "onsale_reserve_payment_outcomes_total",
-                                                "payment provider answers by outcome", labels);
-    }
-    for (int i = 0; i < 3; i++) {
-        snprintf(labels, sizeof(labels), "op=\"%s\"", ops[i]);
-        x->pay_latency[i] = cm_metrics_histogram(
-            m, "onsale_reserve_payment_seconds", "payment provider call latency", labels,
-            cm_metrics_latency_bounds, cm_metrics_latency_nbounds);
-    }
-    for (int i = 0; i < RSV_SAGA_NSTATES; i++) {
-        snprintf(labels, sizeof(labels), "state=\"%s\"", rsv_saga_state_names[i]);
-        x->checkouts_by_state[i] =
-            cm_metrics_gauge(m, "onsale_reserve_checkouts",
-                             "checkouts by state (refreshed every few seconds)", labels);
-    }
-    x->oldest_open_checkout = cm_metrics_gauge(
-        m, "onsale_reserve_oldest_open_checkout_seconds",
-        "age of the oldest checkout not yet confirmed, failed, released or refunded (0: none; "
-        "refreshed every few seconds)",
-        NULL);
-}
-
-static void register_metrics(rsv_server_t *srv)
-{
-    cm_metrics_t *m = srv->svc.metrics;
-    rsv_metrics_t *x = &srv->m;
-    x->holds_taken = cm_metrics_counter(m, "onsale_reserve_holds_total", "holds taken", NULL);
-    x->hold_conflicts =
-        cm_metrics_counter(m, "onsale_reserve_hold_conflicts_total",
-                           "hold attempts refused: seat held or sold, pool empty", NULL);
-    x->holds_expired = cm_metrics_counter(m, "onsale_reserve_holds_expired_total",
-                                          "operations that found their hold expired", NULL);
-    x->holds_released = cm_metrics_counter(m, "onsale_reserve_holds_released_total",
-                                           "holds released by their owner", NULL);
-    x->limit_exceeded = cm_metrics_counter(m, "onsale_reserve_limit_exceeded_total",
-                                           "hold attempts over max_per_buyer", NULL);
-    x->invalid_tokens =
-        cm_metrics_counter(m, "onsale_reserve_invalid_tokens_total",
-                           "requests with a missing or invalid admission token", NULL);
-    x->token_records[0] =
-        cm_metrics_counter(m, "onsale_reserve_token_records_total",
-                           "first holds whose token was judged by its gateway record "
-                           "(matched: no signature check; missing: verified instead)",
-                           "result=\"matched\"");
-    x->token_records[1] =
-        cm_metrics_counter(m, "onsale_reserve_token_records_total", NULL, "result=\"missing\"");
-    x->uniqueness_conflicts =
-        cm_metrics_counter(m, "onsale_reserve_uniqueness_conflicts_total",
-                           "bookings refused by the Postgres unique constraint", NULL);
-    x->confirmations = cm_metrics_counter(m, "onsale_reserve_confirmations_total",
-                                          "holds converted into bookings", NULL);
-    x->confirm_replays = cm_metrics_counter(m, "onsale_reserve_confirm_replays_total",
-                                            "confirmations answered from a stored result", NULL);
-    x->reseeds = cm_metrics_counter(m, "onsale_reserve_redis_reseeds_total",
-                                    "events whose Redis state was loaded from Postgres", NULL);
-    x->backend_errors =
-        cm_metrics_counter(m, "onsale_reserve_backend_errors_total",
-                           "requests answered 503 because Redis or Postgres failed", NULL);
-    static const double h2c[] = {1, 5, 15, 30, 60, 120, 300, 600, 900, 1800};
-    x->hold_to_confirm = cm_metrics_histogram(m, "onsale_reserve_hold_to_confirm_seconds",
-                                              "time from taking a hold to its confirmation", NULL,
-                                              h2c, sizeof(h2c) / sizeof(h2c[0]));
-    register_saga_metrics(srv);
-}
-
 static double gauge_pg(void *arg)
 {
     return rsv_pg_connected(((rsv_server_t *)arg)->pg);
@@ -219,9 +105,9 @@ static int on_config_apply(void *arg, const void *p, char *err, size_t errlen)
     return 0;
 }
 
-int rsv_server_watch_config(rsv_server_t *srv, cm_reload_config_t *rc)
+int rsv_server_serve(rsv_server_t *srv, cm_reload_config_t *rc)
 {
-    return cm_service_watch_config(srv->svc.svc, rc, on_config_apply, srv);
+    return cm_service_serve(srv->svc.svc, rc, on_config_apply, srv);
 }
 
 /* One worker's instance on its loop; the shared parts are borrowed from worker 0. */
@@ -243,7 +129,7 @@ static void worker_new(void *arg, cm_service_t *svc, int i, void *instance, char
     cm_worker_t *w = srv->svc.worker;
     srv->index = i;
     srv->base = srv->svc.base;
-    register_metrics(srv);
+    rsv_metrics_register(&srv->m, srv->svc.metrics);
     /* Thread counts and the Postgres pool are per process: split over the workers. */
     int pool = (int)((cfg->pg_pool_size + n - 1) / n);
     rsv_auth_config_t ac = {
@@ -294,11 +180,6 @@ static void worker_new(void *arg, cm_service_t *svc, int i, void *instance, char
                     gauge_redis, srv);
     cm_worker_readiness(w, backends_ready, srv);
     err[0] = '\0'; /* made: whatever a step wrote there is no error */
-}
-
-int rsv_server_run(rsv_server_t *srv)
-{
-    return cm_service_run(srv->svc.svc);
 }
 
 /* One worker's own parts (not the shared ones). */

@@ -16,18 +16,16 @@
  * instance; returns worker 0's. NULL + err.
  */
 rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen);
-/** Runs every worker until SIGTERM/SIGINT and the drain of in-flight requests. */
-int rsv_server_run(rsv_server_t *srv);
 /** Frees every worker (given worker 0); the config strings are the caller's. NULL is fine. */
 void rsv_server_free(rsv_server_t *srv);
 
 /**
- * Main thread, before rsv_server_run: GET /admin/config shows rc's effective
+ * Main thread: runs every worker until SIGTERM/SIGINT and the drain of in-flight
+ * requests (cm_service_serve). Meanwhile GET /admin/config shows rc's effective
  * configuration, and each SIGHUP applies its live keys (rsv_config_live: the log level,
- * the operators' token re-read from admin_token_file, cors_origins). rc (borrowed) must
- * outlive the hook: free it before the server. 0, or -1 when the hook cannot be installed.
+ * the operators' token re-read from admin_token_file, cors_origins). rc is taken: freed
+ * before this returns, so free the server after. 0 after a clean stop, else 1.
  */
-__attribute__((warn_unused_result)) int rsv_server_watch_config(rsv_server_t *srv,
-                                                                cm_reload_config_t *rc);
+int rsv_server_serve(rsv_server_t *srv, cm_reload_config_t *rc);
 
 #endif

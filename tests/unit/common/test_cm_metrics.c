@@ -65,6 +65,29 @@ static void test_counters_share_help(void **state)
     cm_metrics_free(m);
 }
 
+static void test_series_by_label_value(void **state)
+{
+    (void)state;
+    cm_metrics_t *m = cm_metrics_new();
+    static const char *const results[] = {"ok", "error"};
+    cm_counter_t *scans[2];
+    cm_gauge_t *states[2];
+    cm_metrics_counters(m, "t_scans_total", "scans", "result", results, 2, scans);
+    cm_metrics_gauges(m, "t_states", "states", "state", results, 2, states);
+    cm_counter_add(scans[1], 3);
+    cm_gauge_set(states[0], 7);
+    assert_ptr_equal(cm_metrics_counter(m, "t_scans_total", NULL, "result=\"error\""), scans[1]);
+    assert_render(m, "# HELP t_scans_total scans\n"
+                     "# TYPE t_scans_total counter\n"
+                     "t_scans_total{result=\"ok\"} 0\n"
+                     "t_scans_total{result=\"error\"} 3\n"
+                     "# HELP t_states states\n"
+                     "# TYPE t_states gauge\n"
+                     "t_states{state=\"ok\"} 7\n"
+                     "t_states{state=\"error\"} 0\n");
+    cm_metrics_free(m);
+}
+
 static double read_double(void *arg)
 {
     return *(double *)arg;
@@ -268,6 +291,7 @@ int main(void)
         cmocka_unit_test(test_empty),
         cmocka_unit_test(test_counters_share_help),
         cmocka_unit_test(test_gauges),
+        cmocka_unit_test(test_series_by_label_value),
         cmocka_unit_test(test_histogram),
         cmocka_unit_test(test_latency_bounds),
         cmocka_unit_test(test_family_order_with_mixed_registration),
