@@ -2,15 +2,16 @@
  * gw_limit — see gw_limit.h. The buckets live in a cm_addrtab keyed by the hash of the
  * address's bucket key (gw_limit_key), PROBES slots looked at per call, the bucket idle
  * longest given to a new address when they are all taken. One table serves every worker
- * thread (an address gets its rate once per process, not once per worker). The limiter's
- * own mutex guards the rate and burst and is held around each table call, so a reload's
- * new burst and the capping of every bucket to it are one step for the takers; lock order:
- * the limiter's, then the table's.
+ * thread (an address gets its rate once per process, not once per worker), and its lock
+ * is the only one a take holds. The rate and burst are read atomically: a reload stores
+ * them, then caps every bucket to the new burst in one walk of the table; a take racing
+ * with it may still refill one bucket to the old burst once, and its next take caps it.
  */
 #include "gw_limit.h"
 
 #include <arpa/inet.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,11 +29,11 @@ typedef struct bucket {
 } bucket_t;
 
 struct gw_limit {
-    pthread_mutex_t lock;
-    double per_ms, burst; /* under lock */
+    pthread_mutex_t lock; /* serialises gw_limit_set (the takers never take it) */
+    _Atomic double per_ms, burst;
     size_t slots;
-    cm_addrtab_t *tab; /* NULL while unlimited and never limited; set under lock */
-    bool on; /* per_minute > 0: read atomically before the lock (the unlimited fast path) */
+    cm_addrtab_t *tab; /* NULL while unlimited and never limited; published atomically */
+    bool on;           /* per_minute > 0: loaded atomically (the unlimited fast path) */
 };
 
 static int64_t last_used(const void *value)
@@ -56,8 +57,8 @@ gw_limit_t *gw_limit_new(int64_t per_minute, int64_t burst, size_t size)
     while (cap < size * 2)
         cap <<= 1;
     l->slots = cap;
-    l->per_ms = (double)per_minute / 60000.0;
-    l->burst = burst > 0 ? (double)burst : 1;
+    atomic_init(&l->per_ms, (double)per_minute / 60000.0);
+    atomic_init(&l->burst, burst > 0 ? (double)burst : 1);
     l->tab = per_minute > 0 ? table_new(cap) : NULL;
     l->on = per_minute > 0;
     pthread_mutex_init(&l->lock, NULL);
@@ -67,21 +68,23 @@ gw_limit_t *gw_limit_new(int64_t per_minute, int64_t burst, size_t size)
 static cm_addrtab_verdict_t on_cap(void *value, bool fresh, void *arg)
 {
     bucket_t *b = value;
-    const gw_limit_t *l = arg;
-    if (b->tokens > l->burst)
-        b->tokens = l->burst;
+    double burst = *(const double *)arg;
+    (void)fresh;
+    if (b->tokens > burst)
+        b->tokens = burst;
     return CM_ADDRTAB_KEEP;
 }
 
 void gw_limit_set(gw_limit_t *l, int64_t per_minute, int64_t burst)
 {
+    double per_ms = (double)per_minute / 60000.0, cap = burst > 0 ? (double)burst : 1;
     pthread_mutex_lock(&l->lock);
-    l->per_ms = (double)per_minute / 60000.0;
-    l->burst = burst > 0 ? (double)burst : 1;
+    atomic_store(&l->per_ms, per_ms);
+    atomic_store(&l->burst, cap);
     if (per_minute > 0 && l->tab == NULL)
-        l->tab = table_new(l->slots);
+        __atomic_store_n(&l->tab, table_new(l->slots), __ATOMIC_RELEASE);
     if (l->tab != NULL)
-        cm_addrtab_each(l->tab, on_cap, l);
+        cm_addrtab_each(l->tab, on_cap, &cap);
     __atomic_store_n(&l->on, per_minute > 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&l->lock);
 }
@@ -117,7 +120,7 @@ void gw_limit_key(const char *addr, char out[GW_LIMIT_KEY_MAX])
 }
 
 typedef struct take_op {
-    const gw_limit_t *l;
+    double per_ms, burst;
     int64_t now_ms;
     int wait;
 } take_op_t;
@@ -127,43 +130,37 @@ static cm_addrtab_verdict_t on_take(void *value, bool fresh, void *arg)
 {
     bucket_t *s = value;
     take_op_t *op = arg;
-    const gw_limit_t *l = op->l;
     int64_t now_ms = op->now_ms;
     if (fresh) {
-        s->tokens = l->burst;
+        s->tokens = op->burst;
         s->last_ms = now_ms;
     }
     if (now_ms > s->last_ms) {
-        s->tokens += (double)(now_ms - s->last_ms) * l->per_ms;
-        if (s->tokens > l->burst)
-            s->tokens = l->burst;
+        s->tokens += (double)(now_ms - s->last_ms) * op->per_ms;
         s->last_ms = now_ms;
     }
+    if (s->tokens > op->burst)
+        s->tokens = op->burst;
     if (s->tokens >= 1.0) {
         s->tokens -= 1.0;
         op->wait = 0;
     } else {
-        op->wait = (int)((1.0 - s->tokens) / l->per_ms / 1000.0) + 1;
+        op->wait = (int)((1.0 - s->tokens) / op->per_ms / 1000.0) + 1;
     }
     return CM_ADDRTAB_KEEP;
-}
-
-static int take_locked(gw_limit_t *l, const char *addr, int64_t now_ms)
-{
-    char text[GW_LIMIT_KEY_MAX];
-    gw_limit_key(addr, text);
-    take_op_t op = {l, now_ms, 0};
-    /* an evicting table always has an entry to give */
-    (void)cm_addrtab_visit(l->tab, cm_hash_str(text), true, on_take, &op);
-    return op.wait;
 }
 
 int gw_limit_take(gw_limit_t *l, const char *addr, int64_t now_ms)
 {
     if (!__atomic_load_n(&l->on, __ATOMIC_ACQUIRE))
         return 0;
-    pthread_mutex_lock(&l->lock);
-    int wait = l->per_ms > 0 ? take_locked(l, addr, now_ms) : 0;
-    pthread_mutex_unlock(&l->lock);
-    return wait;
+    take_op_t op = {atomic_load(&l->per_ms), atomic_load(&l->burst), now_ms, 0};
+    cm_addrtab_t *tab = __atomic_load_n(&l->tab, __ATOMIC_ACQUIRE);
+    if (op.per_ms <= 0 || tab == NULL)
+        return 0;
+    char text[GW_LIMIT_KEY_MAX];
+    gw_limit_key(addr, text);
+    /* an evicting table always has an entry to give */
+    (void)cm_addrtab_visit(tab, cm_hash_str(text), true, on_take, &op);
+    return op.wait;
 }

@@ -3,8 +3,9 @@
  * their arguments; the rate table is the only state (the shape of gw_limit: a cm_addrtab
  * keyed by the hash of the block text, PROBES slots per call, the idle one reused when
  * all are taken, so a flood of blocks cannot grow memory). The module's mutex guards the
- * gateway's total and is held around each table call, so a block's rate and the total
- * are read together; lock order: this one, then the table's.
+ * gateway's total only: a challenge's price reads the total, then bumps its block under
+ * the table's own lock, one lock at a time (a join counted in between is one join in a
+ * window's thousands). The serials are one atomic counter.
  */
 #include "gw_pow.h"
 
@@ -195,16 +196,26 @@ static double per_min(const gw_pow_t *p, double v)
     return v * 60.0 / (double)p->cfg.window_s;
 }
 
-static int bits_locked(gw_pow_t *p, double block_v, int64_t now_ms)
+/* The gateway's join rate per minute at now_ms. */
+static double total_rate(gw_pow_t *p, int64_t now_ms)
 {
-    return gw_pow_difficulty(
-        p->cfg.base_bits, p->cfg.max_bits, per_min(p, block_v), (double)p->cfg.block_free_per_min,
-        per_min(p, decayed(p, &p->total, now_ms)), (double)p->cfg.total_free_per_min);
+    pthread_mutex_lock(&p->lock);
+    double v = decayed(p, &p->total, now_ms);
+    pthread_mutex_unlock(&p->lock);
+    return per_min(p, v);
+}
+
+static int bits_of(const gw_pow_t *p, double block_v, double total_per_min)
+{
+    return gw_pow_difficulty(p->cfg.base_bits, p->cfg.max_bits, per_min(p, block_v),
+                             (double)p->cfg.block_free_per_min, total_per_min,
+                             (double)p->cfg.total_free_per_min);
 }
 
 typedef struct take_op {
-    gw_pow_t *p;
+    const gw_pow_t *p;
     int64_t now_ms;
+    double total_per_min;
     int bits;
 } take_op_t;
 
@@ -216,26 +227,21 @@ static cm_addrtab_verdict_t on_take(void *value, bool fresh, void *arg)
     if (fresh)
         s->last_ms = op->now_ms;
     bump(op->p, s, op->now_ms);
-    op->bits = bits_locked(op->p, s->v - 1.0, op->now_ms); /* the block's rate before this one */
+    op->bits = bits_of(op->p, s->v - 1.0, op->total_per_min); /* the block's rate before this */
     return CM_ADDRTAB_KEEP;
 }
 
 int gw_pow_take_bits(gw_pow_t *p, const char *block, int64_t now_ms)
 {
-    take_op_t op = {p, now_ms, 0};
-    pthread_mutex_lock(&p->lock);
+    take_op_t op = {p, now_ms, total_rate(p, now_ms), 0};
     /* an evicting table always has an entry to give */
     (void)cm_addrtab_visit(p->blocks, cm_hash_str(block), true, on_take, &op);
-    pthread_mutex_unlock(&p->lock);
     return op.bits;
 }
 
 int gw_pow_base_now(gw_pow_t *p, int64_t now_ms)
 {
-    pthread_mutex_lock(&p->lock);
-    int bits = bits_locked(p, 0, now_ms);
-    pthread_mutex_unlock(&p->lock);
-    return bits;
+    return bits_of(p, 0, total_rate(p, now_ms));
 }
 
 void gw_pow_count_join(gw_pow_t *p, int64_t now_ms)
