@@ -241,6 +241,10 @@ class Recovery(gwstack.GatewayTestCase):
         self.GS.S.redis.close()
         os.kill(pid, signal.SIGKILL)
         stack.wait_for(lambda: not os.path.exists(f"/proc/{pid}"), 10, what="redis gone")
+        # while Redis is gone a read of the room is 503 unavailable, with Retry-After
+        down = self.GS.admin("GET", f"/admin/events/{ev}")
+        self.assertStatus(down, 503, "unavailable")
+        self.assertEqual(down.header("retry-after"), "1")
         subprocess.run(["redis-server", conf], cwd="/", check=True, timeout=30,
                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         stack.wait_for(lambda: self.GS.redis("PING") == "PONG", 20, what="redis back")
