@@ -103,6 +103,7 @@ struct rsv_server {
     rsv_avail_t *avail;
     rsv_pay_t *pay;
     rsv_reconcile_t *reconcile;
+    struct rsv_office *office; /* the box office's refund driver (worker 0) */
     cm_reload_cell_t *cors; /* rsv_cors_t: the buyer API's storefront origins */
 };
 
