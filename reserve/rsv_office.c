@@ -291,8 +291,8 @@ static void drive_release(drive_t *d)
     char nfree[16], n[16];
     snprintf(nfree, sizeof(nfree), "%zu", nseats);
     snprintf(n, sizeof(n), "%d", d->n_units);
-    const char *args[] = {d->checkout_id, MARKER_KEEP, d->hold_id, d->booking_id,
-                          pool ? "1" : "0", nfree, n};
+    const char *args[] = {d->checkout_id,   MARKER_KEEP, d->hold_id, d->booking_id,
+                          pool ? "1" : "0", nfree,       n};
     for (size_t i = 0; i < 7; i++)
         argv[k + i] = args[i];
     int rc = cm_redis_eval(d->srv->redis, rsv_lua()->office_release, on_redis_released, d, (int)k,

@@ -106,7 +106,8 @@ static void route_office(rsv_server_t *srv, cm_req_t *req, char **seg, int n)
         else
             rsv_office_cancel(srv, req, seg[2], item ? seg[4] : NULL);
     } else {
-        reply_simple(srv, req, RSV_EP_OTHER, 405, "method_not_allowed", get ? "use GET" : "use POST");
+        reply_simple(srv, req, RSV_EP_OTHER, 405, "method_not_allowed",
+                     get ? "use GET" : "use POST");
     }
 }
 

@@ -122,7 +122,7 @@ struct rec {
     char *event;   /* metadata.event, for ledger filters */
     rec_t *charge; /* refund: its charge */
     rec_t *refund; /* charge: the refund that took what was left (pending or done) */
-    int64_t refunding; /* charge: amount its refunds take (pending or done) */
+    int64_t taken; /* charge: what its refunds take (pending or done) */
     size_t pos;    /* DONE: index in ps->list (the ledger's commit order) */
 };
 
@@ -262,7 +262,7 @@ static void rec_drop(ps_server_t *ps, rec_t *r)
     if (r->charge && r->charge->refund == r)
         r->charge->refund = NULL;
     if (r->kind == REC_REFUND && r->charge)
-        r->charge->refunding -= json_integer_value(json_object_get(r->obj, "amount"));
+        r->charge->taken -= json_integer_value(json_object_get(r->obj, "amount"));
     rec_t **pp = &ps->by_key[hash_str(r->key)];
     while (*pp && *pp != r)
         pp = &(*pp)->next_key;
@@ -443,8 +443,8 @@ static int journal_replay(ps_server_t *ps, const char *path, char *err, size_t e
         if (r->kind == REC_REFUND && ch) {
             r->charge = find_id(ps, ch);
             if (r->charge) {
-                r->charge->refunding += json_integer_value(json_object_get(obj, "amount"));
-                if (r->charge->refunding >=
+                r->charge->taken += json_integer_value(json_object_get(obj, "amount"));
+                if (r->charge->taken >=
                     json_integer_value(json_object_get(r->charge->obj, "amount")))
                     r->charge->refund = r;
             }
@@ -925,7 +925,7 @@ static void post_refund(ps_server_t *ps, cm_req_t *req)
         return;
     }
     /* amount: optional, at most what is left; without it, all that is left. */
-    json_int_t left = json_integer_value(json_object_get(ch->obj, "amount")) - ch->refunding;
+    json_int_t left = json_integer_value(json_object_get(ch->obj, "amount")) - ch->taken;
     json_t *want = json_object_get(body, "amount");
     if (want && (!json_is_integer(want) || json_integer_value(want) < 1 ||
                  json_integer_value(want) > left)) {
@@ -943,15 +943,15 @@ static void post_refund(ps_server_t *ps, cm_req_t *req)
     }
     rec_t *r = rec_new(ps, REC_REFUND, key, hash);
     r->charge = ch;
-    ch->refunding += amount;
+    ch->taken += amount;
     if (amount == left)
         ch->refund = r;
     r->event = ch->event ? cm_xstrdup(ch->event) : NULL;
     r->obj =
         json_pack("{s:s, s:s, s:o, s:O, s:s, s:s, s:s, s:I}", "id", r->id, "object", "refund",
-                  "amount", json_integer(amount), "currency",
-                  json_object_get(ch->obj, "currency"), "charge", ch->id, "status", "succeeded",
-                  "idempotency_key", key, "created", (json_int_t)(cm_time_wall_ms() / 1000));
+                  "amount", json_integer(amount), "currency", json_object_get(ch->obj, "currency"),
+                  "charge", ch->id, "status", "succeeded", "idempotency_key", key, "created",
+                  (json_int_t)(cm_time_wall_ms() / 1000));
     json_object_set(r->obj, "metadata", json_object_get(ch->obj, "metadata"));
     r->code = 200;
     r->body = json_dumps(r->obj, JSON_COMPACT);
