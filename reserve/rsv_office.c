@@ -26,6 +26,7 @@
 #include "cm_log.h"
 #include "cm_mem.h"
 #include "cm_server.h"
+#include "rsv_avail.h"
 #include "rsv_lua.h"
 #include "rsv_rediskeys.h"
 #include "rsv_req.h"
@@ -238,6 +239,20 @@ static void drive_pay(drive_t *d)
         drive_end(d, cm_err_shutdown);
 }
 
+/* On a peer's thread: that worker forgets the event's availability and sold marks. */
+static void peer_forget(void *peer, const char *event, cm_bcast_t *b)
+{
+    rsv_avail_invalidate(((rsv_server_t *)peer)->avail, event);
+    cm_bcast_ack(b);
+}
+
+static void on_forgotten(void *arg)
+{
+    drive_t *d = arg;
+    fault(d->srv, "after_release");
+    drive_pay(d);
+}
+
 static void on_released_step(const char *err, const rsv_pg_result_t *res, void *arg)
 {
     drive_t *d = arg;
@@ -247,8 +262,9 @@ static void on_released_step(const char *err, const rsv_pg_result_t *res, void *
         return;
     }
     snprintf(d->state, sizeof(d->state), "released");
-    fault(d->srv, "after_release");
-    drive_pay(d);
+    /* Every worker forgets what it remembered sold of the event: on sale at once. */
+    rsv_avail_invalidate(d->srv->avail, d->event);
+    cm_svc_sync_event(&d->srv->svc, d->event, peer_forget, on_forgotten, d);
 }
 
 static void on_redis_released(const char *err, const cm_redis_reply_t *reply, void *arg)
@@ -626,6 +642,23 @@ static void on_cancelled(const char *err, const rsv_pg_result_t *res, void *arg)
     }
 }
 
+/* s[0..n) is "{}" with optional blanks around and between. */
+static bool empty_object(const char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n && strchr(" \t\r\n", s[i]) && s[i])
+        i++;
+    if (i == n || s[i++] != '{')
+        return false;
+    while (i < n && strchr(" \t\r\n", s[i]) && s[i])
+        i++;
+    if (i == n || s[i++] != '}')
+        return false;
+    while (i < n && strchr(" \t\r\n", s[i]) && s[i])
+        i++;
+    return i == n;
+}
+
 void rsv_office_cancel(rsv_server_t *srv, cm_req_t *req, const char *ref, const char *unit)
 {
     cancel_op_t *op = cm_xcalloc(1, sizeof(*op));
@@ -634,6 +667,15 @@ void rsv_office_cancel(rsv_server_t *srv, cm_req_t *req, const char *ref, const 
         rsv_reply_error(&op->r, 400, "invalid_request",
                         "booking ids are 1-127 visible characters, units 1-80 of "
                         "[A-Za-z0-9._#-]",
+                        NULL);
+        free(op);
+        return;
+    }
+    size_t len = 0;
+    const char *body = cm_http_body(req, &len);
+    if (len > 0 && !empty_object(body, len)) {
+        rsv_reply_error(&op->r, len > 64 ? 413 : 400,
+                        len > 64 ? "body_too_large" : "invalid_request", "the body is empty or {}",
                         NULL);
         free(op);
         return;

@@ -54,5 +54,7 @@ CREATE TABLE refund_transitions (
 );
 CREATE INDEX refund_transitions_refund ON refund_transitions (refund_id, id);
 
-DROP FUNCTION onsale_saga_start(text, text, text, text, text, text, bigint, text, integer,
-                                text, text, text, integer, text, text, text);
+-- onsale_saga_start takes the e-mail (functions.sql); the signature before it goes (a
+-- fresh database never had it: functions.sql runs after the migrations).
+DROP FUNCTION IF EXISTS onsale_saga_start(text, text, text, text, text, text, bigint, text, integer,
+                                        text, text, text, integer, text, text, text);
