@@ -85,6 +85,13 @@ class Find(OfficeCase):
         self.assertEqual(r.json["bookings"], [])
         self.assertStatus(self.office("GET", "/admin/bookings/bk_nope"), 404, "unknown_booking")
 
+    def test_storefront_asks_for_the_email(self):
+        page = self.c.get(f"/shop/?event=x").body.decode()
+        self.assertIn('id="pay-email"', page)
+        self.assertIn('type="email"', page)
+        js = self.c.get("/shop/shop.js").body.decode()
+        self.assertIn("body.email = payEmail", js)
+
     def test_confirm_rejects_a_bad_email(self):
         ev = self.new_event("office-email", seats=SEATS)
         tok = self.S.token(ev, "bad-mail")
