@@ -801,3 +801,57 @@ void rsv_office_export(rsv_server_t *srv, cm_req_t *req, const char *event, bool
         free(op);
     }
 }
+
+/* --- the page ------------------------------------------------------------------------ */
+
+extern const char rsv_www_office_html[];
+extern const char rsv_www_office_css[];
+extern const char rsv_www_office_js[];
+
+#define PAGE_CSP                                                                                   \
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "                \
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+static const struct {
+    const char *name;
+    const char *ctype;
+    const char *body;
+} page_files[] = {
+    {"index.html", "text/html; charset=utf-8", rsv_www_office_html},
+    {"office.css", "text/css; charset=utf-8", rsv_www_office_css},
+    {"office.js", "text/javascript; charset=utf-8", rsv_www_office_js},
+};
+
+bool rsv_office_page_serve(rsv_server_t *srv, cm_req_t *req, char **seg, int n)
+{
+    if (n < 1 || n > 2 || strcmp(seg[0], "office") != 0)
+        return false;
+    rsv_req_t r;
+    rsv_req_start(&r, srv, req, RSV_EP_OTHER);
+    cm_http_method_t m = cm_http_method(req);
+    if (m != CM_HTTP_GET && m != CM_HTTP_HEAD) {
+        rsv_reply_error(&r, 405, "method_not_allowed", "use GET", NULL);
+        return true;
+    }
+    if (n == 1 && strcmp(cm_http_uri_path(req), "/office") == 0) {
+        cm_http_add_header(req, "Location", "/office/");
+        rsv_reply_error(&r, 301, "moved", "the box office is at /office/", NULL);
+        return true;
+    }
+    const char *name = n == 1 ? "index.html" : seg[1];
+    for (size_t i = 0; i < sizeof(page_files) / sizeof(page_files[0]); i++) {
+        if (strcmp(name, page_files[i].name) != 0)
+            continue;
+        cm_http_add_header(req, "Content-Security-Policy", PAGE_CSP);
+        cm_http_add_header(req, "X-Content-Type-Options", "nosniff");
+        cm_http_add_header(req, "Referrer-Policy", "no-referrer");
+        cm_http_add_header(req, "X-Frame-Options", "DENY");
+        cm_http_add_header(req, "Cache-Control", "no-store");
+        cm_http_send_body(req, 200, page_files[i].ctype, page_files[i].body,
+                          strlen(page_files[i].body), true);
+        rsv_req_replied(&r);
+        return true;
+    }
+    rsv_reply_error(&r, 404, "not_found", "no such box-office file", NULL);
+    return true;
+}

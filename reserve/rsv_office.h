@@ -65,6 +65,14 @@ void rsv_office_cancel(rsv_server_t *srv, cm_req_t *req, const char *ref, const 
 /** GET /admin/events/{event}/bookings.csv (reconcile false) or /reconciliation.csv. */
 void rsv_office_export(rsv_server_t *srv, cm_req_t *req, const char *event, bool reconcile);
 
+/**
+ * The box-office page on the admin listener: GET /office/ (index), /office/office.js,
+ * /office/office.css; /office redirects to /office/. Static, no data and no token (the
+ * page asks the operator for it and sends it on each API call), strict CSP. true when
+ * the path was the page's (answered), false otherwise.
+ */
+bool rsv_office_page_serve(rsv_server_t *srv, cm_req_t *req, char **seg, int n);
+
 /** Starts the driver timer (worker 0; interval and batch of the reconciler's config). */
 rsv_office_t *rsv_office_new(rsv_server_t *srv);
 /** Stops claiming; the struct goes with the last drive in flight. NULL is fine. */

@@ -198,10 +198,12 @@ static void dispatch(rsv_server_t *srv, cm_req_t *req, bool admin)
     if (cm_svc_route_shared(&srv->svc, req, seg, n, admin))
         return; /* /healthz, /readyz, /metrics */
     if (admin) {
+        if (rsv_office_page_serve(srv, req, seg, n))
+            return; /* /office/: the box-office page */
         if (n >= 2 && strcmp(seg[0], "admin") == 0)
             return route_admin(srv, req, seg, n);
         reply_simple(srv, req, RSV_EP_OTHER, 404, "not_found",
-                     "no such endpoint (the admin listener serves /admin/ and /metrics)");
+                     "no such endpoint (the admin listener serves /admin/, /office/ and /metrics)");
         return;
     }
     if (rsv_shop_serve(srv, req, seg, n))

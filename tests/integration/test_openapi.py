@@ -306,6 +306,10 @@ class Walk(unittest.TestCase):
         self.call(admin, "POST", "/admin/bookings/%20/cancel", 400, token=adm)
         self.call(admin, "POST", cancel, 413, token=adm, body={"x": "y" * 100})
         self.call(admin, "POST", cancel, 401)
+        self.call(admin, "GET", "/office/", 200)
+        self.call(admin, "GET", "/office/office.js", 200)
+        self.call(admin, "GET", "/office/office.css", 200)
+        self.call(admin, "GET", "/office/nope.txt", 404)
         for what in ("bookings", "reconciliation"):
             self.call(admin, "GET", f"/admin/events/{ev}/{what}.csv", 200, token=adm)
             self.call(admin, "GET", f"/admin/events/no-such-event/{what}.csv", 404, token=adm)

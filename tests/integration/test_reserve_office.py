@@ -10,6 +10,7 @@ reconciliation export agrees with the simulator's ledger.
 
 import csv
 import io
+import re
 import signal
 import subprocess
 import threading
@@ -323,6 +324,41 @@ class Export(OfficeCase):
         kept = sum(c["amount"] for c in ok) - sum(x["amount"] for x in led["refunds"])
         self.assertEqual(int(ev_rows["kept"]["amount"]), kept)
         self.assertEqual({x["event"] for x in ev_rows.values()}, {ev})
+
+
+class Page(OfficeCase):
+    def test_box_office_page_is_served_by_the_admin_listener_with_a_strict_csp(self):
+        c = self.S.admin_client()
+        try:
+            r = c.get("/office/")
+            self.assertStatus(r, 200)
+            html = r.body.decode()
+            csp = r.header("Content-Security-Policy")
+            self.assertIn("script-src 'self'", csp)
+            self.assertIn("default-src 'none'", csp)
+            self.assertNotIn("unsafe-inline", csp)
+            self.assertIn("frame-ancestors 'none'", csp)
+            self.assertEqual(r.header("Cache-Control"), "no-store")
+            # No inline script: every <script> has a src and no body.
+            for m in re.finditer(r"<script([^>]*)>(.*?)</script>", html, re.S):
+                self.assertIn("src=", m.group(1))
+                self.assertEqual(m.group(2).strip(), "")
+            self.assertNotRegex(html, r"\son[a-z]+=", "an inline event handler")
+            self.assertIn('id="find-form"', html)
+            js = c.get("/office/office.js")
+            self.assertStatus(js, 200)
+            self.assertTrue(js.header("Content-Type").startswith("text/javascript"))
+            self.assertIn("/admin/bookings", js.body.decode())
+            self.assertNotIn("innerHTML", js.body.decode())
+            self.assertStatus(c.get("/office/office.css"), 200)
+            self.assertStatus(c.get("/office/nope.js"), 404)
+            self.assertStatus(c.request("POST", "/office/"), 405)
+            moved = c.get("/office")
+            self.assertEqual((moved.status, moved.header("Location")), (301, "/office/"))
+        finally:
+            c.close()
+        # The buyers' listener does not serve it.
+        self.assertEqual(self.c.get("/office/").status, 404)
 
 
 class BadInput(OfficeCase):
