@@ -7,8 +7,9 @@
  * refund: the refund id is its Idempotency-Key), then onsale_office_step again. Whoever
  * holds the refund's lease drives it: the cancelling request first, then the driver timer
  * after the lease lapses; a provider that cannot answer shortens the lease to a retry
- * delay. The fault points office:after_record, office:after_release and
- * office:after_refund (config key fault) SIGKILL the process there, for the crash tests.
+ * delay. The fault points office:after_record, office:after_redis (the units given back,
+ * not yet recorded), office:after_release and office:after_refund (config key fault)
+ * SIGKILL the process there, for the crash tests.
  */
 #include "rsv_office.h"
 
@@ -275,6 +276,7 @@ static void on_redis_released(const char *err, const cm_redis_reply_t *reply, vo
         drive_end(d, err ? err : "giving the units back in Redis: unexpected reply");
         return;
     }
+    fault(d->srv, "after_redis");
     step(d, "requested", "released", NULL, "units back on sale (Redis sold marks undone)",
          on_released_step);
 }

@@ -199,6 +199,24 @@ class Cancel(OfficeCase):
         self.assertStatus(self.office("POST", f"/admin/bookings/{bid}/items/A-2/refund"), 409,
                           "already_refunded")
 
+    def test_one_item_refunded_concurrently_is_refunded_once(self):
+        ev = self.new_event("office-item2", seats=SEATS, max_per_buyer=10)
+        _, bid, _ = self.buy(ev, "item-race", seats=["A-1", "A-6"])
+        out = []
+
+        def refund():
+            out.append(self.office("POST", f"/admin/bookings/{bid}/items/A-6/refund"))
+        ts = [threading.Thread(target=refund) for _ in range(5)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        codes = sorted(r.status for r in out)
+        self.assertEqual(len([c for c in codes if c in (200, 202)]), 1, out)
+        self.assertEqual([r.err for r in out if r.status == 409], ["already_refunded"] * 4, out)
+        wait_for(lambda: len(self.refunds_of(ev)) >= 1, 20, what="the refund")
+        self.assertEqual([x["amount"] for x in self.refunds_of(ev)], [6000])
+
     def test_pool_unit_refund_returns_it_to_the_pool(self):
         ev = self.new_event("office-pool", pools=[{"id": "floor", "capacity": 2, "price": 500}],
                             max_per_buyer=10)
@@ -268,6 +286,24 @@ class Crash(OfficeCase):
                          sorted(a for a, _ in bought.values()), rfs)
         for amount, seat in bought.values():
             self.assertTrue(self.can_buy(ev, seat), f"{seat} not back on sale")
+
+
+    def test_crash_after_redis_gives_pool_units_back_once(self):
+        ev = self.new_event("office-crash-pool",
+                            pools=[{"id": "floor", "capacity": 3, "price": 700}], max_per_buyer=10)
+        _, bid, _ = self.buy(ev, "crash-pool", pool="floor", quantity=3)
+        # Killed after the Redis step, before it was recorded: the resume runs it again.
+        self.crash_cancel("after_redis", ev, bid)
+        wait_for(lambda: self.S.sql_value(f"select state from refunds where booking_id = "
+                                          f"'{bid}'") == "refunded",
+                 60, interval=0.25, what="the crashed refund resumed")
+        self.assertEqual(self.S.sql_value(
+            f"select count(*) from refund_transitions t join refunds f using (refund_id) "
+            f"where f.booking_id = '{bid}' and t.to_state = 'released'"), "1")
+        # Exactly the three units are back: three sell, a fourth does not.
+        self.buy(ev, "pool-after", pool="floor", quantity=3)
+        self.hold(ev, self.S.token(ev, "pool-after-2"), pool="floor", quantity=1, expect=409)
+        self.assertEqual([x["amount"] for x in self.refunds_of(ev)], [2100])
 
 
 class Export(OfficeCase):
