@@ -92,15 +92,21 @@ static int on_config_apply(void *arg, const void *p, char *err, size_t errlen)
     rsv_cors_t *cors = rsv_cors_new(cfg->cors_origins, err, errlen);
     if (cors == NULL)
         return -1;
-    if (cm_service_reload_token(svc, cfg->admin_token_file, err, errlen) != 0) {
+    char *key = rsv_config_pay_key(cfg, err, errlen); /* the file re-read on every reload */
+    if (key == NULL || cm_service_reload_token(svc, cfg->admin_token_file, err, errlen) != 0) {
+        cm_reload_free_secret(key, NULL);
         rsv_cors_free(cors);
         return -1;
     }
     cm_reload_cell_set(srv->cors, cors);
+    bool replaced = false;
     for (int i = 0; i < cm_service_workers(svc); i++) { /* each has a client of its own */
         rsv_server_t *w = cm_service_instance(svc, i);
-        rsv_pay_set_api_key(w->pay, cfg->paysim_api_key);
+        replaced |= rsv_pay_set_api_key(w->pay, key);
     }
+    if (replaced)
+        cm_log(CM_LOG_INFO, "reload: payment provider key replaced");
+    cm_reload_free_secret(key, NULL);
     cm_service_log_apply(&log);
     return 0;
 }
@@ -158,14 +164,18 @@ static void worker_new(void *arg, cm_service_t *svc, int i, void *instance, char
                               (int)cfg->pg_max_queue);
     srv->catalog = rsv_catalog_new(srv);
     srv->avail = rsv_avail_new(srv);
+    char *key = rsv_config_pay_key(cfg, err, errlen); /* start-up: may read its file */
+    if (key == NULL)
+        return;
     rsv_pay_config_t pc = {
         .url = cfg->paysim_url,
         .ca_file = cfg->paysim_ca,
-        .api_key = cfg->paysim_api_key,
+        .api_key = key,
         .connect_timeout_ms = (int)cfg->pay_connect_timeout_ms,
         .timeout_ms = (int)cfg->pay_timeout_ms,
     };
     srv->pay = rsv_pay_new(srv->base, &pc, err, errlen);
+    cm_reload_free_secret(key, NULL);
     if (srv->pay == NULL)
         return;
     if (i == 0) /* one reconciler per process is enough (several are safe) */
