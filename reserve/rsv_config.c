@@ -15,6 +15,7 @@
 #include "cm_parse.h"
 #include "cm_reload.h"
 #include "rsv_cors.h"
+#include "rsv_webhook.h"
 
 #define S(f) offsetof(rsv_config_t, f)
 
@@ -97,6 +98,12 @@ static const cm_config_opt_t own[] = {
     {"paysim_api_key_file", CM_CFG_STR, S(paysim_api_key_file), NULL, 0, 0,
      "file holding the provider secret key (owner-only, chmod 600; or credential:NAME "
      "under systemd), re-read on SIGHUP; excludes paysim_api_key"},
+    {"pay_webhook_secrets_file", CM_CFG_STR, S(pay_webhook_secrets_file), NULL, 0, 0,
+     "file of the provider's webhook signing secrets, one a line (owner-only; or "
+     "credential:NAME), any of them verifies, re-read on SIGHUP; unset: POST "
+     "/v1/provider/webhook answers 404"},
+    {"pay_webhook_tolerance_s", CM_CFG_INT, S(pay_webhook_tolerance_s), "300", 1, 86400,
+     "a provider webhook signed further than this from now is refused as a replay"},
     {"pay_connect_timeout_ms", CM_CFG_INT, S(pay_connect_timeout_ms), "1000", 10, 60000,
      "deadline for the connection to the provider (DNS, TCP and TLS handshake)"},
     {"pay_timeout_ms", CM_CFG_INT, S(pay_timeout_ms), "10000", 100, 600000,
@@ -209,9 +216,15 @@ int rsv_config_check(const rsv_config_t *cfg, char *err, size_t errlen)
 /* The TLS certificate's and the admission keys' contents are re-read by their own hooks
  * (cm_tls, rsv_auth); a new path in tls_cert, tls_key or admission_keys is a restart.
  * docs/operations.md has the table. */
-const char *const rsv_config_live[] = {
-    "log_level",    "log_format",     "access_log",          "admin_token_file",
-    "cors_origins", "paysim_api_key", "paysim_api_key_file", NULL};
+const char *const rsv_config_live[] = {"log_level",
+                                       "log_format",
+                                       "access_log",
+                                       "admin_token_file",
+                                       "cors_origins",
+                                       "paysim_api_key",
+                                       "paysim_api_key_file",
+                                       "pay_webhook_secrets_file",
+                                       NULL};
 
 const char *const rsv_config_secret[] = {"paysim_api_key", NULL};
 
@@ -266,6 +279,11 @@ static int check_files(const rsv_config_t *cfg, char *err, size_t errlen)
     if (key == NULL)
         return -1;
     cm_reload_free_secret(key, NULL);
+    rsv_webhook_secrets_t *hooks =
+        rsv_webhook_secrets_load(cfg->pay_webhook_secrets_file, err, errlen);
+    if (hooks == NULL)
+        return -1;
+    rsv_webhook_secrets_free(hooks, NULL);
     if (cfg->pg_password_file != NULL) {
         if (cfg->pg_conninfo != NULL && strstr(cfg->pg_conninfo, "password") != NULL) {
             snprintf(err, errlen,

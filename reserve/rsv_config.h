@@ -47,6 +47,8 @@ typedef struct rsv_config {
     char *paysim_ca;
     char *paysim_api_key;
     char *paysim_api_key_file;
+    char *pay_webhook_secrets_file;
+    int64_t pay_webhook_tolerance_s;
     int64_t pay_connect_timeout_ms;
     int64_t pay_timeout_ms;
     int64_t reconcile_interval_ms;
