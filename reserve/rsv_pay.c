@@ -614,15 +614,16 @@ static char *auth_line(const char *key)
                                          : cm_xstrdup("");
 }
 
-void rsv_pay_set_api_key(rsv_pay_t *p, const char *key)
+bool rsv_pay_set_api_key(rsv_pay_t *p, const char *key)
 {
     const char *now = cm_reload_cell_get(p->auth);
     char *line = auth_line(key);
     if (strcmp(now, line) == 0) {
         cm_reload_free_secret(line, NULL);
-        return;
+        return false;
     }
     cm_reload_cell_set(p->auth, line);
+    return true;
 }
 
 rsv_pay_t *rsv_pay_new(struct event_base *base, const rsv_pay_config_t *cfg, char *err,

@@ -144,9 +144,9 @@ rsv_pay_t *rsv_pay_new(struct event_base *base, const rsv_pay_config_t *cfg, cha
                        size_t errlen);
 /**
  * The provider key from now on (a reload; NULL or "": none). Any thread: a request being
- * sent uses the key it read, the next one the new key.
+ * sent uses the key it read, the next one the new key. True when the key changed.
  */
-void rsv_pay_set_api_key(rsv_pay_t *p, const char *key);
+bool rsv_pay_set_api_key(rsv_pay_t *p, const char *key);
 
 /** Closes every call in flight (each callback gets UNKNOWN + cm_err_shutdown), frees. */
 void rsv_pay_free(rsv_pay_t *p);

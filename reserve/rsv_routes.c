@@ -21,6 +21,7 @@
 #include "rsv_req.h"
 #include "rsv_routes.h"
 #include "rsv_shop.h"
+#include "rsv_webhook.h"
 
 #define MAX_SEGS 6
 
@@ -177,7 +178,8 @@ size_t rsv_routes_body_cap(cm_http_method_t method, const char *path)
         return 0;
     case CM_HTTP_POST:
         if (one_segment_between(path, "/v1/events/", "/holds") ||
-            one_segment_between(path, "/v1/holds/", "/confirm"))
+            one_segment_between(path, "/v1/holds/", "/confirm") ||
+            strcmp(path, "/v1/provider/webhook") == 0)
             return CM_HTTP_BODY_CAP_JSON;
         return RSV_TINY_BODY_MAX; /* done, extend, an unknown path */
     default:
@@ -215,6 +217,12 @@ static void dispatch(rsv_server_t *srv, cm_req_t *req, bool admin)
             return route_events(srv, req, seg, n);
         if (strcmp(seg[1], "holds") == 0 && n >= 3)
             return route_holds(srv, req, seg, n);
+        if (strcmp(seg[1], "provider") == 0 && n == 3 && strcmp(seg[2], "webhook") == 0) {
+            if (method_is(req, CM_HTTP_POST))
+                return rsv_webhook_handle(srv, req);
+            return reply_simple(srv, req, RSV_EP_PROVIDER_WEBHOOK, 405, "method_not_allowed",
+                                "use POST");
+        }
         if (strcmp(seg[1], "checkouts") == 0 && n == 3) {
             if (method_is(req, CM_HTTP_GET))
                 return rsv_checkout_get(srv, req, seg[2]);

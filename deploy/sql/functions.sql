@@ -391,13 +391,14 @@ RETURNS TABLE (checkout_id text, state text, event_id text, buyer text, hold_id 
 LANGUAGE sql AS $$
     UPDATE checkouts c
        SET lease_until = now() + make_interval(secs => p_lease_seconds),
-           attempts = c.attempts + 1
+           attempts = c.attempts + 1, nudged_at = NULL
      WHERE c.checkout_id IN (
             SELECT k.checkout_id FROM checkouts k
              WHERE k.state NOT IN ('confirmed', 'failed', 'released', 'refunded')
-               AND k.updated_at <= now() - make_interval(secs => p_after_seconds)
+               AND (k.updated_at <= now() - make_interval(secs => p_after_seconds)
+                    OR k.nudged_at IS NOT NULL)
                AND (k.lease_until IS NULL OR k.lease_until < now())
-             ORDER BY k.updated_at
+             ORDER BY k.nudged_at NULLS LAST, k.updated_at
              LIMIT p_limit
                FOR UPDATE SKIP LOCKED)
        AND c.state NOT IN ('confirmed', 'failed', 'released', 'refunded')
@@ -451,6 +452,57 @@ BEGIN
         END IF;
         RETURN NEXT;
     END LOOP;
+END $$;
+
+-- One verified provider webhook event (reserve/rsv_webhook.c; 011_provider_events.sql):
+-- kept once by its id and acted on in the same transaction, so a replay is 'duplicate'
+-- and a crash between keeping and acting cannot happen. p_checkout is the payment's
+-- metadata.checkout (NULL when it has none: the checkout is then found by its payment
+-- id). A payment that succeeded for a released or failed checkout moves it to refunding,
+-- as onsale_ledger_check does; any other open checkout is only made due for the
+-- reconciler, whose lookup decides — the event's own word never moves money.
+CREATE OR REPLACE FUNCTION onsale_provider_event(p_event_id text, p_type text, p_object text,
+        p_checkout text, p_created bigint)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    c checkouts%ROWTYPE;
+    result text;
+BEGIN
+    INSERT INTO provider_events (event_id, type, object_id, checkout_id, outcome,
+                                 provider_created)
+    VALUES (p_event_id, p_type, p_object, p_checkout, 'not_ours',
+            CASE WHEN p_created > 0 THEN to_timestamp(p_created) END)
+    ON CONFLICT (event_id) DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN 'duplicate';
+    END IF;
+    IF p_checkout IS NOT NULL THEN
+        SELECT * INTO c FROM checkouts k WHERE k.checkout_id = p_checkout FOR UPDATE;
+    ELSE
+        SELECT * INTO c FROM checkouts k WHERE k.charge_id = p_object
+         ORDER BY k.created_at DESC LIMIT 1 FOR UPDATE;
+    END IF;
+    IF NOT FOUND THEN
+        result := 'not_ours';
+    ELSIF p_type = 'payment_intent.succeeded' AND c.state IN ('released', 'failed') THEN
+        PERFORM set_config('onsale.reason', format('the provider''s webhook %s: payment %s '
+                           'succeeded for this %s checkout: refund', p_event_id, p_object,
+                           c.state), true);
+        UPDATE checkouts k SET state = 'refunding', charge_id = p_object,
+               refund_reason = 'late_charge', lease_until = NULL, updated_at = now(),
+               nudged_at = now()
+         WHERE k.checkout_id = c.checkout_id;
+        result := 'refunding';
+    ELSIF c.state NOT IN ('confirmed', 'failed', 'released', 'refunded') THEN
+        UPDATE checkouts k SET nudged_at = now() WHERE k.checkout_id = c.checkout_id;
+        result := 'nudged';
+    ELSE
+        result := 'settled';
+    END IF;
+    UPDATE provider_events e SET outcome = result, checkout_id = c.checkout_id
+     WHERE e.event_id = p_event_id;
+    RETURN result;
 END $$;
 
 -- --- superseded: no current code calls these; kept for a reserve of an earlier version

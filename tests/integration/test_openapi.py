@@ -274,6 +274,9 @@ class Walk(unittest.TestCase):
         self.call(pub, "POST", done, 401, token="not-a-jwt")
         self.call(pub, "POST", done, 403, token=S.token("other-ev", "x"))
         self.call(pub, "POST", "/v1/events/bad%20id/done", 400, token=t2)
+        # this stack configures no webhook secret (test_reserve_webhooks walks the rest)
+        self.call(pub, "POST", "/v1/provider/webhook", 404, body={"id": "evt_1", "type": "x"},
+                  headers={"Stripe-Signature": "t=1,v1=" + "0" * 64})
 
         self.call(admin, "GET", "/admin/checkouts", 200, token=adm)
         self.call(admin, "GET", f"/admin/checkouts?state=failed&event={ev}&older_than_seconds=0",
