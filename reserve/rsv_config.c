@@ -124,7 +124,8 @@ static const cm_config_opt_t own[] = {
      "a charge whose checkout is still open this long after it is logged for an operator "
      "(it is checked again on every ledger check until its checkout settles)"},
     {"fault", CM_CFG_STR, S(fault), NULL, 0, 0,
-     "tests only: after:<state>|before:<state>[,...] SIGKILLs the process at that step"},
+     "tests only: after:<state>|before:<state>|office:<step>[,...] SIGKILLs the process at "
+     "that step"},
     {"cors_origins", CM_CFG_STR, S(cors_origins), "", 0, 0,
      "storefront origins allowed to call the buyer API from a browser (CORS): "
      "https://host[:port], separated by commas; no wildcard"},

@@ -33,6 +33,7 @@
 #include "rsv_cors.h"
 #include "rsv_pay.h"
 #include "rsv_reconcile.h"
+#include "rsv_office.h"
 #include "rsv_routes.h"
 
 #define DRAIN_LIMIT_NS (10ull * 1000 * 1000 * 1000)
@@ -185,6 +186,8 @@ static void worker_new(void *arg, cm_service_t *svc, int i, void *instance, char
         return;
     if (i == 0) /* one reconciler per process is enough (several are safe) */
         srv->reconcile = rsv_reconcile_new(srv);
+    if (i == 0) /* the box office's refund driver, likewise */
+        srv->office = rsv_office_new(srv);
     if (cm_worker_listen(w, rsv_routes_dispatch, rsv_routes_admin, srv, err, errlen) != 0)
         return;
     cm_worker_gauge(w, "onsale_reserve_postgres_connections", "Postgres connections up", gauge_pg,
@@ -205,6 +208,8 @@ static void worker_free(void *instance)
     srv->auth = NULL;
     rsv_reconcile_free(srv->reconcile);
     srv->reconcile = NULL;
+    rsv_office_free(srv->office);
+    srv->office = NULL;
     rsv_pay_free(srv->pay); /* its callbacks may still record steps: before pg and redis */
     srv->pay = NULL;
     if (srv->svc.worker)
