@@ -29,9 +29,9 @@
 #include "rsv_pay.h"
 #include "rsv_req.h"
 
-#define PAGE_LIMIT  200
-#define MAX_PAGES   20
-#define RECHECK_MAX 20000
+#define PAGE_LIMIT     100 /* Stripe lists at most 100 a page */
+#define MAX_PAGES      40
+#define RECHECK_MAX    20000
 #define LIST_OVERLAP_S 300
 
 /* A charge whose checkout was open when last seen. */
@@ -45,8 +45,8 @@ typedef struct recheck {
 struct rsv_ledger {
     rsv_server_t *srv;
     struct event *timer;
-    bool busy;    /* a scan is running */
-    bool closing; /* freed when the scan in flight ends */
+    bool busy;                   /* a scan is running */
+    bool closing;                /* freed when the scan in flight ends */
     int64_t since;               /* a pass reads the payments created from here on */
     int64_t top;                 /* the newest creation time this pass saw */
     char cursor[RSV_PAY_ID_MAX]; /* this pass read every payment down to this one */

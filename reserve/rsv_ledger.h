@@ -5,9 +5,9 @@
  * A charge can land after its checkout gave up (the request sat in the network past the
  * lookup that answered "no charge", so the checkout was released). Nothing in Postgres
  * points at it. Every ledger_interval_ms this timer lists the provider's recent payments
- * (rsv_pay_list: GET /v1/payment_intents?created[gte]=…, newest first, page by page) and asks Postgres, one
- * statement per page (onsale_ledger_check), what each succeeded, unrefunded charge's
- * checkout says. A checkout that ended released or failed while the provider holds its
+ * (rsv_pay_list: GET /v1/payment_intents?created[gte]=…, newest first, page by page)
+ * and asks Postgres, one statement per page (onsale_ledger_check), what each succeeded, unrefunded
+ * charge's checkout says. A checkout that ended released or failed while the provider holds its
  * money moves to refunding with the charge id saved (written to checkout_transitions);
  * the reconciler then refunds it like any other, retrying until the provider confirms.
  *

@@ -55,7 +55,7 @@ struct call {
     struct curl_slist *headers;
     char *body; /* the answer read so far */
     size_t len;
-    size_t max;   /* bound on the answer's size */
+    size_t max;    /* bound on the answer's size */
     bool too_big;  /* the answer passed max: abandoned */
     bool replayed; /* Idempotent-Replayed: true */
     rsv_pay_answer_cb cb;
@@ -499,8 +499,8 @@ rsv_pay_t *rsv_pay_new(struct event_base *base, const rsv_pay_config_t *cfg, cha
     rsv_pay_t *p = cm_xcalloc(1, sizeof(*p));
     p->base = base;
     p->adapter = &rsv_pay_stripe;
-    p->return_url = cm_xstrdup(cfg->return_url && cfg->return_url[0] ? cfg->return_url
-                                                                      : RSV_PAY_RETURN_URL);
+    p->return_url =
+        cm_xstrdup(cfg->return_url && cfg->return_url[0] ? cfg->return_url : RSV_PAY_RETURN_URL);
     p->connect_timeout_ms = cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms : 1000;
     p->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : 10000;
     if (cfg->url == NULL || rsv_pay_parse_url(cfg->url, &p->url) != 0) {

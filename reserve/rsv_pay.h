@@ -97,14 +97,14 @@ void rsv_pay_page_clear(rsv_pay_page_t *page);
 
 typedef struct rsv_pay_result {
     rsv_pay_outcome_t outcome;
-    const char *err;                      /* NULL when the provider answered, else a cm_err_* */
-    int status;                           /* HTTP status of the last exchange, 0: no answer */
-    double seconds;                       /* how long the call took (all its exchanges) */
-    char id[RSV_PAY_ID_MAX];              /* payment or refund id, "" when unknown */
-    char action_url[RSV_PAY_URL_MAX];     /* ACTION: next_action.redirect_to_url.url, or "" */
-    char error_type[RSV_PAY_ERR_MAX];     /* the provider's error.type, "" without one */
-    char error_code[RSV_PAY_ERR_MAX];     /* error.code (or decline_code), "" without one */
-    const rsv_pay_page_t *page;           /* LISTED: the page, else NULL */
+    const char *err;                  /* NULL when the provider answered, else a cm_err_* */
+    int status;                       /* HTTP status of the last exchange, 0: no answer */
+    double seconds;                   /* how long the call took (all its exchanges) */
+    char id[RSV_PAY_ID_MAX];          /* payment or refund id, "" when unknown */
+    char action_url[RSV_PAY_URL_MAX]; /* ACTION: next_action.redirect_to_url.url, or "" */
+    char error_type[RSV_PAY_ERR_MAX]; /* the provider's error.type, "" without one */
+    char error_code[RSV_PAY_ERR_MAX]; /* error.code (or decline_code), "" without one */
+    const rsv_pay_page_t *page;       /* LISTED: the page, else NULL */
 } rsv_pay_result_t;
 
 /** The result lives only during the callback. Called exactly once, always from the loop. */
@@ -170,14 +170,14 @@ int rsv_pay_inflight(const rsv_pay_t *p);
  * A repeated charge must send the same req (the provider compares the parameters under
  * one key). Returns 0 (cb will be called) or -1 when shutting down.
  */
-__attribute__((warn_unused_result)) int rsv_pay_charge(rsv_pay_t *p, const rsv_pay_charge_req_t *req,
-                                                       rsv_pay_cb cb, void *arg);
+__attribute__((warn_unused_result)) int
+rsv_pay_charge(rsv_pay_t *p, const rsv_pay_charge_req_t *req, rsv_pay_cb cb, void *arg);
 /**
  * Asks what became of req's charge without moving money: PAID, DECLINED, NONE (nothing
  * was confirmed, or the confirmation failed), ACTION or UNKNOWN. Same return.
  */
-__attribute__((warn_unused_result)) int rsv_pay_lookup(rsv_pay_t *p, const rsv_pay_charge_req_t *req,
-                                                       rsv_pay_cb cb, void *arg);
+__attribute__((warn_unused_result)) int
+rsv_pay_lookup(rsv_pay_t *p, const rsv_pay_charge_req_t *req, rsv_pay_cb cb, void *arg);
 /**
  * Refunds payment_id with Idempotency-Key key: amount (smallest unit) or 0 for all that
  * is left. REFUNDED (also when a full refund finds it refunded already) or UNKNOWN (an

@@ -230,7 +230,8 @@ void rsv_pay_stripe_classify(rsv_pay_stripe_op_t op, int status, const char *bod
     case RSV_PAY_STRIPE_REFUND: {
         const char *st = json_string_value(json_object_get(doc, "status"));
         const char *id = json_string_value(json_object_get(doc, "id"));
-        if (ok && id && (st == NULL || (strcmp(st, "failed") != 0 && strcmp(st, "canceled") != 0))) {
+        if (ok && id &&
+            (st == NULL || (strcmp(st, "failed") != 0 && strcmp(st, "canceled") != 0))) {
             out->outcome = RSV_PAY_REFUNDED;
             copy(out->id, sizeof(out->id), id);
         } else if (status == 400 && code && strcmp(code, "charge_already_refunded") == 0) {
@@ -270,8 +271,9 @@ int rsv_pay_stripe_parse_list(int status, const char *body, size_t len, rsv_pay_
         x->succeeded = st && strcmp(st, "succeeded") == 0;
         /* Refunds live on the intent's charge (expand[]=data.latest_charge). */
         json_t *ch = json_object_get(c, "latest_charge");
-        x->refunded = json_is_object(ch) && (json_is_true(json_object_get(ch, "refunded")) ||
-                                             json_integer_value(json_object_get(ch, "amount_refunded")) > 0);
+        x->refunded =
+            json_is_object(ch) && (json_is_true(json_object_get(ch, "refunded")) ||
+                                   json_integer_value(json_object_get(ch, "amount_refunded")) > 0);
         x->amount = (int64_t)json_integer_value(json_object_get(c, "amount"));
         x->created = (int64_t)json_integer_value(json_object_get(c, "created"));
     }

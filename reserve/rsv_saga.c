@@ -441,7 +441,8 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 
 static bool retry_charge(saga_t *s, const rsv_pay_result_t *res)
 {
-    if (s->mode != RSV_SAGA_FOREGROUND || res->outcome != RSV_PAY_UNKNOWN || s->attempt >= RETRY_MAX)
+    if (s->mode != RSV_SAGA_FOREGROUND || res->outcome != RSV_PAY_UNKNOWN ||
+        s->attempt >= RETRY_MAX)
         return false;
     if (res->err != cm_err_server && res->err != cm_err_timeout && res->err != cm_err_closed)
         return false; /* a protocol surprise or a shutdown: no point asking again now */
@@ -473,8 +474,8 @@ static void log_provider_error(const saga_t *s, const char *op, const rsv_pay_re
         return;
     }
     cm_log(CM_LOG_WARN,
-           "checkout %s: payment provider error on %s: status %d, type %s, code %s (%s)",
-           s->row.id, op, res->status, res->error_type[0] ? res->error_type : "-",
+           "checkout %s: payment provider error on %s: status %d, type %s, code %s (%s)", s->row.id,
+           op, res->status, res->error_type[0] ? res->error_type : "-",
            res->error_code[0] ? res->error_code : "-", res->err ? res->err : "answered");
 }
 

@@ -118,12 +118,12 @@ struct rec {
     char *key; /* the Idempotency-Key (an internal one when the client sent none) */
     char hash[65];
     char id[ID_LEN];
-    json_t *obj;    /* PI: the intent now; CONFIRM: the intent it left; REFUND: the refund */
-    json_t *chobj;  /* PI: its latest charge (or NULL); CONFIRM: the charge it made */
-    int code;       /* the stored answer, replayed for the same key */
+    json_t *obj;   /* PI: the intent now; CONFIRM: the intent it left; REFUND: the refund */
+    json_t *chobj; /* PI: its latest charge (or NULL); CONFIRM: the charge it made */
+    int code;      /* the stored answer, replayed for the same key */
     char *body;
-    char *event;    /* metadata.event, for ledger filters */
-    rec_t *pi;      /* CONFIRM, REFUND: the intent */
+    char *event;            /* metadata.event, for ledger filters */
+    rec_t *pi;              /* CONFIRM, REFUND: the intent */
     rec_t *confirming;      /* PI: the confirmation in progress, or NULL */
     int64_t refund_pending; /* PI: amount of refunds in progress */
     bool errored_once;      /* PI: pm_sim_error_once failed its first confirmation */
@@ -158,14 +158,7 @@ typedef struct journal {
 
 /* --- pending (delayed) requests ------------------------------------------------------ */
 
-typedef enum {
-    OUT_SUCCEED,
-    OUT_DECLINE,
-    OUT_ERROR,
-    OUT_LATE,
-    OUT_LOST,
-    OUT_ACTION
-} outcome_t;
+typedef enum { OUT_SUCCEED, OUT_DECLINE, OUT_ERROR, OUT_LATE, OUT_LOST, OUT_ACTION } outcome_t;
 
 typedef struct pending pending_t;
 struct pending {
@@ -339,7 +332,8 @@ static void rec_set_state(ps_server_t *ps, rec_t *r, rec_state_t st)
     list_add(ps, r);
     if (pi && pi->chobj) {
         json_int_t amount = json_integer_value(json_object_get(r->obj, "amount"));
-        json_int_t done = json_integer_value(json_object_get(pi->chobj, "amount_refunded")) + amount;
+        json_int_t done =
+            json_integer_value(json_object_get(pi->chobj, "amount_refunded")) + amount;
         json_int_t total = json_integer_value(json_object_get(pi->chobj, "amount"));
         json_object_set_new(pi->chobj, "amount_refunded", json_integer(done));
         json_object_set_new(pi->chobj, "refunded", json_boolean(done >= total));
@@ -440,9 +434,9 @@ static void journal_append(journal_t *j, char *line, journal_cb done, void *arg)
 
 static char *journal_line(const rec_t *r)
 {
-    json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:i, s:s}", "k", rec_kind_names[r->kind], "key",
-                          r->key, "hash", r->hash, "id", r->id, "code", r->code, "body",
-                          r->body ? r->body : "");
+    json_t *o =
+        json_pack("{s:s, s:s, s:s, s:s, s:i, s:s}", "k", rec_kind_names[r->kind], "key", r->key,
+                  "hash", r->hash, "id", r->id, "code", r->code, "body", r->body ? r->body : "");
     if (r->obj)
         json_object_set(o, "obj", r->obj);
     if (r->chobj)
@@ -719,14 +713,15 @@ static json_t *pi_obj(const rec_t *r, const json_t *body, json_int_t amount)
     const char *desc = json_string_value(json_object_get(body, "description"));
     char cur[4] = {0};
     for (size_t i = 0; i < 3; i++)
-        cur[i] = (char)tolower((unsigned char)json_string_value(json_object_get(body, "currency"))[i]);
+        cur[i] =
+            (char)tolower((unsigned char)json_string_value(json_object_get(body, "currency"))[i]);
     json_t *o = json_pack(
         "{s:s, s:s, s:I, s:I, s:I, s:s, s:s, s:I, s:b, s:s, s:s, s:s, s:o, s:n, s:n, s:n, "
         "s:n, s:n, s:o, s:o}",
         "id", r->id, "object", "payment_intent", "amount", amount, "amount_capturable",
         (json_int_t)0, "amount_received", (json_int_t)0, "currency", cur, "status",
-        pm ? "requires_confirmation" : "requires_payment_method", "created", now_s(), "livemode",
-        0, "capture_method", "automatic", "confirmation_method", "automatic", "client_secret", cs,
+        pm ? "requires_confirmation" : "requires_payment_method", "created", now_s(), "livemode", 0,
+        "capture_method", "automatic", "confirmation_method", "automatic", "client_secret", cs,
         "payment_method", pm ? json_string(pm) : json_null(), "latest_charge", "next_action",
         "last_payment_error", "canceled_at", "cancellation_reason", "payment_method_types",
         json_is_array(types) ? json_deep_copy(types) : json_pack("[s]", "card"), "metadata",
@@ -742,10 +737,10 @@ static json_t *charge_obj(const json_t *pi, bool ok)
     char id[ID_LEN];
     new_id(id, sizeof(id), "ch");
     json_int_t amount = json_integer_value(json_object_get(pi, "amount"));
-    return json_pack("{s:s, s:s, s:I, s:I, s:I, s:b, s:b, s:b, s:s, s:O, s:O, s:I, s:O, s:O}",
-                     "id", id, "object", "charge", "amount", amount, "amount_captured",
-                     ok ? amount : 0, "amount_refunded", (json_int_t)0, "refunded", 0, "paid", ok,
-                     "captured", ok, "status", ok ? "succeeded" : "failed", "payment_intent",
+    return json_pack("{s:s, s:s, s:I, s:I, s:I, s:b, s:b, s:b, s:s, s:O, s:O, s:I, s:O, s:O}", "id",
+                     id, "object", "charge", "amount", amount, "amount_captured", ok ? amount : 0,
+                     "amount_refunded", (json_int_t)0, "refunded", 0, "paid", ok, "captured", ok,
+                     "status", ok ? "succeeded" : "failed", "payment_intent",
                      json_object_get(pi, "id"), "currency", json_object_get(pi, "currency"),
                      "created", now_s(), "metadata", json_object_get(pi, "metadata"),
                      "payment_method", json_object_get(pi, "payment_method"));
@@ -876,11 +871,10 @@ static void finish_confirm(pending_t *p)
         char *url = cm_xasprintf("%s://%s:%d/v1/sim/authenticate/%s", ps->tls ? "https" : "http",
                                  ps->cfg.listen_addr, ps_server_port(ps), pi->id);
         json_object_set_new(o, "status", json_string("requires_action"));
-        json_object_set_new(
-            o, "next_action",
-            json_pack("{s:s, s:{s:s, s:o}}", "type", "redirect_to_url", "redirect_to_url", "url",
-                      url, "return_url",
-                      r->return_url ? json_string(r->return_url) : json_null()));
+        json_object_set_new(o, "next_action",
+                            json_pack("{s:s, s:{s:s, s:o}}", "type", "redirect_to_url",
+                                      "redirect_to_url", "url", url, "return_url",
+                                      r->return_url ? json_string(r->return_url) : json_null()));
         free(url);
         r->code = 200;
         r->body = json_dumps(o, JSON_COMPACT);
@@ -898,17 +892,17 @@ static void finish_confirm(pending_t *p)
         r->code = 200;
         r->body = json_dumps(o, JSON_COMPACT);
     } else {
-        json_t *lpe = json_pack("{s:s, s:s, s:s, s:s, s:O}", "type", "card_error", "code",
-                                "card_declined", "decline_code", "generic_decline", "message",
-                                "Your card was declined.", "charge",
-                                json_object_get(r->chobj, "id"));
+        json_t *lpe =
+            json_pack("{s:s, s:s, s:s, s:s, s:O}", "type", "card_error", "code", "card_declined",
+                      "decline_code", "generic_decline", "message", "Your card was declined.",
+                      "charge", json_object_get(r->chobj, "id"));
         json_object_set_new(o, "status", json_string("requires_payment_method"));
         json_object_set_new(o, "last_payment_error", lpe);
         r->code = 402;
-        r->body = error_body("card_error", "card_declined", "Your card was declined.",
-                             json_pack("{s:s, s:O, s:O}", "decline_code", "generic_decline",
-                                       "charge", json_object_get(r->chobj, "id"),
-                                       "payment_intent", o));
+        r->body =
+            error_body("card_error", "card_declined", "Your card was declined.",
+                       json_pack("{s:s, s:O, s:O}", "decline_code", "generic_decline", "charge",
+                                 json_object_get(r->chobj, "id"), "payment_intent", o));
     }
     commit(p);
 }
@@ -1054,8 +1048,7 @@ static json_t *read_mutation(ps_server_t *ps, cm_req_t *req, const char **key, c
     if (b == NULL) {
         char msg[160];
         snprintf(msg, sizeof(msg),
-                 "Invalid form body near \"%s\" (application/x-www-form-urlencoded expected)",
-                 bad);
+                 "Invalid form body near \"%s\" (application/x-www-form-urlencoded expected)", bad);
         send_error(req, 400, "invalid_request_error", "parameter_invalid", msg);
         return NULL;
     }
@@ -1094,10 +1087,20 @@ static bool metadata_ok(cm_req_t *req, const json_t *md)
 static void start_confirm(ps_server_t *ps, cm_req_t *req, rec_t *pi, const char *key,
                           const char *hash, const json_t *body, bool silent);
 
-static const char *const create_params[] = {
-    "amount", "currency", "payment_method", "payment_method_types", "confirm", "metadata",
-    "return_url", "description", "capture_method", "confirmation_method", "expand",
-    "receipt_email", "statement_descriptor_suffix", NULL};
+static const char *const create_params[] = {"amount",
+                                            "currency",
+                                            "payment_method",
+                                            "payment_method_types",
+                                            "confirm",
+                                            "metadata",
+                                            "return_url",
+                                            "description",
+                                            "capture_method",
+                                            "confirmation_method",
+                                            "expand",
+                                            "receipt_email",
+                                            "statement_descriptor_suffix",
+                                            NULL};
 
 /* POST /v1/payment_intents */
 static void post_intent(ps_server_t *ps, cm_req_t *req)
@@ -1146,7 +1149,8 @@ static void post_intent(ps_server_t *ps, cm_req_t *req)
         snprintf(ikey, sizeof(ikey), " intent %s", key);
         rec_t *r = rec_new(ps, REC_PI, now ? ikey : key, hash);
         r->obj = pi_obj(r, body, (json_int_t)amount);
-        const char *ev = json_string_value(json_object_get(json_object_get(body, "metadata"), "event"));
+        const char *ev =
+            json_string_value(json_object_get(json_object_get(body, "metadata"), "event"));
         r->event = ev ? cm_xstrdup(ev) : NULL;
         r->code = 200;
         r->body = now ? cm_xstrdup("") : json_dumps(r->obj, JSON_COMPACT);
@@ -1224,9 +1228,9 @@ static void start_confirm(ps_server_t *ps, cm_req_t *req, rec_t *pi, const char 
 {
     const char *st = json_string_value(json_object_get(pi->obj, "status"));
     const char *pm = json_string_value(json_object_get(body, "payment_method"));
-    bool confirmable = pi->confirming == NULL &&
-                       (strcmp(st, "requires_confirmation") == 0 ||
-                        (strcmp(st, "requires_payment_method") == 0 && pm != NULL));
+    bool confirmable =
+        pi->confirming == NULL && (strcmp(st, "requires_confirmation") == 0 ||
+                                   (strcmp(st, "requires_payment_method") == 0 && pm != NULL));
     if (!confirmable) {
         json_t *view = pi_view(pi, false);
         char msg[200];
@@ -1252,8 +1256,8 @@ static void start_confirm(ps_server_t *ps, cm_req_t *req, rec_t *pi, const char 
     r->event = pi->event ? cm_xstrdup(pi->event) : NULL;
     pi->confirming = r;
     int64_t latency = 0;
-    outcome_t out = draw_outcome(
-        ps, json_string_value(json_object_get(pi->obj, "payment_method")), pi, &latency);
+    outcome_t out = draw_outcome(ps, json_string_value(json_object_get(pi->obj, "payment_method")),
+                                 pi, &latency);
     pending_t *p = pending_new(ps, req, r, out);
     p->silent = silent;
     cm_log(CM_LOG_DEBUG, "confirm %s key %s: outcome %d latency %lld ms", pi->id, key, (int)out,
@@ -1368,8 +1372,8 @@ static void list_intents(ps_server_t *ps, cm_req_t *req)
                                 "/v1/payment_intents", "data", data, "has_more", more));
 }
 
-static const char *const refund_params[] = {"payment_intent", "amount", "reason", "metadata",
-                                            "expand", NULL};
+static const char *const refund_params[] = {"payment_intent", "amount", "reason",
+                                            "metadata",       "expand", NULL};
 
 /* POST /v1/refunds {payment_intent[, amount]} */
 static void post_refund(ps_server_t *ps, cm_req_t *req)
@@ -1443,13 +1447,12 @@ static void post_refund(ps_server_t *ps, cm_req_t *req)
     r->event = pi->event ? cm_xstrdup(pi->event) : NULL;
     const char *reason = json_string_value(json_object_get(body, "reason"));
     json_t *md = json_object_get(body, "metadata");
-    r->obj = json_pack("{s:s, s:s, s:I, s:O, s:O, s:s, s:s, s:I, s:o, s:o}", "id", r->id, "object",
-                       "refund", "amount", (json_int_t)amount, "currency",
-                       json_object_get(pi->obj, "currency"), "charge",
-                       json_object_get(pi->chobj, "id"), "payment_intent", pi->id, "status",
-                       "succeeded", "created", now_s(), "reason",
-                       reason ? json_string(reason) : json_null(), "metadata",
-                       json_is_object(md) ? json_deep_copy(md) : json_object());
+    r->obj = json_pack(
+        "{s:s, s:s, s:I, s:O, s:O, s:s, s:s, s:I, s:o, s:o}", "id", r->id, "object", "refund",
+        "amount", (json_int_t)amount, "currency", json_object_get(pi->obj, "currency"), "charge",
+        json_object_get(pi->chobj, "id"), "payment_intent", pi->id, "status", "succeeded",
+        "created", now_s(), "reason", reason ? json_string(reason) : json_null(), "metadata",
+        json_is_object(md) ? json_deep_copy(md) : json_object());
     r->code = 200;
     r->body = json_dumps(r->obj, JSON_COMPACT);
     int64_t latency = 0;

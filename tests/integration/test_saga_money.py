@@ -64,7 +64,7 @@ class LateCharges(SagaCase):
                  what=f"checkout {cid} released")
 
         def landed():
-            chs = [c for c in self.pay.ledger(ev)["charges"] if c["idempotency_key"] == cid]
+            chs = [c for c in self.pay.ledger(ev)["charges"] if c["checkout"] == cid]
             return chs and chs[0]["status"] == "succeeded" and chs[0]["id"]
         charge = wait_for(landed, ARRIVE_MS / 1000 + 30, interval=0.2, what="charge landed")
         return cid, charge
@@ -85,7 +85,7 @@ class LateCharges(SagaCase):
             f"and to_state = 'refunding'")
         self.assertIn(charge, why, "the audit ledger names the charge")
         self.assertEqual(self.audit_event(ev), {cid: "refunded"})
-        refunds = [f for f in self.pay.ledger(ev)["refunds"] if f["charge"] == charge]
+        refunds = [f for f in self.pay.ledger(ev)["refunds"] if f["payment_intent"] == charge]
         self.assertEqual(len(refunds), 1, refunds)
         self.assertGreaterEqual(metric_sum(self.S.metrics(), "onsale_reserve_ledger_charges_total",
                                            outcome="refunding"), 1)

@@ -1,8 +1,9 @@
 /*
- * test_rsv_pay — reserve/rsv_pay.c: URL parsing and answer classification (pure), then
- * the client on a real event loop against a plain-HTTP fixture provider on
- * 127.0.0.1:0: charge / lookup / refund, headers sent, the request deadline, a refused
- * connection, and shutdown with a call in flight. Each loop test runs until its
+ * test_rsv_pay — reserve/rsv_pay.c and its Stripe adapter rsv_pay_stripe.c: URL parsing,
+ * form bodies and answer classification (pure), then the client on a real event loop
+ * against a plain-HTTP fixture provider on 127.0.0.1:0: charge (create + confirm) /
+ * lookup (create replayed + retrieve) / refund, headers sent, the request deadline, a
+ * refused connection, and shutdown with a call in flight. Each loop test runs until its
  * callback fired or a hard 10 s limit (never sleep()).
  */
 #include <stdarg.h>
@@ -25,6 +26,7 @@
 #include "cm_http.h"
 #include "cm_req.h"
 #include "rsv_pay.h"
+#include "rsv_pay_stripe.h"
 
 /* --- pure ------------------------------------------------------------------------------ */
 
@@ -54,12 +56,18 @@ static void parse_url_forms(void **state)
         assert_int_equal(rsv_pay_parse_url(bad[i], &u), -1);
 }
 
-static rsv_pay_result_t classify(rsv_pay_op_t op, int status, const char *body)
+static rsv_pay_result_t classify_r(rsv_pay_stripe_op_t op, int status, const char *body,
+                                   bool replayed)
 {
     rsv_pay_result_t r;
     memset(&r, 0, sizeof(r));
-    rsv_pay_classify(op, status, body, body ? strlen(body) : 0, &r);
+    rsv_pay_stripe_classify(op, status, body, body ? strlen(body) : 0, replayed, &r);
     return r;
+}
+
+static rsv_pay_result_t classify(rsv_pay_stripe_op_t op, int status, const char *body)
+{
+    return classify_r(op, status, body, false);
 }
 
 static void parse_list_pages(void **state)
@@ -67,17 +75,19 @@ static void parse_list_pages(void **state)
     (void)state;
     rsv_pay_page_t pg;
     const char *ok = "{\"object\":\"list\",\"has_more\":true,\"data\":["
-                     "{\"id\":\"ch_1\",\"status\":\"succeeded\",\"amount\":12000,\"created\":17,"
-                     "\"refunded\":false,\"amount_refunded\":0,\"idempotency_key\":\"k1\","
+                     "{\"id\":\"pi_1\",\"status\":\"succeeded\",\"amount\":12000,\"created\":17,"
+                     "\"latest_charge\":{\"id\":\"ch_1\",\"amount_refunded\":0,\"refunded\":false},"
                      "\"metadata\":{\"checkout\":\"co_a\",\"event\":\"e\"}},"
-                     "{\"id\":\"ch_2\",\"status\":\"failed\",\"idempotency_key\":\"co_b\"},"
+                     "{\"id\":\"pi_2\",\"status\":\"requires_payment_method\","
+                     "\"metadata\":{\"checkout\":\"co_b\"}},"
                      "{\"status\":\"succeeded\"},"
-                     "{\"id\":\"ch_3\",\"status\":\"succeeded\",\"refunded\":true}]}";
-    assert_int_equal(rsv_pay_parse_list(200, ok, strlen(ok), &pg), 0);
+                     "{\"id\":\"pi_3\",\"status\":\"succeeded\",\"latest_charge\":"
+                     "{\"id\":\"ch_3\",\"amount_refunded\":50,\"refunded\":false}}]}";
+    assert_int_equal(rsv_pay_stripe_parse_list(200, ok, strlen(ok), &pg), 0);
     assert_int_equal(pg.n, 3); /* the entry without an id is skipped */
     assert_true(pg.has_more);
-    assert_string_equal(pg.items[0].id, "ch_1");
-    assert_string_equal(pg.items[0].checkout, "co_a"); /* metadata wins over the key */
+    assert_string_equal(pg.items[0].id, "pi_1");
+    assert_string_equal(pg.items[0].checkout, "co_a");
     assert_true(pg.items[0].succeeded);
     assert_false(pg.items[0].refunded);
     assert_int_equal(pg.items[0].amount, 12000);
@@ -85,47 +95,115 @@ static void parse_list_pages(void **state)
     assert_string_equal(pg.items[1].checkout, "co_b");
     assert_false(pg.items[1].succeeded);
     assert_string_equal(pg.items[2].checkout, "");
-    assert_true(pg.items[2].refunded);
+    assert_true(pg.items[2].refunded); /* a partial refund counts */
     rsv_pay_page_clear(&pg);
-    assert_int_equal(rsv_pay_parse_list(500, ok, strlen(ok), &pg), -1);
-    assert_int_equal(rsv_pay_parse_list(200, "{}", 2, &pg), -1);
-    assert_int_equal(rsv_pay_parse_list(200, "[", 1, &pg), -1);
-    assert_int_equal(rsv_pay_parse_list(200, NULL, 0, &pg), -1);
+    assert_int_equal(rsv_pay_stripe_parse_list(500, ok, strlen(ok), &pg), -1);
+    assert_int_equal(rsv_pay_stripe_parse_list(200, "{}", 2, &pg), -1);
+    assert_int_equal(rsv_pay_stripe_parse_list(200, "[", 1, &pg), -1);
+    assert_int_equal(rsv_pay_stripe_parse_list(200, NULL, 0, &pg), -1);
     rsv_pay_page_clear(NULL);
 }
 
 static void classify_answers(void **state)
 {
-    rsv_pay_result_t r =
-        classify(RSV_PAY_OP_CHARGE, 200, "{\"id\":\"ch_1\",\"status\":\"succeeded\"}");
-    assert_int_equal(r.outcome, RSV_PAY_PAID);
-    assert_string_equal(r.id, "ch_1");
-    r = classify(RSV_PAY_OP_CHARGE, 402,
-                 "{\"error\":{\"code\":\"card_declined\",\"charge\":\"ch_2\"}}");
+    (void)state;
+    /* create: an intent awaiting confirmation is NONE with its id (confirm next) */
+    rsv_pay_result_t r = classify(RSV_PAY_STRIPE_CREATE, 200,
+                                  "{\"id\":\"pi_1\",\"status\":\"requires_confirmation\"}");
+    assert_int_equal(r.outcome, RSV_PAY_NONE);
+    assert_string_equal(r.id, "pi_1");
+    /* a stored 5xx under the create's key: no id was ever given, nothing confirmed */
+    r = classify_r(RSV_PAY_STRIPE_CREATE, 500, "{\"error\":{\"type\":\"api_error\"}}", true);
+    assert_int_equal(r.outcome, RSV_PAY_NONE);
+    assert_string_equal(r.id, "");
+    /* … but a live 5xx says nothing */
+    assert_int_equal(classify(RSV_PAY_STRIPE_CREATE, 500, NULL).outcome, RSV_PAY_UNKNOWN);
+    r = classify(RSV_PAY_STRIPE_CREATE, 400,
+                 "{\"error\":{\"type\":\"invalid_request_error\",\"code\":\"resource_missing\","
+                 "\"param\":\"payment_method\"}}");
     assert_int_equal(r.outcome, RSV_PAY_DECLINED);
-    assert_string_equal(r.id, "ch_2");
-    /* Anything not definite is unknown: in progress, server errors, garbage, no answer. */
-    assert_int_equal(classify(RSV_PAY_OP_CHARGE, 409, "{}").outcome, RSV_PAY_UNKNOWN);
-    assert_int_equal(classify(RSV_PAY_OP_CHARGE, 500, NULL).outcome, RSV_PAY_UNKNOWN);
-    assert_int_equal(classify(RSV_PAY_OP_CHARGE, 200, "not json").outcome, RSV_PAY_UNKNOWN);
-    assert_int_equal(classify(RSV_PAY_OP_CHARGE, 0, NULL).outcome, RSV_PAY_UNKNOWN);
-    assert_int_equal(classify(RSV_PAY_OP_CHARGE, 404, "{}").outcome, RSV_PAY_UNKNOWN);
-    /* Lookup: 404 means no charge; "processing" is not an answer yet. */
-    assert_int_equal(classify(RSV_PAY_OP_LOOKUP, 404, "{}").outcome, RSV_PAY_NONE);
+    assert_string_equal(r.error_code, "resource_missing");
     assert_int_equal(
-        classify(RSV_PAY_OP_LOOKUP, 200, "{\"id\":\"ch_3\",\"status\":\"processing\"}").outcome,
+        classify(RSV_PAY_STRIPE_CREATE, 401, "{\"error\":{\"type\":\"invalid_request_error\"}}")
+            .outcome,
         RSV_PAY_UNKNOWN);
-    r = classify(RSV_PAY_OP_LOOKUP, 200, "{\"id\":\"ch_4\",\"status\":\"failed\"}");
+    /* an id that is not fit for a URL path is no id */
+    assert_int_equal(
+        classify(RSV_PAY_STRIPE_CREATE, 200, "{\"id\":\"pi/../x\",\"status\":\"succeeded\"}")
+            .outcome,
+        RSV_PAY_UNKNOWN);
+
+    r = classify(RSV_PAY_STRIPE_CONFIRM, 200, "{\"id\":\"pi_1\",\"status\":\"succeeded\"}");
+    assert_int_equal(r.outcome, RSV_PAY_PAID);
+    assert_string_equal(r.id, "pi_1");
+    r = classify(RSV_PAY_STRIPE_CONFIRM, 402,
+                 "{\"error\":{\"type\":\"card_error\",\"code\":\"card_declined\","
+                 "\"decline_code\":\"generic_decline\",\"payment_intent\":{\"id\":\"pi_2\","
+                 "\"status\":\"requires_payment_method\",\"last_payment_error\":{}}}}");
     assert_int_equal(r.outcome, RSV_PAY_DECLINED);
-    /* Refund: done now, or done before by someone. */
-    r = classify(RSV_PAY_OP_REFUND, 200, "{\"id\":\"re_1\",\"status\":\"succeeded\"}");
+    assert_string_equal(r.id, "pi_2");
+    assert_string_equal(r.error_type, "card_error");
+    assert_string_equal(r.error_code, "generic_decline");
+    r = classify(RSV_PAY_STRIPE_CONFIRM, 200,
+                 "{\"id\":\"pi_3\",\"status\":\"requires_action\",\"next_action\":{\"type\":"
+                 "\"redirect_to_url\",\"redirect_to_url\":{\"url\":\"https://acs/x\"}}}");
+    assert_int_equal(r.outcome, RSV_PAY_ACTION);
+    assert_string_equal(r.action_url, "https://acs/x");
+    /* a second confirmation of a settled intent says how it settled */
+    r = classify(RSV_PAY_STRIPE_CONFIRM, 400,
+                 "{\"error\":{\"type\":\"invalid_request_error\",\"code\":"
+                 "\"payment_intent_unexpected_state\",\"payment_intent\":{\"id\":\"pi_4\","
+                 "\"status\":\"succeeded\"}}}");
+    assert_int_equal(r.outcome, RSV_PAY_PAID);
+    assert_string_equal(r.id, "pi_4");
+    /* Anything not definite is unknown: in progress, server errors, garbage, no answer. */
+    assert_int_equal(classify(RSV_PAY_STRIPE_CONFIRM, 409, "{}").outcome, RSV_PAY_UNKNOWN);
+    assert_int_equal(classify(RSV_PAY_STRIPE_CONFIRM, 429, "{}").outcome, RSV_PAY_UNKNOWN);
+    assert_int_equal(classify(RSV_PAY_STRIPE_CONFIRM, 500, NULL).outcome, RSV_PAY_UNKNOWN);
+    assert_int_equal(classify(RSV_PAY_STRIPE_CONFIRM, 200, "not json").outcome, RSV_PAY_UNKNOWN);
+    assert_int_equal(classify(RSV_PAY_STRIPE_CONFIRM, 0, NULL).outcome, RSV_PAY_UNKNOWN);
+    assert_int_equal(classify(RSV_PAY_STRIPE_CONFIRM, 404, "{}").outcome, RSV_PAY_UNKNOWN);
+    /* retrieve: by status */
+    const struct {
+        const char *status;
+        rsv_pay_outcome_t want;
+    } st[] = {{"succeeded", RSV_PAY_PAID},
+              {"processing", RSV_PAY_UNKNOWN},
+              {"requires_confirmation", RSV_PAY_NONE},
+              {"requires_payment_method", RSV_PAY_NONE},
+              {"canceled", RSV_PAY_NONE},
+              {"requires_capture", RSV_PAY_UNKNOWN},
+              {"requires_action", RSV_PAY_ACTION},
+              {"something_new", RSV_PAY_UNKNOWN}};
+    for (size_t i = 0; i < sizeof(st) / sizeof(st[0]); i++) {
+        char body[160];
+        snprintf(body, sizeof(body), "{\"id\":\"pi_5\",\"status\":\"%s\"}", st[i].status);
+        assert_int_equal(classify(RSV_PAY_STRIPE_RETRIEVE, 200, body).outcome, st[i].want);
+    }
+    r = classify(RSV_PAY_STRIPE_RETRIEVE, 200,
+                 "{\"id\":\"pi_6\",\"status\":\"requires_payment_method\",\"last_payment_error\":"
+                 "{\"type\":\"card_error\",\"code\":\"card_declined\"}}");
+    assert_int_equal(r.outcome, RSV_PAY_DECLINED);
+    /* Refund: done now, or done before by someone; an over-refund is not done. */
+    r = classify(RSV_PAY_STRIPE_REFUND, 200, "{\"id\":\"re_1\",\"status\":\"succeeded\"}");
     assert_int_equal(r.outcome, RSV_PAY_REFUNDED);
     assert_string_equal(r.id, "re_1");
-    r = classify(RSV_PAY_OP_REFUND, 400,
-                 "{\"error\":{\"code\":\"charge_already_refunded\",\"refund\":\"re_9\"}}");
+    assert_int_equal(
+        classify(RSV_PAY_STRIPE_REFUND, 200, "{\"id\":\"re_1\",\"status\":\"pending\"}").outcome,
+        RSV_PAY_REFUNDED);
+    assert_int_equal(
+        classify(RSV_PAY_STRIPE_REFUND, 200, "{\"id\":\"re_1\",\"status\":\"failed\"}").outcome,
+        RSV_PAY_UNKNOWN);
+    r = classify(RSV_PAY_STRIPE_REFUND, 400,
+                 "{\"error\":{\"type\":\"invalid_request_error\",\"code\":"
+                 "\"charge_already_refunded\"}}");
     assert_int_equal(r.outcome, RSV_PAY_REFUNDED);
-    assert_string_equal(r.id, "re_9");
-    assert_int_equal(classify(RSV_PAY_OP_REFUND, 404, "{}").outcome, RSV_PAY_UNKNOWN);
+    r = classify(RSV_PAY_STRIPE_REFUND, 400,
+                 "{\"error\":{\"type\":\"invalid_request_error\",\"code\":\"amount_too_large\","
+                 "\"param\":\"amount\"}}");
+    assert_int_equal(r.outcome, RSV_PAY_UNKNOWN);
+    assert_string_equal(r.error_code, "amount_too_large");
+    assert_int_equal(classify(RSV_PAY_STRIPE_REFUND, 404, "{}").outcome, RSV_PAY_UNKNOWN);
 }
 
 /* --- loop fixture ----------------------------------------------------------------------- */
@@ -137,6 +215,9 @@ typedef struct fx {
     char last_key[128];
     char last_auth[128];
     char last_body[512];
+    char create_body[512];
+    char last_type[128];
+    char uris[8][512];
     int calls;
     int peer_port[8]; /* the client's port of each request: equal ports = one connection */
     int nreq;
@@ -162,8 +243,12 @@ static void provider(cm_req_t *req, void *arg)
     ev_uint16_t pport = 0;
     evhttp_connection_get_peer(evhttp_request_get_connection(cm_http_evhttp_of(req)), &peer,
                                &pport);
-    if (f->nreq < 8)
+    const char *ct = cm_http_header(req, "Content-Type");
+    snprintf(f->last_type, sizeof(f->last_type), "%s", ct ? ct : "");
+    if (f->nreq < 8) {
+        snprintf(f->uris[f->nreq], sizeof(f->uris[0]), "%s", uri);
         f->peer_port[f->nreq++] = pport;
+    }
     if (strncmp(uri, "/biglist", 8) == 0) { /* a valid ledger page past 64 KiB */
         const char *page = "{\"object\":\"list\",\"has_more\":false,\"data\":[{\"id\":\"ch_1\","
                            "\"status\":\"succeeded\",\"amount\":100,\"created\":1}]}";
@@ -187,11 +272,16 @@ static void provider(cm_req_t *req, void *arg)
         f->held = req;
         return;
     }
-    if (strstr(uri, "/v1/charges?idempotency_key=none")) {
-        cm_http_send_error(req, 404, "resource_missing", "none", NULL);
-    } else if (strstr(uri, "/v1/charges")) {
-        const char *body = "{\"id\":\"ch_ok\",\"object\":\"charge\",\"status\":\"succeeded\"}";
-        cm_http_send_body(req, 200, "application/json", body, strlen(body), false);
+    const char *pi = "{\"id\":\"pi_ok\",\"object\":\"payment_intent\","
+                     "\"status\":\"requires_confirmation\"}";
+    const char *paid = "{\"id\":\"pi_ok\",\"object\":\"payment_intent\",\"status\":\"succeeded\"}";
+    if (strcmp(uri, "/v1/payment_intents") == 0) {
+        snprintf(f->create_body, sizeof(f->create_body), "%s", f->last_body);
+        cm_http_send_body(req, 200, "application/json", pi, strlen(pi), false);
+    } else if (strcmp(uri, "/v1/payment_intents/pi_ok/confirm") == 0) {
+        cm_http_send_body(req, 200, "application/json", paid, strlen(paid), false);
+    } else if (strcmp(uri, "/v1/payment_intents/pi_ok") == 0) {
+        cm_http_send_body(req, 200, "application/json", pi, strlen(pi), false);
     } else if (strstr(uri, "/v1/refunds")) {
         const char *body = "{\"id\":\"re_ok\",\"object\":\"refund\",\"status\":\"succeeded\"}";
         cm_http_send_body(req, 200, "application/json", body, strlen(body), false);
@@ -246,7 +336,7 @@ static rsv_pay_t *client_at(fx_t *f, const char *host, const char *prefix, int p
     char url[128], err[256];
     snprintf(url, sizeof(url), "http://%s:%d%s", host, port ? port : cm_http_server_port(f->srv),
              prefix);
-    rsv_pay_config_t cfg = {url, NULL, "sk_test", 500, timeout_ms};
+    rsv_pay_config_t cfg = {url, NULL, "sk_test", NULL, 500, timeout_ms};
     rsv_pay_t *p = rsv_pay_new(f->base, &cfg, err, sizeof(err));
     assert_non_null(p);
     return p;
@@ -257,43 +347,109 @@ static rsv_pay_t *client(fx_t *f, const char *prefix, int port, int timeout_ms)
     return client_at(f, "127.0.0.1", prefix, port, timeout_ms);
 }
 
+static rsv_pay_charge_req_t req_of(const char *key, const char *pm, const char *rid)
+{
+    rsv_pay_charge_req_t r = {.key = key,
+                              .amount = 1200,
+                              .currency = "EUR",
+                              .payment_method = pm,
+                              .event = "ev1",
+                              .request_id = rid};
+    return r;
+}
+
+/* The value of key in a form body (decoded '%5B' '%5D' only: enough for our keys), or "". */
+static const char *form_value(const char *form, const char *key, char *out, size_t cap)
+{
+    char want[128];
+    snprintf(want, sizeof(want), "%s=", key);
+    out[0] = '\0';
+    for (const char *p = form; p && *p;) {
+        const char *end = strchr(p, '&');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        char pair[512];
+        size_t k = 0;
+        for (size_t i = 0; i < n && k + 1 < sizeof(pair); i++) {
+            if (strncmp(p + i, "%5B", 3) == 0) {
+                pair[k++] = '[';
+                i += 2;
+            } else if (strncmp(p + i, "%5D", 3) == 0) {
+                pair[k++] = ']';
+                i += 2;
+            } else {
+                pair[k++] = p[i];
+            }
+        }
+        pair[k] = '\0';
+        if (strncmp(pair, want, strlen(want)) == 0) {
+            snprintf(out, cap, "%s", pair + strlen(want));
+            return out;
+        }
+        p = end ? end + 1 : NULL;
+    }
+    return out;
+}
+
 static void charge_lookup_refund(void **state)
 {
     fx_t *f = *state;
+    char v[128];
     rsv_pay_t *p = client(f, "", 0, 2000);
-    assert_int_equal(rsv_pay_charge(p, "co_1", 1200, "EUR", "tok_visa", "ev1", NULL, on_result, f),
-                     0);
+    rsv_pay_charge_req_t rq = req_of("co_1", "pm_card_visa", NULL);
+    assert_int_equal(rsv_pay_charge(p, &rq, on_result, f), 0);
     assert_int_equal(f->done, 0); /* never called from inside the call */
     run(f);
     assert_int_equal(f->done, 1);
     assert_int_equal(f->res.outcome, RSV_PAY_PAID);
-    assert_string_equal(f->res.id, "ch_ok");
+    assert_string_equal(f->res.id, "pi_ok");
     assert_null(f->res.err);
-    assert_string_equal(f->last_key, "co_1");
+    /* create under the checkout id, then confirm under cf_<checkout> */
+    assert_int_equal(f->nreq, 2);
+    assert_string_equal(f->uris[0], "/v1/payment_intents");
+    assert_string_equal(f->uris[1], "/v1/payment_intents/pi_ok/confirm");
+    assert_string_equal(f->last_key, "cf_co_1");
+    assert_string_equal(f->last_type, "application/x-www-form-urlencoded");
     assert_string_equal(f->last_auth, "Bearer sk_test");
-    assert_null(strstr(f->last_body, "request_id")); /* none given: none sent */
+    assert_string_equal(form_value(f->last_body, "return_url", v, sizeof(v)),
+                        "https%3A%2F%2Flocalhost%2Fshop%2Fpayment-return");
+    assert_string_equal(form_value(f->create_body, "amount", v, sizeof(v)), "1200");
+    assert_string_equal(form_value(f->create_body, "currency", v, sizeof(v)), "eur");
+    assert_string_equal(form_value(f->create_body, "payment_method", v, sizeof(v)), "pm_card_visa");
+    assert_string_equal(form_value(f->create_body, "metadata[checkout]", v, sizeof(v)), "co_1");
+    assert_string_equal(form_value(f->create_body, "metadata[event]", v, sizeof(v)), "ev1");
+    assert_null(strstr(f->create_body, "request_id")); /* none given: none sent */
 
-    /* The checkout's request id goes in the charge's metadata. */
-    assert_int_equal(
-        rsv_pay_charge(p, "co_1r", 1200, "EUR", "tok_visa", "ev1", "fan-rid.7", on_result, f), 0);
+    /* The checkout's request id goes in the metadata; a retry confirms under a fresh key. */
+    rq = req_of("co_1r", NULL, "fan-rid.7");
+    rq.attempt = 2;
+    assert_int_equal(rsv_pay_charge(p, &rq, on_result, f), 0);
     run(f);
     assert_int_equal(f->res.outcome, RSV_PAY_PAID);
-    json_t *sent = json_loads(f->last_body, 0, NULL);
-    assert_non_null(sent);
-    json_t *md = json_object_get(sent, "metadata");
-    assert_string_equal(json_string_value(json_object_get(md, "request_id")), "fan-rid.7");
-    assert_string_equal(json_string_value(json_object_get(md, "checkout")), "co_1r");
-    json_decref(sent);
+    assert_string_equal(form_value(f->create_body, "metadata[request_id]", v, sizeof(v)),
+                        "fan-rid.7");
+    assert_string_equal(form_value(f->create_body, "payment_method", v, sizeof(v)),
+                        "pm_card_visa"); /* the default */
+    assert_string_equal(f->last_key, "cf_co_1r_2");
 
-    assert_int_equal(rsv_pay_lookup(p, "none", on_result, f), 0);
+    /* A lookup repeats the create and reads the intent: never confirmed, so NONE. */
+    f->nreq = 0;
+    rq = req_of("co_1", "pm_card_visa", NULL);
+    assert_int_equal(rsv_pay_lookup(p, &rq, on_result, f), 0);
     run(f);
     assert_int_equal(f->res.outcome, RSV_PAY_NONE);
+    assert_int_equal(f->nreq, 2);
+    assert_string_equal(f->uris[1], "/v1/payment_intents/pi_ok");
 
-    assert_int_equal(rsv_pay_refund(p, "rf_co_1", "ch_ok", on_result, f), 0);
+    assert_int_equal(rsv_pay_refund(p, "rf_co_1", "pi_ok", 0, on_result, f), 0);
     run(f);
     assert_int_equal(f->res.outcome, RSV_PAY_REFUNDED);
     assert_string_equal(f->res.id, "re_ok");
     assert_string_equal(f->last_key, "rf_co_1");
+    assert_string_equal(form_value(f->last_body, "payment_intent", v, sizeof(v)), "pi_ok");
+    assert_string_equal(form_value(f->last_body, "amount", v, sizeof(v)), ""); /* all */
+    assert_int_equal(rsv_pay_refund(p, "rf_co_1p", "pi_ok", 300, on_result, f), 0);
+    run(f);
+    assert_string_equal(form_value(f->last_body, "amount", v, sizeof(v)), "300");
     assert_int_equal(rsv_pay_inflight(p), 0);
     rsv_pay_free(p);
 }
@@ -304,16 +460,17 @@ static void calls_reuse_one_connection_by_host_name(void **state)
 {
     fx_t *f = *state;
     rsv_pay_t *p = client_at(f, "localhost", "", 0, 2000);
+    rsv_pay_charge_req_t rq = req_of("none", NULL, NULL);
     for (int i = 0; i < 3; i++) {
-        assert_int_equal(rsv_pay_lookup(p, "none", on_result, f), 0);
+        assert_int_equal(rsv_pay_lookup(p, &rq, on_result, f), 0);
         run(f);
         assert_int_equal(f->done, i + 1);
         assert_int_equal(f->res.outcome, RSV_PAY_NONE);
     }
-    assert_int_equal(f->nreq, 3);
+    assert_int_equal(f->nreq, 6); /* two exchanges a lookup */
     assert_int_not_equal(f->peer_port[0], 0);
-    assert_int_equal(f->peer_port[1], f->peer_port[0]);
-    assert_int_equal(f->peer_port[2], f->peer_port[0]);
+    for (int i = 1; i < 6; i++)
+        assert_int_equal(f->peer_port[i], f->peer_port[0]);
     rsv_pay_free(p);
 }
 
@@ -322,7 +479,8 @@ static void oversized_answer_gives_unknown(void **state)
 {
     fx_t *f = *state;
     rsv_pay_t *p = client(f, "/big", 0, 2000);
-    assert_int_equal(rsv_pay_charge(p, "co_5", 100, "EUR", NULL, "ev1", NULL, on_result, f), 0);
+    rsv_pay_charge_req_t rq = req_of("co_5", NULL, NULL);
+    assert_int_equal(rsv_pay_charge(p, &rq, on_result, f), 0);
     run(f);
     assert_int_equal(f->done, 1);
     assert_int_equal(f->res.outcome, RSV_PAY_UNKNOWN);
@@ -346,7 +504,8 @@ static void deadline_gives_unknown(void **state)
 {
     fx_t *f = *state;
     rsv_pay_t *p = client(f, "/slow", 0, 300);
-    assert_int_equal(rsv_pay_charge(p, "co_2", 100, "EUR", NULL, "ev1", NULL, on_result, f), 0);
+    rsv_pay_charge_req_t rq = req_of("co_2", NULL, NULL);
+    assert_int_equal(rsv_pay_charge(p, &rq, on_result, f), 0);
     run(f);
     assert_int_equal(f->done, 1);
     assert_int_equal(f->res.outcome, RSV_PAY_UNKNOWN);
@@ -368,7 +527,8 @@ static void refused_connection_gives_unknown(void **state)
     int port = ntohs(sin.sin_port);
     close(s);
     rsv_pay_t *p = client(f, "", port, 1000);
-    assert_int_equal(rsv_pay_charge(p, "co_3", 100, "EUR", NULL, "ev1", NULL, on_result, f), 0);
+    rsv_pay_charge_req_t rq = req_of("co_3", NULL, NULL);
+    assert_int_equal(rsv_pay_charge(p, &rq, on_result, f), 0);
     run(f);
     assert_int_equal(f->done, 1);
     assert_int_equal(f->res.outcome, RSV_PAY_UNKNOWN);
@@ -380,7 +540,8 @@ static void free_with_call_in_flight(void **state)
 {
     fx_t *f = *state;
     rsv_pay_t *p = client(f, "/slow", 0, 5000);
-    assert_int_equal(rsv_pay_charge(p, "co_4", 100, "EUR", NULL, "ev1", NULL, on_result, f), 0);
+    rsv_pay_charge_req_t rq = req_of("co_4", NULL, NULL);
+    assert_int_equal(rsv_pay_charge(p, &rq, on_result, f), 0);
     rsv_pay_free(p);
     assert_int_equal(f->done, 1);
     assert_ptr_equal(f->res.err, cm_err_shutdown);
