@@ -206,6 +206,171 @@ static void classify_answers(void **state)
     assert_int_equal(classify(RSV_PAY_STRIPE_REFUND, 404, "{}").outcome, RSV_PAY_UNKNOWN);
 }
 
+/* --- pinned against Stripe's OpenAPI (tests/fixtures/stripe) ---------------------------- */
+
+static json_t *load_fixture(const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", STRIPE_FIXTURES, name);
+    json_error_t e;
+    json_t *doc = json_load_file(path, 0, &e);
+    if (doc == NULL)
+        fail_msg("%s: %s (line %d)", path, e.text, e.line);
+    return doc;
+}
+
+/* Every key of a form or query string, by its top-level name ("metadata[checkout]" →
+ * "metadata"), is a parameter of op in the spec (in `where`: "form" or "query"). */
+static void documented(const json_t *spec, const char *op, const char *where, const char *form,
+                       size_t *nkeys)
+{
+    json_t *names =
+        json_object_get(json_object_get(json_object_get(spec, "operations"), op), where);
+    assert_true(json_is_array(names));
+    for (const char *p = form; *p;) {
+        size_t n = strcspn(p, "&");
+        char key[128];
+        size_t k = 0;
+        for (size_t i = 0; i < n && p[i] != '=' && k + 1 < sizeof(key); i++) {
+            if (strncmp(p + i, "%5B", 3) == 0 || p[i] == '[')
+                break; /* the top-level name ends at the first bracket */
+            key[k++] = p[i];
+        }
+        key[k] = '\0';
+        bool found = false;
+        size_t i;
+        json_t *v;
+        json_array_foreach(names, i, v)
+        {
+            found = found || strcmp(json_string_value(v), key) == 0;
+        }
+        if (!found)
+            fail_msg("%s: \"%s\" is not a documented %s parameter", op, key, where);
+        (*nkeys)++;
+        p += n;
+        if (*p == '&')
+            p++;
+    }
+}
+
+static void every_key_sent_is_a_documented_parameter(void **state)
+{
+    (void)state;
+    json_t *spec = load_fixture("spec.json");
+    size_t n = 0;
+    rsv_pay_charge_req_t rq = {.key = "co_1",
+                               .amount = 1200,
+                               .currency = "EUR",
+                               .payment_method = "pm_card_visa",
+                               .event = "ev1",
+                               .request_id = "fan-rid.7"};
+    char *form = rsv_pay_stripe_create_form(&rq);
+    documented(spec, "POST /v1/payment_intents", "form", form, &n);
+    /* the spec's required parameters are there */
+    json_t *req = json_object_get(
+        json_object_get(json_object_get(spec, "operations"), "POST /v1/payment_intents"),
+        "form_required");
+    size_t i;
+    json_t *v;
+    json_array_foreach(req, i, v)
+    {
+        char want[64];
+        snprintf(want, sizeof(want), "%s=", json_string_value(v));
+        assert_non_null(strstr(form, want));
+    }
+    free(form);
+    form = rsv_pay_stripe_confirm_form("https://shop.example/return");
+    documented(spec, "POST /v1/payment_intents/{intent}/confirm", "form", form, &n);
+    free(form);
+    form = rsv_pay_stripe_refund_form("pi_1", 300);
+    documented(spec, "POST /v1/refunds", "form", form, &n);
+    free(form);
+    char *path = rsv_pay_stripe_list_path(17, "pi_9", 100);
+    assert_int_equal(strncmp(path, "/v1/payment_intents?", 20), 0);
+    documented(spec, "GET /v1/payment_intents", "query", path + 20, &n);
+    /* created[gte]: a documented sub-key of created */
+    assert_non_null(strstr(path, "created%5Bgte%5D=17"));
+    json_t *ck = json_object_get(
+        json_object_get(json_object_get(spec, "operations"), "GET /v1/payment_intents"),
+        "created_keys");
+    bool gte = false;
+    json_array_foreach(ck, i, v)
+    {
+        gte = gte || strcmp(json_string_value(v), "gte") == 0;
+    }
+    assert_true(gte);
+    free(path);
+    assert_true(n >= 14);
+    json_decref(spec);
+}
+
+static rsv_pay_outcome_t outcome_named(const char *name)
+{
+    for (int i = 0; i < RSV_PAY_OUTCOME_COUNT; i++)
+        if (strcmp(rsv_pay_outcome_names[i], name) == 0)
+            return (rsv_pay_outcome_t)i;
+    fail_msg("no outcome %s", name);
+    return RSV_PAY_UNKNOWN;
+}
+
+static void stripe_documented_answers_are_classified(void **state)
+{
+    (void)state;
+    json_t *doc = load_fixture("responses.json");
+    json_t *cases = json_object_get(doc, "cases");
+    assert_true(json_array_size(cases) >= 30);
+    size_t i;
+    json_t *c;
+    json_array_foreach(cases, i, c)
+    {
+        const char *name = json_string_value(json_object_get(c, "name"));
+        const char *op = json_string_value(json_object_get(c, "op"));
+        int status = (int)json_integer_value(json_object_get(c, "status"));
+        char *body = json_dumps(json_object_get(c, "body"), JSON_COMPACT);
+        rsv_pay_outcome_t want = outcome_named(json_string_value(json_object_get(c, "want")));
+        rsv_pay_result_t r;
+        memset(&r, 0, sizeof(r));
+        if (strcmp(op, "list") == 0) {
+            rsv_pay_page_t pg;
+            assert_int_equal(rsv_pay_stripe_parse_list(status, body, strlen(body), &pg), 0);
+            assert_int_equal(pg.n, json_integer_value(json_object_get(c, "n")));
+            assert_int_equal(pg.has_more, json_is_true(json_object_get(c, "has_more")));
+            for (size_t k = 0; k < pg.n; k++) {
+                assert_string_equal(pg.items[k].checkout, json_string_value(json_array_get(
+                                                              json_object_get(c, "checkouts"), k)));
+                assert_int_equal(pg.items[k].refunded,
+                                 json_is_true(json_array_get(json_object_get(c, "refunded"), k)));
+            }
+            rsv_pay_page_clear(&pg);
+            free(body);
+            continue;
+        }
+        rsv_pay_stripe_op_t sop = strcmp(op, "create") == 0     ? RSV_PAY_STRIPE_CREATE
+                                  : strcmp(op, "confirm") == 0  ? RSV_PAY_STRIPE_CONFIRM
+                                  : strcmp(op, "retrieve") == 0 ? RSV_PAY_STRIPE_RETRIEVE
+                                                                : RSV_PAY_STRIPE_REFUND;
+        rsv_pay_stripe_classify(sop, status, body, strlen(body),
+                                json_is_true(json_object_get(c, "replayed")), &r);
+        if (r.outcome != want)
+            fail_msg("%s: %s, want %s", name, rsv_pay_outcome_names[r.outcome],
+                     rsv_pay_outcome_names[want]);
+        const char *id = json_string_value(json_object_get(c, "id"));
+        if (id)
+            assert_string_equal(r.id, id);
+        const char *url = json_string_value(json_object_get(c, "action_url"));
+        if (url)
+            assert_string_equal(r.action_url, url);
+        const char *et = json_string_value(json_object_get(c, "error_type"));
+        if (et)
+            assert_string_equal(r.error_type, et);
+        const char *ec = json_string_value(json_object_get(c, "error_code"));
+        if (ec)
+            assert_string_equal(r.error_code, ec);
+        free(body);
+    }
+    json_decref(doc);
+}
+
 /* --- loop fixture ----------------------------------------------------------------------- */
 
 typedef struct fx {
@@ -554,6 +719,8 @@ int main(void)
         cmocka_unit_test(parse_url_forms),
         cmocka_unit_test(classify_answers),
         cmocka_unit_test(parse_list_pages),
+        cmocka_unit_test(every_key_sent_is_a_documented_parameter),
+        cmocka_unit_test(stripe_documented_answers_are_classified),
         cmocka_unit_test_setup_teardown(charge_lookup_refund, setup, teardown),
         cmocka_unit_test_setup_teardown(calls_reuse_one_connection_by_host_name, setup, teardown),
         cmocka_unit_test_setup_teardown(oversized_answer_gives_unknown, setup, teardown),
