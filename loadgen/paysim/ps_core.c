@@ -682,9 +682,14 @@ static void on_durable(void *arg)
 {
     pending_t *p = arg;
     rec_set_state(p->ps, p->rec, REC_DONE);
-    /* A late answer waits for its timer (which answers), unless that already fired. */
-    if (p->late_wait && evtimer_pending(p->timer, NULL))
+    /* A late answer waits for its timer (which answers), unless that already fired; until
+     * it leaves, whoever asks sees the intent "processing" (the charge is made, but nobody
+     * has been told: a lookup answers only once the late answer is out). */
+    if (p->late_wait && evtimer_pending(p->timer, NULL)) {
+        if (p->rec->pi)
+            p->rec->pi->confirming = p->rec;
         return;
+    }
     pending_answer_stored(p);
 }
 
@@ -929,8 +934,11 @@ static void on_pending_timer(evutil_socket_t fd, short what, void *arg)
         return;
     }
     if (p->late_wait) {
-        if (p->rec->state == REC_DONE)
+        if (p->rec->state == REC_DONE) {
+            if (p->rec->pi && p->rec->pi->confirming == p->rec)
+                p->rec->pi->confirming = NULL;
             pending_answer_stored(p);
+        }
         return; /* still writing: on_durable answers */
     }
     if (p->rec->kind == REC_CONFIRM) {

@@ -173,7 +173,7 @@ class Retry(SagaCase):
         self.addCleanup(self.r.stop_all)
 
     def test_one_provider_500_is_decided_by_the_retry_within_seconds(self):
-        p = self.r.start({"ONSALE_RESERVE_RECONCILE_AFTER_S": "100000"})
+        p = self.r.start({"ONSALE_RESERVE_RECONCILE_AFTER_S": "86400"})
         ev = self.new_event(seats=SEATS, max_per_buyer=4)
         c = self.r.client(p, timeout=20)
         self.addCleanup(c.close)
