@@ -7,13 +7,14 @@
  * (the redis bio.c shape). A charge or refund answer is sent only after its line is
  * durable, so a simulator restart never forgets a charge it confirmed to anyone.
  *
- * Records: one per idempotency key (charges and refunds share the key space, as on
- * Stripe) in a chained hash table, plus an id table and an append-only list for the
- * ledger. A record's state only moves forward through rec_set_state():
- *   PROCESSING (outcome not decided or not committed: same key → 409, lookup →
+ * Records: one per idempotency key (intents, confirmations and refunds share the key
+ * space, as on Stripe) in a chained hash table, plus an id table and an append-only list
+ * for the ledger. A record's state only moves forward through rec_set_state():
+ *   PROCESSING (outcome not decided or not committed: same key → 409, the intent reads
  *   "processing") → WRITING (journal line queued; still 409 / "processing") → DONE
- *   (durable: same key → the stored answer). An errored or lost charge is dropped
- *   while PROCESSING, so nothing was charged and the key may be used again.
+ *   (durable: same key → the stored answer; a confirmation leaves its intent as it made
+ *   it, a refund adds to the intent's charge). A lost confirmation is dropped while
+ *   PROCESSING, so nothing was charged and its key may be used again; a 500 is stored.
  *
  * Delays (latency, late answers) are libevent timers on a pending-request list; a
  * client that hangs up meanwhile is harmless (evhttp detaches the request and frees
@@ -65,13 +66,14 @@ const cm_config_opt_t ps_config_table[] = {
     {"idle_timeout_s", CM_CFG_INT, S(idle_timeout_s), "120", 1, 3600,
      "seconds a connection may stay silent (must exceed timeout_ms)"},
     {"ledger_file", CM_CFG_STR, S(ledger_file), NULL, 0, 0,
-     "append-only journal of charges and refunds, replayed at start (unset: memory only)"},
+     "append-only journal of intents, confirmations and refunds, replayed at start (unset: "
+     "memory only)"},
     {"ledger_fsync", CM_CFG_BOOL, S(ledger_fsync), "true", 0, 0,
      "fdatasync each batch of journal lines before answering"},
     {"api_key", CM_CFG_STR, S(api_key), NULL, 0, 0,
      "secret key clients must send as Authorization: Bearer (unset: no check)"},
     {"max_records", CM_CFG_INT, S(max_records), "1000000", 100, 100000000,
-     "charges plus refunds kept; beyond it new ones get 503"},
+     "intents, confirmations and refunds kept; beyond it new ones get 503"},
     {"latency_min_ms", CM_CFG_INT, S(latency_min_ms), "20", 0, 600000,
      "lowest simulated processing time"},
     {"latency_max_ms", CM_CFG_INT, S(latency_max_ms), "80", 0, 600000,
