@@ -81,7 +81,8 @@ typedef struct saga {
     int64_t extension_ms;
     rsv_hold_view_t view;
     int steps;
-    int attempt; /* provider retries in this drive (item: retry_charge) */
+    int attempt;           /* provider retries in this drive (retry_charge) */
+    uint64_t pay_start_ns; /* when this drive first charged, 0 before */
     struct event *retry;
     bool given_back;                   /* unconvert ran (or was skipped) in this drive */
     bool extended;                     /* this drive extended the hold (view holds its layout) */
@@ -426,7 +427,9 @@ static void extend_hold(saga_t *s)
  * repeated under the same key (the provider replays its stored answer: the same intent);
  * each retry confirms under a fresh key ("cf_<checkout>_<n>"), because Stripe also stores a
  * 5xx under a key: the intent itself can succeed only once, so a second confirmation of a
- * settled intent only reports how it settled (payment_intent_unexpected_state).
+ * settled intent only reports how it settled (payment_intent_unexpected_state). A retry
+ * starts only while the drive has spent less than two provider deadlines (pay_timeout_ms)
+ * charging, so deadlines that keep passing hand over to the reconciler early.
  */
 #define RETRY_MAX     3
 #define RETRY_BASE_MS 200
@@ -453,6 +456,9 @@ static bool retry_charge(saga_t *s, const rsv_pay_result_t *res)
     uint64_t r = cm_time_mono_ns() ^ ((uint64_t)(uintptr_t)s * 0x9E3779B97F4A7C15ull);
     r ^= r >> 29;
     ms = ms / 2 + (int64_t)(r % (uint64_t)ms);
+    int64_t spent_ms = (int64_t)((cm_time_mono_ns() - s->pay_start_ns) / 1000000u);
+    if (spent_ms + ms >= 2 * s->srv->cfg.pay_timeout_ms)
+        return false;
     s->attempt++;
     cm_log(CM_LOG_WARN, "checkout %s: payment retry %d of %d in %lld ms", s->row.id, s->attempt,
            RETRY_MAX, (long long)ms);
@@ -564,6 +570,8 @@ static rsv_pay_charge_req_t charge_req(const saga_t *s)
 
 static void charge(saga_t *s)
 {
+    if (s->pay_start_ns == 0)
+        s->pay_start_ns = cm_time_mono_ns();
     rsv_pay_charge_req_t r = charge_req(s);
     if (rsv_pay_charge(s->srv->pay, &r, on_charge, s) != 0)
         saga_fail(s, "charging", cm_err_shutdown);
