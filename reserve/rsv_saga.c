@@ -429,7 +429,8 @@ static void extend_hold(saga_t *s)
  * 5xx under a key: the intent itself can succeed only once, so a second confirmation of a
  * settled intent only reports how it settled (payment_intent_unexpected_state). A retry
  * starts only while the drive has spent less than two provider deadlines (pay_timeout_ms)
- * charging, so deadlines that keep passing hand over to the reconciler early.
+ * charging and its two exchanges would end within the drive's lease, so deadlines that
+ * keep passing hand over to the reconciler early and never race it.
  */
 #define RETRY_MAX     3
 #define RETRY_BASE_MS 200
@@ -457,7 +458,11 @@ static bool retry_charge(saga_t *s, const rsv_pay_result_t *res)
     r ^= r >> 29;
     ms = ms / 2 + (int64_t)(r % (uint64_t)ms);
     int64_t spent_ms = (int64_t)((cm_time_mono_ns() - s->pay_start_ns) / 1000000u);
-    if (spent_ms + ms >= 2 * s->srv->cfg.pay_timeout_ms)
+    int64_t deadline_ms = s->srv->cfg.pay_timeout_ms;
+    /* within two deadlines of charging, and the retry's two exchanges within the lease
+     * this drive holds (past it the reconciler may take the checkout over) */
+    if (spent_ms + ms >= 2 * deadline_ms ||
+        spent_ms + ms + 2 * deadline_ms > (int64_t)lease_s(s) * 1000)
         return false;
     s->attempt++;
     cm_log(CM_LOG_WARN, "checkout %s: payment retry %d of %d in %lld ms", s->row.id, s->attempt,
