@@ -1,11 +1,10 @@
 /*
  * ps_core — the payment-provider simulator; the API is described in ps_core.h.
  *
- * Threads: everything below runs on the event-loop thread except journal_thread(),
- * which owns the ledger file descriptor after start-up: the loop hands it lines
- * through a mutex-protected queue and learns that they are durable through a pipe
- * (the redis bio.c shape). A charge or refund answer is sent only after its line is
- * durable, so a simulator restart never forgets a charge it confirmed to anyone.
+ * Threads: everything here runs on the event-loop thread; the ledger file is ps_journal's
+ * writer thread's. An answer that commits something (an intent, a confirmation, a refund)
+ * is sent only after its journal line is durable, so a simulator restart never forgets a
+ * charge it confirmed to anyone.
  *
  * Records: one per idempotency key (intents, confirmations and refunds share the key
  * space, as on Stripe) in a chained hash table, plus an id table and an append-only list
@@ -28,9 +27,7 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
-#include <fcntl.h>
 #include <jansson.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,12 +41,12 @@
 #include "cm_time.h"
 #include "cm_tls.h"
 #include "ps_form.h"
+#include "ps_journal.h"
 
-#define NBUCKETS     65536
-#define MAX_BODY     16384
-#define ID_LEN       40
-#define LIST_MAX     100
-#define LINE_MAX_LEN (1024 * 1024)
+#define NBUCKETS 65536
+#define MAX_BODY 16384
+#define ID_LEN   40
+#define LIST_MAX 100
 
 #define S(f) offsetof(ps_config_t, f)
 
@@ -133,31 +130,6 @@ struct rec {
     size_t pos;             /* PI, REFUND when DONE: index in ps->list (commit order) */
 };
 
-/* --- the journal (writer thread) ----------------------------------------------------- */
-
-typedef void (*journal_cb)(void *arg);
-
-typedef struct jentry {
-    struct jentry *next;
-    char *line;
-    journal_cb done;
-    void *arg;
-} jentry_t;
-
-typedef struct journal {
-    int fd; /* -1: memory only */
-    bool fsync;
-    pthread_t thread;
-    bool running;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    jentry_t *in_head, **in_tail;     /* loop → writer */
-    jentry_t *done_head, **done_tail; /* writer → loop */
-    bool stop;
-    int pipe_r, pipe_w;
-    struct event *ev;
-} journal_t;
-
 /* --- pending (delayed) requests ------------------------------------------------------ */
 
 typedef enum { OUT_SUCCEED, OUT_DECLINE, OUT_ERROR, OUT_LATE, OUT_LOST, OUT_ACTION } outcome_t;
@@ -193,7 +165,7 @@ struct ps_server {
     size_t nrecords;
     uint64_t requests; /* every request answered or held (GET /v1/stats) */
     pending_t *pending;
-    journal_t j;
+    ps_journal_t *j;
     uint64_t rng;
 };
 
@@ -343,96 +315,7 @@ static void rec_set_state(ps_server_t *ps, rec_t *r, rec_state_t st)
     }
 }
 
-/* --- journal ------------------------------------------------------------------------- */
-
-static void *journal_thread(void *arg)
-{
-    journal_t *j = arg;
-    pthread_mutex_lock(&j->mu);
-    for (;;) {
-        while (j->in_head == NULL && !j->stop)
-            pthread_cond_wait(&j->cv, &j->mu);
-        if (j->in_head == NULL && j->stop)
-            break;
-        jentry_t *batch = j->in_head;
-        j->in_head = NULL;
-        j->in_tail = &j->in_head;
-        pthread_mutex_unlock(&j->mu);
-        jentry_t *last = NULL;
-        for (jentry_t *e = batch; e; e = e->next) {
-            size_t len = strlen(e->line), off = 0;
-            while (off < len) {
-                ssize_t n = write(j->fd, e->line + off, len - off);
-                if (n < 0 && errno == EINTR)
-                    continue;
-                if (n < 0) {
-                    /* A simulator that cannot write its ledger must not pretend. */
-                    cm_log(CM_LOG_ERROR, "ledger write: %s; exiting", strerror(errno));
-                    _exit(3);
-                }
-                off += (size_t)n;
-            }
-            last = e;
-        }
-        if (j->fsync && fdatasync(j->fd) != 0) {
-            cm_log(CM_LOG_ERROR, "ledger fdatasync: %s; exiting", strerror(errno));
-            _exit(3);
-        }
-        pthread_mutex_lock(&j->mu);
-        *j->done_tail = batch;
-        j->done_tail = &last->next;
-        pthread_mutex_unlock(&j->mu);
-        char one = 1;
-        while (write(j->pipe_w, &one, 1) < 0 && errno == EINTR) {
-        }
-        pthread_mutex_lock(&j->mu);
-    }
-    pthread_mutex_unlock(&j->mu);
-    return NULL;
-}
-
-/* Loop thread: runs the callbacks of the lines the writer made durable. */
-static void on_journal_done(evutil_socket_t fd, short what, void *arg)
-{
-    journal_t *j = arg;
-    char buf[256];
-    if (j->pipe_r >= 0)
-        while (read(j->pipe_r, buf, sizeof(buf)) > 0) {
-        }
-    pthread_mutex_lock(&j->mu);
-    jentry_t *list = j->done_head;
-    j->done_head = NULL;
-    j->done_tail = &j->done_head;
-    pthread_mutex_unlock(&j->mu);
-    while (list) {
-        jentry_t *e = list;
-        list = e->next;
-        e->done(e->arg);
-        free(e->line);
-        free(e);
-    }
-}
-
-/* Queues a line (ownership taken); done(arg) runs on the loop once it is durable. */
-static void journal_append(journal_t *j, char *line, journal_cb done, void *arg)
-{
-    jentry_t *e = cm_xcalloc(1, sizeof(*e));
-    e->line = line;
-    e->done = done;
-    e->arg = arg;
-    pthread_mutex_lock(&j->mu);
-    if (j->fd < 0) {
-        *j->done_tail = e;
-        j->done_tail = &e->next;
-        pthread_mutex_unlock(&j->mu);
-        event_active(j->ev, EV_READ, 0);
-        return;
-    }
-    *j->in_tail = e;
-    j->in_tail = &e->next;
-    pthread_cond_signal(&j->cv);
-    pthread_mutex_unlock(&j->mu);
-}
+/* --- journal lines ----------------------------------------------------------------------- */
 
 static char *journal_line(const rec_t *r)
 {
@@ -463,8 +346,9 @@ static int kind_parse(const char *k, rec_kind_t *out)
 }
 
 /* One journal line back into a record; -1 for a line that is not one of ours. */
-static int replay_line(ps_server_t *ps, json_t *o)
+static int replay_line(json_t *o, void *arg)
 {
+    ps_server_t *ps = arg;
     rec_kind_t kind;
     const char *key = json_string_value(json_object_get(o, "key"));
     const char *hash = json_string_value(json_object_get(o, "hash"));
@@ -492,98 +376,6 @@ static int replay_line(ps_server_t *ps, json_t *o)
     r->event = ev ? cm_xstrdup(ev) : NULL;
     rec_set_state(ps, r, REC_DONE);
     return 0;
-}
-
-/* Start-up only: rebuilds the records from the ledger file. */
-static int journal_replay(ps_server_t *ps, const char *path, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "r"); /* blocking-ok: start-up, before the loop */
-    if (f == NULL) {
-        if (errno == ENOENT)
-            return 0;
-        snprintf(err, errlen, "ledger_file %s: %s", path, strerror(errno));
-        return -1;
-    }
-    char *line = cm_xmalloc(LINE_MAX_LEN);
-    size_t n = 0, bad = 0;
-    while (fgets(line, LINE_MAX_LEN, f)) {
-        json_t *o = json_loads(line, 0, NULL);
-        if (replay_line(ps, o) == 0)
-            n++;
-        else
-            bad++; /* a torn last line after a crash, an older format, or garbage */
-        json_decref(o);
-    }
-    free(line);
-    fclose(f);
-    cm_log(CM_LOG_INFO, "ledger %s: %zu records replayed%s", path, n,
-           bad ? " (unreadable lines skipped)" : "");
-    return 0;
-}
-
-static int journal_start(ps_server_t *ps, char *err, size_t errlen)
-{
-    journal_t *j = &ps->j;
-    j->fd = j->pipe_r = j->pipe_w = -1;
-    j->fsync = ps->cfg.ledger_fsync;
-    j->in_tail = &j->in_head;
-    j->done_tail = &j->done_head;
-    pthread_mutex_init(&j->mu, NULL);
-    pthread_cond_init(&j->cv, NULL);
-    if (ps->cfg.ledger_file == NULL) {
-        j->ev = event_new(ps->base, -1, 0, on_journal_done, j);
-        cm_log(CM_LOG_WARN, "no ledger_file: charges are kept in memory only");
-        return 0;
-    }
-    if (journal_replay(ps, ps->cfg.ledger_file, err, errlen) != 0)
-        return -1;
-    j->fd = open(ps->cfg.ledger_file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-    int p[2];
-    if (j->fd < 0 || pipe(p) != 0) {
-        snprintf(err, errlen, "ledger_file %s: %s", ps->cfg.ledger_file, strerror(errno));
-        return -1;
-    }
-    j->pipe_r = p[0];
-    j->pipe_w = p[1];
-    for (int i = 0; i < 2; i++) {
-        fcntl(p[i], F_SETFL, fcntl(p[i], F_GETFL) | O_NONBLOCK);
-        fcntl(p[i], F_SETFD, FD_CLOEXEC);
-    }
-    j->ev = event_new(ps->base, j->pipe_r, EV_READ | EV_PERSIST, on_journal_done, j);
-    event_add(j->ev, NULL);
-    if (pthread_create(&j->thread, NULL, journal_thread, j) != 0) {
-        snprintf(err, errlen, "cannot start the ledger writer thread");
-        return -1;
-    }
-    j->running = true;
-    return 0;
-}
-
-/* Flushes and stops the writer, then runs the callbacks of what it wrote. */
-static void journal_stop(journal_t *j)
-{
-    if (j->running) {
-        pthread_mutex_lock(&j->mu);
-        j->stop = true;
-        pthread_cond_signal(&j->cv);
-        pthread_mutex_unlock(&j->mu);
-        pthread_join(j->thread, NULL);
-        j->running = false;
-    }
-    if (j->ev)
-        on_journal_done(-1, 0, j);
-    if (j->ev)
-        event_free(j->ev);
-    j->ev = NULL;
-    if (j->fd >= 0)
-        close(j->fd);
-    if (j->pipe_r >= 0)
-        close(j->pipe_r);
-    if (j->pipe_w >= 0)
-        close(j->pipe_w);
-    j->fd = j->pipe_r = j->pipe_w = -1;
-    pthread_mutex_destroy(&j->mu);
-    pthread_cond_destroy(&j->cv);
 }
 
 /* --- answers ------------------------------------------------------------------------- */
@@ -698,7 +490,7 @@ static void on_durable(void *arg)
 static void commit(pending_t *p)
 {
     rec_set_state(p->ps, p->rec, REC_WRITING);
-    journal_append(&p->ps->j, journal_line(p->rec), on_durable, p);
+    ps_journal_append(p->ps->j, journal_line(p->rec), on_durable, p);
 }
 
 /* --- objects ------------------------------------------------------------------------- */
@@ -1656,7 +1448,6 @@ ps_server_t *ps_server_new(struct event_base *base, const ps_config_t *cfg, char
     ps->set.timeout_rate = (double)cfg->timeout_pct / 100.0;
     ps->set.refund_error_rate = (double)cfg->refund_error_pct / 100.0;
     ps->set.timeout_ms = cfg->timeout_ms;
-    ps->j.fd = ps->j.pipe_r = ps->j.pipe_w = -1;
     if (cfg->timeout_mode && strcmp(cfg->timeout_mode, "lost") == 0) {
         ps->set.timeout_mode = TIMEOUT_LOST;
     } else if (cfg->timeout_mode && strcmp(cfg->timeout_mode, "late") != 0) {
@@ -1679,7 +1470,8 @@ ps_server_t *ps_server_new(struct event_base *base, const ps_config_t *cfg, char
         if (ps->tls == NULL)
             goto err;
     }
-    if (journal_start(ps, err, errlen) != 0)
+    ps->j = ps_journal_new(base, cfg->ledger_file, cfg->ledger_fsync, replay_line, ps, err, errlen);
+    if (ps->j == NULL)
         goto err;
     cm_http_limits_t lim = {
         .max_header_bytes = 8192,
@@ -1711,7 +1503,7 @@ void ps_server_free(ps_server_t *ps)
 {
     if (ps == NULL)
         return;
-    journal_stop(&ps->j); /* answers what became durable */
+    ps_journal_free(ps->j); /* answers what became durable */
     while (ps->pending) {
         pending_t *p = ps->pending;
         if (p->rec && p->rec->state == REC_PROCESSING)
