@@ -125,7 +125,7 @@ struct rec {
     rec_t *pi;              /* CONFIRM, REFUND: the intent */
     rec_t *confirming;      /* PI: the confirmation in progress, or NULL */
     int64_t refund_pending; /* PI: amount of refunds in progress */
-    bool errored_once;      /* PI: pm_sim_error_once failed its first confirmation */
+    bool errored_once;      /* PI: pm_sim_error_once / _lost_once spent on its first try */
     char *return_url;       /* CONFIRM: where a 3-D Secure page sends the buyer back */
     size_t pos;             /* PI, REFUND when DONE: index in ps->list (commit order) */
 };
@@ -712,6 +712,12 @@ static void confirm_arrived(ps_server_t *ps, cm_req_t *req, const char *key, con
 static void on_pending_timer(evutil_socket_t fd, short what, void *arg)
 {
     pending_t *p = arg;
+    if (p->rec == NULL && p->arrive_body == NULL) { /* lost on its way in */
+        send_error(p->req, 503, "api_error", "simulated_timeout",
+                   "simulated lost request; nothing was charged");
+        pending_free(p);
+        return;
+    }
     if (p->rec == NULL) {
         /* A delayed confirmation reaches the provider now. */
         ps_server_t *ps = p->ps;
@@ -995,7 +1001,14 @@ static void post_confirm(ps_server_t *ps, cm_req_t *req, const char *id)
         if (pm == NULL)
             pm = json_string_value(json_object_get(pi->obj, "payment_method"));
         int64_t ms = arrive_ms(pm);
-        if (ms >= 0 && find_key(ps, key) == NULL) {
+        const char *x = sim_suffix(pm);
+        if (x && strcmp(x, "lost_once") == 0 && !pi->errored_once && find_key(ps, key) == NULL) {
+            /* Lost in the network on its way in: the provider never sees it, the client
+             * hears nothing until timeout_ms; the intent's next confirmation goes through. */
+            pi->errored_once = true;
+            pending_t *p = pending_new(ps, req, NULL, OUT_LOST);
+            pending_arm(p, ps->set.timeout_ms);
+        } else if (ms >= 0 && find_key(ps, key) == NULL) {
             /* Held in the network: the provider sees nothing of it until the timer fires. */
             pending_t *p = pending_new(ps, req, NULL, OUT_SUCCEED);
             p->arrive_body = json_incref(body);

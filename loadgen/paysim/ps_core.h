@@ -42,7 +42,9 @@
  * tests can run side by side; each pm_sim_X also as tok_sim_X): pm_card_chargeDeclined
  * (and tok_chargeDeclined) declines, pm_card_threeDSecure2Required requires action,
  * pm_sim_error answers 500, pm_sim_error_once answers 500 to an intent's first
- * confirmation only, pm_sim_late charges but answers only after timeout_ms, pm_sim_lost
+ * confirmation only, pm_sim_lost_once loses an intent's first confirmation on its way in
+ * (never seen; no answer until timeout_ms), pm_sim_late charges but answers only after
+ * timeout_ms, pm_sim_lost
  * charges nothing and answers only after timeout_ms, pm_sim_delay_<ms> sets the latency,
  * pm_sim_arrive_<ms> is a confirmation that reaches the provider only after <ms> (held in
  * the network): until then the intent reads requires_confirmation, then it is charged.
