@@ -186,7 +186,6 @@ void rsv_pay_stripe_classify(rsv_pay_stripe_op_t op, int status, const char *bod
     json_t *e = json_object_get(doc, "error");
     const char *type = json_string_value(json_object_get(e, "type"));
     const char *code = json_string_value(json_object_get(e, "code"));
-    const char *param = json_string_value(json_object_get(e, "param"));
     const char *dcode = json_string_value(json_object_get(e, "decline_code"));
     copy(out->error_type, sizeof(out->error_type), type);
     copy(out->error_code, sizeof(out->error_code), dcode ? dcode : code);
@@ -198,9 +197,10 @@ void rsv_pay_stripe_classify(rsv_pay_stripe_op_t op, int status, const char *bod
         } else if (status >= 500 && replayed) {
             /* A stored 5xx: this key never gave us an id, so nothing was confirmed. */
             out->outcome = RSV_PAY_NONE;
-        } else if (status == 400 && type && strcmp(type, "invalid_request_error") == 0 && param &&
-                   strcmp(param, "payment_method") == 0) {
-            out->outcome = RSV_PAY_DECLINED; /* no such payment method: nothing can be charged */
+        } else if (status == 400 && type && strcmp(type, "invalid_request_error") == 0) {
+            /* The provider refused to create the payment (no such payment method, an amount
+             * past its limit, …): no intent, nothing can be charged under this key. */
+            out->outcome = RSV_PAY_DECLINED;
         }
         break;
     case RSV_PAY_STRIPE_CONFIRM:

@@ -32,7 +32,8 @@ typedef enum {
  * Idempotent-Replayed: true). Fills outcome, id, action_url, error_type, error_code.
  * CREATE: NONE with the intent's id when it awaits confirmation (the next step), NONE
  * without an id for a stored 5xx (the create never gave an id, so nothing was ever
- * confirmed), DECLINED for a refused payment method, else UNKNOWN. CONFIRM and RETRIEVE:
+ * confirmed), DECLINED for a 400 invalid_request_error (a refused payment method or
+ * amount: no intent exists), else UNKNOWN. CONFIRM and RETRIEVE:
  * by the intent's status (succeeded PAID; requires_action ACTION; requires_payment_method
  * DECLINED after a failed attempt; requires_confirmation, canceled NONE; processing,
  * requires_capture UNKNOWN), a 402 card_error DECLINED, a 400
