@@ -5,6 +5,13 @@
  * from the cursor (rsv_pay_list) → check its candidates in Postgres (one statement) →
  * remember those still open → cursor to the page's end → next page or done. Every step
  * is asynchronous with its own deadline (rsv_pay, rsv_pg), so a scan always ends.
+ *
+ * The provider lists newest first (Stripe's order), so a pass walks down from the newest
+ * payment to `since`; when it reaches the end, the next pass starts at the top again and
+ * `since` moves up to the newest creation time that pass saw, less LIST_OVERLAP_S: a
+ * payment is listed by its creation time, but it may succeed later (its confirmation
+ * still in the network), so the last minutes are read again. A pass cut short by
+ * MAX_PAGES goes on from its cursor on the next scan.
  */
 #include "rsv_ledger.h"
 
@@ -22,9 +29,10 @@
 #include "rsv_pay.h"
 #include "rsv_req.h"
 
-#define PAGE_LIMIT  200
-#define MAX_PAGES   20
-#define RECHECK_MAX 20000
+#define PAGE_LIMIT     100 /* Stripe lists at most 100 a page */
+#define MAX_PAGES      40
+#define RECHECK_MAX    20000
+#define LIST_OVERLAP_S 300
 
 /* A charge whose checkout was open when last seen. */
 typedef struct recheck {
@@ -37,10 +45,11 @@ typedef struct recheck {
 struct rsv_ledger {
     rsv_server_t *srv;
     struct event *timer;
-    bool busy;    /* a scan is running */
-    bool closing; /* freed when the scan in flight ends */
-    int64_t since;
-    char cursor[RSV_PAY_ID_MAX]; /* every charge up to this one was read */
+    bool busy;                   /* a scan is running */
+    bool closing;                /* freed when the scan in flight ends */
+    int64_t since;               /* a pass reads the payments created from here on */
+    int64_t top;                 /* the newest creation time this pass saw */
+    char cursor[RSV_PAY_ID_MAX]; /* this pass read every payment down to this one */
     int pages;
     rsv_pay_page_t page; /* the page being checked */
     recheck_t *open;     /* charges of open checkouts, checked again each scan */
@@ -49,6 +58,30 @@ struct rsv_ledger {
 };
 
 static void scan_page(rsv_ledger_t *l);
+static void scan_end(rsv_ledger_t *l);
+
+/* The page is read: on to the next one, or the pass is complete, or cut for this scan. */
+static void page_read(rsv_ledger_t *l)
+{
+    for (size_t i = 0; i < l->page.n; i++)
+        if (l->page.items[i].created > l->top)
+            l->top = l->page.items[i].created;
+    snprintf(l->cursor, sizeof(l->cursor), "%s", l->page.items[l->page.n - 1].id);
+    bool more = l->page.has_more;
+    bool go_on = more && ++l->pages < MAX_PAGES && !l->closing;
+    rsv_pay_page_clear(&l->page);
+    if (go_on) {
+        scan_page(l);
+        return;
+    }
+    if (!more) { /* the pass is complete: the next one starts at the top */
+        if (l->top - LIST_OVERLAP_S > l->since)
+            l->since = l->top - LIST_OVERLAP_S;
+        l->cursor[0] = '\0';
+        l->top = 0;
+    }
+    scan_end(l);
+}
 
 static void scan_end(rsv_ledger_t *l)
 {
@@ -231,14 +264,7 @@ static void on_checked(const char *err, const rsv_pg_result_t *res, void *arg)
         scan_page(l);
         return;
     }
-    /* The page is read: on to the next one. */
-    snprintf(l->cursor, sizeof(l->cursor), "%s", l->page.items[l->page.n - 1].id);
-    bool more = l->page.has_more && ++l->pages < MAX_PAGES && !l->closing;
-    rsv_pay_page_clear(&l->page);
-    if (more)
-        scan_page(l);
-    else
-        scan_end(l);
+    page_read(l);
 }
 
 static void on_page(const rsv_pay_result_t *res, void *arg)
@@ -250,12 +276,14 @@ static void on_page(const rsv_pay_result_t *res, void *arg)
         cm_log(CM_LOG_WARN, "ledger: listing charges: %s (status %d)", res->err ? res->err : "?",
                res->status);
         if (res->status == 404 && l->cursor[0])
-            l->cursor[0] = '\0'; /* the provider forgot our cursor: from `since` again */
+            l->cursor[0] = '\0'; /* the provider forgot our cursor: the pass starts again */
         scan_end(l);
         return;
     }
     cm_counter_inc(srv->m.ledger.scans[RSV_LEDGER_SCAN_OK]);
     if (res->page->n == 0) {
+        l->cursor[0] = '\0'; /* the pass is complete */
+        l->top = 0;
         scan_end(l);
         return;
     }
@@ -272,13 +300,7 @@ static void on_page(const rsv_pay_result_t *res, void *arg)
     }
     if (a.n == 0) {
         arrays_free(&a);
-        snprintf(l->cursor, sizeof(l->cursor), "%s", l->page.items[l->page.n - 1].id);
-        bool more = l->page.has_more && ++l->pages < MAX_PAGES && !l->closing;
-        rsv_pay_page_clear(&l->page);
-        if (more)
-            scan_page(l);
-        else
-            scan_end(l);
+        page_read(l);
         return;
     }
     if (check(l, &a) != 0)

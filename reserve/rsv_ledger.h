@@ -4,15 +4,17 @@
  *
  * A charge can land after its checkout gave up (the request sat in the network past the
  * lookup that answered "no charge", so the checkout was released). Nothing in Postgres
- * points at it. Every ledger_interval_ms this timer lists the provider's recent charges
- * (GET /v1/charges?created_gte=…, oldest first, page by page) and asks Postgres, one
- * statement per page (onsale_ledger_check), what each succeeded, unrefunded charge's
- * checkout says. A checkout that ended released or failed while the provider holds its
+ * points at it. Every ledger_interval_ms this timer lists the provider's recent payments
+ * (rsv_pay_list: GET /v1/payment_intents?created[gte]=…, newest first, page by page)
+ * and asks Postgres, one statement per page (onsale_ledger_check), what each succeeded, unrefunded
+ * charge's checkout says. A checkout that ended released or failed while the provider holds its
  * money moves to refunding with the charge id saved (written to checkout_transitions);
  * the reconciler then refunds it like any other, retrying until the provider confirms.
  *
  * Runs on the event-loop thread, one scan at a time, at most MAX_PAGES pages per scan.
- * A cursor (the last charge id read) makes each scan read only what is new. A charge
+ * A pass walks the list down to `since`, which then moves up to the pass's newest payment
+ * less a few minutes (rsv_ledger.c), so each pass reads what is new and what may have
+ * succeeded since it was created; a cut pass resumes from its cursor. A charge
  * whose checkout is still open (its saga resolves it) is remembered and checked again
  * on every scan until the checkout settles, however long that takes (the cursor is past
  * it: dropping it would lose that money if the checkout then ended unpaid); one still

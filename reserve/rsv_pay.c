@@ -27,6 +27,7 @@
 #include "rsv_pay.h"
 
 #include <curl/curl.h>
+#include <strings.h>
 #include <event2/event.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -39,6 +40,7 @@
 #include "cm_mem.h"
 #include "cm_reload.h"
 #include "cm_time.h"
+#include "rsv_pay_adapter.h"
 
 /* Answers are bounded: one charge or refund is a small object; a ledger page (up to
  * PAGE_LIMIT charges with their metadata, rsv_ledger) needs more room. */
@@ -49,14 +51,14 @@ typedef struct call call_t;
 struct call {
     call_t *prev, *next;
     rsv_pay_t *p;
-    rsv_pay_op_t op;
     CURL *easy;
     struct curl_slist *headers;
     char *body; /* the answer read so far */
     size_t len;
-    size_t max;   /* bound on the answer's size */
-    bool too_big; /* the answer passed max: abandoned */
-    rsv_pay_cb cb;
+    size_t max;    /* bound on the answer's size */
+    bool too_big;  /* the answer passed max: abandoned */
+    bool replayed; /* Idempotent-Replayed: true */
+    rsv_pay_answer_cb cb;
     void *arg;
     uint64_t start_ns;
 };
@@ -74,6 +76,8 @@ struct rsv_pay {
     rsv_pay_url_t url;
     char *base_url; /* scheme://host:port[/prefix], without a trailing '/' */
     char *ca_file;
+    char *return_url;
+    const rsv_pay_adapter_t *adapter;
     cm_reload_cell_t *auth; /* "Authorization: Bearer <key>", or "" without a key; live */
     int connect_timeout_ms, timeout_ms;
     CURLM *multi;
@@ -90,6 +94,7 @@ struct rsv_pay {
 const char *const rsv_pay_outcome_names[RSV_PAY_OUTCOME_COUNT] = {
     [RSV_PAY_PAID] = "paid",         [RSV_PAY_DECLINED] = "declined", [RSV_PAY_NONE] = "none",
     [RSV_PAY_REFUNDED] = "refunded", [RSV_PAY_UNKNOWN] = "unknown",   [RSV_PAY_LISTED] = "listed",
+    [RSV_PAY_ACTION] = "action",
 };
 
 const char *const rsv_pay_op_names[RSV_PAY_OP_COUNT] = {
@@ -166,104 +171,6 @@ int rsv_pay_parse_url(const char *url, rsv_pay_url_t *out)
     out->prefix[pl] = '\0';
     return 0;
 }
-static void copy_id(rsv_pay_result_t *out, const char *id)
-{
-    if (id)
-        snprintf(out->id, sizeof(out->id), "%s", id);
-}
-
-void rsv_pay_classify(rsv_pay_op_t op, int status, const char *body, size_t len,
-                      rsv_pay_result_t *out)
-{
-    out->outcome = RSV_PAY_UNKNOWN;
-    out->id[0] = '\0';
-    json_t *doc = body && len ? json_loadb(body, len, 0, NULL) : NULL;
-    json_t *e = json_object_get(doc, "error");
-    const char *st = json_string_value(json_object_get(doc, "status"));
-    const char *id = json_string_value(json_object_get(doc, "id"));
-    const char *code = json_string_value(json_object_get(e, "code"));
-    switch (op) {
-    case RSV_PAY_OP_CHARGE:
-    case RSV_PAY_OP_LOOKUP:
-        if (status == 200 || status == 201) {
-            if (st && strcmp(st, "succeeded") == 0 && id) {
-                out->outcome = RSV_PAY_PAID;
-                copy_id(out, id);
-            } else if (st && strcmp(st, "failed") == 0) {
-                out->outcome = RSV_PAY_DECLINED;
-                copy_id(out, id);
-            }
-        } else if (status == 402) {
-            out->outcome = RSV_PAY_DECLINED;
-            copy_id(out, json_string_value(json_object_get(e, "charge")));
-        } else if (status == 404 && op == RSV_PAY_OP_LOOKUP) {
-            out->outcome = RSV_PAY_NONE;
-        }
-        break;
-    case RSV_PAY_OP_REFUND:
-        if ((status == 200 || status == 201) && id && (st == NULL || strcmp(st, "failed") != 0)) {
-            out->outcome = RSV_PAY_REFUNDED;
-            copy_id(out, id);
-        } else if (status == 400 && code && strcmp(code, "charge_already_refunded") == 0) {
-            /* Refunded before (by this key or another): the money is back either way. */
-            out->outcome = RSV_PAY_REFUNDED;
-            copy_id(out, json_string_value(json_object_get(e, "refund")));
-        }
-        break;
-    case RSV_PAY_OP_LIST: /* rsv_pay_parse_list */
-    case RSV_PAY_OP_COUNT:
-        break;
-    }
-    json_decref(doc);
-}
-
-int rsv_pay_parse_list(int status, const char *body, size_t len, rsv_pay_page_t *out)
-{
-    memset(out, 0, sizeof(*out));
-    if (status != 200 || body == NULL || len == 0)
-        return -1;
-    json_t *doc = json_loadb(body, len, 0, NULL);
-    json_t *data = json_object_get(doc, "data");
-    if (!json_is_array(data)) {
-        json_decref(doc);
-        return -1;
-    }
-    out->items = cm_xcalloc(json_array_size(data) + 1, sizeof(*out->items));
-    out->has_more = json_is_true(json_object_get(doc, "has_more"));
-    size_t i;
-    json_t *c;
-    json_array_foreach(data, i, c)
-    {
-        const char *id = json_string_value(json_object_get(c, "id"));
-        if (id == NULL || strlen(id) >= RSV_PAY_ID_MAX)
-            continue;
-        rsv_pay_charge_t *x = &out->items[out->n++];
-        snprintf(x->id, sizeof(x->id), "%s", id);
-        const char *co =
-            json_string_value(json_object_get(json_object_get(c, "metadata"), "checkout"));
-        if (co == NULL)
-            co = json_string_value(json_object_get(c, "idempotency_key"));
-        if (co && strlen(co) < sizeof(x->checkout))
-            snprintf(x->checkout, sizeof(x->checkout), "%s", co);
-        const char *st = json_string_value(json_object_get(c, "status"));
-        x->succeeded = st && strcmp(st, "succeeded") == 0;
-        json_int_t ar = json_integer_value(json_object_get(c, "amount_refunded"));
-        x->refunded = json_is_true(json_object_get(c, "refunded")) || ar > 0;
-        x->amount = (int64_t)json_integer_value(json_object_get(c, "amount"));
-        x->created = (int64_t)json_integer_value(json_object_get(c, "created"));
-    }
-    json_decref(doc);
-    return 0;
-}
-
-void rsv_pay_page_clear(rsv_pay_page_t *page)
-{
-    if (page == NULL)
-        return;
-    free(page->items);
-    memset(page, 0, sizeof(*page));
-}
-
 /* --- calls --------------------------------------------------------------------------- */
 
 static void call_unlink(call_t *c)
@@ -279,67 +186,52 @@ static void call_unlink(call_t *c)
 }
 
 /* Ends a call: takes its easy handle out of the multi, frees everything, then reports. */
-static void call_finish(call_t *c, rsv_pay_result_t *res)
+static void call_finish(call_t *c, rsv_pay_answer_t *a)
 {
-    res->seconds = (double)(cm_time_mono_ns() - c->start_ns) / 1e9;
+    a->seconds = (double)(cm_time_mono_ns() - c->start_ns) / 1e9;
     call_unlink(c);
     curl_multi_remove_handle(c->p->multi, c->easy);
     curl_easy_cleanup(c->easy);
     curl_slist_free_all(c->headers);
-    free(c->body);
-    rsv_pay_cb cb = c->cb;
+    char *body = c->body;
+    rsv_pay_answer_cb cb = c->cb;
     void *arg = c->arg;
     free(c);
-    cb(res, arg);
+    cb(a, arg);
+    free(body);
 }
 
 static void fail_call(call_t *c, const char *err)
 {
-    rsv_pay_result_t res;
-    memset(&res, 0, sizeof(res));
-    res.outcome = RSV_PAY_UNKNOWN;
-    res.err = err;
-    call_finish(c, &res);
+    rsv_pay_answer_t a = {.err = err};
+    call_finish(c, &a);
 }
 
 /* A transfer libcurl finished: an answer, or a transport failure (code != CURLE_OK). */
 static void on_transfer_done(call_t *c, CURLcode code)
 {
-    rsv_pay_result_t res;
-    rsv_pay_page_t page = {0};
-    memset(&res, 0, sizeof(res));
+    rsv_pay_answer_t a = {0};
     long status = 0;
     if (code == CURLE_OK)
         curl_easy_getinfo(c->easy, CURLINFO_RESPONSE_CODE, &status);
-    res.status = (int)status;
     if (code != CURLE_OK || status == 0) {
-        res.outcome = RSV_PAY_UNKNOWN;
         if (code == CURLE_OPERATION_TIMEDOUT) {
             cm_log(CM_LOG_WARN, "payment provider: no answer within the deadline");
-            res.err = cm_err_timeout;
+            a.err = cm_err_timeout;
         } else if (c->too_big || code == CURLE_FILESIZE_EXCEEDED) {
             cm_log(CM_LOG_WARN, "payment provider: answer larger than %zu bytes", c->max);
-            res.err = cm_err_protocol;
+            a.err = cm_err_protocol;
         } else {
             cm_log(CM_LOG_WARN, "payment provider: %s", curl_easy_strerror(code));
-            res.err = cm_err_closed;
+            a.err = cm_err_closed;
         }
     } else {
-        const char *body = c->len ? c->body : NULL;
-        if (c->op == RSV_PAY_OP_LIST) {
-            res.outcome = RSV_PAY_UNKNOWN;
-            if (rsv_pay_parse_list((int)status, body, c->len, &page) == 0) {
-                res.outcome = RSV_PAY_LISTED;
-                res.page = &page;
-            }
-        } else {
-            rsv_pay_classify(c->op, (int)status, body, c->len, &res);
-        }
-        if (res.outcome == RSV_PAY_UNKNOWN)
-            res.err = status >= 500 ? cm_err_server : cm_err_protocol;
+        a.status = (int)status;
+        a.body = c->len ? c->body : NULL;
+        a.len = c->len;
+        a.replayed = c->replayed;
     }
-    call_finish(c, &res);
-    rsv_pay_page_clear(&page);
+    call_finish(c, &a);
 }
 
 /* Reports every finished transfer. Runs after curl_multi_socket_action returned, so the
@@ -446,14 +338,32 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
     return n;
 }
 
-static int start_call(rsv_pay_t *p, rsv_pay_op_t op, bool post, const char *path, const char *key,
-                      const char *body, rsv_pay_cb cb, void *arg)
+/* CURLOPT_HEADERFUNCTION: notes Idempotent-Replayed: true (Stripe's mark on a stored answer). */
+static size_t on_header(char *data, size_t size, size_t nmemb, void *arg)
+{
+    call_t *c = arg;
+    size_t n = size * nmemb;
+    static const char name[] = "Idempotent-Replayed:";
+    size_t nl = sizeof(name) - 1;
+    if (n > nl && strncasecmp(data, name, nl) == 0) {
+        const char *v = data + nl;
+        size_t vl = n - nl;
+        while (vl > 0 && (*v == ' ' || *v == '\t')) {
+            v++;
+            vl--;
+        }
+        c->replayed = vl >= 4 && strncasecmp(v, "true", 4) == 0;
+    }
+    return n;
+}
+
+int rsv_pay_http(rsv_pay_t *p, bool post, const char *path, const char *key, const char *form,
+                 bool big, rsv_pay_answer_cb cb, void *arg)
 {
     if (p->closing)
         return -1;
     call_t *c = cm_xcalloc(1, sizeof(*c));
     c->p = p;
-    c->op = op;
     c->cb = cb;
     c->arg = arg;
     c->start_ns = cm_time_mono_ns();
@@ -473,7 +383,9 @@ static int start_call(rsv_pay_t *p, rsv_pay_op_t op, bool post, const char *path
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)p->timeout_ms);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, c);
-    c->max = op == RSV_PAY_OP_LIST ? LIST_BODY_MAX : BODY_MAX;
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, c);
+    c->max = big ? LIST_BODY_MAX : BODY_MAX;
     curl_easy_setopt(e, CURLOPT_MAXFILESIZE, (long)c->max);
     if (p->ca_file)
         curl_easy_setopt(e, CURLOPT_CAINFO, p->ca_file);
@@ -489,9 +401,9 @@ static int start_call(rsv_pay_t *p, rsv_pay_op_t op, bool post, const char *path
         h = curl_slist_append(h, line);
     }
     if (post) {
-        h = curl_slist_append(h, "Content-Type: application/json");
-        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
-        curl_easy_setopt(e, CURLOPT_COPYPOSTFIELDS, body);
+        h = curl_slist_append(h, "Content-Type: application/x-www-form-urlencoded");
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)strlen(form));
+        curl_easy_setopt(e, CURLOPT_COPYPOSTFIELDS, form);
     }
     if (h == NULL)
         abort(); /* allocation failure */
@@ -516,77 +428,33 @@ static int start_call(rsv_pay_t *p, rsv_pay_op_t op, bool post, const char *path
     return 0;
 }
 
-int rsv_pay_charge(rsv_pay_t *p, const char *key, int64_t amount, const char *currency,
-                   const char *source, const char *event, const char *request_id, rsv_pay_cb cb,
-                   void *arg)
+/* --- the interface: every call goes to the provider's adapter ------------------------- */
+
+const char *rsv_pay_return_url(const rsv_pay_t *p)
 {
-    json_t *o = json_pack("{s:I, s:s, s:s, s:{s:s, s:s}}", "amount", (json_int_t)amount, "currency",
-                          currency, "source", source ? source : "tok_visa", "metadata", "event",
-                          event, "checkout", key);
-    if (request_id && request_id[0] != '\0')
-        json_object_set_new(json_object_get(o, "metadata"), "request_id", json_string(request_id));
-    char *body = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    int rc = start_call(p, RSV_PAY_OP_CHARGE, true, "/v1/charges", key, body, cb, arg);
-    free(body);
-    return rc;
+    return p->return_url;
 }
 
-/* Percent-encodes s for a query value (the ids are identifiers, this is belt and braces). */
-static char *encode(const char *s)
+int rsv_pay_charge(rsv_pay_t *p, const rsv_pay_charge_req_t *req, rsv_pay_cb cb, void *arg)
 {
-    char *out = cm_xmalloc(strlen(s) * 3 + 1), *o = out;
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-            ch == '-' || ch == '_' || ch == '.' || ch == '~') {
-            *o++ = (char)ch;
-        } else {
-            o += sprintf(o, "%%%02X", ch);
-        }
-    }
-    *o = '\0';
-    return out;
+    return p->closing ? -1 : p->adapter->charge(p, req, cb, arg);
 }
 
-int rsv_pay_lookup(rsv_pay_t *p, const char *key, rsv_pay_cb cb, void *arg)
+int rsv_pay_lookup(rsv_pay_t *p, const rsv_pay_charge_req_t *req, rsv_pay_cb cb, void *arg)
 {
-    char *enc = encode(key);
-    char *path = cm_xasprintf("/v1/charges?idempotency_key=%s", enc);
-    free(enc);
-    int rc = start_call(p, RSV_PAY_OP_LOOKUP, false, path, NULL, NULL, cb, arg);
-    free(path);
-    return rc;
+    return p->closing ? -1 : p->adapter->lookup(p, req, cb, arg);
 }
 
-int rsv_pay_refund(rsv_pay_t *p, const char *key, const char *charge_id, int64_t amount,
+int rsv_pay_refund(rsv_pay_t *p, const char *key, const char *payment_id, int64_t amount,
                    rsv_pay_cb cb, void *arg)
 {
-    json_t *o = json_pack("{s:s}", "charge", charge_id);
-    if (amount > 0)
-        json_object_set_new(o, "amount", json_integer((json_int_t)amount));
-    char *body = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    int rc = start_call(p, RSV_PAY_OP_REFUND, true, "/v1/refunds", key, body, cb, arg);
-    free(body);
-    return rc;
+    return p->closing ? -1 : p->adapter->refund(p, key, payment_id, amount, cb, arg);
 }
 
 int rsv_pay_list(rsv_pay_t *p, int64_t created_gte, const char *starting_after, int limit,
                  rsv_pay_cb cb, void *arg)
 {
-    char *path;
-    if (starting_after && *starting_after) {
-        char *enc = encode(starting_after);
-        path = cm_xasprintf("/v1/charges?created_gte=%lld&limit=%d&starting_after=%s",
-                            (long long)created_gte, limit, enc);
-        free(enc);
-    } else {
-        path = cm_xasprintf("/v1/charges?created_gte=%lld&limit=%d", (long long)created_gte, limit);
-    }
-    int rc = start_call(p, RSV_PAY_OP_LIST, false, path, NULL, NULL, cb, arg);
-    free(path);
-    return rc;
+    return p->closing ? -1 : p->adapter->list(p, created_gte, starting_after, limit, cb, arg);
 }
 
 /* --- lifecycle ----------------------------------------------------------------------- */
@@ -631,6 +499,9 @@ rsv_pay_t *rsv_pay_new(struct event_base *base, const rsv_pay_config_t *cfg, cha
 {
     rsv_pay_t *p = cm_xcalloc(1, sizeof(*p));
     p->base = base;
+    p->adapter = &rsv_pay_stripe;
+    p->return_url =
+        cm_xstrdup(cfg->return_url && cfg->return_url[0] ? cfg->return_url : RSV_PAY_RETURN_URL);
     p->connect_timeout_ms = cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms : 1000;
     p->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : 10000;
     if (cfg->url == NULL || rsv_pay_parse_url(cfg->url, &p->url) != 0) {
@@ -695,6 +566,7 @@ void rsv_pay_free(rsv_pay_t *p)
         event_free(p->timer);
     free(p->base_url);
     free(p->ca_file);
+    free(p->return_url);
     cm_reload_cell_free(p->auth);
     free(p);
 }

@@ -129,6 +129,7 @@ static void on_claimed(const char *err, const rsv_pg_result_t *res, void *arg)
         COL(refund_id, 8);
         COL(refund_reason, 9);
         COL(source, 10);
+        COL(request_id, 12); /* the charge's metadata: a lookup repeats the create as it was */
 #undef COL
         row.amount = strtoll(rsv_pg_result_value(res, i, 5), NULL, 10);
         bg_t *b = cm_xcalloc(1, sizeof(*b));
@@ -188,9 +189,11 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     const char *params[] = {after, lease, limit};
     r->claiming = true;
     if (rsv_pg_query(srv->pg,
-                     "SELECT checkout_id, state, event_id, buyer, hold_id, amount, currency, "
-                     "charge_id, refund_id, refund_reason, payment_source, attempts "
-                     "FROM onsale_reconcile_claim($1::int, $2::int, $3::int)",
+                     "SELECT r.checkout_id, r.state, r.event_id, r.buyer, r.hold_id, r.amount, "
+                     "r.currency, r.charge_id, r.refund_id, r.refund_reason, r.payment_source, "
+                     "r.attempts, coalesce(k.request_id, '') "
+                     "FROM onsale_reconcile_claim($1::int, $2::int, $3::int) r "
+                     "JOIN checkouts k ON k.checkout_id = r.checkout_id",
                      3, params, on_claimed, r) != 0)
         r->claiming = false;
 }

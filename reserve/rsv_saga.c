@@ -4,6 +4,7 @@
  */
 #include "rsv_saga.h"
 
+#include <event2/event.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
@@ -80,6 +81,9 @@ typedef struct saga {
     int64_t extension_ms;
     rsv_hold_view_t view;
     int steps;
+    int attempt;           /* provider retries in this drive (retry_charge) */
+    uint64_t pay_start_ns; /* when this drive first charged, 0 before */
+    struct event *retry;
     bool given_back;                   /* unconvert ran (or was skipped) in this drive */
     bool extended;                     /* this drive extended the hold (view holds its layout) */
     char booking[RSV_CHECKOUT_ID_MAX]; /* the booking id this drive asked for */
@@ -106,6 +110,8 @@ static void saga_end(saga_t *s, const char *err, int code, const char *body, dou
         .err = err, .state = s->row.state, .code = code, .body = body, .hold_age_s = hold_age};
     s->cb(&end, s->arg);
     rsv_hold_view_clear(&s->view);
+    if (s->retry)
+        event_free(s->retry);
     free(s->body);
     free(s->booked_body);
     free(s);
@@ -414,6 +420,76 @@ static void extend_hold(saga_t *s)
 
 /* --- payment ------------------------------------------------------------------------- */
 
+/*
+ * Ambiguity resolved in seconds: after a provider 5xx, a dropped connection or a deadline,
+ * the buyer's drive repeats the charge RETRY_MAX times on the loop's timer, with jittered
+ * exponential back-off, before it leaves the checkout to the reconciler. The create is
+ * repeated under the same key (the provider replays its stored answer: the same intent);
+ * each retry confirms under a fresh key ("cf_<checkout>_<n>"), because Stripe also stores a
+ * 5xx under a key: the intent itself can succeed only once, so a second confirmation of a
+ * settled intent only reports how it settled (payment_intent_unexpected_state). A retry
+ * starts only while the drive has spent less than two provider deadlines (pay_timeout_ms)
+ * charging and its two exchanges would end within the drive's lease, so deadlines that
+ * keep passing hand over to the reconciler early and never race it.
+ */
+#define RETRY_MAX     3
+#define RETRY_BASE_MS 200
+
+static void charge(saga_t *s);
+
+static void on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    saga_t *s = arg;
+    charge(s);
+}
+
+static bool retry_charge(saga_t *s, const rsv_pay_result_t *res)
+{
+    if (s->mode != RSV_SAGA_FOREGROUND || res->outcome != RSV_PAY_UNKNOWN ||
+        s->attempt >= RETRY_MAX)
+        return false;
+    if (res->err != cm_err_server && res->err != cm_err_timeout && res->err != cm_err_closed)
+        return false; /* a protocol surprise or a shutdown: no point asking again now */
+    if (s->retry == NULL)
+        s->retry = evtimer_new(s->srv->base, on_retry, s);
+    /* base·2^n, times a jitter in [0.5, 1.5): drives retrying together spread out */
+    int64_t ms = (int64_t)RETRY_BASE_MS << s->attempt;
+    uint64_t r = cm_time_mono_ns() ^ ((uint64_t)(uintptr_t)s * 0x9E3779B97F4A7C15ull);
+    r ^= r >> 29;
+    ms = ms / 2 + (int64_t)(r % (uint64_t)ms);
+    int64_t spent_ms = (int64_t)((cm_time_mono_ns() - s->pay_start_ns) / 1000000u);
+    int64_t deadline_ms = s->srv->cfg.pay_timeout_ms;
+    /* within two deadlines of charging, and the retry's two exchanges within the lease
+     * this drive holds (past it the reconciler may take the checkout over) */
+    if (spent_ms + ms >= 2 * deadline_ms ||
+        spent_ms + ms + 2 * deadline_ms > (int64_t)lease_s(s) * 1000)
+        return false;
+    s->attempt++;
+    cm_log(CM_LOG_WARN, "checkout %s: payment retry %d of %d in %lld ms", s->row.id, s->attempt,
+           RETRY_MAX, (long long)ms);
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    evtimer_add(s->retry, &tv);
+    return true;
+}
+
+/* Every provider error at warn, with what the provider said and whose checkout it was. */
+static void log_provider_error(const saga_t *s, const char *op, const rsv_pay_result_t *res)
+{
+    if (res->outcome != RSV_PAY_UNKNOWN && res->outcome != RSV_PAY_DECLINED &&
+        res->error_type[0] == '\0')
+        return;
+    if (res->outcome == RSV_PAY_DECLINED && res->status < 500 && res->err == NULL) {
+        cm_log(CM_LOG_INFO, "checkout %s: payment declined (status %d, %s/%s)", s->row.id,
+               res->status, res->error_type[0] ? res->error_type : "-",
+               res->error_code[0] ? res->error_code : "-");
+        return;
+    }
+    cm_log(CM_LOG_WARN,
+           "checkout %s: payment provider error on %s: status %d, type %s, code %s (%s)", s->row.id,
+           op, res->status, res->error_type[0] ? res->error_type : "-",
+           res->error_code[0] ? res->error_code : "-", res->err ? res->err : "answered");
+}
+
 static void record_payment(saga_t *s, const rsv_pay_result_t *res)
 {
     rsv_reconcile_metrics_t *m = &s->srv->m.reconcile;
@@ -438,6 +514,11 @@ static void record_payment(saga_t *s, const rsv_pay_result_t *res)
     default:
         break;
     }
+    if (retry_charge(s, res))
+        return;
+    if (res->outcome == RSV_PAY_ACTION)
+        cm_log(CM_LOG_INFO, "checkout %s: the provider asks the buyer to act (%s); pending",
+               s->row.id, res->action_url[0] ? res->action_url : "no URL");
     if (s->row.state == RSV_SAGA_PAYMENT_REQUESTED) {
         /* Foreground: the buyer gets 202 and the reconciler takes over (lease lapses). */
         step(s, NULL, RSV_SAGA_UNKNOWN,
@@ -466,27 +547,46 @@ static void on_pay_timed(const rsv_pay_result_t *res, void *arg, rsv_pay_op_t op
 static void on_charge(const rsv_pay_result_t *res, void *arg)
 {
     on_pay_timed(res, arg, RSV_PAY_OP_CHARGE);
+    log_provider_error(arg, "charge", res);
     on_payment(res, arg);
 }
 
 static void on_lookup(const rsv_pay_result_t *res, void *arg)
 {
     on_pay_timed(res, arg, RSV_PAY_OP_LOOKUP);
+    log_provider_error(arg, "lookup", res);
     on_payment(res, arg);
+}
+
+/* The charge as the provider knows it: the same for every drive of this checkout. */
+static rsv_pay_charge_req_t charge_req(const saga_t *s)
+{
+    rsv_pay_charge_req_t r = {
+        .key = s->row.id,
+        .attempt = s->attempt,
+        .amount = s->row.amount,
+        .currency = s->row.currency,
+        .payment_method = s->row.source[0] ? s->row.source : NULL,
+        .event = s->row.event,
+        .request_id = s->row.request_id,
+    };
+    return r;
 }
 
 static void charge(saga_t *s)
 {
-    if (rsv_pay_charge(s->srv->pay, s->row.id, s->row.amount, s->row.currency,
-                       s->row.source[0] ? s->row.source : NULL, s->row.event, s->row.request_id,
-                       on_charge, s) != 0)
+    if (s->pay_start_ns == 0)
+        s->pay_start_ns = cm_time_mono_ns();
+    rsv_pay_charge_req_t r = charge_req(s);
+    if (rsv_pay_charge(s->srv->pay, &r, on_charge, s) != 0)
         saga_fail(s, "charging", cm_err_shutdown);
 }
 
 static void lookup(saga_t *s)
 {
     cm_counter_inc(s->srv->m.reconcile.actions[RSV_RECONCILE_LOOKUP]);
-    if (rsv_pay_lookup(s->srv->pay, s->row.id, on_lookup, s) != 0)
+    rsv_pay_charge_req_t r = charge_req(s);
+    if (rsv_pay_lookup(s->srv->pay, &r, on_lookup, s) != 0)
         saga_fail(s, "asking the provider", cm_err_shutdown);
 }
 
@@ -533,9 +633,11 @@ static void on_refund(const rsv_pay_result_t *res, void *arg)
     on_pay_timed(res, arg, RSV_PAY_OP_REFUND);
     if (res->outcome != RSV_PAY_REFUNDED) {
         cm_log(CM_LOG_WARN,
-               "checkout %s: refund of %s not confirmed (%s, status %d); retried "
-               "later",
-               s->row.id, s->row.charge_id, res->err ? res->err : "?", res->status);
+               "checkout %s: refund of %s not confirmed (%s, status %d, type %s, code %s); "
+               "retried later",
+               s->row.id, s->row.charge_id, res->err ? res->err : "?", res->status,
+               res->error_type[0] ? res->error_type : "-",
+               res->error_code[0] ? res->error_code : "-");
         end_pending(s);
         return;
     }

@@ -1,19 +1,19 @@
 /*
  * ps_core — the payment-provider simulator; the API is described in ps_core.h.
  *
- * Threads: everything below runs on the event-loop thread except journal_thread(),
- * which owns the ledger file descriptor after start-up: the loop hands it lines
- * through a mutex-protected queue and learns that they are durable through a pipe
- * (the redis bio.c shape). A charge or refund answer is sent only after its line is
- * durable, so a simulator restart never forgets a charge it confirmed to anyone.
+ * Threads: everything here runs on the event-loop thread; the ledger file is ps_journal's
+ * writer thread's. An answer that commits something (an intent, a confirmation, a refund)
+ * is sent only after its journal line is durable, so a simulator restart never forgets a
+ * charge it confirmed to anyone.
  *
- * Records: one per idempotency key (charges and refunds share the key space, as on
- * Stripe) in a chained hash table, plus an id table and an append-only list for the
- * ledger. A record's state only moves forward through rec_set_state():
- *   PROCESSING (outcome not decided or not committed: same key → 409, lookup →
+ * Records: one per idempotency key (intents, confirmations and refunds share the key
+ * space, as on Stripe) in a chained hash table, plus an id table and an append-only list
+ * for the ledger. A record's state only moves forward through rec_set_state():
+ *   PROCESSING (outcome not decided or not committed: same key → 409, the intent reads
  *   "processing") → WRITING (journal line queued; still 409 / "processing") → DONE
- *   (durable: same key → the stored answer). An errored or lost charge is dropped
- *   while PROCESSING, so nothing was charged and the key may be used again.
+ *   (durable: same key → the stored answer; a confirmation leaves its intent as it made
+ *   it, a refund adds to the intent's charge). A lost confirmation is dropped while
+ *   PROCESSING, so nothing was charged and its key may be used again; a 500 is stored.
  *
  * Delays (latency, late answers) are libevent timers on a pending-request list; a
  * client that hangs up meanwhile is harmless (evhttp detaches the request and frees
@@ -21,14 +21,13 @@
  */
 #include "ps_core.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
-#include <fcntl.h>
 #include <jansson.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,14 +40,16 @@
 #include "cm_parse.h"
 #include "cm_time.h"
 #include "cm_tls.h"
+#include "ps_form.h"
+#include "ps_journal.h"
 
-#define NBUCKETS     65536
-#define MAX_BODY     16384
-#define ID_LEN       40
-#define SRC_DELAY    "tok_sim_delay_"
-#define SRC_ARRIVE   "tok_sim_arrive_"
-#define LIST_MAX     1000
-#define LINE_MAX_LEN (1024 * 1024)
+#define NBUCKETS 65536
+#define MAX_BODY 16384
+#define ID_LEN   40
+#define LIST_MAX 100
+/* Stripe refuses more than 99999999 in the smallest unit (amount_too_large); the
+ * simulator takes what the reserve may charge (price bound × quantity), docs/api.md. */
+#define AMOUNT_MAX 1000000000000000LL
 
 #define S(f) offsetof(ps_config_t, f)
 
@@ -65,13 +66,14 @@ const cm_config_opt_t ps_config_table[] = {
     {"idle_timeout_s", CM_CFG_INT, S(idle_timeout_s), "120", 1, 3600,
      "seconds a connection may stay silent (must exceed timeout_ms)"},
     {"ledger_file", CM_CFG_STR, S(ledger_file), NULL, 0, 0,
-     "append-only journal of charges and refunds, replayed at start (unset: memory only)"},
+     "append-only journal of intents, confirmations and refunds, replayed at start (unset: "
+     "memory only)"},
     {"ledger_fsync", CM_CFG_BOOL, S(ledger_fsync), "true", 0, 0,
      "fdatasync each batch of journal lines before answering"},
     {"api_key", CM_CFG_STR, S(api_key), NULL, 0, 0,
      "secret key clients must send as Authorization: Bearer (unset: no check)"},
     {"max_records", CM_CFG_INT, S(max_records), "1000000", 100, 100000000,
-     "charges plus refunds kept; beyond it new ones get 503"},
+     "intents, confirmations and refunds kept; beyond it new ones get 503"},
     {"latency_min_ms", CM_CFG_INT, S(latency_min_ms), "20", 0, 600000,
      "lowest simulated processing time"},
     {"latency_max_ms", CM_CFG_INT, S(latency_max_ms), "80", 0, 600000,
@@ -105,55 +107,35 @@ typedef struct settings {
 
 /* --- records ------------------------------------------------------------------------- */
 
-typedef enum { REC_CHARGE, REC_REFUND } rec_kind_t;
+typedef enum { REC_PI, REC_CONFIRM, REC_REFUND } rec_kind_t;
 typedef enum { REC_PROCESSING, REC_WRITING, REC_DONE } rec_state_t;
+
+static const char *const rec_kind_names[] = {"payment_intent", "confirm", "refund"};
 
 typedef struct rec rec_t;
 struct rec {
     rec_t *next_key, *next_id;
     rec_kind_t kind;
     rec_state_t state;
-    char *key;
+    char *key; /* the Idempotency-Key (an internal one when the client sent none) */
     char hash[65];
     char id[ID_LEN];
-    json_t *obj; /* the object as it is now */
-    int code;    /* the stored answer, replayed for the same key */
+    json_t *obj;   /* PI: the intent now; CONFIRM: the intent it left; REFUND: the refund */
+    json_t *chobj; /* PI: its latest charge (or NULL); CONFIRM: the charge it made */
+    int code;      /* the stored answer, replayed for the same key */
     char *body;
-    char *event;   /* metadata.event, for ledger filters */
-    rec_t *charge; /* refund: its charge */
-    rec_t *refund; /* charge: the refund that took what was left (pending or done) */
-    int64_t taken; /* charge: what its refunds take (pending or done) */
-    size_t pos;    /* DONE: index in ps->list (the ledger's commit order) */
+    char *event;            /* metadata.event, for ledger filters */
+    rec_t *pi;              /* CONFIRM, REFUND: the intent */
+    rec_t *confirming;      /* PI: the confirmation in progress, or NULL */
+    int64_t refund_pending; /* PI: amount of refunds in progress */
+    bool errored_once;      /* PI: pm_sim_error_once / _lost_once spent on its first try */
+    char *return_url;       /* CONFIRM: where a 3-D Secure page sends the buyer back */
+    size_t pos;             /* PI, REFUND when DONE: index in ps->list (commit order) */
 };
-
-/* --- the journal (writer thread) ----------------------------------------------------- */
-
-typedef void (*journal_cb)(void *arg);
-
-typedef struct jentry {
-    struct jentry *next;
-    char *line;
-    journal_cb done;
-    void *arg;
-} jentry_t;
-
-typedef struct journal {
-    int fd; /* -1: memory only */
-    bool fsync;
-    pthread_t thread;
-    bool running;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    jentry_t *in_head, **in_tail;     /* loop → writer */
-    jentry_t *done_head, **done_tail; /* writer → loop */
-    bool stop;
-    int pipe_r, pipe_w;
-    struct event *ev;
-} journal_t;
 
 /* --- pending (delayed) requests ------------------------------------------------------ */
 
-typedef enum { OUT_SUCCEED, OUT_DECLINE, OUT_ERROR, OUT_LATE, OUT_LOST } outcome_t;
+typedef enum { OUT_SUCCEED, OUT_DECLINE, OUT_ERROR, OUT_LATE, OUT_LOST, OUT_ACTION } outcome_t;
 
 typedef struct pending pending_t;
 struct pending {
@@ -165,9 +147,11 @@ struct pending {
     outcome_t outcome;
     bool answered;
     bool late_wait; /* the timer now waits to send a late answer */
-    /* a charge request still on its way (tok_sim_arrive_<ms>): rec is NULL until then */
+    bool silent;    /* no request waits for this commit (the intent of a create+confirm) */
+    /* a confirmation still on its way (pm_sim_arrive_<ms>): rec is NULL until then */
     json_t *arrive_body;
     char *arrive_key;
+    char *arrive_pi;
 };
 
 struct ps_server {
@@ -184,7 +168,7 @@ struct ps_server {
     size_t nrecords;
     uint64_t requests; /* every request answered or held (GET /v1/stats) */
     pending_t *pending;
-    journal_t j;
+    ps_journal_t *j;
     uint64_t rng;
 };
 
@@ -226,6 +210,15 @@ static rec_t *find_id(ps_server_t *ps, const char *id)
     return NULL;
 }
 
+static void new_id(char *out, size_t cap, const char *prefix)
+{
+    unsigned char raw[12];
+    char hex[25];
+    cm_tls_random(raw, sizeof(raw));
+    cm_hex_encode(raw, sizeof(raw), hex);
+    snprintf(out, cap, "%s_%s", prefix, hex);
+}
+
 static rec_t *rec_new(ps_server_t *ps, rec_kind_t kind, const char *key, const char *hash)
 {
     rec_t *r = cm_xcalloc(1, sizeof(*r));
@@ -233,11 +226,7 @@ static rec_t *rec_new(ps_server_t *ps, rec_kind_t kind, const char *key, const c
     r->state = REC_PROCESSING;
     r->key = cm_xstrdup(key);
     snprintf(r->hash, sizeof(r->hash), "%s", hash);
-    unsigned char raw[12];
-    char hex[25];
-    cm_tls_random(raw, sizeof(raw));
-    cm_hex_encode(raw, sizeof(raw), hex);
-    snprintf(r->id, sizeof(r->id), "%s_%s", kind == REC_CHARGE ? "ch" : "re", hex);
+    new_id(r->id, sizeof(r->id), kind == REC_PI ? "pi" : kind == REC_REFUND ? "re" : "pic");
     uint32_t b = hash_str(key);
     r->next_key = ps->by_key[b];
     ps->by_key[b] = r;
@@ -250,19 +239,21 @@ static void rec_free(rec_t *r)
     if (r == NULL)
         return;
     json_decref(r->obj);
+    json_decref(r->chobj);
     free(r->key);
     free(r->body);
     free(r->event);
+    free(r->return_url);
     free(r);
 }
 
-/* Removes a PROCESSING record (error or lost charge: nothing happened). */
+/* Removes a PROCESSING record (an error or a lost request: nothing happened). */
 static void rec_drop(ps_server_t *ps, rec_t *r)
 {
-    if (r->charge && r->charge->refund == r)
-        r->charge->refund = NULL;
-    if (r->kind == REC_REFUND && r->charge)
-        r->charge->taken -= json_integer_value(json_object_get(r->obj, "amount"));
+    if (r->pi && r->pi->confirming == r)
+        r->pi->confirming = NULL;
+    if (r->kind == REC_REFUND && r->pi)
+        r->pi->refund_pending -= json_integer_value(json_object_get(r->obj, "amount"));
     rec_t **pp = &ps->by_key[hash_str(r->key)];
     while (*pp && *pp != r)
         pp = &(*pp)->next_key;
@@ -272,14 +263,8 @@ static void rec_drop(ps_server_t *ps, rec_t *r)
     rec_free(r);
 }
 
-/* The one place a record's state changes. DONE records join the id table and ledger. */
-static void rec_set_state(ps_server_t *ps, rec_t *r, rec_state_t st)
+static void list_add(ps_server_t *ps, rec_t *r)
 {
-    if (st <= r->state)
-        return;
-    r->state = st;
-    if (st != REC_DONE)
-        return;
     uint32_t b = hash_str(r->id);
     r->next_id = ps->by_id[b];
     ps->by_id[b] = r;
@@ -289,115 +274,63 @@ static void rec_set_state(ps_server_t *ps, rec_t *r, rec_state_t st)
     }
     r->pos = ps->nlist;
     ps->list[ps->nlist++] = r;
-    if (r->kind == REC_REFUND && r->charge) {
-        json_t *c = r->charge->obj;
-        json_int_t done = json_integer_value(json_object_get(c, "amount_refunded")) +
-                          json_integer_value(json_object_get(r->obj, "amount"));
-        json_object_set_new(c, "amount_refunded", json_integer(done));
-        json_object_set_new(c, "refunded",
-                            json_boolean(done >= json_integer_value(json_object_get(c, "amount"))));
-        json_object_set_new(r->charge->obj, "refund", json_string(r->id));
-    }
 }
 
-/* --- journal ------------------------------------------------------------------------- */
-
-static void *journal_thread(void *arg)
+/*
+ * The one place a record's state changes, and where a DONE record takes effect (live and
+ * on replay alike): an intent joins the id table and the ledger; a confirmation leaves
+ * the intent as it made it; a refund adds its amount to the intent's charge.
+ */
+static void rec_set_state(ps_server_t *ps, rec_t *r, rec_state_t st)
 {
-    journal_t *j = arg;
-    pthread_mutex_lock(&j->mu);
-    for (;;) {
-        while (j->in_head == NULL && !j->stop)
-            pthread_cond_wait(&j->cv, &j->mu);
-        if (j->in_head == NULL && j->stop)
-            break;
-        jentry_t *batch = j->in_head;
-        j->in_head = NULL;
-        j->in_tail = &j->in_head;
-        pthread_mutex_unlock(&j->mu);
-        jentry_t *last = NULL;
-        for (jentry_t *e = batch; e; e = e->next) {
-            size_t len = strlen(e->line), off = 0;
-            while (off < len) {
-                ssize_t n = write(j->fd, e->line + off, len - off);
-                if (n < 0 && errno == EINTR)
-                    continue;
-                if (n < 0) {
-                    /* A simulator that cannot write its ledger must not pretend. */
-                    cm_log(CM_LOG_ERROR, "ledger write: %s; exiting", strerror(errno));
-                    _exit(3);
-                }
-                off += (size_t)n;
-            }
-            last = e;
-        }
-        if (j->fsync && fdatasync(j->fd) != 0) {
-            cm_log(CM_LOG_ERROR, "ledger fdatasync: %s; exiting", strerror(errno));
-            _exit(3);
-        }
-        pthread_mutex_lock(&j->mu);
-        *j->done_tail = batch;
-        j->done_tail = &last->next;
-        pthread_mutex_unlock(&j->mu);
-        char one = 1;
-        while (write(j->pipe_w, &one, 1) < 0 && errno == EINTR) {
-        }
-        pthread_mutex_lock(&j->mu);
-    }
-    pthread_mutex_unlock(&j->mu);
-    return NULL;
-}
-
-/* Loop thread: runs the callbacks of the lines the writer made durable. */
-static void on_journal_done(evutil_socket_t fd, short what, void *arg)
-{
-    journal_t *j = arg;
-    char buf[256];
-    if (j->pipe_r >= 0)
-        while (read(j->pipe_r, buf, sizeof(buf)) > 0) {
-        }
-    pthread_mutex_lock(&j->mu);
-    jentry_t *list = j->done_head;
-    j->done_head = NULL;
-    j->done_tail = &j->done_head;
-    pthread_mutex_unlock(&j->mu);
-    while (list) {
-        jentry_t *e = list;
-        list = e->next;
-        e->done(e->arg);
-        free(e->line);
-        free(e);
-    }
-}
-
-/* Queues a line (ownership taken); done(arg) runs on the loop once it is durable. */
-static void journal_append(journal_t *j, char *line, journal_cb done, void *arg)
-{
-    jentry_t *e = cm_xcalloc(1, sizeof(*e));
-    e->line = line;
-    e->done = done;
-    e->arg = arg;
-    pthread_mutex_lock(&j->mu);
-    if (j->fd < 0) {
-        *j->done_tail = e;
-        j->done_tail = &e->next;
-        pthread_mutex_unlock(&j->mu);
-        event_active(j->ev, EV_READ, 0);
+    if (st <= r->state)
+        return;
+    r->state = st;
+    if (st != REC_DONE)
+        return;
+    if (r->kind == REC_PI) {
+        list_add(ps, r);
         return;
     }
-    *j->in_tail = e;
-    j->in_tail = &e->next;
-    pthread_cond_signal(&j->cv);
-    pthread_mutex_unlock(&j->mu);
+    rec_t *pi = r->pi;
+    if (r->kind == REC_CONFIRM) {
+        if (pi && pi->confirming == r)
+            pi->confirming = NULL;
+        if (pi && r->obj) { /* NULL: a stored 5xx, the intent untouched */
+            json_decref(pi->obj);
+            pi->obj = json_deep_copy(r->obj);
+            if (r->chobj) {
+                json_decref(pi->chobj);
+                pi->chobj = json_deep_copy(r->chobj);
+            }
+        }
+        return;
+    }
+    list_add(ps, r);
+    if (pi && pi->chobj) {
+        json_int_t amount = json_integer_value(json_object_get(r->obj, "amount"));
+        json_int_t done =
+            json_integer_value(json_object_get(pi->chobj, "amount_refunded")) + amount;
+        json_int_t total = json_integer_value(json_object_get(pi->chobj, "amount"));
+        json_object_set_new(pi->chobj, "amount_refunded", json_integer(done));
+        json_object_set_new(pi->chobj, "refunded", json_boolean(done >= total));
+        pi->refund_pending = pi->refund_pending > amount ? pi->refund_pending - amount : 0;
+    }
 }
+
+/* --- journal lines ----------------------------------------------------------------------- */
 
 static char *journal_line(const rec_t *r)
 {
-    json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:i, s:s, s:O}", "k",
-                          r->kind == REC_CHARGE ? "charge" : "refund", "key", r->key, "hash",
-                          r->hash, "id", r->id, "code", r->code, "body", r->body, "obj", r->obj);
-    if (r->charge)
-        json_object_set_new(o, "charge", json_string(r->charge->id));
+    json_t *o =
+        json_pack("{s:s, s:s, s:s, s:s, s:i, s:s}", "k", rec_kind_names[r->kind], "key", r->key,
+                  "hash", r->hash, "id", r->id, "code", r->code, "body", r->body ? r->body : "");
+    if (r->obj)
+        json_object_set(o, "obj", r->obj);
+    if (r->chobj)
+        json_object_set(o, "charge_obj", r->chobj);
+    if (r->pi)
+        json_object_set_new(o, "pi", json_string(r->pi->id));
     char *text = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     char *line = cm_xasprintf("%s\n", text);
@@ -405,129 +338,53 @@ static char *journal_line(const rec_t *r)
     return line;
 }
 
-/* Start-up only: rebuilds the records from the ledger file. */
-static int journal_replay(ps_server_t *ps, const char *path, char *err, size_t errlen)
+static int kind_parse(const char *k, rec_kind_t *out)
 {
-    FILE *f = fopen(path, "r"); /* blocking-ok: start-up, before the loop */
-    if (f == NULL) {
-        if (errno == ENOENT)
+    for (int i = 0; k && i < 3; i++)
+        if (strcmp(k, rec_kind_names[i]) == 0) {
+            *out = (rec_kind_t)i;
             return 0;
-        snprintf(err, errlen, "ledger_file %s: %s", path, strerror(errno));
-        return -1;
-    }
-    char *line = cm_xmalloc(LINE_MAX_LEN);
-    size_t n = 0, bad = 0;
-    while (fgets(line, LINE_MAX_LEN, f)) {
-        json_t *o = json_loads(line, 0, NULL);
-        const char *k = json_string_value(json_object_get(o, "k"));
-        const char *key = json_string_value(json_object_get(o, "key"));
-        const char *hash = json_string_value(json_object_get(o, "hash"));
-        const char *id = json_string_value(json_object_get(o, "id"));
-        const char *body = json_string_value(json_object_get(o, "body"));
-        json_t *obj = json_object_get(o, "obj");
-        if (k == NULL || key == NULL || hash == NULL || id == NULL || body == NULL ||
-            !json_is_object(obj) || find_key(ps, key) != NULL) {
-            bad++; /* a torn last line after a crash, or garbage */
-            json_decref(o);
-            continue;
         }
-        rec_t *r = rec_new(ps, strcmp(k, "charge") == 0 ? REC_CHARGE : REC_REFUND, key, hash);
-        snprintf(r->id, sizeof(r->id), "%s", id);
-        r->code = (int)json_integer_value(json_object_get(o, "code"));
-        r->body = cm_xstrdup(body);
-        r->obj = json_incref(obj);
-        const char *ev =
-            json_string_value(json_object_get(json_object_get(obj, "metadata"), "event"));
-        r->event = ev ? cm_xstrdup(ev) : NULL;
-        const char *ch = json_string_value(json_object_get(o, "charge"));
-        if (r->kind == REC_REFUND && ch) {
-            r->charge = find_id(ps, ch);
-            if (r->charge) {
-                r->charge->taken += json_integer_value(json_object_get(obj, "amount"));
-                if (r->charge->taken >=
-                    json_integer_value(json_object_get(r->charge->obj, "amount")))
-                    r->charge->refund = r;
-            }
-        }
-        rec_set_state(ps, r, REC_DONE);
-        json_decref(o);
-        n++;
-    }
-    free(line);
-    fclose(f);
-    cm_log(CM_LOG_INFO, "ledger %s: %zu records replayed%s", path, n,
-           bad ? " (unreadable lines skipped)" : "");
-    return 0;
+    return -1;
 }
 
-static int journal_start(ps_server_t *ps, char *err, size_t errlen)
+/* One journal line back into a record; -1 for a line that is not one of ours. */
+static int replay_line(json_t *o, void *arg)
 {
-    journal_t *j = &ps->j;
-    j->fd = j->pipe_r = j->pipe_w = -1;
-    j->fsync = ps->cfg.ledger_fsync;
-    j->in_tail = &j->in_head;
-    j->done_tail = &j->done_head;
-    pthread_mutex_init(&j->mu, NULL);
-    pthread_cond_init(&j->cv, NULL);
-    if (ps->cfg.ledger_file == NULL) {
-        j->ev = event_new(ps->base, -1, 0, on_journal_done, j);
-        cm_log(CM_LOG_WARN, "no ledger_file: charges are kept in memory only");
-        return 0;
-    }
-    if (journal_replay(ps, ps->cfg.ledger_file, err, errlen) != 0)
+    ps_server_t *ps = arg;
+    rec_kind_t kind;
+    const char *key = json_string_value(json_object_get(o, "key"));
+    const char *hash = json_string_value(json_object_get(o, "hash"));
+    const char *id = json_string_value(json_object_get(o, "id"));
+    const char *body = json_string_value(json_object_get(o, "body"));
+    const char *pid = json_string_value(json_object_get(o, "pi"));
+    json_t *obj = json_object_get(o, "obj");
+    json_t *chobj = json_object_get(o, "charge_obj");
+    if (kind_parse(json_string_value(json_object_get(o, "k")), &kind) != 0 || key == NULL ||
+        hash == NULL || id == NULL || body == NULL || find_key(ps, key) != NULL)
         return -1;
-    j->fd = open(ps->cfg.ledger_file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-    int p[2];
-    if (j->fd < 0 || pipe(p) != 0) {
-        snprintf(err, errlen, "ledger_file %s: %s", ps->cfg.ledger_file, strerror(errno));
+    rec_t *pi = pid ? find_id(ps, pid) : NULL;
+    if ((kind != REC_PI && pi == NULL) || ((kind != REC_CONFIRM) && !json_is_object(obj)))
         return -1;
-    }
-    j->pipe_r = p[0];
-    j->pipe_w = p[1];
-    for (int i = 0; i < 2; i++) {
-        fcntl(p[i], F_SETFL, fcntl(p[i], F_GETFL) | O_NONBLOCK);
-        fcntl(p[i], F_SETFD, FD_CLOEXEC);
-    }
-    j->ev = event_new(ps->base, j->pipe_r, EV_READ | EV_PERSIST, on_journal_done, j);
-    event_add(j->ev, NULL);
-    if (pthread_create(&j->thread, NULL, journal_thread, j) != 0) {
-        snprintf(err, errlen, "cannot start the ledger writer thread");
-        return -1;
-    }
-    j->running = true;
+    rec_t *r = rec_new(ps, kind, key, hash);
+    snprintf(r->id, sizeof(r->id), "%s", id);
+    r->code = (int)json_integer_value(json_object_get(o, "code"));
+    r->body = cm_xstrdup(body);
+    r->obj = json_is_object(obj) ? json_incref(obj) : NULL;
+    r->chobj = json_is_object(chobj) ? json_incref(chobj) : NULL;
+    r->pi = pi;
+    const char *ev = json_string_value(json_object_get(json_object_get(obj, "metadata"), "event"));
+    if (ev == NULL && pi)
+        ev = pi->event;
+    r->event = ev ? cm_xstrdup(ev) : NULL;
+    rec_set_state(ps, r, REC_DONE);
     return 0;
-}
-
-/* Flushes and stops the writer, then runs the callbacks of what it wrote. */
-static void journal_stop(journal_t *j)
-{
-    if (j->running) {
-        pthread_mutex_lock(&j->mu);
-        j->stop = true;
-        pthread_cond_signal(&j->cv);
-        pthread_mutex_unlock(&j->mu);
-        pthread_join(j->thread, NULL);
-        j->running = false;
-    }
-    if (j->ev)
-        on_journal_done(-1, 0, j);
-    if (j->ev)
-        event_free(j->ev);
-    j->ev = NULL;
-    if (j->fd >= 0)
-        close(j->fd);
-    if (j->pipe_r >= 0)
-        close(j->pipe_r);
-    if (j->pipe_w >= 0)
-        close(j->pipe_w);
-    j->fd = j->pipe_r = j->pipe_w = -1;
-    pthread_mutex_destroy(&j->mu);
-    pthread_cond_destroy(&j->cv);
 }
 
 /* --- answers ------------------------------------------------------------------------- */
 
-/* Stripe-shaped error: {"error":{"type","code","message"}} plus extra fields inside. */
+/* Stripe's error object: {"error":{"type","code","message"[,"param"]}} plus extra members
+ * (decline_code, payment_intent, …) inside; extra is stolen. */
 static char *error_body(const char *type, const char *code, const char *message, json_t *extra)
 {
     json_t *e = json_pack("{s:s, s:s, s:s}", "type", type, "code", code, "message", message);
@@ -548,12 +405,25 @@ static void send_text(cm_req_t *req, int code, const char *body, bool replayed)
     cm_http_send_body(req, code, "application/json", body, strlen(body), false);
 }
 
+static void send_error_x(cm_req_t *req, int code, const char *type, const char *ecode,
+                         const char *message, json_t *extra)
+{
+    char *b = error_body(type, ecode, message, extra);
+    send_text(req, code, b, false);
+    free(b);
+}
+
 static void send_error(cm_req_t *req, int code, const char *type, const char *ecode,
                        const char *message)
 {
-    char *b = error_body(type, ecode, message, NULL);
-    send_text(req, code, b, false);
-    free(b);
+    send_error_x(req, code, type, ecode, message, NULL);
+}
+
+static void send_param_error(cm_req_t *req, const char *ecode, const char *param,
+                             const char *message)
+{
+    send_error_x(req, 400, "invalid_request_error", ecode, message,
+                 json_pack("{s:s}", "param", param));
 }
 
 /* --- pending requests ---------------------------------------------------------------- */
@@ -587,6 +457,7 @@ static void pending_free(pending_t *p)
     event_free(p->timer);
     json_decref(p->arrive_body);
     free(p->arrive_key);
+    free(p->arrive_pi);
     free(p);
 }
 
@@ -599,7 +470,8 @@ static void pending_arm(pending_t *p, int64_t ms)
 /* Answers with the record's stored answer and ends the pending request. */
 static void pending_answer_stored(pending_t *p)
 {
-    send_text(p->req, p->rec->code, p->rec->body, false);
+    if (!p->silent)
+        send_text(p->req, p->rec->code, p->rec->body, false);
     pending_free(p);
 }
 
@@ -607,94 +479,276 @@ static void on_durable(void *arg)
 {
     pending_t *p = arg;
     rec_set_state(p->ps, p->rec, REC_DONE);
-    /* A late answer waits for its timer (which answers), unless that already fired. */
-    if (p->late_wait && evtimer_pending(p->timer, NULL))
+    /* A late answer waits for its timer (which answers), unless that already fired; until
+     * it leaves, whoever asks sees the intent "processing" (the charge is made, but nobody
+     * has been told: a lookup answers only once the late answer is out). */
+    if (p->late_wait && evtimer_pending(p->timer, NULL)) {
+        if (p->rec->pi)
+            p->rec->pi->confirming = p->rec;
         return;
+    }
     pending_answer_stored(p);
 }
 
 static void commit(pending_t *p)
 {
     rec_set_state(p->ps, p->rec, REC_WRITING);
-    journal_append(&p->ps->j, journal_line(p->rec), on_durable, p);
+    ps_journal_append(p->ps->j, journal_line(p->rec), on_durable, p);
 }
 
-static json_t *charge_obj(ps_server_t *ps, rec_t *r, const json_t *body, const char *status)
+/* --- objects ------------------------------------------------------------------------- */
+
+static json_int_t now_s(void)
 {
-    json_t *o = json_pack(
-        "{s:s, s:s, s:O, s:O, s:O, s:s, s:b, s:b, s:i, s:s, s:I}", "id", r->id, "object", "charge",
-        "amount", json_object_get(body, "amount"), "currency", json_object_get(body, "currency"),
-        "source", json_object_get(body, "source") ? json_object_get(body, "source") : json_null(),
-        "status", status, "paid", strcmp(status, "succeeded") == 0, "refunded", 0,
-        "amount_refunded", 0, "idempotency_key", r->key, "created",
-        (json_int_t)(cm_time_wall_ms() / 1000));
+    return (json_int_t)(cm_time_wall_ms() / 1000);
+}
+
+/* A new PaymentIntent from a validated create body. */
+static json_t *pi_obj(const rec_t *r, const json_t *body, json_int_t amount)
+{
+    char secret[80];
+    new_id(secret, sizeof(secret), "secret");
+    char *cs = cm_xasprintf("%s_%s", r->id, secret);
+    const char *pm = json_string_value(json_object_get(body, "payment_method"));
+    json_t *types = json_object_get(body, "payment_method_types");
     json_t *md = json_object_get(body, "metadata");
-    json_object_set_new(o, "metadata", json_is_object(md) ? json_deep_copy(md) : json_object());
+    const char *desc = json_string_value(json_object_get(body, "description"));
+    char cur[4] = {0};
+    for (size_t i = 0; i < 3; i++)
+        cur[i] =
+            (char)tolower((unsigned char)json_string_value(json_object_get(body, "currency"))[i]);
+    json_t *o = json_pack(
+        "{s:s, s:s, s:I, s:I, s:I, s:s, s:s, s:I, s:b, s:s, s:s, s:s, s:o, s:n, s:n, s:n, "
+        "s:n, s:n, s:o, s:o}",
+        "id", r->id, "object", "payment_intent", "amount", amount, "amount_capturable",
+        (json_int_t)0, "amount_received", (json_int_t)0, "currency", cur, "status",
+        pm ? "requires_confirmation" : "requires_payment_method", "created", now_s(), "livemode", 0,
+        "capture_method", "automatic", "confirmation_method", "automatic", "client_secret", cs,
+        "payment_method", pm ? json_string(pm) : json_null(), "latest_charge", "next_action",
+        "last_payment_error", "canceled_at", "cancellation_reason", "payment_method_types",
+        json_is_array(types) ? json_deep_copy(types) : json_pack("[s]", "card"), "metadata",
+        json_is_object(md) ? json_deep_copy(md) : json_object());
+    json_object_set_new(o, "description", desc ? json_string(desc) : json_null());
+    free(cs);
     return o;
 }
 
-/* Decides the charge's fate now that its latency has passed. */
-static void finish_charge(pending_t *p)
+/* The charge a confirmation made of pi (status "succeeded" or "failed"). */
+static json_t *charge_obj(const json_t *pi, bool ok)
+{
+    char id[ID_LEN];
+    new_id(id, sizeof(id), "ch");
+    json_int_t amount = json_integer_value(json_object_get(pi, "amount"));
+    return json_pack("{s:s, s:s, s:I, s:I, s:I, s:b, s:b, s:b, s:s, s:O, s:O, s:I, s:O, s:O}", "id",
+                     id, "object", "charge", "amount", amount, "amount_captured", ok ? amount : 0,
+                     "amount_refunded", (json_int_t)0, "refunded", 0, "paid", ok, "captured", ok,
+                     "status", ok ? "succeeded" : "failed", "payment_intent",
+                     json_object_get(pi, "id"), "currency", json_object_get(pi, "currency"),
+                     "created", now_s(), "metadata", json_object_get(pi, "metadata"),
+                     "payment_method", json_object_get(pi, "payment_method"));
+}
+
+/* The intent as a client sees it now: "processing" while a confirmation runs, its charge
+ * expanded when asked (expand[]=latest_charge). A new reference. */
+static json_t *pi_view(const rec_t *pi, bool expand)
+{
+    json_t *o = json_deep_copy(pi->obj);
+    if (pi->confirming)
+        json_object_set_new(o, "status", json_string("processing"));
+    if (expand && pi->chobj)
+        json_object_set(o, "latest_charge", pi->chobj);
+    return o;
+}
+
+/* --- outcomes ------------------------------------------------------------------------ */
+
+/* "pm_sim_X" and "tok_sim_X" name the same simulated behaviour X. */
+static const char *sim_suffix(const char *pm)
+{
+    if (pm == NULL)
+        return NULL;
+    if (strncmp(pm, "pm_sim_", 7) == 0)
+        return pm + 7;
+    if (strncmp(pm, "tok_sim_", 8) == 0)
+        return pm + 8;
+    return NULL;
+}
+
+static bool pm_declines(const char *pm)
+{
+    return pm && (strncmp(pm, "pm_card_chargeDeclined", 22) == 0 ||
+                  strncmp(pm, "pm_card_visa_chargeDeclined", 27) == 0 ||
+                  strcmp(pm, "tok_chargeDeclined") == 0 || strcmp(pm, "pm_sim_decline") == 0);
+}
+
+static bool pm_needs_action(const char *pm)
+{
+    return pm && (strcmp(pm, "pm_card_threeDSecure2Required") == 0 ||
+                  strcmp(pm, "pm_card_authenticationRequired") == 0 ||
+                  strcmp(pm, "tok_threeDSecure2Required") == 0 || strcmp(pm, "pm_sim_action") == 0);
+}
+
+/* How long a confirmation still sits in the network (pm_sim_arrive_<ms>), or -1. */
+static int64_t arrive_ms(const char *pm)
+{
+    const char *x = sim_suffix(pm);
+    int64_t ms;
+    if (x && strncmp(x, "arrive_", 7) == 0 && cm_parse_i64(x + 7, 0, 3600000, &ms) == 0)
+        return ms;
+    return -1;
+}
+
+static outcome_t draw_outcome(ps_server_t *ps, const char *pm, rec_t *pi, int64_t *latency_ms)
+{
+    const settings_t *s = &ps->set;
+    int64_t span = s->latency_max_ms - s->latency_min_ms;
+    *latency_ms = s->latency_min_ms + (span > 0 ? (int64_t)(rnd(ps) % (uint64_t)(span + 1)) : 0);
+    if (pm_declines(pm))
+        return OUT_DECLINE;
+    if (pm_needs_action(pm))
+        return OUT_ACTION;
+    const char *x = sim_suffix(pm);
+    if (x) {
+        int64_t d;
+        if (strcmp(x, "error") == 0)
+            return OUT_ERROR;
+        if (strcmp(x, "error_once") == 0) {
+            if (pi->errored_once)
+                return OUT_SUCCEED;
+            pi->errored_once = true;
+            return OUT_ERROR;
+        }
+        if (strcmp(x, "late") == 0)
+            return OUT_LATE;
+        if (strcmp(x, "lost") == 0)
+            return OUT_LOST;
+        if (strncmp(x, "arrive_", 7) == 0) {
+            *latency_ms = 0;
+            return OUT_SUCCEED;
+        }
+        if (strncmp(x, "delay_", 6) == 0 && cm_parse_i64(x + 6, 0, 3600000, &d) == 0) {
+            *latency_ms = d;
+            return OUT_SUCCEED;
+        }
+    }
+    double v = rnd01(ps);
+    if (v < s->timeout_rate)
+        return s->timeout_mode == TIMEOUT_LATE ? OUT_LATE : OUT_LOST;
+    v -= s->timeout_rate;
+    if (v < s->error_rate)
+        return OUT_ERROR;
+    v -= s->error_rate;
+    if (v < s->decline_rate)
+        return OUT_DECLINE;
+    return OUT_SUCCEED;
+}
+
+/* Decides a confirmation now that its latency has passed. */
+static void finish_confirm(pending_t *p)
 {
     ps_server_t *ps = p->ps;
     rec_t *r = p->rec;
-    if (p->outcome == OUT_ERROR || p->outcome == OUT_LOST) {
+    rec_t *pi = r->pi;
+    if (p->outcome == OUT_LOST) {
         /* Nothing was charged: forget the key, answer an error nobody may hear. */
         rec_drop(ps, r);
-        if (p->outcome == OUT_ERROR)
-            send_error(p->req, 500, "api_error", "simulated_error",
-                       "simulated provider error; nothing was charged");
-        else
+        if (!p->silent)
             send_error(p->req, 503, "api_error", "simulated_timeout",
                        "simulated lost request; nothing was charged");
         pending_free(p);
         return;
     }
-    bool declined = p->outcome == OUT_DECLINE;
-    json_object_set_new(r->obj, "status", json_string(declined ? "failed" : "succeeded"));
-    json_object_set_new(r->obj, "paid", json_boolean(!declined));
-    if (declined) {
-        json_object_set_new(r->obj, "failure_code", json_string("card_declined"));
+    if (p->outcome == OUT_ERROR) {
+        /* Stripe stores a 500 under its key like any answer: the intent is untouched. */
+        r->code = 500;
+        r->body = error_body("api_error", "simulated_error",
+                             "simulated provider error; nothing was charged", NULL);
+        commit(p);
+        return;
+    }
+    json_t *o = json_deep_copy(pi->obj);
+    json_decref(r->obj);
+    r->obj = o;
+    if (p->outcome == OUT_ACTION) {
+        char *url = cm_xasprintf("%s://%s:%d/v1/sim/authenticate/%s", ps->tls ? "https" : "http",
+                                 ps->cfg.listen_addr, ps_server_port(ps), pi->id);
+        json_object_set_new(o, "status", json_string("requires_action"));
+        json_object_set_new(o, "next_action",
+                            json_pack("{s:s, s:{s:s, s:o}}", "type", "redirect_to_url",
+                                      "redirect_to_url", "url", url, "return_url",
+                                      r->return_url ? json_string(r->return_url) : json_null()));
+        free(url);
+        r->code = 200;
+        r->body = json_dumps(o, JSON_COMPACT);
+        commit(p);
+        return;
+    }
+    bool ok = p->outcome != OUT_DECLINE;
+    r->chobj = charge_obj(o, ok);
+    json_object_set(o, "latest_charge", json_object_get(r->chobj, "id"));
+    json_object_set_new(o, "next_action", json_null());
+    if (ok) {
+        json_object_set_new(o, "status", json_string("succeeded"));
+        json_object_set(o, "amount_received", json_object_get(o, "amount"));
+        json_object_set_new(o, "last_payment_error", json_null());
+        r->code = 200;
+        r->body = json_dumps(o, JSON_COMPACT);
+    } else {
+        json_t *lpe =
+            json_pack("{s:s, s:s, s:s, s:s, s:O}", "type", "card_error", "code", "card_declined",
+                      "decline_code", "generic_decline", "message", "Your card was declined.",
+                      "charge", json_object_get(r->chobj, "id"));
+        json_object_set_new(o, "status", json_string("requires_payment_method"));
+        json_object_set_new(o, "last_payment_error", lpe);
         r->code = 402;
         r->body =
             error_body("card_error", "card_declined", "Your card was declined.",
-                       json_pack("{s:s, s:s}", "decline_code", "generic_decline", "charge", r->id));
-    } else {
-        r->code = 200;
-        r->body = json_dumps(r->obj, JSON_COMPACT);
+                       json_pack("{s:s, s:O, s:O}", "decline_code", "generic_decline", "charge",
+                                 json_object_get(r->chobj, "id"), "payment_intent", o));
     }
     commit(p);
 }
 
-static void charge_arrived(ps_server_t *ps, cm_req_t *req, const char *key, json_t *body);
+static void confirm_arrived(ps_server_t *ps, cm_req_t *req, const char *key, const char *pi_id,
+                            json_t *body);
 
 static void on_pending_timer(evutil_socket_t fd, short what, void *arg)
 {
     pending_t *p = arg;
+    if (p->rec == NULL && p->arrive_body == NULL) { /* lost on its way in */
+        send_error(p->req, 503, "api_error", "simulated_timeout",
+                   "simulated lost request; nothing was charged");
+        pending_free(p);
+        return;
+    }
     if (p->rec == NULL) {
-        /* A delayed request reaches the provider now. */
+        /* A delayed confirmation reaches the provider now. */
         ps_server_t *ps = p->ps;
         cm_req_t *req = p->req;
         json_t *body = p->arrive_body;
-        char *key = p->arrive_key;
+        char *key = p->arrive_key, *pid = p->arrive_pi;
         p->arrive_body = NULL;
-        p->arrive_key = NULL;
+        p->arrive_key = p->arrive_pi = NULL;
         pending_free(p);
-        charge_arrived(ps, req, key, body);
+        confirm_arrived(ps, req, key, pid, body);
         json_decref(body);
         free(key);
+        free(pid);
         return;
     }
     if (p->late_wait) {
-        if (p->rec->state == REC_DONE)
+        if (p->rec->state == REC_DONE) {
+            if (p->rec->pi && p->rec->pi->confirming == p->rec)
+                p->rec->pi->confirming = NULL;
             pending_answer_stored(p);
+        }
         return; /* still writing: on_durable answers */
     }
-    if (p->rec->kind == REC_REFUND) {
-        commit(p);
+    if (p->rec->kind == REC_CONFIRM) {
+        finish_confirm(p);
         return;
     }
-    finish_charge(p);
+    commit(p);
 }
 
 /* --- request helpers ----------------------------------------------------------------- */
@@ -714,6 +768,14 @@ static bool authorized(ps_server_t *ps, cm_req_t *req)
     return diff == 0;
 }
 
+static bool check_auth(ps_server_t *ps, cm_req_t *req)
+{
+    if (authorized(ps, req))
+        return true;
+    send_error(req, 401, "invalid_request_error", "api_key_invalid", "Invalid API Key provided.");
+    return false;
+}
+
 /* The request identity for idempotency: path + canonical body. */
 static void request_hash(const char *path, const json_t *body, char out[65])
 {
@@ -725,8 +787,8 @@ static void request_hash(const char *path, const json_t *body, char out[65])
 }
 
 /*
- * Common idempotency gate. Returns the existing record's handling: true when it
- * answered (replay, mismatch, in progress), false when the key is new.
+ * Stripe's idempotency gate: true when it answered (a replay of the stored answer, other
+ * parameters under the key, the key's request still running), false when the key is new.
  */
 static bool idempotency_gate(ps_server_t *ps, cm_req_t *req, const char *key, const char *hash)
 {
@@ -747,31 +809,58 @@ static bool idempotency_gate(ps_server_t *ps, cm_req_t *req, const char *key, co
     return true;
 }
 
-/* Reads Idempotency-Key and the JSON body; answers and returns NULL on a bad request. */
-static json_t *read_mutation(ps_server_t *ps, cm_req_t *req, const char **key)
+/* The parameters an operation takes: anything else is Stripe's parameter_unknown. */
+static bool params_known(cm_req_t *req, const json_t *body, const char *const *known)
 {
-    if (!authorized(ps, req)) {
-        send_error(req, 401, "invalid_request_error", "unauthorized", "Invalid API key.");
-        return NULL;
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)body, k, v)
+    {
+        bool found = false;
+        for (size_t i = 0; known[i] && !found; i++)
+            found = strcmp(k, known[i]) == 0;
+        if (!found) {
+            char msg[160];
+            snprintf(msg, sizeof(msg), "Received unknown parameter: %.100s", k);
+            send_param_error(req, "parameter_unknown", k, msg);
+            return false;
+        }
     }
+    return true;
+}
+
+/*
+ * Reads a POST: the key, the form body. Stripe's Idempotency-Key is optional; without one
+ * the request gets a key of its own (never replayed). Answers and returns NULL on a bad
+ * request. *key points into keybuf or the request.
+ */
+static json_t *read_mutation(ps_server_t *ps, cm_req_t *req, const char **key, char *keybuf,
+                             size_t keylen)
+{
+    if (!check_auth(ps, req))
+        return NULL;
     *key = cm_http_header(req, "Idempotency-Key");
-    if (*key == NULL || !cm_parse_idem_key(*key)) {
-        send_error(req, 400, "invalid_request_error", "idempotency_key_missing",
-                   "an Idempotency-Key header of 1-255 visible ASCII characters is required");
+    if (*key == NULL) {
+        new_id(keybuf, keylen, " auto"); /* a space: no client key has one at the front */
+        *key = keybuf;
+    } else if (!cm_parse_idem_key(*key)) {
+        send_error(req, 400, "invalid_request_error", "idempotency_key_invalid",
+                   "an Idempotency-Key header is 1-255 visible ASCII characters");
         return NULL;
     }
     size_t len = 0;
     const char *text = cm_http_body(req, &len);
-    if (len == 0 || len > MAX_BODY) {
-        send_error(req, 400, "invalid_request_error", "parameter_invalid",
-                   "a JSON object body is required");
+    if (len > MAX_BODY) {
+        send_error(req, 400, "invalid_request_error", "parameter_invalid", "body too large");
         return NULL;
     }
-    json_t *b = json_loadb(text, len, 0, NULL);
-    if (!json_is_object(b)) {
-        json_decref(b);
-        send_error(req, 400, "invalid_request_error", "parameter_invalid",
-                   "the body must be a JSON object");
+    char bad[80];
+    json_t *b = ps_form_parse(text ? text : "", len, bad, sizeof(bad));
+    if (b == NULL) {
+        char msg[160];
+        snprintf(msg, sizeof(msg),
+                 "Invalid form body near \"%s\" (application/x-www-form-urlencoded expected)", bad);
+        send_error(req, 400, "invalid_request_error", "parameter_invalid", msg);
         return NULL;
     }
     if (ps->nrecords >= (size_t)ps->cfg.max_records) {
@@ -782,281 +871,443 @@ static json_t *read_mutation(ps_server_t *ps, cm_req_t *req, const char **key)
     return b;
 }
 
-static outcome_t draw_outcome(ps_server_t *ps, const char *source, int64_t *latency_ms)
+static bool metadata_ok(cm_req_t *req, const json_t *md)
 {
-    const settings_t *s = &ps->set;
-    int64_t span = s->latency_max_ms - s->latency_min_ms;
-    *latency_ms = s->latency_min_ms + (span > 0 ? (int64_t)(rnd(ps) % (uint64_t)(span + 1)) : 0);
-    if (source) {
-        if (strcmp(source, "tok_chargeDeclined") == 0)
-            return OUT_DECLINE;
-        if (strcmp(source, "tok_sim_error") == 0)
-            return OUT_ERROR;
-        if (strcmp(source, "tok_sim_late") == 0)
-            return OUT_LATE;
-        if (strcmp(source, "tok_sim_lost") == 0)
-            return OUT_LOST;
-        int64_t d;
-        if (strncmp(source, SRC_ARRIVE, strlen(SRC_ARRIVE)) == 0) {
-            *latency_ms = 0;
-            return OUT_SUCCEED;
-        }
-        if (strncmp(source, SRC_DELAY, strlen(SRC_DELAY)) == 0 &&
-            cm_parse_i64(source + strlen(SRC_DELAY), 0, 3600000, &d) == 0) {
-            *latency_ms = d;
-            return OUT_SUCCEED;
+    if (md == NULL)
+        return true;
+    if (!json_is_object(md) || json_object_size(md) > 50) {
+        send_param_error(req, "parameter_invalid_object", "metadata",
+                         "metadata is an object of up to 50 string values");
+        return false;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)md, k, v)
+    {
+        if (!json_is_string(v) || strlen(k) > 40 || strlen(json_string_value(v)) > 500) {
+            send_param_error(req, "parameter_invalid_string", "metadata",
+                             "metadata keys are up to 40 characters, values up to 500");
+            return false;
         }
     }
-    double x = rnd01(ps);
-    if (x < s->timeout_rate)
-        return s->timeout_mode == TIMEOUT_LATE ? OUT_LATE : OUT_LOST;
-    x -= s->timeout_rate;
-    if (x < s->error_rate)
-        return OUT_ERROR;
-    x -= s->error_rate;
-    if (x < s->decline_rate)
-        return OUT_DECLINE;
-    return OUT_SUCCEED;
+    return true;
 }
 
 /* --- endpoints ----------------------------------------------------------------------- */
 
-static void post_charge(ps_server_t *ps, cm_req_t *req)
+static void start_confirm(ps_server_t *ps, cm_req_t *req, rec_t *pi, const char *key,
+                          const char *hash, const json_t *body, bool silent);
+
+static const char *const create_params[] = {"amount",
+                                            "currency",
+                                            "payment_method",
+                                            "payment_method_types",
+                                            "confirm",
+                                            "metadata",
+                                            "return_url",
+                                            "description",
+                                            "capture_method",
+                                            "confirmation_method",
+                                            "expand",
+                                            "receipt_email",
+                                            "statement_descriptor_suffix",
+                                            NULL};
+
+/* POST /v1/payment_intents */
+static void post_intent(ps_server_t *ps, cm_req_t *req)
 {
     const char *key = NULL;
-    json_t *body = read_mutation(ps, req, &key);
+    char keybuf[64];
+    json_t *body = read_mutation(ps, req, &key, keybuf, sizeof(keybuf));
     if (body == NULL)
         return;
-    json_t *amount = json_object_get(body, "amount");
-    json_t *cur = json_object_get(body, "currency");
-    json_t *src = json_object_get(body, "source");
-    json_t *md = json_object_get(body, "metadata");
-    if (!json_is_integer(amount) || json_integer_value(amount) < 0 || !json_is_string(cur) ||
-        (src && !json_is_string(src)) || (md && !json_is_object(md))) {
-        json_decref(body);
-        send_error(req, 400, "invalid_request_error", "parameter_invalid",
-                   "amount (integer >= 0), currency (string), source (string), metadata "
-                   "(object) expected");
-        return;
+    int64_t amount = 0;
+    const char *cur = json_string_value(json_object_get(body, "currency"));
+    const char *am = json_string_value(json_object_get(body, "amount"));
+    const char *confirm = json_string_value(json_object_get(body, "confirm"));
+    const char *cap = json_string_value(json_object_get(body, "capture_method"));
+    json_t *pmv = json_object_get(body, "payment_method");
+    if (!params_known(req, body, create_params) ||
+        !metadata_ok(req, json_object_get(body, "metadata"))) {
+    } else if (am == NULL || cm_parse_i64(am, 1, AMOUNT_MAX, &amount) != 0) {
+        send_param_error(req, am ? "parameter_invalid_integer" : "parameter_missing", "amount",
+                         "amount is a positive integer in the currency's smallest unit");
+    } else if (cur == NULL || strlen(cur) != 3) {
+        send_param_error(req, cur ? "parameter_invalid_string" : "parameter_missing", "currency",
+                         "currency is a three-letter ISO code");
+    } else if (pmv && !json_is_string(pmv)) {
+        send_param_error(req, "parameter_invalid_string", "payment_method",
+                         "payment_method is a PaymentMethod id");
+    } else if (confirm && strcmp(confirm, "true") != 0 && strcmp(confirm, "false") != 0) {
+        send_param_error(req, "parameter_invalid_boolean", "confirm", "confirm is true or false");
+    } else if (cap && strcmp(cap, "automatic") != 0) {
+        send_param_error(req, "parameter_invalid_string", "capture_method",
+                         "the simulator captures automatically only");
+    } else if (json_object_get(body, "return_url") && !(confirm && strcmp(confirm, "true") == 0)) {
+        send_param_error(req, "parameter_invalid_string", "return_url",
+                         "return_url can only be passed when confirm=true");
+    } else {
+        bool now = confirm && strcmp(confirm, "true") == 0;
+        char hash[65];
+        request_hash("/v1/payment_intents", body, hash);
+        if (idempotency_gate(ps, req, key, hash)) {
+            json_decref(body);
+            return;
+        }
+        /* With confirm=true the intent is one record and the confirmation, which holds the
+         * request's key and answer, another (the intent then has an internal key). */
+        char ikey[80];
+        snprintf(ikey, sizeof(ikey), " intent %s", key);
+        rec_t *r = rec_new(ps, REC_PI, now ? ikey : key, hash);
+        r->obj = pi_obj(r, body, (json_int_t)amount);
+        const char *ev =
+            json_string_value(json_object_get(json_object_get(body, "metadata"), "event"));
+        r->event = ev ? cm_xstrdup(ev) : NULL;
+        r->code = 200;
+        r->body = now ? cm_xstrdup("") : json_dumps(r->obj, JSON_COMPACT);
+        pending_t *p = pending_new(ps, req, r, OUT_SUCCEED);
+        p->silent = now;
+        commit(p);
+        if (now)
+            start_confirm(ps, req, r, key, hash, body, false);
     }
-    int64_t arrive_ms;
-    const char *source = json_string_value(src);
-    if (source && strncmp(source, SRC_ARRIVE, strlen(SRC_ARRIVE)) == 0 &&
-        cm_parse_i64(source + strlen(SRC_ARRIVE), 0, 3600000, &arrive_ms) == 0) {
-        /* Held in the network: the provider sees nothing of it until the timer fires. */
-        pending_t *p = pending_new(ps, req, NULL, OUT_SUCCEED);
-        p->arrive_body = body;
-        p->arrive_key = cm_xstrdup(key);
-        pending_arm(p, arrive_ms);
-        return;
-    }
-    charge_arrived(ps, req, key, body);
     json_decref(body);
 }
 
-/* A valid charge request as it reaches the provider (body is borrowed). */
-static void charge_arrived(ps_server_t *ps, cm_req_t *req, const char *key, json_t *body)
+static const char *const confirm_params[] = {"payment_method", "return_url", "expand", NULL};
+
+/* The intent named in a path, answering 404 when there is none. */
+static rec_t *intent_of(ps_server_t *ps, cm_req_t *req, const char *id)
 {
-    json_t *src = json_object_get(body, "source");
-    json_t *md = json_object_get(body, "metadata");
-    char hash[65];
-    request_hash("/v1/charges", body, hash);
+    rec_t *pi = find_id(ps, id);
+    if (pi == NULL || pi->kind != REC_PI) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "No such payment_intent: '%.64s'", id);
+        send_error_x(req, 404, "invalid_request_error", "resource_missing", msg,
+                     json_pack("{s:s}", "param", "intent"));
+        return NULL;
+    }
+    return pi;
+}
+
+/* POST /v1/payment_intents/{id}/confirm */
+static void post_confirm(ps_server_t *ps, cm_req_t *req, const char *id)
+{
+    const char *key = NULL;
+    char keybuf[64];
+    json_t *body = read_mutation(ps, req, &key, keybuf, sizeof(keybuf));
+    if (body == NULL)
+        return;
+    rec_t *pi = NULL;
+    if (params_known(req, body, confirm_params) && (pi = intent_of(ps, req, id)) != NULL) {
+        const char *pm = json_string_value(json_object_get(body, "payment_method"));
+        if (pm == NULL)
+            pm = json_string_value(json_object_get(pi->obj, "payment_method"));
+        int64_t ms = arrive_ms(pm);
+        const char *x = sim_suffix(pm);
+        if (x && strcmp(x, "lost_once") == 0 && !pi->errored_once && find_key(ps, key) == NULL) {
+            /* Lost in the network on its way in: the provider never sees it, the client
+             * hears nothing until timeout_ms; the intent's next confirmation goes through. */
+            pi->errored_once = true;
+            pending_t *p = pending_new(ps, req, NULL, OUT_LOST);
+            pending_arm(p, ps->set.timeout_ms);
+        } else if (ms >= 0 && find_key(ps, key) == NULL) {
+            /* Held in the network: the provider sees nothing of it until the timer fires. */
+            pending_t *p = pending_new(ps, req, NULL, OUT_SUCCEED);
+            p->arrive_body = json_incref(body);
+            p->arrive_key = cm_xstrdup(key);
+            p->arrive_pi = cm_xstrdup(id);
+            pending_arm(p, ms);
+        } else {
+            confirm_arrived(ps, req, key, id, body);
+        }
+    }
+    json_decref(body);
+}
+
+/* A valid confirmation as it reaches the provider (body borrowed). */
+static void confirm_arrived(ps_server_t *ps, cm_req_t *req, const char *key, const char *pi_id,
+                            json_t *body)
+{
+    char path[128], hash[65];
+    snprintf(path, sizeof(path), "/v1/payment_intents/%s/confirm", pi_id);
+    request_hash(path, body, hash);
     if (idempotency_gate(ps, req, key, hash))
         return;
-    rec_t *r = rec_new(ps, REC_CHARGE, key, hash);
-    r->obj = charge_obj(ps, r, body, "processing");
-    const char *ev = json_string_value(json_object_get(md, "event"));
-    r->event = ev ? cm_xstrdup(ev) : NULL;
+    rec_t *pi = intent_of(ps, req, pi_id);
+    if (pi == NULL)
+        return;
+    start_confirm(ps, req, pi, key, hash, body, false);
+}
+
+/* Confirms pi under key: refused unless it awaits confirmation (or a new payment method). */
+static void start_confirm(ps_server_t *ps, cm_req_t *req, rec_t *pi, const char *key,
+                          const char *hash, const json_t *body, bool silent)
+{
+    const char *st = json_string_value(json_object_get(pi->obj, "status"));
+    const char *pm = json_string_value(json_object_get(body, "payment_method"));
+    bool confirmable =
+        pi->confirming == NULL && (strcmp(st, "requires_confirmation") == 0 ||
+                                   (strcmp(st, "requires_payment_method") == 0 && pm != NULL));
+    if (!confirmable) {
+        json_t *view = pi_view(pi, false);
+        char msg[200];
+        snprintf(msg, sizeof(msg),
+                 "You cannot confirm this PaymentIntent because it has a status of %s.",
+                 json_string_value(json_object_get(view, "status")));
+        send_error_x(req, 400, "invalid_request_error", "payment_intent_unexpected_state", msg,
+                     json_pack("{s:o}", "payment_intent", view));
+        return;
+    }
+    if (pm) {
+        json_object_set_new(pi->obj, "payment_method", json_string(pm));
+    } else if (json_is_null(json_object_get(pi->obj, "payment_method"))) {
+        send_param_error(req, "payment_intent_unexpected_state", "payment_method",
+                         "You cannot confirm this PaymentIntent because it's missing a payment "
+                         "method.");
+        return;
+    }
+    const char *ru = json_string_value(json_object_get(body, "return_url"));
+    rec_t *r = rec_new(ps, REC_CONFIRM, key, hash);
+    r->return_url = ru ? cm_xstrdup(ru) : NULL;
+    r->pi = pi;
+    r->event = pi->event ? cm_xstrdup(pi->event) : NULL;
+    pi->confirming = r;
     int64_t latency = 0;
-    outcome_t out = draw_outcome(ps, json_string_value(src), &latency);
+    outcome_t out = draw_outcome(ps, json_string_value(json_object_get(pi->obj, "payment_method")),
+                                 pi, &latency);
     pending_t *p = pending_new(ps, req, r, out);
-    cm_log(CM_LOG_DEBUG, "charge %s key %s: outcome %d latency %lld ms", r->id, key, (int)out,
+    p->silent = silent;
+    cm_log(CM_LOG_DEBUG, "confirm %s key %s: outcome %d latency %lld ms", pi->id, key, (int)out,
            (long long)latency);
     if (out == OUT_LATE) {
         /* Charged at once; the answer waits for timeout_ms (armed first, so on_durable
          * knows a timer is running). */
         pending_arm(p, ps->set.timeout_ms);
         p->late_wait = true;
-        finish_charge(p);
+        finish_confirm(p);
         return;
     }
     pending_arm(p, out == OUT_LOST ? ps->set.timeout_ms : latency);
 }
 
-static void post_refund(ps_server_t *ps, cm_req_t *req)
+/* The query string as Stripe reads it (created[gte]=…, expand[]=…): a new object, or NULL
+ * after answering 400. */
+static json_t *read_query(cm_req_t *req)
 {
-    const char *key = NULL;
-    json_t *body = read_mutation(ps, req, &key);
-    if (body == NULL)
-        return;
-    const char *chid = json_string_value(json_object_get(body, "charge"));
-    if (chid == NULL) {
-        json_decref(body);
-        send_error(req, 400, "invalid_request_error", "parameter_missing",
-                   "charge (the charge id) is required");
-        return;
-    }
-    char hash[65];
-    request_hash("/v1/refunds", body, hash);
-    if (idempotency_gate(ps, req, key, hash)) {
-        json_decref(body);
-        return;
-    }
-    rec_t *ch = find_id(ps, chid);
-    if (ch == NULL || ch->kind != REC_CHARGE) {
-        json_decref(body);
-        send_error(req, 404, "invalid_request_error", "resource_missing", "No such charge.");
-        return;
-    }
-    const char *status = json_string_value(json_object_get(ch->obj, "status"));
-    if (status == NULL || strcmp(status, "succeeded") != 0) {
-        json_decref(body);
-        send_error(req, 400, "invalid_request_error", "charge_failed",
-                   "This charge did not succeed; there is nothing to refund.");
-        return;
-    }
-    if (ch->refund) {
-        json_decref(body);
-        char *b = error_body("invalid_request_error", "charge_already_refunded",
-                             "Charge has already been refunded.",
-                             json_pack("{s:s}", "refund", ch->refund->id));
-        send_text(req, 400, b, false);
-        free(b);
-        return;
-    }
-    /* amount: optional, at most what is left; without it, all that is left. */
-    json_int_t left = json_integer_value(json_object_get(ch->obj, "amount")) - ch->taken;
-    json_t *want = json_object_get(body, "amount");
-    if (want && (!json_is_integer(want) || json_integer_value(want) < 1 ||
-                 json_integer_value(want) > left)) {
-        json_decref(body);
-        send_error(req, 400, "invalid_request_error", "amount_too_large",
-                   "amount must be a positive integer no larger than what is left to refund");
-        return;
-    }
-    json_int_t amount = want ? json_integer_value(want) : left;
-    if (ps->set.refund_error_rate > 0 && rnd01(ps) < ps->set.refund_error_rate) {
-        json_decref(body);
-        send_error(req, 500, "api_error", "simulated_error",
-                   "simulated provider error; nothing was refunded");
-        return;
-    }
-    rec_t *r = rec_new(ps, REC_REFUND, key, hash);
-    r->charge = ch;
-    ch->taken += amount;
-    if (amount == left)
-        ch->refund = r;
-    r->event = ch->event ? cm_xstrdup(ch->event) : NULL;
-    r->obj =
-        json_pack("{s:s, s:s, s:o, s:O, s:s, s:s, s:s, s:I}", "id", r->id, "object", "refund",
-                  "amount", json_integer(amount), "currency", json_object_get(ch->obj, "currency"),
-                  "charge", ch->id, "status", "succeeded", "idempotency_key", key, "created",
-                  (json_int_t)(cm_time_wall_ms() / 1000));
-    json_object_set(r->obj, "metadata", json_object_get(ch->obj, "metadata"));
-    r->code = 200;
-    r->body = json_dumps(r->obj, JSON_COMPACT);
-    json_decref(body);
-    int64_t latency = 0;
-    (void)draw_outcome(ps, NULL, &latency);
-    pending_t *p = pending_new(ps, req, r, OUT_SUCCEED);
-    pending_arm(p, latency);
+    const char *qs = cm_http_uri_query(req);
+    char bad[80];
+    json_t *q = ps_form_parse(qs ? qs : "", qs ? strlen(qs) : 0, bad, sizeof(bad));
+    if (q == NULL)
+        send_error(req, 400, "invalid_request_error", "parameter_invalid", "malformed query");
+    return q;
 }
 
-/* GET /v1/charges?created_gte=T&limit=N[&starting_after=ID]: committed charges, oldest
- * commit first. Answers and returns. */
-static void list_charges(ps_server_t *ps, cm_req_t *req, struct evkeyvalq *q)
+static bool want_expand(const json_t *q, const char *what)
 {
-    int64_t gte = 0, limit = 100;
-    const char *lim = evhttp_find_header(q, "limit");
-    const char *after = evhttp_find_header(q, "starting_after");
-    if (cm_parse_i64(evhttp_find_header(q, "created_gte"), 0, INT64_MAX / 2, &gte) != 0 ||
-        (lim && cm_parse_i64(lim, 1, LIST_MAX, &limit) != 0)) {
-        send_error(req, 400, "invalid_request_error", "parameter_invalid",
-                   "created_gte is a unix time, limit an integer from 1 to 1000");
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(q, "expand"), i, v)
+    {
+        if (json_is_string(v) && strcmp(json_string_value(v), what) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* GET /v1/payment_intents/{id}[?expand[]=latest_charge] */
+static void get_intent(ps_server_t *ps, cm_req_t *req, const char *id)
+{
+    if (!check_auth(ps, req))
+        return;
+    json_t *q = read_query(req);
+    if (q == NULL)
+        return;
+    rec_t *pi = intent_of(ps, req, id);
+    if (pi)
+        cm_http_send_json(req, 200, pi_view(pi, want_expand(q, "latest_charge")));
+    json_decref(q);
+}
+
+/* One created[…] bound of a list query; 0 when absent or valid, -1 when malformed. */
+static int bound(const json_t *q, const char *name, int64_t *out)
+{
+    json_t *c = json_object_get(q, "created");
+    if (c == NULL)
+        return 0;
+    if (!json_is_object(c))
+        return -1;
+    json_t *v = json_object_get(c, name);
+    return v == NULL ? 0 : cm_parse_i64(json_string_value(v), 0, INT64_MAX / 2, out);
+}
+
+/* GET /v1/payment_intents?created[gte|gt|lte|lt]=…&limit=…&starting_after=…: newest first. */
+static void list_intents(ps_server_t *ps, cm_req_t *req)
+{
+    if (!check_auth(ps, req))
+        return;
+    json_t *q = read_query(req);
+    if (q == NULL)
+        return;
+    int64_t gte = 0, gt = -1, lte = INT64_MAX / 2, lt = INT64_MAX / 2, limit = 10;
+    const char *lim = json_string_value(json_object_get(q, "limit"));
+    const char *after = json_string_value(json_object_get(q, "starting_after"));
+    bool expand = want_expand(q, "data.latest_charge");
+    if (bound(q, "gte", &gte) || bound(q, "gt", &gt) || bound(q, "lte", &lte) ||
+        bound(q, "lt", &lt) || (lim && cm_parse_i64(lim, 1, LIST_MAX, &limit) != 0)) {
+        send_param_error(req, "parameter_invalid_integer", lim ? "limit" : "created",
+                         "created[…] are unix times, limit an integer from 1 to 100");
+        json_decref(q);
         return;
     }
-    size_t i = 0;
+    size_t i = ps->nlist;
     if (after) {
         rec_t *a = find_id(ps, after);
-        if (a == NULL || a->kind != REC_CHARGE || a->state != REC_DONE) {
-            send_error(req, 404, "invalid_request_error", "resource_missing",
-                       "starting_after names no charge");
+        if (a == NULL || a->kind != REC_PI || a->state != REC_DONE) {
+            send_param_error(req, "resource_missing", "starting_after",
+                             "starting_after names no payment_intent");
+            json_decref(q);
             return;
         }
-        i = a->pos + 1;
+        i = a->pos;
     }
+    json_decref(q);
     json_t *data = json_array();
     bool more = false;
-    for (; i < ps->nlist; i++) {
+    while (i-- > 0) {
         rec_t *r = ps->list[i];
-        if (r->kind != REC_CHARGE ||
-            json_integer_value(json_object_get(r->obj, "created")) < (json_int_t)gte)
+        json_int_t c = json_integer_value(json_object_get(r->obj, "created"));
+        if (r->kind != REC_PI || c < gte || c <= gt || c > lte || c >= lt)
             continue;
         if ((int64_t)json_array_size(data) == limit) {
             more = true;
             break;
         }
-        json_array_append(data, r->obj);
+        json_array_append_new(data, pi_view(r, expand));
     }
-    cm_http_send_json(
-        req, 200, json_pack("{s:s, s:o, s:b}", "object", "list", "data", data, "has_more", more));
+    cm_http_send_json(req, 200,
+                      json_pack("{s:s, s:s, s:o, s:b}", "object", "list", "url",
+                                "/v1/payment_intents", "data", data, "has_more", more));
 }
 
-static void get_charge(ps_server_t *ps, cm_req_t *req)
+static const char *const refund_params[] = {"payment_intent", "amount", "reason",
+                                            "metadata",       "expand", NULL};
+
+/* POST /v1/refunds {payment_intent[, amount]} */
+static void post_refund(ps_server_t *ps, cm_req_t *req)
 {
-    if (!authorized(ps, req)) {
-        send_error(req, 401, "invalid_request_error", "unauthorized", "Invalid API key.");
+    const char *key = NULL;
+    char keybuf[64];
+    json_t *body = read_mutation(ps, req, &key, keybuf, sizeof(keybuf));
+    if (body == NULL)
         return;
+    const char *pid = json_string_value(json_object_get(body, "payment_intent"));
+    const char *am = json_string_value(json_object_get(body, "amount"));
+    int64_t amount = 0;
+    char hash[65];
+    rec_t *pi = NULL;
+    if (!params_known(req, body, refund_params) ||
+        !metadata_ok(req, json_object_get(body, "metadata")))
+        goto out;
+    if (pid == NULL) {
+        send_param_error(req, "parameter_missing", "payment_intent",
+                         "payment_intent (the PaymentIntent id) is required");
+        goto out;
     }
-    struct evkeyvalq q;
-    if (cm_http_query(req, &q) != 0) {
-        send_error(req, 400, "invalid_request_error", "parameter_invalid", "malformed query");
-        return;
+    if (am && cm_parse_i64(am, 1, AMOUNT_MAX, &amount) != 0) {
+        send_param_error(req, "parameter_invalid_integer", "amount",
+                         "amount is a positive integer");
+        goto out;
     }
-    const char *key = evhttp_find_header(&q, "idempotency_key");
-    rec_t *r = key ? find_key(ps, key) : NULL;
-    if (key == NULL && evhttp_find_header(&q, "created_gte")) {
-        list_charges(ps, req, &q);
-    } else if (key == NULL) {
-        send_error(req, 400, "invalid_request_error", "parameter_missing",
-                   "idempotency_key or created_gte is required");
-    } else if (r == NULL || r->kind != REC_CHARGE) {
-        send_error(req, 404, "invalid_request_error", "resource_missing",
-                   "No charge with that idempotency key.");
-    } else {
-        json_t *o = json_deep_copy(r->obj);
-        if (r->state != REC_DONE) /* undecided, or decided but not yet durable */
-            json_object_set_new(o, "status", json_string("processing"));
-        cm_http_send_json(req, 200, o);
+    request_hash("/v1/refunds", body, hash);
+    if (idempotency_gate(ps, req, key, hash))
+        goto out;
+    pi = find_id(ps, pid);
+    if (pi == NULL || pi->kind != REC_PI) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "No such payment_intent: '%.64s'", pid);
+        send_param_error(req, "resource_missing", "payment_intent", msg);
+        goto out;
     }
-    evhttp_clear_headers(&q);
+    const char *st = json_string_value(json_object_get(pi->obj, "status"));
+    if (strcmp(st, "succeeded") != 0 || pi->chobj == NULL) {
+        send_param_error(req, "payment_intent_unexpected_state", "payment_intent",
+                         "This PaymentIntent does not have a successful charge to refund.");
+        goto out;
+    }
+    int64_t total = json_integer_value(json_object_get(pi->chobj, "amount"));
+    int64_t left = total - json_integer_value(json_object_get(pi->chobj, "amount_refunded")) -
+                   pi->refund_pending;
+    if (left <= 0) {
+        send_error_x(req, 400, "invalid_request_error", "charge_already_refunded",
+                     "Charge has already been refunded.",
+                     json_pack("{s:O}", "charge", json_object_get(pi->chobj, "id")));
+        goto out;
+    }
+    if (amount == 0)
+        amount = left;
+    if (amount > left) {
+        char msg[160];
+        snprintf(msg, sizeof(msg),
+                 "Refund amount (%lld) is greater than unrefunded amount on charge (%lld)",
+                 (long long)amount, (long long)left);
+        send_param_error(req, "amount_too_large", "amount", msg);
+        goto out;
+    }
+    if (ps->set.refund_error_rate > 0 && rnd01(ps) < ps->set.refund_error_rate) {
+        send_error(req, 500, "api_error", "simulated_error",
+                   "simulated provider error; nothing was refunded");
+        goto out;
+    }
+    rec_t *r = rec_new(ps, REC_REFUND, key, hash);
+    r->pi = pi;
+    pi->refund_pending += amount;
+    r->event = pi->event ? cm_xstrdup(pi->event) : NULL;
+    const char *reason = json_string_value(json_object_get(body, "reason"));
+    json_t *md = json_object_get(body, "metadata");
+    r->obj = json_pack(
+        "{s:s, s:s, s:I, s:O, s:O, s:s, s:s, s:I, s:o, s:o}", "id", r->id, "object", "refund",
+        "amount", (json_int_t)amount, "currency", json_object_get(pi->obj, "currency"), "charge",
+        json_object_get(pi->chobj, "id"), "payment_intent", pi->id, "status", "succeeded",
+        "created", now_s(), "reason", reason ? json_string(reason) : json_null(), "metadata",
+        json_is_object(md) ? json_deep_copy(md) : json_object());
+    r->code = 200;
+    r->body = json_dumps(r->obj, JSON_COMPACT);
+    int64_t latency = 0;
+    (void)draw_outcome(ps, NULL, pi, &latency);
+    pending_t *p = pending_new(ps, req, r, OUT_SUCCEED);
+    pending_arm(p, latency);
+out:
+    json_decref(body);
 }
 
+/* GET /v1/ledger[?event=E] (simulator only): every intent (its charge expanded) and refund. */
 static void get_ledger(ps_server_t *ps, cm_req_t *req)
 {
-    if (!authorized(ps, req)) {
-        send_error(req, 401, "invalid_request_error", "unauthorized", "Invalid API key.");
+    if (!check_auth(ps, req))
         return;
-    }
     struct evkeyvalq q;
     if (cm_http_query(req, &q) != 0) {
         send_error(req, 400, "invalid_request_error", "parameter_invalid", "malformed query");
         return;
     }
     const char *ev = evhttp_find_header(&q, "event");
-    json_t *charges = json_array(), *refunds = json_array();
+    json_t *intents = json_array(), *refunds = json_array();
     for (size_t i = 0; i < ps->nlist; i++) {
         rec_t *r = ps->list[i];
         if (ev && (r->event == NULL || strcmp(ev, r->event) != 0))
             continue;
-        json_array_append(r->kind == REC_CHARGE ? charges : refunds, r->obj);
+        if (r->kind == REC_PI)
+            json_array_append_new(intents, pi_view(r, true));
+        else
+            json_array_append(refunds, r->obj);
     }
     int processing = 0;
     for (pending_t *p = ps->pending; p; p = p->next)
         processing += p->rec && p->rec->state != REC_DONE;
     evhttp_clear_headers(&q);
     cm_http_send_json(req, 200,
-                      json_pack("{s:o, s:o, s:i}", "charges", charges, "refunds", refunds,
+                      json_pack("{s:o, s:o, s:i}", "payment_intents", intents, "refunds", refunds,
                                 "processing", processing));
 }
 
@@ -1173,11 +1424,17 @@ static void on_request(cm_req_t *req, void *arg)
         cm_http_send_json(req, 200, json_pack("{s:s}", "status", "ok"));
         return;
     }
+    if (n >= 2 && strcmp(seg[0], "v1") == 0 && strcmp(seg[1], "payment_intents") == 0) {
+        if (n == 2 && m == CM_HTTP_POST)
+            return post_intent(ps, req);
+        if (n == 2 && m == CM_HTTP_GET)
+            return list_intents(ps, req);
+        if (n == 3 && m == CM_HTTP_GET)
+            return get_intent(ps, req, seg[2]);
+        if (n == 4 && m == CM_HTTP_POST && strcmp(seg[3], "confirm") == 0)
+            return post_confirm(ps, req, seg[2]);
+    }
     if (n == 2 && strcmp(seg[0], "v1") == 0) {
-        if (strcmp(seg[1], "charges") == 0 && m == CM_HTTP_POST)
-            return post_charge(ps, req);
-        if (strcmp(seg[1], "charges") == 0 && m == CM_HTTP_GET)
-            return get_charge(ps, req);
         if (strcmp(seg[1], "refunds") == 0 && m == CM_HTTP_POST)
             return post_refund(ps, req);
         if (strcmp(seg[1], "ledger") == 0 && m == CM_HTTP_GET)
@@ -1207,7 +1464,6 @@ ps_server_t *ps_server_new(struct event_base *base, const ps_config_t *cfg, char
     ps->set.timeout_rate = (double)cfg->timeout_pct / 100.0;
     ps->set.refund_error_rate = (double)cfg->refund_error_pct / 100.0;
     ps->set.timeout_ms = cfg->timeout_ms;
-    ps->j.fd = ps->j.pipe_r = ps->j.pipe_w = -1;
     if (cfg->timeout_mode && strcmp(cfg->timeout_mode, "lost") == 0) {
         ps->set.timeout_mode = TIMEOUT_LOST;
     } else if (cfg->timeout_mode && strcmp(cfg->timeout_mode, "late") != 0) {
@@ -1230,7 +1486,8 @@ ps_server_t *ps_server_new(struct event_base *base, const ps_config_t *cfg, char
         if (ps->tls == NULL)
             goto err;
     }
-    if (journal_start(ps, err, errlen) != 0)
+    ps->j = ps_journal_new(base, cfg->ledger_file, cfg->ledger_fsync, replay_line, ps, err, errlen);
+    if (ps->j == NULL)
         goto err;
     cm_http_limits_t lim = {
         .max_header_bytes = 8192,
@@ -1262,7 +1519,7 @@ void ps_server_free(ps_server_t *ps)
 {
     if (ps == NULL)
         return;
-    journal_stop(&ps->j); /* answers what became durable */
+    ps_journal_free(ps->j); /* answers what became durable */
     while (ps->pending) {
         pending_t *p = ps->pending;
         if (p->rec && p->rec->state == REC_PROCESSING)

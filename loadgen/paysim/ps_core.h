@@ -1,27 +1,35 @@
 /*
- * ps_core — the payment-provider simulator (a Stripe-like API for development and
- * tests): charges, refunds, lookup by idempotency key, a ledger for audits, and
- * runtime settings that drive every branch of the reserve's checkout saga.
+ * ps_core — the payment-provider simulator: Stripe's PaymentIntents surface as Stripe
+ * documents it (docs/api.md, "Payment provider"; tests/fixtures/stripe pins it against
+ * Stripe's OpenAPI description), a ledger for audits, and runtime settings that drive
+ * every branch of the reserve's checkout saga.
  *
  * Runs on one event-loop thread (cm_http, TLS or plain) plus one journal writer
- * thread. The API (JSON bodies, Stripe's idempotency rules):
+ * thread. The API (form bodies — ps_form —, Stripe's idempotency rules: an optional
+ * Idempotency-Key; the same key and parameters replay the stored answer with
+ * Idempotent-Replayed: true, other parameters 400 idempotency_error, a request still
+ * running 409; Stripe's error object):
  *
- *   POST /v1/charges   Idempotency-Key; {"amount","currency","source","metadata"}
- *                      200 charge (status "succeeded") | 402 card_declined (a failed
- *                      charge is recorded) | 500 api_error (nothing recorded: the same
- *                      key may be retried) | 409 idempotency_key_in_use (the same key is
- *                      being processed) | 400 idempotency_error (same key, other params)
- *   POST /v1/refunds   Idempotency-Key; {"charge": "ch_…"[, "amount": n]} (no amount:
- *                      all that is left) — 200 refund | 404 | 400 charge_already_refunded
- *                      (nothing left) | 400 charge_failed | 400 amount_too_large
- *   GET  /v1/charges?idempotency_key=K   200 the charge as it is now ("processing"
- *                      while undecided or not yet durable) | 404 resource_missing
- *   GET  /v1/charges?created_gte=T&limit=N[&starting_after=ch_…]   the ledger's charges
- *                      created at or after unix time T, in the order they were committed
- *                      (oldest first), N per page (1-1000, default 100):
- *                      {"object":"list","data":[charge…],"has_more":bool}; each charge
- *                      carries its metadata, status, refunded and amount_refunded
- *   GET  /v1/ledger[?event=E]            {"charges":[…],"refunds":[…]} (metadata.event = E)
+ *   POST /v1/payment_intents  amount, currency, payment_method, payment_method_types[],
+ *                      metadata[…], confirm, return_url (with confirm=true), description,
+ *                      capture_method=automatic: 200 the intent (requires_confirmation,
+ *                      or the confirmation's answer with confirm=true) | 400
+ *                      parameter_unknown / parameter_missing / parameter_invalid_*
+ *   POST /v1/payment_intents/{id}/confirm  payment_method, return_url: 200 the intent
+ *                      (succeeded, requires_action with next_action.redirect_to_url) |
+ *                      402 card_error card_declined (the intent inside) | 500 api_error
+ *                      (stored under the key; nothing charged) | 400
+ *                      payment_intent_unexpected_state (not awaiting confirmation, the
+ *                      intent inside) | 404 resource_missing
+ *   GET  /v1/payment_intents/{id}[?expand[]=latest_charge]  the intent now ("processing"
+ *                      while a confirmation is undecided, not yet durable, or its late
+ *                      answer not yet sent)
+ *   GET  /v1/payment_intents?created[gte|gt|lte|lt]=T&limit=N&starting_after=ID
+ *                      [&expand[]=data.latest_charge]  newest first, 1-100 a page
+ *   POST /v1/refunds   payment_intent[, amount][, reason, metadata]: 200 refund | 400
+ *                      amount_too_large (more than is left) / charge_already_refunded /
+ *                      payment_intent_unexpected_state (nothing to refund)
+ *   GET  /v1/ledger[?event=E]            {"payment_intents":[…],"refunds":[…],"processing"}
  *   GET|PATCH|PUT /v1/settings           latency, decline/error/timeout rates, timeout mode,
  *                                        refund_error_rate (refunds answered 500, nothing done);
  *                                        PATCH changes the keys it names, PUT sets every key
@@ -30,15 +38,19 @@
  *                                        clients use connections (keep-alive, resumption)
  *   GET  /healthz
  *
- * Sources drive single requests without touching the global settings (so tests can
- * run side by side): "tok_chargeDeclined" declines, "tok_sim_error" answers 500,
- * "tok_sim_late" charges but answers only after timeout_ms, "tok_sim_lost" charges
- * nothing and answers only after timeout_ms, "tok_sim_delay_<ms>" sets the latency,
- * "tok_sim_arrive_<ms>" is a request that reaches the provider only after <ms> (held in
- * the network): until then a lookup of its key answers 404, then it is charged.
+ * Payment methods drive single confirmations without touching the global settings (so
+ * tests can run side by side; each pm_sim_X also as tok_sim_X): pm_card_chargeDeclined
+ * (and tok_chargeDeclined) declines, pm_card_threeDSecure2Required requires action,
+ * pm_sim_error answers 500, pm_sim_error_once answers 500 to an intent's first
+ * confirmation only, pm_sim_lost_once loses an intent's first confirmation on its way in
+ * (never seen; no answer until timeout_ms), pm_sim_late charges but answers only after
+ * timeout_ms, pm_sim_lost
+ * charges nothing and answers only after timeout_ms, pm_sim_delay_<ms> sets the latency,
+ * pm_sim_arrive_<ms> is a confirmation that reaches the provider only after <ms> (held in
+ * the network): until then the intent reads requires_confirmation, then it is charged.
  *
- * Persistence: every committed charge and refund is one JSON line appended to
- * ledger_file by the writer thread (fdatasync'ed when ledger_fsync); an answer is sent
+ * Persistence: every committed intent, confirmation and refund is one JSON line appended
+ * to ledger_file by the writer thread (fdatasync'ed when ledger_fsync); an answer is sent
  * only once its line is durable, and the file is replayed at start. The loop thread
  * never touches the file after start-up.
  */

@@ -3,8 +3,9 @@
  *
  * Sources: Postgres (bookings, booking_items, checkouts, pools — the system of record),
  * Redis (seat marks and pool counters under os:{event}:, the key layout of
- * reserve/lua/prelude.lua), the payment simulator's ledger (GET /v1/ledger?event=,
- * charges carry metadata.checkout = the checkout id), and the fans' own record. Each
+ * reserve/lua/prelude.lua), the payment provider's PaymentIntents (GET
+ * /v1/payment_intents, newest first, their charges expanded; metadata.checkout = the
+ * checkout id), and the fans' own record. Each
  * check adds a violation naming itself; the figures go to r->figures for the report.
  * The only library use of its kind in the simulator: libpq and hiredis synchronously,
  * which is fine here because nothing else runs any more.
@@ -47,27 +48,19 @@ typedef struct {
     struct event_base *base;
     sim_pool_t *pool;
     json_t *charges; /* the event's charges collected so far */
-    bool failed, legacy;
+    bool failed;
     int pages;
 } fetch_t;
 
 static void fetch_page(fetch_t *f, const char *after);
 
-/* One page of GET /v1/charges?created_gte=…: keeps the event's charges (metadata.event),
- * follows has_more. A provider without the list endpoint gets the older
- * GET /v1/ledger?event= instead. */
+/* One page of GET /v1/payment_intents?created[gte]=…: keeps the event's intents
+ * (metadata.event), follows has_more with starting_after. */
 static void on_page(const sim_resp_t *resp, void *arg)
 {
     fetch_t *f = arg;
     json_t *o = resp->status == 200 ? json_loadb(resp->body, resp->body_len, 0, NULL) : NULL;
     if (o == NULL) {
-        if (!f->legacy && f->pages == 0 && (resp->status == 400 || resp->status == 404)) {
-            f->legacy = true;
-            char path[160];
-            snprintf(path, sizeof(path), "/v1/ledger?event=%s", f->r->event);
-            sim_pool_request(f->pool, 0, "GET", path, NULL, NULL, on_page, f);
-            return;
-        }
         fprintf(stderr, "onsale-sim: payment ledger: %s %.*s\n",
                 resp->err ? resp->err : "HTTP error",
                 (int)(resp->body_len > 300 ? 300 : resp->body_len), resp->body);
@@ -76,7 +69,7 @@ static void on_page(const sim_resp_t *resp, void *arg)
         return;
     }
     f->pages++;
-    json_t *data = json_object_get(o, f->legacy ? "charges" : "data"), *c;
+    json_t *data = json_object_get(o, "data"), *c;
     size_t i;
     const char *last = NULL;
     json_array_foreach(data, i, c)
@@ -87,7 +80,7 @@ static void on_page(const sim_resp_t *resp, void *arg)
             json_array_append(f->charges, c);
         last = json_string_value(json_object_get(c, "id"));
     }
-    if (!f->legacy && json_is_true(json_object_get(o, "has_more")) && last)
+    if (json_is_true(json_object_get(o, "has_more")) && last)
         fetch_page(f, last);
     else
         event_base_loopexit(f->base, NULL);
@@ -97,7 +90,9 @@ static void on_page(const sim_resp_t *resp, void *arg)
 static void fetch_page(fetch_t *f, const char *after)
 {
     char path[256];
-    snprintf(path, sizeof(path), "/v1/charges?created_gte=%lld&limit=1000%s%s",
+    snprintf(path, sizeof(path),
+             "/v1/payment_intents?created%%5Bgte%%5D=%lld&limit=100"
+             "&expand%%5B%%5D=data.latest_charge%s%s",
              (long long)(f->r->wall_start_ms / 1000 - 120), after ? "&starting_after=" : "",
              after ? after : "");
     sim_pool_request(f->pool, 0, "GET", path, NULL, NULL, on_page, f);
@@ -125,8 +120,7 @@ static json_t *fetch_ledger(sim_run_t *r)
         json_decref(f.charges);
         return NULL;
     }
-    return json_pack("{s:o, s:s}", "charges", f.charges, "source",
-                     f.legacy ? "/v1/ledger" : "/v1/charges");
+    return json_pack("{s:o, s:s}", "charges", f.charges, "source", "/v1/payment_intents");
 }
 
 static redisContext *redis_connect(sim_run_t *r, const char *host, int port)
@@ -288,7 +282,9 @@ static void check_money(sim_run_t *r, PGconn *pg, json_t *ledger)
             continue;
         v[n].checkout = co;
         v[n].charge = json_string_value(json_object_get(c, "id"));
-        v[n].refunded = json_is_true(json_object_get(c, "refunded"));
+        /* refunded, in full or in part: the intent's charge says (expanded) */
+        json_t *ch = json_object_get(c, "latest_charge");
+        v[n].refunded = json_integer_value(json_object_get(ch, "amount_refunded")) > 0;
         v[n].kept = !v[n].refunded;
         kept += v[n].kept;
         refunded += v[n].refunded;

@@ -167,7 +167,7 @@ typedef struct sim_run {
     } svc[SIM_MAX_SERVICES];
     int nsvc;
     json_t *timeline; /* operator actions as they ran */
-    json_t *ledger;   /* payment simulator ledger for the event (GET /v1/ledger) */
+    json_t *ledger;   /* the provider's PaymentIntents of the event (GET /v1/payment_intents) */
     json_t *figures;  /* audit figures (fairness, ETA, rates, …) */
     sim_violation_t *viol;
     int nviol, capviol;

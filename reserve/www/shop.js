@@ -630,7 +630,7 @@
     e.preventDefault();
     if (paying || !hold) return;
     var card = document.querySelector('#pay-form input[name=card]:checked').value;
-    var source = card === 'slow' ? 'tok_sim_delay_' + SLOW_CARD_MS : card;
+    var source = card === 'slow' ? 'pm_sim_delay_' + SLOW_CARD_MS : card;
     var email = $('pay-email').value.trim();
     if (email && !$('pay-email').checkValidity()) {
       alertBox('That e-mail address does not look right.', 'Correct it or leave it empty.', []);

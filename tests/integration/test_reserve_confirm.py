@@ -211,8 +211,8 @@ class RedisLoss(stack.ReserveTestCase):
         self.assertIn(state, ("refunded", "failed"), "the refused checkout ended terminal")
         led = Paysim(self.S).ledger(ev)
         paid = [ch for ch in led["charges"]
-                if ch["idempotency_key"] == cid and ch["status"] == "succeeded"]
-        refunds = {ch["id"]: [rf for rf in led["refunds"] if rf["charge"] == ch["id"]]
+                if ch["checkout"] == cid and ch["status"] == "succeeded"]
+        refunds = {ch["id"]: [rf for rf in led["refunds"] if rf["payment_intent"] == ch["id"]]
                    for ch in paid}
         self.assertLessEqual(len(paid), 1, led)
         for ch in paid:

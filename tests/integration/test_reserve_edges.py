@@ -123,7 +123,7 @@ class LedgerOpenPastSettle(SagaCase):
 
         def landed():
             return next((c for c in self.pay.ledger(ev)["charges"]
-                         if c.get("idempotency_key") == cid and c.get("paid")), None)
+                         if c.get("checkout") == cid and c.get("paid")), None)
         charge = wait_for(landed, 20, interval=0.1, what="the charge landed at the provider")
         # Scans read it while its checkout is open; ledger_settle_s = 0, so it is past the
         # settle time once its second is over. A few scans more, then the checkout ends

@@ -73,7 +73,7 @@ class Find(OfficeCase):
             self.assertEqual(b["amount"], amount)
             self.assertEqual(b["currency"], "EUR")
             self.assertEqual(b["email"], "Finder.One@Example.org")
-            self.assertTrue(b["payment_id"].startswith("ch_"), b)
+            self.assertTrue(b["payment_id"].startswith("pi_"), b)
             self.assertEqual(sorted(i["unit"] for i in b["items"]), ["A-1", "A-2"])
             self.assertEqual(b["refunds"], [])
             self.assertEqual(b["state"], "confirmed")
@@ -122,8 +122,8 @@ class Cancel(OfficeCase):
         self.assertEqual(r.json["booking"]["state"], "cancelled")
         self.assertEqual(r.json["booking"]["refunded_amount"], amount)
         rfs = self.refunds_of(ev)
-        self.assertEqual([(x["amount"], x["idempotency_key"]) for x in rfs],
-                         [(amount, r.json["refund_id"])])
+        pay = self.S.sql_value(f"select charge_id from checkouts where checkout_id = '{cid}'")
+        self.assertEqual([(x["amount"], x["payment_intent"]) for x in rfs], [(amount, pay)])
         self.assertEqual(self.S.sql_value(
             f"select count(*) from booking_items where booking_id = '{bid}'"), "0")
         # The audit trail names each step.
@@ -335,7 +335,7 @@ class Export(OfficeCase):
         self.assertEqual(rows[b1]["state"], "partly_refunded")
         self.assertEqual((rows[b1]["amount"], rows[b1]["refunded_amount"]), (str(a1), "2000"))
         self.assertEqual((rows[b2]["state"], rows[b2]["amount"]), ("confirmed", str(a2)))
-        self.assertTrue(rows[b2]["payment_id"].startswith("ch_"))
+        self.assertTrue(rows[b2]["payment_id"].startswith("pi_"))
         empty = self.new_event("office-csv0", seats=SEATS)
         self.assertEqual(self.csv(empty, "bookings"), [])
         self.assertStatus(self.office("GET", "/admin/events/no-such-event/bookings.csv"), 404,

@@ -297,7 +297,7 @@ class TwoReconcilers(SagaCase):
             self.assertEqual(tr.count(("refunding", "refunded")), 1, tr)
         led = self.pay.ledger(ev)
         self.assertEqual(len(led["refunds"]), len(cids), led["refunds"])
-        self.assertEqual(len({rf["charge"] for rf in led["refunds"]}), len(cids))
+        self.assertEqual(len({rf["payment_intent"] for rf in led["refunds"]}), len(cids))
         self.assertEqual(set(self.audit_event(ev).values()), {"refunded"})
         claimed = [self.r.metric(p, "onsale_reserve_reconciler_actions_total", action="claimed")
                    for p in (a, b)]

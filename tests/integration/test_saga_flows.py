@@ -83,9 +83,27 @@ class Paysim:
             c.close()
 
     def ledger(self, event):
+        """The simulator's ledger for event: "intents" (every PaymentIntent, its latest
+        charge expanded), "charges" (the intents a confirmation charged or tried to, each
+        with "checkout" = metadata.checkout and "paid"), "refunds" (each names its
+        payment_intent)."""
         st, doc = self.request("GET", f"/v1/ledger?event={event}")
         assert st == 200, (st, doc)
-        return doc
+        charges = []
+        for pi in doc["payment_intents"]:
+            if isinstance(pi.get("latest_charge"), dict):
+                charges.append(dict(pi, checkout=pi["metadata"].get("checkout"),
+                                    paid=pi["status"] == "succeeded",
+                                    refunded=pi["latest_charge"]["amount_refunded"] > 0))
+        return {"intents": doc["payment_intents"], "charges": charges,
+                "refunds": doc["refunds"], "processing": doc["processing"]}
+
+    def intent_of(self, checkout_id):
+        """The PaymentIntent of a checkout (GET /v1/payment_intents, newest first)."""
+        st, doc = self.request("GET", "/v1/payment_intents?limit=100")
+        assert st == 200, (st, doc)
+        return next((pi for pi in doc["data"]
+                     if pi["metadata"].get("checkout") == checkout_id), None)
 
     def settings(self, **kw):
         st, doc = self.request("PATCH", "/v1/settings", kw)
@@ -146,10 +164,10 @@ class SagaCase(stack.ReserveTestCase):
         led = self.pay.ledger(ev)
         charges = {}
         for ch in led["charges"]:
-            charges.setdefault(ch["idempotency_key"], []).append(ch)
+            charges.setdefault(ch["checkout"], []).append(ch)
         refunds = {}
         for rf in led["refunds"]:
-            refunds.setdefault(rf["charge"], []).append(rf)
+            refunds.setdefault(rf["payment_intent"], []).append(rf)
         rows = self.S.sql(f"select c.checkout_id, c.state, coalesce(c.charge_id,''), "
                           f"(select count(*) from bookings b where b.checkout_id = c.checkout_id), "
                           f"coalesce(c.refund_id,'') "

@@ -10,8 +10,9 @@ never terminal except confirmed or refunded.
   constraint (here: the operator replaced the inventory while the hold lived, so the
   booking's foreign key fails) is refunded after book_max_attempts, with a metric.
 
-The simulator's source "tok_sim_arrive_<ms>" holds a charge request in the network for
-<ms> (loadgen/paysim/ps_core.h); its refund_error_rate setting makes refunds fail.
+The simulator's payment method "tok_sim_arrive_<ms>" holds each confirmation in the
+network for <ms> (loadgen/paysim/ps_core.h; the intent reads requires_confirmation until
+then); its refund_error_rate setting makes refunds fail.
 """
 
 import time
@@ -20,7 +21,9 @@ import stack
 from stack import metric_sum, wait_for
 from test_saga_flows import LEASE_S, SagaCase, saga_stack
 
-ARRIVE_MS = 5000      # well after the reserve's deadline (1.5 s) and the lookup (~2.5 s)
+# Well after the buyer's drive gave up (four 1.5 s deadlines: the charge and its three
+# retries, each confirmation held in the network too) and the reconciler's lookup.
+ARRIVE_MS = 12000
 BOOK_MAX_ATTEMPTS = 3
 
 
@@ -64,7 +67,7 @@ class LateCharges(SagaCase):
                  what=f"checkout {cid} released")
 
         def landed():
-            chs = [c for c in self.pay.ledger(ev)["charges"] if c["idempotency_key"] == cid]
+            chs = [c for c in self.pay.ledger(ev)["charges"] if c["checkout"] == cid]
             return chs and chs[0]["status"] == "succeeded" and chs[0]["id"]
         charge = wait_for(landed, ARRIVE_MS / 1000 + 30, interval=0.2, what="charge landed")
         return cid, charge
@@ -85,7 +88,7 @@ class LateCharges(SagaCase):
             f"and to_state = 'refunding'")
         self.assertIn(charge, why, "the audit ledger names the charge")
         self.assertEqual(self.audit_event(ev), {cid: "refunded"})
-        refunds = [f for f in self.pay.ledger(ev)["refunds"] if f["charge"] == charge]
+        refunds = [f for f in self.pay.ledger(ev)["refunds"] if f["payment_intent"] == charge]
         self.assertEqual(len(refunds), 1, refunds)
         self.assertGreaterEqual(metric_sum(self.S.metrics(), "onsale_reserve_ledger_charges_total",
                                            outcome="refunding"), 1)

@@ -7,7 +7,13 @@ the worker's loop):
   the simulator's GET /v1/stats: requests against completed TLS handshakes);
 - a provider that completes TLS, reads the request and never answers: the call's deadline
   passes → 202 pending, and the same single-worker reserve keeps answering other requests
-  meanwhile (its loop is not blocked).
+  meanwhile (its loop is not blocked);
+- one provider 500 (the simulator's pm_sim_error_once fails an intent's first
+  confirmation only) is resolved by the buyer's own request within seconds — the saga's
+  retry, not the reconciler (reconcile_after_s is huge) — and logged at warn with the
+  status, Stripe's error type and code and the checkout id; so is a confirmation lost on
+  its way to the provider (pm_sim_lost_once: the reserve's deadline passes, the retry's
+  fresh confirmation goes through).
 
 And the sequential round trips of one confirmation (docs/confirm.md): the Redis scripts
 one confirmation runs, seen by MONITOR — read, extend, convert (6 before: a second
@@ -160,6 +166,65 @@ class Provider(SagaCase):
         self.assertEqual(out["r"].json["state"], "pending")
         self.assertEqual(answered, 10)
         self.assertLess(done_others, out["at"], "other requests waited for the provider")
+
+
+class Retry(SagaCase):
+    def setUp(self):
+        super().setUp()
+        self.r = Reserves(self.S)
+        self.addCleanup(self.r.stop_all)
+
+    def test_one_provider_500_is_decided_by_the_retry_within_seconds(self):
+        p = self.r.start({"ONSALE_RESERVE_RECONCILE_AFTER_S": "86400"})
+        ev = self.new_event(seats=SEATS, max_per_buyer=4)
+        c = self.r.client(p, timeout=20)
+        self.addCleanup(c.close)
+        t = self.S.token(ev, "retry")
+        h = c.post(f"/v1/events/{ev}/holds", {"seats": ["P-9"]}, token=t).json
+        start = time.monotonic()
+        r = c.post(f"/v1/holds/{h['hold_id']}/confirm", payment(h["amount"], "pm_sim_error_once"),
+                   token=t, headers={"Idempotency-Key": uuid.uuid4().hex})
+        took = time.monotonic() - start
+        self.assertStatus(r, 201, msg="the retry's answer:")
+        self.assertLess(took, 5, "the buyer waited for more than the retry")
+        cid = r.json["checkout_id"]
+        tr = self.transitions(cid)
+        self.assertIn(("payment_requested", "paid"), tr)
+        self.assertNotIn(("payment_requested", "unknown"), tr, "left to the reconciler")
+        self.assertEqual(self.audit_event(ev), {cid: "charged+booked"})
+        # the intent was confirmed twice: a stored 500, then the retry's fresh key
+        pi = self.pay.intent_of(cid)
+        self.assertEqual((pi["status"], pi["id"]), ("succeeded", r.json["charge_id"]))
+        with open(os.path.join(self.S.root, f"reserve-{p.port}.log"), errors="replace") as f:
+            log = f.read()
+        want = (f"warn: checkout {cid}: payment provider error on charge: status 500, "
+                f"type api_error, code simulated_error")
+        self.assertIn(want, log)
+        self.assertIn(f"warn: checkout {cid}: payment retry 1 of 3", log)
+
+
+    def test_a_lost_confirmation_is_decided_by_the_retry(self):
+        p = self.r.start({"ONSALE_RESERVE_RECONCILE_AFTER_S": "86400"})
+        ev = self.new_event(seats=SEATS, max_per_buyer=4)
+        c = self.r.client(p, timeout=20)
+        self.addCleanup(c.close)
+        t = self.S.token(ev, "lost-once")
+        h = c.post(f"/v1/events/{ev}/holds", {"seats": ["P-10"]}, token=t).json
+        start = time.monotonic()
+        r = c.post(f"/v1/holds/{h['hold_id']}/confirm", payment(h["amount"], "pm_sim_lost_once"),
+                   token=t, headers={"Idempotency-Key": uuid.uuid4().hex})
+        took = time.monotonic() - start
+        self.assertStatus(r, 201, msg="the retry's answer:")
+        self.assertGreater(took, PAY_TIMEOUT_MS / 1000, "the first confirmation was not lost")
+        self.assertLess(took, PAY_TIMEOUT_MS / 1000 + 3)
+        cid = r.json["checkout_id"]
+        self.assertNotIn(("payment_requested", "unknown"), self.transitions(cid))
+        self.assertEqual(self.audit_event(ev), {cid: "charged+booked"})
+        with open(os.path.join(self.S.root, f"reserve-{p.port}.log"), errors="replace") as f:
+            log = f.read()
+        self.assertIn(f"warn: checkout {cid}: payment provider error on charge: status 0, "
+                      f"type -, code - (timeout)", log)
+        self.assertIn(f"warn: checkout {cid}: payment retry 1 of 3", log)
 
 
 class Monitor:

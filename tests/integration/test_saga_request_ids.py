@@ -65,8 +65,9 @@ class RequestTrace(SagaCase):
                          f"from checkouts where checkout_id = '{cid}'")
         self.assertEqual([tuple(x) for x in row], [(rid, "")])
 
-        st, charge = self.pay.request("GET", f"/v1/charges?idempotency_key={cid}")
-        self.assertEqual(st, 200, charge)
+        charge = self.pay.intent_of(cid)
+        self.assertIsNotNone(charge, "no PaymentIntent for the checkout")
+        self.assertEqual(charge["status"], "succeeded", charge)
         self.assertEqual(charge["metadata"].get("request_id"), rid, charge)
         self.assertEqual(charge["metadata"].get("checkout"), cid, charge)
 

@@ -227,7 +227,7 @@ async function journey(context, spec, sc) {
   check((await page.locator('#hold-items').innerText()).includes('A-1-1, A-1-2'), 'the hold lists both seats');
   await shot(page, 'checkout');
   await page.locator('#pay-email').fill('fan@example.org');   // kept for the box office
-  await pay(page, 'tok_visa');
+  await pay(page, 'pm_card_visa');
   r.booking = await booked(page, 30000);
   await shot(page, 'booked');
   // done: the fan leaves the sale (POST /v1/events/{event}/done), the token is forgotten
@@ -313,7 +313,7 @@ async function loser(context, spec, sc) {
   await shot(page, 'taken');
   await pickSeat(page, 'A-1-4');
   await holdAndCheckout(page, null);
-  await pay(page, 'tok_visa');
+  await pay(page, 'pm_card_visa');
   const booking = await booked(page, 30000);
   check(errors.length === 0, 'no script errors', errors);
   await page.close();
@@ -324,13 +324,13 @@ async function declined(context, spec, sc) {
   const { page, errors } = await openShop(context, spec, sc);
   await pickSeat(page, 'A-2-1');
   await holdAndCheckout(page, null);
-  await pay(page, 'tok_chargeDeclined');
+  await pay(page, 'pm_card_chargeDeclined');
   await page.locator('#alert').waitFor({ state: 'visible' });
   const text = await page.locator('#alert').innerText();
   check(/declined/.test(text) && /another card/.test(text), 'the fan is told the card was declined and what to do', text);
   check(await page.locator('#s-hold').isVisible(), 'the seats stay held after a decline');
   await shot(page, 'declined');
-  await pay(page, 'tok_visa');
+  await pay(page, 'pm_card_visa');
   const booking = await booked(page, 30000);
   check(errors.length === 0, 'no script errors', errors);
   await page.close();

@@ -54,6 +54,7 @@ static const char *const expected[] = {
     "onsale_reserve_ledger_scans_total{result=\"ok\"}",
     "onsale_reserve_limit_exceeded_total",
     "onsale_reserve_oldest_open_checkout_seconds",
+    "onsale_reserve_payment_outcomes_total{outcome=\"action\"}",
     "onsale_reserve_payment_outcomes_total{outcome=\"declined\"}",
     "onsale_reserve_payment_outcomes_total{outcome=\"listed\"}",
     "onsale_reserve_payment_outcomes_total{outcome=\"none\"}",
