@@ -41,6 +41,7 @@ typedef struct rsv_catalog rsv_catalog_t;
 typedef struct rsv_avail rsv_avail_t;
 typedef struct rsv_pay rsv_pay_t;
 typedef struct rsv_reconcile rsv_reconcile_t;
+typedef struct rsv_outbox rsv_outbox_t;
 typedef struct rsv_cors rsv_cors_t;
 
 /* The endpoints (the `endpoint` label of request_seconds); the shell's three first. */
@@ -103,6 +104,7 @@ struct rsv_server {
     rsv_avail_t *avail;
     rsv_pay_t *pay;
     rsv_reconcile_t *reconcile;
+    rsv_outbox_t *outbox;   /* events out (worker 0 only) */
     cm_reload_cell_t *cors; /* rsv_cors_t: the buyer API's storefront origins */
 };
 

@@ -31,6 +31,7 @@
 #include "rsv_avail.h"
 #include "rsv_catalog.h"
 #include "rsv_cors.h"
+#include "rsv_outbox.h"
 #include "rsv_pay.h"
 #include "rsv_reconcile.h"
 #include "rsv_routes.h"
@@ -96,6 +97,16 @@ static int on_config_apply(void *arg, const void *p, char *err, size_t errlen)
         rsv_cors_free(cors);
         return -1;
     }
+    rsv_server_t *w0 = cm_service_instance(svc, 0); /* the one with the deliverer */
+    rsv_outbox_secrets_t *sec = NULL;
+    if (w0->outbox != NULL && cfg->events_url != NULL && cfg->events_url[0] != '\0') {
+        sec = rsv_outbox_secrets_read(cfg->events_secret_file, err, errlen);
+        if (sec == NULL) {
+            rsv_cors_free(cors);
+            return -1;
+        }
+    }
+    rsv_outbox_set_secrets(w0->outbox, sec);
     cm_reload_cell_set(srv->cors, cors);
     for (int i = 0; i < cm_service_workers(svc); i++) { /* each has a client of its own */
         rsv_server_t *w = cm_service_instance(svc, i);
@@ -170,6 +181,23 @@ static void worker_new(void *arg, cm_service_t *svc, int i, void *instance, char
         return;
     if (i == 0) /* one reconciler per process is enough (several are safe) */
         srv->reconcile = rsv_reconcile_new(srv);
+    if (i == 0) { /* one deliverer of events out likewise */
+        rsv_outbox_config_t oc = {
+            .url = cfg->events_url,
+            .ca_file = cfg->events_ca,
+            .secret_file = cfg->events_secret_file,
+            .connect_timeout_ms = (int)cfg->events_connect_timeout_ms,
+            .timeout_ms = (int)cfg->events_timeout_ms,
+            .poll_ms = (int)cfg->events_poll_ms,
+            .batch = (int)cfg->events_batch,
+            .retry_base_ms = (int)cfg->events_retry_base_ms,
+            .retry_max_ms = (int)cfg->events_retry_max_ms,
+            .retention_s = cfg->events_retention_hours * 3600,
+        };
+        srv->outbox = rsv_outbox_new(srv->base, srv->pg, srv->svc.metrics, &oc, err, errlen);
+        if (srv->outbox == NULL)
+            return;
+    }
     if (cm_worker_listen(w, rsv_routes_dispatch, rsv_routes_admin, srv, err, errlen) != 0)
         return;
     cm_worker_gauge(w, "onsale_reserve_postgres_connections", "Postgres connections up", gauge_pg,
@@ -190,6 +218,8 @@ static void worker_free(void *instance)
     srv->auth = NULL;
     rsv_reconcile_free(srv->reconcile);
     srv->reconcile = NULL;
+    rsv_outbox_free(srv->outbox); /* before pg: its statements come back as shutdown */
+    srv->outbox = NULL;
     rsv_pay_free(srv->pay); /* its callbacks may still record steps: before pg and redis */
     srv->pay = NULL;
     if (srv->svc.worker)

@@ -114,6 +114,7 @@ BEGIN
         RETURNING e.version INTO version;
         IF same THEN
             outcome := 'updated';
+            PERFORM onsale_event_announce(p_event, outcome, version);
             RETURN;
         END IF;
         DELETE FROM seats WHERE event_id = p_event;
@@ -138,6 +139,7 @@ BEGIN
     SELECT p_event, p.pool_id || '#' || g, p.pool_id, g, p.price
       FROM pools p, generate_series(1, p.capacity) g
      WHERE p.event_id = p_event;
+    PERFORM onsale_event_announce(p_event, outcome, version);
 END $$;
 
 -- --- the checkout saga -------------------------------------------------------------
@@ -235,6 +237,7 @@ CREATE OR REPLACE FUNCTION onsale_saga_step(p_checkout_id text, p_from text[], p
 LANGUAGE plpgsql AS $$
 DECLARE
     terminal boolean := p_to IN ('confirmed', 'failed', 'released', 'refunded');
+    moved checkouts%ROWTYPE;
 BEGIN
     PERFORM set_config('onsale.reason', p_reason, true);
     UPDATE checkouts c
@@ -250,10 +253,18 @@ BEGIN
                               ELSE c.lease_until END,
            updated_at = now()
      WHERE c.checkout_id = p_checkout_id AND c.state = ANY (p_from)
-    RETURNING c.state INTO state;
+    RETURNING c.* INTO moved;
     applied := FOUND;
+    state := moved.state;
     IF NOT applied THEN
-        SELECT c.state INTO state FROM checkouts c WHERE c.checkout_id = p_checkout_id;
+        SELECT k.state INTO state FROM checkouts k WHERE k.checkout_id = p_checkout_id;
+    ELSIF p_to = 'refunded' THEN
+        -- Announced in this transaction (009_outbox.sql), under the checkout's row lock.
+        PERFORM onsale_outbox_emit(moved.event_id, 'checkout.refunded', moved.checkout_id,
+            jsonb_build_object('checkout_id', moved.checkout_id, 'event', moved.event_id,
+                'buyer', moved.buyer, 'amount', moved.amount, 'currency', moved.currency,
+                'charge_id', moved.charge_id, 'refund_id', moved.refund_id,
+                'refund_reason', moved.refund_reason, 'booking_id', moved.booking_id));
     END IF;
 END $$;
 
@@ -337,6 +348,16 @@ BEGIN
                updated_at = now()
          WHERE k.checkout_id = p_checkout_id;
         outcome := 'confirmed'; booking_id := p_booking_id;
+        PERFORM onsale_outbox_emit(c.event_id, 'booking.confirmed', c.checkout_id,
+            jsonb_build_object('booking_id', p_booking_id, 'checkout_id', c.checkout_id,
+                'event', c.event_id, 'buyer', c.buyer, 'pool', p_pool,
+                'quantity', cardinality(p_units), 'amount', c.amount, 'currency', c.currency,
+                'units', (SELECT jsonb_agg(b.seat_id ORDER BY b.seat_id) FROM booking_items b
+                           WHERE b.booking_id = p_booking_id)));
+        IF NOT onsale_outbox_units_left(c.event_id, p_pool) THEN
+            PERFORM onsale_outbox_emit(c.event_id, 'room.sold_out', 'room:' || c.event_id,
+                jsonb_build_object('event', c.event_id, 'booking_id', p_booking_id));
+        END IF;
         RETURN;
     EXCEPTION
         WHEN unique_violation THEN
@@ -519,3 +540,133 @@ BEGIN
     refund_id := c.refund_id;
     refund_reason := c.refund_reason;
 END $$;
+
+-- --- events out (009_outbox.sql, reserve/rsv_outbox.c) -------------------------------
+
+-- Writes one event to the outbox, in the caller's transaction: it is delivered if and
+-- only if that transaction commits. p_event: the onsale event the change belongs to;
+-- p_kind: "<object>.<verb>" (booking.confirmed, booking.cancelled, checkout.refunded,
+-- room.sold_out, room.phase_changed); p_key: the ordering key — the checkout id for
+-- booking.* and checkout.*, 'room:' || event for room.* (events of one key are delivered
+-- in the order written, each only after every earlier one was delivered); the caller
+-- must hold the row lock that orders the key's writers (the checkout row, the event
+-- row) so that order of writing is order of commit. p_payload: the event's "data"
+-- object. Answers the event's id.
+CREATE OR REPLACE FUNCTION onsale_outbox_emit(p_event text, p_kind text, p_key text,
+        p_payload jsonb) RETURNS text
+LANGUAGE sql AS $$
+    INSERT INTO outbox (kind, event_id, key, payload)
+    VALUES (p_kind, p_event, p_key, p_payload)
+    RETURNING id;
+$$;
+
+-- True when p_event still has a unit no booking holds. Looks in p_pool first, highest
+-- unit first (pool units are handed out lowest first, so a free one is found at once
+-- until the pool is nearly gone), then anywhere. Near the end (fewer than 64 free units
+-- seen, counting units of bookings not yet committed as free) the answer is taken under a
+-- per-event advisory lock held to commit, and read again: two bookings racing for the
+-- last units are then serialised, and the second sees the first's units, so exactly one
+-- of them finds none left. Assumes fewer than 64 units of one event in uncommitted
+-- bookings at any moment (the connection pool bounds it).
+CREATE OR REPLACE FUNCTION onsale_outbox_units_left(p_event text, p_pool text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    seen integer;
+BEGIN
+    IF p_pool IS NOT NULL AND EXISTS (
+            SELECT 1 FROM seats s
+             WHERE s.event_id = p_event AND s.pool_id = p_pool
+               AND NOT EXISTS (SELECT 1 FROM booking_items b
+                                WHERE b.event_id = s.event_id AND b.seat_id = s.seat_id)
+             ORDER BY s.unit_no DESC OFFSET 63 LIMIT 1) THEN
+        RETURN true;
+    END IF;
+    SELECT count(*) INTO seen FROM (
+        SELECT 1 FROM seats s
+         WHERE s.event_id = p_event
+           AND NOT EXISTS (SELECT 1 FROM booking_items b
+                            WHERE b.event_id = s.event_id AND b.seat_id = s.seat_id)
+         LIMIT 64) f;
+    IF seen >= 64 THEN
+        RETURN true;
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('onsale.units_left'), hashtext(p_event));
+    RETURN EXISTS (SELECT 1 FROM seats s
+                    WHERE s.event_id = p_event
+                      AND NOT EXISTS (SELECT 1 FROM booking_items b
+                                       WHERE b.event_id = s.event_id
+                                         AND b.seat_id = s.seat_id));
+END $$;
+
+-- The deliverer's claim: up to p_limit due, undelivered events that are the earliest
+-- undelivered of their key, leased to the caller for p_lease_seconds (attempts counted
+-- here, so a reserve killed mid-POST still counts the try). Rows another deliverer is
+-- claiming are skipped (SKIP LOCKED), rows under a live lease are not due. Answers each
+-- with the body to send, built once here so every attempt sends the same bytes.
+CREATE OR REPLACE FUNCTION onsale_outbox_claim(p_limit integer, p_lease_seconds integer)
+RETURNS TABLE (seq bigint, id text, attempts integer, body text)
+LANGUAGE sql AS $$
+    WITH due AS (
+        SELECT o.seq FROM outbox o
+         WHERE o.delivered_at IS NULL AND o.next_attempt_at <= now()
+           AND (o.lease_until IS NULL OR o.lease_until <= now())
+           AND NOT EXISTS (SELECT 1 FROM outbox p
+                            WHERE p.key = o.key AND p.delivered_at IS NULL AND p.seq < o.seq)
+         ORDER BY o.next_attempt_at, o.seq
+         LIMIT p_limit
+           FOR UPDATE SKIP LOCKED)
+    UPDATE outbox o SET lease_until = now() + make_interval(secs => p_lease_seconds),
+           attempts = o.attempts + 1
+      FROM due WHERE o.seq = due.seq
+    RETURNING o.seq, o.id, o.attempts,
+              json_build_object('id', o.id, 'type', o.kind,
+                                'created', floor(extract(epoch FROM o.created_at))::bigint,
+                                'data', o.payload)::text;
+$$;
+
+-- The outcome of one delivery: p_error NULL marks it delivered; otherwise it is due
+-- again in p_retry_ms and p_error (the status or transport error) is kept for operators.
+CREATE OR REPLACE FUNCTION onsale_outbox_done(p_seq bigint, p_error text, p_retry_ms integer)
+RETURNS void LANGUAGE sql AS $$
+    UPDATE outbox o
+       SET delivered_at = CASE WHEN p_error IS NULL THEN now() END,
+           lease_until = NULL, last_error = p_error,
+           next_attempt_at = CASE WHEN p_error IS NULL THEN o.next_attempt_at
+                                  ELSE now() + make_interval(secs => p_retry_ms / 1000.0) END
+     WHERE o.seq = p_seq AND o.delivered_at IS NULL;
+$$;
+
+-- For the metrics and the prune, one row: undelivered events, the age of the oldest
+-- undelivered one (0 when none), and the number of delivered events older than
+-- p_keep_seconds deleted now (at most p_prune_limit).
+CREATE OR REPLACE FUNCTION onsale_outbox_stats(p_keep_seconds integer, p_prune_limit integer,
+        OUT pending bigint, OUT oldest_seconds double precision, OUT pruned bigint)
+LANGUAGE plpgsql AS $$
+BEGIN
+    WITH old AS (SELECT o.seq FROM outbox o
+                  WHERE o.delivered_at IS NOT NULL
+                    AND o.delivered_at < now() - make_interval(secs => p_keep_seconds)
+                  LIMIT p_prune_limit)
+    DELETE FROM outbox o USING old WHERE o.seq = old.seq;
+    GET DIAGNOSTICS pruned = ROW_COUNT;
+    SELECT count(*), COALESCE(extract(epoch FROM now() - min(o.created_at)), 0)
+      INTO pending, oldest_seconds
+      FROM outbox o WHERE o.delivered_at IS NULL;
+END $$;
+
+-- room.phase_changed, from onsale_event_put under the event's row lock: the event was
+-- created, its inventory replaced, or its settings updated through the reserve's admin
+-- API (the reserve's side of a room's life; the waiting room's own phases — prequeue,
+-- open, paused — are the gateway's, which has no Postgres). phase: 'on_sale' with units
+-- left, 'sold_out' without.
+CREATE OR REPLACE FUNCTION onsale_event_announce(p_event text, p_change text, p_version bigint)
+RETURNS void LANGUAGE sql AS $$
+    SELECT onsale_outbox_emit(p_event, 'room.phase_changed', 'room:' || p_event,
+        jsonb_build_object('event', p_event, 'change', p_change, 'version', p_version,
+            'phase', CASE WHEN EXISTS (SELECT 1 FROM seats s
+                                        WHERE s.event_id = p_event
+                                          AND NOT EXISTS (SELECT 1 FROM booking_items b
+                                                           WHERE b.event_id = s.event_id
+                                                             AND b.seat_id = s.seat_id))
+                          THEN 'on_sale' ELSE 'sold_out' END));
+$$;
