@@ -120,11 +120,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def _answer(self, status, word):
         data = json.dumps({"result": word}).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError:
+            self.close_connection = True  # the sender gave up (its deadline): it retries
 
     def log_message(self, fmt, *args):
         pass  # the events themselves are the output
