@@ -529,17 +529,21 @@ static void global_init(void)
     global_ok = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
 }
 
-static void metrics_register(rsv_outbox_metrics_t *m, cm_metrics_t *reg)
+/* The gauges always (rows are kept without a receiver too); the deliveries counter only
+ * where events are delivered, so its presence says a deliverer runs (the
+ * OnsaleEventsUndelivered alert keys on it). */
+static void metrics_register(rsv_outbox_metrics_t *m, cm_metrics_t *reg, bool delivering)
 {
-    cm_metrics_counters(reg, "onsale_reserve_events_deliveries_total",
-                        "deliveries of events out, by how they ended", "outcome",
-                        rsv_outbox_outcome_names, RSV_OUTBOX_OUTCOME_COUNT, m->deliveries);
     m->pending = cm_metrics_gauge(reg, "onsale_reserve_events_pending",
                                   "events out not yet delivered (refreshed every 5 s)", NULL);
     m->oldest = cm_metrics_gauge(reg, "onsale_reserve_events_oldest_pending_seconds",
                                  "age of the oldest event out not yet delivered (0: none; "
                                  "refreshed every 5 s)",
                                  NULL);
+    if (delivering)
+        cm_metrics_counters(reg, "onsale_reserve_events_deliveries_total",
+                            "deliveries of events out, by how they ended", "outcome",
+                            rsv_outbox_outcome_names, RSV_OUTBOX_OUTCOME_COUNT, m->deliveries);
 }
 
 rsv_outbox_t *rsv_outbox_new(struct event_base *base, rsv_pg_t *pg, cm_metrics_t *reg,
@@ -548,7 +552,8 @@ rsv_outbox_t *rsv_outbox_new(struct event_base *base, rsv_pg_t *pg, cm_metrics_t
     rsv_outbox_t *o = cm_xcalloc(1, sizeof(*o));
     o->base = base;
     o->pg = pg;
-    metrics_register(&o->m, reg);
+    bool delivering = cfg->url != NULL && cfg->url[0] != '\0';
+    metrics_register(&o->m, reg, delivering);
     o->connect_timeout_ms = cfg->connect_timeout_ms;
     o->timeout_ms = cfg->timeout_ms;
     o->poll_ms = cfg->poll_ms;
@@ -560,7 +565,7 @@ rsv_outbox_t *rsv_outbox_new(struct event_base *base, rsv_pg_t *pg, cm_metrics_t
     o->rnd = (uint32_t)(cm_time_mono_ns() ^ ((uint64_t)getpid() << 16)) | 1u;
     o->stats_timer = evtimer_new(base, on_stats_tick, o);
     arm(o->stats_timer, 0);
-    if (cfg->url == NULL || cfg->url[0] == '\0') {
+    if (!delivering) {
         cm_log(CM_LOG_INFO, "events out: no events_url, events are kept in the outbox");
         return o;
     }

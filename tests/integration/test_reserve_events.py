@@ -230,6 +230,18 @@ class Delivery(EventsCase):
                                                     "onsale_reserve_events_deliveries_total",
                                                     outcome="delivered"), 2)
 
+    def test_a_reserve_without_events_url_keeps_the_rows_and_counts_them(self):
+        # The stack's own reserve delivers nothing: it reports the outbox, has no
+        # deliveries series (the OnsaleEventsUndelivered alert keys on it).
+        r = self.a.get("/metrics")
+        self.assertStatus(r, 200)
+        text = r.body.decode()
+        self.assertIn("\nonsale_reserve_events_pending ", text)
+        self.assertIn("\nonsale_reserve_events_oldest_pending_seconds ", text)
+        self.assertNotIn("onsale_reserve_events_deliveries_total", text)
+        self.assertGreaterEqual(Box.reserves.metric(Box.deliverer,
+                                                    "onsale_reserve_events_deliveries_total"), 0)
+
     def test_the_example_receiver_refuses_forged_stale_and_unsigned(self):
         body = b'{"id":"evt_x","type":"t.t","created":1,"data":{}}'
         now = int(time.time())
