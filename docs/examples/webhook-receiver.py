@@ -103,7 +103,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self._answer(411, "length_required")
         if n < 0 or n > BODY_MAX:
             return self._answer(413, "too_large")
-        body = self.rfile.read(n)
+        body = self.raw_body = self.rfile.read(n)
         try:
             verify(self.headers.get("Onsale-Signature", ""), body, srv.secrets, srv.tolerance)
         except SignatureError as e:
@@ -115,7 +115,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if not isinstance(event, dict) or not isinstance(event.get("id"), str) or \
                 event["id"] != self.headers.get("Onsale-Event-Id"):
             return self._answer(400, "bad_envelope")
-        status = srv.take(event)
+        status = srv.take(event, self)
         self._answer(status, "ok" if 200 <= status < 300 else "not_taken")
 
     def _answer(self, status, word):
@@ -135,7 +135,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 class Receiver(http.server.ThreadingHTTPServer):
     """Verifies and takes events; on_event(event) is called once per new id (override
-    take() to decide the answer yourself)."""
+    take(event, request) to decide the answer yourself: request is the handler, with
+    .headers and .raw_body)."""
 
     daemon_threads = True
 
@@ -147,7 +148,7 @@ class Receiver(http.server.ThreadingHTTPServer):
         self.seen = set()
         self.lock = threading.Lock()
 
-    def take(self, event):
+    def take(self, event, request=None):
         with self.lock:
             if event["id"] in self.seen:
                 return 200  # a repeat of one already taken: acknowledged, not taken twice

@@ -31,6 +31,7 @@ _spec.loader.exec_module(webhook_receiver)
 
 SECRET = b"events-secret-" + uuid.uuid4().hex.encode()
 OLD_SECRET = b"events-old-secret-0123456789"
+NEW_SECRET = b"events-new-secret-" + uuid.uuid4().hex.encode()
 TIMEOUT_MS = 1500   # the deliverer's deadline; a "slow" receiver answers after it
 RETRY_BASE_MS = 200
 RETRY_MAX_MS = 1500
@@ -62,6 +63,7 @@ class Steered(webhook_receiver.Receiver):
         self.log = []            # (event, status) of every verified request, in order
         self.tried = set()
         self.conns = []          # every accepted connection, to cut them when stopped
+        self.signed = {}         # event id -> (Onsale-Signature, raw body) of its last try
 
     def get_request(self):
         sock, addr = super().get_request()
@@ -77,7 +79,7 @@ class Steered(webhook_receiver.Receiver):
                 except OSError:
                     pass
 
-    def take(self, event):
+    def take(self, event, request=None):
         mode = self.mode
         with self.lock:
             first = event["id"] not in self.tried
@@ -87,6 +89,7 @@ class Steered(webhook_receiver.Receiver):
         status = 500 if mode == "fail" or (self.fail_first and first) else 200
         with self.lock:
             self.log.append((event, status))
+            self.signed[event["id"]] = (request.headers["Onsale-Signature"], request.raw_body)
         return status
 
     def delivered(self):
@@ -124,16 +127,24 @@ def stop_receiver():
     Box.receiver.cut()
 
 
+def secret_file(s):
+    return os.path.join(s.root, "events-secret")
+
+
+def write_secrets(s, text):
+    """(Re)writes the deliverer's secret file, owner-only."""
+    fd = os.open(secret_file(s), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(text)
+
+
 def deliverer_env(s):
-    secret_file = os.path.join(s.root, "events-secret")
-    if not os.path.exists(secret_file):
-        fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(SECRET + b"\n" + OLD_SECRET + b"\n")
+    if not os.path.exists(secret_file(s)):
+        write_secrets(s, SECRET + b"\n" + OLD_SECRET + b"\n")
     return {
         "ONSALE_RESERVE_EVENTS_URL": f"http://127.0.0.1:{Box.port}/onsale/events",
         "ONSALE_RESERVE_ALLOW_LOOPBACK_HTTP": "true",
-        "ONSALE_RESERVE_EVENTS_SECRET_FILE": secret_file,
+        "ONSALE_RESERVE_EVENTS_SECRET_FILE": secret_file(s),
         "ONSALE_RESERVE_EVENTS_TIMEOUT_MS": str(TIMEOUT_MS),
         "ONSALE_RESERVE_EVENTS_CONNECT_TIMEOUT_MS": "500",
         "ONSALE_RESERVE_EVENTS_POLL_MS": "100",
@@ -433,6 +444,51 @@ class Announcements(EventsCase):
                                e["data"]["event"] == ev, n=2, what="two room.phase_changed")
         self.assertEqual([(e["data"]["change"], e["data"]["version"]) for e in got],
                          [("created", 1), ("updated", 2)])
+
+
+class Rotation(EventsCase):
+    def signed_with(self, eid, secret):
+        header, body = Box.receiver.signed[eid]
+        try:
+            webhook_receiver.verify(header, body, [secret])
+            return True
+        except webhook_receiver.SignatureError:
+            return False
+
+    def reload_log_lines(self, word):
+        log = os.path.join(self.S.root, f"reserve-{Box.deliverer.port}.log")
+        with open(log, errors="replace") as f:
+            return sum(1 for line in f if word in line)
+
+    def delivered_one(self, ev, n):
+        eid = self.emit(ev, "test.rotate", f"rot-{ev}-{n}", {"event": ev, "n": n})
+        self.wait_events(lambda e: e["id"] == eid, what=f"event {n} delivered")
+        return eid
+
+    def test_sighup_switches_the_signing_secret_and_a_bad_file_keeps_it(self):
+        ev = stack.new_id("rot")
+        self.assertTrue(self.signed_with(self.delivered_one(ev, 0), SECRET))
+        # The receiver learns the new secret first, then the reserve signs with it.
+        Box.receiver.secrets = [NEW_SECRET, SECRET, OLD_SECRET]
+        self.addCleanup(write_secrets, self.S, SECRET + b"\n" + OLD_SECRET + b"\n")
+        self.addCleanup(lambda: Box.deliverer.send_signal(signal.SIGHUP))
+        write_secrets(self.S, NEW_SECRET + b"\n" + SECRET + b"\n")
+        Box.deliverer.send_signal(signal.SIGHUP)
+        n = [1]
+
+        def new_signs():
+            n[0] += 1
+            return self.signed_with(self.delivered_one(ev, n[0]), NEW_SECRET)
+        wait_for(new_signs, 20, interval=0.1, what="deliveries signed with the new secret")
+        # A file that does not parse changes nothing: the new secret keeps signing.
+        kept = self.reload_log_lines("kept as it was")
+        write_secrets(self.S, NEW_SECRET + b"\nshort\n")
+        Box.deliverer.send_signal(signal.SIGHUP)
+        wait_for(lambda: self.reload_log_lines("kept as it was") > kept, 20, interval=0.1,
+                 what="the reload refused")
+        eid = self.delivered_one(ev, 1000)
+        self.assertTrue(self.signed_with(eid, NEW_SECRET))
+        self.assertFalse(self.signed_with(eid, SECRET))
 
 
 if __name__ == "__main__":
