@@ -354,7 +354,7 @@ BEGIN
                 'quantity', cardinality(p_units), 'amount', c.amount, 'currency', c.currency,
                 'units', (SELECT jsonb_agg(b.seat_id ORDER BY b.seat_id) FROM booking_items b
                            WHERE b.booking_id = p_booking_id)));
-        IF NOT onsale_outbox_units_left(c.event_id, p_pool) THEN
+        IF NOT onsale_outbox_units_left(c.event_id) THEN
             PERFORM onsale_outbox_emit(c.event_id, 'room.sold_out', 'room:' || c.event_id,
                 jsonb_build_object('event', c.event_id, 'booking_id', p_booking_id));
         END IF;
@@ -560,42 +560,23 @@ LANGUAGE sql AS $$
     RETURNING id;
 $$;
 
--- True when p_event still has a unit no booking holds. Looks in p_pool first, highest
--- unit first (pool units are handed out lowest first, so a free one is found at once
--- until the pool is nearly gone), then anywhere. Near the end (fewer than 64 free units
--- seen, counting units of bookings not yet committed as free) the answer is taken under a
--- per-event advisory lock held to commit, and read again: two bookings racing for the
--- last units are then serialised, and the second sees the first's units, so exactly one
--- of them finds none left. Assumes fewer than 64 units of one event in uncommitted
--- bookings at any moment (the connection pool bounds it).
-CREATE OR REPLACE FUNCTION onsale_outbox_units_left(p_event text, p_pool text) RETURNS boolean
+-- True when p_event still has a unit no booking holds (free_units, 009_outbox.sql).
+-- Near the end (fewer than 64 free units seen, counting the units of bookings not yet
+-- committed as free) the answer is taken under a per-event advisory lock held to commit,
+-- and read again: two bookings racing for the last units are then serialised, and the
+-- second sees the first's, so exactly one of them finds none left. Assumes fewer than 64
+-- units of one event in uncommitted bookings at any moment (the connection pool bounds
+-- the bookings in flight).
+CREATE OR REPLACE FUNCTION onsale_outbox_units_left(p_event text) RETURNS boolean
 LANGUAGE plpgsql AS $$
-DECLARE
-    seen integer;
 BEGIN
-    IF p_pool IS NOT NULL AND EXISTS (
-            SELECT 1 FROM seats s
-             WHERE s.event_id = p_event AND s.pool_id = p_pool
-               AND NOT EXISTS (SELECT 1 FROM booking_items b
-                                WHERE b.event_id = s.event_id AND b.seat_id = s.seat_id)
-             ORDER BY s.unit_no DESC OFFSET 63 LIMIT 1) THEN
-        RETURN true;
-    END IF;
-    SELECT count(*) INTO seen FROM (
-        SELECT 1 FROM seats s
-         WHERE s.event_id = p_event
-           AND NOT EXISTS (SELECT 1 FROM booking_items b
-                            WHERE b.event_id = s.event_id AND b.seat_id = s.seat_id)
-         LIMIT 64) f;
-    IF seen >= 64 THEN
+    -- In key order, so the plan is an index scan that stops at the 64th entry.
+    IF (SELECT count(*) FROM (SELECT 1 FROM free_units f WHERE f.event_id = p_event
+                               ORDER BY f.event_id, f.seat_id LIMIT 64) l) >= 64 THEN
         RETURN true;
     END IF;
     PERFORM pg_advisory_xact_lock(hashtext('onsale.units_left'), hashtext(p_event));
-    RETURN EXISTS (SELECT 1 FROM seats s
-                    WHERE s.event_id = p_event
-                      AND NOT EXISTS (SELECT 1 FROM booking_items b
-                                       WHERE b.event_id = s.event_id
-                                         AND b.seat_id = s.seat_id));
+    RETURN EXISTS (SELECT 1 FROM free_units f WHERE f.event_id = p_event);
 END $$;
 
 -- The deliverer's claim: up to p_limit due, undelivered events that are the earliest
@@ -663,10 +644,27 @@ CREATE OR REPLACE FUNCTION onsale_event_announce(p_event text, p_change text, p_
 RETURNS void LANGUAGE sql AS $$
     SELECT onsale_outbox_emit(p_event, 'room.phase_changed', 'room:' || p_event,
         jsonb_build_object('event', p_event, 'change', p_change, 'version', p_version,
-            'phase', CASE WHEN EXISTS (SELECT 1 FROM seats s
-                                        WHERE s.event_id = p_event
-                                          AND NOT EXISTS (SELECT 1 FROM booking_items b
-                                                           WHERE b.event_id = s.event_id
-                                                             AND b.seat_id = s.seat_id))
+            'phase', CASE WHEN EXISTS (SELECT 1 FROM free_units f WHERE f.event_id = p_event)
                           THEN 'on_sale' ELSE 'sold_out' END));
 $$;
+
+-- free_units (009_outbox.sql) follows seats and booking_items: a unit is free from its
+-- seat's insert until a booking item takes it, and again when that item is deleted.
+CREATE OR REPLACE FUNCTION onsale_free_units_track() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF (TG_TABLE_NAME = 'seats') = (TG_OP = 'INSERT') THEN
+        INSERT INTO free_units (event_id, seat_id)
+        VALUES (COALESCE(NEW.event_id, OLD.event_id), COALESCE(NEW.seat_id, OLD.seat_id))
+        ON CONFLICT DO NOTHING;
+    ELSE
+        DELETE FROM free_units f
+         WHERE f.event_id = COALESCE(NEW.event_id, OLD.event_id)
+           AND f.seat_id = COALESCE(NEW.seat_id, OLD.seat_id);
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE OR REPLACE TRIGGER seats_free_units AFTER INSERT OR DELETE ON seats
+    FOR EACH ROW EXECUTE FUNCTION onsale_free_units_track();
+CREATE OR REPLACE TRIGGER booking_items_free_units AFTER INSERT OR DELETE ON booking_items
+    FOR EACH ROW EXECUTE FUNCTION onsale_free_units_track();
