@@ -418,6 +418,36 @@ class Announcements(EventsCase):
             f"select count(*) from outbox where event_id = '{ev}' and kind = 'room.sold_out'"),
             "1")
 
+    def test_bookings_racing_for_the_last_units_announce_sold_out_exactly_once(self):
+        # Each of n buyers holds one seat; every confirm goes at once, so the last few
+        # bookings commit together: exactly one of them must see nothing left.
+        for round_ in range(5):
+            n = 8
+            ev = self.new_event(seats=SEATS[:n], max_per_buyer=1)
+            held = []
+            for i in range(n):
+                t = self.S.token(ev, f"race{i}")
+                held.append((t, self.hold(ev, t, seats=[f"A-{i + 1}"]).json))
+            results = [None] * n
+
+            def go(i):
+                c = self.S.client()
+                try:
+                    results[i] = self.confirm_src(held[i][1], held[i][0], "tok_visa", client=c)
+                finally:
+                    c.close()
+            threads = [threading.Thread(target=go, args=(i,)) for i in range(n)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join(60)
+            self.assertEqual([r.status for r in results], [201] * n, results)
+            self.assertEqual(self.S.sql_value(
+                f"select count(*) from outbox where event_id = '{ev}' and kind = 'room.sold_out'"),
+                "1", f"round {round_}")
+            self.assertEqual(self.S.sql_value(
+                f"select count(*) from free_units where event_id = '{ev}'"), "0")
+
     def test_a_late_charge_refunded_announces_checkout_refunded(self):
         ev = self.new_event(seats=SEATS, max_per_buyer=4)
         t = self.S.token(ev, "late")
