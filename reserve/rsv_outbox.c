@@ -600,6 +600,8 @@ err:
 
 void rsv_outbox_set_secrets(rsv_outbox_t *o, rsv_outbox_secrets_t *secrets)
 {
+    if (secrets == NULL)
+        return; /* nothing new (events_url is a restart: the running one keeps signing) */
     if (o == NULL || o->secrets == NULL) {
         rsv_outbox_secrets_free(secrets);
         return;

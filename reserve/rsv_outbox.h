@@ -87,7 +87,9 @@ int64_t rsv_outbox_backoff_ms(int attempts, int base_ms, int max_ms, uint32_t rn
 rsv_outbox_t *rsv_outbox_new(struct event_base *base, rsv_pg_t *pg, cm_metrics_t *reg,
                              const rsv_outbox_config_t *cfg, char *err, size_t errlen);
 
-/** Replaces the secrets (SIGHUP: the reload thread reads the file, the loop uses it). */
+/** Replaces the secrets (owned; SIGHUP: the reload thread reads the file, the loop signs
+ *  with the new first secret from its next delivery). NULL changes nothing; secrets for
+ *  an outbox that does not deliver are freed. Any thread. */
 void rsv_outbox_set_secrets(rsv_outbox_t *o, rsv_outbox_secrets_t *secrets);
 
 /** Deliveries in flight. */
