@@ -90,21 +90,22 @@ static int on_config_apply(void *arg, const void *p, char *err, size_t errlen)
     if (cm_service_log_parse(&log, cfg->log_level, cfg->log_format, cfg->access_log, err, errlen) !=
         0)
         return -1;
-    rsv_cors_t *cors = rsv_cors_new(cfg->cors_origins, err, errlen);
-    if (cors == NULL)
-        return -1;
-    if (cm_service_reload_token(svc, cfg->admin_token_file, err, errlen) != 0) {
-        rsv_cors_free(cors);
-        return -1;
-    }
     rsv_server_t *w0 = cm_service_instance(svc, 0); /* the one with the deliverer */
     rsv_outbox_secrets_t *sec = NULL;
     if (w0->outbox != NULL && cfg->events_url != NULL && cfg->events_url[0] != '\0') {
         sec = rsv_outbox_secrets_read(cfg->events_secret_file, err, errlen);
-        if (sec == NULL) {
-            rsv_cors_free(cors);
+        if (sec == NULL)
             return -1;
-        }
+    }
+    rsv_cors_t *cors = rsv_cors_new(cfg->cors_origins, err, errlen);
+    if (cors == NULL) {
+        rsv_outbox_secrets_free(sec);
+        return -1;
+    }
+    if (cm_service_reload_token(svc, cfg->admin_token_file, err, errlen) != 0) {
+        rsv_outbox_secrets_free(sec);
+        rsv_cors_free(cors);
+        return -1;
     }
     rsv_outbox_set_secrets(w0->outbox, sec);
     cm_reload_cell_set(srv->cors, cors);
