@@ -150,6 +150,7 @@ def deliverer_env(s):
         "ONSALE_RESERVE_EVENTS_POLL_MS": "100",
         "ONSALE_RESERVE_EVENTS_RETRY_BASE_MS": str(RETRY_BASE_MS),
         "ONSALE_RESERVE_EVENTS_RETRY_MAX_MS": str(RETRY_MAX_MS),
+        "ONSALE_RESERVE_EVENTS_RETENTION_HOURS": "1",
     }
 
 
@@ -372,6 +373,36 @@ class Failures(EventsCase):
             time.sleep(0.1)
         Box.receiver.mode = "ok"
         self.wait_events(lambda e: e["id"] == eid, what="delivered after the timeout")
+
+
+class Retention(EventsCase):
+    def test_delivered_rows_are_pruned_after_retention_undelivered_ones_never(self):
+        ev = stack.new_id("keep")
+        done = self.emit(ev, "test.keep", f"keep-{ev}-a", {"event": ev})
+        self.wait_events(lambda e: e["id"] == done, what="the first delivered")
+        self.recorded(done)
+        # Delivered two hours ago, past events_retention_hours = 1: pruned on a stats tick.
+        self.S.sql(f"update outbox set delivered_at = now() - interval '2 hours' "
+                   f"where id = '{done}'")
+        Box.receiver.mode = "fail"
+        waiting = self.emit(ev, "test.keep", f"keep-{ev}-b", {"event": ev})
+        wait_for(lambda: int(self.row(waiting)[0]) >= 1, 20, interval=0.1, what="tried once")
+        # Undelivered for 1000 hours: kept, and it is the oldest pending event.
+        self.S.sql(f"update outbox set created_at = now() - interval '1000 hours' "
+                   f"where id = '{waiting}'")
+        wait_for(lambda: self.S.sql_value(
+            f"select count(*) from outbox where id = '{done}'") == "0", 20, interval=0.2,
+            what="the delivered row pruned")
+        self.assertEqual(self.S.sql_value(
+            f"select count(*) from outbox where id = '{waiting}'"), "1")
+        wait_for(lambda: Box.reserves.metric(
+            Box.deliverer, "onsale_reserve_events_oldest_pending_seconds") >= 1000 * 3600, 20,
+            interval=0.2, what="the oldest pending age reported")
+        self.assertGreaterEqual(Box.reserves.metric(Box.deliverer,
+                                                    "onsale_reserve_events_pending"), 1)
+        Box.receiver.mode = "ok"
+        self.wait_events(lambda e: e["id"] == waiting, what="delivered once the receiver takes it")
+        self.recorded(waiting)
 
 
 class Crash(EventsCase):
