@@ -32,6 +32,7 @@
 #include "rsv_reconcile.h"
 #include "rsv_saga.h"
 #include "rsv_ids.h"
+#include "rsv_office.h"
 #include "rsv_req.h"
 
 #define CHECKOUT_ID_MAX RSV_CHECKOUT_ID_MAX
@@ -47,6 +48,7 @@ typedef struct confirm_op {
     int64_t amount;
     char currency[4];
     char source[RSV_CHECKOUT_SOURCE_MAX];
+    char email[RSV_OFFICE_EMAIL_MAX + 1]; /* "" when the body names none */
     rsv_event_t *ev;
     /* the hold's extend, run before the checkout is recorded */
     bool extended; /* view holds the extend script's answer */
@@ -276,15 +278,16 @@ static void begin(confirm_op_t *op, const char *new_id)
                             code ? code_s : NULL,
                             body,
                             cm_access_id(op->r.svc.req),
-                            op->claims.rid[0] ? op->claims.rid : NULL};
+                            op->claims.rid[0] ? op->claims.rid : NULL,
+                            op->email[0] ? op->email : NULL};
     if (to != RSV_SAGA_INVALID)
         rsv_saga_fault(op->r.srv, "before", RSV_SAGA_CREATED);
     int rc = rsv_pg_query(op->r.srv->pg,
                           "SELECT outcome, checkout_id, state, response_code, response_body, "
                           "charge_id, refund_id, refund_reason, request_id "
                           "FROM onsale_saga_start($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, "
-                          "$12, $13::int, $14, $15, $16)",
-                          16, params, on_begun, op);
+                          "$12, $13::int, $14, $15, $16, $17)",
+                          17, params, on_begun, op);
     free(body);
     if (rc != 0)
         confirm_unavailable(op, "starting the checkout", cm_err_shutdown);
@@ -378,6 +381,10 @@ static const char *check_confirm_body(confirm_op_t *op, const json_t *body)
     op->amount = pay.amount;
     memcpy(op->currency, pay.currency, sizeof(op->currency));
     memcpy(op->source, pay.source, sizeof(op->source));
+    json_t *email = json_object_get(body, "email");
+    if (email && (!json_is_string(email) || !rsv_office_email_valid(json_string_value(email))))
+        return "email must be an e-mail address of at most 254 characters";
+    snprintf(op->email, sizeof(op->email), "%s", email ? json_string_value(email) : "");
     return NULL;
 }
 

@@ -13,8 +13,10 @@
 #include "cm_log.h"
 #include "cm_mem.h"
 #include "cm_parse.h"
+#include "cm_reload.h"
 #include "rsv_cors.h"
 #include "rsv_outbox.h"
+#include "rsv_webhook.h"
 
 #define S(f) offsetof(rsv_config_t, f)
 
@@ -92,7 +94,17 @@ static const cm_config_opt_t own[] = {
     {"paysim_ca", CM_CFG_STR, S(paysim_ca), NULL, 0, 0,
      "PEM CA bundle that signed the provider's certificate (unset: the system store)"},
     {"paysim_api_key", CM_CFG_STR, S(paysim_api_key), NULL, 0, 0,
-     "provider secret key, sent as Authorization: Bearer (unset: none)"},
+     "provider secret key, sent as Authorization: Bearer (unset: none); prefer "
+     "paysim_api_key_file, which keeps it out of the configuration"},
+    {"paysim_api_key_file", CM_CFG_STR, S(paysim_api_key_file), NULL, 0, 0,
+     "file holding the provider secret key (owner-only, chmod 600; or credential:NAME "
+     "under systemd), re-read on SIGHUP; excludes paysim_api_key"},
+    {"pay_webhook_secrets_file", CM_CFG_STR, S(pay_webhook_secrets_file), NULL, 0, 0,
+     "file of the provider's webhook signing secrets, one a line (owner-only; or "
+     "credential:NAME), any of them verifies, re-read on SIGHUP; unset: POST "
+     "/v1/provider/webhook answers 404"},
+    {"pay_webhook_tolerance_s", CM_CFG_INT, S(pay_webhook_tolerance_s), "300", 1, 86400,
+     "a provider webhook signed further than this from now is refused as a replay"},
     {"pay_connect_timeout_ms", CM_CFG_INT, S(pay_connect_timeout_ms), "1000", 10, 60000,
      "deadline for the connection to the provider (DNS, TCP and TLS handshake)"},
     {"pay_timeout_ms", CM_CFG_INT, S(pay_timeout_ms), "10000", 100, 600000,
@@ -113,7 +125,8 @@ static const cm_config_opt_t own[] = {
      "a charge whose checkout is still open this long after it is logged for an operator "
      "(it is checked again on every ledger check until its checkout settles)"},
     {"fault", CM_CFG_STR, S(fault), NULL, 0, 0,
-     "tests only: after:<state>|before:<state>[,...] SIGKILLs the process at that step"},
+     "tests only: after:<state>|before:<state>|office:<step>[,...] SIGKILLs the process at "
+     "that step"},
     {"cors_origins", CM_CFG_STR, S(cors_origins), "", 0, 0,
      "storefront origins allowed to call the buyer API from a browser (CORS): "
      "https://host[:port], separated by commas; no wildcard"},
@@ -229,9 +242,11 @@ int rsv_config_check(const rsv_config_t *cfg, char *err, size_t errlen)
 /* The TLS certificate's and the admission keys' contents are re-read by their own hooks
  * (cm_tls, rsv_auth); a new path in tls_cert, tls_key or admission_keys is a restart.
  * docs/operations.md has the table. */
-const char *const rsv_config_live[] = {
-    "log_level",    "log_format",     "access_log",         "admin_token_file",
-    "cors_origins", "paysim_api_key", "events_secret_file", NULL};
+const char *const rsv_config_live[] = {"log_level",           "log_format",
+                                       "access_log",          "admin_token_file",
+                                       "cors_origins",        "paysim_api_key",
+                                       "paysim_api_key_file", "pay_webhook_secrets_file",
+                                       "events_secret_file",  NULL};
 
 const char *const rsv_config_secret[] = {"paysim_api_key", NULL};
 
@@ -245,11 +260,52 @@ static int check_readable(const char *key, const char *path, size_t min, char *e
     return 0;
 }
 
+/* A provider key is a single line of printable ASCII (a Stripe key is sk_live_…): a
+ * control character or a space would break, or forge, the Authorization header. */
+static bool pay_key_ok(const char *k)
+{
+    for (; *k; k++)
+        if ((unsigned char)*k <= 0x20 || (unsigned char)*k >= 0x7f)
+            return false;
+    return true;
+}
+
+char *rsv_config_pay_key(const rsv_config_t *cfg, char *err, size_t errlen)
+{
+    const char *file = cfg->paysim_api_key_file;
+    if (file != NULL && cfg->paysim_api_key != NULL) {
+        snprintf(err, errlen,
+                 "paysim_api_key and paysim_api_key_file are both set: keep one "
+                 "(the file)");
+        return NULL;
+    }
+    char *key = file == NULL ? cm_xstrdup(cfg->paysim_api_key ? cfg->paysim_api_key : "")
+                             : cm_config_read_secret("paysim_api_key_file", file, 8, 1024, NULL,
+                                                     err, errlen);
+    if (key != NULL && !pay_key_ok(key)) {
+        snprintf(err, errlen,
+                 "%s: the provider key must be one line of printable characters without spaces",
+                 file ? file : "paysim_api_key");
+        cm_reload_free_secret(key, NULL);
+        return NULL;
+    }
+    return key;
+}
+
 /* The files the keys name: each one read and parsed as start-up would. */
 static int check_files(const rsv_config_t *cfg, char *err, size_t errlen)
 {
     if (check_readable("admin_token_file", cfg->admin_token_file, 16, err, errlen) != 0)
         return -1;
+    char *key = rsv_config_pay_key(cfg, err, errlen);
+    if (key == NULL)
+        return -1;
+    cm_reload_free_secret(key, NULL);
+    rsv_webhook_secrets_t *hooks =
+        rsv_webhook_secrets_load(cfg->pay_webhook_secrets_file, err, errlen);
+    if (hooks == NULL)
+        return -1;
+    rsv_webhook_secrets_free(hooks, NULL);
     if (cfg->pg_password_file != NULL) {
         if (cfg->pg_conninfo != NULL && strstr(cfg->pg_conninfo, "password") != NULL) {
             snprintf(err, errlen,

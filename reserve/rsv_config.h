@@ -46,6 +46,9 @@ typedef struct rsv_config {
     bool allow_loopback_http;
     char *paysim_ca;
     char *paysim_api_key;
+    char *paysim_api_key_file;
+    char *pay_webhook_secrets_file;
+    int64_t pay_webhook_tolerance_s;
     int64_t pay_connect_timeout_ms;
     int64_t pay_timeout_ms;
     int64_t reconcile_interval_ms;
@@ -77,6 +80,14 @@ typedef struct rsv_config {
  */
 int rsv_config_add_pg_password(rsv_config_t *cfg, char *err, size_t errlen);
 
+/**
+ * The provider's secret key in force: the contents of paysim_api_key_file when it is set
+ * (cm_config_read_secret: owner-only, trimmed), else paysim_api_key, else "" (none).
+ * Reads a file (start-up, the reload thread). A new heap string the caller wipes and
+ * frees (cm_reload_free_secret), or NULL with a message.
+ */
+char *rsv_config_pay_key(const rsv_config_t *cfg, char *err, size_t errlen);
+
 /** How much longer than pay_timeout_ms a checkout's lease must be (rsv_config_check). */
 #define RSV_LEASE_MARGIN_MS 5000
 
@@ -96,7 +107,8 @@ extern const char *const rsv_config_secret[];
 /**
  * Everything start-up checks short of sockets and backends: log_level known,
  * paysim_url allowed, rsv_config_check, admission_keys and admin_token_file set, the
- * admin token and pg_password_file readable (owner-only), the admission keys and the
+ * admin token, pg_password_file and paysim_api_key_file readable (owner-only; the key
+ * inline and in a file both set is refused), the admission keys and the
  * CORS origins parsed. Reads files (start-up, --check-config, the reload thread). 0 or
  * -1 + err. cfg is a const rsv_config_t * (void for cm_reload_config_spec_t.check).
  */

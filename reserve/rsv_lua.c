@@ -17,6 +17,7 @@ extern const char rsv_lua_unconvert[];
 extern const char rsv_lua_seed[];
 extern const char rsv_lua_avail[];
 extern const char rsv_lua_done[];
+extern const char rsv_lua_office_release[];
 
 static rsv_lua_t scripts;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -40,6 +41,7 @@ static void build(void)
     scripts.seed = make("seed", rsv_lua_seed);
     scripts.avail = make("avail", rsv_lua_avail);
     scripts.done = make("done", rsv_lua_done);
+    scripts.office_release = make("office_release", rsv_lua_office_release);
 }
 
 const rsv_lua_t *rsv_lua(void)

@@ -559,9 +559,12 @@ int rsv_pay_lookup(rsv_pay_t *p, const char *key, rsv_pay_cb cb, void *arg)
     return rc;
 }
 
-int rsv_pay_refund(rsv_pay_t *p, const char *key, const char *charge_id, rsv_pay_cb cb, void *arg)
+int rsv_pay_refund(rsv_pay_t *p, const char *key, const char *charge_id, int64_t amount,
+                   rsv_pay_cb cb, void *arg)
 {
     json_t *o = json_pack("{s:s}", "charge", charge_id);
+    if (amount > 0)
+        json_object_set_new(o, "amount", json_integer((json_int_t)amount));
     char *body = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     int rc = start_call(p, RSV_PAY_OP_REFUND, true, "/v1/refunds", key, body, cb, arg);
@@ -611,15 +614,16 @@ static char *auth_line(const char *key)
                                          : cm_xstrdup("");
 }
 
-void rsv_pay_set_api_key(rsv_pay_t *p, const char *key)
+bool rsv_pay_set_api_key(rsv_pay_t *p, const char *key)
 {
     const char *now = cm_reload_cell_get(p->auth);
     char *line = auth_line(key);
     if (strcmp(now, line) == 0) {
         cm_reload_free_secret(line, NULL);
-        return;
+        return false;
     }
     cm_reload_cell_set(p->auth, line);
+    return true;
 }
 
 rsv_pay_t *rsv_pay_new(struct event_base *base, const rsv_pay_config_t *cfg, char *err,

@@ -144,9 +144,9 @@ rsv_pay_t *rsv_pay_new(struct event_base *base, const rsv_pay_config_t *cfg, cha
                        size_t errlen);
 /**
  * The provider key from now on (a reload; NULL or "": none). Any thread: a request being
- * sent uses the key it read, the next one the new key.
+ * sent uses the key it read, the next one the new key. True when the key changed.
  */
-void rsv_pay_set_api_key(rsv_pay_t *p, const char *key);
+bool rsv_pay_set_api_key(rsv_pay_t *p, const char *key);
 
 /** Closes every call in flight (each callback gets UNKNOWN + cm_err_shutdown), frees. */
 void rsv_pay_free(rsv_pay_t *p);
@@ -168,9 +168,13 @@ __attribute__((warn_unused_result)) int rsv_pay_charge(rsv_pay_t *p, const char 
 /** GET /v1/charges?idempotency_key=key: PAID, DECLINED, NONE or UNKNOWN. Same return. */
 __attribute__((warn_unused_result)) int rsv_pay_lookup(rsv_pay_t *p, const char *key, rsv_pay_cb cb,
                                                        void *arg);
-/** POST /v1/refunds {charge} with Idempotency-Key key: REFUNDED or UNKNOWN. Same return. */
-__attribute__((warn_unused_result)) int
-rsv_pay_refund(rsv_pay_t *p, const char *key, const char *charge_id, rsv_pay_cb cb, void *arg);
+/**
+ * POST /v1/refunds {charge[, amount]} with Idempotency-Key key: REFUNDED or UNKNOWN.
+ * amount 0 refunds what is left of the charge, else that many minor units. Same return.
+ */
+__attribute__((warn_unused_result)) int rsv_pay_refund(rsv_pay_t *p, const char *key,
+                                                       const char *charge_id, int64_t amount,
+                                                       rsv_pay_cb cb, void *arg);
 /**
  * GET /v1/charges?created_gte=…&limit=…[&starting_after=…]: LISTED (res->page, valid
  * during the callback) or UNKNOWN. starting_after NULL or "" for the first page.

@@ -22,6 +22,7 @@
 #define RSV_K_POOL_OLD   "pe:" /* held pool units before pu: (dropped on re-seed) */
 #define RSV_K_TOKEN      "tk:" /* + hex sha256 of a token (the gateway writes it, holds read it) */
 #define RSV_K_ACTIVE     "active"
+#define RSV_K_REFUND     "rf:" /* + refund id: the box office gave its units back */
 #define RSV_K_IDEM       "ik:" /* + sha256(buyer "\n" Idempotency-Key) of a hold creation */
 
 /** "os:{<event>}:<kind><id>" (id NULL: none), heap (free()). */

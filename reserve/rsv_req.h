@@ -32,6 +32,7 @@
 #include "rsv_pay.h"
 #include "rsv_pg.h"
 #include "rsv_reconcile.h"
+#include "rsv_webhook.h"
 
 struct event_base;
 typedef struct rsv_auth rsv_auth_t;
@@ -42,6 +43,7 @@ typedef struct rsv_avail rsv_avail_t;
 typedef struct rsv_pay rsv_pay_t;
 typedef struct rsv_reconcile rsv_reconcile_t;
 typedef struct rsv_outbox rsv_outbox_t;
+typedef struct rsv_office rsv_office_t;
 typedef struct rsv_cors rsv_cors_t;
 
 /* The endpoints (the `endpoint` label of request_seconds); the shell's three first. */
@@ -61,6 +63,7 @@ typedef enum {
     RSV_EP_ADMIN_EVENT_GET,
     RSV_EP_ADMIN_CHECKOUTS,
     RSV_EP_DONE,
+    RSV_EP_PROVIDER_WEBHOOK,
     RSV_EP_OTHER,
     RSV_EP_COUNT
 } rsv_endpoint_t;
@@ -79,6 +82,7 @@ typedef struct rsv_metrics {
     rsv_reconcile_metrics_t reconcile;
     rsv_ledger_metrics_t ledger;
     rsv_pay_metrics_t pay;
+    rsv_webhook_metrics_t webhook;
 } rsv_metrics_t;
 
 /** Registers every module's series in reg (one registry for all workers: the same series
@@ -104,8 +108,10 @@ struct rsv_server {
     rsv_avail_t *avail;
     rsv_pay_t *pay;
     rsv_reconcile_t *reconcile;
-    rsv_outbox_t *outbox;   /* events out (worker 0 only) */
-    cm_reload_cell_t *cors; /* rsv_cors_t: the buyer API's storefront origins */
+    rsv_office_t *office;              /* the box office's refund driver (worker 0) */
+    rsv_outbox_t *outbox;              /* events out (worker 0 only) */
+    cm_reload_cell_t *cors;            /* rsv_cors_t: the buyer API's storefront origins */
+    cm_reload_cell_t *webhook_secrets; /* rsv_webhook_secrets_t: the provider's webhooks */
 };
 
 /** The request being served: embed it first in each handler's operation struct. */

@@ -17,9 +17,11 @@
 #include "rsv_checkout.h"
 #include "rsv_cors.h"
 #include "rsv_hold.h"
+#include "rsv_office.h"
 #include "rsv_req.h"
 #include "rsv_routes.h"
 #include "rsv_shop.h"
+#include "rsv_webhook.h"
 
 #define MAX_SEGS 6
 
@@ -90,6 +92,26 @@ static void route_holds(rsv_server_t *srv, cm_req_t *req, char **seg, int n)
     reply_simple(srv, req, RSV_EP_OTHER, 404, "not_found", "no such endpoint");
 }
 
+/* /admin/bookings[/{ref}[/cancel | /items/{unit}/refund]] (the box office, rsv_office) */
+static void route_office(rsv_server_t *srv, cm_req_t *req, char **seg, int n)
+{
+    bool get = n <= 3, cancel = n == 4 && strcmp(seg[3], "cancel") == 0;
+    bool item = n == 6 && strcmp(seg[3], "items") == 0 && strcmp(seg[5], "refund") == 0;
+    if (!get && !cancel && !item) {
+        reply_simple(srv, req, RSV_EP_OTHER, 404, "not_found", "no such endpoint");
+    } else if (method_is(req, get ? CM_HTTP_GET : CM_HTTP_POST)) {
+        if (n == 2)
+            rsv_office_find(srv, req);
+        else if (n == 3)
+            rsv_office_get(srv, req, seg[2]);
+        else
+            rsv_office_cancel(srv, req, seg[2], item ? seg[4] : NULL);
+    } else {
+        reply_simple(srv, req, RSV_EP_OTHER, 405, "method_not_allowed",
+                     get ? "use GET" : "use POST");
+    }
+}
+
 static void route_admin(rsv_server_t *srv, cm_req_t *req, char **seg, int n)
 {
     if (!cm_svc_admin_gate(&srv->svc, req, RSV_EP_OTHER))
@@ -105,6 +127,19 @@ static void route_admin(rsv_server_t *srv, cm_req_t *req, char **seg, int n)
         } else {
             reply_simple(srv, req, RSV_EP_OTHER, 405, "method_not_allowed", "use PUT or GET");
         }
+        return;
+    }
+    if (n >= 2 && strcmp(seg[1], "bookings") == 0)
+        return route_office(srv, req, seg, n);
+    if (n == 4 && strcmp(seg[1], "events") == 0 &&
+        (strcmp(seg[3], "bookings.csv") == 0 || strcmp(seg[3], "reconciliation.csv") == 0)) {
+        if (!cm_parse_ident(seg[2]))
+            reply_simple(srv, req, RSV_EP_OTHER, 400, "invalid_request",
+                         "event ids are 1-64 characters of [A-Za-z0-9._-]");
+        else if (method_is(req, CM_HTTP_GET))
+            rsv_office_export(srv, req, seg[2], seg[3][0] == 'r');
+        else
+            reply_simple(srv, req, RSV_EP_OTHER, 405, "method_not_allowed", "use GET");
         return;
     }
     if (n == 2 && strcmp(seg[1], "config") == 0) {
@@ -143,7 +178,8 @@ size_t rsv_routes_body_cap(cm_http_method_t method, const char *path)
         return 0;
     case CM_HTTP_POST:
         if (one_segment_between(path, "/v1/events/", "/holds") ||
-            one_segment_between(path, "/v1/holds/", "/confirm"))
+            one_segment_between(path, "/v1/holds/", "/confirm") ||
+            strcmp(path, "/v1/provider/webhook") == 0)
             return CM_HTTP_BODY_CAP_JSON;
         return RSV_TINY_BODY_MAX; /* done, extend, an unknown path */
     default:
@@ -164,10 +200,12 @@ static void dispatch(rsv_server_t *srv, cm_req_t *req, bool admin)
     if (cm_svc_route_shared(&srv->svc, req, seg, n, admin))
         return; /* /healthz, /readyz, /metrics */
     if (admin) {
+        if (rsv_office_page_serve(srv, req, seg, n))
+            return; /* /office/: the box-office page */
         if (n >= 2 && strcmp(seg[0], "admin") == 0)
             return route_admin(srv, req, seg, n);
         reply_simple(srv, req, RSV_EP_OTHER, 404, "not_found",
-                     "no such endpoint (the admin listener serves /admin/ and /metrics)");
+                     "no such endpoint (the admin listener serves /admin/, /office/ and /metrics)");
         return;
     }
     if (rsv_shop_serve(srv, req, seg, n))
@@ -179,6 +217,12 @@ static void dispatch(rsv_server_t *srv, cm_req_t *req, bool admin)
             return route_events(srv, req, seg, n);
         if (strcmp(seg[1], "holds") == 0 && n >= 3)
             return route_holds(srv, req, seg, n);
+        if (strcmp(seg[1], "provider") == 0 && n == 3 && strcmp(seg[2], "webhook") == 0) {
+            if (method_is(req, CM_HTTP_POST))
+                return rsv_webhook_handle(srv, req);
+            return reply_simple(srv, req, RSV_EP_PROVIDER_WEBHOOK, 405, "method_not_allowed",
+                                "use POST");
+        }
         if (strcmp(seg[1], "checkouts") == 0 && n == 3) {
             if (method_is(req, CM_HTTP_GET))
                 return rsv_checkout_get(srv, req, seg[2]);

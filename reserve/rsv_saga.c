@@ -552,7 +552,7 @@ static void refund(saga_t *s)
 {
     char key[RSV_CHECKOUT_ID_MAX + 4];
     snprintf(key, sizeof(key), "rf_%s", s->row.id);
-    if (rsv_pay_refund(s->srv->pay, key, s->row.charge_id, on_refund, s) != 0)
+    if (rsv_pay_refund(s->srv->pay, key, s->row.charge_id, 0, on_refund, s) != 0)
         saga_fail(s, "refunding", cm_err_shutdown);
 }
 

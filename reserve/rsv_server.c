@@ -34,15 +34,16 @@
 #include "rsv_outbox.h"
 #include "rsv_pay.h"
 #include "rsv_reconcile.h"
+#include "rsv_office.h"
 #include "rsv_routes.h"
 
 #define DRAIN_LIMIT_NS (10ull * 1000 * 1000 * 1000)
 
 static const char *const endpoint_names[RSV_EP_COUNT] = {
-    "healthz",         "readyz",          "metrics",      "availability",
-    "seats",           "hold_create",     "hold_get",     "hold_extend",
-    "hold_release",    "confirm",         "checkout_get", "admin_event_put",
-    "admin_event_get", "admin_checkouts", "done",         "other",
+    "healthz",          "readyz",          "metrics",         "availability",    "seats",
+    "hold_create",      "hold_get",        "hold_extend",     "hold_release",    "confirm",
+    "checkout_get",     "admin_event_put", "admin_event_get", "admin_checkouts", "done",
+    "provider_webhook", "other",
 };
 
 /* --- lifecycle ----------------------------------------------------------------------- */
@@ -102,17 +103,27 @@ static int on_config_apply(void *arg, const void *p, char *err, size_t errlen)
         rsv_outbox_secrets_free(sec);
         return -1;
     }
-    if (cm_service_reload_token(svc, cfg->admin_token_file, err, errlen) != 0) {
+    char *key = rsv_config_pay_key(cfg, err, errlen); /* the files re-read on every reload */
+    rsv_webhook_secrets_t *hooks =
+        key ? rsv_webhook_secrets_load(cfg->pay_webhook_secrets_file, err, errlen) : NULL;
+    if (hooks == NULL || cm_service_reload_token(svc, cfg->admin_token_file, err, errlen) != 0) {
+        rsv_webhook_secrets_free(hooks, NULL);
+        cm_reload_free_secret(key, NULL);
         rsv_outbox_secrets_free(sec);
         rsv_cors_free(cors);
         return -1;
     }
     rsv_outbox_set_secrets(w0->outbox, sec);
     cm_reload_cell_set(srv->cors, cors);
+    cm_reload_cell_set(srv->webhook_secrets, hooks);
+    bool replaced = false;
     for (int i = 0; i < cm_service_workers(svc); i++) { /* each has a client of its own */
         rsv_server_t *w = cm_service_instance(svc, i);
-        rsv_pay_set_api_key(w->pay, cfg->paysim_api_key);
+        replaced |= rsv_pay_set_api_key(w->pay, key);
     }
+    if (replaced)
+        cm_log(CM_LOG_INFO, "reload: payment provider key replaced");
+    cm_reload_free_secret(key, NULL);
     cm_service_log_apply(&log);
     return 0;
 }
@@ -134,6 +145,7 @@ static void worker_new(void *arg, cm_service_t *svc, int i, void *instance, char
         srv->keys = first->keys;
         srv->auth_fails = first->auth_fails;
         srv->cors = first->cors;
+        srv->webhook_secrets = first->webhook_secrets;
     }
     cm_svc_worker_spec_t spec = {endpoint_names, RSV_EP_COUNT, backends, srv,
                                  "a backing store is unreachable"};
@@ -170,19 +182,25 @@ static void worker_new(void *arg, cm_service_t *svc, int i, void *instance, char
                               (int)cfg->pg_max_queue);
     srv->catalog = rsv_catalog_new(srv);
     srv->avail = rsv_avail_new(srv);
+    char *key = rsv_config_pay_key(cfg, err, errlen); /* start-up: may read its file */
+    if (key == NULL)
+        return;
     rsv_pay_config_t pc = {
         .url = cfg->paysim_url,
         .ca_file = cfg->paysim_ca,
-        .api_key = cfg->paysim_api_key,
+        .api_key = key,
         .connect_timeout_ms = (int)cfg->pay_connect_timeout_ms,
         .timeout_ms = (int)cfg->pay_timeout_ms,
     };
     srv->pay = rsv_pay_new(srv->base, &pc, err, errlen);
+    cm_reload_free_secret(key, NULL);
     if (srv->pay == NULL)
         return;
     if (i == 0) /* one reconciler per process is enough (several are safe) */
         srv->reconcile = rsv_reconcile_new(srv);
-    if (i == 0) { /* one deliverer of events out likewise */
+    if (i == 0) /* the box office's refund driver, likewise */
+        srv->office = rsv_office_new(srv);
+    if (i == 0) { /* one deliverer of events out, likewise */
         rsv_outbox_config_t oc = {
             .url = cfg->events_url,
             .ca_file = cfg->events_ca,
@@ -219,6 +237,8 @@ static void worker_free(void *instance)
     srv->auth = NULL;
     rsv_reconcile_free(srv->reconcile);
     srv->reconcile = NULL;
+    rsv_office_free(srv->office);
+    srv->office = NULL;
     rsv_outbox_free(srv->outbox); /* before pg: its statements come back as shutdown */
     srv->outbox = NULL;
     rsv_pay_free(srv->pay); /* its callbacks may still record steps: before pg and redis */
@@ -268,6 +288,11 @@ rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen)
     if (cors == NULL)
         goto err;
     srv->cors = cm_reload_cell_new(cors, cors_free, NULL);
+    rsv_webhook_secrets_t *hooks =
+        rsv_webhook_secrets_load(cfg->pay_webhook_secrets_file, err, errlen);
+    if (hooks == NULL)
+        goto err;
+    srv->webhook_secrets = cm_reload_cell_new(hooks, rsv_webhook_secrets_free, NULL);
     if (cfg->fault && *cfg->fault)
         cm_log(CM_LOG_WARN, "fault points armed: %s (tests only)", cfg->fault);
     if (cm_service_start(srv->svc.svc, srv, sizeof(*srv), worker_new, worker_free, err, errlen) !=
@@ -289,5 +314,6 @@ void rsv_server_free(rsv_server_t *srv)
     rsv_auth_keys_free(srv->keys);
     rsv_auth_fails_free(srv->auth_fails);
     cm_reload_cell_free(srv->cors);
+    cm_reload_cell_free(srv->webhook_secrets);
     free(srv);
 }

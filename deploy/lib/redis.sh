@@ -78,7 +78,7 @@ redis_acl_conf() {
     admin=$(pw_sha256 "$REDIS_PASSWORD_FILE") || exit 1
     gw=$(pw_sha256 "$REDIS_GATEWAY_PASSWORD_FILE") || exit 1
     rs=$(pw_sha256 "$REDIS_RESERVE_PASSWORD_FILE") || exit 1
-    for k in seed s:\* h:\* b:\* p:\* pu:\* pn:\* pe:\* ik:\* active dp:\*; do keys+=" ~$ev$k"; done
+    for k in seed s:\* h:\* b:\* p:\* pu:\* pn:\* pe:\* ik:\* rf:\* active dp:\*; do keys+=" ~$ev$k"; done
     keys+=" ~os:catalog:gen" # the catalogue generation (rsv_catalog.h)
     printf '# Authenticated only; the passwords are in %s, %s and %s.\n' \
         "$REDIS_PASSWORD_FILE" "$REDIS_GATEWAY_PASSWORD_FILE" "$REDIS_RESERVE_PASSWORD_FILE"

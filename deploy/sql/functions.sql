@@ -163,10 +163,12 @@ END $$;
 -- claim (007), stored with a new checkout; request_id answers the checkout's own (the
 -- creating confirm's), which the saga sends in the charge's metadata — a resumed charge
 -- must repeat the first one's parameters exactly, or the provider refuses its key.
+-- p_email: the buyer's e-mail address the confirm carried (008), or NULL.
 CREATE OR REPLACE FUNCTION onsale_saga_start(p_checkout_id text, p_event text, p_buyer text,
         p_key text, p_hash text, p_hold text, p_amount bigint, p_currency text,
         p_lease_seconds integer, p_source text, p_to text, p_reason text, p_code integer,
         p_body text, p_request_id text DEFAULT NULL, p_admission_request_id text DEFAULT NULL,
+        p_email text DEFAULT NULL,
         OUT outcome text, OUT checkout_id text, OUT state text, OUT response_code integer,
         OUT response_body text, OUT charge_id text, OUT refund_id text,
         OUT refund_reason text, OUT request_id text)
@@ -191,11 +193,12 @@ BEGIN
     END IF;
     INSERT INTO checkouts (checkout_id, event_id, buyer, idem_key, request_hash, hold_id,
                            state, amount, currency, lease_until, payment_source,
-                           response_code, response_body, request_id, admission_request_id)
+                           response_code, response_body, request_id, admission_request_id,
+                           email)
     VALUES (p_checkout_id, p_event, p_buyer, p_key, p_hash, p_hold, st, p_amount, p_currency,
             CASE WHEN failed THEN NULL ELSE now() + make_interval(secs => p_lease_seconds) END,
             p_source, CASE WHEN failed THEN p_code END, CASE WHEN failed THEN p_body END,
-            p_request_id, p_admission_request_id)
+            p_request_id, p_admission_request_id, p_email)
     ON CONFLICT ON CONSTRAINT checkouts_buyer_idem_key_key DO NOTHING;
     GET DIAGNOSTICS n = ROW_COUNT;
     IF n = 1 THEN
@@ -409,13 +412,14 @@ RETURNS TABLE (checkout_id text, state text, event_id text, buyer text, hold_id 
 LANGUAGE sql AS $$
     UPDATE checkouts c
        SET lease_until = now() + make_interval(secs => p_lease_seconds),
-           attempts = c.attempts + 1
+           attempts = c.attempts + 1, nudged_at = NULL
      WHERE c.checkout_id IN (
             SELECT k.checkout_id FROM checkouts k
              WHERE k.state NOT IN ('confirmed', 'failed', 'released', 'refunded')
-               AND k.updated_at <= now() - make_interval(secs => p_after_seconds)
+               AND (k.updated_at <= now() - make_interval(secs => p_after_seconds)
+                    OR k.nudged_at IS NOT NULL)
                AND (k.lease_until IS NULL OR k.lease_until < now())
-             ORDER BY k.updated_at
+             ORDER BY k.nudged_at NULLS LAST, k.updated_at
              LIMIT p_limit
                FOR UPDATE SKIP LOCKED)
        AND c.state NOT IN ('confirmed', 'failed', 'released', 'refunded')
@@ -469,6 +473,57 @@ BEGIN
         END IF;
         RETURN NEXT;
     END LOOP;
+END $$;
+
+-- One verified provider webhook event (reserve/rsv_webhook.c; 011_provider_events.sql):
+-- kept once by its id and acted on in the same transaction, so a replay is 'duplicate'
+-- and a crash between keeping and acting cannot happen. p_checkout is the payment's
+-- metadata.checkout (NULL when it has none: the checkout is then found by its payment
+-- id). A payment that succeeded for a released or failed checkout moves it to refunding,
+-- as onsale_ledger_check does; any other open checkout is only made due for the
+-- reconciler, whose lookup decides — the event's own word never moves money.
+CREATE OR REPLACE FUNCTION onsale_provider_event(p_event_id text, p_type text, p_object text,
+        p_checkout text, p_created bigint)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    c checkouts%ROWTYPE;
+    result text;
+BEGIN
+    INSERT INTO provider_events (event_id, type, object_id, checkout_id, outcome,
+                                 provider_created)
+    VALUES (p_event_id, p_type, p_object, p_checkout, 'not_ours',
+            CASE WHEN p_created > 0 THEN to_timestamp(p_created) END)
+    ON CONFLICT (event_id) DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN 'duplicate';
+    END IF;
+    IF p_checkout IS NOT NULL THEN
+        SELECT * INTO c FROM checkouts k WHERE k.checkout_id = p_checkout FOR UPDATE;
+    ELSE
+        SELECT * INTO c FROM checkouts k WHERE k.charge_id = p_object
+         ORDER BY k.created_at DESC LIMIT 1 FOR UPDATE;
+    END IF;
+    IF NOT FOUND THEN
+        result := 'not_ours';
+    ELSIF p_type = 'payment_intent.succeeded' AND c.state IN ('released', 'failed') THEN
+        PERFORM set_config('onsale.reason', format('the provider''s webhook %s: payment %s '
+                           'succeeded for this %s checkout: refund', p_event_id, p_object,
+                           c.state), true);
+        UPDATE checkouts k SET state = 'refunding', charge_id = p_object,
+               refund_reason = 'late_charge', lease_until = NULL, updated_at = now(),
+               nudged_at = now()
+         WHERE k.checkout_id = c.checkout_id;
+        result := 'refunding';
+    ELSIF c.state NOT IN ('confirmed', 'failed', 'released', 'refunded') THEN
+        UPDATE checkouts k SET nudged_at = now() WHERE k.checkout_id = c.checkout_id;
+        result := 'nudged';
+    ELSE
+        result := 'settled';
+    END IF;
+    UPDATE provider_events e SET outcome = result, checkout_id = c.checkout_id
+     WHERE e.event_id = p_event_id;
+    RETURN result;
 END $$;
 
 -- --- superseded: no current code calls these; kept for a reserve of an earlier version
@@ -540,6 +595,201 @@ BEGIN
     refund_id := c.refund_id;
     refund_reason := c.refund_reason;
 END $$;
+
+-- --- the box office (008) -----------------------------------------------------------
+
+-- The audit trigger of refunds: every state a refund passes through goes to
+-- refund_transitions, with the transaction-local onsale.reason.
+CREATE OR REPLACE FUNCTION onsale_record_refund_transition() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' AND NEW.state IS NOT DISTINCT FROM OLD.state THEN
+        RETURN NEW;
+    END IF;
+    INSERT INTO refund_transitions (refund_id, from_state, to_state, reason)
+    VALUES (NEW.refund_id, CASE WHEN TG_OP = 'UPDATE' THEN OLD.state END, NEW.state,
+            current_setting('onsale.reason', true));
+    RETURN NEW;
+END $$;
+
+CREATE OR REPLACE TRIGGER refunds_audit AFTER INSERT OR UPDATE OF state ON refunds
+    FOR EACH ROW EXECUTE FUNCTION onsale_record_refund_transition();
+
+CREATE OR REPLACE TRIGGER refund_transitions_append_only
+    BEFORE UPDATE OR DELETE ON refund_transitions
+    FOR EACH ROW EXECUTE FUNCTION onsale_forbid_change();
+
+-- Cancels a booking (p_seat NULL) or refunds one of its items (p_seat: a seat id or a
+-- numbered pool unit), in one transaction: the units leave booking_items (free in
+-- Postgres at once) and a refund row in state 'requested' records what goes back, leased
+-- to the caller for p_lease_seconds. p_ref is a booking id or a checkout id.
+-- The amount: the item's price (the last item left: whatever of the booking's amount
+-- is not refunded yet, so the refunds always add up to the charge); a cancellation: all
+-- that is not refunded yet.
+-- outcome: 'created' (refund_id is new, leased to the caller); 'exists' (the booking was
+-- cancelled before: refund_id is that cancellation, not leased); 'unknown' (no such
+-- booking or checkout); 'not_confirmed' (the checkout has no confirmed booking);
+-- 'already_refunded' (the item, or every item, was refunded); 'unknown_item' (not an
+-- item of this booking).
+CREATE OR REPLACE FUNCTION onsale_office_cancel(p_ref text, p_seat text, p_operator text,
+        p_lease_seconds integer, OUT outcome text, OUT refund_id text, OUT booking_id text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    bk bookings%ROWTYPE;
+    co checkouts%ROWTYPE;
+    r refunds%ROWTYPE;
+    u text[];
+    amt bigint;
+    done bigint;
+    left_n integer;
+BEGIN
+    SELECT * INTO bk FROM bookings b WHERE b.booking_id = p_ref FOR UPDATE;
+    IF NOT FOUND THEN
+        SELECT * INTO bk FROM bookings b WHERE b.checkout_id = p_ref FOR UPDATE;
+    END IF;
+    IF NOT FOUND THEN
+        outcome := CASE WHEN EXISTS (SELECT 1 FROM checkouts c WHERE c.checkout_id = p_ref)
+                        THEN 'not_confirmed' ELSE 'unknown' END;
+        RETURN;
+    END IF;
+    booking_id := bk.booking_id;
+    SELECT * INTO co FROM checkouts c WHERE c.checkout_id = bk.checkout_id;
+    IF co.state IS DISTINCT FROM 'confirmed' THEN
+        outcome := 'not_confirmed';
+        RETURN;
+    END IF;
+    SELECT * INTO r FROM refunds f WHERE f.booking_id = bk.booking_id AND f.whole;
+    IF FOUND AND p_seat IS NULL THEN
+        outcome := 'exists'; refund_id := r.refund_id;
+        RETURN;
+    END IF;
+    done := (SELECT COALESCE(sum(f.amount), 0) FROM refunds f WHERE f.booking_id = bk.booking_id);
+    left_n := (SELECT count(*) FROM booking_items i WHERE i.booking_id = bk.booking_id);
+    IF p_seat IS NULL THEN
+        u := (SELECT array_agg(i.seat_id ORDER BY i.seat_id) FROM booking_items i
+               WHERE i.booking_id = bk.booking_id);
+        amt := bk.amount - done;
+    ELSE
+        IF NOT EXISTS (SELECT 1 FROM booking_items i WHERE i.booking_id = bk.booking_id
+                          AND i.event_id = bk.event_id AND i.seat_id = p_seat) THEN
+            outcome := CASE WHEN EXISTS (SELECT 1 FROM refunds f
+                                          WHERE f.booking_id = bk.booking_id
+                                            AND p_seat = ANY (f.units))
+                            THEN 'already_refunded' ELSE 'unknown_item' END;
+            RETURN;
+        END IF;
+        u := ARRAY[p_seat];
+        amt := CASE WHEN left_n = 1 THEN bk.amount - done
+                    ELSE LEAST(bk.amount - done,
+                               (SELECT s.price FROM seats s WHERE s.event_id = bk.event_id
+                                   AND s.seat_id = p_seat)) END;
+    END IF;
+    IF u IS NULL OR cardinality(u) = 0 THEN
+        outcome := 'already_refunded';
+        RETURN;
+    END IF;
+    DELETE FROM booking_items i WHERE i.booking_id = bk.booking_id AND i.seat_id = ANY (u);
+    refund_id := 'rfd_' || replace(gen_random_uuid()::text, '-', '');
+    PERFORM set_config('onsale.reason', format('%s by %s',
+                       CASE WHEN p_seat IS NULL THEN 'booking cancelled'
+                            ELSE 'item ' || p_seat || ' refunded' END, p_operator), true);
+    INSERT INTO refunds (refund_id, booking_id, event_id, checkout_id, charge_id, whole, units,
+                         amount, full_charge, currency, state, operator, lease_until)
+    VALUES (refund_id, bk.booking_id, bk.event_id, bk.checkout_id, COALESCE(co.charge_id, ''),
+            p_seat IS NULL, u, amt, done = 0 AND amt = co.amount, bk.currency, 'requested',
+            p_operator, now() + make_interval(secs => p_lease_seconds));
+    outcome := 'created';
+END $$;
+
+-- What the box-office driver needs of a refund: its row, the buyer and hold of its
+-- booking, and which of its units Postgres still has free (what Redis may give back:
+-- a unit sold again meanwhile keeps its new sale's mark).
+CREATE OR REPLACE FUNCTION onsale_office_row(p_refund_id text)
+RETURNS TABLE (refund_id text, state text, event_id text, checkout_id text, booking_id text,
+               charge_id text, amount bigint, full_charge boolean, buyer text, hold_id text,
+               pool_id text, free_units text, n_units integer, attempts integer)
+LANGUAGE sql STABLE AS $$
+    SELECT f.refund_id, f.state, f.event_id, f.checkout_id, f.booking_id, f.charge_id, f.amount,
+           f.full_charge, b.buyer, b.hold_id, b.pool_id,
+           array_to_string(onsale_units_free(f.event_id, f.units), ','), cardinality(f.units),
+           f.attempts
+      FROM refunds f JOIN bookings b ON b.booking_id = f.booking_id
+     WHERE f.refund_id = p_refund_id
+$$;
+
+-- The driver's claim: up to p_limit refunds not yet refunded whose lease lapsed, leased
+-- to the caller for p_lease_seconds (SKIP LOCKED plus the lease: one driver at a time).
+CREATE OR REPLACE FUNCTION onsale_office_claim(p_lease_seconds integer, p_limit integer)
+RETURNS TABLE (refund_id text)
+LANGUAGE sql AS $$
+    UPDATE refunds f
+       SET lease_until = now() + make_interval(secs => p_lease_seconds),
+           attempts = f.attempts + 1
+     WHERE f.refund_id IN (
+            SELECT k.refund_id FROM refunds k
+             WHERE k.state <> 'refunded' AND (k.lease_until IS NULL OR k.lease_until < now())
+             ORDER BY k.updated_at
+             LIMIT p_limit
+               FOR UPDATE SKIP LOCKED)
+       AND f.state <> 'refunded' AND (f.lease_until IS NULL OR f.lease_until < now())
+    RETURNING f.refund_id
+$$;
+
+-- One refund transition from p_from to p_to (the provider's refund id with 'refunded').
+-- 'refunded' drops the lease; a refund left short of it is retried after p_retry_seconds.
+-- Returns whether this call moved it.
+CREATE OR REPLACE FUNCTION onsale_office_step(p_refund_id text, p_from text, p_to text,
+        p_provider_id text, p_reason text, p_retry_seconds integer)
+RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM set_config('onsale.reason', p_reason, true);
+    IF p_to IS NULL THEN
+        UPDATE refunds f SET lease_until = now() + make_interval(secs => p_retry_seconds)
+         WHERE f.refund_id = p_refund_id AND f.state = p_from;
+        RETURN FOUND;
+    END IF;
+    UPDATE refunds f SET state = p_to,
+           provider_refund_id = COALESCE(p_provider_id, f.provider_refund_id),
+           lease_until = CASE WHEN p_to = 'refunded' THEN NULL ELSE f.lease_until END,
+           updated_at = now()
+     WHERE f.refund_id = p_refund_id AND f.state = p_from;
+    RETURN FOUND;
+END $$;
+
+-- A booking as the box office shows it (docs/api.md "Box office"): its checkout's
+-- payment id and e-mail, every item (booked, or refunded by which refund) and every
+-- refund with its state. NULL for an unknown booking.
+CREATE OR REPLACE FUNCTION onsale_office_booking_json(p_booking_id text) RETURNS json
+LANGUAGE sql STABLE AS $$
+    SELECT json_build_object(
+        'booking_id', b.booking_id, 'checkout_id', b.checkout_id, 'event', b.event_id,
+        'buyer', b.buyer, 'email', c.email, 'created_at', b.created_at,
+        'state', CASE WHEN NOT EXISTS (SELECT 1 FROM booking_items i
+                                        WHERE i.booking_id = b.booking_id) THEN 'cancelled'
+                      WHEN EXISTS (SELECT 1 FROM refunds f WHERE f.booking_id = b.booking_id)
+                      THEN 'partly_refunded' ELSE 'confirmed' END,
+        'checkout_state', c.state, 'pool', b.pool_id, 'quantity', b.quantity,
+        'amount', b.amount, 'currency', b.currency, 'payment_id', c.charge_id,
+        'refunded_amount', (SELECT COALESCE(sum(f.amount), 0) FROM refunds f
+                             WHERE f.booking_id = b.booking_id),
+        'items', COALESCE((SELECT json_agg(json_build_object('unit', x.unit, 'section',
+                     s.section, 'pool', s.pool_id, 'price', s.price, 'state', x.st,
+                     'refund_id', x.refund_id) ORDER BY s.ord, s.unit_no, x.unit)
+                  FROM (SELECT i.seat_id AS unit, 'booked' AS st, NULL::text AS refund_id
+                          FROM booking_items i WHERE i.booking_id = b.booking_id
+                        UNION ALL
+                        SELECT u, 'refunded', f.refund_id FROM refunds f, unnest(f.units) u
+                         WHERE f.booking_id = b.booking_id) x
+                  JOIN seats s ON s.event_id = b.event_id AND s.seat_id = x.unit), '[]'),
+        'refunds', COALESCE((SELECT json_agg(json_build_object('refund_id', f.refund_id,
+                     'whole', f.whole, 'units', f.units, 'amount', f.amount,
+                     'state', f.state, 'provider_refund_id', f.provider_refund_id,
+                     'operator', f.operator, 'created_at', f.created_at,
+                     'updated_at', f.updated_at) ORDER BY f.created_at, f.refund_id)
+                  FROM refunds f WHERE f.booking_id = b.booking_id), '[]'))
+      FROM bookings b JOIN checkouts c ON c.checkout_id = b.checkout_id
+     WHERE b.booking_id = p_booking_id
+$$;
 
 -- --- events out (009_outbox.sql, reserve/rsv_outbox.c) -------------------------------
 

@@ -121,7 +121,8 @@ struct rec {
     char *body;
     char *event;   /* metadata.event, for ledger filters */
     rec_t *charge; /* refund: its charge */
-    rec_t *refund; /* charge: the refund that took it (pending or done) */
+    rec_t *refund; /* charge: the refund that took what was left (pending or done) */
+    int64_t taken; /* charge: what its refunds take (pending or done) */
     size_t pos;    /* DONE: index in ps->list (the ledger's commit order) */
 };
 
@@ -260,6 +261,8 @@ static void rec_drop(ps_server_t *ps, rec_t *r)
 {
     if (r->charge && r->charge->refund == r)
         r->charge->refund = NULL;
+    if (r->kind == REC_REFUND && r->charge)
+        r->charge->taken -= json_integer_value(json_object_get(r->obj, "amount"));
     rec_t **pp = &ps->by_key[hash_str(r->key)];
     while (*pp && *pp != r)
         pp = &(*pp)->next_key;
@@ -287,8 +290,12 @@ static void rec_set_state(ps_server_t *ps, rec_t *r, rec_state_t st)
     r->pos = ps->nlist;
     ps->list[ps->nlist++] = r;
     if (r->kind == REC_REFUND && r->charge) {
-        json_object_set_new(r->charge->obj, "refunded", json_true());
-        json_object_set(r->charge->obj, "amount_refunded", json_object_get(r->obj, "amount"));
+        json_t *c = r->charge->obj;
+        json_int_t done = json_integer_value(json_object_get(c, "amount_refunded")) +
+                          json_integer_value(json_object_get(r->obj, "amount"));
+        json_object_set_new(c, "amount_refunded", json_integer(done));
+        json_object_set_new(c, "refunded",
+                            json_boolean(done >= json_integer_value(json_object_get(c, "amount"))));
         json_object_set_new(r->charge->obj, "refund", json_string(r->id));
     }
 }
@@ -435,8 +442,12 @@ static int journal_replay(ps_server_t *ps, const char *path, char *err, size_t e
         const char *ch = json_string_value(json_object_get(o, "charge"));
         if (r->kind == REC_REFUND && ch) {
             r->charge = find_id(ps, ch);
-            if (r->charge)
-                r->charge->refund = r;
+            if (r->charge) {
+                r->charge->taken += json_integer_value(json_object_get(obj, "amount"));
+                if (r->charge->taken >=
+                    json_integer_value(json_object_get(r->charge->obj, "amount")))
+                    r->charge->refund = r;
+            }
         }
         rec_set_state(ps, r, REC_DONE);
         json_decref(o);
@@ -913,6 +924,17 @@ static void post_refund(ps_server_t *ps, cm_req_t *req)
         free(b);
         return;
     }
+    /* amount: optional, at most what is left; without it, all that is left. */
+    json_int_t left = json_integer_value(json_object_get(ch->obj, "amount")) - ch->taken;
+    json_t *want = json_object_get(body, "amount");
+    if (want && (!json_is_integer(want) || json_integer_value(want) < 1 ||
+                 json_integer_value(want) > left)) {
+        json_decref(body);
+        send_error(req, 400, "invalid_request_error", "amount_too_large",
+                   "amount must be a positive integer no larger than what is left to refund");
+        return;
+    }
+    json_int_t amount = want ? json_integer_value(want) : left;
     if (ps->set.refund_error_rate > 0 && rnd01(ps) < ps->set.refund_error_rate) {
         json_decref(body);
         send_error(req, 500, "api_error", "simulated_error",
@@ -921,13 +943,15 @@ static void post_refund(ps_server_t *ps, cm_req_t *req)
     }
     rec_t *r = rec_new(ps, REC_REFUND, key, hash);
     r->charge = ch;
-    ch->refund = r;
+    ch->taken += amount;
+    if (amount == left)
+        ch->refund = r;
     r->event = ch->event ? cm_xstrdup(ch->event) : NULL;
     r->obj =
-        json_pack("{s:s, s:s, s:O, s:O, s:s, s:s, s:s, s:I}", "id", r->id, "object", "refund",
-                  "amount", json_object_get(ch->obj, "amount"), "currency",
-                  json_object_get(ch->obj, "currency"), "charge", ch->id, "status", "succeeded",
-                  "idempotency_key", key, "created", (json_int_t)(cm_time_wall_ms() / 1000));
+        json_pack("{s:s, s:s, s:o, s:O, s:s, s:s, s:s, s:I}", "id", r->id, "object", "refund",
+                  "amount", json_integer(amount), "currency", json_object_get(ch->obj, "currency"),
+                  "charge", ch->id, "status", "succeeded", "idempotency_key", key, "created",
+                  (json_int_t)(cm_time_wall_ms() / 1000));
     json_object_set(r->obj, "metadata", json_object_get(ch->obj, "metadata"));
     r->code = 200;
     r->body = json_dumps(r->obj, JSON_COMPACT);

@@ -11,8 +11,9 @@
  *                      charge is recorded) | 500 api_error (nothing recorded: the same
  *                      key may be retried) | 409 idempotency_key_in_use (the same key is
  *                      being processed) | 400 idempotency_error (same key, other params)
- *   POST /v1/refunds   Idempotency-Key; {"charge": "ch_…"} — 200 refund | 404 | 400
- *                      charge_already_refunded (another key refunded it) | 400 charge_failed
+ *   POST /v1/refunds   Idempotency-Key; {"charge": "ch_…"[, "amount": n]} (no amount:
+ *                      all that is left) — 200 refund | 404 | 400 charge_already_refunded
+ *                      (nothing left) | 400 charge_failed | 400 amount_too_large
  *   GET  /v1/charges?idempotency_key=K   200 the charge as it is now ("processing"
  *                      while undecided or not yet durable) | 404 resource_missing
  *   GET  /v1/charges?created_gte=T&limit=N[&starting_after=ch_…]   the ledger's charges

@@ -798,6 +798,8 @@ static void check_places(sim_run_t *r)
         sim_run_violation(r, "every_fan_placed", "%ld fans never got a place in the queue", none);
 }
 
+static void check_reconciliation(sim_run_t *r, json_t *ledger);
+
 int sim_audit_run(sim_run_t *r)
 {
     if (r->figures == NULL)
@@ -823,6 +825,8 @@ int sim_audit_run(sim_run_t *r)
                 sim_run_violation(r, "audit_sources", "cannot read the payment ledger");
             else
                 check_money(r, pg, ledger);
+            if (ledger)
+                check_reconciliation(r, ledger);
             json_decref(r->ledger);
             r->ledger = ledger;
         }
@@ -835,4 +839,96 @@ int sim_audit_run(sim_run_t *r)
     }
     PQfinish(pg);
     return r->nviol;
+}
+
+/* ------------------------------------------------------- box-office export */
+
+typedef struct {
+    struct event_base *base;
+    char *body;
+    int status;
+} csv_fetch_t;
+
+static void on_csv(const sim_resp_t *resp, void *arg)
+{
+    csv_fetch_t *f = arg;
+    f->status = resp->status;
+    if (resp->status == 200) {
+        f->body = cm_xmalloc(resp->body_len + 1);
+        memcpy(f->body, resp->body, resp->body_len);
+        f->body[resp->body_len] = '\0';
+    }
+    event_base_loopexit(f->base, NULL);
+}
+
+/* The reserve's reconciliation export (GET /admin/events/{e}/reconciliation.csv, lines
+ * "event,currency,kind,count,amount") against the provider's charges: the succeeded
+ * charges' count and sum, and the sum refunded of them, are the export's `charges` and
+ * `refunds` lines. */
+static void check_reconciliation(sim_run_t *r, json_t *ledger)
+{
+    char err[256], path[160], hdr[600];
+    csv_fetch_t f = {.base = event_base_new()};
+    sim_tls_ctx_t *tls = r->o->ca ? cm_tls_client_new(r->o->ca, err, sizeof(err)) : NULL;
+    sim_pool_t *pool =
+        sim_pool_new(f.base, r->o->reserve_admin_url, tls, 1, NULL, 60, err, sizeof(err));
+    if (pool) {
+        snprintf(path, sizeof(path), "/admin/events/%s/reconciliation.csv", r->event);
+        snprintf(hdr, sizeof(hdr), "Authorization: Bearer %s\r\n",
+                 r->o->admin_token ? r->o->admin_token : "");
+        sim_pool_request(pool, 0, "GET", path, hdr, NULL, on_csv, &f);
+        event_base_dispatch(f.base);
+    }
+    sim_pool_free(pool);
+    if (tls)
+        cm_tls_free(tls);
+    event_base_free(f.base);
+    if (f.body == NULL) {
+        sim_run_violation(r, "audit_sources", "cannot read the reconciliation export (%d)",
+                          f.status);
+        return;
+    }
+    long long want[2][2] = {{0, 0}, {0, 0}}, got[2][2] = {{-1, -1}, {-1, -1}};
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(ledger, "charges"), i, c)
+    {
+        const char *st = json_string_value(json_object_get(c, "status"));
+        if (st == NULL || strcmp(st, "succeeded") != 0)
+            continue;
+        want[0][0]++;
+        want[0][1] += json_integer_value(json_object_get(c, "amount"));
+        want[1][1] += json_integer_value(json_object_get(c, "amount_refunded"));
+    }
+    char *save = NULL;
+    for (char *line = strtok_r(f.body, "\r\n", &save); line; line = strtok_r(NULL, "\r\n", &save)) {
+        char *amount = strrchr(line, ',');
+        if (amount == NULL)
+            continue;
+        *amount++ = '\0';
+        char *count = strrchr(line, ',');
+        if (count == NULL)
+            continue;
+        *count++ = '\0';
+        char *kind = strrchr(line, ',');
+        kind = kind ? kind + 1 : line;
+        int k = strcmp(kind, "charges") == 0 ? 0 : strcmp(kind, "refunds") == 0 ? 1 : -1;
+        if (k >= 0) {
+            got[k][0] = atoll(count);
+            got[k][1] = atoll(amount);
+        }
+    }
+    free(f.body);
+    if (got[0][0] != want[0][0] || got[0][1] != want[0][1])
+        sim_run_violation(r, "reconciliation_charges",
+                          "the reserve's export says %lld charges of %lld, the provider %lld of "
+                          "%lld",
+                          got[0][0], got[0][1], want[0][0], want[0][1]);
+    if (got[1][1] != want[1][1])
+        sim_run_violation(r, "reconciliation_refunds",
+                          "the reserve's export says %lld refunded, the provider %lld", got[1][1],
+                          want[1][1]);
+    json_object_set_new(r->figures, "reconciliation",
+                        json_pack("{s:I, s:I, s:I}", "charges", (json_int_t)got[0][0], "charged",
+                                  (json_int_t)got[0][1], "refunded", (json_int_t)got[1][1]));
 }

@@ -28,7 +28,7 @@
   var hold = null;               /* the hold answer (201) */
   var clockSkew = 0;             /* server time - local time, ms (from the Date header) */
   var pollTimer = null, tickTimer = null, lastSpoken = null;
-  var extended = false, paying = false, payKey = null, paySource = null;
+  var extended = false, paying = false, payKey = null, paySource = null, payEmail = null;
 
   function $(id) { return document.getElementById(id); }
   function show(id) {
@@ -631,7 +631,15 @@
     if (paying || !hold) return;
     var card = document.querySelector('#pay-form input[name=card]:checked').value;
     var source = card === 'slow' ? 'tok_sim_delay_' + SLOW_CARD_MS : card;
-    if (source !== paySource || !payKey) { payKey = newKey(); paySource = source; }
+    var email = $('pay-email').value.trim();
+    if (email && !$('pay-email').checkValidity()) {
+      alertBox('That e-mail address does not look right.', 'Correct it or leave it empty.', []);
+      return;
+    }
+    /* Another card or address is another request: a new key (the same key would be refused). */
+    if (source !== paySource || email !== payEmail || !payKey) {
+      payKey = newKey(); paySource = source; payEmail = email;
+    }
     paying = true;
     clearAlert();
     $('pay-btn').disabled = true;
@@ -639,8 +647,9 @@
     confirm();
   }
   function confirm() {
-    api('POST', holdPath('/confirm'), { payment: { amount: hold.amount, currency: hold.currency, source: paySource } },
-      { 'Idempotency-Key': payKey }).then(onConfirm);
+    var body = { payment: { amount: hold.amount, currency: hold.currency, source: paySource } };
+    if (payEmail) body.email = payEmail;
+    api('POST', holdPath('/confirm'), body, { 'Idempotency-Key': payKey }).then(onConfirm);
   }
   function onConfirm(res) {
     var j = res.json || {};

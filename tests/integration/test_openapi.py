@@ -274,6 +274,9 @@ class Walk(unittest.TestCase):
         self.call(pub, "POST", done, 401, token="not-a-jwt")
         self.call(pub, "POST", done, 403, token=S.token("other-ev", "x"))
         self.call(pub, "POST", "/v1/events/bad%20id/done", 400, token=t2)
+        # this stack configures no webhook secret (test_reserve_webhooks walks the rest)
+        self.call(pub, "POST", "/v1/provider/webhook", 404, body={"id": "evt_1", "type": "x"},
+                  headers={"Stripe-Signature": "t=1,v1=" + "0" * 64})
 
         self.call(admin, "GET", "/admin/checkouts", 200, token=adm)
         self.call(admin, "GET", f"/admin/checkouts?state=failed&event={ev}&older_than_seconds=0",
@@ -282,6 +285,39 @@ class Walk(unittest.TestCase):
         self.call(admin, "GET", "/admin/checkouts", 401)
         self.call(admin, "GET", "/admin/config", 200, token=adm)
         self.call(admin, "GET", "/admin/config", 401)
+
+        bid = S.sql_value(f"select booking_id from bookings where checkout_id = "
+                          f"'{b['checkout_id']}'")
+        self.call(admin, "GET", f"/admin/bookings?checkout_id={b['checkout_id']}", 200, token=adm)
+        self.call(admin, "GET", "/admin/bookings", 400, token=adm)
+        self.call(admin, "GET", "/admin/bookings", 401)
+        self.call(admin, "GET", f"/admin/bookings/{bid}", 200, token=adm)
+        self.call(admin, "GET", "/admin/bookings/bk_none", 404, token=adm)
+        self.call(admin, "GET", "/admin/bookings/%20", 400, token=adm)
+        self.call(admin, "GET", f"/admin/bookings/{bid}", 401)
+        item = f"/admin/bookings/{bid}/items/A-1-2/refund"
+        self.call(admin, "POST", item, 200, token=adm)
+        self.call(admin, "POST", item, 409, token=adm)
+        self.call(admin, "POST", f"/admin/bookings/{bid}/items/Z-9/refund", 404, token=adm)
+        self.call(admin, "POST", f"/admin/bookings/{bid}/items/bad%20unit/refund", 400, token=adm)
+        self.call(admin, "POST", item, 401)
+        self.call(admin, "POST", item, 413, token=adm, body={"x": "y" * 100})
+        cancel = f"/admin/bookings/{bid}/cancel"
+        self.call(admin, "POST", cancel, 200, token=adm)
+        self.call(admin, "POST", cancel, 200, token=adm)
+        self.call(admin, "POST", "/admin/bookings/bk_none/cancel", 404, token=adm)
+        self.call(admin, "POST", "/admin/bookings/%20/cancel", 400, token=adm)
+        self.call(admin, "POST", cancel, 413, token=adm, body={"x": "y" * 100})
+        self.call(admin, "POST", cancel, 401)
+        self.call(admin, "GET", "/office/", 200)
+        self.call(admin, "GET", "/office/office.js", 200)
+        self.call(admin, "GET", "/office/office.css", 200)
+        self.call(admin, "GET", "/office/nope.txt", 404)
+        for what in ("bookings", "reconciliation"):
+            self.call(admin, "GET", f"/admin/events/{ev}/{what}.csv", 200, token=adm)
+            self.call(admin, "GET", f"/admin/events/no-such-event/{what}.csv", 404, token=adm)
+            self.call(admin, "GET", f"/admin/events/bad%20id/{what}.csv", 400, token=adm)
+            self.call(admin, "GET", f"/admin/events/{ev}/{what}.csv", 401)
 
         self.call(pub, "GET", "/shop/?event=demo", 200)
         self.call(pub, "GET", "/shop/shop.js", 200)

@@ -354,6 +354,38 @@ class Reserve(ReloadCase):
         r = self.buy(ev, "A-2")
         self.assertEqual(r.status, 201, r)
 
+    def test_provider_key_file_reread_on_sighup(self):
+        """paysim_api_key_file: the key comes from an owner-only file, the file's new
+        contents are applied at the next SIGHUP (same path), a file others may read or a
+        key inline beside it is refused and the running key stays."""
+        right = "sk_right_" + os.urandom(6).hex()
+        url = self.paysim(right)
+        key_file = os.path.join(self.dir, "provider-key")
+        self.write_secret(key_file, "sk_wrong_" + os.urandom(6).hex())
+        self.start(paysim_url=url, paysim_api_key_file=key_file)
+        self.assertEqual(self.config()["paysim_api_key_file"], key_file)
+        self.assertNotIn(right, self.log())
+        ev = stack.new_id("keyfile")
+        r = self.S.create_event(ev, seats=[{"id": f"A-{i}", "section": "A", "price": 100}
+                                           for i in (1, 2, 3)])
+        self.assertEqual(r.status, 201, r)
+        self.assertNotEqual(self.buy(ev, "A-1").status, 201, "paid with the wrong key")
+        self.write_secret(key_file, right)
+        mark = self.reload(paysim_url=url, paysim_api_key_file=key_file)
+        self.wait_log("reload: payment provider key replaced", mark)
+        self.reload_done(mark)
+        self.assertEqual(self.buy(ev, "A-2").status, 201)
+        # a key file others may read: refused as a whole, the right key stays in force
+        os.chmod(key_file, 0o644)
+        mark = self.reload(paysim_url=url, paysim_api_key_file=key_file)
+        self.wait_log("reload: reserve configuration kept as it was", mark)
+        os.chmod(key_file, 0o600)
+        # the key both inline and in a file: refused too
+        mark = self.reload(paysim_url=url, paysim_api_key_file=key_file, paysim_api_key="sk_x")
+        self.wait_log("paysim_api_key and paysim_api_key_file are both set", mark)
+        self.assertEqual(self.buy(ev, "A-3").status, 201)
+        self.assertNotIn(right, self.log())
+
 
 class Gateway(ReloadCase):
     service = "gateway"

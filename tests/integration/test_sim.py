@@ -114,6 +114,9 @@ class SimTest(unittest.TestCase):
         self.assertEqual(rep["headline"]["units_bought"], inv["seats"])
         self.assertEqual(rep["figures"]["money"]["bookings"], rep["outcomes"]["bought"])
         self.assertEqual(rep["figures"]["fifo"]["inversions"], 0)
+        # The audit read the reserve's reconciliation export (it agreed with the ledger).
+        self.assertEqual(rep["figures"]["reconciliation"]["charges"],
+                         rep["figures"]["money"]["kept_charges"])
         # Every admitted loser was told "taken" by the reserve, and the table says how fast.
         self.assertGreater(rep["outcomes"]["lost"], 0)
         self.assertGreater(rep["latencies"]["hold_taken"]["count"], 0)

@@ -3,6 +3,7 @@
  * keys; the checkout lease must outlast pay_timeout_ms by RSV_LEASE_MARGIN_MS (the
  * boundary both ways); public_origin is a bare origin; pg_password_file's secret is
  * appended to pg_conninfo quoted for libpq, and refused next to a password of its own;
+ * the provider key comes inline or from an owner-only file, never both, one clean line;
  * rsv_config_validate names what start-up would refuse (log level, paysim_url, the
  * required keys, the files) and accepts a whole valid set.
  */
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "files.h"
@@ -152,6 +154,48 @@ static void test_pg_password_file_owner_only(void **state)
     free(cfg.pg_conninfo);
     unlink(pw);
     free(pw);
+}
+
+/* The provider key: inline, from an owner-only file (trimmed), never both, never a
+ * line with a space or a control character in it. */
+static void test_pay_key_from_file_or_inline(void **state)
+{
+    (void)state;
+    char err[256] = "";
+    rsv_config_t cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    char *key = rsv_config_pay_key(&cfg, err, sizeof(err));
+    assert_string_equal(key, ""); /* neither: no key */
+    free(key);
+    cfg.paysim_api_key = "sk_test_inline";
+    key = rsv_config_pay_key(&cfg, err, sizeof(err));
+    assert_string_equal(key, "sk_test_inline");
+    free(key);
+    cfg.paysim_api_key = "sk_test two";
+    assert_null(rsv_config_pay_key(&cfg, err, sizeof(err)));
+    assert_non_null(strstr(err, "printable"));
+
+    char *file = tfile_new("sk_test_from_file\n", 0600);
+    cfg.paysim_api_key = NULL;
+    cfg.paysim_api_key_file = file;
+    key = rsv_config_pay_key(&cfg, err, sizeof(err));
+    assert_string_equal(key, "sk_test_from_file");
+    free(key);
+    cfg.paysim_api_key = "sk_test_inline";
+    assert_null(rsv_config_pay_key(&cfg, err, sizeof(err)));
+    assert_non_null(strstr(err, "both set"));
+    cfg.paysim_api_key = NULL;
+    assert_int_equal(chmod(file, 0644), 0);
+    assert_null(rsv_config_pay_key(&cfg, err, sizeof(err)));
+    assert_non_null(strstr(err, "paysim_api_key_file"));
+    unlink(file);
+    free(file);
+
+    char *bad = tfile_new("sk_test\r\nX-Injected: 1", 0600); /* a header smuggled in */
+    cfg.paysim_api_key_file = bad;
+    assert_null(rsv_config_pay_key(&cfg, err, sizeof(err)));
+    unlink(bad);
+    free(bad);
 }
 
 typedef struct files {
@@ -336,6 +380,7 @@ static void test_live_and_secret_lists(void **state)
     (void)state;
     assert_true(cm_config_in(rsv_config_live, "log_level"));
     assert_true(cm_config_in(rsv_config_live, "paysim_api_key"));
+    assert_true(cm_config_in(rsv_config_live, "paysim_api_key_file"));
     assert_true(cm_config_in(rsv_config_live, "events_secret_file"));
     assert_false(cm_config_in(rsv_config_live, "events_url"));
     assert_false(cm_config_in(rsv_config_live, "pg_conninfo"));
@@ -364,6 +409,7 @@ int main(void)
         cmocka_unit_test(test_public_origin_is_a_bare_origin),
         cmocka_unit_test(test_pg_password_quoted_for_libpq),
         cmocka_unit_test(test_pg_password_file_owner_only),
+        cmocka_unit_test(test_pay_key_from_file_or_inline),
         cmocka_unit_test(test_validate_accepts_a_whole_set),
         cmocka_unit_test(test_validate_names_what_start_up_refuses),
         cmocka_unit_test(test_validate_wants_the_keys_set),

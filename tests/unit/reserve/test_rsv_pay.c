@@ -289,7 +289,7 @@ static void charge_lookup_refund(void **state)
     run(f);
     assert_int_equal(f->res.outcome, RSV_PAY_NONE);
 
-    assert_int_equal(rsv_pay_refund(p, "rf_co_1", "ch_ok", on_result, f), 0);
+    assert_int_equal(rsv_pay_refund(p, "rf_co_1", "ch_ok", 0, on_result, f), 0);
     run(f);
     assert_int_equal(f->res.outcome, RSV_PAY_REFUNDED);
     assert_string_equal(f->res.id, "re_ok");

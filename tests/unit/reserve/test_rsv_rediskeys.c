@@ -34,7 +34,7 @@ static void test_buf_matches_heap(void **state)
     (void)state;
     const char *kinds[] = {RSV_K_SEED,  RSV_K_SEAT,       RSV_K_HOLD,      RSV_K_BUYER,
                            RSV_K_POOL,  RSV_K_POOL_UNITS, RSV_K_POOL_NEXT, RSV_K_POOL_OLD,
-                           RSV_K_TOKEN, RSV_K_ACTIVE,     RSV_K_IDEM};
+                           RSV_K_TOKEN, RSV_K_ACTIVE,     RSV_K_IDEM,      RSV_K_REFUND};
     for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
         char buf[RSV_KEY_MAX];
         char *heap = rsv_key("night.2", kinds[i], "x9");
