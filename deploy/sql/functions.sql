@@ -698,6 +698,12 @@ BEGIN
     VALUES (refund_id, bk.booking_id, bk.event_id, bk.checkout_id, COALESCE(co.charge_id, ''),
             p_seat IS NULL, u, amt, done = 0 AND amt = co.amount, bk.currency, 'requested',
             p_operator, now() + make_interval(secs => p_lease_seconds));
+    -- Announced with the cancellation (009_outbox.sql), under the booking's row lock.
+    PERFORM onsale_outbox_emit(bk.event_id, 'booking.cancelled', bk.checkout_id,
+        jsonb_build_object('booking_id', bk.booking_id, 'checkout_id', bk.checkout_id,
+            'event', bk.event_id, 'buyer', bk.buyer, 'whole', p_seat IS NULL, 'units', u,
+            'amount', amt, 'currency', bk.currency, 'office_refund_id', refund_id,
+            'operator', p_operator));
     outcome := 'created';
 END $$;
 
@@ -741,6 +747,8 @@ $$;
 CREATE OR REPLACE FUNCTION onsale_office_step(p_refund_id text, p_from text, p_to text,
         p_provider_id text, p_reason text, p_retry_seconds integer)
 RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    moved refunds%ROWTYPE;
 BEGIN
     PERFORM set_config('onsale.reason', p_reason, true);
     IF p_to IS NULL THEN
@@ -752,7 +760,19 @@ BEGIN
            provider_refund_id = COALESCE(p_provider_id, f.provider_refund_id),
            lease_until = CASE WHEN p_to = 'refunded' THEN NULL ELSE f.lease_until END,
            updated_at = now()
-     WHERE f.refund_id = p_refund_id AND f.state = p_from;
+     WHERE f.refund_id = p_refund_id AND f.state = p_from
+    RETURNING f.* INTO moved;
+    IF FOUND AND p_to = 'refunded' THEN
+        -- The money went back: announced in this transaction (009_outbox.sql).
+        PERFORM onsale_outbox_emit(moved.event_id, 'checkout.refunded', moved.checkout_id,
+            jsonb_build_object('checkout_id', moved.checkout_id, 'event', moved.event_id,
+                'buyer', (SELECT b.buyer FROM bookings b WHERE b.booking_id = moved.booking_id),
+                'amount', moved.amount, 'currency', moved.currency,
+                'charge_id', moved.charge_id, 'refund_id', moved.provider_refund_id,
+                'refund_reason', 'box_office', 'booking_id', moved.booking_id,
+                'office_refund_id', moved.refund_id, 'units', to_jsonb(moved.units)));
+        RETURN true;
+    END IF;
     RETURN FOUND;
 END $$;
 

@@ -497,6 +497,30 @@ class Announcements(EventsCase):
         self.assertEqual(self.events_of(lambda e: e["type"] == "booking.confirmed" and
                                         e["data"]["checkout_id"] == cid), [])
 
+    def test_a_box_office_cancel_announces_cancelled_then_refunded_in_order(self):
+        ev = self.new_event(seats=SEATS[:2], max_per_buyer=4)
+        b = self.book(ev, "boxoffice", ["A-1", "A-2"])
+        self.wait_events(lambda e: e["type"] == "room.sold_out" and e["data"]["event"] == ev,
+                         what="sold out first")
+        r = self.S.admin("POST", f"/admin/bookings/{b['booking_id']}/cancel")
+        self.assertStatus(r, 200)
+        got = self.wait_events(lambda e: e["data"].get("checkout_id") == b["checkout_id"], n=3,
+                               what="confirmed, cancelled, refunded")
+        self.assertEqual([e["type"] for e in got],
+                         ["booking.confirmed", "booking.cancelled", "checkout.refunded"])
+        c, f = got[1]["data"], got[2]["data"]
+        self.assertEqual((c["booking_id"], c["whole"], c["units"], c["amount"]),
+                         (b["booking_id"], True, ["A-1", "A-2"], 24000))
+        self.assertEqual((f["refund_reason"], f["amount"], f["office_refund_id"]),
+                         ("box_office", 24000, c["office_refund_id"]))
+        self.assertTrue(f["refund_id"], f)
+        # The units are free again: the event can sell out a second time.
+        self.assertEqual(self.S.sql_value(
+            f"select count(*) from free_units where event_id = '{ev}'"), "2")
+        self.book(ev, "boxoffice2", ["A-1", "A-2"])
+        self.wait_events(lambda e: e["type"] == "room.sold_out" and e["data"]["event"] == ev, n=2,
+                         what="sold out again")
+
     def test_changing_an_event_announces_room_phase_changed(self):
         ev = self.new_event(seats=SEATS, max_per_buyer=4)
         r = self.S.create_event(ev, seats=SEATS, max_per_buyer=2)  # settings only
