@@ -642,6 +642,7 @@ DECLARE
     amt bigint;
     done bigint;
     left_n integer;
+    sold_out boolean;
 BEGIN
     SELECT * INTO bk FROM bookings b WHERE b.booking_id = p_ref FOR UPDATE;
     IF NOT FOUND THEN
@@ -688,7 +689,13 @@ BEGIN
         outcome := 'already_refunded';
         RETURN;
     END IF;
+    sold_out := NOT EXISTS (SELECT 1 FROM free_units f WHERE f.event_id = bk.event_id);
     DELETE FROM booking_items i WHERE i.booking_id = bk.booking_id AND i.seat_id = ANY (u);
+    IF sold_out THEN -- the units came back to a sold-out event (009_outbox.sql)
+        PERFORM onsale_event_announce(bk.event_id, 'units_back',
+                                      (SELECT e.version FROM events e
+                                        WHERE e.event_id = bk.event_id));
+    END IF;
     refund_id := 'rfd_' || replace(gen_random_uuid()::text, '-', '');
     PERFORM set_config('onsale.reason', format('%s by %s',
                        CASE WHEN p_seat IS NULL THEN 'booking cancelled'
@@ -907,7 +914,8 @@ END $$;
 
 -- room.phase_changed, from onsale_event_put under the event's row lock: the event was
 -- created, its inventory replaced, or its settings updated through the reserve's admin
--- API (the reserve's side of a room's life; the waiting room's own phases — prequeue,
+-- API; and from onsale_office_cancel ('units_back') when a cancellation gives units back
+-- to a sold-out event (the reserve's side of a room's life; the waiting room's own phases — prequeue,
 -- open, paused — are the gateway's, which has no Postgres). phase: 'on_sale' with units
 -- left, 'sold_out' without.
 CREATE OR REPLACE FUNCTION onsale_event_announce(p_event text, p_change text, p_version bigint)

@@ -514,9 +514,13 @@ class Announcements(EventsCase):
         self.assertEqual((f["refund_reason"], f["amount"], f["office_refund_id"]),
                          ("box_office", 24000, c["office_refund_id"]))
         self.assertTrue(f["refund_id"], f)
-        # The units are free again: the event can sell out a second time.
+        # The units are free again, announced: the event can sell out a second time.
         self.assertEqual(self.S.sql_value(
             f"select count(*) from free_units where event_id = '{ev}'"), "2")
+        back = self.wait_events(lambda e: e["type"] == "room.phase_changed" and
+                                e["data"]["event"] == ev and e["data"]["change"] == "units_back",
+                                what="room.phase_changed units_back")
+        self.assertEqual(back[0]["data"]["phase"], "on_sale")
         self.book(ev, "boxoffice2", ["A-1", "A-2"])
         self.wait_events(lambda e: e["type"] == "room.sold_out" and e["data"]["event"] == ev, n=2,
                          what="sold out again")
