@@ -15,6 +15,7 @@
 #include "cm_parse.h"
 #include "cm_reload.h"
 #include "rsv_cors.h"
+#include "rsv_outbox.h"
 #include "rsv_webhook.h"
 
 #define S(f) offsetof(rsv_config_t, f)
@@ -132,6 +133,30 @@ static const cm_config_opt_t own[] = {
     {"shop_queue_url", CM_CFG_STR, S(shop_queue_url), "", 0, 0,
      "waiting-room page the storefront sends a fan back to; {event} is replaced by the "
      "event id (empty: no link)"},
+    {"events_url", CM_CFG_STR, S(events_url), NULL, 0, 0,
+     "where events out (booking.confirmed, checkout.refunded, room.*) are POSTed, signed: "
+     "https://…, plain http:// only to loopback with allow_loopback_http (unset: events are "
+     "kept in the outbox table and sent once it is set)"},
+    {"events_ca", CM_CFG_STR, S(events_ca), NULL, 0, 0,
+     "PEM CA bundle that signed the events receiver's certificate (unset: the system store)"},
+    {"events_secret_file", CM_CFG_STR, S(events_secret_file), NULL, 0, 0,
+     "file of the events' signing secrets, one a line (at least 16 bytes each), readable by "
+     "its owner only: the first signs; reloaded on SIGHUP"},
+    {"events_connect_timeout_ms", CM_CFG_INT, S(events_connect_timeout_ms), "2000", 10, 60000,
+     "deadline for the connection to the events receiver"},
+    {"events_timeout_ms", CM_CFG_INT, S(events_timeout_ms), "10000", 100, 600000,
+     "deadline of one delivery; past it the event is retried"},
+    {"events_poll_ms", CM_CFG_INT, S(events_poll_ms), "500", 10, 600000,
+     "how often the outbox is looked at for due events"},
+    {"events_batch", CM_CFG_INT, S(events_batch), "32", 1, 1000,
+     "deliveries in flight at most (one per key: a key's next event waits for its last)"},
+    {"events_retry_base_ms", CM_CFG_INT, S(events_retry_base_ms), "1000", 10, 3600000,
+     "delay before the first retry of a failed delivery, doubled each attempt (jittered)"},
+    {"events_retry_max_ms", CM_CFG_INT, S(events_retry_max_ms), "300000", 10, 86400000,
+     "the longest delay between two attempts of one event"},
+    {"events_retention_hours", CM_CFG_INT, S(events_retention_hours), "168", 1, 87600,
+     "how long a delivered event stays in the outbox table (undelivered ones are never "
+     "removed)"},
 };
 
 const cm_config_opt_t *rsv_config_table(size_t *n)
@@ -217,15 +242,11 @@ int rsv_config_check(const rsv_config_t *cfg, char *err, size_t errlen)
 /* The TLS certificate's and the admission keys' contents are re-read by their own hooks
  * (cm_tls, rsv_auth); a new path in tls_cert, tls_key or admission_keys is a restart.
  * docs/operations.md has the table. */
-const char *const rsv_config_live[] = {"log_level",
-                                       "log_format",
-                                       "access_log",
-                                       "admin_token_file",
-                                       "cors_origins",
-                                       "paysim_api_key",
-                                       "paysim_api_key_file",
-                                       "pay_webhook_secrets_file",
-                                       NULL};
+const char *const rsv_config_live[] = {"log_level",           "log_format",
+                                       "access_log",          "admin_token_file",
+                                       "cors_origins",        "paysim_api_key",
+                                       "paysim_api_key_file", "pay_webhook_secrets_file",
+                                       "events_secret_file",  NULL};
 
 const char *const rsv_config_secret[] = {"paysim_api_key", NULL};
 
@@ -321,6 +342,23 @@ int rsv_config_validate(const void *p, char *err, size_t errlen)
     }
     if (rsv_config_check(cfg, err, errlen) != 0)
         return -1;
+    if (cfg->events_url != NULL && cfg->events_url[0] != '\0') {
+        if (!cm_parse_url_allowed(cfg->events_url, cfg->allow_loopback_http, NULL)) {
+            snprintf(err, errlen,
+                     "events_url must be an https:// URL (plain http:// only to a loopback "
+                     "address, with allow_loopback_http)");
+            return -1;
+        }
+        rsv_outbox_secrets_t *sec =
+            cfg->events_secret_file ? rsv_outbox_secrets_read(cfg->events_secret_file, err, errlen)
+                                    : NULL;
+        if (sec == NULL) {
+            if (cfg->events_secret_file == NULL)
+                snprintf(err, errlen, "events_url needs events_secret_file");
+            return -1;
+        }
+        rsv_outbox_secrets_free(sec);
+    }
     if (cfg->admission_keys == NULL || cfg->admin_token_file == NULL) {
         snprintf(err, errlen, "admission_keys and admin_token_file must be set");
         return -1;

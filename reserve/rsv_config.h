@@ -61,6 +61,16 @@ typedef struct rsv_config {
     char *fault;
     char *cors_origins;
     char *shop_queue_url;
+    char *events_url; /* events out (rsv_outbox); NULL/"": kept, not sent */
+    char *events_ca;
+    char *events_secret_file;
+    int64_t events_connect_timeout_ms;
+    int64_t events_timeout_ms;
+    int64_t events_poll_ms;
+    int64_t events_batch;
+    int64_t events_retry_base_ms;
+    int64_t events_retry_max_ms;
+    int64_t events_retention_hours;
 } rsv_config_t;
 
 /**

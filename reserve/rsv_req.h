@@ -42,6 +42,7 @@ typedef struct rsv_catalog rsv_catalog_t;
 typedef struct rsv_avail rsv_avail_t;
 typedef struct rsv_pay rsv_pay_t;
 typedef struct rsv_reconcile rsv_reconcile_t;
+typedef struct rsv_outbox rsv_outbox_t;
 typedef struct rsv_office rsv_office_t;
 typedef struct rsv_cors rsv_cors_t;
 
@@ -108,6 +109,7 @@ struct rsv_server {
     rsv_pay_t *pay;
     rsv_reconcile_t *reconcile;
     rsv_office_t *office;              /* the box office's refund driver (worker 0) */
+    rsv_outbox_t *outbox;              /* events out (worker 0 only) */
     cm_reload_cell_t *cors;            /* rsv_cors_t: the buyer API's storefront origins */
     cm_reload_cell_t *webhook_secrets; /* rsv_webhook_secrets_t: the provider's webhooks */
 };

@@ -31,6 +31,7 @@
 #include "rsv_avail.h"
 #include "rsv_catalog.h"
 #include "rsv_cors.h"
+#include "rsv_outbox.h"
 #include "rsv_pay.h"
 #include "rsv_reconcile.h"
 #include "rsv_office.h"
@@ -90,18 +91,29 @@ static int on_config_apply(void *arg, const void *p, char *err, size_t errlen)
     if (cm_service_log_parse(&log, cfg->log_level, cfg->log_format, cfg->access_log, err, errlen) !=
         0)
         return -1;
+    rsv_server_t *w0 = cm_service_instance(svc, 0); /* the one with the deliverer */
+    rsv_outbox_secrets_t *sec = NULL;
+    if (w0->outbox != NULL && cfg->events_url != NULL && cfg->events_url[0] != '\0') {
+        sec = rsv_outbox_secrets_read(cfg->events_secret_file, err, errlen);
+        if (sec == NULL)
+            return -1;
+    }
     rsv_cors_t *cors = rsv_cors_new(cfg->cors_origins, err, errlen);
-    if (cors == NULL)
+    if (cors == NULL) {
+        rsv_outbox_secrets_free(sec);
         return -1;
+    }
     char *key = rsv_config_pay_key(cfg, err, errlen); /* the files re-read on every reload */
     rsv_webhook_secrets_t *hooks =
         key ? rsv_webhook_secrets_load(cfg->pay_webhook_secrets_file, err, errlen) : NULL;
     if (hooks == NULL || cm_service_reload_token(svc, cfg->admin_token_file, err, errlen) != 0) {
         rsv_webhook_secrets_free(hooks, NULL);
         cm_reload_free_secret(key, NULL);
+        rsv_outbox_secrets_free(sec);
         rsv_cors_free(cors);
         return -1;
     }
+    rsv_outbox_set_secrets(w0->outbox, sec);
     cm_reload_cell_set(srv->cors, cors);
     cm_reload_cell_set(srv->webhook_secrets, hooks);
     bool replaced = false;
@@ -188,6 +200,23 @@ static void worker_new(void *arg, cm_service_t *svc, int i, void *instance, char
         srv->reconcile = rsv_reconcile_new(srv);
     if (i == 0) /* the box office's refund driver, likewise */
         srv->office = rsv_office_new(srv);
+    if (i == 0) { /* one deliverer of events out, likewise */
+        rsv_outbox_config_t oc = {
+            .url = cfg->events_url,
+            .ca_file = cfg->events_ca,
+            .secret_file = cfg->events_secret_file,
+            .connect_timeout_ms = (int)cfg->events_connect_timeout_ms,
+            .timeout_ms = (int)cfg->events_timeout_ms,
+            .poll_ms = (int)cfg->events_poll_ms,
+            .batch = (int)cfg->events_batch,
+            .retry_base_ms = (int)cfg->events_retry_base_ms,
+            .retry_max_ms = (int)cfg->events_retry_max_ms,
+            .retention_s = cfg->events_retention_hours * 3600,
+        };
+        srv->outbox = rsv_outbox_new(srv->base, srv->pg, srv->svc.metrics, &oc, err, errlen);
+        if (srv->outbox == NULL)
+            return;
+    }
     if (cm_worker_listen(w, rsv_routes_dispatch, rsv_routes_admin, srv, err, errlen) != 0)
         return;
     cm_worker_gauge(w, "onsale_reserve_postgres_connections", "Postgres connections up", gauge_pg,
@@ -210,6 +239,8 @@ static void worker_free(void *instance)
     srv->reconcile = NULL;
     rsv_office_free(srv->office);
     srv->office = NULL;
+    rsv_outbox_free(srv->outbox); /* before pg: its statements come back as shutdown */
+    srv->outbox = NULL;
     rsv_pay_free(srv->pay); /* its callbacks may still record steps: before pg and redis */
     srv->pay = NULL;
     if (srv->svc.worker)

@@ -114,6 +114,7 @@ BEGIN
         RETURNING e.version INTO version;
         IF same THEN
             outcome := 'updated';
+            PERFORM onsale_event_announce(p_event, outcome, version);
             RETURN;
         END IF;
         DELETE FROM seats WHERE event_id = p_event;
@@ -138,6 +139,7 @@ BEGIN
     SELECT p_event, p.pool_id || '#' || g, p.pool_id, g, p.price
       FROM pools p, generate_series(1, p.capacity) g
      WHERE p.event_id = p_event;
+    PERFORM onsale_event_announce(p_event, outcome, version);
 END $$;
 
 -- --- the checkout saga -------------------------------------------------------------
@@ -238,6 +240,7 @@ CREATE OR REPLACE FUNCTION onsale_saga_step(p_checkout_id text, p_from text[], p
 LANGUAGE plpgsql AS $$
 DECLARE
     terminal boolean := p_to IN ('confirmed', 'failed', 'released', 'refunded');
+    moved checkouts%ROWTYPE;
 BEGIN
     PERFORM set_config('onsale.reason', p_reason, true);
     UPDATE checkouts c
@@ -253,10 +256,18 @@ BEGIN
                               ELSE c.lease_until END,
            updated_at = now()
      WHERE c.checkout_id = p_checkout_id AND c.state = ANY (p_from)
-    RETURNING c.state INTO state;
+    RETURNING c.* INTO moved;
     applied := FOUND;
+    state := moved.state;
     IF NOT applied THEN
-        SELECT c.state INTO state FROM checkouts c WHERE c.checkout_id = p_checkout_id;
+        SELECT k.state INTO state FROM checkouts k WHERE k.checkout_id = p_checkout_id;
+    ELSIF p_to = 'refunded' THEN
+        -- Announced in this transaction (009_outbox.sql), under the checkout's row lock.
+        PERFORM onsale_outbox_emit(moved.event_id, 'checkout.refunded', moved.checkout_id,
+            jsonb_build_object('checkout_id', moved.checkout_id, 'event', moved.event_id,
+                'buyer', moved.buyer, 'amount', moved.amount, 'currency', moved.currency,
+                'charge_id', moved.charge_id, 'refund_id', moved.refund_id,
+                'refund_reason', moved.refund_reason, 'booking_id', moved.booking_id));
     END IF;
 END $$;
 
@@ -340,6 +351,16 @@ BEGIN
                updated_at = now()
          WHERE k.checkout_id = p_checkout_id;
         outcome := 'confirmed'; booking_id := p_booking_id;
+        PERFORM onsale_outbox_emit(c.event_id, 'booking.confirmed', c.checkout_id,
+            jsonb_build_object('booking_id', p_booking_id, 'checkout_id', c.checkout_id,
+                'event', c.event_id, 'buyer', c.buyer, 'pool', p_pool,
+                'quantity', cardinality(p_units), 'amount', c.amount, 'currency', c.currency,
+                'units', (SELECT jsonb_agg(b.seat_id ORDER BY b.seat_id) FROM booking_items b
+                           WHERE b.booking_id = p_booking_id)));
+        IF NOT onsale_outbox_units_left(c.event_id) THEN
+            PERFORM onsale_outbox_emit(c.event_id, 'room.sold_out', 'room:' || c.event_id,
+                jsonb_build_object('event', c.event_id, 'booking_id', p_booking_id));
+        END IF;
         RETURN;
     EXCEPTION
         WHEN unique_violation THEN
@@ -621,6 +642,7 @@ DECLARE
     amt bigint;
     done bigint;
     left_n integer;
+    sold_out boolean;
 BEGIN
     SELECT * INTO bk FROM bookings b WHERE b.booking_id = p_ref FOR UPDATE;
     IF NOT FOUND THEN
@@ -667,7 +689,13 @@ BEGIN
         outcome := 'already_refunded';
         RETURN;
     END IF;
+    sold_out := NOT EXISTS (SELECT 1 FROM free_units f WHERE f.event_id = bk.event_id);
     DELETE FROM booking_items i WHERE i.booking_id = bk.booking_id AND i.seat_id = ANY (u);
+    IF sold_out THEN -- the units came back to a sold-out event (009_outbox.sql)
+        PERFORM onsale_event_announce(bk.event_id, 'units_back',
+                                      (SELECT e.version FROM events e
+                                        WHERE e.event_id = bk.event_id));
+    END IF;
     refund_id := 'rfd_' || replace(gen_random_uuid()::text, '-', '');
     PERFORM set_config('onsale.reason', format('%s by %s',
                        CASE WHEN p_seat IS NULL THEN 'booking cancelled'
@@ -677,6 +705,12 @@ BEGIN
     VALUES (refund_id, bk.booking_id, bk.event_id, bk.checkout_id, COALESCE(co.charge_id, ''),
             p_seat IS NULL, u, amt, done = 0 AND amt = co.amount, bk.currency, 'requested',
             p_operator, now() + make_interval(secs => p_lease_seconds));
+    -- Announced with the cancellation (009_outbox.sql), under the booking's row lock.
+    PERFORM onsale_outbox_emit(bk.event_id, 'booking.cancelled', bk.checkout_id,
+        jsonb_build_object('booking_id', bk.booking_id, 'checkout_id', bk.checkout_id,
+            'event', bk.event_id, 'buyer', bk.buyer, 'whole', p_seat IS NULL, 'units', u,
+            'amount', amt, 'currency', bk.currency, 'office_refund_id', refund_id,
+            'operator', p_operator));
     outcome := 'created';
 END $$;
 
@@ -720,6 +754,8 @@ $$;
 CREATE OR REPLACE FUNCTION onsale_office_step(p_refund_id text, p_from text, p_to text,
         p_provider_id text, p_reason text, p_retry_seconds integer)
 RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    moved refunds%ROWTYPE;
 BEGIN
     PERFORM set_config('onsale.reason', p_reason, true);
     IF p_to IS NULL THEN
@@ -731,7 +767,19 @@ BEGIN
            provider_refund_id = COALESCE(p_provider_id, f.provider_refund_id),
            lease_until = CASE WHEN p_to = 'refunded' THEN NULL ELSE f.lease_until END,
            updated_at = now()
-     WHERE f.refund_id = p_refund_id AND f.state = p_from;
+     WHERE f.refund_id = p_refund_id AND f.state = p_from
+    RETURNING f.* INTO moved;
+    IF FOUND AND p_to = 'refunded' THEN
+        -- The money went back: announced in this transaction (009_outbox.sql).
+        PERFORM onsale_outbox_emit(moved.event_id, 'checkout.refunded', moved.checkout_id,
+            jsonb_build_object('checkout_id', moved.checkout_id, 'event', moved.event_id,
+                'buyer', (SELECT b.buyer FROM bookings b WHERE b.booking_id = moved.booking_id),
+                'amount', moved.amount, 'currency', moved.currency,
+                'charge_id', moved.charge_id, 'refund_id', moved.provider_refund_id,
+                'refund_reason', 'box_office', 'booking_id', moved.booking_id,
+                'office_refund_id', moved.refund_id, 'units', to_jsonb(moved.units)));
+        RETURN true;
+    END IF;
     RETURN FOUND;
 END $$;
 
@@ -769,3 +817,132 @@ LANGUAGE sql STABLE AS $$
       FROM bookings b JOIN checkouts c ON c.checkout_id = b.checkout_id
      WHERE b.booking_id = p_booking_id
 $$;
+
+-- --- events out (009_outbox.sql, reserve/rsv_outbox.c) -------------------------------
+
+-- Writes one event to the outbox, in the caller's transaction: it is delivered if and
+-- only if that transaction commits. p_event: the onsale event the change belongs to;
+-- p_kind: "<object>.<verb>" (booking.confirmed, booking.cancelled, checkout.refunded,
+-- room.sold_out, room.phase_changed); p_key: the ordering key — the checkout id for
+-- booking.* and checkout.*, 'room:' || event for room.* (events of one key are delivered
+-- in the order written, each only after every earlier one was delivered); the caller
+-- must hold the row lock that orders the key's writers (the checkout row, the event
+-- row) so that order of writing is order of commit. p_payload: the event's "data"
+-- object. Answers the event's id.
+CREATE OR REPLACE FUNCTION onsale_outbox_emit(p_event text, p_kind text, p_key text,
+        p_payload jsonb) RETURNS text
+LANGUAGE sql AS $$
+    INSERT INTO outbox (kind, event_id, key, payload)
+    VALUES (p_kind, p_event, p_key, p_payload)
+    RETURNING id;
+$$;
+
+-- True when p_event still has a unit no booking holds (free_units, 009_outbox.sql).
+-- Near the end (fewer than 64 free units seen, counting the units of bookings not yet
+-- committed as free) the answer is taken under a per-event advisory lock held to commit,
+-- and read again: two bookings racing for the last units are then serialised, and the
+-- second sees the first's, so exactly one of them finds none left. Assumes fewer than 64
+-- units of one event in uncommitted bookings at any moment (the connection pool bounds
+-- the bookings in flight).
+CREATE OR REPLACE FUNCTION onsale_outbox_units_left(p_event text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- In key order, so the plan is an index scan that stops at the 64th entry.
+    IF (SELECT count(*) FROM (SELECT 1 FROM free_units f WHERE f.event_id = p_event
+                               ORDER BY f.event_id, f.seat_id LIMIT 64) l) >= 64 THEN
+        RETURN true;
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('onsale.units_left'), hashtext(p_event));
+    RETURN EXISTS (SELECT 1 FROM free_units f WHERE f.event_id = p_event);
+END $$;
+
+-- The deliverer's claim: up to p_limit due, undelivered events that are the earliest
+-- undelivered of their key, leased to the caller for p_lease_seconds (attempts counted
+-- here, so a reserve killed mid-POST still counts the try). Rows another deliverer is
+-- claiming are skipped (SKIP LOCKED), rows under a live lease are not due. Answers each
+-- with the body to send, built once here so every attempt sends the same bytes.
+CREATE OR REPLACE FUNCTION onsale_outbox_claim(p_limit integer, p_lease_seconds integer)
+RETURNS TABLE (seq bigint, id text, attempts integer, body text)
+LANGUAGE sql AS $$
+    WITH due AS (
+        SELECT o.seq FROM outbox o
+         WHERE o.delivered_at IS NULL AND o.next_attempt_at <= now()
+           AND (o.lease_until IS NULL OR o.lease_until <= now())
+           AND NOT EXISTS (SELECT 1 FROM outbox p
+                            WHERE p.key = o.key AND p.delivered_at IS NULL AND p.seq < o.seq)
+         ORDER BY o.next_attempt_at, o.seq
+         LIMIT p_limit
+           FOR UPDATE SKIP LOCKED)
+    UPDATE outbox o SET lease_until = now() + make_interval(secs => p_lease_seconds),
+           attempts = o.attempts + 1
+      FROM due WHERE o.seq = due.seq
+    RETURNING o.seq, o.id, o.attempts,
+              json_build_object('id', o.id, 'type', o.kind,
+                                'created', floor(extract(epoch FROM o.created_at))::bigint,
+                                'data', o.payload)::text;
+$$;
+
+-- The outcome of one delivery: p_error NULL marks it delivered; otherwise it is due
+-- again in p_retry_ms and p_error (the status or transport error) is kept for operators.
+CREATE OR REPLACE FUNCTION onsale_outbox_done(p_seq bigint, p_error text, p_retry_ms integer)
+RETURNS void LANGUAGE sql AS $$
+    UPDATE outbox o
+       SET delivered_at = CASE WHEN p_error IS NULL THEN now() END,
+           lease_until = NULL, last_error = p_error,
+           next_attempt_at = CASE WHEN p_error IS NULL THEN o.next_attempt_at
+                                  ELSE now() + make_interval(secs => p_retry_ms / 1000.0) END
+     WHERE o.seq = p_seq AND o.delivered_at IS NULL;
+$$;
+
+-- For the metrics and the prune, one row: undelivered events, the age of the oldest
+-- undelivered one (0 when none), and the number of delivered events older than
+-- p_keep_seconds deleted now (at most p_prune_limit).
+CREATE OR REPLACE FUNCTION onsale_outbox_stats(p_keep_seconds integer, p_prune_limit integer,
+        OUT pending bigint, OUT oldest_seconds double precision, OUT pruned bigint)
+LANGUAGE plpgsql AS $$
+BEGIN
+    WITH old AS (SELECT o.seq FROM outbox o
+                  WHERE o.delivered_at IS NOT NULL
+                    AND o.delivered_at < now() - make_interval(secs => p_keep_seconds)
+                  LIMIT p_prune_limit)
+    DELETE FROM outbox o USING old WHERE o.seq = old.seq;
+    GET DIAGNOSTICS pruned = ROW_COUNT;
+    SELECT count(*), COALESCE(extract(epoch FROM now() - min(o.created_at)), 0)
+      INTO pending, oldest_seconds
+      FROM outbox o WHERE o.delivered_at IS NULL;
+END $$;
+
+-- room.phase_changed, from onsale_event_put under the event's row lock: the event was
+-- created, its inventory replaced, or its settings updated through the reserve's admin
+-- API; and from onsale_office_cancel ('units_back') when a cancellation gives units back
+-- to a sold-out event (the reserve's side of a room's life; the waiting room's own phases — prequeue,
+-- open, paused — are the gateway's, which has no Postgres). phase: 'on_sale' with units
+-- left, 'sold_out' without.
+CREATE OR REPLACE FUNCTION onsale_event_announce(p_event text, p_change text, p_version bigint)
+RETURNS void LANGUAGE sql AS $$
+    SELECT onsale_outbox_emit(p_event, 'room.phase_changed', 'room:' || p_event,
+        jsonb_build_object('event', p_event, 'change', p_change, 'version', p_version,
+            'phase', CASE WHEN EXISTS (SELECT 1 FROM free_units f WHERE f.event_id = p_event)
+                          THEN 'on_sale' ELSE 'sold_out' END));
+$$;
+
+-- free_units (009_outbox.sql) follows seats and booking_items: a unit is free from its
+-- seat's insert until a booking item takes it, and again when that item is deleted.
+CREATE OR REPLACE FUNCTION onsale_free_units_track() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF (TG_TABLE_NAME = 'seats') = (TG_OP = 'INSERT') THEN
+        INSERT INTO free_units (event_id, seat_id)
+        VALUES (COALESCE(NEW.event_id, OLD.event_id), COALESCE(NEW.seat_id, OLD.seat_id))
+        ON CONFLICT DO NOTHING;
+    ELSE
+        DELETE FROM free_units f
+         WHERE f.event_id = COALESCE(NEW.event_id, OLD.event_id)
+           AND f.seat_id = COALESCE(NEW.seat_id, OLD.seat_id);
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE OR REPLACE TRIGGER seats_free_units AFTER INSERT OR DELETE ON seats
+    FOR EACH ROW EXECUTE FUNCTION onsale_free_units_track();
+CREATE OR REPLACE TRIGGER booking_items_free_units AFTER INSERT OR DELETE ON booking_items
+    FOR EACH ROW EXECUTE FUNCTION onsale_free_units_track();

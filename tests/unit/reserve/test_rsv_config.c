@@ -312,12 +312,77 @@ static void test_validate_wants_the_keys_set(void **state)
     files_free(&f);
 }
 
+/* rsv_config_validate of the defaults, the two files, and the events-out keys given. */
+static int validate_events(files_t *f, const char *url, const char *secret_file, bool loopback,
+                           char *err, size_t errlen)
+{
+    char url_arg[300], secret_arg[300];
+    snprintf(url_arg, sizeof(url_arg), "--events_url=%s", url);
+    snprintf(secret_arg, sizeof(secret_arg), "--events_secret_file=%s", secret_file);
+    char *argv[] = {"onsale-reserve",        f->keys_arg, f->token_arg, url_arg,
+                    "--allow_loopback_http", NULL,        NULL};
+    int argc = 4;
+    if (loopback)
+        argc = 5;
+    if (secret_file != NULL)
+        argv[argc++] = secret_arg;
+    rsv_config_t cfg;
+    load(&cfg, argc, argv);
+    err[0] = '\0';
+    int rc = rsv_config_validate(&cfg, err, errlen);
+    drop(&cfg);
+    return rc;
+}
+
+static void test_validate_events_out(void **state)
+{
+    (void)state;
+    files_t f;
+    files_new(&f);
+    char err[512];
+    char *good = tfile_new("new-events-secret-0123\nold-events-secret-0123\n", 0600);
+    char *open_to_all = tfile_new("new-events-secret-0123\n", 0644);
+    char *short_one = tfile_new("new-events-secret-0123\nshort\n", 0600);
+    assert_int_equal(
+        validate_events(&f, "https://hooks.example/onsale", good, false, err, sizeof(err)), 0);
+    assert_int_equal(validate_events(&f, "http://127.0.0.1:9/x", good, true, err, sizeof(err)), 0);
+    /* unset URL: nothing is sent, no secret needed */
+    assert_int_equal(validate_events(&f, "", NULL, false, err, sizeof(err)), 0);
+    static const struct {
+        const char *url;
+        int secret; /* 0 none, 1 good, 2 world-readable, 3 a short secret */
+        bool loopback;
+        const char *says;
+    } cases[] = {
+        {"https://hooks.example/onsale", 0, false, "events_url needs events_secret_file"},
+        {"http://127.0.0.1:9/x", 1, false, "events_url must be"},
+        {"http://hooks.example/onsale", 1, true, "events_url must be"},
+        {"ftp://127.0.0.1/x", 1, true, "events_url must be"},
+        {"https://hooks.example/onsale", 2, false, "events_secret_file"},
+        {"https://hooks.example/onsale", 3, false, "at least 16"},
+    };
+    const char *files[] = {NULL, good, open_to_all, short_one};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int rc = validate_events(&f, cases[i].url, files[cases[i].secret], cases[i].loopback, err,
+                                 sizeof(err));
+        if (rc != -1 || strstr(err, cases[i].says) == NULL)
+            fail_msg("%s: %d \"%s\" does not name %s", cases[i].url, rc, err, cases[i].says);
+    }
+    for (size_t i = 1; i < 4; i++) {
+        unlink(files[i]);
+        free((char *)files[i]);
+    }
+    files_free(&f);
+}
+
 static void test_live_and_secret_lists(void **state)
 {
     (void)state;
     assert_true(cm_config_in(rsv_config_live, "log_level"));
     assert_true(cm_config_in(rsv_config_live, "paysim_api_key"));
     assert_true(cm_config_in(rsv_config_live, "paysim_api_key_file"));
+    assert_true(cm_config_in(rsv_config_live, "events_secret_file"));
+    assert_false(cm_config_in(rsv_config_live, "events_url"));
     assert_false(cm_config_in(rsv_config_live, "pg_conninfo"));
     assert_false(cm_config_in(rsv_config_live, "admission_keys"));
     assert_true(cm_config_in(rsv_config_secret, "paysim_api_key"));
@@ -348,6 +413,7 @@ int main(void)
         cmocka_unit_test(test_validate_accepts_a_whole_set),
         cmocka_unit_test(test_validate_names_what_start_up_refuses),
         cmocka_unit_test(test_validate_wants_the_keys_set),
+        cmocka_unit_test(test_validate_events_out),
         cmocka_unit_test(test_live_and_secret_lists),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
