@@ -224,15 +224,16 @@ int rsv_config_check(const rsv_config_t *cfg, char *err, size_t errlen)
                  cfg->public_origin);
         return -1;
     }
-    /* A checkout's lease must outlast its longest provider call with room to record the
-     * answer: a lease that lapses mid-charge lets the reconciler drive the same checkout
-     * while the first charge is still out (docs/hold-ttl.md). */
-    int64_t need_ms = cfg->pay_timeout_ms + RSV_LEASE_MARGIN_MS;
+    /* A checkout's lease must outlast its charge with room to record the answer: a charge
+     * is two provider calls (create, then confirm: rsv_pay_stripe.c), each with its own
+     * pay_timeout_ms, and a lease that lapses mid-charge lets the reconciler drive the same
+     * checkout while the charge is still out (docs/hold-ttl.md). */
+    int64_t need_ms = 2 * cfg->pay_timeout_ms + RSV_LEASE_MARGIN_MS;
     if (cfg->checkout_lease_s * 1000 < need_ms) {
         snprintf(err, errlen,
-                 "checkout_lease_s (%lld s) must be at least pay_timeout_ms + %d ms (%lld ms): "
-                 "a shorter lease lets the reconciler take a checkout in the middle of its "
-                 "charge",
+                 "checkout_lease_s (%lld s) must be at least 2 x pay_timeout_ms + %d ms (%lld "
+                 "ms): a charge is two provider calls, and a shorter lease lets the reconciler "
+                 "take a checkout in the middle of its charge",
                  (long long)cfg->checkout_lease_s, RSV_LEASE_MARGIN_MS, (long long)need_ms);
         return -1;
     }

@@ -93,7 +93,8 @@ char *rsv_config_pay_key(const rsv_config_t *cfg, char *err, size_t errlen);
 
 /**
  * Start-up: the checks that span several keys (each key's own bounds are in the table):
- * checkout_lease_s must exceed pay_timeout_ms by RSV_LEASE_MARGIN_MS. 0, or -1 with a
+ * checkout_lease_s must exceed twice pay_timeout_ms (a charge's two provider calls) by
+ * RSV_LEASE_MARGIN_MS. 0, or -1 with a
  * message naming the keys.
  */
 int rsv_config_check(const rsv_config_t *cfg, char *err, size_t errlen);

@@ -269,10 +269,8 @@ rsv_server_t *rsv_server_new(const rsv_config_t *cfg, char *err, size_t errlen)
     if (srv->keys == NULL)
         goto err;
     srv->auth_fails = rsv_auth_fails_new();
-    if (cfg->checkout_lease_s * 1000 < cfg->pay_timeout_ms + 5000) {
-        snprintf(err, errlen, "checkout_lease_s must exceed pay_timeout_ms by at least 5 s");
+    if (rsv_config_check(cfg, err, errlen) != 0)
         goto err;
-    }
     cm_service_opts_t o = {
         .name = "reserve",
         .metric_prefix = "onsale_reserve",

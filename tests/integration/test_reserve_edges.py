@@ -1,6 +1,7 @@
 """The money and consistency edges of the reserve (real Redis, Postgres and simulator).
 
-- checkout_lease_s shorter than pay_timeout_ms + 5 s: the reserve refuses to start
+- checkout_lease_s shorter than 2 x pay_timeout_ms + 5 s (a charge is two provider calls):
+  the reserve refuses to start
   (regression: lease_lapsing_mid_charge — the reconciler could take a checkout while its
   charge was still out).
 - After a sold_out refusal (a stale Redis counter handed out pool units past the
@@ -56,7 +57,7 @@ class ConfigRefusal(stack.ReserveTestCase):
             capture_output=True, stdin=subprocess.DEVNULL, timeout=30)
         err = p.stderr.decode()
         self.assertEqual(p.returncode, 2, f"exit {p.returncode}: {err}")
-        self.assertIn("checkout_lease_s (5 s) must be at least pay_timeout_ms + 5000 ms", err)
+        self.assertIn("checkout_lease_s (5 s) must be at least 2 x pay_timeout_ms + 5000 ms", err)
 
 
 class SoldOutGiveBack(SagaCase):

@@ -24,7 +24,7 @@ _STACK_ENV = stack.Stack.env
 
 PAY_TIMEOUT_MS = 1500   # reserve's provider deadline
 PAYSIM_LATE_MS = 2500   # simulator: a "late"/"lost" answer comes after this
-LEASE_S = 7             # checkout lease (must exceed the provider deadline by 5 s)
+LEASE_S = 8             # checkout lease (must exceed twice the provider deadline by 5 s)
 TERMINAL = {"confirmed", "failed", "released", "refunded"}
 
 

@@ -64,7 +64,7 @@ static void test_lease_must_outlast_the_charge(void **state)
     memset(&cfg, 0, sizeof(cfg));
     char err[256] = "";
     cfg.checkout_lease_s = 20;
-    cfg.pay_timeout_ms = 20 * 1000 - RSV_LEASE_MARGIN_MS; /* exactly the margin */
+    cfg.pay_timeout_ms = (20 * 1000 - RSV_LEASE_MARGIN_MS) / 2; /* exactly the margin */
     assert_int_equal(rsv_config_check(&cfg, err, sizeof(err)), 0);
     cfg.pay_timeout_ms++;
     assert_int_equal(rsv_config_check(&cfg, err, sizeof(err)), -1);
