@@ -110,6 +110,53 @@ local function flowing(c, st, now)
                not (c.closes_at and now >= num(c.closes_at, 0))
 end
 
+-- The room's phases (gw_sched.h): cfg field phz, '<starts_ms>,<rate>,<max_active>,<0|1>,<name>;...'
+-- in start order. Returns the phase in force at t (the last one started by then) as
+-- {start, rate, maxa, code ('0'|'1'), name}, or nil before the first (or without a
+-- schedule: the room's own rate_per_minute and max_active rule), and when the next starts.
+local function phase_at(phz, t)
+    local cur, nxt = nil, nil
+    if phz == nil or phz == '' then
+        return nil, nil
+    end
+    for a, r, m, c, name in string.gmatch(phz, '(%d+),(%d+),(%d+),([01]),([^;]+)') do
+        a = tonumber(a)
+        if a <= t then
+            cur = {start = a, rate = tonumber(r), maxa = tonumber(m), code = c, name = name}
+        elseif nxt == nil then
+            nxt = a
+        end
+    end
+    return cur, nxt
+end
+
+-- The rate and max_active in force at t: the phase's, or the room's own.
+local function rule_at(c, phz, t)
+    local p = phase_at(phz, t)
+    if p then
+        return p.rate, p.maxa, p
+    end
+    return num(c.rate_per_minute, 0), num(c.max_active, 0), nil
+end
+
+-- Admissions accrued over (since, now] at the rate of each phase in force in turn, so a
+-- gateway that last ticked before a transition never credits the new phase's time at
+-- the old phase's rate, nor the other way round.
+local function accrue(c, phz, since, now)
+    local total, t = 0, since
+    while t < now do
+        local rate = rule_at(c, phz, t)
+        local _, nxt = phase_at(phz, t)
+        local stop = now
+        if nxt and nxt < now then
+            stop = nxt
+        end
+        total = total + rate * (stop - t) / 60000
+        t = stop
+    end
+    return total
+end
+
 -- Drops lapsed shoppers (score <= now) and returns how many are still active.
 local function active_count(now)
     redis.call('ZREMRANGEBYSCORE', K.active, '-inf', now)
