@@ -311,10 +311,17 @@ static void on_unlisted(const char *err, const cm_redis_reply_t *reply, void *ar
 {
     admin_op_t *op = arg;
     gw_rediskeys_t keys;
-    const char *argv[GW_K_COUNT];
+    static const char *const tails[] = {GW_KEY_HOLDERS, GW_KEY_BATCHES, GW_KEY_USES,
+                                        GW_KEY_REVOKED};
+    char extra[4][GW_KEY_MAX];
+    const char *argv[GW_K_COUNT + 4];
     int argc = gw_rediskeys_argv(op->event, &keys, argv);
-    if (err != NULL || cm_redis_eval(op->r.srv->redis, gw_lua()->remove, on_deleted, op, GW_K_COUNT,
-                                     argc, argv, NULL) != 0) {
+    for (int i = 0; i < 4; i++) {
+        gw_rediskeys_extra(op->event, tails[i], extra[i]);
+        argv[argc++] = extra[i];
+    }
+    if (err != NULL || cm_redis_eval(op->r.srv->redis, gw_lua()->remove, on_deleted, op, argc, argc,
+                                     argv, NULL) != 0) {
         gw_reply_unavailable(&op->r, "deleting the waiting room", err ? err : cm_err_closed);
         op_free(op);
     }

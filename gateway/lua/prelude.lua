@@ -64,59 +64,13 @@ local function load_cfg()
     return c
 end
 
--- Opens the room once now >= opens_at: the pre-queue (a zset ordered by each member's
--- random score, drawn at its join, or by arrival in fifo mode) is frozen and its members
--- own numbers 1..k by rank; everyone after joins FIFO from k+1. O(1) whatever k is: no
--- member is touched (lookup.lua reads a member's rank when the fan next polls).
--- Idempotent: the first caller past opens_at does it.
--- What every join reads and checks first (join.lua, join_batch.lua): the room's join
--- settings (HMGET of only those fields) and now, or the reply that refuses the whole call
--- ({'unknown'}, {'sold_out'}, {'closed'}, {'not_open', prequeue_at}).
-local function join_gate()
-    local cf = redis.call('HMGET', K.cfg, 'gen', 'sold_out', 'closes_at', 'prequeue_at',
-                          'opens_at', 'mode', 'max_prequeue')
-    if not cf[1] then
-        return nil, nil, {'unknown'}
-    end
-    local c = {gen = cf[1], sold_out = cf[2], closes_at = cf[3], prequeue_at = cf[4],
-               opens_at = cf[5], mode = cf[6], max_prequeue = cf[7]}
-    if c.sold_out == '1' then
-        return nil, nil, {'sold_out'}
-    end
-    local now = now_ms()
-    if c.closes_at and now >= num(c.closes_at, 0) then
-        return nil, nil, {'closed'}
-    end
-    if c.prequeue_at and now < num(c.prequeue_at, 0) then
-        return nil, nil, {'not_open', c.prequeue_at}
-    end
-    return c, now, nil
-end
-
-local function open_room(c, st, now)
-    if st.opened == '1' or now < num(c.opens_at, 0) then
-        return
-    end
-    local k = redis.call('ZCARD', K.pre)
-    local n = math.max(k, num(redis.call('GET', K.n), 0))
-    redis.call('SET', K.n, n)
-    redis.call('HSET', K.st, 'opened', 1, 'pk', k, 'last', now, 'credit', 0)
-    st.opened, st.pk, st.last, st.credit = '1', tostring(k), now, '0'
-end
-
--- True while admissions flow: open, not paused, not sold out, not closed.
-local function flowing(c, st, now)
-    return st.opened == '1' and c.paused ~= '1' and c.sold_out ~= '1' and
-               not (c.closes_at and now >= num(c.closes_at, 0))
-end
-
 -- The room's phases (gw_sched.h): cfg field phz, '<starts_ms>,<rate>,<max_active>,<0|1>,<name>;...'
 -- in start order. Returns the phase in force at t (the last one started by then) as
 -- {start, rate, maxa, code ('0'|'1'), name}, or nil before the first (or without a
 -- schedule: the room's own rate_per_minute and max_active rule), and when the next starts.
 local function phase_at(phz, t)
     local cur, nxt = nil, nil
-    if phz == nil or phz == '' then
+    if not phz or phz == '' then
         return nil, nil
     end
     for a, r, m, c, name in string.gmatch(phz, '(%d+),(%d+),(%d+),([01]),([^;]+)') do
@@ -155,6 +109,60 @@ local function accrue(c, phz, since, now)
         t = stop
     end
     return total
+end
+
+-- Opens the room once now >= opens_at: the pre-queue (a zset ordered by each member's
+-- random score, drawn at its join, or by arrival in fifo mode) is frozen and its members
+-- own numbers 1..k by rank; everyone after joins FIFO from k+1. O(1) whatever k is: no
+-- member is touched (lookup.lua reads a member's rank when the fan next polls).
+-- Idempotent: the first caller past opens_at does it.
+-- What every join reads and checks first (join.lua, join_batch.lua): the room's join
+-- settings (HMGET of only those fields) and now, or the reply that refuses the whole call
+-- ({'unknown'}, {'sold_out'}, {'closed'}, {'not_open', prequeue_at}).
+-- The phase a join is placed under (gw_sched.h): the one in force at now, or at the
+-- opening for a join before it (the pre-queue's fans are let in from then). Without a code
+-- (coded false), a join whose phase requires one is refused ({'code_required', name}):
+-- join.lua with a code checks it against that phase itself (c.phase).
+local function join_gate(coded)
+    local cf = redis.call('HMGET', K.cfg, 'gen', 'sold_out', 'closes_at', 'prequeue_at',
+                          'opens_at', 'mode', 'max_prequeue', 'phz')
+    if not cf[1] then
+        return nil, nil, {'unknown'}
+    end
+    local c = {gen = cf[1], sold_out = cf[2], closes_at = cf[3], prequeue_at = cf[4],
+               opens_at = cf[5], mode = cf[6], max_prequeue = cf[7], phz = cf[8]}
+    if c.sold_out == '1' then
+        return nil, nil, {'sold_out'}
+    end
+    local now = now_ms()
+    if c.closes_at and now >= num(c.closes_at, 0) then
+        return nil, nil, {'closed'}
+    end
+    if c.prequeue_at and now < num(c.prequeue_at, 0) then
+        return nil, nil, {'not_open', c.prequeue_at}
+    end
+    c.phase = phase_at(c.phz, math.max(now, num(c.opens_at, 0)))
+    if not coded and c.phase and c.phase.code == '1' then
+        return nil, nil, {'code_required', c.phase.name}
+    end
+    return c, now, nil
+end
+
+local function open_room(c, st, now)
+    if st.opened == '1' or now < num(c.opens_at, 0) then
+        return
+    end
+    local k = redis.call('ZCARD', K.pre)
+    local n = math.max(k, num(redis.call('GET', K.n), 0))
+    redis.call('SET', K.n, n)
+    redis.call('HSET', K.st, 'opened', 1, 'pk', k, 'last', now, 'credit', 0)
+    st.opened, st.pk, st.last, st.credit = '1', tostring(k), now, '0'
+end
+
+-- True while admissions flow: open, not paused, not sold out, not closed.
+local function flowing(c, st, now)
+    return st.opened == '1' and c.paused ~= '1' and c.sold_out ~= '1' and
+               not (c.closes_at and now >= num(c.closes_at, 0))
 end
 
 -- Drops lapsed shoppers (score <= now) and returns how many are still active.
