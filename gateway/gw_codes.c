@@ -30,6 +30,7 @@ typedef struct codes_op {
     unsigned batch;
     int64_t asked; /* revoke: codes named */
     int64_t bad;   /* revoke: codes that are not this room's */
+    json_t *body;  /* revoke: the request's body while the room is read */
 } codes_op_t;
 
 static codes_op_t *op_new(gw_server_t *srv, cm_req_t *req, const char *event)
@@ -417,26 +418,17 @@ static int revoke_args(codes_op_t *op, const gw_room_t *room, const json_t *body
     return n;
 }
 
-void gw_codes_revoke(gw_server_t *srv, cm_req_t *req, const char *event)
+static void on_room_to_revoke(const char *err, gw_room_t *room, void *arg)
 {
-    codes_op_t *op = op_new(srv, req, event);
-    json_t *body = cm_http_read_json(req, (size_t)srv->cfg.server.max_body_bytes, NULL, NULL);
-    if (body == NULL) {
-        gw_req_replied(&op->r);
-        free(op);
-        return;
-    }
-    gw_room_t *room = gw_rooms_find(srv->rooms, event);
-    if (srv->code_secret == NULL) {
+    codes_op_t *op = arg;
+    json_t *body = op->body;
+    op->body = NULL;
+    if (err != NULL || room == NULL) {
+        if (err != NULL)
+            gw_reply_unavailable(&op->r, "loading the waiting room", err);
+        else
+            gw_reply_error(&op->r, 404, "unknown_event", "no waiting room for this event", NULL);
         json_decref(body);
-        gw_reply_error(&op->r, 409, "codes_unavailable",
-                       "this gateway has no code_secret_file: it cannot check codes", NULL);
-        free(op);
-        return;
-    }
-    if (room == NULL || !room->present) {
-        json_decref(body);
-        gw_reply_error(&op->r, 404, "unknown_event", "no waiting room for this event", NULL);
         free(op);
         return;
     }
@@ -457,4 +449,24 @@ void gw_codes_revoke(gw_server_t *srv, cm_req_t *req, const char *event)
     }
     free(args);
     free(text);
+}
+
+void gw_codes_revoke(gw_server_t *srv, cm_req_t *req, const char *event)
+{
+    codes_op_t *op = op_new(srv, req, event);
+    json_t *body = cm_http_read_json(req, (size_t)srv->cfg.server.max_body_bytes, NULL, NULL);
+    if (body == NULL) {
+        gw_req_replied(&op->r);
+        free(op);
+        return;
+    }
+    if (srv->code_secret == NULL) {
+        json_decref(body);
+        gw_reply_error(&op->r, 409, "codes_unavailable",
+                       "this gateway has no code_secret_file: it cannot check codes", NULL);
+        free(op);
+        return;
+    }
+    op->body = body;
+    gw_watermark_refresh(srv, event, on_room_to_revoke, op);
 }

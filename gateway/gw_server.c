@@ -319,6 +319,11 @@ static void worker_new(void *arg, cm_service_t *svc, int i, void *instance, char
         srv->jwks = first->jwks;
         srv->limit = first->limit;
         srv->pow = first->pow;
+        srv->code_secret = first->code_secret; /* borrowed, like the ticket keys */
+        srv->code_secret_len = first->code_secret_len;
+        srv->code_tries = first->code_tries;
+        srv->code_failures = first->code_failures;
+        srv->code_lock_ms = first->code_lock_ms;
     }
     cm_svc_worker_spec_t spec = {endpoint_names, GW_EP_COUNT, backends, srv,
                                  "Redis is unreachable"};

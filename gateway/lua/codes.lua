@@ -37,7 +37,7 @@ if op == 'issue' then
     local batch = last + 1
     redis.call('HSET', KEYS[12], 'next', batch, 'serials', base + count, batch,
                base .. ':' .. count .. ':' .. uses .. ':0:' .. phase)
-    return {'issued', batch, base}
+    return {'issued', tostring(batch), tostring(base)}
 end
 if op == 'get' then
     local meta = redis.call('HGET', KEYS[12], ARGV[2])
@@ -69,4 +69,4 @@ for i = 2, #ARGV - 1, 2 do
         n = n + 1
     end
 end
-return {'revoked', n, m}
+return {'revoked', tostring(n), tostring(m)}
