@@ -200,6 +200,31 @@ static void reply_json_text(place_op_t *op, const char *body, int n)
     op_free(op);
 }
 
+/* The phase part of the page (gw_page_info_t): what is in force on Redis time, its text,
+ * what comes next, and whether a join now needs a code (the phase of a pre-queue join is
+ * the one at the opening, as join.lua judges it). */
+static void phase_info(const gw_room_t *room, gw_page_info_t *info)
+{
+    const gw_sched_t *s = &room->s.sched;
+    if (s->n == 0)
+        return;
+    int64_t now = gw_watermark_now_ms(room), next = 0;
+    int at = gw_sched_at(s, now, &next);
+    int join_at = gw_sched_at(s, now > room->s.opens_at ? now : room->s.opens_at, NULL);
+    info->needs_code = join_at >= 0 && s->p[join_at].requires_code;
+    bool over = room->s.closes_at > 0 && now >= room->s.closes_at;
+    if (at >= 0) {
+        info->phase_name = s->p[at].name;
+        info->phase_text = over ? s->p[s->n - 1].text_after : s->p[at].text_during;
+    } else {
+        info->phase_text = s->p[0].text_before;
+    }
+    if (next > 0 && !over) {
+        info->next_phase_ms = next;
+        info->next_text = s->p[at + 1].text_before;
+    }
+}
+
 /* The queue page for op's room; state and numbers as gw_page_info_t describes. */
 static void reply_page(place_op_t *op, gw_room_t *room, gw_page_state_t state, int64_t position,
                        int64_t eta, int64_t poll)
@@ -214,6 +239,8 @@ static void reply_page(place_op_t *op, gw_room_t *room, gw_page_state_t state, i
         .opens_at_ms = room ? room->s.opens_at : 0,
         .pow = room && room->s.pow,
     };
+    if (room != NULL)
+        phase_info(room, &info);
     char ch[GW_POW_CHALLENGE_LEN + 1];
     int64_t expires;
     if (info.pow && op->fresh && state == GW_PAGE_NEW) { /* the script solves it at once */

@@ -118,3 +118,43 @@ class Schedule(gwstack.GatewayTestCase):
         r = self.GS.admin("GET", f"/admin/events/{ev}")
         got = r.json["phases"]
         self.assertEqual(got, [])
+
+
+class Page(gwstack.GatewayTestCase):
+    def test_the_queue_page_shows_the_phase_and_asks_for_the_code(self):
+        t = time.time()
+        ev = self.new_room(rate_per_minute=600, phases=[
+            phase("presale", t - 10, 600, requires_code=True,
+                  text_during="Code holders <first>"),
+            phase("general", t + 3600, 600, text_before="Everyone from noon")])
+        r = self.c.get(f"/q/{ev}")
+        self.assertStatus(r, 200)
+        html = r.body.decode()
+        self.assertIn('<strong id="phase-name">presale</strong>', html)
+        self.assertIn("Code holders &lt;first&gt;", html)
+        self.assertIn("Everyone from noon", html)
+        self.assertIn(f'<form id="code-form" method="post" action="/q/{ev}/join" >', html)
+        self.assertIn('data-needs-code="1"', html)
+        self.assertNotIn("unsafe-inline", r.headers["content-security-policy"])
+        # the form without JavaScript: a code is a place (303 to the page), a typo is a page
+        # that says what is wrong and takes nothing
+        b = self.GS.admin("POST", f"/admin/events/{ev}/codes",
+                          {"phase": "presale", "count": 2})
+        self.assertStatus(b, 201)
+        codes = self.GS.admin("GET", f"/admin/events/{ev}/codes/1.csv").body.decode()
+        code = codes.split("\r\n")[1].split(",")[0]
+        form = {"Content-Type": "application/x-www-form-urlencoded"}
+        bad = self.c.post(f"/q/{ev}/join", raw=b"code=AAAA-AAAA", headers=form)
+        self.assertEqual(bad.status, 400, repr(bad))
+        self.assertIn("text/html", bad.headers["content-type"])
+        self.assertIn("this is not a presale code", bad.body.decode())
+        self.assertIn(f'<form id="code-form" method="post" action="/q/{ev}/join" >',
+                      bad.body.decode())
+        ok = self.c.post(f"/q/{ev}/join", raw=f"code={code}".encode(), headers=form)
+        self.assertEqual(ok.status, 303, repr(ok))
+        self.assertIn("set-cookie", ok.headers)
+        # without a schedule the page has no phase and no code field
+        plain = self.new_room(rate_per_minute=600)
+        html = self.c.get(f"/q/{plain}").body.decode()
+        self.assertIn('<div class="phase" id="phase" hidden>', html)
+        self.assertIn('data-needs-code="0"', html)
