@@ -770,18 +770,27 @@ static void take_place(place_op_t *op);
 
 /* A room with pow on takes a new place only with a valid proof (its used-mark follows). */
 /* Refuses a join for its code (the form's page shows the error). Frees op. */
-static void refuse_code(place_op_t *op, int status, const char *error, const char *message)
+static void refuse_code_after(place_op_t *op, int status, const char *error, const char *message,
+                              int retry_s)
 {
     cm_http_add_header(op->r.svc.req, "Cache-Control", "no-store");
     if (op->form) {
         json_t *body = json_pack("{s:s, s:s}", "error", error, "message", message);
+        if (retry_s > 0)
+            json_object_set_new(body, "retry_after_seconds", json_integer(retry_s));
         gw_page_queue_answer(op->r.svc.req, status, body); /* steals body */
         gw_req_replied(&op->r);
         op_free(op);
         return;
     }
-    gw_reply_error(&op->r, status, error, message, NULL);
+    gw_reply_error(&op->r, status, error, message,
+                   retry_s > 0 ? json_pack("{s:i}", "retry_after_seconds", retry_s) : NULL);
     op_free(op);
+}
+
+static void refuse_code(place_op_t *op, int status, const char *error, const char *message)
+{
+    refuse_code_after(op, status, error, message, 0);
 }
 
 /* An unknown or malformed code: one more against the gateway's budget of failures
@@ -812,7 +821,8 @@ static int check_code(place_op_t *op, gw_room_t *room)
         snprintf(ra, sizeof(ra), "%d", wait);
         cm_http_add_header(op->r.svc.req, "Retry-After", ra);
         cm_counter_inc(srv->m->queue.rate_limited);
-        refuse_code(op, 429, "rate_limited", "too many presale codes tried; retry later");
+        refuse_code_after(op, 429, "rate_limited", "too many presale codes tried; retry later",
+                          wait);
         return -1;
     }
     if (gw_code_parse(op->ctext, strlen(op->ctext), &op->cd) != 0) {
