@@ -306,7 +306,8 @@ static void reply_queued(place_op_t *op, gw_room_t *room)
     int64_t eta = gw_watermark_eta_s(ahead, rate);
     int64_t poll =
         gw_watermark_poll_eta_ms(ahead, rate, srv->cfg.poll_min_ms, srv->cfg.poll_max_ms, rnd32());
-    poll = gw_watermark_poll_cap(poll, position, room->s.rate_per_minute,
+    poll = gw_watermark_poll_cap(poll, position,
+                                 gw_settings_rate_at(&room->s, gw_watermark_now_ms(room)),
                                  room->s.noshow_grace_seconds);
     if (op->page) {
         reply_page(op, room, GW_PAGE_QUEUED, position, eta, poll);

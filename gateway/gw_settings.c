@@ -220,6 +220,18 @@ void gw_settings_set(gw_settings_t *s, const char *name, const char *v)
         s->updated_ms = to_i64(v, 0);
 }
 
+int64_t gw_settings_rate_at(const gw_settings_t *s, int64_t now_ms)
+{
+    int at = gw_sched_at(&s->sched, now_ms, NULL);
+    return at >= 0 ? s->sched.p[at].rate_per_minute : s->rate_per_minute;
+}
+
+int64_t gw_settings_max_active_at(const gw_settings_t *s, int64_t now_ms)
+{
+    int at = gw_sched_at(&s->sched, now_ms, NULL);
+    return at >= 0 ? s->sched.p[at].max_active : s->max_active;
+}
+
 static json_t *time_json(int64_t ms)
 {
     char buf[32];

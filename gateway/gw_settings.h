@@ -68,6 +68,11 @@ void gw_settings_set(gw_settings_t *s, const char *name, const char *value);
 /** The settings as docs/api.md shows them (RFC 3339 times, null when unset). New reference. */
 json_t *gw_settings_json(const gw_settings_t *s);
 
+/** The rate_per_minute and max_active in force at now_ms (Redis time): those of the phase
+ *  then in force (gw_sched.h), or the room's own before the first phase / without one. */
+int64_t gw_settings_rate_at(const gw_settings_t *s, int64_t now_ms);
+int64_t gw_settings_max_active_at(const gw_settings_t *s, int64_t now_ms);
+
 /** The decimal text of a room generation and back (0 / -1). */
 void gw_settings_gen_text(uint64_t gen, char out[21]);
 __attribute__((warn_unused_result)) int gw_settings_gen_parse(const char *s, uint64_t *out);
