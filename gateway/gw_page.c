@@ -543,7 +543,7 @@ static char *render(const gw_page_info_t *info, page_state_t st, size_t *len, ch
         {"pow", info->pow ? "1" : "0"},
         {"pow_challenge", info->pow_challenge ? info->pow_challenge : ""},
         {"pow_bits", v.pow_bits},
-        {"hidden_pow_form", info->pow ? "hidden" : ""},
+        {"hidden_pow_form", info->pow || info->needs_code ? "hidden" : ""}, /* or the code's */
         {"hidden_pow_note", info->pow ? "" : "hidden"},
         {"handoff_action", v.action ? v.action : ""},
         {"handoff_token", v.action && info->admission_token ? info->admission_token : ""},
@@ -568,6 +568,7 @@ static char *render(const gw_page_info_t *info, page_state_t st, size_t *len, ch
         {"hidden_next_phase", next_at[0] ? "" : "hidden"},
         {"needs_code", info->needs_code ? "1" : "0"},
         {"hidden_code", info->needs_code && st == ST_NEW ? "" : "hidden"},
+        {"hidden_joining", info->needs_code && st == ST_NEW ? "hidden" : ""},
         {"code_error", info->code_error ? info->code_error : ""},
         {"hidden_code_error", info->code_error ? "" : "hidden"},
     };

@@ -179,6 +179,9 @@ static void test_phase_and_code_field(void **s)
     assert_has(html, "General sale &quot;at noon&quot;");
     assert_has(html, "<form id=\"code-form\" method=\"post\" action=\"/q/e1/join\" >");
     assert_has(html, "data-needs-code=\"1\"");
+    /* the plain join button (no code) is not offered, nor "getting you a place" said */
+    assert_has(html, "<div hidden><form id=\"join-form\"");
+    assert_has(html, "<p class=\"lead\" id=\"joining\" hidden>");
     free(html);
 
     in.state = GW_PAGE_QUEUED; /* a fan with a place is not asked again */
@@ -406,7 +409,7 @@ static void test_terminal_and_unknown(void **s)
     assert_has(html, "data-state=\"new\"");
     assert_has(html, "content=\"3600\"");
     assert_has(html, "<p hidden>JavaScript is off");
-    assert_has(html, "<form method=\"post\" action=\"/q/e1/join\">");
+    assert_has(html, "<form id=\"join-form\" method=\"post\" action=\"/q/e1/join\">");
     free(html);
     in.state = GW_PAGE_QUEUED;
     in.position = 9;
@@ -606,13 +609,13 @@ static void test_pow(void **s)
     char *html = render(&in);
     assert_has(html, "data-pow=\"1\"");
     assert_has(html, "data-pow-challenge=\"AQ-_x\" data-pow-bits=\"17\"");
-    assert_has(html, "<div hidden><form method=\"post\" action=\"/q/e1/join\">");
+    assert_has(html, "<div hidden><form id=\"join-form\" method=\"post\" action=\"/q/e1/join\">");
     assert_has(html, "<p >To keep ticket bots out");
     free(html);
     in.pow = false;
     html = render(&in);
     assert_has(html, "data-pow=\"0\"");
-    assert_has(html, "<div ><form method=\"post\" action=\"/q/e1/join\">");
+    assert_has(html, "<div ><form id=\"join-form\" method=\"post\" action=\"/q/e1/join\">");
     assert_has(html, "<p hidden>To keep ticket bots out");
     free(html);
     char *csp = gw_page_csp(&in);
