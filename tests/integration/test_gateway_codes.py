@@ -23,7 +23,9 @@ def phase(name, at, rate, **kw):
     return dict(name=name, starts_at=rfc3339(at), rate_per_minute=rate, **kw)
 
 
-class Codes(gwstack.GatewayTestCase):
+class CodeHelpers(gwstack.GatewayTestCase):
+    """Rooms with a presale phase, their codes, joins with a code (no tests of its own)."""
+
     def presale_room(self, **kw):
         t = time.time()
         phases = kw.pop("phases", [phase("presale", t - 60, 6000, requires_code=True),
@@ -49,6 +51,8 @@ class Codes(gwstack.GatewayTestCase):
     def join_code(self, ev, code, client=None, **kw):
         return (client or self.c).post(f"/q/{ev}/join", headers={"Onsale-Code": code}, **kw)
 
+
+class Codes(CodeHelpers):
     def test_issue_export_and_list(self):
         ev = self.presale_room()
         b = self.issue(ev, count=1_500_000, uses=2)  # cheap: nothing per code is stored
@@ -194,6 +198,33 @@ class Codes(gwstack.GatewayTestCase):
             time.sleep(0.3)
         self.assertIn("early", got, "the general phase did not admit the early fan")
         self.assertGreaterEqual(got["early"], general - 0.5)
+
+
+class CodesWithProofOfWork(CodeHelpers):
+    """A room with pow on: a join carries its proof and its code; the code's keys come
+    before the proof's in join.lua's KEYS, and a replayed proof spends no use."""
+
+    def test_a_code_and_a_proof_together(self):
+        import stack
+        ev = self.presale_room(pow=True)
+        self.issue(ev, count=2)
+        codes = self.codes(ev, 1)
+
+        def proof():
+            ch = self.c.get(f"/q/{ev}/challenge").json
+            return f"{ch['challenge']}.{stack.pow_example.solve(ch['challenge'], ch['difficulty'])}"
+
+        self.assertStatus(self.join_code(ev, codes[0]), 428, "pow_required")
+        p = proof()
+        r = self.c.post(f"/q/{ev}/join", headers={"Onsale-Code": codes[0], "Onsale-Pow": p})
+        self.assertStatus(r, 201)
+        again = self.c.post(f"/q/{ev}/join", headers={"Onsale-Code": codes[1], "Onsale-Pow": p})
+        self.assertStatus(again, 409, "pow_replayed")
+        # the replayed proof took no use of the second code
+        r = self.c.post(f"/q/{ev}/join", headers={"Onsale-Code": codes[1], "Onsale-Pow": proof()})
+        self.assertStatus(r, 201)
+        self.assertStatus(self.c.post(f"/q/{ev}/join", headers={
+            "Onsale-Code": codes[1], "Onsale-Pow": proof()}), 409, "code_used_up")
 
 
 class Guessing(gwstack.GatewayTestCase):
