@@ -1147,13 +1147,14 @@ static int read_code(place_op_t *op)
         h = buf;
     if (h == NULL || h[0] == '\0')
         return 0;
-    if (strlen(h) > GW_CODE_INPUT_MAX) {
+    size_t n = strlen(h);
+    if (n > GW_CODE_INPUT_MAX) {
         gw_reply_error(&op->r, 400, "code_malformed",
                        "a presale code is 17 characters (hyphens and spaces aside)", NULL);
         op_free(op);
         return -1;
     }
-    snprintf(op->ctext, sizeof(op->ctext), "%s", h);
+    memcpy(op->ctext, h, n + 1);
     op->coded = true;
     return 0;
 }
