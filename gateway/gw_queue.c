@@ -599,6 +599,8 @@ static void placed(place_op_t *op, const gw_join_result_t *res)
         return;
     }
     cm_counter_inc(srv->m->queue.joins);
+    if (op->coded)
+        cm_counter_inc(srv->m->queue.codes[GW_CODE_PLACED]);
     if (op->proof.issuer[0])
         gw_pow_count_join(srv->pow, cm_time_mono_ns() / 1000000);
     if (op->form) {
@@ -671,15 +673,19 @@ static void join_done(void *arg, const char *err, const gw_join_result_t *res)
                     "this phase of the sale is for presale code holders: join with your code");
         return;
     case GW_JOIN_CODE_UNKNOWN:
+        cm_counter_inc(srv->m->queue.codes[GW_CODE_UNKNOWN]);
         refuse_code(op, 403, "code_unknown", "no such presale code for this waiting room");
         return;
     case GW_JOIN_CODE_REVOKED:
+        cm_counter_inc(srv->m->queue.codes[GW_CODE_REVOKED]);
         refuse_code(op, 403, "code_revoked", "this presale code has been revoked");
         return;
     case GW_JOIN_CODE_USED_UP:
+        cm_counter_inc(srv->m->queue.codes[GW_CODE_USED_UP]);
         refuse_code(op, 409, "code_used_up", "this presale code has placed all the fans it may");
         return;
     case GW_JOIN_CODE_WRONG_PHASE:
+        cm_counter_inc(srv->m->queue.codes[GW_CODE_WRONG_PHASE]);
         refuse_code(op, 409, "code_wrong_phase",
                     "this presale code is for another phase of the sale than the one now");
         return;
@@ -821,13 +827,14 @@ static int check_code(place_op_t *op, gw_room_t *room)
         char ra[16];
         snprintf(ra, sizeof(ra), "%d", wait);
         cm_http_add_header(op->r.svc.req, "Retry-After", ra);
-        cm_counter_inc(srv->m->queue.rate_limited);
+        cm_counter_inc(srv->m->queue.codes[GW_CODE_LIMITED]);
         refuse_code_after(op, 429, "rate_limited", "too many presale codes tried; retry later",
                           wait);
         return -1;
     }
     if (gw_code_parse(op->ctext, strlen(op->ctext), &op->cd) != 0) {
         count_failure(srv, now);
+        cm_counter_inc(srv->m->queue.codes[GW_CODE_MALFORMED]);
         refuse_code(op, 400, "code_malformed",
                     "this is not a presale code: check each character (17, hyphens aside)");
         return -1;
@@ -835,6 +842,7 @@ static int check_code(place_op_t *op, gw_room_t *room)
     if (srv->code_secret == NULL ||
         !gw_code_genuine(srv->code_secret, srv->code_secret_len, op->event, room->s.gen, &op->cd)) {
         count_failure(srv, now);
+        cm_counter_inc(srv->m->queue.codes[GW_CODE_UNKNOWN]);
         refuse_code(op, 403, "code_unknown", "no such presale code for this waiting room");
         return -1;
     }
@@ -1208,4 +1216,10 @@ void gw_queue_metrics_register(gw_queue_metrics_t *qm, cm_metrics_t *reg)
                            "requests with a missing or invalid queue ticket", NULL);
     qm->rate_limited = cm_metrics_counter(reg, "onsale_gateway_rate_limited_total",
                                           "joins refused by the per-address limit", NULL);
+    static const char *const outcomes[] = {"placed",  "malformed",   "unknown", "revoked",
+                                           "used_up", "wrong_phase", "limited"};
+    cm_metrics_counters(reg, "onsale_gateway_codes_total",
+                        "joins with a presale code, by outcome (guessing shows as unknown, "
+                        "malformed and limited)",
+                        "outcome", outcomes, sizeof(outcomes) / sizeof(outcomes[0]), qm->codes);
 }

@@ -166,6 +166,13 @@ class Codes(CodeHelpers):
         self.assertStatus(self.join_code(ev, mine[0]), 403, "code_revoked")
         self.assertEqual(self.issue(ev, count=1)["batch"], 3)
         self.assertStatus(self.join_code(ev, self.codes(ev, 3)[0]), 201)
+        # every outcome is counted (one gateway's /metrics: these joins all went to it)
+        metrics = self.a.get("/metrics").body.decode()
+        for outcome in ("placed", "malformed", "unknown", "revoked", "wrong_phase"):
+            line = next((ln for ln in metrics.splitlines() if ln.startswith(
+                f'onsale_gateway_codes_total{{outcome="{outcome}"}}')), None)
+            self.assertIsNotNone(line, outcome)
+            self.assertGreaterEqual(float(line.split()[-1]), 1, line)
 
     def test_a_code_phase_admits_only_its_holders(self):
         t = time.time()
