@@ -567,6 +567,7 @@ static char *render(const gw_page_info_t *info, page_state_t st, size_t *len, ch
         {"next_text", info->next_text ? info->next_text : ""},
         {"hidden_next_phase", next_at[0] ? "" : "hidden"},
         {"needs_code", info->needs_code ? "1" : "0"},
+        {"phases", info->phases_json ? info->phases_json : "[]"},
         {"hidden_code", info->needs_code && st == ST_NEW ? "" : "hidden"},
         {"hidden_joining", info->needs_code && st == ST_NEW ? "hidden" : ""},
         {"code_error", info->code_error ? info->code_error : ""},

@@ -59,6 +59,10 @@ typedef struct gw_page_info {
     int64_t next_phase_ms;
     bool needs_code;
     const char *code_error; /* a form join's code was refused: why (shown by the field) */
+    /* the schedule for the page's script, which follows transitions on its own clock
+     * (corrected by the Date header): a JSON array of {n: name, s: starts ms, b:
+     * text_before, d: text_during, c: requires_code}; NULL = none */
+    const char *phases_json;
 } gw_page_info_t;
 
 /** Longest meta-refresh / poll interval the page uses, in seconds. */

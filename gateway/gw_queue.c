@@ -225,6 +225,24 @@ static void phase_info(const gw_room_t *room, gw_page_info_t *info)
     }
 }
 
+/* The schedule for the page's script (gw_page_info_t.phases_json); NULL without one. Caller
+ * frees. */
+static char *phases_json(const gw_room_t *room)
+{
+    const gw_sched_t *s = &room->s.sched;
+    if (s->n == 0)
+        return NULL;
+    json_t *arr = json_array();
+    for (size_t i = 0; i < s->n; i++)
+        json_array_append_new(arr,
+                              json_pack("{s:s, s:I, s:s, s:s, s:b}", "n", s->p[i].name, "s",
+                                        (json_int_t)s->p[i].starts_ms, "b", s->p[i].text_before,
+                                        "d", s->p[i].text_during, "c", s->p[i].requires_code));
+    char *out = json_dumps(arr, JSON_COMPACT);
+    json_decref(arr);
+    return out;
+}
+
 /* The queue page for op's room; state and numbers as gw_page_info_t describes. */
 static void reply_page(place_op_t *op, gw_room_t *room, gw_page_state_t state, int64_t position,
                        int64_t eta, int64_t poll)
@@ -239,8 +257,11 @@ static void reply_page(place_op_t *op, gw_room_t *room, gw_page_state_t state, i
         .opens_at_ms = room ? room->s.opens_at : 0,
         .pow = room && room->s.pow,
     };
-    if (room != NULL)
+    char *phases = NULL;
+    if (room != NULL) {
         phase_info(room, &info);
+        info.phases_json = phases = phases_json(room);
+    }
     char ch[GW_POW_CHALLENGE_LEN + 1];
     int64_t expires;
     if (info.pow && op->fresh && state == GW_PAGE_NEW) { /* the script solves it at once */
@@ -250,6 +271,7 @@ static void reply_page(place_op_t *op, gw_room_t *room, gw_page_state_t state, i
     if (!op->fresh && op->ticket[0])
         gw_ticket_set_cookie(op->r.svc.req, op->event, op->ticket);
     gw_page_queue(op->r.svc.req, &info);
+    free(phases);
     gw_req_replied(&op->r);
     op_free(op);
 }

@@ -43,7 +43,7 @@ function parseArgs(argv) {
   const a = {
     url: process.env.ONSALE_GATEWAY_URL, event: process.env.ONSALE_EVENT,
     ca: process.env.ONSALE_CA, redirect: process.env.ONSALE_REDIRECT_URL,
-    mode: 'js', handoff: 'fragment', code: '', timeout: 90, chromium: process.env.CHROMIUM || '/usr/bin/chromium',
+    mode: 'js', handoff: 'fragment', code: '', 'next-phase': '', timeout: 90, chromium: process.env.CHROMIUM || '/usr/bin/chromium',
     out: path.join(HERE, 'out'),
   };
   for (let i = 2; i < argv.length; i += 2) {
@@ -132,6 +132,20 @@ async function queueFlow({ page, context, args, check, consoleErrors, result, de
   check(await page.locator('main').count() === 1, 'a <main> landmark');
   check(await page.locator('header').count() === 1, 'a <header> landmark');
   check(await page.locator('h1').count() === 1, 'one <h1>');
+
+  // A presale phase ending while the fan is asked for a code (--next-phase <name>, js): the
+  // page follows the schedule by itself, names the next phase and, as it needs no code,
+  // takes the place without one.
+  if (args['next-phase']) {
+    await page.locator('#code-form').waitFor({ state: 'visible', timeout: left() });
+    result.phase = (await page.locator('#phase-name').innerText()).trim();
+    await page.waitForFunction((name) => {
+      const e = document.getElementById('phase-name');
+      return e && e.textContent.trim() === name;
+    }, args['next-phase'], { timeout: left() });
+    result.next_phase = (await page.locator('#phase-name').innerText()).trim();
+    check(await page.locator('#code-form').isHidden(), 'the code field goes with its phase');
+  }
 
   // A presale phase (--code): the page names the phase and asks for the code; a typo is
   // refused on the page with its reason and takes nothing; the fan's code takes the place.

@@ -169,7 +169,8 @@ static void test_phase_and_code_field(void **s)
                          .phase_text = "Code holders <b>only</b> & friends",
                          .next_phase_ms = 1796126400000LL,
                          .next_text = "General sale \"at noon\"",
-                         .needs_code = true};
+                         .needs_code = true,
+                         .phases_json = "[{\"n\":\"presale\",\"d\":\"<b>\"}]"};
     char *html = render(&in);
     assert_has(html, "<div class=\"phase\" id=\"phase\" >");
     assert_has(html, "<strong id=\"phase-name\">presale</strong>");
@@ -179,6 +180,9 @@ static void test_phase_and_code_field(void **s)
     assert_has(html, "General sale &quot;at noon&quot;");
     assert_has(html, "<form id=\"code-form\" method=\"post\" action=\"/q/e1/join\" >");
     assert_has(html, "data-needs-code=\"1\"");
+    /* the schedule for the script, escaped in its attribute */
+    assert_has(html, "data-phases=\"[{&quot;n&quot;:&quot;presale&quot;,&quot;d&quot;:"
+                     "&quot;&lt;b&gt;&quot;}]\"");
     /* the plain join button (no code) is not offered, nor "getting you a place" said */
     assert_has(html, "<div hidden><form id=\"join-form\"");
     assert_has(html, "<p class=\"lead\" id=\"joining\" hidden>");
@@ -196,6 +200,7 @@ static void test_phase_and_code_field(void **s)
     assert_has(html, "<p class=\"note\" id=\"phase-next\" hidden>");
     assert_has(html, "<form id=\"code-form\" method=\"post\" action=\"/q/e1/join\" hidden>");
     assert_has(html, "data-needs-code=\"0\"");
+    assert_has(html, "data-phases=\"[]\"");
     free(html);
 }
 
