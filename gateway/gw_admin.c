@@ -15,6 +15,7 @@
 #include "cm_err.h"
 #include "cm_log.h"
 #include "cm_mem.h"
+#include "cm_parse.h"
 #include "cm_time.h"
 #include "cm_tls.h"
 #include "gw_dpop.h"
@@ -114,6 +115,18 @@ static json_t *pow_json(gw_server_t *srv, const gw_room_t *room)
                      (json_int_t)gw_pow_refused(srv->pow));
 }
 
+json_t *gw_admin_phase_json(const gw_settings_t *s, int64_t now_ms)
+{
+    int64_t next = 0;
+    int at = gw_sched_at(&s->sched, now_ms, &next);
+    char when[32] = "";
+    if (next > 0)
+        cm_format_rfc3339(next, when, sizeof(when));
+    json_t *next_at = next > 0 ? json_string(when) : json_null();
+    json_t *name = at >= 0 ? json_string(s->sched.p[at].name) : json_null();
+    return json_pack("{s:o, s:o}", "current", name, "next_at", next_at);
+}
+
 json_t *gw_admin_room_json(gw_server_t *srv, const gw_room_t *room)
 {
     json_t *o = gw_settings_json(&room->s);
@@ -125,6 +138,7 @@ json_t *gw_admin_room_json(gw_server_t *srv, const gw_room_t *room)
     json_object_set_new(stats, "dpop_verified", json_integer((json_int_t)verified));
     json_object_set_new(stats, "dpop_refused", json_integer((json_int_t)refused));
     json_object_set_new(o, "stats", stats);
+    json_object_set_new(o, "phase", gw_admin_phase_json(&room->s, gw_watermark_now_ms(room)));
     return o;
 }
 
@@ -222,19 +236,30 @@ void gw_admin_event_write(gw_server_t *srv, cm_req_t *req, const char *event, bo
     int n = gw_settings_parse(body, partial, srv->cfg.allow_loopback_http, kv, err, sizeof(err));
     if (n > 0 && !partial && json_object_get(body, "pow") == NULL)
         gw_admin_pow_default(kv, n, srv->cfg.pow_new_rooms);
+    /* the schedule: replaced whole when given (or by a PUT), else left as it is */
+    bool sched = !partial || json_object_get(body, "phases") != NULL;
+    gw_sched_t *s = sched ? cm_xmalloc(sizeof(*s)) : NULL;
+    if (n >= 0 && sched &&
+        gw_sched_parse(json_object_get(body, "phases"), s, err, sizeof(err)) != 0)
+        n = -1;
     json_decref(body);
     if (n < 0) {
+        free(s);
         gw_reply_error(&op->r, 400, "invalid_request", err, NULL);
         op_free(op);
         return;
     }
+    char *phases = NULL, *phz = NULL;
+    if (sched)
+        gw_sched_fields(s, &phases, &phz);
+    free(s);
     char gen[21];
     uint64_t g;
     cm_tls_random(&g, sizeof(g));
     g = (g >> 11) | 1; /* 53 bits: exact in Lua numbers and JSON; never 0 */
     gw_settings_gen_text(g, gen);
     gw_rediskeys_t keys;
-    const char *argv[GW_K_COUNT + 2 + 2 * GW_SETTINGS_MAX_FIELDS];
+    const char *argv[GW_K_COUNT + 6 + 2 * GW_SETTINGS_MAX_FIELDS];
     int argc = gw_rediskeys_argv(event, &keys, argv);
     argv[argc++] = partial ? "patch" : "put";
     argv[argc++] = gen;
@@ -242,8 +267,17 @@ void gw_admin_event_write(gw_server_t *srv, cm_req_t *req, const char *event, bo
         argv[argc++] = kv[i].name;
         argv[argc++] = kv[i].value;
     }
-    if (cm_redis_eval(srv->redis, gw_lua()->settings, on_settings, op, GW_K_COUNT, argc, argv,
-                      NULL) != 0) {
+    if (sched) {
+        argv[argc++] = "phases";
+        argv[argc++] = phases;
+        argv[argc++] = "phz";
+        argv[argc++] = phz;
+    }
+    int sent = cm_redis_eval(srv->redis, gw_lua()->settings, on_settings, op, GW_K_COUNT, argc,
+                             argv, NULL);
+    free(phases);
+    free(phz);
+    if (sent != 0) {
         gw_reply_unavailable(&op->r, "saving the settings", cm_err_closed);
         op_free(op);
     }
@@ -277,10 +311,17 @@ static void on_unlisted(const char *err, const cm_redis_reply_t *reply, void *ar
 {
     admin_op_t *op = arg;
     gw_rediskeys_t keys;
-    const char *argv[GW_K_COUNT];
+    static const char *const tails[] = {GW_KEY_HOLDERS, GW_KEY_BATCHES, GW_KEY_USES,
+                                        GW_KEY_REVOKED};
+    char extra[4][GW_KEY_MAX];
+    const char *argv[GW_K_COUNT + 4];
     int argc = gw_rediskeys_argv(op->event, &keys, argv);
-    if (err != NULL || cm_redis_eval(op->r.srv->redis, gw_lua()->remove, on_deleted, op, GW_K_COUNT,
-                                     argc, argv, NULL) != 0) {
+    for (int i = 0; i < 4; i++) {
+        gw_rediskeys_extra(op->event, tails[i], extra[i]);
+        argv[argc++] = extra[i];
+    }
+    if (err != NULL || cm_redis_eval(op->r.srv->redis, gw_lua()->remove, on_deleted, op, argc, argc,
+                                     argv, NULL) != 0) {
         gw_reply_unavailable(&op->r, "deleting the waiting room", err ? err : cm_err_closed);
         op_free(op);
     }

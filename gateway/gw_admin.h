@@ -43,6 +43,11 @@ json_t *gw_admin_stats_json(const gw_room_t *room);
 void gw_admin_pow_default(gw_setting_kv_t *kv, int n, bool on);
 
 /** A room as the admin API shows it: event, settings, stats (with stats.pow; new reference). */
+/** The phase in force at now_ms (Redis time) as the admin API shows it: {current: its name
+ *  or null (no schedule, or before its first phase), next_at: when the next starts or null}.
+ *  New reference. */
+json_t *gw_admin_phase_json(const gw_settings_t *s, int64_t now_ms);
+
 json_t *gw_admin_room_json(gw_server_t *srv, const gw_room_t *room);
 
 #endif

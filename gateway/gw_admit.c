@@ -444,8 +444,14 @@ void gw_admit_serve(gw_req_t *r, gw_room_t *room, const gw_ticket_t *ticket,
     char gen[21], num[24], jti[33];
     unsigned char raw[16];
     gw_rediskeys_t keys;
-    const char *argv[GW_K_COUNT + 4];
-    int argc = gw_rediskeys_argv(room->event, &keys, argv);
+    const char *argv[GW_K_COUNT + 5];
+    char holders[GW_KEY_MAX];
+    int argc = gw_rediskeys_argv(room->event, &keys, argv), nkeys = GW_K_COUNT;
+    if (room->s.sched.n > 0) { /* KEYS[12]: who redeemed a code for which phase (admit.lua) */
+        gw_rediskeys_extra(room->event, GW_KEY_HOLDERS, holders);
+        argv[argc++] = holders;
+        nkeys++;
+    }
     gw_settings_gen_text(room->s.gen, gen);
     snprintf(num, sizeof(num), "%" PRIu64, t->num);
     cm_tls_random(raw, sizeof(raw));
@@ -454,8 +460,7 @@ void gw_admit_serve(gw_req_t *r, gw_room_t *room, const gw_ticket_t *ticket,
     argv[argc++] = num;
     argv[argc++] = t->visitor;
     argv[argc++] = jti;
-    if (cm_redis_eval(srv->redis, gw_lua()->admit, on_admit, op, GW_K_COUNT, argc, argv, NULL) !=
-        0) {
+    if (cm_redis_eval(srv->redis, gw_lua()->admit, on_admit, op, nkeys, argc, argv, NULL) != 0) {
         gw_reply_unavailable(&op->r, "admission", cm_err_closed);
         op_free(op);
     }

@@ -197,6 +197,11 @@ static void on_batch(const char *err, const cm_redis_reply_t *reply, void *arg)
     case GW_JOIN_NOT_OPEN:
     case GW_JOIN_REPLAYED: /* a fan's own words (its mark); as the batch's, told to all */
     case GW_JOIN_PREQUEUE_FULL:
+    case GW_JOIN_CODE_REQUIRED: /* the phase needs a code (joins with one skip batches) */
+    case GW_JOIN_CODE_UNKNOWN:
+    case GW_JOIN_CODE_REVOKED:
+    case GW_JOIN_CODE_USED_UP:
+    case GW_JOIN_CODE_WRONG_PHASE:
         break;
     }
     const cm_redis_reply_t *at = cm_redis_reply_at(reply, 1);

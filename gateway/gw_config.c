@@ -29,6 +29,16 @@ static const cm_config_opt_t own[] = {
     {"ticket_max_age_s", CM_CFG_INT, S(ticket_max_age_s), "604800", 60, 31536000,
      "oldest queue ticket accepted, in seconds since it was issued (older: 401 "
      "invalid_ticket, the fan joins again)"},
+    {"code_secret_file", CM_CFG_STR, S(code_secret_file), NULL, 0, 0,
+     "file holding the presale codes' HMAC secret (at least 32 characters, owner-only mode; "
+     "the same on every gateway): codes are derived from it, so a new secret voids every "
+     "code issued; unset, rooms take no codes"},
+    {"code_tries_per_block", CM_CFG_INT, S(code_tries_per_block), "30", 1, 1000000,
+     "joins with a presale code per minute from one /24 (IPv4) or /64 (IPv6) address "
+     "block; more are 429 rate_limited"},
+    {"code_failures_per_min", CM_CFG_INT, S(code_failures_per_min), "6000", 1, 100000000,
+     "unknown presale codes per minute this gateway answers, all addresses together; past "
+     "it every code is 429 rate_limited until the minute's budget refills (guessing)"},
     {"admin_token_file", CM_CFG_STR, S(admin_token_file), NULL, 0, 0,
      "file holding the operators' bearer token"},
     {"issuer", CM_CFG_STR, S(issuer), "onsale-gateway", 0, 0, "iss claim of admission tokens"},
@@ -152,7 +162,9 @@ static int each_file(const char *key, const char *list,
 
 static int check_secret(const char *key, const char *path, char *err, size_t errlen)
 {
-    size_t min = strcmp(key, "ticket_secret_file") == 0 ? GW_TICKET_SECRET_MIN : 16;
+    size_t min = strcmp(key, "ticket_secret_file") == 0 || strcmp(key, "code_secret_file") == 0
+                     ? GW_TICKET_SECRET_MIN
+                     : 16;
     char *s = cm_config_read_secret(key, path, min, 4096, NULL, err, errlen);
     if (s == NULL)
         return -1;
@@ -204,6 +216,9 @@ int gw_config_check(const void *p, char *err, size_t errlen)
     if (check_secret("admin_token_file", cfg->admin_token_file, err, errlen) != 0)
         return -1;
     if (each_file("ticket_secret_file", cfg->ticket_secret_file, check_secret, err, errlen) != 0)
+        return -1;
+    if (cfg->code_secret_file != NULL &&
+        check_secret("code_secret_file", cfg->code_secret_file, err, errlen) != 0)
         return -1;
     return each_file("signing_keys", cfg->signing_keys, check_signing_key, err, errlen);
 }

@@ -20,6 +20,9 @@ typedef struct gw_config {
     char *signing_keys;
     char *ticket_secret_file;
     int64_t ticket_max_age_s;
+    char *code_secret_file;        /* presale codes' HMAC secret (gw_code.h); NULL: no codes */
+    int64_t code_tries_per_block;  /* joins with a code per minute from one /24 or /64 */
+    int64_t code_failures_per_min; /* unknown codes per minute, all addresses, per gateway */
     char *admin_token_file;
     char *issuer;
     char *reserve_url;

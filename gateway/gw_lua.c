@@ -15,6 +15,7 @@ extern const char gw_lua_advance[];
 extern const char gw_lua_admit[];
 extern const char gw_lua_settings[];
 extern const char gw_lua_delete[];
+extern const char gw_lua_codes[];
 
 static gw_lua_t scripts;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -35,6 +36,7 @@ static void build(void)
     scripts.admit = make("gw_admit", gw_lua_admit);
     scripts.settings = make("gw_settings", gw_lua_settings);
     scripts.remove = make("gw_delete", gw_lua_delete);
+    scripts.codes = make("gw_codes", gw_lua_codes);
 }
 
 const gw_lua_t *gw_lua(void)
@@ -45,10 +47,19 @@ const gw_lua_t *gw_lua(void)
 
 /* The words of each script, indexed by its enum (0: none). */
 static const char *const join_words[GW_JOIN_WORDS] = {
-    [GW_JOIN_QUEUED] = "queued",     [GW_JOIN_PREQUEUE] = "prequeue",
-    [GW_JOIN_REPLAYED] = "replayed", [GW_JOIN_PREQUEUE_FULL] = "prequeue_full",
-    [GW_JOIN_UNKNOWN] = "unknown",   [GW_JOIN_SOLD_OUT] = "sold_out",
-    [GW_JOIN_CLOSED] = "closed",     [GW_JOIN_NOT_OPEN] = "not_open",
+    [GW_JOIN_QUEUED] = "queued",
+    [GW_JOIN_PREQUEUE] = "prequeue",
+    [GW_JOIN_REPLAYED] = "replayed",
+    [GW_JOIN_PREQUEUE_FULL] = "prequeue_full",
+    [GW_JOIN_UNKNOWN] = "unknown",
+    [GW_JOIN_SOLD_OUT] = "sold_out",
+    [GW_JOIN_CLOSED] = "closed",
+    [GW_JOIN_NOT_OPEN] = "not_open",
+    [GW_JOIN_CODE_REQUIRED] = "code_required",
+    [GW_JOIN_CODE_UNKNOWN] = "code_unknown",
+    [GW_JOIN_CODE_REVOKED] = "code_revoked",
+    [GW_JOIN_CODE_USED_UP] = "code_used_up",
+    [GW_JOIN_CODE_WRONG_PHASE] = "code_wrong_phase",
 };
 static const char *const lookup_words[GW_LOOKUP_WORDS] = {
     [GW_LOOKUP_NUMBER] = "number",

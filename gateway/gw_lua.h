@@ -16,6 +16,7 @@ typedef struct gw_lua {
     cm_redis_script_t *admit;
     cm_redis_script_t *settings;
     cm_redis_script_t *remove;
+    cm_redis_script_t *codes; /* presale code batches: issue, revoke, get */
 } gw_lua_t;
 
 /** The scripts (built once, on the first call from any thread; live for the process). */
@@ -38,9 +39,14 @@ typedef enum gw_join_word {
     GW_JOIN_UNKNOWN,       /* the room's gate (prelude.lua's join_gate): */
     GW_JOIN_SOLD_OUT,
     GW_JOIN_CLOSED,
-    GW_JOIN_NOT_OPEN, /* with prequeue_at */
+    GW_JOIN_NOT_OPEN,      /* with prequeue_at */
+    GW_JOIN_CODE_REQUIRED, /* with the phase: its joins need a presale code (gw_code.h) */
+    GW_JOIN_CODE_UNKNOWN,  /* join.lua with a code: no such batch or serial */
+    GW_JOIN_CODE_REVOKED,
+    GW_JOIN_CODE_USED_UP,
+    GW_JOIN_CODE_WRONG_PHASE, /* with the phase in force ('' = none) */
 } gw_join_word_t;
-#define GW_JOIN_WORDS (GW_JOIN_NOT_OPEN + 1)
+#define GW_JOIN_WORDS (GW_JOIN_CODE_WRONG_PHASE + 1)
 
 /** lookup.lua: a pre-queue ticket's number once the room opened. */
 typedef enum gw_lookup_word {

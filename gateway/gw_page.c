@@ -511,6 +511,9 @@ static char *render(const gw_page_info_t *info, page_state_t st, size_t *len, ch
 {
     vars_t v;
     compute(info, st, &v);
+    char next_at[32] = "";
+    if (info->next_phase_ms > 0)
+        cm_format_rfc3339(info->next_phase_ms, next_at, sizeof(next_at));
     const char *hidden[ST_SECTIONS];
     for (int i = 0; i < ST_SECTIONS; i++)
         hidden[i] = i == (int)st ? "" : "hidden";
@@ -540,7 +543,7 @@ static char *render(const gw_page_info_t *info, page_state_t st, size_t *len, ch
         {"pow", info->pow ? "1" : "0"},
         {"pow_challenge", info->pow_challenge ? info->pow_challenge : ""},
         {"pow_bits", v.pow_bits},
-        {"hidden_pow_form", info->pow ? "hidden" : ""},
+        {"hidden_pow_form", info->pow || info->needs_code ? "hidden" : ""}, /* or the code's */
         {"hidden_pow_note", info->pow ? "" : "hidden"},
         {"handoff_action", v.action ? v.action : ""},
         {"handoff_token", v.action && info->admission_token ? info->admission_token : ""},
@@ -554,6 +557,21 @@ static char *render(const gw_page_info_t *info, page_state_t st, size_t *len, ch
         {"hidden_closed", hidden[ST_CLOSED]},
         {"hidden_error", st >= ST_SECTIONS ? "" : "hidden"},
         {"error_text", states[st].error_text},
+        {"phase_name", info->phase_name ? info->phase_name : ""},
+        {"phase_text", info->phase_text ? info->phase_text : ""},
+        {"hidden_phase",
+         (info->phase_name && info->phase_name[0]) || (info->phase_text && info->phase_text[0])
+             ? ""
+             : "hidden"},
+        {"next_phase_at", next_at},
+        {"next_text", info->next_text ? info->next_text : ""},
+        {"hidden_next_phase", next_at[0] ? "" : "hidden"},
+        {"needs_code", info->needs_code ? "1" : "0"},
+        {"phases", info->phases_json ? info->phases_json : "[]"},
+        {"hidden_code", info->needs_code && st == ST_NEW ? "" : "hidden"},
+        {"hidden_joining", info->needs_code && st == ST_NEW ? "hidden" : ""},
+        {"code_error", info->code_error ? info->code_error : ""},
+        {"hidden_code_error", info->code_error ? "" : "hidden"},
     };
     buf_t out = {0};
     buf_reserve(&out, strlen(gw_www_queue_html) + 1024);
@@ -630,6 +648,11 @@ static char *render_answer(const char *event, int code, const json_t *body, int6
     } else if (error != NULL && strcmp(error, "invalid_ticket") == 0) {
         st = ST_NEW; /* the script takes a place again */
         out_code = 200;
+    } else if (error != NULL && strncmp(error, "code_", 5) == 0 && code >= 400 && code < 500) {
+        st = ST_NEW; /* the code field again, with what was wrong (a form join's code) */
+        out_code = code;
+        in.needs_code = true;
+        in.code_error = jstr(body, "message");
     } else if (error != NULL && strcmp(error, "pow_required") == 0) {
         st = ST_JAVASCRIPT;
         out_code = code;

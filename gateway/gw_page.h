@@ -51,6 +51,18 @@ typedef struct gw_page_info {
      * query parameter, which the page carries across reloads; callers can leave it 0.
      */
     int64_t first_position;
+    /* The room's phases (gw_sched.h), all optional: the phase in force and its text (or the
+     * first phase's text_before ahead of the schedule, the last's text_after once it is
+     * over), when the next starts (Unix ms, 0 = none) and its text_before; needs_code: a
+     * join now needs a presale code (the page shows the code field). Plain text, escaped. */
+    const char *phase_name, *phase_text, *next_text;
+    int64_t next_phase_ms;
+    bool needs_code;
+    const char *code_error; /* a form join's code was refused: why (shown by the field) */
+    /* the schedule for the page's script, which follows transitions on its own clock
+     * (corrected by the Date header): a JSON array of {n: name, s: starts ms, b:
+     * text_before, d: text_during, c: requires_code}; NULL = none */
+    const char *phases_json;
 } gw_page_info_t;
 
 /** Longest meta-refresh / poll interval the page uses, in seconds. */

@@ -9,6 +9,7 @@
 
 #include <event2/http.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@
 #include "cm_tls.h"
 #include "gw_admit.h"
 #include "gw_batch.h"
+#include "gw_code.h"
 #include "gw_dpop.h"
 #include "gw_metrics.h"
 #include "gw_rediskeys.h"
@@ -49,6 +51,9 @@ typedef struct place_op {
     bool keyed;     /* the join named a key (DPoP): the new ticket is bound to jkt */
     unsigned char jkt[GW_TICKET_JKT_LEN];
     gw_pow_proof_t proof; /* the join's verified proof of work (proof.issuer[0]: none) */
+    bool coded;           /* the join carries a presale code (ctext: its text, cd: parsed) */
+    char ctext[GW_CODE_INPUT_MAX + 1];
+    gw_code_t cd;
 } place_op_t;
 
 static void answer(place_op_t *op, gw_room_t *room);
@@ -61,6 +66,7 @@ static const char *peer_of(cm_req_t *req)
 static int issue_challenge(gw_server_t *srv, cm_req_t *req, const char *event,
                            char ch[GW_POW_CHALLENGE_LEN + 1], int64_t *expires_s);
 static void refuse_proof(place_op_t *op, int code, const char *error, const char *message);
+static void refuse_code(place_op_t *op, int status, const char *error, const char *message);
 
 static void op_free(place_op_t *op)
 {
@@ -134,6 +140,7 @@ static place_op_t *op_new(gw_server_t *srv, cm_req_t *req, gw_endpoint_t ep, con
     snprintf(op->event, sizeof(op->event), "%s", event);
     op->code = 200;
     op->proof.issuer[0] = '\0';
+    op->coded = false;
     return op;
 }
 
@@ -193,6 +200,49 @@ static void reply_json_text(place_op_t *op, const char *body, int n)
     op_free(op);
 }
 
+/* The phase part of the page (gw_page_info_t): what is in force on Redis time, its text,
+ * what comes next, and whether a join now needs a code (the phase of a pre-queue join is
+ * the one at the opening, as join.lua judges it). */
+static void phase_info(const gw_room_t *room, gw_page_info_t *info)
+{
+    const gw_sched_t *s = &room->s.sched;
+    if (s->n == 0)
+        return;
+    int64_t now = gw_watermark_now_ms(room), next = 0;
+    int at = gw_sched_at(s, now, &next);
+    int join_at = gw_sched_at(s, now > room->s.opens_at ? now : room->s.opens_at, NULL);
+    info->needs_code = join_at >= 0 && s->p[join_at].requires_code;
+    bool over = room->s.closes_at > 0 && now >= room->s.closes_at;
+    if (at >= 0) {
+        info->phase_name = s->p[at].name;
+        info->phase_text = over ? s->p[s->n - 1].text_after : s->p[at].text_during;
+    } else {
+        info->phase_text = s->p[0].text_before;
+    }
+    if (next > 0 && !over) {
+        info->next_phase_ms = next;
+        info->next_text = s->p[at + 1].text_before;
+    }
+}
+
+/* The schedule for the page's script (gw_page_info_t.phases_json); NULL without one. Caller
+ * frees. */
+static char *phases_json(const gw_room_t *room)
+{
+    const gw_sched_t *s = &room->s.sched;
+    if (s->n == 0)
+        return NULL;
+    json_t *arr = json_array();
+    for (size_t i = 0; i < s->n; i++)
+        json_array_append_new(arr,
+                              json_pack("{s:s, s:I, s:s, s:s, s:b}", "n", s->p[i].name, "s",
+                                        (json_int_t)s->p[i].starts_ms, "b", s->p[i].text_before,
+                                        "d", s->p[i].text_during, "c", s->p[i].requires_code));
+    char *out = json_dumps(arr, JSON_COMPACT);
+    json_decref(arr);
+    return out;
+}
+
 /* The queue page for op's room; state and numbers as gw_page_info_t describes. */
 static void reply_page(place_op_t *op, gw_room_t *room, gw_page_state_t state, int64_t position,
                        int64_t eta, int64_t poll)
@@ -207,6 +257,11 @@ static void reply_page(place_op_t *op, gw_room_t *room, gw_page_state_t state, i
         .opens_at_ms = room ? room->s.opens_at : 0,
         .pow = room && room->s.pow,
     };
+    char *phases = NULL;
+    if (room != NULL) {
+        phase_info(room, &info);
+        info.phases_json = phases = phases_json(room);
+    }
     char ch[GW_POW_CHALLENGE_LEN + 1];
     int64_t expires;
     if (info.pow && op->fresh && state == GW_PAGE_NEW) { /* the script solves it at once */
@@ -216,6 +271,7 @@ static void reply_page(place_op_t *op, gw_room_t *room, gw_page_state_t state, i
     if (!op->fresh && op->ticket[0])
         gw_ticket_set_cookie(op->r.svc.req, op->event, op->ticket);
     gw_page_queue(op->r.svc.req, &info);
+    free(phases);
     gw_req_replied(&op->r);
     op_free(op);
 }
@@ -272,7 +328,8 @@ static void reply_queued(place_op_t *op, gw_room_t *room)
     int64_t eta = gw_watermark_eta_s(ahead, rate);
     int64_t poll =
         gw_watermark_poll_eta_ms(ahead, rate, srv->cfg.poll_min_ms, srv->cfg.poll_max_ms, rnd32());
-    poll = gw_watermark_poll_cap(poll, position, room->s.rate_per_minute,
+    poll = gw_watermark_poll_cap(poll, position,
+                                 gw_settings_rate_at(&room->s, gw_watermark_now_ms(room)),
                                  room->s.noshow_grace_seconds);
     if (op->page) {
         reply_page(op, room, GW_PAGE_QUEUED, position, eta, poll);
@@ -564,6 +621,8 @@ static void placed(place_op_t *op, const gw_join_result_t *res)
         return;
     }
     cm_counter_inc(srv->m->queue.joins);
+    if (op->coded)
+        cm_counter_inc(srv->m->queue.codes[GW_CODE_PLACED]);
     if (op->proof.issuer[0])
         gw_pow_count_join(srv->pow, cm_time_mono_ns() / 1000000);
     if (op->form) {
@@ -630,6 +689,27 @@ static void join_done(void *arg, const char *err, const gw_join_result_t *res)
             return;
         }
         refuse(op, res);
+        return;
+    case GW_JOIN_CODE_REQUIRED:
+        refuse_code(op, 403, "code_required",
+                    "this phase of the sale is for presale code holders: join with your code");
+        return;
+    case GW_JOIN_CODE_UNKNOWN:
+        cm_counter_inc(srv->m->queue.codes[GW_CODE_UNKNOWN]);
+        refuse_code(op, 403, "code_unknown", "no such presale code for this waiting room");
+        return;
+    case GW_JOIN_CODE_REVOKED:
+        cm_counter_inc(srv->m->queue.codes[GW_CODE_REVOKED]);
+        refuse_code(op, 403, "code_revoked", "this presale code has been revoked");
+        return;
+    case GW_JOIN_CODE_USED_UP:
+        cm_counter_inc(srv->m->queue.codes[GW_CODE_USED_UP]);
+        refuse_code(op, 409, "code_used_up", "this presale code has placed all the fans it may");
+        return;
+    case GW_JOIN_CODE_WRONG_PHASE:
+        cm_counter_inc(srv->m->queue.codes[GW_CODE_WRONG_PHASE]);
+        refuse_code(op, 409, "code_wrong_phase",
+                    "this presale code is for another phase of the sale than the one now");
         return;
     case GW_JOIN_UNKNOWN:
         gw_reply_error(&op->r, 404, "unknown_event", "no waiting room for this event", NULL);
@@ -718,8 +798,83 @@ static const char *proof_message(gw_pow_result_t res)
 static void take_place(place_op_t *op);
 
 /* A room with pow on takes a new place only with a valid proof (its used-mark follows). */
+/* Refuses a join for its code (the form's page shows the error). Frees op. */
+static void refuse_code_after(place_op_t *op, int status, const char *error, const char *message,
+                              int retry_s)
+{
+    cm_http_add_header(op->r.svc.req, "Cache-Control", "no-store");
+    if (op->form) {
+        json_t *body = json_pack("{s:s, s:s}", "error", error, "message", message);
+        if (retry_s > 0)
+            json_object_set_new(body, "retry_after_seconds", json_integer(retry_s));
+        gw_page_queue_answer(op->r.svc.req, status, body); /* steals body */
+        gw_req_replied(&op->r);
+        op_free(op);
+        return;
+    }
+    gw_reply_error(&op->r, status, error, message,
+                   retry_s > 0 ? json_pack("{s:i}", "retry_after_seconds", retry_s) : NULL);
+    op_free(op);
+}
+
+static void refuse_code(place_op_t *op, int status, const char *error, const char *message)
+{
+    refuse_code_after(op, status, error, message, 0);
+}
+
+/* An unknown or malformed code: one more against the gateway's budget of failures
+ * (code_failures_per_min); once it is spent every code is refused until it refills. */
+static void count_failure(gw_server_t *srv, int64_t now_ms)
+{
+    int wait = gw_limit_take(srv->code_failures, "*", now_ms);
+    if (wait > 0)
+        atomic_store(srv->code_lock_ms, now_ms + (int64_t)wait * 1000);
+}
+
+/*
+ * A join's code before anything else: the address block's tries, the gateway's failure
+ * budget, the check character, the MAC (under the room's generation). What needs the
+ * room's state (batch, uses, revocation, phase) is join.lua's. 0, or -1 once refused.
+ */
+static int check_code(place_op_t *op, gw_room_t *room)
+{
+    gw_server_t *srv = op->r.srv;
+    int64_t now = cm_time_mono_ns() / 1000000;
+    char block[GW_POW_BLOCK_MAX];
+    gw_pow_block(peer_of(op->r.svc.req), block);
+    int wait = gw_limit_take(srv->code_tries, block, now);
+    if (wait <= 0 && atomic_load(srv->code_lock_ms) > now)
+        wait = (int)((atomic_load(srv->code_lock_ms) - now) / 1000) + 1;
+    if (wait > 0) {
+        char ra[16];
+        snprintf(ra, sizeof(ra), "%d", wait);
+        cm_http_add_header(op->r.svc.req, "Retry-After", ra);
+        cm_counter_inc(srv->m->queue.codes[GW_CODE_LIMITED]);
+        refuse_code_after(op, 429, "rate_limited", "too many presale codes tried; retry later",
+                          wait);
+        return -1;
+    }
+    if (gw_code_parse(op->ctext, strlen(op->ctext), &op->cd) != 0) {
+        count_failure(srv, now);
+        cm_counter_inc(srv->m->queue.codes[GW_CODE_MALFORMED]);
+        refuse_code(op, 400, "code_malformed",
+                    "this is not a presale code: check each character (17, hyphens aside)");
+        return -1;
+    }
+    if (srv->code_secret == NULL ||
+        !gw_code_genuine(srv->code_secret, srv->code_secret_len, op->event, room->s.gen, &op->cd)) {
+        count_failure(srv, now);
+        cm_counter_inc(srv->m->queue.codes[GW_CODE_UNKNOWN]);
+        refuse_code(op, 403, "code_unknown", "no such presale code for this waiting room");
+        return -1;
+    }
+    return 0;
+}
+
 static void check_proof(place_op_t *op, gw_room_t *room)
 {
+    if (op->coded && check_code(op, room) != 0)
+        return;
     if (!room->s.pow) {
         take_place(op);
         return;
@@ -894,15 +1049,23 @@ static void take_place(place_op_t *op)
     cm_tls_random_reserve(raw, sizeof(raw));
     cm_hex_encode(raw, GW_VISITOR_LEN / 2, op->t.visitor);
     memcpy(&v, raw + GW_VISITOR_LEN / 2, sizeof(v));
-    if (srv->cfg.join_batch_us > 0) {
+    if (srv->cfg.join_batch_us > 0 && !op->coded) {
         join_batched(op, v);
         return;
     }
     char score[24], used[GW_KEY_MAX + GW_POW_ISSUER_LEN + 32], ttl[24], serial[12];
-    const char *argv[GW_K_COUNT + 5];
-    size_t argvlen[GW_K_COUNT + 5];
+    char ckeys[4][GW_KEY_MAX], batch[8], cserial[12];
+    static const char *const ctails[4] = {GW_KEY_HOLDERS, GW_KEY_BATCHES, GW_KEY_USES,
+                                          GW_KEY_REVOKED};
+    const char *argv[GW_K_COUNT + 11];
+    size_t argvlen[GW_K_COUNT + 11];
     int argc = gw_rediskeys_cached(op->event, argv, argvlen), nkeys = GW_K_COUNT;
-    if (op->proof.issuer[0]) /* KEYS[12]: the proof's used-mark (join.lua) */
+    for (int i = 0; op->coded && i < 4; i++) { /* KEYS[12..15]: the code's (join.lua) */
+        argvlen[argc] = gw_rediskeys_extra(op->event, ctails[i], ckeys[i]);
+        argv[argc++] = ckeys[i];
+        nkeys++;
+    }
+    if (op->proof.issuer[0]) /* then the proof's used-mark (join.lua) */
         argc = proof_key(op, argv, argvlen, argc, used, sizeof(used), ttl, &nkeys);
     argvlen[argc] = GW_VISITOR_LEN;
     argv[argc++] = op->t.visitor;
@@ -913,6 +1076,16 @@ static void take_place(place_op_t *op)
         argv[argc++] = serial;
         argvlen[argc] = strlen(ttl);
         argv[argc++] = ttl;
+    } else if (op->coded) {
+        argv[argc] = argv[argc + 1] = "";
+        argvlen[argc] = argvlen[argc + 1] = 0;
+        argc += 2;
+    }
+    if (op->coded) { /* ARGV[5], ARGV[6]: the code's batch and serial */
+        argvlen[argc] = (size_t)snprintf(batch, sizeof(batch), "%u", op->cd.batch);
+        argv[argc++] = batch;
+        argvlen[argc] = (size_t)snprintf(cserial, sizeof(cserial), "%" PRIu32, op->cd.serial);
+        argv[argc++] = cserial;
     }
     if (cm_redis_eval(srv->redis, gw_lua()->join, on_join, op, nkeys, argc, argv, argvlen) != 0) {
         gw_reply_unavailable(&op->r, "joining the queue", cm_err_closed);
@@ -973,6 +1146,49 @@ static bool form_post(cm_req_t *req)
     return ct && strncasecmp(ct, "application/x-www-form-urlencoded", 33) == 0;
 }
 
+/* A form's field `code` (application/x-www-form-urlencoded, '+' for spaces) into out. */
+static bool form_code(cm_req_t *req, char *out, size_t outlen)
+{
+    size_t len = 0;
+    const char *body = cm_http_body(req, &len);
+    const char *p = body, *end = body ? body + len : NULL;
+    while (p != NULL && p < end) {
+        const char *amp = memchr(p, '&', (size_t)(end - p));
+        const char *stop = amp ? amp : end;
+        if (stop - p > 5 && memcmp(p, "code=", 5) == 0) {
+            size_t n = 0;
+            for (const char *q = p + 5; q < stop && n + 1 < outlen; q++)
+                out[n++] = *q == '+' ? ' ' : *q; /* a code has no other escapes */
+            out[n] = '\0';
+            return (size_t)(stop - p - 5) < outlen;
+        }
+        p = amp ? amp + 1 : end;
+    }
+    return false;
+}
+
+/* The join's presale code: the Onsale-Code header, or a form's field. 0, or -1 once a 400
+ * was sent (a code too long to be one). */
+static int read_code(place_op_t *op)
+{
+    const char *h = cm_http_header(op->r.svc.req, "Onsale-Code");
+    char buf[GW_CODE_INPUT_MAX + 2];
+    if (h == NULL && op->form && form_code(op->r.svc.req, buf, sizeof(buf)))
+        h = buf;
+    if (h == NULL || h[0] == '\0')
+        return 0;
+    size_t n = strlen(h);
+    if (n > GW_CODE_INPUT_MAX) {
+        gw_reply_error(&op->r, 400, "code_malformed",
+                       "a presale code is 17 characters (hyphens and spaces aside)", NULL);
+        op_free(op);
+        return -1;
+    }
+    memcpy(op->ctext, h, n + 1);
+    op->coded = true;
+    return 0;
+}
+
 void gw_queue_join(gw_server_t *srv, cm_req_t *req, const char *event)
 {
     place_op_t *op = op_new(srv, req, GW_EP_JOIN, event);
@@ -1004,7 +1220,7 @@ void gw_queue_join(gw_server_t *srv, cm_req_t *req, const char *event)
         }
         /* a cookie of an earlier room of this event: take a new place */
     }
-    if (bind_key(op) != 0)
+    if (bind_key(op) != 0 || read_code(op) != 0)
         return;
     place_with_proof(op);
 }
@@ -1022,4 +1238,10 @@ void gw_queue_metrics_register(gw_queue_metrics_t *qm, cm_metrics_t *reg)
                            "requests with a missing or invalid queue ticket", NULL);
     qm->rate_limited = cm_metrics_counter(reg, "onsale_gateway_rate_limited_total",
                                           "joins refused by the per-address limit", NULL);
+    static const char *const outcomes[] = {"placed",  "malformed",   "unknown", "revoked",
+                                           "used_up", "wrong_phase", "limited"};
+    cm_metrics_counters(reg, "onsale_gateway_codes_total",
+                        "joins with a presale code, by outcome (guessing shows as unknown, "
+                        "malformed and limited)",
+                        "outcome", outcomes, sizeof(outcomes) / sizeof(outcomes[0]), qm->codes);
 }

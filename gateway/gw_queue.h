@@ -57,7 +57,20 @@ typedef struct gw_queue_metrics {
     cm_counter_t *status_polls;
     cm_counter_t *rejected_tickets; /* a missing or invalid queue ticket */
     cm_counter_t *rate_limited;     /* joins refused by the per-address limit (gw_limit) */
+    /* joins with a presale code, by outcome (gw_queue_code_outcomes: "placed", "malformed",
+     * "unknown", "revoked", "used_up", "wrong_phase", "limited") */
+    cm_counter_t *codes[7];
 } gw_queue_metrics_t;
+
+typedef enum {
+    GW_CODE_PLACED,
+    GW_CODE_MALFORMED,
+    GW_CODE_UNKNOWN,
+    GW_CODE_REVOKED,
+    GW_CODE_USED_UP,
+    GW_CODE_WRONG_PHASE,
+    GW_CODE_LIMITED,
+} gw_code_outcome_t;
 
 /** Registers the joins' series in reg and points qm at them. Main thread, at start. */
 void gw_queue_metrics_register(gw_queue_metrics_t *qm, cm_metrics_t *reg);

@@ -30,6 +30,19 @@ void gw_rediskeys_of(const char *event, gw_rediskeys_t *k)
     }
 }
 
+size_t gw_rediskeys_extra(const char *event, const char *tail, char out[GW_KEY_MAX])
+{
+    size_t elen = strnlen(event, CM_IDENT_MAX), slen = strlen(tail);
+    if (slen > GW_KEY_MAX - CM_IDENT_MAX - 7)
+        slen = GW_KEY_MAX - CM_IDENT_MAX - 7;
+    memcpy(out, "os:{", 4);
+    memcpy(out + 4, event, elen);
+    memcpy(out + 4 + elen, "}:", 2);
+    memcpy(out + 6 + elen, tail, slen);
+    out[6 + elen + slen] = '\0';
+    return 6 + elen + slen;
+}
+
 int gw_rediskeys_argv(const char *event, gw_rediskeys_t *k, const char **argv)
 {
     gw_rediskeys_of(event, k);

@@ -54,6 +54,24 @@ void gw_rediskeys_of(const char *event, gw_rediskeys_t *k);
  */
 int gw_rediskeys_argv(const char *event, gw_rediskeys_t *k, const char **argv);
 
+/*
+ * The keys of a room's phases and presale codes (gw_sched.h, gw_code.h), passed only to
+ * the scripts that need them, after the GW_K_COUNT keys (each script says where):
+ *   GW_KEY_HOLDERS "q:cv"   hash: visitor -> the phase whose code placed them
+ *   GW_KEY_BATCHES "q:cbat" hash: 'next' (last batch id), batch id ->
+ *                           '<base>:<count>:<uses>:<revoked 0|1>:<phase>'
+ *   GW_KEY_USES    "q:cu"   string: one byte per code (BITFIELD u8 at its base + serial),
+ *                           the uses it placed
+ *   GW_KEY_REVOKED "q:cr"   bitmap: bit base + serial set once that code is revoked
+ */
+#define GW_KEY_HOLDERS "q:cv"
+#define GW_KEY_BATCHES "q:cbat"
+#define GW_KEY_USES    "q:cu"
+#define GW_KEY_REVOKED "q:cr"
+
+/** "os:{<event>}:<tail>" into out (GW_KEY_MAX bytes); its length. */
+size_t gw_rediskeys_extra(const char *event, const char *tail, char out[GW_KEY_MAX]);
+
 /** How many rooms' keys each thread keeps (gw_rediskeys_cached); past that the oldest goes. */
 #define GW_KEYS_CACHED 8
 

@@ -17,6 +17,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "cm_http.h"
@@ -74,7 +75,12 @@ struct gw_server {
     gw_signer_t *pool;
     gw_admit_t *admit;
     gw_limit_t *limit;
-    gw_pow_t *pow; /* proof of work on join (gw_pow.h), shared by every worker */
+    unsigned char *code_secret; /* code_secret_file's secret (gw_code.h); NULL: no codes */
+    size_t code_secret_len;
+    gw_limit_t *code_tries;        /* joins with a code, per address block */
+    gw_limit_t *code_failures;     /* unknown codes, all addresses ("*") */
+    _Atomic int64_t *code_lock_ms; /* monotonic ms until which every code is refused */
+    gw_pow_t *pow;                 /* proof of work on join (gw_pow.h), shared by every worker */
     gw_rooms_t *rooms;
     gw_history_t *history; /* the dashboard's history of every room (gw_history.h) */
     cm_pool_t *place_ops;  /* gw_queue's operations (joins, status polls), reused */

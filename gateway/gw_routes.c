@@ -16,6 +16,7 @@
 
 #include "cm_parse.h"
 #include "gw_admin.h"
+#include "gw_codes.h"
 #include "gw_page.h"
 #include "gw_queue.h"
 #include "gw_req.h"
@@ -23,7 +24,7 @@
 
 #define MAX_SEGS 5
 /* join takes no body: clients may send an empty JSON object, nothing more. */
-#define JOIN_BODY_MAX 64
+#define JOIN_BODY_MAX 96 /* an empty JSON object, or a form with a presale code */
 
 static void reply_simple(gw_server_t *srv, cm_req_t *req, gw_endpoint_t ep, int code,
                          const char *error, const char *message)
@@ -92,8 +93,9 @@ static void route_queue(gw_server_t *srv, cm_req_t *req, char **seg, int n)
         if (!method_is(req, CM_HTTP_POST))
             reply_simple(srv, req, GW_EP_OTHER, 405, "method_not_allowed", "use POST");
         else if (body_len(req) > JOIN_BODY_MAX)
-            reply_simple(srv, req, GW_EP_JOIN, 413, "body_too_large",
-                         "join takes no body (at most an empty JSON object)");
+            reply_simple(
+                srv, req, GW_EP_JOIN, 413, "body_too_large",
+                "join takes no body (at most an empty JSON object, or a form with its code)");
         else
             gw_queue_join(srv, req, seg[1]);
     } else if (strcmp(seg[2], "pow.js") == 0) {
@@ -116,6 +118,31 @@ static void route_queue(gw_server_t *srv, cm_req_t *req, char **seg, int n)
     }
 }
 
+/* /admin/events/{event}/codes[/{batch}.csv | /revoke] (gw_codes.h). */
+static void route_codes(gw_server_t *srv, cm_req_t *req, char **seg, int n)
+{
+    if (!cm_parse_ident(seg[2])) {
+        reply_simple(srv, req, GW_EP_ADMIN, 400, "invalid_request",
+                     "event ids are 1-64 characters of [A-Za-z0-9._-]");
+    } else if (n == 4) {
+        if (method_is(req, CM_HTTP_POST))
+            gw_codes_issue(srv, req, seg[2]);
+        else if (method_is(req, CM_HTTP_GET))
+            gw_codes_list(srv, req, seg[2]);
+        else
+            reply_simple(srv, req, GW_EP_OTHER, 405, "method_not_allowed", "use POST or GET");
+    } else if (strcmp(seg[4], "revoke") == 0) {
+        if (method_is(req, CM_HTTP_POST))
+            gw_codes_revoke(srv, req, seg[2]);
+        else
+            reply_simple(srv, req, GW_EP_OTHER, 405, "method_not_allowed", "use POST");
+    } else if (method_is(req, CM_HTTP_GET)) {
+        gw_codes_export(srv, req, seg[2], seg[4]);
+    } else {
+        reply_simple(srv, req, GW_EP_OTHER, 405, "method_not_allowed", "use GET");
+    }
+}
+
 static void route_admin(gw_server_t *srv, cm_req_t *req, char **seg, int n)
 {
     if (n == 1) {
@@ -135,6 +162,10 @@ static void route_admin(gw_server_t *srv, cm_req_t *req, char **seg, int n)
             gw_admin_event_history(srv, req, seg[2]);
         else
             reply_simple(srv, req, GW_EP_OTHER, 405, "method_not_allowed", "use GET");
+        return;
+    }
+    if (n >= 4 && n <= 5 && strcmp(seg[1], "events") == 0 && strcmp(seg[3], "codes") == 0) {
+        route_codes(srv, req, seg, n);
         return;
     }
     if (n == 2 && strcmp(seg[1], "config") == 0) {

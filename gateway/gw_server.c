@@ -242,6 +242,13 @@ static int load_secrets(gw_server_t *srv, char *err, size_t errlen)
     }
     if (load_keys(srv, err, errlen) != 0)
         return -1;
+    if (cfg->code_secret_file != NULL) {
+        srv->code_secret =
+            (unsigned char *)read_secret("code_secret_file", cfg->code_secret_file,
+                                         GW_TICKET_SECRET_MIN, &srv->code_secret_len, err, errlen);
+        if (srv->code_secret == NULL)
+            return -1;
+    }
     return load_ticket_secrets(srv, err, errlen); /* the admin token: cm_service_new */
 }
 
@@ -312,6 +319,11 @@ static void worker_new(void *arg, cm_service_t *svc, int i, void *instance, char
         srv->jwks = first->jwks;
         srv->limit = first->limit;
         srv->pow = first->pow;
+        srv->code_secret = first->code_secret; /* borrowed, like the ticket keys */
+        srv->code_secret_len = first->code_secret_len;
+        srv->code_tries = first->code_tries;
+        srv->code_failures = first->code_failures;
+        srv->code_lock_ms = first->code_lock_ms;
     }
     cm_svc_worker_spec_t spec = {endpoint_names, GW_EP_COUNT, backends, srv,
                                  "Redis is unreachable"};
@@ -384,6 +396,10 @@ gw_server_t *gw_server_new(const gw_config_t *cfg, char *err, size_t errlen)
     srv->limit = gw_limit_new(cfg->join_rate_per_ip, cfg->join_burst_per_ip,
                               (size_t)cfg->rate_limit_table_size);
     srv->pow = pow_new(srv);
+    srv->code_tries = gw_limit_new(cfg->code_tries_per_block, cfg->code_tries_per_block,
+                                   (size_t)cfg->rate_limit_table_size);
+    srv->code_failures = gw_limit_new(cfg->code_failures_per_min, cfg->code_failures_per_min, 16);
+    srv->code_lock_ms = cm_xcalloc(1, sizeof(*srv->code_lock_ms));
     cm_service_opts_t o = {
         .name = "gateway",
         .metric_prefix = "onsale_gateway",
@@ -419,6 +435,13 @@ void gw_server_free(gw_server_t *srv)
     cm_service_free(srv->svc.svc); /* every worker, the loops, the shared registry */
     gw_metrics_free(srv->m);       /* after the workers: their last answers count */
     gw_limit_free(srv->limit);
+    gw_limit_free(srv->code_tries);
+    gw_limit_free(srv->code_failures);
+    free((void *)srv->code_lock_ms);
+    if (srv->code_secret != NULL) {
+        memset(srv->code_secret, 0, srv->code_secret_len);
+        free(srv->code_secret);
+    }
     gw_pow_free(srv->pow);
     cm_reload_cell_free(srv->signer);
     cm_reload_cell_free(srv->jwks);

@@ -145,7 +145,7 @@ int gw_settings_parse(const json_t *body, bool partial, bool allow_loopback_http
         kv[n].name = f->name;
         n++;
     }
-    if (partial && n == 0) {
+    if (partial && n == 0 && json_object_get(body, "phases") == NULL) {
         snprintf(err, errlen,
                  "no known setting in the body (rate_per_minute, max_active, "
                  "paused, opens_at, …)");
@@ -209,6 +209,8 @@ void gw_settings_set(gw_settings_t *s, const char *name, const char *v)
         s->dpop = strcmp(v, "1") == 0;
     else if (strcmp(name, "pow") == 0)
         s->pow = strcmp(v, "1") == 0;
+    else if (strcmp(name, "phases") == 0)
+        gw_sched_load(&s->sched, v);
     else if (strcmp(name, "gen") == 0) {
         if (gw_settings_gen_parse(v, &s->gen) != 0)
             s->gen = 0;
@@ -216,6 +218,18 @@ void gw_settings_set(gw_settings_t *s, const char *name, const char *v)
         s->created_ms = to_i64(v, 0);
     else if (strcmp(name, "updated_ms") == 0)
         s->updated_ms = to_i64(v, 0);
+}
+
+int64_t gw_settings_rate_at(const gw_settings_t *s, int64_t now_ms)
+{
+    int at = gw_sched_at(&s->sched, now_ms, NULL);
+    return at >= 0 ? s->sched.p[at].rate_per_minute : s->rate_per_minute;
+}
+
+int64_t gw_settings_max_active_at(const gw_settings_t *s, int64_t now_ms)
+{
+    int at = gw_sched_at(&s->sched, now_ms, NULL);
+    return at >= 0 ? s->sched.p[at].max_active : s->max_active;
 }
 
 static json_t *time_json(int64_t ms)
@@ -245,6 +259,7 @@ json_t *gw_settings_json(const gw_settings_t *s)
     json_object_set_new(o, "handoff", json_string(s->handoff_post ? "post" : "fragment"));
     json_object_set_new(o, "dpop", json_boolean(s->dpop));
     json_object_set_new(o, "pow", json_boolean(s->pow));
+    json_object_set_new(o, "phases", gw_sched_json(&s->sched));
     json_object_set_new(o, "created_at", time_json(s->created_ms));
     json_object_set_new(o, "updated_at", time_json(s->updated_ms));
     return o;

@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gw_sched.h"
+
 #define GW_SETTINGS_MAX_FIELDS 16
 #define GW_URL_MAX             512
 
@@ -33,6 +35,8 @@ typedef struct gw_settings {
     bool dpop;                     /* tickets bound to the joining key (gw_dpop); a hash
                                       without the field (a room older than it): false */
     bool pow;                      /* joins need a proof of work (gw_pow.h) */
+    gw_sched_t sched;              /* the phases ("phases"; gw_sched.h): none = one phase of
+                                      the fields above */
     uint64_t gen;                  /* room generation (from Redis) */
     int64_t created_ms, updated_ms;
 } gw_settings_t;
@@ -49,7 +53,8 @@ void gw_settings_defaults(gw_settings_t *s);
 /**
  * Validates a PUT (partial false: rate_per_minute required, every absent field reset to
  * its default) or PATCH (partial true: only the fields present change) body. Unknown
- * fields are ignored. redirect_url must pass cm_parse_url_allowed(): https, or plain http
+ * fields are ignored (so is "phases": gw_sched_parse; a PATCH of it alone is not empty).
+ * redirect_url must pass cm_parse_url_allowed(): https, or plain http
  * to a loopback host only when allow_loopback_http (the gateway's setting). Returns the
  * number of fields written to kv (at most GW_SETTINGS_MAX_FIELDS), or -1 with a message
  * for a 400 in err.
@@ -62,6 +67,11 @@ void gw_settings_set(gw_settings_t *s, const char *name, const char *value);
 
 /** The settings as docs/api.md shows them (RFC 3339 times, null when unset). New reference. */
 json_t *gw_settings_json(const gw_settings_t *s);
+
+/** The rate_per_minute and max_active in force at now_ms (Redis time): those of the phase
+ *  then in force (gw_sched.h), or the room's own before the first phase / without one. */
+int64_t gw_settings_rate_at(const gw_settings_t *s, int64_t now_ms);
+int64_t gw_settings_max_active_at(const gw_settings_t *s, int64_t now_ms);
 
 /** The decimal text of a room generation and back (0 / -1). */
 void gw_settings_gen_text(uint64_t gen, char out[21]);

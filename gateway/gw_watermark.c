@@ -62,12 +62,13 @@ gw_phase_t gw_watermark_phase(const gw_room_t *room, int64_t now_ms)
         return GW_PHASE_SOLD_OUT;
     if (s->closes_at > 0 && now_ms >= s->closes_at)
         return GW_PHASE_CLOSED;
-    if (s->paused || s->rate_per_minute <= 0)
+    if (s->paused || gw_settings_rate_at(s, now_ms) <= 0)
         return GW_PHASE_PAUSED;
     if (!room->opened && s->opens_at > 0 && now_ms < s->opens_at)
         return s->prequeue_at > 0 && now_ms < s->prequeue_at ? GW_PHASE_SCHEDULED
                                                              : GW_PHASE_PREQUEUE;
-    if (s->max_active > 0 && room->active >= s->max_active)
+    int64_t maxa = gw_settings_max_active_at(s, now_ms);
+    if (maxa > 0 && room->active >= maxa)
         return GW_PHASE_FULL;
     return GW_PHASE_OPEN;
 }
@@ -77,8 +78,9 @@ double gw_watermark_rate(const gw_room_t *room)
     if (room->s.paused || room->s.sold_out)
         return 0;
     double measured = room->nsamples >= 4 ? room->pass_rate : 0;
-    return gw_watermark_expected_rate((double)room->s.rate_per_minute / 60.0, measured,
-                                      room->s.max_active, room->active);
+    int64_t now = gw_watermark_now_ms(room); /* the phase in force rules (gw_sched.h) */
+    return gw_watermark_expected_rate((double)gw_settings_rate_at(&room->s, now) / 60.0, measured,
+                                      gw_settings_max_active_at(&room->s, now), room->active);
 }
 
 double gw_watermark_expected_rate(double configured, double measured, int64_t max_active,
@@ -231,7 +233,8 @@ int64_t gw_watermark_ahead_now(const gw_room_t *room, int64_t position, double r
 
 double gw_watermark_rate_ahead(const gw_room_t *room, int64_t position)
 {
-    double rate = gw_watermark_rate(room), configured = (double)room->s.rate_per_minute / 60.0;
+    double rate = gw_watermark_rate(room),
+           configured = (double)gw_settings_rate_at(&room->s, gw_watermark_now_ms(room)) / 60.0;
     if (rate <= 0 || position <= 0)
         return rate;
     if (rate < configured) /* max_active holds the line: what it lets through is measured */

@@ -61,7 +61,9 @@ REDIS_SERVICE_COMMANDS='-@all +@read +@write +@scripting +@connection -@dangerou
 # SHA-256 only (docs/operations.md, "Redis users"; the key schema: gateway/gw_rediskeys.c,
 # reserve/rsv_rediskeys.h):
 #   $REDIS_USER          everything: this script, tests, tools, replication, --cluster
-#   $REDIS_GATEWAY_USER  its waiting rooms (os:{e}:q:*, os:gateway:*), the active set,
+#   $REDIS_GATEWAY_USER  its waiting rooms (os:{e}:q:*, os:gateway:*; q:* covers the
+#                        phases' code holders q:cv and the presale codes' batches
+#                        q:cbat, uses q:cu and revocations q:cr), the active set,
 #                        and token records write-only: never a hold, seat or pool key
 #   $REDIS_RESERVE_USER  inventory and holds, the active set, token records read-only
 # A key kind a service starts to use needs its pattern here. A script's declared keys

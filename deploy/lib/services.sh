@@ -82,6 +82,7 @@ start_gateway() {
     local name=${1:-gateway} port=${2:-${PORT[GATEWAY]}}
     tmpdir
     random_secret "$KEYS/ticket-secret"
+    random_secret "$KEYS/code-secret"
     cat >"$STATE/$name.conf.tmp" <<EOF
 # written by deploy/onsale up; regenerated on every start. Keys: onsale-gateway --help
 listen_addr = $(fans_listen)
@@ -93,6 +94,7 @@ redis_user = $REDIS_GATEWAY_USER
 redis_password_file = $REDIS_GATEWAY_PASSWORD_FILE
 signing_keys = $ADMISSION_KEY
 ticket_secret_file = $KEYS/ticket-secret
+code_secret_file = $KEYS/code-secret
 admin_token_file = $GATEWAY_ADMIN_TOKEN_FILE
 admin_listen = 127.0.0.1:$((port + ADMIN_OFFSET))
 reserve_url = $RESERVE_URL

@@ -27,16 +27,22 @@
 -- Cost: this script is Redis' whole share of a first admission (bench_admit.sh prints its
 -- microseconds per call), so it reads only the fields it needs (HMGET, not HGETALL) and
 -- writes the room's counters in one HSET: each redis.call costs a few microseconds.
+-- Phases (gw_sched.h, prelude.lua's phase_at): the rate and max_active are those of the
+-- phase in force at this claim's Redis TIME, and the claim bucket fills at each phase's
+-- rate for the time that phase was in force. A phase with requires_code admits only a
+-- visitor who redeemed a code for it (KEYS[12], the room's code-holders hash, visitor ->
+-- phase: join.lua); a gateway that passed no KEYS[12] (it had not seen the schedule yet)
+-- gets {'wait'} for such a phase, so a stale gateway errs towards waiting, never admitting.
 -- Returns {'new', rec} | {'existing', rec} (rec: the caller's own record, or a legacy
 -- three-field one) | {'not_yet'} | {'wait'} (the bucket is empty,
 -- or a late claimer and max_active is reached) | {'unknown'} | {'sold_out'} | {'closed'}.
 local cf = redis.call('HMGET', K.cfg, 'gen', 'sold_out', 'closes_at', 'max_active',
-                     'rate_per_minute', 'paused', 'admission_ttl_seconds')
+                     'rate_per_minute', 'paused', 'admission_ttl_seconds', 'phz')
 if cf[1] ~= ARGV[1] then
     return {'unknown'}
 end
 local c = {gen = cf[1], sold_out = cf[2], closes_at = cf[3], max_active = cf[4],
-           rate_per_minute = cf[5], paused = cf[6], admission_ttl_seconds = cf[7]}
+           rate_per_minute = cf[5], paused = cf[6], admission_ttl_seconds = cf[7], phz = cf[8]}
 local number, visitor = tonumber(ARGV[2]), ARGV[3]
 local field = number
 local rec = redis.call('HGET', K.adm, number)
@@ -67,7 +73,12 @@ if number > num(st.wm, 0) then
     return {'not_yet'}
 end
 redis.call('SETBIT', K.sb, number, 1)
-local rhi, maxa = num(st.rhi, 0), num(c.max_active, 0)
+local rate, maxa, phase = rule_at(c, c.phz, now)
+if phase and phase.code == '1' and
+    (KEYS[12] == nil or redis.call('HGET', KEYS[12], visitor) ~= phase.name) then
+    return {'wait'}
+end
+local rhi = num(st.rhi, 0)
 -- late: a retired number, or one in the hole advance.lua skipped (in no batch either)
 local late = number <= rhi or (number > num(st.slo, 0) and number <= num(st.shi, 0))
 if (late or shared) and maxa > 0 then
@@ -82,11 +93,10 @@ if not late and not shared then -- inc counts numbers (K.cb bits), not claims
     upd[#upd + 1], upd[#upd + 2] = 'inc', num(st.inc, 0) + 1
 end
 if shared or number > num(st.rwm, 0) then
-    local rate = num(c.rate_per_minute, 0)
     local cap = math.max(1, rate / 60)
-    local tok, since = num(st.ctok, cap), num(st.clast, now)
+    local tok, since = math.min(cap, num(st.ctok, cap)), num(st.clast, now)
     if flowing(c, st, now) and now > since then
-        tok = math.min(cap, tok + rate * (now - since) / 60000)
+        tok = math.min(cap, tok + accrue(c, c.phz, since, now))
     end
     if tok < 1 then
         redis.call('HSET', K.st, 'ctok', tok, 'clast', now)

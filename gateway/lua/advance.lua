@@ -28,7 +28,8 @@
 --   1. batches passed more than noshow_grace_seconds ago are retired: their numbers whose
 --      fans never came for the admission are no-shows, and their slots are passed again,
 --      so the claimed flow (not the passed flow) tracks the rate;
---   2. credit accrues rate_per_minute * elapsed while open, not paused, not closed, not
+--   2. credit accrues rate_per_minute * elapsed (each phase's rate for its share of the
+--      elapsed time; prelude.lua's accrue) while open, not paused, not closed, not
 --      sold out (capped at one second's worth, so an empty queue banks no burst);
 --   3. passes = floor(credit), at most the fans waiting, and with max_active > 0 at most
 --      max_active - active - (passed numbers still inside their grace and unclaimed).
@@ -92,7 +93,7 @@ local last = num(st.last, now)
 local inb, inc, rhi = num(st.inb, 0), num(st.inc, 0), num(st.rhi, 0)
 local noshows, claimed = num(st.noshows, 0), num(st.claimed, 0)
 local n = num(redis.call('GET', K.n), 0)
-local rate = num(c.rate_per_minute, 0)
+local rate, maxa = rule_at(c, c.phz, now) -- the phase in force (gw_sched.h), or the room's
 local cap = math.max(1, rate / 60)
 
 local grace = num(c.noshow_grace_seconds, 20) * 1000
@@ -120,11 +121,10 @@ local active = active_count(now)
 if flowing(c, st, now) then
     local dt = now - last
     if dt > 0 then
-        credit = math.min(credit + rate * dt / 60000, cap)
+        credit = math.min(credit + accrue(c, c.phz, last, now), cap)
     end
     credit = credit + back
     local passes = math.min(math.floor(credit), n - wm)
-    local maxa = num(c.max_active, 0)
     if maxa > 0 then
         passes = math.min(passes, maxa - active - (inb - inc))
     end

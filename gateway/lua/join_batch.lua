@@ -18,7 +18,7 @@
 -- of them is one BITFIELD as it came, which answers every bit's old value in order: a 1
 -- is a proof used before, or twice in this batch; the owners are read only for a replay.
 -- Returns, for the whole batch: {'unknown'} | {'sold_out'} | {'closed'} |
--- {'not_open', prequeue_at}; or one mark per fan (a string of n characters) with
+-- {'not_open', prequeue_at} | {'code_required', phase} (joins with a code go to join.lua); or one mark per fan (a string of n characters) with
 --   {'queued', gen, now, first, marks}: 'q' placed, numbered first, first+1, ... in the
 --     order of the 'q' marks; 'r' its proof was used already (no number taken)
 --   {'prequeue', gen, now, opens_at, marks}: 'p' in the pre-queue, 'r' replayed,
@@ -31,7 +31,7 @@ local fans, counts, owners = ARGV[4 + m], ARGV[5 + m], ARGV[6 + m]
 if #fans ~= FAN * n or #counts ~= 4 * m or #owners ~= 4 * p or #ARGV ~= 6 + m + 4 * p then
     return redis.error_reply('join_batch: the fans, counts, owners or proofs do not add up')
 end
-local c, now, refused = join_gate()
+local c, now, refused = join_gate(false)
 if refused then
     return refused
 end

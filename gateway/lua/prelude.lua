@@ -64,6 +64,53 @@ local function load_cfg()
     return c
 end
 
+-- The room's phases (gw_sched.h): cfg field phz, '<starts_ms>,<rate>,<max_active>,<0|1>,<name>;...'
+-- in start order. Returns the phase in force at t (the last one started by then) as
+-- {start, rate, maxa, code ('0'|'1'), name}, or nil before the first (or without a
+-- schedule: the room's own rate_per_minute and max_active rule), and when the next starts.
+local function phase_at(phz, t)
+    local cur, nxt = nil, nil
+    if not phz or phz == '' then
+        return nil, nil
+    end
+    for a, r, m, c, name in string.gmatch(phz, '(%d+),(%d+),(%d+),([01]),([^;]+)') do
+        a = tonumber(a)
+        if a <= t then
+            cur = {start = a, rate = tonumber(r), maxa = tonumber(m), code = c, name = name}
+        elseif nxt == nil then
+            nxt = a
+        end
+    end
+    return cur, nxt
+end
+
+-- The rate and max_active in force at t: the phase's, or the room's own.
+local function rule_at(c, phz, t)
+    local p = phase_at(phz, t)
+    if p then
+        return p.rate, p.maxa, p
+    end
+    return num(c.rate_per_minute, 0), num(c.max_active, 0), nil
+end
+
+-- Admissions accrued over (since, now] at the rate of each phase in force in turn, so a
+-- gateway that last ticked before a transition never credits the new phase's time at
+-- the old phase's rate, nor the other way round.
+local function accrue(c, phz, since, now)
+    local total, t = 0, since
+    while t < now do
+        local rate = rule_at(c, phz, t)
+        local _, nxt = phase_at(phz, t)
+        local stop = now
+        if nxt and nxt < now then
+            stop = nxt
+        end
+        total = total + rate * (stop - t) / 60000
+        t = stop
+    end
+    return total
+end
+
 -- Opens the room once now >= opens_at: the pre-queue (a zset ordered by each member's
 -- random score, drawn at its join, or by arrival in fifo mode) is frozen and its members
 -- own numbers 1..k by rank; everyone after joins FIFO from k+1. O(1) whatever k is: no
@@ -72,14 +119,18 @@ end
 -- What every join reads and checks first (join.lua, join_batch.lua): the room's join
 -- settings (HMGET of only those fields) and now, or the reply that refuses the whole call
 -- ({'unknown'}, {'sold_out'}, {'closed'}, {'not_open', prequeue_at}).
-local function join_gate()
+-- The phase a join is placed under (gw_sched.h): the one in force at now, or at the
+-- opening for a join before it (the pre-queue's fans are let in from then). Without a code
+-- (coded false), a join whose phase requires one is refused ({'code_required', name}):
+-- join.lua with a code checks it against that phase itself (c.phase).
+local function join_gate(coded)
     local cf = redis.call('HMGET', K.cfg, 'gen', 'sold_out', 'closes_at', 'prequeue_at',
-                          'opens_at', 'mode', 'max_prequeue')
+                          'opens_at', 'mode', 'max_prequeue', 'phz')
     if not cf[1] then
         return nil, nil, {'unknown'}
     end
     local c = {gen = cf[1], sold_out = cf[2], closes_at = cf[3], prequeue_at = cf[4],
-               opens_at = cf[5], mode = cf[6], max_prequeue = cf[7]}
+               opens_at = cf[5], mode = cf[6], max_prequeue = cf[7], phz = cf[8]}
     if c.sold_out == '1' then
         return nil, nil, {'sold_out'}
     end
@@ -89,6 +140,10 @@ local function join_gate()
     end
     if c.prequeue_at and now < num(c.prequeue_at, 0) then
         return nil, nil, {'not_open', c.prequeue_at}
+    end
+    c.phase = phase_at(c.phz, math.max(now, num(c.opens_at, 0)))
+    if not coded and c.phase and c.phase.code == '1' then
+        return nil, nil, {'code_required', c.phase.name}
     end
     return c, now, nil
 end

@@ -34,6 +34,13 @@ end
 if opens and closes and closes <= opens then
     return {'invalid', 'closes_at must be after opens_at'}
 end
+if closes and new.phz then
+    for a in string.gmatch(new.phz, '(%d+),[^;]*') do
+        if tonumber(a) >= closes then
+            return {'invalid', 'every phase must start before closes_at'}
+        end
+    end
+end
 local now = now_ms()
 new.gen = (cur and cur.gen) or ARGV[2]
 new.created_ms = (cur and cur.created_ms) or tostring(now)

@@ -172,6 +172,11 @@ class GatewayStack:
             fd = os.open(self.secret_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as f:
                 f.write(os.urandom(32).hex())
+        self.code_secret_path = os.path.join(st, "gateway-code-secret")
+        if not os.path.exists(self.code_secret_path):
+            fd = os.open(self.code_secret_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(os.urandom(32).hex())
         ports = stack._free_ports(self.n)
         for i in range(self.n):
             self.add_gateway(f"g{i + 1}", ports[i])
@@ -203,6 +208,7 @@ class GatewayStack:
                if self.S.redis_tls else {}),
             "signing_keys": self.S.key_path,
             "ticket_secret_file": self.secret_path,
+            "code_secret_file": self.code_secret_path,
             "admin_token_file": os.path.join(st, "gateway-admin-token"),
             "admin_listen": f"{HOST}:{stack._free_ports(1)[0]}",
             "reserve_url": f"https://{HOST}:{self.S.reserve_port}",

@@ -116,10 +116,11 @@ class QueuePageInBrowser(unittest.TestCase):
         self.assertEqual(r.status, 200, f"resuming {ev}: {r!r}")
         return ev, redirect
 
-    def run_browser(self, ev, redirect, mode, handoff="fragment"):
+    def run_browser(self, ev, redirect, mode, handoff="fragment", code=None, next_phase=None):
         args = [NODE, SCRIPT, "--url", f"https://127.0.0.1:{self.S.gateway_port}",
                 "--event", ev, "--ca", self.S.ca, "--redirect", redirect, "--mode", mode,
-                "--handoff", handoff,
+                "--handoff", handoff, *(["--code", code] if code else []),
+                *(["--next-phase", next_phase] if next_phase else []),
                 "--timeout", str(PAGE_TIMEOUT), "--chromium", CHROMIUM]
         p = subprocess.run(args, cwd=BROWSER_DIR, capture_output=True, timeout=NODE_TIMEOUT,
                            stdin=subprocess.DEVNULL)
@@ -170,6 +171,60 @@ class QueuePageInBrowser(unittest.TestCase):
         self.assertGreater(pw["tried"], 0)
         print(f"\nchromium solved {pw['bits']} bits in {pw['ms']} ms "
               f"({pw['tried']} hashes, {pw['ms'] * 1e6 / pw['tried']:.0f} ns/hash)", flush=True)
+
+    def presale_room(self, prefix):
+        """A room in a presale phase for code holders, with one code issued; returns
+        (event, redirect_url, code)."""
+        import time
+        ev = stack.new_id(prefix)
+        redirect = f"https://shop.onsale.test/checkout?ev={ev}"
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 60))
+        r = self.S.gateway_admin("PUT", f"/admin/events/{ev}", {
+            "rate_per_minute": RATE_PER_MINUTE, "mode": "fifo", "redirect_url": redirect,
+            "dpop": False, "pow": False,
+            "phases": [{"name": "presale", "starts_at": at, "rate_per_minute": 600,
+                        "requires_code": True,
+                        "text_during": "Presale: enter the code from your invitation."}]})
+        self.assertIn(r.status, (200, 201), f"PUT /admin/events/{ev}: {r!r}")
+        r = self.S.gateway_admin("POST", f"/admin/events/{ev}/codes",
+                                 {"phase": "presale", "count": 2})
+        self.assertEqual(r.status, 201, f"issuing codes: {r!r}")
+        r = self.S.gateway_admin("GET", f"/admin/events/{ev}/codes/1.csv")
+        self.assertEqual(r.status, 200, f"exporting codes: {r!r}")
+        code = r.body.decode().split("\r\n")[1].split(",")[0]
+        return ev, redirect, code
+
+    def test_presale_journey(self):
+        """A presale phase: the page names it and asks for the code, refuses a wrong one
+        with its reason, takes the fan's code and goes on to admission."""
+        ev, redirect, code = self.presale_room("br-presale")
+        res = self.run_browser(ev, redirect, "js", code=code)
+        self.assertEqual(res["phase"], "presale")
+        self.assertTrue(os.path.exists(os.path.join(BROWSER_DIR, "out", "code.png")))
+
+    def test_the_page_follows_the_schedule(self):
+        """The presale ends while the page asks for a code: at the general sale's start the
+        page names it, drops the code field and takes the place by itself."""
+        import time
+        ev = stack.new_id("br-phases")
+        redirect = f"https://shop.onsale.test/checkout?ev={ev}"
+        t = time.time()
+        iso = lambda ts: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))  # noqa: E731
+        r = self.S.gateway_admin("PUT", f"/admin/events/{ev}", {
+            "rate_per_minute": RATE_PER_MINUTE, "mode": "fifo", "redirect_url": redirect,
+            "dpop": False, "pow": False,
+            "phases": [{"name": "presale", "starts_at": iso(t - 60), "rate_per_minute": 600,
+                        "requires_code": True},
+                       {"name": "general", "starts_at": iso(t + 8), "rate_per_minute": 600,
+                        "text_during": "Everyone welcome"}]})
+        self.assertIn(r.status, (200, 201), f"PUT /admin/events/{ev}: {r!r}")
+        res = self.run_browser(ev, redirect, "js", next_phase="general")
+        self.assertEqual((res["phase"], res["next_phase"]), ("presale", "general"))
+
+    def test_presale_journey_without_javascript(self):
+        ev, redirect, code = self.presale_room("br-presale-nojs")
+        res = self.run_browser(ev, redirect, "nojs", code=code)
+        self.assertEqual(res["phase"], "presale")
 
     def test_queue_page_without_javascript(self):
         ev, redirect = self.room("br-nojs")

@@ -359,6 +359,7 @@ class Walk(unittest.TestCase):
         self.call(pub, "GET", f"/q/{ev}/status", 200, token=j["ticket"])
         self.call(pub, "GET", f"/q/{ev}/status", 401)
         self.walk_pow(pub, admin, adm)
+        self.walk_codes(pub, admin, adm)
         self.call(admin, "GET", f"/admin/events/{ev}/history", 200, token=adm)
         self.call(admin, "GET", "/admin/events/no-such-room/history", 404, token=adm)
         self.call(admin, "PATCH", f"/admin/events/{ev}", 200, token=adm, body={"paused": False})
@@ -400,6 +401,41 @@ class Walk(unittest.TestCase):
                     if _zero_bits(hashlib.sha256((c + str(i)).encode()).digest()) >= ch["difficulty"])
         self.call(pub, "POST", f"/q/{ev}/join", 201, body={}, headers={"Onsale-Pow": f"{c}.{good}"})
         self.call(pub, "POST", f"/q/{ev}/join", 409, body={}, headers={"Onsale-Pow": f"{c}.{good}"})
+        self.call(admin, "DELETE", f"/admin/events/{ev}", 200, token=adm)
+
+    def walk_codes(self, pub, admin, adm):
+        """A room with a presale phase: its codes issued, exported, redeemed and revoked."""
+        import time
+        ev = stack.new_id("oa-codes")
+        t = time.time()
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t - 60))
+        self.call(admin, "PUT", f"/admin/events/{ev}", 201, token=adm, body={
+            "rate_per_minute": 600, "phases": [{"name": "presale", "starts_at": at,
+                                                "rate_per_minute": 600, "requires_code": True}]})
+        base = f"/admin/events/{ev}/codes"
+        self.call(admin, "POST", base, 201, token=adm, body={"phase": "presale", "count": 3})
+        self.call(admin, "POST", base, 400, token=adm, body={"phase": "presale", "count": 0})
+        self.call(admin, "POST", base, 409, token=adm, body={"phase": "nope", "count": 3})
+        self.call(admin, "POST", base, 401, token="wrong", body={"phase": "presale", "count": 3})
+        self.call(admin, "POST", "/admin/events/no-such-room/codes", 404, token=adm,
+                  body={"phase": "presale", "count": 3})
+        self.call(admin, "GET", base, 200, token=adm)
+        self.call(admin, "GET", base, 401)
+        csv_text = self.call(admin, "GET", f"{base}/1.csv?limit=2", 200, token=adm).body.decode()
+        self.call(admin, "GET", f"{base}/1.csv?limit=0", 400, token=adm)
+        self.call(admin, "GET", f"{base}/7.csv", 404, token=adm)
+        self.call(admin, "GET", f"{base}/1.csv", 401)
+        codes = [line.split(",")[0] for line in csv_text.split("\r\n")[1:] if line]
+        self.call(pub, "POST", f"/q/{ev}/join", 403, body={})
+        self.call(pub, "POST", f"/q/{ev}/join", 400, body={}, headers={"Onsale-Code": "nope"})
+        self.call(pub, "POST", f"/q/{ev}/join", 201, body={}, headers={"Onsale-Code": codes[0]})
+        self.call(pub, "POST", f"/q/{ev}/join", 409, body={}, headers={"Onsale-Code": codes[0]})
+        self.call(admin, "POST", f"{base}/revoke", 200, token=adm, body={"codes": [codes[1]]})
+        self.call(admin, "POST", f"{base}/revoke", 400, token=adm, body={})
+        self.call(admin, "POST", f"{base}/revoke", 401, body={"batches": [1]})
+        self.call(admin, "POST", "/admin/events/no-such-room/codes/revoke", 404, token=adm,
+                  body={"batches": [1]})
+        self.call(pub, "POST", f"/q/{ev}/join", 403, body={}, headers={"Onsale-Code": codes[1]})
         self.call(admin, "DELETE", f"/admin/events/{ev}", 200, token=adm)
 
     def test_3_every_operation_was_called(self):

@@ -43,7 +43,7 @@ function parseArgs(argv) {
   const a = {
     url: process.env.ONSALE_GATEWAY_URL, event: process.env.ONSALE_EVENT,
     ca: process.env.ONSALE_CA, redirect: process.env.ONSALE_REDIRECT_URL,
-    mode: 'js', handoff: 'fragment', timeout: 90, chromium: process.env.CHROMIUM || '/usr/bin/chromium',
+    mode: 'js', handoff: 'fragment', code: '', 'next-phase': '', timeout: 90, chromium: process.env.CHROMIUM || '/usr/bin/chromium',
     out: path.join(HERE, 'out'),
   };
   for (let i = 2; i < argv.length; i += 2) {
@@ -133,10 +133,49 @@ async function queueFlow({ page, context, args, check, consoleErrors, result, de
   check(await page.locator('header').count() === 1, 'a <header> landmark');
   check(await page.locator('h1').count() === 1, 'one <h1>');
 
+  // A presale phase ending while the fan is asked for a code (--next-phase <name>, js): the
+  // page follows the schedule by itself, names the next phase and, as it needs no code,
+  // takes the place without one.
+  if (args['next-phase']) {
+    await page.locator('#code-form').waitFor({ state: 'visible', timeout: left() });
+    result.phase = (await page.locator('#phase-name').innerText()).trim();
+    await page.waitForFunction((name) => {
+      const e = document.getElementById('phase-name');
+      return e && e.textContent.trim() === name;
+    }, args['next-phase'], { timeout: left() });
+    result.next_phase = (await page.locator('#phase-name').innerText()).trim();
+    check(await page.locator('#code-form').isHidden(), 'the code field goes with its phase');
+  }
+
+  // A presale phase (--code): the page names the phase and asks for the code; a typo is
+  // refused on the page with its reason and takes nothing; the fan's code takes the place.
+  if (args.code) {
+    const submit = async () => {
+      if (args.mode === 'nojs')
+        await Promise.all([page.waitForNavigation({ waitUntil: 'domcontentloaded' }),
+                           page.click('#code-submit')]);
+      else
+        await page.click('#code-submit');
+    };
+    await page.locator('#code-form').waitFor({ state: 'visible', timeout: left() });
+    const phase = (await page.locator('#phase-name').innerText()).trim();
+    check(phase.length > 0, 'the page names the phase in force', phase);
+    result.phase = phase;
+    await page.screenshot({ path: path.join(args.out, `code${suffix}.png`), fullPage: true });
+    await page.fill('#code', 'AAAA-AAAA-AAAA-AAAAA');
+    await submit();
+    await page.locator('#code-error').waitFor({ state: 'visible', timeout: left() });
+    const why = (await page.locator('#code-error').innerText()).trim();
+    check(why.length > 0, 'a wrong code is refused on the page with its reason', why);
+    result.code_error = why;
+    await page.fill('#code', args.code);
+    await submit();
+  }
+
   // Without JavaScript the page takes no place by itself (a GET never queues): the fan
   // presses its button, a same-origin form POST answered 303 back to the page.
-  if (args.mode === 'nojs') {
-    const button = page.locator('#s-new form button');
+  if (args.mode === 'nojs' && !args.code) {
+    const button = page.locator('#join-form button');
     check(await button.count() === 1, 'without JavaScript the page offers a join button');
     await Promise.all([page.waitForNavigation({ waitUntil: 'domcontentloaded' }),
                        button.click()]);
@@ -255,10 +294,13 @@ async function queueFlow({ page, context, args, check, consoleErrors, result, de
     const reloads = args.handoff === 'post' ? 1 : 0;
     check(loads === 1 + reloads, 'with JavaScript the page reloads itself only for a post ' +
       'hand-off (polls instead)', loads);
-    check(consoleErrors.length === 0, 'no script errors', consoleErrors);
+    // the wrong code's 400 is the one failed resource a presale journey may log
+    const errors = consoleErrors.filter((e) => !(args.code && /status of 400/.test(e)));
+    check(errors.length === 0, 'no script errors', consoleErrors);
   } else {
-    // the one join is the fan's own press of the form's button
-    check(polls === 0 && joins === 1, 'without JavaScript nothing is fetched by script',
+    // the joins are the fan's own presses of the form's button (the wrong code, then theirs)
+    const presses = args.code ? 2 : 1;
+    check(polls === 0 && joins === presses, 'without JavaScript nothing is fetched by script',
       { polls, joins });
     check(loads >= 2, 'without JavaScript the meta refresh re-requested the page', loads);
   }

@@ -148,6 +148,15 @@ static void test_files_are_read_as_start_up_would(void **state)
     char *open_secret = tfile_new("0123456789abcdef0123456789abcdef", 0644);
     snprintf(arg, sizeof(arg), "--ticket_secret_file=%s", open_secret);
     expect_refused(f, arg, NULL, "ticket_secret_file");
+    /* the presale codes' secret: optional, owner-only, as long as a ticket secret */
+    char ok_code[700];
+    snprintf(ok_code, sizeof(ok_code), "--code_secret_file=%s", f->secret);
+    char err[512];
+    assert_int_equal(check(f, ok_code, NULL, err, sizeof(err)), 0);
+    snprintf(arg, sizeof(arg), "--code_secret_file=%s", open_secret);
+    expect_refused(f, arg, NULL, "code_secret_file");
+    snprintf(arg, sizeof(arg), "--code_secret_file=%s", short_secret);
+    expect_refused(f, arg, NULL, "code_secret_file");
     /* an admin token shorter than 16 characters */
     char *short_token = tfile_new("fifteen-chars!!", 0600);
     snprintf(arg, sizeof(arg), "--admin_token_file=%s", short_token);

@@ -20,6 +20,13 @@
 static const char *const expected[] = {
     "onsale_gateway_admissions_total",
     "onsale_gateway_backend_errors_total",
+    "onsale_gateway_codes_total{outcome=\"limited\"}",
+    "onsale_gateway_codes_total{outcome=\"malformed\"}",
+    "onsale_gateway_codes_total{outcome=\"placed\"}",
+    "onsale_gateway_codes_total{outcome=\"revoked\"}",
+    "onsale_gateway_codes_total{outcome=\"unknown\"}",
+    "onsale_gateway_codes_total{outcome=\"used_up\"}",
+    "onsale_gateway_codes_total{outcome=\"wrong_phase\"}",
     "onsale_gateway_dpop_refused_total",
     "onsale_gateway_dpop_verified_total",
     "onsale_gateway_joins_total",

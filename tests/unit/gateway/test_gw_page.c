@@ -158,6 +158,52 @@ static void test_escaping(void **s)
     free(html);
 }
 
+/* The phase part: name, text and the next phase's start, escaped; the code field shown
+ * only on a new page whose join needs a code; nothing of it without a schedule. */
+static void test_phase_and_code_field(void **s)
+{
+    (void)s;
+    gw_page_info_t in = {.event = "e1",
+                         .state = GW_PAGE_NEW,
+                         .phase_name = "presale",
+                         .phase_text = "Code holders <b>only</b> & friends",
+                         .next_phase_ms = 1796126400000LL,
+                         .next_text = "General sale \"at noon\"",
+                         .needs_code = true,
+                         .phases_json = "[{\"n\":\"presale\",\"d\":\"<b>\"}]"};
+    char *html = render(&in);
+    assert_has(html, "<div class=\"phase\" id=\"phase\" >");
+    assert_has(html, "<strong id=\"phase-name\">presale</strong>");
+    assert_has(html, "Code holders &lt;b&gt;only&lt;/b&gt; &amp; friends");
+    assert_lacks(html, "<b>only</b>");
+    assert_has(html, "datetime=\"2026-12-01T12:00:00.000Z\"");
+    assert_has(html, "General sale &quot;at noon&quot;");
+    assert_has(html, "<form id=\"code-form\" method=\"post\" action=\"/q/e1/join\" >");
+    assert_has(html, "data-needs-code=\"1\"");
+    /* the schedule for the script, escaped in its attribute */
+    assert_has(html, "data-phases=\"[{&quot;n&quot;:&quot;presale&quot;,&quot;d&quot;:"
+                     "&quot;&lt;b&gt;&quot;}]\"");
+    /* the plain join button (no code) is not offered, nor "getting you a place" said */
+    assert_has(html, "<div hidden><form id=\"join-form\"");
+    assert_has(html, "<p class=\"lead\" id=\"joining\" hidden>");
+    free(html);
+
+    in.state = GW_PAGE_QUEUED; /* a fan with a place is not asked again */
+    in.position = 3;
+    html = render(&in);
+    assert_has(html, "<form id=\"code-form\" method=\"post\" action=\"/q/e1/join\" hidden>");
+    free(html);
+
+    gw_page_info_t plain = {.event = "e1", .state = GW_PAGE_NEW};
+    html = render(&plain);
+    assert_has(html, "<div class=\"phase\" id=\"phase\" hidden>");
+    assert_has(html, "<p class=\"note\" id=\"phase-next\" hidden>");
+    assert_has(html, "<form id=\"code-form\" method=\"post\" action=\"/q/e1/join\" hidden>");
+    assert_has(html, "data-needs-code=\"0\"");
+    assert_has(html, "data-phases=\"[]\"");
+    free(html);
+}
+
 static void test_admitted(void **s)
 {
     (void)s;
@@ -368,7 +414,7 @@ static void test_terminal_and_unknown(void **s)
     assert_has(html, "data-state=\"new\"");
     assert_has(html, "content=\"3600\"");
     assert_has(html, "<p hidden>JavaScript is off");
-    assert_has(html, "<form method=\"post\" action=\"/q/e1/join\">");
+    assert_has(html, "<form id=\"join-form\" method=\"post\" action=\"/q/e1/join\">");
     free(html);
     in.state = GW_PAGE_QUEUED;
     in.position = 9;
@@ -568,13 +614,13 @@ static void test_pow(void **s)
     char *html = render(&in);
     assert_has(html, "data-pow=\"1\"");
     assert_has(html, "data-pow-challenge=\"AQ-_x\" data-pow-bits=\"17\"");
-    assert_has(html, "<div hidden><form method=\"post\" action=\"/q/e1/join\">");
+    assert_has(html, "<div hidden><form id=\"join-form\" method=\"post\" action=\"/q/e1/join\">");
     assert_has(html, "<p >To keep ticket bots out");
     free(html);
     in.pow = false;
     html = render(&in);
     assert_has(html, "data-pow=\"0\"");
-    assert_has(html, "<div ><form method=\"post\" action=\"/q/e1/join\">");
+    assert_has(html, "<div ><form id=\"join-form\" method=\"post\" action=\"/q/e1/join\">");
     assert_has(html, "<p hidden>To keep ticket bots out");
     free(html);
     char *csp = gw_page_csp(&in);
@@ -593,6 +639,7 @@ int main(void)
         cmocka_unit_test(test_queued),
         cmocka_unit_test(test_progress_baseline),
         cmocka_unit_test(test_escaping),
+        cmocka_unit_test(test_phase_and_code_field),
         cmocka_unit_test(test_admitted),
         cmocka_unit_test(test_forward_url),
         cmocka_unit_test(test_csp_hashes),

@@ -207,12 +207,46 @@ static void test_redis_form_round_trip(void **state)
     json_decref(o);
 }
 
+/* A PATCH of the schedule alone is a change (gw_sched parses it); the phase in force rules
+ * the rate and max_active, the room's own fields before the first phase and without one;
+ * the hash's `phases` field loads the schedule and shows in the JSON. */
+static void test_phases(void **state)
+{
+    (void)state;
+    gw_setting_kv_t kv[GW_SETTINGS_MAX_FIELDS];
+    char err[256];
+    assert_int_equal(parse("{\"phases\":null}", true, kv, err), 0);
+    assert_int_equal(parse("{\"nothing\":1}", true, kv, err), -1);
+    gw_settings_t s;
+    gw_settings_defaults(&s);
+    gw_settings_set(&s, "rate_per_minute", "60");
+    gw_settings_set(&s, "max_active", "7");
+    assert_int_equal(gw_settings_rate_at(&s, 1796119200000LL), 60);
+    gw_settings_set(&s, "phases",
+                    "[{\"name\":\"presale\",\"starts_at\":\"2026-12-01T10:00:00Z\","
+                    "\"rate_per_minute\":600,\"max_active\":50,\"requires_code\":true}]");
+    assert_int_equal(s.sched.n, 1);
+    assert_int_equal(gw_settings_rate_at(&s, 1796119200000LL - 1), 60);
+    assert_int_equal(gw_settings_max_active_at(&s, 1796119200000LL - 1), 7);
+    assert_int_equal(gw_settings_rate_at(&s, 1796119200000LL), 600);
+    assert_int_equal(gw_settings_max_active_at(&s, 1796119200000LL), 50);
+    json_t *j = gw_settings_json(&s);
+    json_t *ph = json_object_get(j, "phases");
+    assert_int_equal(json_array_size(ph), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(ph, 0), "name")),
+                        "presale");
+    json_decref(j);
+    gw_settings_set(&s, "phases", "");
+    assert_int_equal(s.sched.n, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_put_fills_defaults),
         cmocka_unit_test(test_dpop),
         cmocka_unit_test(test_pow),
+        cmocka_unit_test(test_phases),
         cmocka_unit_test(test_put_requires_rate),
         cmocka_unit_test(test_patch_only_given_fields),
         cmocka_unit_test(test_bad_values),
