@@ -162,11 +162,17 @@ class Recovery(gwstack.GatewayTestCase):
         nxt = {ticket_number(t): t for t in tickets}[s1["wm"]]
         r = self.status(ev, nxt)
         self.assertIn(r.json["state"], ("admitted", "queued"))
-        logs = b""
-        for g in (g1, g2):
-            with open(g.log_path, "rb") as f:
-                logs += f.read()
-        self.assertIn(f"waiting room {ev} was missing from Redis: written back".encode(), logs)
+        # the gateway that wrote the room back logs it after the write's answer, which may be
+        # after the room is readable again: wait for the line, don't race it
+        line = f"waiting room {ev} was missing from Redis: written back".encode()
+
+        def logged():
+            for g in (g1, g2):
+                with open(g.log_path, "rb") as f:
+                    if line in f.read():
+                        return True
+            return False
+        stack.wait_for(logged, 10, what="the write-back logged")
 
     def test_a_number_handed_out_before_a_loss_is_not_handed_out_again(self):
         """Regression (invariant 13): after a Redis loss the first gateway to tick set q:n
