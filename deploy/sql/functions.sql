@@ -853,14 +853,20 @@ $$;
 -- in the order written, each only after every earlier one was delivered); the caller
 -- must hold the row lock that orders the key's writers (the checkout row, the event
 -- row) so that order of writing is order of commit. p_payload: the event's "data"
--- object. Answers the event's id.
+-- object. Answers the event's id. plpgsql, not sql: its INSERT is planned once per
+-- session and kept, where a SQL function called from plpgsql plans its body on every
+-- call (one per confirmation: docs/confirm.md, "Measured").
 CREATE OR REPLACE FUNCTION onsale_outbox_emit(p_event text, p_kind text, p_key text,
         p_payload jsonb) RETURNS text
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+DECLARE
+    out_id text;
+BEGIN
     INSERT INTO outbox (kind, event_id, key, payload)
     VALUES (p_kind, p_event, p_key, p_payload)
-    RETURNING id;
-$$;
+    RETURNING id INTO out_id;
+    RETURN out_id;
+END $$;
 
 -- True when p_event still has a unit no booking holds (free_units, 009_outbox.sql).
 -- Near the end (fewer than 64 free units seen, counting the units of bookings not yet
