@@ -84,8 +84,9 @@ typedef struct saga {
     int attempt;           /* provider retries in this drive (retry_charge) */
     uint64_t pay_start_ns; /* when this drive first charged, 0 before */
     struct event *retry;
-    bool given_back;                   /* unconvert ran (or was skipped) in this drive */
-    bool extended;                     /* this drive extended the hold (view holds its layout) */
+    bool given_back; /* unconvert ran (or was skipped) in this drive */
+    bool extended;   /* this drive extended the hold (view holds its layout) */
+    bool charged;    /* the provider confirmed the charge to this drive; not yet in Postgres */
     char booking[RSV_CHECKOUT_ID_MAX]; /* the booking id this drive asked for */
     char *booked_body; /* the 201 answer this drive stored with its booking, or NULL */
     rsv_saga_cb cb;
@@ -97,6 +98,7 @@ typedef struct saga {
 } saga_t;
 
 static void advance(saga_t *s);
+static void convert(saga_t *s);
 static void step(saga_t *s, const rsv_saga_state_t *from, rsv_saga_state_t to, const char *reason,
                  int code, char *body, int lease_s);
 
@@ -496,8 +498,12 @@ static void record_payment(saga_t *s, const rsv_pay_result_t *res)
     const rsv_saga_state_t *from = FROM(RSV_SAGA_PAYMENT_REQUESTED, RSV_SAGA_UNKNOWN);
     switch (res->outcome) {
     case RSV_PAY_PAID:
+        /* Not committed on its own (merge (b), docs/confirm.md): the charge is recorded,
+         * passing through paid, by the commit that books it or refunds it. A crash before
+         * that leaves the checkout where it was; the provider is asked again by key. */
         snprintf(s->row.charge_id, sizeof(s->row.charge_id), "%s", res->id);
-        step(s, from, RSV_SAGA_PAID, "the provider confirmed the charge", 0, NULL, lease_s(s));
+        s->charged = true;
+        convert(s);
         return;
     case RSV_PAY_DECLINED:
         snprintf(s->row.charge_id, sizeof(s->row.charge_id), "%s", res->id);
@@ -599,9 +605,12 @@ static const struct {
 } refund_whys[] = {
     {"hold_expired",
      {"hold_expired", 409, "the payment outlived the hold; it was refunded", false}},
+    /* give_back: found by the booking step, after convert.lua marked the units sold
+     * (merge (b), docs/confirm.md); the give-back only acts on a hold this checkout
+     * converted, so a late charge caught before converting costs one read. */
     {"late_charge",
      {"payment_not_completed", 409,
-      "the payment did not complete in time; the charge that came later was refunded", false}},
+      "the payment did not complete in time; the charge that came later was refunded", true}},
     {"booking_failed",
      {"booking_failed", 500, "the booking could not be recorded; the payment was refunded", true}},
     {"sold_out",
@@ -766,7 +775,11 @@ static void booked(saga_t *s)
  * kept failing. */
 static void book_refused(saga_t *s, const char *reason, const char *detail, int failures)
 {
-    if (strcmp(reason, "booking_failed") == 0) {
+    if (strcmp(reason, "late_charge") == 0) {
+        cm_counter_inc(s->srv->m.saga.late_payments);
+        cm_log(CM_LOG_WARN, "checkout %s: charge %s landed after the checkout had ended; refund",
+               s->row.id, s->row.charge_id);
+    } else if (strcmp(reason, "booking_failed") == 0) {
         cm_counter_inc(s->srv->m.saga.booking_failures);
         cm_counter_inc(s->srv->m.saga.booking_abandoned);
         cm_log(CM_LOG_ERROR,
@@ -777,6 +790,7 @@ static void book_refused(saga_t *s, const char *reason, const char *detail, int 
         cm_counter_inc(s->srv->m.saga.uniqueness_conflicts);
     }
     s->row.state = RSV_SAGA_REFUNDING;
+    s->charged = false;
     snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "%s", reason);
     cm_counter_inc(s->srv->m.saga.transitions);
     rsv_saga_fault(s->srv, "after", RSV_SAGA_REFUNDING);
@@ -814,7 +828,10 @@ static void on_booked(const char *err, const rsv_pg_result_t *res, void *arg)
         s->row.state = RSV_SAGA_CONVERTED;
         break;
     case BOOK_FAILED:
-        /* Not a conflict: retried by the reconciler, refunded after book_max_attempts. */
+        /* Not a conflict: the charge is recorded (paid); the booking is retried by the
+         * reconciler, refunded after book_max_attempts. */
+        s->row.state = RSV_SAGA_PAID;
+        s->charged = false;
         cm_counter_inc(s->srv->m.saga.booking_failures);
         cm_log(CM_LOG_WARN, "checkout %s: booking failed (attempt %d of %lld): %s", s->row.id,
                failures, (long long)s->srv->cfg.book_max_attempts, detail);
@@ -828,6 +845,59 @@ static void on_booked(const char *err, const rsv_pg_result_t *res, void *arg)
         return;
     }
     advance(s);
+}
+
+static void on_paid_refund(const char *err, const rsv_pg_result_t *res, void *arg)
+{
+    saga_t *s = arg;
+    if (err || rsv_pg_result_rows(res) != 1) {
+        if (err == cm_err_server)
+            cm_log(CM_LOG_WARN, "checkout %s: recording the charge for refund: %s", s->row.id,
+                   rsv_pg_result_message(res));
+        saga_fail(s, "recording the checkout", err ? err : cm_err_protocol);
+        return;
+    }
+    if (strcmp(rsv_pg_result_value(res, 0, 0), "t") != 0) {
+        /* Moved on by another drive (refunding, refunded): continue from what it has. */
+        s->charged = false;
+        reread(s);
+        return;
+    }
+    s->charged = false;
+    s->row.state = RSV_SAGA_REFUNDING;
+    snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "%s",
+             rsv_pg_result_value(res, 0, 2));
+    cm_counter_inc(s->srv->m.saga.transitions);
+    rsv_saga_fault(s->srv, "after", RSV_SAGA_REFUNDING);
+    advance(s);
+}
+
+/*
+ * A charged checkout whose hold cannot be booked goes to refunding with refund_reason why.
+ * A charge this drive holds but Postgres does not (merge (b)) is recorded in the same
+ * commit (onsale_saga_paid_refund: through paid, or late_charge for a checkout that ended
+ * meanwhile); a checkout already paid takes the one step.
+ */
+static void refund_charged(saga_t *s, const char *why, const char *reason)
+{
+    snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "%s", why);
+    if (!s->charged) {
+        step(s, NULL, RSV_SAGA_REFUNDING, reason, 0, NULL, lease_s(s));
+        return;
+    }
+    if (++s->steps > MAX_STEPS) {
+        saga_fail(s, "too many steps", cm_err_protocol);
+        return;
+    }
+    rsv_saga_fault(s->srv, "before", RSV_SAGA_REFUNDING);
+    char lease[16];
+    snprintf(lease, sizeof(lease), "%d", lease_s(s));
+    const char *params[] = {s->row.id, s->row.charge_id, why, reason, lease};
+    if (rsv_pg_query(s->srv->pg,
+                     "SELECT applied, state, refund_reason "
+                     "FROM onsale_saga_paid_refund($1, $2, $3, $4, $5::int)",
+                     5, params, on_paid_refund, s) != 0)
+        saga_fail(s, "recording the checkout", cm_err_shutdown);
 }
 
 /* The hold this drive extended (and charged for) has other items than the one it converted:
@@ -858,9 +928,7 @@ static void on_converted(const char *err, const cm_redis_reply_t *reply, void *a
     if (s->view.status != RSV_HOLD_OK) {
         /* The payment outlived the hold (or the hold is gone): it goes back. */
         cm_counter_inc(s->srv->m.saga.late_payments);
-        snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "hold_expired");
-        step(s, NULL, RSV_SAGA_REFUNDING, "paid, but the hold had expired at conversion: refund", 0,
-             NULL, lease_s(s));
+        refund_charged(s, "hold_expired", "paid, but the hold had expired at conversion: refund");
         return;
     }
     if (changed) {
@@ -870,9 +938,8 @@ static void on_converted(const char *err, const cm_redis_reply_t *reply, void *a
                "checkout %s: hold %s changed its items while being paid for; the payment is "
                "refunded",
                s->row.id, s->row.hold_id);
-        snprintf(s->row.refund_reason, sizeof(s->row.refund_reason), "hold_changed");
-        step(s, NULL, RSV_SAGA_REFUNDING,
-             "paid, but the hold's items changed under the charge: refund", 0, NULL, lease_s(s));
+        refund_charged(s, "hold_changed",
+                       "paid, but the hold's items changed under the charge: refund");
         return;
     }
     char *booking = s->booking;
@@ -886,13 +953,13 @@ static void on_converted(const char *err, const cm_redis_reply_t *reply, void *a
     char *body = ok_body(s, booking);
     char max[16];
     snprintf(max, sizeof(max), "%lld", (long long)s->srv->cfg.book_max_attempts);
-    const char *params[] = {s->row.id, booking, s->view.pool[0] ? s->view.pool : NULL,
-                            units,     body,    max};
+    const char *params[] = {s->row.id, booking, s->view.pool[0] ? s->view.pool : NULL, units,
+                            body,      max,     s->charged ? s->row.charge_id : NULL};
     rsv_saga_fault(s->srv, "before", RSV_SAGA_CONVERTED);
     int rc = rsv_pg_query(s->srv->pg,
                           "SELECT outcome, booking_id, refund_reason, detail, failures "
-                          "FROM onsale_saga_book($1, $2, $3, $4::text[], $5, $6::int)",
-                          6, params, on_booked, s);
+                          "FROM onsale_saga_book($1, $2, $3, $4::text[], $5, $6::int, $7)",
+                          7, params, on_booked, s);
     free(units);
     free(s->booked_body);
     s->booked_body = body; /* what onsale_saga_book stores if it books with our id */

@@ -271,19 +271,24 @@ BEGIN
     END IF;
 END $$;
 
--- The booking step of a paid checkout (after the hold was re-checked and its units
+-- The booking step of a charged checkout (after the hold was re-checked and its units
 -- marked sold in Redis): inserts the booking and its items under UNIQUE (event_id,
--- seat_id) and moves paid → converted → confirmed in one UPDATE, storing the 201 answer,
--- in one transaction (both transitions recorded, each with its reason). A crash leaves
--- the checkout either 'paid' (nothing booked: the booking is retried) or 'confirmed'.
+-- seat_id) and moves the checkout to confirmed in one UPDATE, storing the 201 answer, in
+-- one transaction. The checkout is 'paid', or (013, docs/confirm.md merge (b)) still
+-- 'payment_requested' / 'unknown' / 'converting' with the charge the provider just
+-- confirmed in p_charge_id: then the same UPDATE records the charge and passes through
+-- paid (payment_requested → paid → converted → confirmed, every transition recorded with
+-- its reason). A crash leaves the checkout either as it was (nothing booked: the booking
+-- is retried, the provider asked again) or 'confirmed'.
 -- outcome: 'confirmed' (booked now, or before: booking_id says by whom); 'converted'
 -- (booked before by an earlier version, not yet confirmed); 'refunding' (a unit was
--- already booked, the pool has no free unit, or the insert failed p_max_failures times:
--- the payment must go back; refund_reason says which); 'failed' (the insert failed,
--- detail says why; counted in book_failures, retried later); 'state' (not paid: nothing
--- done).
+-- already booked, the pool has no free unit, the insert failed p_max_failures times, or
+-- the checkout had been released or failed meanwhile and p_charge_id is a late charge —
+-- 'late_charge': the payment must go back; refund_reason says which); 'failed' (the
+-- insert failed, detail says why; counted in book_failures, the charge recorded as
+-- 'paid', retried later); 'state' (nothing to book: nothing done).
 CREATE OR REPLACE FUNCTION onsale_saga_book(p_checkout_id text, p_booking_id text, p_pool text,
-        p_units text[], p_ok_body text, p_max_failures integer,
+        p_units text[], p_ok_body text, p_max_failures integer, p_charge_id text,
         OUT outcome text, OUT booking_id text, OUT refund_reason text, OUT detail text,
         OUT failures integer)
 LANGUAGE plpgsql AS $$
@@ -293,6 +298,8 @@ DECLARE
     want integer;
     msg text;
     code text;
+    -- the hop through paid this transaction records, when the charge was not yet
+    via_paid text := '';
 BEGIN
     SELECT * INTO c FROM checkouts k WHERE k.checkout_id = p_checkout_id FOR UPDATE;
     failures := c.book_failures;
@@ -300,9 +307,18 @@ BEGIN
         outcome := c.state; booking_id := c.booking_id;
         RETURN;
     END IF;
-    IF c.state IS DISTINCT FROM 'paid' THEN
-        outcome := 'state';
+    IF p_charge_id IS NOT NULL AND c.state IN ('released', 'failed') THEN
+        PERFORM onsale_saga_late_charge(p_checkout_id, p_charge_id);
+        outcome := 'refunding'; refund_reason := 'late_charge';
         RETURN;
+    END IF;
+    IF c.state IS DISTINCT FROM 'paid' THEN
+        IF p_charge_id IS NULL
+           OR c.state NOT IN ('payment_requested', 'unknown', 'converting') THEN
+            outcome := 'state';
+            RETURN;
+        END IF;
+        via_paid := 'paid,"the provider confirmed the charge",';
     END IF;
     BEGIN
         want := cardinality(p_units);
@@ -343,10 +359,11 @@ BEGIN
                 END IF;
             END IF;
         END IF;
-        PERFORM set_config('onsale.via', '{converted,"hold re-checked in Redis; booking '
-                           'inserted"}', true);
+        PERFORM set_config('onsale.via', '{' || via_paid || 'converted,"hold re-checked in '
+                           'Redis; booking inserted"}', true);
         PERFORM set_config('onsale.reason', 'booking confirmed', true);
         UPDATE checkouts k SET state = 'confirmed', booking_id = p_booking_id,
+               charge_id = COALESCE(p_charge_id, k.charge_id),
                response_code = 201, response_body = p_ok_body, lease_until = NULL,
                updated_at = now()
          WHERE k.checkout_id = p_checkout_id;
@@ -374,9 +391,14 @@ BEGIN
         WHEN OTHERS THEN
             GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT, code = RETURNED_SQLSTATE;
             detail := code || ': ' || msg;
-            UPDATE checkouts k SET book_failures = k.book_failures + 1
+            -- The charge is recorded (paid) with the failure: what is retried is the
+            -- booking, never the question to the provider.
+            PERFORM set_config('onsale.reason', 'the provider confirmed the charge', true);
+            UPDATE checkouts k SET book_failures = k.book_failures + 1, state = 'paid',
+                   charge_id = COALESCE(p_charge_id, k.charge_id), updated_at = now()
              WHERE k.checkout_id = p_checkout_id
             RETURNING k.book_failures INTO failures;
+            via_paid := '';
             IF failures < p_max_failures THEN
                 outcome := 'failed';
                 RETURN;
@@ -385,8 +407,11 @@ BEGIN
             PERFORM set_config('onsale.reason', format('paid, but the booking failed %s times '
                                '(%s): refund', failures, detail), true);
     END;
+    IF via_paid <> '' THEN
+        PERFORM set_config('onsale.via', '{' || rtrim(via_paid, ',') || '}', true);
+    END IF;
     UPDATE checkouts k SET state = 'refunding', refund_reason = onsale_saga_book.refund_reason,
-           updated_at = now()
+           charge_id = COALESCE(p_charge_id, k.charge_id), updated_at = now()
      WHERE k.checkout_id = p_checkout_id;
     outcome := 'refunding';
 END $$;
@@ -828,14 +853,20 @@ $$;
 -- in the order written, each only after every earlier one was delivered); the caller
 -- must hold the row lock that orders the key's writers (the checkout row, the event
 -- row) so that order of writing is order of commit. p_payload: the event's "data"
--- object. Answers the event's id.
+-- object. Answers the event's id. plpgsql, not sql: its INSERT is planned once per
+-- session and kept, where a SQL function called from plpgsql plans its body on every
+-- call (one per confirmation: docs/confirm.md, "Measured").
 CREATE OR REPLACE FUNCTION onsale_outbox_emit(p_event text, p_kind text, p_key text,
         p_payload jsonb) RETURNS text
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+DECLARE
+    out_id text;
+BEGIN
     INSERT INTO outbox (kind, event_id, key, payload)
     VALUES (p_kind, p_event, p_key, p_payload)
-    RETURNING id;
-$$;
+    RETURNING id INTO out_id;
+    RETURN out_id;
+END $$;
 
 -- True when p_event still has a unit no booking holds (free_units, 009_outbox.sql).
 -- Near the end (fewer than 64 free units seen, counting the units of bookings not yet
@@ -946,3 +977,53 @@ CREATE OR REPLACE TRIGGER seats_free_units AFTER INSERT OR DELETE ON seats
     FOR EACH ROW EXECUTE FUNCTION onsale_free_units_track();
 CREATE OR REPLACE TRIGGER booking_items_free_units AFTER INSERT OR DELETE ON booking_items
     FOR EACH ROW EXECUTE FUNCTION onsale_free_units_track();
+
+-- A charge the provider confirmed for a checkout that had ended meanwhile (released or
+-- failed: given up as unpaid): it holds money, so it moves to refunding with the charge
+-- ('late_charge'), under the caller's row lock. The saga's charge-outcome steps (the
+-- booking, onsale_saga_book; the hold gone at conversion, onsale_saga_paid_refund) call it
+-- when they find the checkout ended.
+CREATE OR REPLACE FUNCTION onsale_saga_late_charge(p_checkout_id text, p_charge_id text)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM set_config('onsale.reason', format('a charge landed after the checkout had ended '
+                       '(%s): refund', p_charge_id), true);
+    UPDATE checkouts k SET state = 'refunding', charge_id = p_charge_id,
+           refund_reason = 'late_charge', updated_at = now()
+     WHERE k.checkout_id = p_checkout_id;
+END $$;
+
+-- A charge the provider confirmed whose hold could not be booked (expired or gone at
+-- conversion, or its items changed: p_refund_reason): the charge and refunding in one
+-- commit (013, docs/confirm.md merge (b)). From payment_requested / unknown / converting
+-- the UPDATE passes through paid (both transitions recorded); from paid it is one step.
+-- A checkout that had ended meanwhile (released, failed) is a late charge
+-- (onsale_saga_late_charge). applied: this call moved it; state / refund_reason: after
+-- the call.
+CREATE OR REPLACE FUNCTION onsale_saga_paid_refund(p_checkout_id text, p_charge_id text,
+        p_refund_reason text, p_reason text, p_lease_seconds integer,
+        OUT applied boolean, OUT state text, OUT refund_reason text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    cur text;
+BEGIN
+    SELECT k.state INTO cur FROM checkouts k WHERE k.checkout_id = p_checkout_id FOR UPDATE;
+    applied := true; state := 'refunding'; refund_reason := p_refund_reason;
+    IF cur IN ('released', 'failed') THEN
+        PERFORM onsale_saga_late_charge(p_checkout_id, p_charge_id);
+        refund_reason := 'late_charge';
+        RETURN;
+    END IF;
+    IF cur IS NULL OR cur NOT IN ('payment_requested', 'unknown', 'converting', 'paid') THEN
+        applied := false; state := cur; refund_reason := NULL;
+        RETURN;
+    END IF;
+    IF cur <> 'paid' THEN
+        PERFORM set_config('onsale.via', '{paid,"the provider confirmed the charge"}', true);
+    END IF;
+    PERFORM set_config('onsale.reason', p_reason, true);
+    UPDATE checkouts k SET state = 'refunding', charge_id = p_charge_id,
+           refund_reason = p_refund_reason,
+           lease_until = now() + make_interval(secs => p_lease_seconds), updated_at = now()
+     WHERE k.checkout_id = p_checkout_id;
+END $$;

@@ -36,16 +36,15 @@ PG_BIN = os.environ.get("ONSALE_PG_BIN", "/usr/lib/postgresql/15/bin")
 CRASH_PLAN = [
     ("before:created", "tok_visa", None),  # the hold extended, nothing recorded yet
     ("after:payment_requested", "tok_visa", None),  # created…payment_requested: one commit
-    ("before:paid", "tok_visa", None),
-    ("after:paid", "tok_visa", None),
-    ("before:converted", "tok_visa", None),
-    ("after:confirmed", "tok_visa", None),  # the booking commits paid→converted→confirmed
+    ("before:paid", "tok_visa", None),  # charged, nothing recorded (paid is not a commit)
+    ("before:converted", "tok_visa", None),  # charged and converted in Redis, not booked
+    ("after:confirmed", "tok_visa", None),  # one commit: the charge, paid…confirmed
     ("after:declined", "tok_chargeDeclined", None),
     ("before:failed", "tok_chargeDeclined", None),
     ("after:unknown", "tok_sim_late", None),
     ("after:unknown", "tok_sim_lost", None),
-    ("after:paid", "tok_sim_delay_1300", 1),
-    ("after:refunding", "tok_sim_delay_1300", 1),
+    ("before:refunding", "tok_sim_delay_1300", 1),  # charged, the hold expired: not recorded
+    ("after:refunding", "tok_sim_delay_1300", 1),  # the charge and refunding, one commit
     ("before:refunded", "tok_sim_delay_1300", 1),
 ]
 ROUNDS = 3  # the plan runs this many times (each checkout its own process)
@@ -215,7 +214,8 @@ class BookingRace(SagaCase):
                             max_per_buyer=4)
         tok = self.S.token(ev, "racer")
         # A reserve that dies after the charge and the hold's conversion, right before the
-        # booking: the checkout stays paid with the seat converted in Redis.
+        # booking: the checkout stays payment_requested (the charge is recorded only with
+        # the booking) with the seat converted in Redis.
         p = self.r.start({"ONSALE_RESERVE_FAULT": "before:converted",
                           "ONSALE_RESERVE_RECONCILE_INTERVAL_MS": "600000"})
         h = self.hold(ev, tok, seats=["B-1"]).json
@@ -229,15 +229,17 @@ class BookingRace(SagaCase):
             c.close()
         self.assertEqual(p.wait(timeout=15), -signal.SIGKILL)
         cid = self.S.sql_value(f"select checkout_id from checkouts where event_id = '{ev}'")
-        self.assertEqual(self.checkout_state(cid), "paid")
-        # Eight bookings of it at once, each with its own booking id.
+        self.assertEqual(self.checkout_state(cid), "payment_requested")
+        charge = [ch["id"] for ch in self.pay.ledger(ev)["charges"]
+                  if ch["status"] == "succeeded"][0]
+        # Eight bookings of it at once, each with its own booking id and the charge.
         out = {}
 
         def book(i):
             body = json.dumps({"checkout_id": cid, "booking_id": f"bk_race{i}"})
             out[i] = self.S.sql(
                 f"select outcome, booking_id from onsale_saga_book('{cid}', 'bk_race{i}', "
-                f"NULL, '{{B-1}}'::text[], '{body}', 3)")[0]
+                f"NULL, '{{B-1}}'::text[], '{body}', 3, '{charge}')")[0]
         ts = [threading.Thread(target=book, args=(i,)) for i in range(8)]
         for t in ts:
             t.start()
@@ -252,7 +254,10 @@ class BookingRace(SagaCase):
                          [[won]])
         self.assertEqual(self.checkout_state(cid), "confirmed")
         tr = self.transitions(cid)
+        self.assertEqual(tr.count(("payment_requested", "paid")), 1, tr)
         self.assertEqual(tr.count(("paid", "converted")), 1, tr)
+        self.assertEqual(self.S.sql_value(
+            f"select charge_id from checkouts where checkout_id = '{cid}'"), charge)
         self.assertEqual(tr.count(("converted", "confirmed")), 1, tr)
         self.assertIsNone(self.S.sql_value(
             f"select lease_until from checkouts where checkout_id = '{cid}' "

@@ -222,13 +222,13 @@ class Branches(SagaCase):
             ("", "created"), ("created", "hold_extended"),
             ("hold_extended", "payment_requested"), ("payment_requested", "paid"),
             ("paid", "converted"), ("converted", "confirmed")])
-        # Three commits (docs/confirm.md): the start after the hold's extend, the charge's
-        # outcome, the booking.
+        # Two commits (docs/confirm.md): the start after the hold's extend; the charge
+        # recorded with the booking (merge (b)).
         self.assertEqual(self.commits(cid), [
             [("", "created"), ("created", "hold_extended"),
              ("hold_extended", "payment_requested")],
-            [("payment_requested", "paid")],
-            [("paid", "converted"), ("converted", "confirmed")]])
+            [("payment_requested", "paid"), ("paid", "converted"),
+             ("converted", "confirmed")]])
         g = self.c.get(f"/v1/checkouts/{cid}", token=t)
         self.assertStatus(g, 200)
         self.assertEqual(g.json["state"], "confirmed")
@@ -283,6 +283,11 @@ class Branches(SagaCase):
         self.assertTrue(r.json["refund"]["id"].startswith("re_"), repr(r))
         cid = r.json["checkout_id"]
         self.assertEqual(self.checkout_state(cid), "refunded")
+        # convert.lua answered EXPIRED: the charge and refunding in one commit (merge (b),
+        # docs/confirm.md), then the refund's.
+        self.assertEqual(self.commits(cid)[1:], [
+            [("payment_requested", "paid"), ("paid", "refunding")],
+            [("refunding", "refunded")]])
         self.assertEqual(self.S.sql_value(
             f"select count(*) from bookings where event_id = '{ev}'"), "0")
         # The seat is free for others.
@@ -421,16 +426,14 @@ class RowWrites(SagaCase):
         self.assertEqual(self.S.sql(f"select state, payment_source, lease_until > now() "
                                     f"from checkouts where checkout_id = '{cid}'"),
                          [["payment_requested", "tok_visa", "t"]])
-        self.assertEqual(self.writes(
-            f"select applied, state from onsale_saga_step('{cid}', "
-            "'{payment_requested,unknown}'::text[], 'paid', 'the provider confirmed the charge', "
-            f"'ch_{cid}', NULL, NULL, NULL::int, NULL, 30)"), (0, 1, 1))
+        # The charge and the booking: one UPDATE, three transitions (merge (b)).
         self.assertEqual(self.writes(
             f"select outcome from onsale_saga_book('{cid}', 'bk_{cid}', NULL, "
-            f"'{{A-20}}'::text[], '{{}}', 3)"), (0, 1, 2))
-        self.assertEqual(self.S.sql(f"select state, booking_id, response_code, lease_until "
-                                    f"is null from checkouts where checkout_id = '{cid}'"),
-                         [["confirmed", f"bk_{cid}", "201", "t"]])
+            f"'{{A-20}}'::text[], '{{}}', 3, 'ch_{cid}')"), (0, 1, 3))
+        self.assertEqual(self.S.sql(f"select state, booking_id, charge_id, response_code, "
+                                    f"lease_until is null from checkouts "
+                                    f"where checkout_id = '{cid}'"),
+                         [["confirmed", f"bk_{cid}", f"ch_{cid}", "201", "t"]])
         # The same trail, reasons included, as when every hop was its own UPDATE.
         self.assertEqual(self.trail(cid), [
             ("", "created", "confirm requested"),
@@ -439,6 +442,47 @@ class RowWrites(SagaCase):
             ("payment_requested", "paid", "the provider confirmed the charge"),
             ("paid", "converted", "hold re-checked in Redis; booking inserted"),
             ("converted", "confirmed", "booking confirmed")])
+
+    def test_a_charge_whose_hold_expired_is_recorded_with_its_refund_in_one_write(self):
+        ev = self.new_event(seats=SEATS, max_per_buyer=4)
+        cid = "co_rows_" + uuid.uuid4().hex[:12]
+        self.writes(self.start(ev, cid, "rw5", "k5", "'payment_requested'"))
+        self.assertEqual(self.writes(
+            f"select applied, state, refund_reason from onsale_saga_paid_refund('{cid}', "
+            f"'ch_{cid}', 'hold_expired', 'paid, but the hold had expired at conversion: "
+            f"refund', 30)"), (0, 1, 2))
+        self.assertEqual(self.S.sql(f"select state, charge_id, refund_reason, lease_until > now() "
+                                    f"from checkouts where checkout_id = '{cid}'"),
+                         [["refunding", f"ch_{cid}", "hold_expired", "t"]])
+        self.assertEqual(self.trail(cid)[3:], [
+            ("payment_requested", "paid", "the provider confirmed the charge"),
+            ("paid", "refunding", "paid, but the hold had expired at conversion: refund")])
+        # Done already: nothing written, the caller told where it is.
+        self.assertEqual(self.S.sql(
+            f"select applied, state from onsale_saga_paid_refund('{cid}', 'ch_{cid}', "
+            f"'hold_expired', 'again', 30)"), [["f", "refunding"]])
+
+    def test_a_charge_for_an_ended_checkout_is_a_late_charge_at_either_step(self):
+        ev = self.new_event(seats=SEATS, max_per_buyer=4)
+        for i, call in enumerate([
+                "select outcome, refund_reason from onsale_saga_book('{cid}', 'bk_{cid}', NULL, "
+                "'{{A-19}}'::text[], '{{}}', 3, 'ch_{cid}')",
+                "select state, refund_reason from onsale_saga_paid_refund('{cid}', 'ch_{cid}', "
+                "'hold_expired', 'x', 30)"]):
+            cid = "co_rows_" + uuid.uuid4().hex[:12]
+            self.writes(self.start(ev, cid, f"rw6{i}", "k6", "'payment_requested'"))
+            self.S.sql(f"select onsale_saga_step('{cid}', '{{payment_requested}}'::text[], "
+                       "'released', 'none at the provider', NULL, NULL, NULL, NULL::int, NULL, "
+                       "NULL)")
+            self.assertEqual(self.S.sql(call.format(cid=cid)), [["refunding", "late_charge"]])
+            self.assertEqual(self.S.sql(f"select state, charge_id, refund_reason, booking_id "
+                                        f"is null from checkouts where checkout_id = '{cid}'"),
+                             [["refunding", f"ch_{cid}", "late_charge", "t"]])
+            tr = self.trail(cid)
+            self.assertEqual(tr[-1][:2], ("released", "refunding"), tr)
+            self.assertIn(f"ch_{cid}", tr[-1][2])
+        self.assertEqual(self.S.sql_value(
+            f"select count(*) from bookings where event_id = '{ev}'"), "0")
 
     def test_a_refused_start_and_a_replay_write_what_they_say(self):
         ev = self.new_event(seats=SEATS, max_per_buyer=4)

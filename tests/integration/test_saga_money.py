@@ -6,6 +6,9 @@ never terminal except confirmed or refunded.
   provider's ledger and refunded (regression: charge_landing_after_release_was_kept).
 - When that refund fails, the checkout waits in `refunding` with its charge id and the
   reconciler retries until the provider confirms (regression: released_with_money).
+- A charge that lands for a checkout Postgres gave up on after its hold was converted in
+  Redis (the charge is recorded only with the booking since merge (b), docs/confirm.md):
+  the seats convert.lua marked sold go back (unconvert) before the refund.
 - A paid checkout whose booking insert keeps failing for a reason other than the unique
   constraint (here: the operator replaced the inventory while the hold lived, so the
   booking's foreign key fails) is refunded after book_max_attempts, with a metric.
@@ -15,11 +18,14 @@ network for <ms> (loadgen/paysim/ps_core.h; the intent reads requires_confirmati
 then); its refund_error_rate setting makes refunds fail.
 """
 
+import signal
 import time
+import uuid
 
 import stack
 from stack import metric_sum, wait_for
-from test_saga_flows import LEASE_S, SagaCase, saga_stack
+from test_saga_crash import Reserves
+from test_saga_flows import LEASE_S, SagaCase, payment, saga_stack
 
 # Well after the buyer's drive gave up (four 1.5 s deadlines: the charge and its three
 # retries, each confirmation held in the network too) and the reconciler's lookup.
@@ -146,3 +152,49 @@ class BookingFails(SagaCase):
         g = self.c.get(f"/v1/checkouts/{cid}", token=t)
         self.assertEqual(g.json["state"], "refunded", repr(g))
         self.assertEqual(g.json["refund"]["reason"], "booking_failed", repr(g))
+
+
+class LateChargeAfterConversion(SagaCase):
+    def setUp(self):
+        super().setUp()
+        self.r = Reserves(self.S)
+        self.addCleanup(self.r.stop_all)
+
+    def test_late_charge_of_a_converted_hold_gives_the_seat_back_then_refunds(self):
+        ev = self.new_event(seats=SEATS, max_per_buyer=4)
+        t = self.S.token(ev, "lateconv")
+        # A drive that dies after the charge and convert.lua, before the booking's commit:
+        # the seat is sold in Redis, the checkout still payment_requested (merge (b)).
+        p = self.r.start({"ONSALE_RESERVE_FAULT": "before:converted",
+                          "ONSALE_RESERVE_RECONCILE_INTERVAL_MS": "600000"})
+        h = self.hold(ev, t, seats=["A-9"]).json
+        c = self.r.client(p, timeout=15)
+        try:
+            with self.assertRaises(Exception):  # the process dies mid-request
+                c.post(f"/v1/holds/{h['hold_id']}/confirm", payment(h["amount"]), token=t,
+                       headers={"Idempotency-Key": uuid.uuid4().hex})
+        finally:
+            c.close()
+        self.assertEqual(p.wait(timeout=15), -signal.SIGKILL)
+        cid = self.S.sql_value(f"select checkout_id from checkouts where event_id = '{ev}'")
+        self.assertEqual(self.checkout_state(cid), "payment_requested")
+        t2 = self.S.token(ev, "lateconv2")
+        self.hold(ev, t2, seats=["A-9"], expect=409)  # sold in Redis
+        # Postgres gives up on it as unpaid (what a reconciler told "no such charge" by a
+        # lagging provider does); the provider's ledger then shows the charge.
+        self.assertEqual(self.S.sql(
+            f"select applied from onsale_saga_step('{cid}', '{{payment_requested}}'::text[], "
+            "'released', 'the provider has no charge under this checkout''s key', NULL, NULL, "
+            "NULL, NULL::int, NULL, NULL)"), [["t"]])
+        wait_for(lambda: self.checkout_state(cid) == "refunded", 60, interval=0.2,
+                 what=f"checkout {cid} refunded (now {self.checkout_state(cid)})")
+        self.assertEqual(self.S.sql_value(
+            f"select refund_reason from checkouts where checkout_id = '{cid}'"), "late_charge")
+        self.assertIn(("released", "refunding"), self.transitions(cid))
+        self.assertEqual(self.S.sql_value(
+            f"select count(*) from bookings where event_id = '{ev}'"), "0")
+        # The seat convert.lua marked sold is on sale again; the money went back once.
+        self.hold(ev, t2, seats=["A-9"])
+        led = self.pay.ledger(ev)
+        self.assertEqual(len(led["refunds"]), 1, led)
+        self.assertEqual(self.audit_event(ev), {cid: "refunded"})

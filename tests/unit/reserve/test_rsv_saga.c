@@ -127,7 +127,7 @@ static void each_refund_reason_has_its_answer(void **state)
         bool give_back;
     } cases[] = {
         {"hold_expired", "hold_expired", 409, false},
-        {"late_charge", "payment_not_completed", 409, false},
+        {"late_charge", "payment_not_completed", 409, true},
         {"booking_failed", "booking_failed", 500, true},
         {"sold_out", "sold_out", 409, true},
         {"hold_changed", "hold_changed", 409, true},
