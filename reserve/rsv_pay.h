@@ -187,6 +187,13 @@ __attribute__((warn_unused_result)) int rsv_pay_refund(rsv_pay_t *p, const char 
                                                        const char *payment_id, int64_t amount,
                                                        rsv_pay_cb cb, void *arg);
 /**
+ * Cancels payment_id (a 3-D Secure challenge nobody answered) with Idempotency-Key key:
+ * NONE when it is canceled (no money moved, now or ever), PAID or DECLINED when it had
+ * settled first (the intent as it is), UNKNOWN otherwise. Same return.
+ */
+__attribute__((warn_unused_result)) int
+rsv_pay_cancel(rsv_pay_t *p, const char *key, const char *payment_id, rsv_pay_cb cb, void *arg);
+/**
  * The payments created at or after created_gte, newest first, limit a page, after
  * starting_after (NULL or "" for the first page): LISTED (res->page, valid during the
  * callback) or UNKNOWN.
