@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "cm_http.h"
+#include "ps_webhook.h"
 #include "cm_log.h"
 #include "cm_mem.h"
 #include "cm_parse.h"
@@ -89,6 +90,14 @@ const cm_config_opt_t ps_config_table[] = {
      "late: the charge happens, the answer is late; lost: nothing is charged"},
     {"timeout_ms", CM_CFG_INT, S(timeout_ms), "30000", 0, 3600000,
      "delay of a timed-out answer (beyond the client's deadline)"},
+    {"webhook_url", CM_CFG_STR, S(webhook_url), NULL, 0, 0,
+     "where every intent status change and refund is POSTed as a Stripe-signed event (the "
+     "reserve's /v1/provider/webhook; unset: no webhooks)"},
+    {"webhook_secret_file", CM_CFG_STR, S(webhook_secret_file), NULL, 0, 0,
+     "file whose first line is the webhook signing secret (the reserve's "
+     "pay_webhook_secrets_file)"},
+    {"webhook_ca_file", CM_CFG_STR, S(webhook_ca_file), NULL, 0, 0,
+     "PEM CA bundle to verify an https webhook_url (unset: the system store)"},
     {"log_level", CM_CFG_STR, S(log_level), "info", 0, 0, "debug, info, warn or error"},
 };
 
@@ -170,6 +179,7 @@ struct ps_server {
     uint64_t requests; /* every request answered or held (GET /v1/stats) */
     pending_t *pending;
     ps_journal_t *j;
+    ps_webhook_t *hooks; /* NULL: no webhook_url */
     uint64_t rng;
 };
 
@@ -485,10 +495,35 @@ static void pending_answer_stored(pending_t *p)
     pending_free(p);
 }
 
+/* A committed record's webhook: an intent's new status, a refund of its charge. */
+static void announce(ps_server_t *ps, const rec_t *r)
+{
+    if (ps->hooks == NULL || r->pi == NULL)
+        return;
+    if (r->kind == REC_REFUND) {
+        if (r->pi->chobj)
+            ps_webhook_send(ps->hooks, "charge.refunded", r->pi->chobj);
+        return;
+    }
+    if (r->kind != REC_CONFIRM || r->obj == NULL)
+        return;
+    static const char *const types[][2] = {
+        {"succeeded", "payment_intent.succeeded"},
+        {"requires_action", "payment_intent.requires_action"},
+        {"requires_payment_method", "payment_intent.payment_failed"},
+        {"canceled", "payment_intent.canceled"},
+    };
+    const char *st = json_string_value(json_object_get(r->obj, "status"));
+    for (size_t i = 0; st && i < sizeof(types) / sizeof(types[0]); i++)
+        if (strcmp(st, types[i][0]) == 0)
+            ps_webhook_send(ps->hooks, types[i][1], r->obj);
+}
+
 static void on_durable(void *arg)
 {
     pending_t *p = arg;
     rec_set_state(p->ps, p->rec, REC_DONE);
+    announce(p->ps, p->rec);
     /* A late answer waits for its timer (which answers), unless that already fired; until
      * it leaves, whoever asks sees the intent "processing" (the charge is made, but nobody
      * has been told: a lookup answers only once the late answer is out). */
@@ -1728,6 +1763,12 @@ ps_server_t *ps_server_new(struct event_base *base, const ps_config_t *cfg, char
         if (ps->tls == NULL)
             goto err;
     }
+    if (cfg->webhook_url && cfg->webhook_url[0]) {
+        ps->hooks = ps_webhook_new(cfg->webhook_url, cfg->webhook_secret_file, cfg->webhook_ca_file,
+                                   err, errlen);
+        if (ps->hooks == NULL)
+            goto err;
+    }
     ps->j = ps_journal_new(base, cfg->ledger_file, cfg->ledger_fsync, replay_line, ps, err, errlen);
     if (ps->j == NULL)
         goto err;
@@ -1770,6 +1811,7 @@ void ps_server_free(ps_server_t *ps)
         pending_free(p);
     }
     cm_http_server_free(ps->http);
+    ps_webhook_free(ps->hooks); /* after the journal: its last answers may announce */
     for (size_t b = 0; b < NBUCKETS; b++) {
         rec_t *r = ps->by_key[b];
         while (r) {

@@ -86,6 +86,9 @@ typedef struct ps_config {
     int64_t refund_error_pct;
     char *timeout_mode;
     int64_t timeout_ms;
+    char *webhook_url;
+    char *webhook_secret_file;
+    char *webhook_ca_file;
     char *log_level;
 } ps_config_t;
 

@@ -2,7 +2,8 @@
 simulator answers requires_action puts the checkout in requires_action (202 with
 next_action, the hold extended to its max life); the simulator's challenge page
 (/v1/sim/authenticate/{id}?token=…) is answered directly, and the outcome comes from the
-reconciler's lookup: approve → confirmed and charged once, fail → failed with nothing
+reconciler's lookup — the simulator's webhooks are lost here (sent to a closed port;
+test_saga_3ds_webhooks has them delivered): approve → confirmed and charged once, fail → failed with nothing
 charged, never answered → released when the hold's max life passes and the intent
 canceled at the provider. A forged answer (wrong token, another answer) changes nothing.
 """
@@ -14,15 +15,25 @@ import ssl
 import time
 import urllib.parse
 
-from stack import wait_for
-from test_saga_flows import SagaCase, saga_stack
+import stack
+from test_saga_flows import SagaCase, SagaStack
 
 SEATS = [{"id": f"S-{i}", "section": "S", "price": 4200} for i in range(1, 21)]
 THREEDS = "pm_card_threeDSecure2Required"
 
 
+class LostHooksStack(SagaStack):
+    """The saga stack whose simulator sends every webhook to a port nobody listens on:
+    every outcome here is the reconciler's own lookup."""
+
+    def env(self):
+        e = super().env()
+        e["ONSALE_PAYSIM_WEBHOOK_URL"] = "http://127.0.0.1:9/v1/provider/webhook"
+        return e
+
+
 def setUpModule():
-    saga_stack("saga-3ds")
+    stack.module_own_stack(LostHooksStack("saga-3ds"))
 
 
 class ThreeDS(SagaCase):
