@@ -119,8 +119,8 @@ typedef struct rsv_pay_config {
     int timeout_ms;
 } rsv_pay_config_t;
 
-/* The default return_url: the 3-D Secure step (a later change) gives it a config key. */
-#define RSV_PAY_RETURN_URL "https://localhost/shop/payment-return"
+/* The return_url without one configured (the reserve passes pay_return_url). */
+#define RSV_PAY_RETURN_URL "https://localhost/shop/"
 
 /** What a charge is, for rsv_pay_charge and rsv_pay_lookup (strings borrowed). */
 typedef struct rsv_pay_charge_req {

@@ -68,6 +68,7 @@ admin_listen = 127.0.0.1:$((port + ADMIN_OFFSET))
 paysim_url = $PAYSIM_URL
 paysim_ca = $CA
 pay_webhook_secrets_file = $PAY_WEBHOOK_SECRET_FILE
+pay_return_url = $RESERVE_URL/shop/
 shop_queue_url = $GATEWAY_URL/q/{event}
 log_level = info
 EOF

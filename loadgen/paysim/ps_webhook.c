@@ -55,7 +55,7 @@ static int64_t mono_ms(void)
 
 static int read_secret(ps_webhook_t *w, const char *path, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "r");
+    FILE *f = fopen(path, "r"); /* blocking-ok: start-up, before the loop */
     if (f == NULL) {
         snprintf(err, errlen, "webhook_secret_file %s: %s", path, strerror(errno));
         return -1;
@@ -112,7 +112,7 @@ static long post_once(ps_webhook_t *w, const item_t *it)
     if (w->ca_file)
         curl_easy_setopt(c, CURLOPT_CAINFO, w->ca_file);
     long status = 0;
-    CURLcode rc = curl_easy_perform(c);
+    CURLcode rc = curl_easy_perform(c); /* blocking-ok: the sender thread, never the loop */
     if (rc == CURLE_OK)
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
     else
