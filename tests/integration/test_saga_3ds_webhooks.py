@@ -4,7 +4,8 @@ simulator POSTs a Stripe-signed event for every status change, and the reserve's
 reconciler here never looks at a checkout on its own within a test (reconcile_after_s
 3600) — so an approved or failed challenge is decided within seconds only through the
 webhook's nudge. The webhook racing the buyer's own repeated confirm moves the checkout
-once.
+once; a challenge approved after the hold's max life is paid and refunded (the late-charge
+path), never booked.
 """
 
 import time
@@ -59,6 +60,22 @@ class Webhooks(base.ThreeDS):
         self.answer(url, "fail")
         self.assertEqual(self.wait_terminal([cid], timeout=20)[cid], "failed")
         self.assertEqual(self.audit_event(ev), {cid: "nothing"})
+
+    def test_approved_after_the_hold_expired_is_refunded(self):
+        # The fan answers only after the hold's max life; the webhook's nudge finds the
+        # intent succeeded: paid, but the hold is gone — refunded, never booked.
+        ev = self.new_event(seats=SEATS, max_per_buyer=4, hold_ttl_seconds=2,
+                            checkout_extension_seconds=1, max_hold_seconds=3)
+        t, h, cid, url = self.start(ev, "latecomer", "S-14")
+        time.sleep(4)
+        self.assertEqual(self.checkout_state(cid), "requires_action")
+        st, _, _ = self.answer(url, "approve")
+        self.assertEqual(st, 302)
+        self.assertEqual(self.wait_terminal([cid], timeout=20)[cid], "refunded")
+        moves = self.transitions(cid)
+        self.assertIn(("requires_action", "paid"), moves)
+        self.assertIn(("paid", "refunding"), moves)
+        self.assertEqual(self.audit_event(ev), {cid: "refunded"})
 
     def test_webhook_and_the_buyers_retry_racing_move_once(self):
         ev = self.new_event(seats=SEATS, max_per_buyer=4)
