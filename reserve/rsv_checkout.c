@@ -461,6 +461,8 @@ static const char CHECKOUT_SQL[] =
     " 'response_code', c.response_code, 'charge_id', c.charge_id,"
     " 'refund', CASE WHEN c.refund_id IS NULL THEN NULL ELSE json_build_object("
     "   'status', 'refunded', 'id', c.refund_id, 'reason', c.refund_reason) END,"
+    " 'next_action', CASE WHEN c.state = 'requires_action'"
+    "   THEN (c.response_body::json)->'next_action' END,"
     " 'created_at', to_char(c.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'),"
     " 'updated_at', to_char(c.updated_at AT TIME ZONE 'UTC', "
     "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'))::text"
@@ -484,6 +486,8 @@ static void on_checkout_row(const char *err, const rsv_pg_result_t *res, void *a
         rsv_reply_error(&op->r, 404, "unknown_checkout", "no such checkout of yours", NULL);
     } else {
         json_object_del(o, "buyer");
+        if (json_is_null(json_object_get(o, "next_action")))
+            json_object_del(o, "next_action"); /* only while the buyer must authenticate */
         /* Internal states stay internal: the buyer sees pending until it is settled. */
         const char *st = json_string_value(json_object_get(o, "state"));
         json_object_set_new(o, "state",

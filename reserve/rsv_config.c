@@ -91,6 +91,9 @@ static const cm_config_opt_t own[] = {
     {"allow_loopback_http", CM_CFG_BOOL, S(allow_loopback_http), "false", 0, 0,
      "accept a plain http:// paysim_url when its host is loopback (127.0.0.0/8); any "
      "other host always needs https://"},
+    {"pay_return_url", CM_CFG_STR, S(pay_return_url), NULL, 0, 0,
+     "where the provider's 3-D Secure page sends the buyer back (the storefront); unset = "
+     "public_origin + /shop/ (https://localhost/shop/ without public_origin)"},
     {"paysim_ca", CM_CFG_STR, S(paysim_ca), NULL, 0, 0,
      "PEM CA bundle that signed the provider's certificate (unset: the system store)"},
     {"paysim_api_key", CM_CFG_STR, S(paysim_api_key), NULL, 0, 0,

@@ -45,6 +45,7 @@ typedef struct rsv_config {
     char *paysim_url;
     bool allow_loopback_http;
     char *paysim_ca;
+    char *pay_return_url; /* NULL: public_origin + /shop/ */
     char *paysim_api_key;
     char *paysim_api_key_file;
     char *pay_webhook_secrets_file;

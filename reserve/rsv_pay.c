@@ -451,6 +451,11 @@ int rsv_pay_refund(rsv_pay_t *p, const char *key, const char *payment_id, int64_
     return p->closing ? -1 : p->adapter->refund(p, key, payment_id, amount, cb, arg);
 }
 
+int rsv_pay_cancel(rsv_pay_t *p, const char *key, const char *payment_id, rsv_pay_cb cb, void *arg)
+{
+    return p->closing ? -1 : p->adapter->cancel(p, key, payment_id, cb, arg);
+}
+
 int rsv_pay_list(rsv_pay_t *p, int64_t created_gte, const char *starting_after, int limit,
                  rsv_pay_cb cb, void *arg)
 {

@@ -119,8 +119,8 @@ typedef struct rsv_pay_config {
     int timeout_ms;
 } rsv_pay_config_t;
 
-/* The default return_url: the 3-D Secure step (a later change) gives it a config key. */
-#define RSV_PAY_RETURN_URL "https://localhost/shop/payment-return"
+/* The return_url without one configured (the reserve passes pay_return_url). */
+#define RSV_PAY_RETURN_URL "https://localhost/shop/"
 
 /** What a charge is, for rsv_pay_charge and rsv_pay_lookup (strings borrowed). */
 typedef struct rsv_pay_charge_req {
@@ -186,6 +186,13 @@ rsv_pay_lookup(rsv_pay_t *p, const rsv_pay_charge_req_t *req, rsv_pay_cb cb, voi
 __attribute__((warn_unused_result)) int rsv_pay_refund(rsv_pay_t *p, const char *key,
                                                        const char *payment_id, int64_t amount,
                                                        rsv_pay_cb cb, void *arg);
+/**
+ * Cancels payment_id (a 3-D Secure challenge nobody answered) with Idempotency-Key key:
+ * NONE when it is canceled (no money moved, now or ever), PAID or DECLINED when it had
+ * settled first (the intent as it is), UNKNOWN otherwise. Same return.
+ */
+__attribute__((warn_unused_result)) int
+rsv_pay_cancel(rsv_pay_t *p, const char *key, const char *payment_id, rsv_pay_cb cb, void *arg);
 /**
  * The payments created at or after created_gte, newest first, limit a page, after
  * starting_after (NULL or "" for the first page): LISTED (res->page, valid during the

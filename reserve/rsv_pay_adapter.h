@@ -12,7 +12,7 @@
 
 #include "rsv_pay.h"
 
-/** A provider: the four calls of rsv_pay.h, same contracts. */
+/** A provider: the five calls of rsv_pay.h, same contracts. */
 typedef struct rsv_pay_adapter {
     const char *name;
     int (*charge)(rsv_pay_t *p, const rsv_pay_charge_req_t *req, rsv_pay_cb cb, void *arg);
@@ -21,6 +21,7 @@ typedef struct rsv_pay_adapter {
                   rsv_pay_cb cb, void *arg);
     int (*list)(rsv_pay_t *p, int64_t created_gte, const char *starting_after, int limit,
                 rsv_pay_cb cb, void *arg);
+    int (*cancel)(rsv_pay_t *p, const char *key, const char *payment_id, rsv_pay_cb cb, void *arg);
 } rsv_pay_adapter_t;
 
 /** Stripe's PaymentIntents API (rsv_pay_stripe.c). */

@@ -432,6 +432,23 @@ static int stripe_refund(rsv_pay_t *p, const char *key, const char *payment_id, 
     return rc;
 }
 
+/* POST /v1/payment_intents/{id}/cancel: answered like a retrieve (the intent, or the
+ * intent inside payment_intent_unexpected_state when it settled first). */
+static int stripe_cancel(rsv_pay_t *p, const char *key, const char *payment_id, rsv_pay_cb cb,
+                         void *arg)
+{
+    if (!id_ok(payment_id)) {
+        return -1;
+    }
+    flow_t *f = flow_new(p, FLOW_LOOKUP, key, cb, arg);
+    char *path = cm_xasprintf("/v1/payment_intents/%s/cancel", payment_id);
+    int rc = rsv_pay_http(p, true, path, key, "cancellation_reason=abandoned", false, on_second, f);
+    free(path);
+    if (rc != 0)
+        free(f);
+    return rc;
+}
+
 static void on_listed(const rsv_pay_answer_t *a, void *arg)
 {
     flow_t *f = arg;
@@ -466,4 +483,5 @@ const rsv_pay_adapter_t rsv_pay_stripe = {
     .lookup = stripe_lookup,
     .refund = stripe_refund,
     .list = stripe_list,
+    .cancel = stripe_cancel,
 };

@@ -18,6 +18,7 @@
 #include "cm_time.h"
 #include "rsv_rediskeys.h"
 #include "rsv_ids.h"
+#include "rsv_pay_adapter.h"
 #include "rsv_req.h"
 
 /* --- driving a checkout ------------------------------------------------------------------
@@ -267,6 +268,9 @@ static void on_step(const char *err, const rsv_pg_result_t *res, void *arg)
     case RSV_SAGA_NSTATES:
     case RSV_SAGA_INVALID:
         break;
+    case RSV_SAGA_REQUIRES_ACTION:
+        saga_end(s, NULL, s->code, s->body, -1); /* 202 with next_action */
+        return;
     }
     advance(s);
 }
@@ -492,10 +496,124 @@ static void log_provider_error(const saga_t *s, const char *op, const rsv_pay_re
            res->error_code[0] ? res->error_code : "-", res->err ? res->err : "answered");
 }
 
+/* --- 3-D Secure ---------------------------------------------------------------------
+ *
+ * A charge answered requires_action: the buyer must authenticate at the provider's page
+ * (res->action_url) before anything is decided. The checkout moves to requires_action with
+ * the 202 answer that carries next_action, after the hold was extended to its max life
+ * (max_expires_at: the extend script never goes past it), and the buyer's lease lapses: the
+ * webhook's nudge or the reconciler's lookup tells how the challenge ended. A lookup that
+ * still finds the intent waiting once the hold has expired (nobody answered within the
+ * hold's max life) cancels the intent and releases the checkout; an intent that settled
+ * first is recorded as it settled (paid → refunding through the expired hold).
+ */
+
+static void on_cancel(const rsv_pay_result_t *res, void *arg);
+static void on_payment(const rsv_pay_result_t *res, void *arg);
+
+static char *action_body(const saga_t *s, const char *url)
+{
+    const char *ru = rsv_pay_return_url(s->srv->pay);
+    json_t *o = json_pack("{s:s, s:s, s:{s:s, s:{s:s, s:s}}}", "checkout_id", s->row.id, "state",
+                          "requires_action", "next_action", "type", "redirect_to_url",
+                          "redirect_to_url", "url", url, "return_url", ru ? ru : "");
+    char *t = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return t;
+}
+
+static void on_action_extended(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    saga_t *s = arg;
+    rsv_hold_view_t v;
+    if (err || rsv_hold_view_parse(reply, &v) != 0) {
+        /* The hold keeps the life it had: the challenge may still be answered in time. */
+        cm_log(CM_LOG_WARN, "checkout %s: extending the hold for 3-D Secure: %s", s->row.id,
+               err ? err : cm_err_protocol);
+    } else {
+        rsv_hold_view_clear(&v);
+    }
+    char *body = s->body;
+    s->body = NULL;
+    step(s, FROM(RSV_SAGA_PAYMENT_REQUESTED, RSV_SAGA_UNKNOWN), RSV_SAGA_REQUIRES_ACTION,
+         "the provider asks the buyer to authenticate (3-D Secure)", 202, body, 0);
+}
+
+/* The hold's max life, in ms: far more than any event allows, so the extend script caps it
+ * at the hold's max_expires_at. */
+#define ACTION_EXTENSION_MS (86400LL * 7 * 1000)
+
+static void on_abandon_view(const char *err, const cm_redis_reply_t *reply, void *arg)
+{
+    saga_t *s = arg;
+    rsv_hold_view_t v;
+    if (err || rsv_hold_view_parse(reply, &v) != 0) {
+        saga_fail(s, "reading the hold", err ? err : cm_err_protocol);
+        return;
+    }
+    bool live = v.status == RSV_HOLD_OK && v.exp_ms > cm_time_wall_ms();
+    rsv_hold_view_clear(&v);
+    if (live) {
+        end_pending(s); /* the buyer still has time to answer the challenge */
+        return;
+    }
+    char key[RSV_CHECKOUT_ID_MAX + 4];
+    snprintf(key, sizeof(key), "cn_%s", s->row.id);
+    cm_log(CM_LOG_INFO, "checkout %s: 3-D Secure unanswered within the hold's life: cancel %s",
+           s->row.id, s->row.charge_id);
+    if (rsv_pay_cancel(s->srv->pay, key, s->row.charge_id, on_cancel, s) != 0)
+        saga_fail(s, "canceling the payment", cm_err_shutdown);
+}
+
+static void on_cancel(const rsv_pay_result_t *res, void *arg)
+{
+    saga_t *s = arg;
+    if (res->outcome == RSV_PAY_NONE) {
+        cm_counter_inc(s->srv->m.reconcile.actions[RSV_RECONCILE_RELEASED]);
+        step(s, FROM(RSV_SAGA_REQUIRES_ACTION), RSV_SAGA_RELEASED,
+             "authentication abandoned: the intent is canceled", 409,
+             error_text(s, "payment_not_completed",
+                        "the payment was not authenticated in time; nothing was charged", NULL),
+             -1);
+        return;
+    }
+    if (res->outcome == RSV_PAY_ACTION || res->outcome == RSV_PAY_UNKNOWN) {
+        end_pending(s); /* the cancel did not go through: asked again later */
+        return;
+    }
+    on_payment(res, arg); /* settled before the cancel: paid or declined */
+}
+
+static void action_required(saga_t *s, const rsv_pay_result_t *res)
+{
+    if (res->id[0])
+        snprintf(s->row.charge_id, sizeof(s->row.charge_id), "%s", res->id);
+    if (s->row.state != RSV_SAGA_REQUIRES_ACTION) {
+        cm_log(CM_LOG_INFO, "checkout %s: the provider asks the buyer to authenticate (%s)",
+               s->row.id, res->action_url[0] ? res->action_url : "no URL");
+        free(s->body);
+        s->body = action_body(s, res->action_url);
+        if (rsv_hold_op_extend(s->srv, s->row.hold_id, s->row.buyer, ACTION_EXTENSION_MS,
+                               on_action_extended, s) != 0)
+            on_action_extended(cm_err_closed, NULL, s);
+        return;
+    }
+    if (s->mode == RSV_SAGA_BACKGROUND && s->row.charge_id[0]) {
+        if (rsv_hold_op_read(s->srv, s->row.hold_id, s->row.buyer, on_abandon_view, s) != 0)
+            saga_fail(s, "reading the hold", cm_err_closed);
+        return;
+    }
+    /* The buyer asked again while the challenge waits: the same 202 with next_action. */
+    char *body = action_body(s, res->action_url);
+    saga_end(s, NULL, 202, body, -1);
+    free(body);
+}
+
 static void record_payment(saga_t *s, const rsv_pay_result_t *res)
 {
     rsv_reconcile_metrics_t *m = &s->srv->m.reconcile;
-    const rsv_saga_state_t *from = FROM(RSV_SAGA_PAYMENT_REQUESTED, RSV_SAGA_UNKNOWN);
+    const rsv_saga_state_t *from =
+        FROM(RSV_SAGA_PAYMENT_REQUESTED, RSV_SAGA_UNKNOWN, RSV_SAGA_REQUIRES_ACTION);
     switch (res->outcome) {
     case RSV_PAY_PAID:
         /* Not committed on its own (merge (b), docs/confirm.md): the charge is recorded,
@@ -517,14 +635,18 @@ static void record_payment(saga_t *s, const rsv_pay_result_t *res)
                         "the payment did not go through; nothing was charged", NULL),
              -1);
         return;
+    case RSV_PAY_ACTION:
+        action_required(s, res);
+        return;
     default:
         break;
     }
     if (retry_charge(s, res))
         return;
-    if (res->outcome == RSV_PAY_ACTION)
-        cm_log(CM_LOG_INFO, "checkout %s: the provider asks the buyer to act (%s); pending",
-               s->row.id, res->action_url[0] ? res->action_url : "no URL");
+    if (s->row.state == RSV_SAGA_REQUIRES_ACTION) {
+        end_pending(s); /* no definite answer: asked again later */
+        return;
+    }
     if (s->row.state == RSV_SAGA_PAYMENT_REQUESTED) {
         /* Foreground: the buyer gets 202 and the reconciler takes over (lease lapses). */
         step(s, NULL, RSV_SAGA_UNKNOWN,
@@ -1118,6 +1240,9 @@ static void advance(saga_t *s)
                             "the checkout was abandoned before payment; nothing was charged", NULL),
                  -1);
         }
+        return;
+    case RSV_SAGA_REQUIRES_ACTION:
+        lookup(s); /* the buyer's turn: never confirm again, only ask how it ended */
         return;
     case RSV_SAGA_PAYMENT_REQUESTED:
     case RSV_SAGA_UNKNOWN:

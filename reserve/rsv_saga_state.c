@@ -22,6 +22,7 @@ const char *const rsv_saga_state_names[RSV_SAGA_NSTATES] = {
     [RSV_SAGA_FAILED] = "failed",
     [RSV_SAGA_RELEASED] = "released",
     [RSV_SAGA_REFUNDED] = "refunded",
+    [RSV_SAGA_REQUIRES_ACTION] = "requires_action",
 };
 
 #define T(f, t, w)                                                                                 \
@@ -39,6 +40,11 @@ const rsv_saga_transition_t rsv_saga_transitions[] = {
     T(PAYMENT_REQUESTED, DECLINED, "the provider declined the charge"),
     T(PAYMENT_REQUESTED, UNKNOWN, "no definite answer from the provider"),
     T(PAYMENT_REQUESTED, RELEASED, "the provider has no charge under the checkout's key"),
+    T(PAYMENT_REQUESTED, REQUIRES_ACTION, "the provider asks the buyer to authenticate"),
+    T(UNKNOWN, REQUIRES_ACTION, "the provider, asked by key, waits for the buyer to authenticate"),
+    T(REQUIRES_ACTION, PAID, "the buyer authenticated; the provider has the charge"),
+    T(REQUIRES_ACTION, DECLINED, "the buyer's authentication failed"),
+    T(REQUIRES_ACTION, RELEASED, "authentication abandoned: the intent is canceled"),
     T(UNKNOWN, PAID, "the provider, asked by key, has the charge"),
     T(UNKNOWN, DECLINED, "the provider, asked by key, declined it"),
     T(UNKNOWN, RELEASED, "the provider has no charge under the checkout's key"),
@@ -89,6 +95,7 @@ bool rsv_saga_is_terminal(rsv_saga_state_t st)
     case RSV_SAGA_UNKNOWN:
     case RSV_SAGA_CONVERTED:
     case RSV_SAGA_REFUNDING:
+    case RSV_SAGA_REQUIRES_ACTION:
     case RSV_SAGA_NSTATES:
     case RSV_SAGA_INVALID:
         break;
@@ -117,6 +124,8 @@ bool rsv_saga_allowed_names(const char *from, const char *to)
 
 const char *rsv_saga_client_state(rsv_saga_state_t st)
 {
+    if (st == RSV_SAGA_REQUIRES_ACTION)
+        return rsv_saga_state_names[st];
     return rsv_saga_is_terminal(st) ? rsv_saga_state_names[st] : "pending";
 }
 

@@ -14,6 +14,11 @@
  *   confirmed with the booking, 004)
  *   declined → failed                     unknown → paid | declined | released
  *   created | hold_extended → failed (hold gone) | released (abandoned)
+ *   payment_requested | unknown → requires_action (3-D Secure: the hold is extended to
+ *   its max life, the buyer is sent to the provider's challenge)
+ *   requires_action → paid | declined (the challenge answered, told by the webhook's
+ *   nudge or a lookup) | released (abandoned: the hold's max life passed, the intent
+ *   canceled at the provider; one that succeeded after all is paid → refunding)
  *   released | failed → refunding        (money turned up after all: a late charge)
  *
  * Terminal states (confirmed, failed, released, refunded) need nothing more from the
@@ -45,6 +50,7 @@ typedef enum {
     RSV_SAGA_FAILED,
     RSV_SAGA_RELEASED,
     RSV_SAGA_REFUNDED,
+    RSV_SAGA_REQUIRES_ACTION, /* the buyer must authenticate (3-D Secure) first, 012 */
     RSV_SAGA_NSTATES,
     RSV_SAGA_INVALID = -1
 } rsv_saga_state_t;
@@ -75,8 +81,9 @@ bool rsv_saga_allowed(rsv_saga_state_t from, rsv_saga_state_t to);
 bool rsv_saga_allowed_names(const char *from, const char *to);
 /**
  * What a buyer sees (docs/api.md, GET /v1/checkouts/{id}): confirmed, refunded, released,
- * failed, or pending for every state the saga still works on (internal states stay
- * internal). "pending" for an invalid state.
+ * failed, requires_action (the buyer's turn: authenticate), or pending for every other
+ * state the saga still works on (internal states stay internal). "pending" for an invalid
+ * state.
  */
 const char *rsv_saga_client_state(rsv_saga_state_t st);
 

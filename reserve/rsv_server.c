@@ -185,14 +185,21 @@ static void worker_new(void *arg, cm_service_t *svc, int i, void *instance, char
     char *key = rsv_config_pay_key(cfg, err, errlen); /* start-up: may read its file */
     if (key == NULL)
         return;
+    char *ret = cfg->pay_return_url && cfg->pay_return_url[0]
+                    ? cm_xstrdup(cfg->pay_return_url)
+                    : cm_xasprintf("%s/shop/", cfg->public_origin && cfg->public_origin[0]
+                                                   ? cfg->public_origin
+                                                   : "https://localhost");
     rsv_pay_config_t pc = {
         .url = cfg->paysim_url,
         .ca_file = cfg->paysim_ca,
         .api_key = key,
+        .return_url = ret,
         .connect_timeout_ms = (int)cfg->pay_connect_timeout_ms,
         .timeout_ms = (int)cfg->pay_timeout_ms,
     };
     srv->pay = rsv_pay_new(srv->base, &pc, err, errlen);
+    free(ret);
     cm_reload_free_secret(key, NULL);
     if (srv->pay == NULL)
         return;

@@ -53,6 +53,7 @@ STACK_FILE=$STATE/stack.env
 CA=$STATE/ca.pem
 ADMIN_TOKEN_FILE=$STATE/admin-token                 # the reserve's operators
 GATEWAY_ADMIN_TOKEN_FILE=$STATE/gateway-admin-token # the gateway's (a token per service)
+PAY_WEBHOOK_SECRET_FILE=$STATE/pay-webhook-secret   # paysim signs its webhooks, the reserve verifies
 ADMIN_OFFSET=20 # each service's admin listener: its port + 20 (loopback only)
 # Redis: an ACL user per service with only the keys and commands it needs
 # (onsale-gateway, onsale-reserve: redis_acl_conf) and the admin user onsale (every

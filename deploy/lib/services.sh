@@ -67,6 +67,8 @@ admin_token_file = $ADMIN_TOKEN_FILE
 admin_listen = 127.0.0.1:$((port + ADMIN_OFFSET))
 paysim_url = $PAYSIM_URL
 paysim_ca = $CA
+pay_webhook_secrets_file = $PAY_WEBHOOK_SECRET_FILE
+pay_return_url = $RESERVE_URL/shop/
 shop_queue_url = $GATEWAY_URL/q/{event}
 log_level = info
 EOF
@@ -185,6 +187,9 @@ port = ${PORT[PAYSIM]}
 tls_cert = $STATE/server.pem
 tls_key = $STATE/server-key.pem
 ledger_file = $STATE/paysim/ledger
+webhook_url = $RESERVE_URL/v1/provider/webhook
+webhook_secret_file = $PAY_WEBHOOK_SECRET_FILE
+webhook_ca_file = $CA
 log_level = info
 EOF
     mv -f "$STATE/paysim.conf.tmp" "$STATE/paysim.conf"

@@ -107,12 +107,13 @@ make_state() {
     make_server_cert
     random_secret "$ADMIN_TOKEN_FILE"
     random_secret "$GATEWAY_ADMIN_TOKEN_FILE"
+    random_secret "$PAY_WEBHOOK_SECRET_FILE"
     random_secret "$REDIS_PASSWORD_FILE"
     random_secret "$REDIS_GATEWAY_PASSWORD_FILE"
     random_secret "$REDIS_RESERVE_PASSWORD_FILE"
     random_secret "$PG_PASSWORD_FILE"
     random_secret "$PG_ADMIN_PASSWORD_FILE"
-    chmod 600 "$ADMIN_TOKEN_FILE" "$GATEWAY_ADMIN_TOKEN_FILE" "$STATE/ca-key.pem" "$STATE/server-key.pem" \
+    chmod 600 "$ADMIN_TOKEN_FILE" "$GATEWAY_ADMIN_TOKEN_FILE" "$PAY_WEBHOOK_SECRET_FILE" "$STATE/ca-key.pem" "$STATE/server-key.pem" \
         "$REDIS_PASSWORD_FILE" "$REDIS_GATEWAY_PASSWORD_FILE" "$REDIS_RESERVE_PASSWORD_FILE" \
         "$PG_PASSWORD_FILE" "$PG_ADMIN_PASSWORD_FILE"
     make_admission_keys

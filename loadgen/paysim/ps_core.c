@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "cm_http.h"
+#include "ps_webhook.h"
 #include "cm_log.h"
 #include "cm_mem.h"
 #include "cm_parse.h"
@@ -89,6 +90,14 @@ const cm_config_opt_t ps_config_table[] = {
      "late: the charge happens, the answer is late; lost: nothing is charged"},
     {"timeout_ms", CM_CFG_INT, S(timeout_ms), "30000", 0, 3600000,
      "delay of a timed-out answer (beyond the client's deadline)"},
+    {"webhook_url", CM_CFG_STR, S(webhook_url), NULL, 0, 0,
+     "where every intent status change and refund is POSTed as a Stripe-signed event (the "
+     "reserve's /v1/provider/webhook; unset: no webhooks)"},
+    {"webhook_secret_file", CM_CFG_STR, S(webhook_secret_file), NULL, 0, 0,
+     "file whose first line is the webhook signing secret (the reserve's "
+     "pay_webhook_secrets_file)"},
+    {"webhook_ca_file", CM_CFG_STR, S(webhook_ca_file), NULL, 0, 0,
+     "PEM CA bundle to verify an https webhook_url (unset: the system store)"},
     {"log_level", CM_CFG_STR, S(log_level), "info", 0, 0, "debug, info, warn or error"},
 };
 
@@ -152,6 +161,7 @@ struct pending {
     json_t *arrive_body;
     char *arrive_key;
     char *arrive_pi;
+    char *redirect; /* a 3-D Secure answer: the browser goes here once it is durable */
 };
 
 struct ps_server {
@@ -169,6 +179,7 @@ struct ps_server {
     uint64_t requests; /* every request answered or held (GET /v1/stats) */
     pending_t *pending;
     ps_journal_t *j;
+    ps_webhook_t *hooks; /* NULL: no webhook_url */
     uint64_t rng;
 };
 
@@ -458,6 +469,7 @@ static void pending_free(pending_t *p)
     json_decref(p->arrive_body);
     free(p->arrive_key);
     free(p->arrive_pi);
+    free(p->redirect);
     free(p);
 }
 
@@ -468,17 +480,50 @@ static void pending_arm(pending_t *p, int64_t ms)
 }
 
 /* Answers with the record's stored answer and ends the pending request. */
+static void send_page(cm_req_t *req, int code, const char *title, const char *text);
+
 static void pending_answer_stored(pending_t *p)
 {
-    if (!p->silent)
+    if (p->redirect && p->redirect[0]) {
+        cm_http_add_header(p->req, "Location", p->redirect);
+        send_page(p->req, 302, "Authentication answered", "Returning to the shop.");
+    } else if (p->redirect) { /* no return_url: nowhere to go back to */
+        send_page(p->req, 200, "Authentication answered", "You can close this page.");
+    } else if (!p->silent) {
         send_text(p->req, p->rec->code, p->rec->body, false);
+    }
     pending_free(p);
+}
+
+/* A committed record's webhook: an intent's new status, a refund of its charge. */
+static void announce(ps_server_t *ps, const rec_t *r)
+{
+    if (ps->hooks == NULL || r->pi == NULL)
+        return;
+    if (r->kind == REC_REFUND) {
+        if (r->pi->chobj)
+            ps_webhook_send(ps->hooks, "charge.refunded", r->pi->chobj);
+        return;
+    }
+    if (r->kind != REC_CONFIRM || r->obj == NULL)
+        return;
+    static const char *const types[][2] = {
+        {"succeeded", "payment_intent.succeeded"},
+        {"requires_action", "payment_intent.requires_action"},
+        {"requires_payment_method", "payment_intent.payment_failed"},
+        {"canceled", "payment_intent.canceled"},
+    };
+    const char *st = json_string_value(json_object_get(r->obj, "status"));
+    for (size_t i = 0; st && i < sizeof(types) / sizeof(types[0]); i++)
+        if (strcmp(st, types[i][0]) == 0)
+            ps_webhook_send(ps->hooks, types[i][1], r->obj);
 }
 
 static void on_durable(void *arg)
 {
     pending_t *p = arg;
     rec_set_state(p->ps, p->rec, REC_DONE);
+    announce(p->ps, p->rec);
     /* A late answer waits for its timer (which answers), unless that already fired; until
      * it leaves, whoever asks sees the intent "processing" (the charge is made, but nobody
      * has been told: a lookup answers only once the late answer is out). */
@@ -670,8 +715,13 @@ static void finish_confirm(pending_t *p)
     json_decref(r->obj);
     r->obj = o;
     if (p->outcome == OUT_ACTION) {
-        char *url = cm_xasprintf("%s://%s:%d/v1/sim/authenticate/%s", ps->tls ? "https" : "http",
-                                 ps->cfg.listen_addr, ps_server_port(ps), pi->id);
+        /* The challenge page's address carries a secret of its own: only whoever was sent
+         * there (the buyer's browser) can answer it. */
+        char token[ID_LEN];
+        new_id(token, sizeof(token), "acs");
+        char *url =
+            cm_xasprintf("%s://%s:%d/v1/sim/authenticate/%s?token=%s", ps->tls ? "https" : "http",
+                         ps->cfg.listen_addr, ps_server_port(ps), pi->id, token);
         json_object_set_new(o, "status", json_string("requires_action"));
         json_object_set_new(o, "next_action",
                             json_pack("{s:s, s:{s:s, s:o}}", "type", "redirect_to_url",
@@ -1412,6 +1462,224 @@ static void get_stats(ps_server_t *ps, cm_req_t *req)
                                 (json_int_t)resumed));
 }
 
+/* --- 3-D Secure and cancellation --------------------------------------------------------
+ *
+ * A confirmation that needs the buyer (pm_card_threeDSecure2Required, …) leaves the intent
+ * requires_action with next_action.redirect_to_url.url = /v1/sim/authenticate/{id}?token=T:
+ * a challenge page (HTML, no script, a CSP that allows nothing but the form) whose Approve
+ * and Fail buttons POST the token back. Approve makes the intent succeeded (a charge), Fail
+ * requires_payment_method with last_payment_error (a failed charge); either is journaled
+ * like a confirmation (an internal key per challenge) and the browser is then sent to the
+ * confirmation's return_url (payment_intent and redirect_status added). A wrong token is
+ * 403, an intent no longer waiting 409: nothing changes. An unanswered challenge stays
+ * requires_action until the client cancels the intent.
+ */
+
+static const char PAGE_CSP[] = "default-src 'none'; form-action 'self' http: https:; "
+                               "frame-ancestors 'none'; base-uri 'none'";
+
+static void send_page(cm_req_t *req, int code, const char *title, const char *text)
+{
+    char *html = cm_xasprintf("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+                              "<title>%s</title></head><body><h1>%s</h1><p>%s</p></body></html>",
+                              title, title, text);
+    cm_http_add_header(req, "Content-Security-Policy", PAGE_CSP);
+    cm_http_add_header(req, "Cache-Control", "no-store");
+    cm_http_send_body(req, code, "text/html; charset=utf-8", html, strlen(html), false);
+    free(html);
+}
+
+/* The challenge's token, from the intent's next_action url ("" when it waits for none). */
+static const char *challenge_token(const rec_t *pi)
+{
+    const char *st = json_string_value(json_object_get(pi->obj, "status"));
+    const json_t *rtu = json_object_get(json_object_get(pi->obj, "next_action"), "redirect_to_url");
+    const char *url = json_string_value(json_object_get(rtu, "url"));
+    const char *t = url ? strstr(url, "?token=") : NULL;
+    if (st == NULL || strcmp(st, "requires_action") != 0 || t == NULL || pi->confirming)
+        return "";
+    return t + 7;
+}
+
+static bool token_equal(const char *want, const char *got)
+{
+    size_t n = strlen(want);
+    if (got == NULL || n == 0 || strlen(got) != n)
+        return false;
+    unsigned char diff = 0;
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)(want[i] ^ got[i]);
+    return diff == 0;
+}
+
+/* An http(s) URL fit for a Location header (visible ASCII, no spaces), else NULL. */
+static const char *return_url_of(const rec_t *pi)
+{
+    const json_t *rtu = json_object_get(json_object_get(pi->obj, "next_action"), "redirect_to_url");
+    const char *u = json_string_value(json_object_get(rtu, "return_url"));
+    if (u == NULL || (strncmp(u, "http://", 7) != 0 && strncmp(u, "https://", 8) != 0) ||
+        strlen(u) > 2000)
+        return NULL;
+    for (const char *c = u; *c; c++)
+        if ((unsigned char)*c <= ' ' || (unsigned char)*c >= 0x7f)
+            return NULL;
+    return u;
+}
+
+/* GET /v1/sim/authenticate/{id}?token=T: the challenge page. */
+static void get_challenge(ps_server_t *ps, cm_req_t *req, const char *id)
+{
+    json_t *q = read_query(req);
+    if (q == NULL)
+        return;
+    rec_t *pi = find_id(ps, id);
+    const char *got = json_string_value(json_object_get(q, "token"));
+    if (pi == NULL || pi->kind != REC_PI) {
+        send_page(req, 404, "No such payment", "There is no payment to authenticate here.");
+    } else if (challenge_token(pi)[0] == '\0') {
+        send_page(req, 409, "Already answered", "This payment does not wait for you any more.");
+    } else if (!token_equal(challenge_token(pi), got)) {
+        send_page(req, 403, "Not yours", "This authentication link is not valid.");
+    } else {
+        json_int_t amount = json_integer_value(json_object_get(pi->obj, "amount"));
+        const char *cur = json_string_value(json_object_get(pi->obj, "currency"));
+        char *html = cm_xasprintf(
+            "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<title>Authenticate your payment</title></head><body>"
+            "<h1>Authenticate your payment</h1><p>Payment <code>%s</code>: %lld %s (minor "
+            "units). This is the simulator's test page.</p>"
+            "<form method=\"post\" action=\"/v1/sim/authenticate/%s\">"
+            "<input type=\"hidden\" name=\"token\" value=\"%s\">"
+            "<button type=\"submit\" name=\"answer\" value=\"approve\" id=\"approve\">Approve"
+            "</button> <button type=\"submit\" name=\"answer\" value=\"fail\" id=\"fail\">Fail"
+            "</button></form></body></html>",
+            pi->id, (long long)amount, cur ? cur : "", pi->id, got);
+        cm_http_add_header(req, "Content-Security-Policy", PAGE_CSP);
+        cm_http_add_header(req, "Cache-Control", "no-store");
+        cm_http_send_body(req, 200, "text/html; charset=utf-8", html, strlen(html), false);
+        free(html);
+    }
+    json_decref(q);
+}
+
+/* POST /v1/sim/authenticate/{id} token=T&answer=approve|fail */
+static void post_challenge(ps_server_t *ps, cm_req_t *req, const char *id)
+{
+    size_t len = 0;
+    const char *text = cm_http_body(req, &len);
+    char bad[80];
+    json_t *b = len > MAX_BODY ? NULL : ps_form_parse(text ? text : "", len, bad, sizeof(bad));
+    if (b == NULL) {
+        send_page(req, 400, "Bad answer", "The form could not be read.");
+        return;
+    }
+    rec_t *pi = find_id(ps, id);
+    const char *got = json_string_value(json_object_get(b, "token"));
+    const char *answer = json_string_value(json_object_get(b, "answer"));
+    bool approve = answer && strcmp(answer, "approve") == 0;
+    if (pi == NULL || pi->kind != REC_PI) {
+        send_page(req, 404, "No such payment", "There is no payment to authenticate here.");
+    } else if (challenge_token(pi)[0] == '\0') {
+        send_page(req, 409, "Already answered", "This payment does not wait for you any more.");
+    } else if (!token_equal(challenge_token(pi), got)) {
+        send_page(req, 403, "Not yours", "This authentication link is not valid.");
+    } else if (!approve && !(answer && strcmp(answer, "fail") == 0)) {
+        send_page(req, 400, "Bad answer", "answer is approve or fail.");
+    } else if (ps->nrecords >= (size_t)ps->cfg.max_records) {
+        send_page(req, 503, "Busy", "The simulator is full (max_records).");
+    } else {
+        char key[128];
+        snprintf(key, sizeof(key), " auth %s %s", pi->id, got);
+        rec_t *r = rec_new(ps, REC_CONFIRM, key, "");
+        r->pi = pi;
+        r->event = pi->event ? cm_xstrdup(pi->event) : NULL;
+        pi->confirming = r;
+        json_t *o = json_deep_copy(pi->obj);
+        r->obj = o;
+        r->chobj = charge_obj(o, approve);
+        json_object_set(o, "latest_charge", json_object_get(r->chobj, "id"));
+        json_object_set_new(o, "next_action", json_null());
+        if (approve) {
+            json_object_set_new(o, "status", json_string("succeeded"));
+            json_object_set(o, "amount_received", json_object_get(o, "amount"));
+            json_object_set_new(o, "last_payment_error", json_null());
+        } else {
+            json_object_set_new(o, "status", json_string("requires_payment_method"));
+            json_object_set_new(o, "last_payment_error",
+                                json_pack("{s:s, s:s, s:s, s:O}", "type", "card_error", "code",
+                                          "payment_intent_authentication_failure", "message",
+                                          "The provided payment method has failed authentication.",
+                                          "charge", json_object_get(r->chobj, "id")));
+        }
+        r->code = 200;
+        r->body = json_dumps(o, JSON_COMPACT);
+        pending_t *p = pending_new(ps, req, r, approve ? OUT_SUCCEED : OUT_DECLINE);
+        const char *ru = return_url_of(pi);
+        p->redirect =
+            ru ? cm_xasprintf("%s%cpayment_intent=%s&redirect_status=%s", ru,
+                              strchr(ru, '?') ? '&' : '?', pi->id, approve ? "succeeded" : "failed")
+               : cm_xstrdup("");
+        cm_log(CM_LOG_INFO, "intent %s: 3-D Secure %s", pi->id, approve ? "approved" : "failed");
+        commit(p);
+    }
+    json_decref(b);
+}
+
+static const char *const cancel_params[] = {"cancellation_reason", NULL};
+
+/* POST /v1/payment_intents/{id}/cancel [cancellation_reason]: while nothing was charged. */
+static void post_cancel(ps_server_t *ps, cm_req_t *req, const char *id)
+{
+    const char *key = NULL;
+    char keybuf[64];
+    json_t *body = read_mutation(ps, req, &key, keybuf, sizeof(keybuf));
+    if (body == NULL)
+        return;
+    char path[128], hash[65];
+    snprintf(path, sizeof(path), "/v1/payment_intents/%.64s/cancel", id);
+    request_hash(path, body, hash);
+    const char *why = json_string_value(json_object_get(body, "cancellation_reason"));
+    rec_t *pi = NULL;
+    if (!params_known(req, body, cancel_params) || idempotency_gate(ps, req, key, hash) ||
+        (pi = intent_of(ps, req, id)) == NULL) {
+        json_decref(body);
+        return;
+    }
+    const char *st = json_string_value(json_object_get(pi->obj, "status"));
+    bool cancelable = pi->confirming == NULL && (strcmp(st, "requires_payment_method") == 0 ||
+                                                 strcmp(st, "requires_confirmation") == 0 ||
+                                                 strcmp(st, "requires_action") == 0);
+    if (why && strcmp(why, "abandoned") != 0 && strcmp(why, "requested_by_customer") != 0 &&
+        strcmp(why, "duplicate") != 0 && strcmp(why, "fraudulent") != 0) {
+        send_param_error(req, "parameter_invalid_string", "cancellation_reason",
+                         "cancellation_reason is abandoned, duplicate, fraudulent or "
+                         "requested_by_customer");
+    } else if (!cancelable) {
+        json_t *view = pi_view(pi, false);
+        char msg[200];
+        snprintf(msg, sizeof(msg),
+                 "You cannot cancel this PaymentIntent because it has a status of %s.",
+                 json_string_value(json_object_get(view, "status")));
+        send_error_x(req, 400, "invalid_request_error", "payment_intent_unexpected_state", msg,
+                     json_pack("{s:o}", "payment_intent", view));
+    } else {
+        rec_t *r = rec_new(ps, REC_CONFIRM, key, hash);
+        r->pi = pi;
+        r->event = pi->event ? cm_xstrdup(pi->event) : NULL;
+        pi->confirming = r;
+        json_t *o = json_deep_copy(pi->obj);
+        r->obj = o;
+        json_object_set_new(o, "status", json_string("canceled"));
+        json_object_set_new(o, "canceled_at", json_integer(now_s()));
+        json_object_set_new(o, "cancellation_reason", why ? json_string(why) : json_null());
+        json_object_set_new(o, "next_action", json_null());
+        r->code = 200;
+        r->body = json_dumps(o, JSON_COMPACT);
+        commit(pending_new(ps, req, r, OUT_SUCCEED));
+    }
+    json_decref(body);
+}
+
 static void on_request(cm_req_t *req, void *arg)
 {
     ps_server_t *ps = arg;
@@ -1433,6 +1701,15 @@ static void on_request(cm_req_t *req, void *arg)
             return get_intent(ps, req, seg[2]);
         if (n == 4 && m == CM_HTTP_POST && strcmp(seg[3], "confirm") == 0)
             return post_confirm(ps, req, seg[2]);
+        if (n == 4 && m == CM_HTTP_POST && strcmp(seg[3], "cancel") == 0)
+            return post_cancel(ps, req, seg[2]);
+    }
+    if (n == 4 && strcmp(seg[0], "v1") == 0 && strcmp(seg[1], "sim") == 0 &&
+        strcmp(seg[2], "authenticate") == 0) {
+        if (m == CM_HTTP_GET)
+            return get_challenge(ps, req, seg[3]);
+        if (m == CM_HTTP_POST)
+            return post_challenge(ps, req, seg[3]);
     }
     if (n == 2 && strcmp(seg[0], "v1") == 0) {
         if (strcmp(seg[1], "refunds") == 0 && m == CM_HTTP_POST)
@@ -1486,6 +1763,12 @@ ps_server_t *ps_server_new(struct event_base *base, const ps_config_t *cfg, char
         if (ps->tls == NULL)
             goto err;
     }
+    if (cfg->webhook_url && cfg->webhook_url[0]) {
+        ps->hooks = ps_webhook_new(cfg->webhook_url, cfg->webhook_secret_file, cfg->webhook_ca_file,
+                                   err, errlen);
+        if (ps->hooks == NULL)
+            goto err;
+    }
     ps->j = ps_journal_new(base, cfg->ledger_file, cfg->ledger_fsync, replay_line, ps, err, errlen);
     if (ps->j == NULL)
         goto err;
@@ -1528,6 +1811,7 @@ void ps_server_free(ps_server_t *ps)
         pending_free(p);
     }
     cm_http_server_free(ps->http);
+    ps_webhook_free(ps->hooks); /* after the journal: its last answers may announce */
     for (size_t b = 0; b < NBUCKETS; b++) {
         rec_t *r = ps->by_key[b];
         while (r) {

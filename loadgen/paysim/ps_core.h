@@ -26,6 +26,14 @@
  *                      answer not yet sent)
  *   GET  /v1/payment_intents?created[gte|gt|lte|lt]=T&limit=N&starting_after=ID
  *                      [&expand[]=data.latest_charge]  newest first, 1-100 a page
+ *   POST /v1/payment_intents/{id}/cancel  [cancellation_reason]: 200 the intent canceled
+ *                      (from requires_payment_method, requires_confirmation or
+ *                      requires_action) | 400 payment_intent_unexpected_state (the intent
+ *                      inside) | 404
+ *   GET  /v1/sim/authenticate/{id}?token=T  the 3-D Secure challenge page (HTML, no script,
+ *                      strict CSP); POST token=T&answer=approve|fail: the intent succeeded or
+ *                      requires_payment_method (last_payment_error), then 302 to the
+ *                      confirmation's return_url | 403 wrong token | 409 not waiting | 400
  *   POST /v1/refunds   payment_intent[, amount][, reason, metadata]: 200 refund | 400
  *                      amount_too_large (more than is left) / charge_already_refunded /
  *                      payment_intent_unexpected_state (nothing to refund)
@@ -48,6 +56,9 @@
  * charges nothing and answers only after timeout_ms, pm_sim_delay_<ms> sets the latency,
  * pm_sim_arrive_<ms> is a confirmation that reaches the provider only after <ms> (held in
  * the network): until then the intent reads requires_confirmation, then it is charged.
+ *
+ * Webhooks (webhook_url, ps_webhook.h): every committed status change of an intent and
+ * every refund, Stripe-signed, from a sender thread of their own.
  *
  * Persistence: every committed intent, confirmation and refund is one JSON line appended
  * to ledger_file by the writer thread (fdatasync'ed when ledger_fsync); an answer is sent
@@ -86,6 +97,9 @@ typedef struct ps_config {
     int64_t refund_error_pct;
     char *timeout_mode;
     int64_t timeout_ms;
+    char *webhook_url;
+    char *webhook_secret_file;
+    char *webhook_ca_file;
     char *log_level;
 } ps_config_t;
 

@@ -13,6 +13,12 @@
  * A fan who is finished (a loser who gave up, a buyer who has their tickets) presses
  * "leave the sale": POST /v1/events/{event}/done frees their place in the waiting room's
  * max_active at once instead of when the admission expires, and the token is forgotten.
+ *
+ * 3-D Secure: a confirm answered 202 requires_action sends the browser to the bank's page
+ * (next_action.redirect_to_url.url) after keeping the checkout, the hold and the payment's
+ * key in sessionStorage; the bank sends it back to /shop/ (the reserve's pay_return_url),
+ * which polls GET /v1/checkouts/{id} until the checkout is settled and then asks the
+ * confirm again with the same key for the final answer (never a second charge).
  */
 (function () {
   'use strict';
@@ -21,6 +27,7 @@
   var CHECKOUT_POLL_MS = 2000;   /* while a payment is pending */
   var SLOW_CARD_MS = 12000;      /* longer than the reserve's default provider timeout */
   var KEY = 'onsale.admission.';
+  var ACTION_KEY = 'onsale.3ds';  /* a payment waiting at the bank's page (this tab only) */
 
   var ev = null, token = null, claims = null, queueUrl = null;
   var seats = {}, seatEls = {}, sectionsBuilt = false, pools = [];
@@ -58,8 +65,11 @@
       token = t;
       /* out of the address bar (and history) at once */
       try { history.replaceState(null, '', location.pathname + location.search); } catch (e) { /* ignore */ }
-    } else if (ev) {
-      try { token = sessionStorage.getItem(KEY + ev); } catch (e) { token = null; }
+    } else {
+      /* back from the bank's 3-D Secure page: the return URL names no event */
+      var back = actionPending();
+      if (!ev && back) ev = back.ev;
+      if (ev) { try { token = sessionStorage.getItem(KEY + ev); } catch (e) { token = null; } }
     }
     claims = token ? readClaims(token) : null;
     if (!ev && claims && typeof claims.evt === 'string') ev = claims.evt;
@@ -653,7 +663,8 @@
   }
   function onConfirm(res) {
     var j = res.json || {};
-    if (res.status === 201 || res.status === 200 && j.booking_id) { booked(j); return; }
+    if (res.status === 201 || res.status === 200 && j.booking_id) { actionDone(); booked(j); return; }
+    if (res.status === 202 && j.state === 'requires_action' && toBank(j)) return;
     if (res.status === 202 || res.status === 409 && j.error === 'in_progress') {
       $('pay-status').textContent = 'Your bank is taking longer than usual. Please wait — we keep checking, and you will not be charged twice.';
       setTimeout(function () { pollCheckout(j.checkout_id); }, CHECKOUT_POLL_MS);
@@ -688,6 +699,57 @@
     if (res.status === 422) { payKey = null; }
     holdGone(res) || commonError(res) ||
       alertBox('The payment failed (' + res.status + (j.error ? ' ' + j.error : '') + ').', 'Nothing was booked. Try again.', []);
+  }
+  /* ---- 3-D Secure: the bank's page, then back here ---- */
+  function actionPending() {
+    try { return JSON.parse(sessionStorage.getItem(ACTION_KEY) || 'null'); } catch (e) { return null; }
+  }
+  function actionDone() { try { sessionStorage.removeItem(ACTION_KEY); } catch (e) { /* ignore */ } }
+  function toBank(j) {
+    var url = j.next_action && j.next_action.redirect_to_url && j.next_action.redirect_to_url.url;
+    if (typeof url !== 'string' || !/^https?:\/\//.test(url)) return false;
+    try {
+      sessionStorage.setItem(ACTION_KEY, JSON.stringify({ ev: ev, checkout_id: j.checkout_id, hold: hold,
+        key: payKey, source: paySource, email: payEmail }));
+    } catch (e) { return false; }
+    $('pay-status').textContent = 'Your bank asks you to confirm the payment. Taking you there…';
+    location.assign(url);
+    return true;
+  }
+  /* Back from the bank: the checkout says how it ended (webhook or lookup, seconds). */
+  function fromBank(p) {
+    startHold(p.hold);   /* (forgets the key: restored below) */
+    extended = true;
+    payKey = p.key; paySource = p.source; payEmail = p.email;
+    $('hold-actions').hidden = true;
+    paying = true;
+    $('pay-btn').disabled = true;
+    $('pay-status').textContent = 'Checking your payment with your bank…';
+    waitAction(p.checkout_id);
+  }
+  function waitAction(id) {
+    api('GET', '/v1/checkouts/' + encodeURIComponent(id)).then(function (res) {
+      var st = res.json && res.json.state;
+      if (res.status === 200 && (st === 'requires_action' || st === 'pending') || res.status === 0 || res.status === 503) {
+        setTimeout(function () { waitAction(id); }, 1000);
+        return;
+      }
+      actionDone();
+      if (res.status === 200 && (st === 'failed' || st === 'released')) {
+        paying = false;
+        payKey = null;   /* the next attempt is a new purchase attempt */
+        $('pay-btn').disabled = false;
+        $('pay-status').textContent = '';
+        $('pay-form').hidden = false;
+        $('hold-actions').hidden = false;
+        alertBox('The payment did not go through. Nothing was charged.',
+          st === 'released' ? 'Your hold has ended. Choose again.'
+            : 'Your seats stay held until ' + clock(Date.parse(hold.expires_at)) + '. Pay again or release them.', []);
+        if (st === 'released') endHold();
+        return;
+      }
+      confirm();   /* settled: the same key replays the final answer, booking id included */
+    });
   }
   function pollCheckout(id) {
     if (!id) { confirm(); return; }
@@ -782,6 +844,8 @@
           $('who').textContent = 'You are admitted · admission valid until ' +
             new Date(claims.exp * 1000).toLocaleTimeString('en-GB', { hour: '2-digit', minute: '2-digit' });
         refresh();
+        var back = actionPending();
+        if (back && back.ev === ev && back.hold && back.checkout_id) fromBank(back);
       });
   }
   start();

@@ -47,6 +47,8 @@ class WebhookStack(SagaStack):
         e = super().env()
         e.update({
             "ONSALE_RESERVE_PAY_WEBHOOK_SECRETS_FILE": self.secrets,
+            # only this module's deliveries: the simulator's own webhooks stay off
+            "ONSALE_PAYSIM_WEBHOOK_URL": "",
             "ONSALE_RESERVE_PAY_WEBHOOK_TOLERANCE_S": "300",
             "ONSALE_RESERVE_RECONCILE_AFTER_S": "3600",
         })

@@ -42,6 +42,9 @@ def setUpModule():
             "ONSALE_RESERVE_LEDGER_INTERVAL_MS": "500",
             "ONSALE_RESERVE_LEDGER_SETTLE_S": "5",
             "ONSALE_RESERVE_BOOK_MAX_ATTEMPTS": str(BOOK_MAX_ATTEMPTS),
+            # the ledger check must find the late charge itself: the simulator's webhook
+            # (test_saga_3ds_webhooks, test_reserve_webhooks) would move it first
+            "ONSALE_PAYSIM_WEBHOOK_URL": "http://127.0.0.1:9/v1/provider/webhook",
         })
         return e
 

@@ -16,6 +16,11 @@ chromium through playwright-core:
 - declined: the card is declined → told so, the seats stay held → another card → booked;
 - slow: the bank answers after the reserve's provider timeout → "pending" → booked;
 - expired: a 3-second hold runs out on screen → told so, back to the map, seat free;
+- 3-D Secure: the card needs the bank's confirmation → the storefront sends the fan to
+  the simulator's challenge page; approve → back to the storefront → booked; fail → "the
+  payment did not go through", the seat still held until the fan releases it; never
+  answered → when the hold's max life passes the checkout is released (the intent
+  canceled), the storefront says so, the seat is free and nothing was charged;
 - cors: the buyer API from a page of another origin: the listed origin works (preflighted
   POST and DELETE included), an unlisted one is blocked by the browser.
 
@@ -160,6 +165,30 @@ class ShopInBrowser(unittest.TestCase):
         res = self.run_browser(spec, "bound")["scenarios"]["bound"]
         self.assertEqual(res["copied"], 401, res)
         self.wait_status(ev, self.S.token(ev, "checker"), {"A-2-1": "held", "A-2-2": "available"})
+
+    def test_3ds_approve_fail_and_abandon(self):
+        eva, evf = self.event("shop-3a"), self.event("shop-3f")
+        evx = stack.new_id("shop-3x")
+        self.S.create_event(evx, **{**SEATS, "hold_ttl_seconds": 5,
+                                    "checkout_extension_seconds": 1, "max_hold_seconds": 8})
+        t = self.S.token
+        spec = self.base_spec()
+        spec["timeout"] = 180
+        spec["threedsApprove"] = {"event": eva, "token": t(eva, "fan-3ds-ok")}
+        spec["threedsFail"] = {"event": evf, "token": t(evf, "fan-3ds-fail")}
+        spec["threedsAbandon"] = {"event": evx, "token": t(evx, "fan-3ds-gone")}
+        res = self.run_browser(spec, "all")["scenarios"]
+        self.assertEqual(sorted(res), ["threedsAbandon", "threedsApprove", "threedsFail"])
+        checker = "checker"
+        # approved at the bank: booked
+        self.wait_status(eva, t(eva, checker), {"A-1-5": "sold"})
+        # failed at the bank, then released by the fan: free again
+        self.wait_status(evf, t(evf, checker), {"A-1-6": "available"})
+        # never answered: the hold expired, the checkout was released, nothing charged
+        self.wait_status(evx, t(evx, checker), {"A-1-7": "available"})
+        states = dict(self.S.sql(f"select event_id, state from checkouts "
+                                 f"where event_id in ('{eva}', '{evf}', '{evx}')"))
+        self.assertEqual(states, {eva: "confirmed", evf: "failed", evx: "released"})
 
     def test_loser_declined_slow_card_expiry_and_cors(self):
         evl, evd, evs, evc = (self.event(p) for p in ("shop-l", "shop-d", "shop-s", "shop-c"))

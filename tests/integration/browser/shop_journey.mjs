@@ -2,7 +2,8 @@
 // The fan's whole night in a real headless browser: Debian's chromium driven
 // by playwright-core against the real gateway and reserve of a private stack.
 //
-//   node shop_journey.mjs --spec spec.json [--scenario all|journey|loser|declined|slow|cors]
+//   node shop_journey.mjs --spec spec.json [--scenario all|journey|loser|declined|slow|cors|
+//                                             threedsApprove|threedsFail|threedsAbandon]
 //
 // spec.json (written by tests/integration/test_shop_browser.py):
 //   {"gateway": "https://127.0.0.1:G", "reserve": "https://127.0.0.1:R", "ca": "ca.pem",
@@ -413,7 +414,76 @@ async function cors(context, spec, sc) {
   return { get: get.status, post: post.status, del: del.status, blocked: blocked.error };
 }
 
-const SCENARIOS = { journey, bound, loser, declined, slow, expired, cors };
+// 3-D Secure: the card needs the bank's confirmation. The storefront sends the fan to the
+// simulator's challenge page (next_action), the fan answers there (or walks away), the page
+// sends the browser back to the storefront (pay_return_url), which polls the checkout.
+async function toBank(page) {
+  await pay(page, 'pm_card_threeDSecure2Required');
+  await page.waitForURL(/\/v1\/sim\/authenticate\//, { timeout: 20000 });
+  check(await page.locator('#approve').count() === 1 && await page.locator('#fail').count() === 1,
+    'the bank\'s page offers Approve and Fail');
+  check(await page.locator('script').count() === 0, 'the bank\'s page runs no script');
+}
+
+async function threedsApprove(context, spec, sc) {
+  const { page, errors } = await openShop(context, spec, sc);
+  await pickSeat(page, 'A-1-5');
+  await holdAndCheckout(page, null);
+  await toBank(page);
+  await shot(page, '3ds-challenge');
+  await page.locator('#approve').click();
+  await page.waitForURL((u) => u.pathname === '/shop/', { timeout: 20000 });
+  check(new URL(page.url()).searchParams.get('redirect_status') === 'succeeded',
+    'the bank sent the fan back to the storefront', page.url());
+  const booking = await booked(page, 40000);
+  check(errors.length === 0, 'no script errors', errors);
+  await page.close();
+  return { booking };
+}
+
+async function threedsFail(context, spec, sc) {
+  const { page, errors } = await openShop(context, spec, sc);
+  await pickSeat(page, 'A-1-6');
+  await holdAndCheckout(page, null);
+  await toBank(page);
+  await page.locator('#fail').click();
+  await page.waitForURL((u) => u.pathname === '/shop/', { timeout: 20000 });
+  await page.locator('#alert').waitFor({ state: 'visible', timeout: 40000 });
+  const text = await page.locator('#alert').innerText();
+  check(/did not go through/.test(text) && /Nothing was charged/.test(text),
+    'the fan is told the payment did not go through', text);
+  await shot(page, '3ds-failed');
+  check(await page.locator('#s-hold').isVisible(), 'the seat stays held until released');
+  await page.locator('#release-btn').click();
+  await page.locator('#s-pick').waitFor({ state: 'visible' });
+  check(errors.length === 0, 'no script errors', errors);
+  await page.close();
+  return {};
+}
+
+// Never answered: the fan comes back without answering; when the hold's max life passes
+// the checkout is released (the intent canceled) and the storefront says so.
+async function threedsAbandon(context, spec, sc) {
+  const { page, errors } = await openShop(context, spec, sc);
+  await pickSeat(page, 'A-1-7');
+  await page.locator('#hold-btn').click();
+  await page.locator('#s-hold').waitFor({ state: 'visible' });
+  await page.locator('#checkout-btn').click();
+  await page.locator('#pay-form').waitFor({ state: 'visible' });
+  await toBank(page);
+  await page.goto(`${spec.reserve}/shop/`, { waitUntil: 'domcontentloaded' });
+  await page.locator('#alert').waitFor({ state: 'visible', timeout: 90000 });
+  const text = await page.locator('#alert').innerText();
+  check(/did not go through/.test(text) && /hold has ended/.test(text),
+    'the fan is told the payment did not go through and the hold ended', text);
+  await shot(page, '3ds-abandoned');
+  check(errors.length === 0, 'no script errors', errors);
+  await page.close();
+  return {};
+}
+
+const SCENARIOS = { journey, bound, loser, declined, slow, expired, cors, threedsApprove, threedsFail,
+  threedsAbandon };
 
 async function main() {
   let args, spec, chromium;

@@ -576,7 +576,7 @@ static void charge_lookup_refund(void **state)
     assert_string_equal(f->last_type, "application/x-www-form-urlencoded");
     assert_string_equal(f->last_auth, "Bearer sk_test");
     assert_string_equal(form_value(f->last_body, "return_url", v, sizeof(v)),
-                        "https%3A%2F%2Flocalhost%2Fshop%2Fpayment-return");
+                        "https%3A%2F%2Flocalhost%2Fshop%2F");
     assert_string_equal(form_value(f->create_body, "amount", v, sizeof(v)), "1200");
     assert_string_equal(form_value(f->create_body, "currency", v, sizeof(v)), "eur");
     assert_string_equal(form_value(f->create_body, "payment_method", v, sizeof(v)), "pm_card_visa");

@@ -35,6 +35,7 @@ static const char *const expected[] = {
     "onsale_reserve_checkouts{state=\"refunded\"}",
     "onsale_reserve_checkouts{state=\"refunding\"}",
     "onsale_reserve_checkouts{state=\"released\"}",
+    "onsale_reserve_checkouts{state=\"requires_action\"}",
     "onsale_reserve_checkouts{state=\"unknown\"}",
     "onsale_reserve_confirm_replays_total",
     "onsale_reserve_confirmations_total",
