@@ -275,7 +275,8 @@ END $$;
 -- marked sold in Redis): inserts the booking and its items under UNIQUE (event_id,
 -- seat_id) and moves the checkout to confirmed in one UPDATE, storing the 201 answer, in
 -- one transaction. The checkout is 'paid', or (013, docs/confirm.md merge (b)) still
--- 'payment_requested' / 'unknown' / 'converting' with the charge the provider just
+-- 'payment_requested' / 'unknown' / 'converting' / 'requires_action' (a 3-D Secure
+-- challenge the buyer passed) with the charge the provider just
 -- confirmed in p_charge_id: then the same UPDATE records the charge and passes through
 -- paid (payment_requested → paid → converted → confirmed, every transition recorded with
 -- its reason). A crash leaves the checkout either as it was (nothing booked: the booking
@@ -314,7 +315,8 @@ BEGIN
     END IF;
     IF c.state IS DISTINCT FROM 'paid' THEN
         IF p_charge_id IS NULL
-           OR c.state NOT IN ('payment_requested', 'unknown', 'converting') THEN
+           OR c.state NOT IN ('payment_requested', 'unknown', 'converting',
+                              'requires_action') THEN
             outcome := 'state';
             RETURN;
         END IF;
@@ -995,8 +997,8 @@ END $$;
 
 -- A charge the provider confirmed whose hold could not be booked (expired or gone at
 -- conversion, or its items changed: p_refund_reason): the charge and refunding in one
--- commit (013, docs/confirm.md merge (b)). From payment_requested / unknown / converting
--- the UPDATE passes through paid (both transitions recorded); from paid it is one step.
+-- commit (013, docs/confirm.md merge (b)). From payment_requested / unknown / converting /
+-- requires_action the UPDATE passes through paid (both transitions recorded); from paid it is one step.
 -- A checkout that had ended meanwhile (released, failed) is a late charge
 -- (onsale_saga_late_charge). applied: this call moved it; state / refund_reason: after
 -- the call.
@@ -1014,7 +1016,8 @@ BEGIN
         refund_reason := 'late_charge';
         RETURN;
     END IF;
-    IF cur IS NULL OR cur NOT IN ('payment_requested', 'unknown', 'converting', 'paid') THEN
+    IF cur IS NULL OR cur NOT IN ('payment_requested', 'unknown', 'converting',
+                                  'requires_action', 'paid') THEN
         applied := false; state := cur; refund_reason := NULL;
         RETURN;
     END IF;
