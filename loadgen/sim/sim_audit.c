@@ -894,7 +894,9 @@ static void check_reconciliation(sim_run_t *r, json_t *ledger)
             continue;
         want[0][0]++;
         want[0][1] += json_integer_value(json_object_get(c, "amount"));
-        want[1][1] += json_integer_value(json_object_get(c, "amount_refunded"));
+        /* an intent's refunds are on its charge (expanded: latest_charge) */
+        want[1][1] += json_integer_value(
+            json_object_get(json_object_get(c, "latest_charge"), "amount_refunded"));
     }
     char *save = NULL;
     for (char *line = strtok_r(f.body, "\r\n", &save); line; line = strtok_r(NULL, "\r\n", &save)) {
