@@ -422,7 +422,7 @@ bool cm_parse_url_allowed(const char *url, bool allow_loopback_http, size_t *ori
     return true;
 }
 
-static int hexval(char c)
+int cm_parse_hexval(char c)
 {
     if (c >= '0' && c <= '9')
         return c - '0';
@@ -453,7 +453,7 @@ int cm_parse_path(const char *path, char *buf, size_t bufsize, char **segs, int 
         while (*p && *p != '/') {
             char c = *p++;
             if (c == '%') {
-                int hi = hexval(p[0]), lo = hi < 0 ? -1 : hexval(p[1]);
+                int hi = cm_parse_hexval(p[0]), lo = hi < 0 ? -1 : cm_parse_hexval(p[1]);
                 if (lo < 0)
                     return -1;
                 c = (char)(hi * 16 + lo);

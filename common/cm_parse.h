@@ -64,6 +64,9 @@ const char *cm_parse_bearer(const char *authz, size_t *len_out);
 size_t cm_base64url_encode(const unsigned char *in, size_t n, char *out);
 long cm_base64url_decode(const char *in, size_t n, unsigned char *out, size_t outlen);
 
+/** The value of one hex digit (either case), or -1. */
+int cm_parse_hexval(char c);
+
 /**
  * Splits a request path ("/q/e1/status", already taken from the request URI, query
  * excluded) into percent-decoded segments written into buf (bufsize bytes), one

@@ -9,17 +9,7 @@
 #include <string.h>
 
 #include "cm_mem.h"
-
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
+#include "cm_parse.h"
 
 /* Decodes s[0..n) ('+' is a space, %XX a byte) into a new string; NULL on a bad escape or
  * a NUL byte. */
@@ -34,7 +24,7 @@ static char *decode(const char *s, size_t n)
                 free(out);
                 return NULL;
             }
-            int a = hexval(s[i + 1]), b = hexval(s[i + 2]);
+            int a = cm_parse_hexval(s[i + 1]), b = cm_parse_hexval(s[i + 2]);
             if (a < 0 || b < 0 || (a == 0 && b == 0)) {
                 free(out);
                 return NULL;
