@@ -136,6 +136,8 @@ class QueuePageInBrowser(unittest.TestCase):
         failed = [c for c in result.get("checks", []) if not c.get("ok")]
         self.assertTrue(result.get("ok"),
                         f"{mode}: {result.get('error')}\nfailed: {failed}\n"
+                        f"waiting for: {result.get('waiting_for')} "
+                        f"(the page: {result.get('state_at_timeout')})\n"
                         f"seen: {result.get('seen')}\nstderr: {err[-2000:]}")
         return result
 
@@ -173,26 +175,43 @@ class QueuePageInBrowser(unittest.TestCase):
               f"({pw['tried']} hashes, {pw['ms'] * 1e6 / pw['tried']:.0f} ns/hash)", flush=True)
 
     def presale_room(self, prefix):
-        """A room in a presale phase for code holders, with one code issued; returns
-        (event, redirect_url, code)."""
+        """A room in a presale phase for code holders with AHEAD holders already in line,
+        and one more code issued for the browser's fan; returns (event, redirect_url,
+        code). As in room(), the phase admits at RATE_PER_MINUTE and the room is paused
+        while the holders ahead join: a fan alone at the front is admitted on the next
+        tick, and a page without JavaScript, rendered after its form's 303, would show
+        "admitted" without ever having shown the place it took."""
+        import csv
+        import io
         import time
         ev = stack.new_id(prefix)
         redirect = f"https://shop.onsale.test/checkout?ev={ev}"
         at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 60))
         r = self.S.gateway_admin("PUT", f"/admin/events/{ev}", {
             "rate_per_minute": RATE_PER_MINUTE, "mode": "fifo", "redirect_url": redirect,
-            "dpop": False, "pow": False,
-            "phases": [{"name": "presale", "starts_at": at, "rate_per_minute": 600,
+            "dpop": False, "pow": False, "paused": True,
+            "phases": [{"name": "presale", "starts_at": at, "rate_per_minute": RATE_PER_MINUTE,
                         "requires_code": True,
                         "text_during": "Presale: enter the code from your invitation."}]})
         self.assertIn(r.status, (200, 201), f"PUT /admin/events/{ev}: {r!r}")
         r = self.S.gateway_admin("POST", f"/admin/events/{ev}/codes",
-                                 {"phase": "presale", "count": 2})
+                                 {"phase": "presale", "count": AHEAD + 1})
         self.assertEqual(r.status, 201, f"issuing codes: {r!r}")
         r = self.S.gateway_admin("GET", f"/admin/events/{ev}/codes/1.csv")
         self.assertEqual(r.status, 200, f"exporting codes: {r!r}")
-        code = r.body.decode().split("\r\n")[1].split(",")[0]
-        return ev, redirect, code
+        codes = [row["code"] for row in csv.DictReader(io.StringIO(r.body.decode()))]
+        self.assertEqual(len(codes), AHEAD + 1, f"the export: {r.body[:200]!r}")
+        for i, held in enumerate(codes[:AHEAD]):
+            c = self.gateway()  # a connection (and no cookie) per holder
+            try:
+                r = c.post(f"/q/{ev}/join", {}, headers={"Onsale-Code": held})
+                self.assertEqual(r.status, 201, f"join {i + 1} of the holders ahead: {r!r}")
+                self.assertEqual(r.json.get("state"), "queued", f"join {i + 1}: {r!r}")
+            finally:
+                c.close()
+        r = self.S.gateway_admin("PATCH", f"/admin/events/{ev}", {"paused": False})
+        self.assertEqual(r.status, 200, f"resuming {ev}: {r!r}")
+        return ev, redirect, codes[AHEAD]
 
     def test_presale_journey(self):
         """A presale phase: the page names it and asks for the code, refuses a wrong one
@@ -215,7 +234,8 @@ class QueuePageInBrowser(unittest.TestCase):
             "dpop": False, "pow": False,
             "phases": [{"name": "presale", "starts_at": iso(t - 60), "rate_per_minute": 600,
                         "requires_code": True},
-                       {"name": "general", "starts_at": iso(t + 8), "rate_per_minute": 600,
+                       {"name": "general", "starts_at": iso(t + 8),
+                        "rate_per_minute": RATE_PER_MINUTE,  # queued ~2 s, not one tick
                         "text_during": "Everyone welcome"}]})
         self.assertIn(r.status, (200, 201), f"PUT /admin/events/{ev}: {r!r}")
         res = self.run_browser(ev, redirect, "js", next_phase="general")

@@ -115,6 +115,21 @@ async function queueFlow({ page, context, args, check, consoleErrors, result, de
       await route.fulfill({ status: 200, contentType: 'text/html',
         body: '<!doctype html><title>shop</title><h1 id="landing">Checkout</h1>' });
     });
+  // Waits for an element to show; result.waiting_for names it, so a run that times out says
+  // which step of the journey never came (and what the page showed: result.state_at_timeout).
+  const visible = async (selector) => {
+    result.waiting_for = selector;
+    try {
+      await page.locator(selector).waitFor({ state: 'visible', timeout: left() });
+    } catch (e) {
+      result.state_at_timeout = await page.evaluate(() => {
+        const m = document.getElementById('main');
+        return { url: location.pathname, state: m && m.getAttribute('data-state') };
+      }).catch(() => null);
+      throw e;
+    }
+    delete result.waiting_for;
+  };
   const cspHeaders = [];
   page.on('response', (r) => {
     const u = new URL(r.url());
@@ -137,7 +152,7 @@ async function queueFlow({ page, context, args, check, consoleErrors, result, de
   // page follows the schedule by itself, names the next phase and, as it needs no code,
   // takes the place without one.
   if (args['next-phase']) {
-    await page.locator('#code-form').waitFor({ state: 'visible', timeout: left() });
+    await visible('#code-form');
     result.phase = (await page.locator('#phase-name').innerText()).trim();
     await page.waitForFunction((name) => {
       const e = document.getElementById('phase-name');
@@ -157,14 +172,14 @@ async function queueFlow({ page, context, args, check, consoleErrors, result, de
       else
         await page.click('#code-submit');
     };
-    await page.locator('#code-form').waitFor({ state: 'visible', timeout: left() });
+    await visible('#code-form');
     const phase = (await page.locator('#phase-name').innerText()).trim();
     check(phase.length > 0, 'the page names the phase in force', phase);
     result.phase = phase;
     await page.screenshot({ path: path.join(args.out, `code${suffix}.png`), fullPage: true });
     await page.fill('#code', 'AAAA-AAAA-AAAA-AAAAA');
     await submit();
-    await page.locator('#code-error').waitFor({ state: 'visible', timeout: left() });
+    await visible('#code-error');
     const why = (await page.locator('#code-error').innerText()).trim();
     check(why.length > 0, 'a wrong code is refused on the page with its reason', why);
     result.code_error = why;
@@ -182,7 +197,7 @@ async function queueFlow({ page, context, args, check, consoleErrors, result, de
   }
 
   // Queued: position and progress shown.
-  await page.locator('#s-queued').waitFor({ state: 'visible', timeout: left() });
+  await visible('#s-queued');
   const position = (await page.locator('#position').innerText()).trim();
   const progress = await page.locator('#progress').getAttribute('aria-valuenow');
   const size = (await page.locator('#queue-size').innerText()).trim();
