@@ -104,17 +104,22 @@ class QueuePageInBrowser(unittest.TestCase):
             self.assertIn(r.status, (200, 201), f"PUT /admin/events/{ev}: {r!r}")
         finally:
             c.close()
+        self.line_up(ev, lambda c, i: self.join_ahead(c, ev, pow_on, dpop))
+        return ev, redirect
+
+    def line_up(self, ev, join):
+        """AHEAD fans join the paused room ev, each by join(client, i) on a connection (and
+        without a cookie) of its own; then the room resumes."""
         for i in range(AHEAD):
-            c = self.gateway()  # a connection (and no cookie) per fan
+            c = self.gateway()
             try:
-                r = self.join_ahead(c, ev, pow_on, dpop)
+                r = join(c, i)
                 self.assertEqual(r.status, 201, f"join {i + 1} of the fans ahead: {r!r}")
                 self.assertEqual(r.json.get("state"), "queued", f"join {i + 1}: {r!r}")
             finally:
                 c.close()
         r = self.S.gateway_admin("PATCH", f"/admin/events/{ev}", {"paused": False})
         self.assertEqual(r.status, 200, f"resuming {ev}: {r!r}")
-        return ev, redirect
 
     def run_browser(self, ev, redirect, mode, handoff="fragment", code=None, next_phase=None):
         args = [NODE, SCRIPT, "--url", f"https://127.0.0.1:{self.S.gateway_port}",
@@ -201,16 +206,8 @@ class QueuePageInBrowser(unittest.TestCase):
         self.assertEqual(r.status, 200, f"exporting codes: {r!r}")
         codes = [row["code"] for row in csv.DictReader(io.StringIO(r.body.decode()))]
         self.assertEqual(len(codes), AHEAD + 1, f"the export: {r.body[:200]!r}")
-        for i, held in enumerate(codes[:AHEAD]):
-            c = self.gateway()  # a connection (and no cookie) per holder
-            try:
-                r = c.post(f"/q/{ev}/join", {}, headers={"Onsale-Code": held})
-                self.assertEqual(r.status, 201, f"join {i + 1} of the holders ahead: {r!r}")
-                self.assertEqual(r.json.get("state"), "queued", f"join {i + 1}: {r!r}")
-            finally:
-                c.close()
-        r = self.S.gateway_admin("PATCH", f"/admin/events/{ev}", {"paused": False})
-        self.assertEqual(r.status, 200, f"resuming {ev}: {r!r}")
+        self.line_up(ev, lambda c, i: c.post(f"/q/{ev}/join", {},
+                                             headers={"Onsale-Code": codes[i]}))
         return ev, redirect, codes[AHEAD]
 
     def test_presale_journey(self):
