@@ -97,6 +97,11 @@ class Gateway:
         self.proc = None
 
     def start(self):
+        # A second start would leave the first process running on the shared stack, ticking
+        # every room of the modules after this one (and writing back their rooms after a
+        # Redis loss) with nobody to stop it.
+        if self.proc is not None and self.proc.poll() is None:
+            raise RuntimeError(f"gateway {self.name} is already running (pid {self.proc.pid})")
         env = dict(os.environ, ONSALE_STATE=self.gs.S.state)
         for k in list(env):
             if k.startswith("ONSALE_GATEWAY_"):

@@ -237,7 +237,6 @@ class CodesWithProofOfWork(CodeHelpers):
 class Guessing(gwstack.GatewayTestCase):
     def test_tries_per_block_and_failures_per_gateway_are_limited(self):
         g = self.GS.add_gateway("tight", code_tries_per_block=5, code_failures_per_min=1000)
-        g.start()
         self.addCleanup(g.stop)
         t = time.time()
         ev = self.new_room(rate_per_minute=60, phases=[
@@ -252,7 +251,6 @@ class Guessing(gwstack.GatewayTestCase):
         self.assertIn("retry-after", r.headers)
 
         g2 = self.GS.add_gateway("few", code_tries_per_block=100000, code_failures_per_min=3)
-        g2.start()
         self.addCleanup(g2.stop)
         c2 = g2.client()
         self.addCleanup(c2.close)
