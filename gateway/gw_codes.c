@@ -42,6 +42,21 @@ static codes_op_t *op_new(gw_server_t *srv, cm_req_t *req, const char *event)
     return op;
 }
 
+/* op_new with the request's JSON body in *body; NULL when the body was refused (then the
+ * request has been answered). */
+static codes_op_t *op_new_with_body(gw_server_t *srv, cm_req_t *req, const char *event,
+                                    json_t **body)
+{
+    codes_op_t *op = op_new(srv, req, event);
+    *body = cm_http_read_json(req, (size_t)srv->cfg.server.max_body_bytes, NULL, NULL);
+    if (*body == NULL) {
+        gw_req_replied(&op->r);
+        free(op);
+        return NULL;
+    }
+    return op;
+}
+
 /* codes.lua with ARGV args (KEYS: the room's, its batches and revocations). */
 static int eval_codes(codes_op_t *op, cm_redis_cb cb, int nargs, const char **args)
 {
@@ -136,13 +151,10 @@ static int int_in(const json_t *o, const char *key, int64_t min, int64_t max, in
 
 void gw_codes_issue(gw_server_t *srv, cm_req_t *req, const char *event)
 {
-    codes_op_t *op = op_new(srv, req, event);
-    json_t *body = cm_http_read_json(req, (size_t)srv->cfg.server.max_body_bytes, NULL, NULL);
-    if (body == NULL) {
-        gw_req_replied(&op->r);
-        free(op);
+    json_t *body;
+    codes_op_t *op = op_new_with_body(srv, req, event, &body);
+    if (op == NULL)
         return;
-    }
     const json_t *phase = json_object_get(body, "phase");
     const char *msg = NULL;
     if (!json_is_string(phase) || json_string_length(phase) == 0 ||
@@ -453,13 +465,10 @@ static void on_room_to_revoke(const char *err, gw_room_t *room, void *arg)
 
 void gw_codes_revoke(gw_server_t *srv, cm_req_t *req, const char *event)
 {
-    codes_op_t *op = op_new(srv, req, event);
-    json_t *body = cm_http_read_json(req, (size_t)srv->cfg.server.max_body_bytes, NULL, NULL);
-    if (body == NULL) {
-        gw_req_replied(&op->r);
-        free(op);
+    json_t *body;
+    codes_op_t *op = op_new_with_body(srv, req, event, &body);
+    if (op == NULL)
         return;
-    }
     if (srv->code_secret == NULL) {
         json_decref(body);
         gw_reply_error(&op->r, 409, "codes_unavailable",

@@ -593,6 +593,22 @@ static json_t *charge_obj(const json_t *pi, bool ok)
                      "payment_method", json_object_get(pi, "payment_method"));
 }
 
+/* Settles the intent object o by its new charge chobj: "succeeded", or back to
+ * "requires_payment_method" with lpe (a new reference, taken) as its last_payment_error. */
+static void settle_intent(json_t *o, const json_t *chobj, json_t *lpe)
+{
+    json_object_set(o, "latest_charge", json_object_get(chobj, "id"));
+    json_object_set_new(o, "next_action", json_null());
+    if (lpe == NULL) {
+        json_object_set_new(o, "status", json_string("succeeded"));
+        json_object_set(o, "amount_received", json_object_get(o, "amount"));
+        json_object_set_new(o, "last_payment_error", json_null());
+    } else {
+        json_object_set_new(o, "status", json_string("requires_payment_method"));
+        json_object_set_new(o, "last_payment_error", lpe);
+    }
+}
+
 /* The intent as a client sees it now: "processing" while a confirmation runs, its charge
  * expanded when asked (expand[]=latest_charge). A new reference. */
 static json_t *pi_view(const rec_t *pi, bool expand)
@@ -735,21 +751,16 @@ static void finish_confirm(pending_t *p)
     }
     bool ok = p->outcome != OUT_DECLINE;
     r->chobj = charge_obj(o, ok);
-    json_object_set(o, "latest_charge", json_object_get(r->chobj, "id"));
-    json_object_set_new(o, "next_action", json_null());
     if (ok) {
-        json_object_set_new(o, "status", json_string("succeeded"));
-        json_object_set(o, "amount_received", json_object_get(o, "amount"));
-        json_object_set_new(o, "last_payment_error", json_null());
+        settle_intent(o, r->chobj, NULL);
         r->code = 200;
         r->body = json_dumps(o, JSON_COMPACT);
     } else {
-        json_t *lpe =
-            json_pack("{s:s, s:s, s:s, s:s, s:O}", "type", "card_error", "code", "card_declined",
-                      "decline_code", "generic_decline", "message", "Your card was declined.",
-                      "charge", json_object_get(r->chobj, "id"));
-        json_object_set_new(o, "status", json_string("requires_payment_method"));
-        json_object_set_new(o, "last_payment_error", lpe);
+        settle_intent(o, r->chobj,
+                      json_pack("{s:s, s:s, s:s, s:s, s:O}", "type", "card_error", "code",
+                                "card_declined", "decline_code", "generic_decline", "message",
+                                "Your card was declined.", "charge",
+                                json_object_get(r->chobj, "id")));
         r->code = 402;
         r->body =
             error_body("card_error", "card_declined", "Your card was declined.",
@@ -1597,20 +1608,12 @@ static void post_challenge(ps_server_t *ps, cm_req_t *req, const char *id)
         json_t *o = json_deep_copy(pi->obj);
         r->obj = o;
         r->chobj = charge_obj(o, approve);
-        json_object_set(o, "latest_charge", json_object_get(r->chobj, "id"));
-        json_object_set_new(o, "next_action", json_null());
-        if (approve) {
-            json_object_set_new(o, "status", json_string("succeeded"));
-            json_object_set(o, "amount_received", json_object_get(o, "amount"));
-            json_object_set_new(o, "last_payment_error", json_null());
-        } else {
-            json_object_set_new(o, "status", json_string("requires_payment_method"));
-            json_object_set_new(o, "last_payment_error",
-                                json_pack("{s:s, s:s, s:s, s:O}", "type", "card_error", "code",
+        settle_intent(o, r->chobj,
+                      approve ? NULL
+                              : json_pack("{s:s, s:s, s:s, s:O}", "type", "card_error", "code",
                                           "payment_intent_authentication_failure", "message",
                                           "The provided payment method has failed authentication.",
                                           "charge", json_object_get(r->chobj, "id")));
-        }
         r->code = 200;
         r->body = json_dumps(o, JSON_COMPACT);
         pending_t *p = pending_new(ps, req, r, approve ? OUT_SUCCEED : OUT_DECLINE);
