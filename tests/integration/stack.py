@@ -1361,7 +1361,12 @@ def _stop_shared():
 
 def acquire(s, kind, start=None):
     """s started (by start(), default s.start), or — when sharing and a healthy stack of
-    the same kind and config_key() is running — that one. Pair with release()."""
+    the same kind and config_key() is running — that one. Pair with release().
+    Called from setUpModule, it also logs how long the module took, stack and tests
+    ("[stack] NAME: module done in N s", in ctest's LastTest.log), for sizing CI's run."""
+    t0, name = time.monotonic(), s.name
+    unittest.addModuleCleanup(lambda: sys.stderr.write(
+        f"[stack] {name}: module done in {time.monotonic() - t0:.0f} s\n"))
     key = (kind, s.config_key()) if sharing() else None
     if key is not None:
         old = _SHARED.get(key)
