@@ -1359,14 +1359,20 @@ def _stop_shared():
     _SHARED.clear()
 
 
+def _log_module_time(name):
+    """At the end of the calling module (call from setUpModule): how long it took, stack
+    and tests ("[stack] NAME: module done in N s", in ctest's LastTest.log) — the figures
+    for keeping CI's run within its time."""
+    t0 = time.monotonic()
+    unittest.addModuleCleanup(lambda: sys.stderr.write(
+        f"[stack] {name}: module done in {time.monotonic() - t0:.0f} s\n"))
+
+
 def acquire(s, kind, start=None):
     """s started (by start(), default s.start), or — when sharing and a healthy stack of
     the same kind and config_key() is running — that one. Pair with release().
-    Called from setUpModule, it also logs how long the module took, stack and tests
-    ("[stack] NAME: module done in N s", in ctest's LastTest.log), for sizing CI's run."""
-    t0, name = time.monotonic(), s.name
-    unittest.addModuleCleanup(lambda: sys.stderr.write(
-        f"[stack] {name}: module done in {time.monotonic() - t0:.0f} s\n"))
+    Called from setUpModule (like module_own_stack), it logs the module's time."""
+    _log_module_time(s.name)
     key = (kind, s.config_key()) if sharing() else None
     if key is not None:
         old = _SHARED.get(key)
@@ -1426,6 +1432,7 @@ def module_own_stack(s):
         s.stop()
 
     unittest.addModuleCleanup(cleanup)
+    _log_module_time(s.name)
     _CURRENT = s
     s.start()
     return s
