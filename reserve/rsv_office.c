@@ -830,17 +830,9 @@ bool rsv_office_page_serve(rsv_server_t *srv, cm_req_t *req, char **seg, int n)
         return false;
     rsv_req_t r;
     rsv_req_start(&r, srv, req, RSV_EP_OTHER);
-    cm_http_method_t m = cm_http_method(req);
-    if (m != CM_HTTP_GET && m != CM_HTTP_HEAD) {
-        rsv_reply_error(&r, 405, "method_not_allowed", "use GET", NULL);
+    const char *name = rsv_req_page_file(&r, seg, n, "the box office");
+    if (name == NULL)
         return true;
-    }
-    if (n == 1 && strcmp(cm_http_uri_path(req), "/office") == 0) {
-        cm_http_add_header(req, "Location", "/office/");
-        rsv_reply_error(&r, 301, "moved", "the box office is at /office/", NULL);
-        return true;
-    }
-    const char *name = n == 1 ? "index.html" : seg[1];
     for (size_t i = 0; i < sizeof(page_files) / sizeof(page_files[0]); i++) {
         if (strcmp(name, page_files[i].name) != 0)
             continue;

@@ -1,16 +1,20 @@
 /*
  * rsv_req — the reserve's request context and replies (see rsv_req.h): thin names over
  * the service shell's (cm_service), plus what only the reserve answers: a refused
- * admission token (rsv_auth's results, docs/api.md "Admission tokens" and "DPoP"), and a
- * backend failure counted in onsale_reserve_backend_errors_total. Worker threads; the
- * metrics' registration gathers each module's on the main thread.
+ * admission token (rsv_auth's results, docs/api.md "Admission tokens" and "DPoP"), a
+ * backend failure counted in onsale_reserve_backend_errors_total, and the start of a page
+ * route (the storefront's, the box office's). Worker threads; the metrics' registration
+ * gathers each module's on the main thread.
  */
 #include "rsv_req.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cm_err.h"
 #include "cm_log.h"
+#include "cm_mem.h"
 #include "rsv_auth.h"
 
 void rsv_metrics_register(rsv_metrics_t *m, cm_metrics_t *reg)
@@ -38,6 +42,29 @@ void rsv_req_start(rsv_req_t *r, rsv_server_t *srv, cm_req_t *req, rsv_endpoint_
 void rsv_req_replied(rsv_req_t *r)
 {
     cm_svc_req_replied(&r->svc);
+}
+
+const char *rsv_req_page_file(rsv_req_t *r, char **seg, int n, const char *what)
+{
+    cm_req_t *req = r->svc.req;
+    cm_http_method_t m = cm_http_method(req);
+    if (m != CM_HTTP_GET && m != CM_HTTP_HEAD) {
+        rsv_reply_error(r, 405, "method_not_allowed", "use GET", NULL);
+        return NULL;
+    }
+    const char *path = cm_http_uri_path(req);
+    if (n == 1 && path[0] == '/' && strcmp(path + 1, seg[0]) == 0) {
+        /* keep the query (?event=…); the fragment never reaches the server */
+        const char *query = cm_http_uri_query(req);
+        char *loc = cm_xasprintf("/%s/%s%s", seg[0], query ? "?" : "", query ? query : "");
+        char *msg = cm_xasprintf("%s is at /%s/", what, seg[0]);
+        cm_http_add_header(req, "Location", loc);
+        rsv_reply_error(r, 301, "moved", msg, NULL);
+        free(msg);
+        free(loc);
+        return NULL;
+    }
+    return n == 1 ? "index.html" : seg[1];
 }
 
 void rsv_reply_json(rsv_req_t *r, int code, json_t *body)

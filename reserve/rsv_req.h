@@ -134,5 +134,12 @@ void rsv_reply_auth(rsv_req_t *r, int auth_result, const char *why);
 void rsv_req_replied(rsv_req_t *r);
 /** 503 with Retry-After for a Redis/Postgres failure (err from the completion). */
 void rsv_reply_unavailable(rsv_req_t *r, const char *what, const char *err);
+/**
+ * The start of a page route under /DIR (seg[0] is DIR, n is 1 or 2): GET or HEAD only
+ * (405), /DIR without its slash moved to /DIR/ with the query kept (301, "WHAT is at
+ * /DIR/"). Returns the file asked for ("index.html" for /DIR/), or NULL when the request
+ * has been answered.
+ */
+const char *rsv_req_page_file(rsv_req_t *r, char **seg, int n, const char *what);
 
 #endif

@@ -9,10 +9,8 @@
 
 #include <event2/http.h>
 #include <jansson.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "cm_mem.h"
 #include "rsv_req.h"
 
 /* The embedded files (onsale_embed in reserve/CMakeLists.txt). */
@@ -56,22 +54,9 @@ bool rsv_shop_serve(rsv_server_t *srv, cm_req_t *req, char **seg, int n)
         return false;
     rsv_req_t r;
     rsv_req_start(&r, srv, req, RSV_EP_OTHER);
-    cm_http_method_t m = cm_http_method(req);
-    if (m != CM_HTTP_GET && m != CM_HTTP_HEAD) {
-        rsv_reply_error(&r, 405, "method_not_allowed", "use GET", NULL);
+    const char *name = rsv_req_page_file(&r, seg, n, "the storefront");
+    if (name == NULL)
         return true;
-    }
-    const char *path = cm_http_uri_path(req);
-    if (n == 1 && strcmp(path, "/shop") == 0) {
-        /* keep the query (?event=…); the fragment never reaches the server */
-        const char *query = cm_http_uri_query(req);
-        char *loc = cm_xasprintf("/shop/%s%s", query ? "?" : "", query ? query : "");
-        cm_http_add_header(req, "Location", loc);
-        free(loc);
-        rsv_reply_error(&r, 301, "moved", "the storefront is at /shop/", NULL);
-        return true;
-    }
-    const char *name = n == 1 ? "index.html" : seg[1];
     if (strcmp(name, "config.json") == 0) {
         config_json(srv, &r);
         return true;
