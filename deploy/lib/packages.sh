@@ -124,6 +124,7 @@ cmd_test() {
     elif [[ ${ONSALE_SANITIZE:-0} == thread ]]; then
         export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
     fi
-    say "ctest --test-dir $BUILD --output-on-failure -j1 $*"
-    exec ctest --test-dir "$BUILD" --output-on-failure -j1 "$@"
+    local jobs=${ONSALE_TEST_JOBS:-2}
+    say "ctest --test-dir $BUILD --output-on-failure -j$jobs $*"
+    exec ctest --test-dir "$BUILD" --output-on-failure -j"$jobs" "$@"
 }
