@@ -27,6 +27,7 @@
 #define MAX_SEATS_PER_EVENT 200000
 #define MAX_SECTIONS        1000
 #define MAX_POOLS           100
+#define MAX_SEAT_POSITION   100000
 
 typedef struct waiter {
     struct waiter *next;
@@ -107,7 +108,8 @@ static const char LOAD_SQL[] =
     "'checkout_extension_seconds', e.checkout_extension_seconds,"
     "'max_hold_seconds', e.max_hold_seconds, 'max_per_buyer', e.max_per_buyer,"
     "'version', e.version,"
-    "'seats', COALESCE((SELECT json_agg(json_build_array(s.seat_id, s.section, s.price)"
+    "'seats', COALESCE((SELECT json_agg(json_build_array(s.seat_id, s.section, s.price,"
+    "  s.seat_row, s.seat_pos, COALESCE(s.rank, s.ord))"
     "  ORDER BY s.section, s.ord, s.seat_id) FROM seats s"
     "  WHERE s.event_id = e.event_id AND s.section IS NOT NULL), '[]'),"
     "'pools', COALESCE((SELECT json_agg(json_build_array(p.pool_id, p.capacity, p.price)"
@@ -149,6 +151,7 @@ void rsv_event_unref(rsv_event_t *ev)
     free(ev->seats);
     free(ev->sections);
     free(ev->pools);
+    free(ev->place);
     free(ev->index);
     free(ev);
 }
@@ -166,6 +169,118 @@ long rsv_event_seat(const rsv_event_t *ev, const char *seat_id)
     }
 }
 
+long rsv_event_section(const rsv_event_t *ev, const char *section_id)
+{
+    for (size_t i = 0; i < ev->nsections; i++)
+        if (strcmp(ev->sections[i].id, section_id) == 0)
+            return (long)i;
+    return -1;
+}
+
+size_t rsv_event_best_candidates(const rsv_event_t *ev, long section, int64_t price,
+                                 bool (*skip)(void *arg, size_t seat), void *arg, uint32_t *out,
+                                 size_t cap)
+{
+    size_t lo = 0, hi = ev->nseats, n = 0;
+    if (section >= 0) {
+        if ((size_t)section >= ev->nsections)
+            return 0;
+        lo = ev->sections[section].first;
+        hi = lo + ev->sections[section].count;
+    }
+    for (size_t i = lo; i < hi; i++) {
+        uint32_t k = ev->place[i];
+        if ((price >= 0 && ev->seats[k].price != price) || (skip && skip(arg, k)))
+            continue;
+        if (n < cap)
+            out[n] = k;
+        n++;
+    }
+    return n;
+}
+
+/* --- places: rows numbered, seats in place order ------------------------------ */
+
+typedef struct place_sort {
+    const rsv_seat_t *seats;
+    const char **rows; /* each seat's row name, NULL: none (while numbering) */
+} place_sort_t;
+
+static _Thread_local const place_sort_t *sorting; /* qsort has no argument (glibc: _r) */
+
+/* Seats with a row by section, row name, index: one row's seats side by side. */
+static int cmp_row_names(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    const rsv_seat_t *s = sorting->seats;
+    if (s[x].section != s[y].section)
+        return s[x].section < s[y].section ? -1 : 1;
+    int c = strcmp(sorting->rows[x], sorting->rows[y]);
+    return c ? c : (x < y ? -1 : x > y);
+}
+
+/* Seats in place order: section, row number (none last), position, index. */
+static int cmp_places(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    const rsv_seat_t *s = sorting->seats;
+    uint32_t rx = s[x].row ? s[x].row : UINT32_MAX, ry = s[y].row ? s[y].row : UINT32_MAX;
+    if (s[x].section != s[y].section)
+        return s[x].section < s[y].section ? -1 : 1;
+    if (rx != ry)
+        return rx < ry ? -1 : 1;
+    if (s[x].pos != s[y].pos)
+        return s[x].pos < s[y].pos ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Whether seats x and y (both with a row) are in one row of one section. */
+static bool same_row(const rsv_event_t *ev, const char **rows, uint32_t x, uint32_t y)
+{
+    return ev->seats[x].section == ev->seats[y].section && strcmp(rows[x], rows[y]) == 0;
+}
+
+/* Numbers the rows of ev (rows[i]: seat i's row name or NULL) in the order each first
+ * appears among the seats, then sorts ev->place. The seats are in section order, so a
+ * section's rows get consecutive numbers. Sorts twice: O(n log n) at any row count. */
+static void number_rows(rsv_event_t *ev, const char **rows)
+{
+    place_sort_t ps = {.seats = ev->seats, .rows = rows};
+    sorting = &ps;
+    uint32_t *byname = cm_xcalloc(ev->nseats ? ev->nseats : 1, sizeof(uint32_t));
+    uint32_t *firsts = cm_xcalloc(ev->nseats ? ev->nseats : 1, sizeof(uint32_t));
+    size_t n = 0, nrows = 0;
+    for (size_t i = 0; i < ev->nseats; i++)
+        if (rows[i])
+            byname[n++] = (uint32_t)i;
+    qsort(byname, n, sizeof(uint32_t), cmp_row_names);
+    /* a row's seats are side by side, its first appearance (lowest index) leading */
+    for (size_t i = 0; i < n; i++)
+        if (i == 0 || !same_row(ev, rows, byname[i - 1], byname[i]))
+            firsts[nrows++] = byname[i];
+    qsort(firsts, nrows, sizeof(uint32_t), cmp_u32);
+    uint32_t row = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i == 0 || !same_row(ev, rows, byname[i - 1], byname[i])) {
+            uint32_t *at = bsearch(&byname[i], firsts, nrows, sizeof(uint32_t), cmp_u32);
+            row = (uint32_t)(at - firsts) + 1; /* found: byname[i] is a first */
+        }
+        ev->seats[byname[i]].row = row;
+    }
+    for (size_t i = 0; i < ev->nseats; i++)
+        ev->place[i] = (uint32_t)i;
+    qsort(ev->place, ev->nseats, sizeof(uint32_t), cmp_places);
+    sorting = NULL;
+    free(firsts);
+    free(byname);
+}
+
 const rsv_pool_t *rsv_event_pool(const rsv_event_t *ev, const char *pool_id)
 {
     for (size_t i = 0; i < ev->npools; i++)
@@ -179,8 +294,7 @@ static int64_t int_of(const json_t *o, const char *k)
     return (int64_t)json_integer_value(json_object_get(o, k));
 }
 
-/* Builds an event from the LOAD_SQL document. NULL when it does not parse. */
-static rsv_event_t *event_from_json(const char *id, const char *text)
+rsv_event_t *rsv_event_parse(const char *id, const char *text)
 {
     json_error_t jerr;
     json_t *doc = json_loads(text, 0, &jerr);
@@ -206,12 +320,17 @@ static rsv_event_t *event_from_json(const char *id, const char *text)
         cap <<= 1;
     ev->index = cm_xcalloc(cap, sizeof(uint32_t));
     ev->index_mask = cap - 1;
+    ev->place = cm_xcalloc(ev->nseats ? ev->nseats : 1, sizeof(uint32_t));
+    const char **rows = cm_xcalloc(ev->nseats ? ev->nseats : 1, sizeof(char *));
     for (size_t i = 0; i < ev->nseats; i++) {
         json_t *row = json_array_get(seats, i);
         const char *sid = json_string_value(json_array_get(row, 0));
         const char *sec = json_string_value(json_array_get(row, 1));
         ev->seats[i].id = cm_xstrdup(sid ? sid : "");
         ev->seats[i].price = (int64_t)json_integer_value(json_array_get(row, 2));
+        rows[i] = json_string_value(json_array_get(row, 3));
+        ev->seats[i].pos = (int32_t)json_integer_value(json_array_get(row, 4));
+        ev->seats[i].rank = (int64_t)json_integer_value(json_array_get(row, 5));
         if (ev->nsections == 0 || strcmp(ev->sections[ev->nsections - 1].id, sec ? sec : "")) {
             rsv_section_t *s = &ev->sections[ev->nsections++];
             snprintf(s->id, sizeof(s->id), "%s", sec ? sec : "");
@@ -224,6 +343,8 @@ static rsv_event_t *event_from_json(const char *id, const char *text)
             j = (j + 1) & ev->index_mask;
         ev->index[j] = (uint32_t)(i + 1);
     }
+    number_rows(ev, rows); /* rows' names live in doc */
+    free(rows);
     json_t *pools = json_object_get(doc, "pools");
     ev->npools = json_array_size(pools);
     ev->pools = cm_xcalloc(ev->npools ? ev->npools : 1, sizeof(rsv_pool_t));
@@ -610,7 +731,7 @@ static void on_loaded(const char *err, const rsv_pg_result_t *res, void *arg)
     e->gen = e->load_gen;
     rsv_event_t *ev = NULL;
     if (rsv_pg_result_rows(res) == 1)
-        ev = event_from_json(e->id, rsv_pg_result_value(res, 0, 0));
+        ev = rsv_event_parse(e->id, rsv_pg_result_value(res, 0, 0));
     rsv_event_unref(e->ev);
     e->ev = ev;
     e->state = ev ? ENTRY_READY : ENTRY_MISSING;
@@ -978,8 +1099,15 @@ static int get_int(const json_t *body, const char *key, int64_t def, int64_t min
     return 0;
 }
 
-static int add_seat(json_t *seats, const char *id, const char *section, int64_t price, char *err,
-                    size_t errlen)
+/* A seat's place as the normalised document carries it: a row (NULL: none), the position
+ * along it, its rank (-1: its place in the list, counted from 1). */
+typedef struct seat_place {
+    const char *row;
+    int64_t pos, rank;
+} seat_place_t;
+
+static int add_seat(json_t *seats, const char *id, const char *section, int64_t price,
+                    seat_place_t pl, char *err, size_t errlen)
 {
     if (!cm_parse_ident(id)) {
         snprintf(err, errlen, "seat id '%.80s' is not 1-64 characters of [A-Za-z0-9._-]", id);
@@ -989,7 +1117,41 @@ static int add_seat(json_t *seats, const char *id, const char *section, int64_t 
         snprintf(err, errlen, "more than %d seats", MAX_SEATS_PER_EVENT);
         return -1;
     }
-    json_array_append_new(seats, json_pack("[s,s,I]", id, section, (json_int_t)price));
+    int64_t rank = pl.rank >= 0 ? pl.rank : (int64_t)json_array_size(seats) + 1;
+    json_array_append_new(seats,
+                          json_pack("[s,s,I,o,o,I]", id, section, (json_int_t)price,
+                                    pl.row ? json_string(pl.row) : json_null(),
+                                    pl.row ? json_integer(pl.pos) : json_null(), (json_int_t)rank));
+    return 0;
+}
+
+/* The optional row, position and rank of seats[i] (an explicit seat). 0 or -1 (err). */
+static int seat_place(const json_t *s, size_t i, seat_place_t *pl, char *err, size_t errlen)
+{
+    json_t *row = json_object_get(s, "row"), *pos = json_object_get(s, "position");
+    json_t *rank = json_object_get(s, "rank");
+    *pl = (seat_place_t){NULL, 0, -1};
+    if ((row == NULL) != (pos == NULL) ||
+        (row && (json_string_value(row) == NULL || !cm_parse_ident(json_string_value(row)) ||
+                 !json_is_integer(pos) || json_integer_value(pos) < 1 ||
+                 json_integer_value(pos) > MAX_SEAT_POSITION))) {
+        snprintf(err, errlen,
+                 "seats[%zu]: row (an identifier) and position (integer from 1 to %d) go "
+                 "together",
+                 i, MAX_SEAT_POSITION);
+        return -1;
+    }
+    if (rank && (!json_is_integer(rank) || json_integer_value(rank) < 0 ||
+                 json_integer_value(rank) > RSV_RANK_MAX)) {
+        snprintf(err, errlen, "seats[%zu].rank must be an integer from 0 to %d", i, RSV_RANK_MAX);
+        return -1;
+    }
+    if (row) {
+        pl->row = json_string_value(row);
+        pl->pos = json_integer_value(pos);
+    }
+    if (rank)
+        pl->rank = json_integer_value(rank);
     return 0;
 }
 
@@ -1019,7 +1181,9 @@ static int normalise_seats(const json_t *body, json_t *seats, char *err, size_t 
             snprintf(err, errlen, "seats[%zu].section is not a valid identifier", i);
             return -1;
         }
-        if (add_seat(seats, id, sec, json_integer_value(price), err, errlen))
+        seat_place_t pl;
+        if (seat_place(s, i, &pl, err, errlen) ||
+            add_seat(seats, id, sec, json_integer_value(price), pl, err, errlen))
             return -1;
     }
     list = json_object_get(body, "sections");
@@ -1043,11 +1207,16 @@ static int normalise_seats(const json_t *body, json_t *seats, char *err, size_t 
                      i, (long long)RSV_PRICE_MAX);
             return -1;
         }
+        json_int_t nper = json_integer_value(per);
         for (json_int_t r = 1; r <= json_integer_value(rows); r++)
-            for (json_int_t n = 1; n <= json_integer_value(per); n++) {
-                char sid[CM_IDENT_MAX + 1];
+            for (json_int_t n = 1; n <= nper; n++) {
+                char sid[CM_IDENT_MAX + 1], row[24];
                 snprintf(sid, sizeof(sid), "%s-%lld-%lld", id, (long long)r, (long long)n);
-                if (add_seat(seats, sid, id, json_integer_value(price), err, errlen))
+                snprintf(row, sizeof(row), "%lld", (long long)r);
+                /* front rows first, a row's middle before its ends */
+                json_int_t off = 2 * n - nper - 1;
+                seat_place_t pl = {row, n, (r - 1) * 2000 + (off < 0 ? -off : off)};
+                if (add_seat(seats, sid, id, json_integer_value(price), pl, err, errlen))
                     return -1;
             }
     }

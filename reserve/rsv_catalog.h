@@ -22,6 +22,7 @@
 #define RSV_CATALOG_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -43,10 +44,20 @@ typedef struct rsv_section {
     size_t first, count; /* its seats are seats[first .. first+count) */
 } rsv_section_t;
 
+/*
+ * A seat's place (best available, docs/design.md "Best available"): row is a number of the
+ * event's, the same for the seats of one row of one section and 0 for a seat without a
+ * row; rows are numbered in the order they first appear in the operator's list, so a
+ * section's rows are consecutive numbers. Two seats are adjacent when they share a row
+ * (not 0) and their positions differ by one. rank orders seats best first (lower better).
+ */
 typedef struct rsv_seat {
     char *id;
     int64_t price;
     uint32_t section; /* index into sections */
+    uint32_t row;     /* 0: none */
+    int32_t pos;
+    int64_t rank;
 } rsv_seat_t;
 
 typedef struct rsv_pool {
@@ -69,6 +80,7 @@ typedef struct rsv_event {
     size_t nsections;
     rsv_pool_t *pools;
     size_t npools;
+    uint32_t *place; /* seats indexes by section, row, position, index (best available) */
     uint32_t *index; /* open-addressing hash of seat ids → seats index + 1 */
     size_t index_mask;
     int refs;
@@ -110,8 +122,33 @@ void rsv_catalog_invalidate(rsv_catalog_t *c, const char *event_id);
 void rsv_event_ref(rsv_event_t *ev);
 void rsv_event_unref(rsv_event_t *ev);
 
+/**
+ * Builds an event from the document the catalogue loads from Postgres ({currency, …,
+ * seats: [[id, section, price, row, position, rank]…], pools: [[id, capacity, price]…]},
+ * seats in section order): the seat index, the rows numbered, the seats in place order.
+ * The event has one reference. NULL when text is not JSON. Pure.
+ */
+rsv_event_t *rsv_event_parse(const char *id, const char *text);
+
 /** Index of a seat, or -1. */
 long rsv_event_seat(const rsv_event_t *ev, const char *seat_id);
+/** Index of a section, or -1. */
+long rsv_event_section(const rsv_event_t *ev, const char *section_id);
+
+/** The largest rank a seat may carry (ranks of a 50-seat block add up exactly in Lua). */
+#define RSV_RANK_MAX 1000000000
+
+/**
+ * Best available's candidates: the seats of section (an index, or -1 for any) priced
+ * price (or -1 for any price), in place order (section, row, position), leaving out those
+ * skip(arg, seat index) says are gone (NULL: none). Writes up to cap seat indexes into
+ * out and returns how many there are in all (more than cap: out holds the first cap).
+ * Pure.
+ */
+size_t rsv_event_best_candidates(const rsv_event_t *ev, long section, int64_t price,
+                                 bool (*skip)(void *arg, size_t seat), void *arg, uint32_t *out,
+                                 size_t cap);
+
 /** A pool, or NULL. */
 const rsv_pool_t *rsv_event_pool(const rsv_event_t *ev, const char *pool_id);
 

@@ -36,6 +36,8 @@
 
 #define MAX_SEATS_PER_HOLD 50
 #define MAX_QUANTITY       100
+/* Best available reads every candidate seat in its script: bounded per hold. */
+#define MAX_BEST_CANDIDATES 20000
 
 /* --- metrics ----------------------------------------------------------------- */
 
@@ -126,6 +128,7 @@ static const char *const take_words[RSV_HOLD_TAKE_OTHER] = {
     [RSV_HOLD_TAKE_TAKEN] = "TAKEN",
     [RSV_HOLD_TAKE_SOLDOUT] = "SOLDOUT",
     [RSV_HOLD_TAKE_INSUFFICIENT] = "INSUFFICIENT",
+    [RSV_HOLD_TAKE_NOBLOCK] = "NOBLOCK",
     [RSV_HOLD_TAKE_LIMIT] = "LIMIT",
     [RSV_HOLD_TAKE_UNVERIFIED] = "UNVERIFIED",
     [RSV_HOLD_TAKE_NOSEED] = "NOSEED",
@@ -468,6 +471,9 @@ typedef struct create_op {
     char record[65];   /* sha256 of the token, when unverified */
     bool unverified;   /* the token's signature was not checked: the script needs its record */
     bool rechecked;    /* the event was re-read before refusing an unknown seat or pool */
+    uint32_t *cand;    /* best available: the candidate seats (indexes), place order */
+    size_t ncand;
+    bool split; /* best available: seats apart may do when no block is left */
 } create_op_t;
 
 static void create_done(create_op_t *op)
@@ -475,6 +481,7 @@ static void create_done(create_op_t *op)
     json_decref(op->body);
     rsv_event_unref(op->ev);
     free(op->seats_csv);
+    free(op->cand);
     free(op);
 }
 
@@ -544,14 +551,16 @@ static void reply_created(create_op_t *op, int64_t exp_ms)
         cm_text_json(&t, op->pool->id);
         CM_TEXT_LIT(&t, ",\"quantity\":");
         cm_text_i64(&t, op->quantity);
-    } else {
-        json_t *seats = json_object_get(op->body, "seats");
+    } else { /* seat ids are identifiers: no comma inside one */
         CM_TEXT_LIT(&t, "\"seats\":[");
-        for (size_t i = 0; i < json_array_size(seats); i++) {
-            if (i)
+        char *copy = cm_xstrdup(op->seats_csv ?: ""), *save = NULL;
+        int i = 0;
+        for (char *id = strtok_r(copy, ",", &save); id; id = strtok_r(NULL, ",", &save)) {
+            if (i++)
                 CM_TEXT_LIT(&t, ",");
-            cm_text_json(&t, json_string_value(json_array_get(seats, i)));
+            cm_text_json(&t, id);
         }
+        free(copy);
         CM_TEXT_LIT(&t, "]");
     }
     cm_format_rfc3339(exp_ms, exp, sizeof(exp));
@@ -605,6 +614,19 @@ static void reply_taken(create_op_t *op, const cm_redis_reply_t *reply)
                     json_pack("{s:o}", "unavailable", un));
 }
 
+/* hold_best.lua's OK: the seats it picked (element 3) and their amount (4) become the
+ * hold's, as a seat hold's request names them. false when the reply lacks them. */
+static bool best_taken(create_op_t *op, const cm_redis_reply_t *reply)
+{
+    const char *seats = cm_redis_reply_str(cm_redis_reply_at(reply, 2), NULL);
+    if (seats == NULL || *seats == '\0')
+        return false;
+    free(op->seats_csv);
+    op->seats_csv = cm_xstrdup(seats);
+    op->amount = reply_i64(reply, 3);
+    return true;
+}
+
 static void on_create_reply(const char *err, const cm_redis_reply_t *reply, void *arg)
 {
     create_op_t *op = arg;
@@ -639,6 +661,10 @@ static void on_create_reply(const char *err, const cm_redis_reply_t *reply, void
     switch (took) {
     case RSV_HOLD_TAKE_OK:
         cm_counter_inc(m->taken);
+        if (op->cand && !best_taken(op, reply)) {
+            rsv_reply_unavailable(&op->r, "taking the hold", cm_err_protocol);
+            break;
+        }
         reply_created(op, reply_i64(reply, 1));
         break;
     case RSV_HOLD_TAKE_REPLAY: {
@@ -661,6 +687,10 @@ static void on_create_reply(const char *err, const cm_redis_reply_t *reply, void
         break;
     case RSV_HOLD_TAKE_SOLDOUT:
         cm_counter_inc(m->conflicts);
+        if (op->cand) {
+            rsv_reply_error(&op->r, 409, "sold_out", "no seat of this kind is left", NULL);
+            break;
+        }
         if (reply_is(reply, 1, "sold"))
             rsv_avail_note_sold(op->r.srv->avail, op->ev,
                                 op->ev->nseats + (size_t)(op->pool - op->ev->pools));
@@ -668,7 +698,16 @@ static void on_create_reply(const char *err, const cm_redis_reply_t *reply, void
         break;
     case RSV_HOLD_TAKE_INSUFFICIENT:
         cm_counter_inc(m->conflicts);
-        rsv_reply_error(&op->r, 409, "insufficient", "fewer units are left than requested",
+        rsv_reply_error(&op->r, 409, "insufficient",
+                        op->cand ? "fewer seats of this kind are left than requested"
+                                 : "fewer units are left than requested",
+                        json_pack("{s:I}", "available", (json_int_t)reply_i64(reply, 1)));
+        break;
+    case RSV_HOLD_TAKE_NOBLOCK:
+        cm_counter_inc(m->conflicts);
+        rsv_reply_error(&op->r, 409, "no_adjacent_seats",
+                        "no block of that many adjacent seats is left (allow_split takes seats "
+                        "apart)",
                         json_pack("{s:I}", "available", (json_int_t)reply_i64(reply, 1)));
         break;
     case RSV_HOLD_TAKE_LIMIT:
@@ -711,10 +750,76 @@ static char *dec(char buf[24], int64_t v)
     return buf;
 }
 
+/* hold_best.lua over op's candidates (KEYS and ARGV there): each candidate a key and its
+ * place, 34 digits in one string (BEST_PLACE_LEN). 0 or -1. */
+/* The 34 digits of a seat's place for hold_best.lua: row (6), position (6), rank (10),
+ * price (12), each zero-padded. The catalogue bounds each: rows and positions below 10^6
+ * (200,000 seats, positions to 100,000), ranks to 10^9, prices to 10^11. Returns 34. */
+#define BEST_PLACE_LEN 34
+static int place_digits(char *out, const rsv_seat_t *st)
+{
+    return snprintf(out, BEST_PLACE_LEN + 1, "%06u%06d%010lld%012lld", st->row,
+                    st->pos > 0 ? st->pos : 0, (long long)st->rank, (long long)st->price);
+}
+
+static int run_best(create_op_t *op)
+{
+    rsv_server_t *srv = op->r.srv;
+    rsv_event_t *ev = op->ev;
+    char ttl[24], maxhold[24], limit[24], keep[24], want[24];
+    dec(ttl, ev->hold_ttl_s * 1000);
+    dec(maxhold, ev->max_hold_s * 1000);
+    dec(limit, ev->max_per_buyer);
+    dec(keep, srv->cfg.hold_record_keep_s * 1000);
+    dec(want, op->quantity);
+    size_t cap = 8 * RSV_KEY_MAX;
+    for (size_t i = 0; i < op->ncand; i++)
+        cap += strlen(op->event) + strlen(ev->seats[op->cand[i]].id) + 16;
+    hold_keys_t hk = {.buf = cm_xmalloc(cap), .cap = cap};
+    char *places = cm_xmalloc(op->ncand * BEST_PLACE_LEN + 1);
+    const char **argv = cm_xcalloc(5 + op->ncand + 11, sizeof(char *));
+    const char *e = op->event;
+    size_t a = 0;
+    argv[a++] = hold_key(&hk, e, RSV_K_SEED, NULL);
+    argv[a++] = hold_key(&hk, e, RSV_K_HOLD, op->hold_id);
+    argv[a++] = hold_key(&hk, e, RSV_K_BUYER, op->claims.sub);
+    argv[a++] = hold_key(&hk, e, RSV_K_ACTIVE, NULL);
+    argv[a++] = hold_key(&hk, e, RSV_K_IDEM, op->idem);
+    for (size_t i = 0; i < op->ncand; i++)
+        argv[a++] = hold_key(&hk, e, RSV_K_SEAT, ev->seats[op->cand[i]].id);
+    const char *fixed[] = {
+        op->hold_id, op->claims.sub,        ttl,  maxhold,      limit,
+        want,        op->split ? "1" : "0", keep, op->req_hash, op->unverified ? op->record : ""};
+    for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+        argv[a++] = fixed[i];
+    char *p = places;
+    *p = '\0';
+    for (size_t i = 0; i < op->ncand; i++)
+        p += place_digits(p, &ev->seats[op->cand[i]]);
+    argv[a++] = places;
+    bool fits = true;
+    for (size_t i = 0; i < a; i++)
+        fits = fits && argv[i] != NULL;
+    int rc = fits ? cm_redis_eval(srv->redis, rsv_lua()->hold_best, on_create_reply, op,
+                                  (int)(5 + op->ncand), (int)a, argv, NULL)
+                  : -1;
+    free(argv);
+    free(places);
+    free(hk.buf);
+    return rc;
+}
+
 static void run_create(create_op_t *op)
 {
     rsv_server_t *srv = op->r.srv;
     rsv_event_t *ev = op->ev;
+    if (op->cand) {
+        if (run_best(op) != 0) {
+            rsv_reply_unavailable(&op->r, "taking the hold", cm_err_closed);
+            create_done(op);
+        }
+        return;
+    }
     char ttl[24], maxhold[24], limit[24], amount[24], keep[24], qty[24];
     dec(ttl, ev->hold_ttl_s * 1000);
     dec(maxhold, ev->max_hold_s * 1000);
@@ -827,6 +932,19 @@ static bool refuse_known_sold(create_op_t *op)
 
 static void on_create_event(rsv_event_t *ev, const char *err, void *arg);
 
+/* Whether body asks for best available: it names a section or a price level. */
+static bool is_best(const json_t *body)
+{
+    return json_object_get(body, "section") != NULL || json_object_get(body, "price") != NULL;
+}
+
+/* Best available's candidates leave out the seats this worker saw sold moments ago. */
+static bool seat_known_sold(void *arg, size_t seat)
+{
+    create_op_t *op = arg;
+    return rsv_avail_known_sold(op->r.srv->avail, op->ev, seat);
+}
+
 /* A seat or pool the cached event lacks may be an operator's change made through another
  * reserve: ask once more, after the catalogue generation, before a 404. */
 static bool recheck_event(create_op_t *op)
@@ -839,6 +957,51 @@ static bool recheck_event(create_op_t *op)
     op->amount = 0;
     rsv_catalog_recheck(op->r.srv->catalog, op->event, on_create_event, op);
     return true;
+}
+
+/* Best available: the section's (and price level's) seats become op's candidates, those
+ * known sold left out. true when op was answered (an unknown section or price level, too
+ * many seats to weigh, nothing left) or is being looked up again; false: run the script. */
+static bool best_candidates(create_op_t *op)
+{
+    const rsv_event_t *ev = op->ev;
+    const char *section = json_string_value(json_object_get(op->body, "section"));
+    json_t *price = json_object_get(op->body, "price");
+    int64_t at = price ? (int64_t)json_integer_value(price) : -1;
+    long sec = section ? rsv_event_section(ev, section) : -1;
+    if (section && sec < 0) {
+        if (recheck_event(op))
+            return true;
+        rsv_reply_error(&op->r, 404, "unknown_section", "no such section in this event", NULL);
+        create_done(op);
+        return true;
+    }
+    size_t all = rsv_event_best_candidates(ev, sec, at, NULL, NULL, NULL, 0);
+    if (all == 0) {
+        rsv_reply_error(&op->r, 404, "unknown_price",
+                        "no seat of this event or section has that price", NULL);
+        create_done(op);
+        return true;
+    }
+    if (all > MAX_BEST_CANDIDATES) {
+        rsv_reply_error(&op->r, 400, "invalid_request",
+                        "best available weighs at most 20000 seats: name a section, or a "
+                        "section and a price level",
+                        NULL);
+        create_done(op);
+        return true;
+    }
+    op->cand = cm_xcalloc(all, sizeof(uint32_t));
+    op->ncand = rsv_event_best_candidates(ev, sec, at, seat_known_sold, op, op->cand, all);
+    op->quantity = (int64_t)json_integer_value(json_object_get(op->body, "quantity"));
+    op->split = json_is_true(json_object_get(op->body, "allow_split"));
+    if (op->ncand == 0 && op->idem[0] == '\0') { /* with a key the script may replay */
+        cm_counter_inc(op->r.srv->m.hold.conflicts);
+        rsv_reply_error(&op->r, 409, "sold_out", "no seat of this kind is left", NULL);
+        create_done(op);
+        return true;
+    }
+    return false;
 }
 
 static void on_create_event(rsv_event_t *ev, const char *err, void *arg)
@@ -857,7 +1020,10 @@ static void on_create_event(rsv_event_t *ev, const char *err, void *arg)
     rsv_event_ref(ev);
     op->ev = ev;
     json_t *seats = json_object_get(op->body, "seats");
-    if (seats) {
+    if (is_best(op->body)) {
+        if (best_candidates(op))
+            return;
+    } else if (seats) {
         json_t *unknown = json_array();
         size_t i;
         json_t *s;
@@ -911,13 +1077,40 @@ static void on_create_event(rsv_event_t *ev, const char *err, void *arg)
     run_create(op);
 }
 
+/* Checks a best-available body (section and/or price, quantity, allow_split); NULL when
+ * fine, else the message for a 400. */
+static const char *check_best(const json_t *body)
+{
+    json_t *section = json_object_get(body, "section"), *price = json_object_get(body, "price");
+    json_t *split = json_object_get(body, "allow_split");
+    if (section &&
+        (json_string_value(section) == NULL || !cm_parse_ident(json_string_value(section))))
+        return "section must be an identifier of 1-64 characters of [A-Za-z0-9._-]";
+    if (price && (!json_is_integer(price) || json_integer_value(price) < 0 ||
+                  json_integer_value(price) > RSV_PRICE_MAX))
+        return "price must be an integer from 0 to 100000000000 (minor units)";
+    json_t *q = json_object_get(body, "quantity");
+    if (!json_is_integer(q) || json_integer_value(q) < 1 ||
+        json_integer_value(q) > MAX_SEATS_PER_HOLD)
+        return "quantity must be an integer from 1 to 50 (seats of one hold)";
+    if (split && !json_is_boolean(split))
+        return "allow_split must be true or false";
+    return NULL;
+}
+
 /* Checks the hold request body; NULL when fine, else the message for a 400. */
 static const char *check_body(const json_t *body)
 {
     json_t *seats = json_object_get(body, "seats");
     json_t *pool = json_object_get(body, "pool");
-    if ((seats == NULL) == (pool == NULL))
-        return "give either seats (an array of seat ids) or pool and quantity";
+    bool best = is_best(body);
+    if ((seats != NULL) + (pool != NULL) + best != 1)
+        return "give one of: seats (an array of seat ids), pool and quantity, or section "
+               "and/or price with quantity (best available)";
+    if (best)
+        return check_best(body);
+    if (json_object_get(body, "allow_split"))
+        return "allow_split goes with best available (section or price) only";
     if (seats) {
         size_t n = json_array_size(seats);
         if (!json_is_array(seats) || n == 0 || n > MAX_SEATS_PER_HOLD)

@@ -89,7 +89,7 @@ typedef struct rsv_hold_view {
 int rsv_hold_view_parse(const cm_redis_reply_t *reply, rsv_hold_view_t *out);
 void rsv_hold_view_clear(rsv_hold_view_t *v);
 
-/** What the take scripts (hold_seats.lua, hold_pool.lua) answered. */
+/** What the take scripts (hold_seats.lua, hold_best.lua, hold_pool.lua) answered. */
 typedef enum {
     RSV_HOLD_TAKE_OK,           /* taken: {'OK', exp} */
     RSV_HOLD_TAKE_REPLAY,       /* the Idempotency-Key took a hold before: {'REPLAY', id} */
@@ -97,6 +97,7 @@ typedef enum {
     RSV_HOLD_TAKE_TAKEN,        /* seats held or sold: {'TAKEN', index...} (1-based) */
     RSV_HOLD_TAKE_SOLDOUT,      /* the pool has no unit left */
     RSV_HOLD_TAKE_INSUFFICIENT, /* fewer units left than asked: {'INSUFFICIENT', left} */
+    RSV_HOLD_TAKE_NOBLOCK,      /* best available: no N adjacent free seats: {'NOBLOCK', free} */
     RSV_HOLD_TAKE_LIMIT,        /* the buyer's limit is reached */
     RSV_HOLD_TAKE_UNVERIFIED,   /* no gateway record of the token: verify its signature */
     RSV_HOLD_TAKE_NOSEED,       /* the event is not in Redis: seed it, run again */

@@ -8,6 +8,7 @@
 
 extern const char rsv_lua_prelude[];
 extern const char rsv_lua_hold_seats[];
+extern const char rsv_lua_hold_best[];
 extern const char rsv_lua_hold_pool[];
 extern const char rsv_lua_get[];
 extern const char rsv_lua_extend[];
@@ -32,6 +33,7 @@ static cm_redis_script_t *make(const char *name, const char *body)
 static void build(void)
 {
     scripts.hold_seats = make("hold_seats", rsv_lua_hold_seats);
+    scripts.hold_best = make("hold_best", rsv_lua_hold_best);
     scripts.hold_pool = make("hold_pool", rsv_lua_hold_pool);
     scripts.get = make("get", rsv_lua_get);
     scripts.extend = make("extend", rsv_lua_extend);

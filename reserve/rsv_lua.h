@@ -10,6 +10,7 @@
 
 typedef struct rsv_lua {
     cm_redis_script_t *hold_seats;
+    cm_redis_script_t *hold_best;
     cm_redis_script_t *hold_pool;
     cm_redis_script_t *get;
     cm_redis_script_t *extend;

@@ -76,9 +76,11 @@ CREATE OR REPLACE TRIGGER checkouts_keep BEFORE DELETE ON checkouts
 -- --- events ---------------------------------------------------------------------------
 
 -- Creates or updates an event from the normalised document the reserve builds
--- ({currency, hold_ttl_seconds, …, seats: [[id, section, price]…],
---   pools: [[id, capacity, price]…]}). Settings may always change; the inventory may
--- only be replaced while nothing was sold or is being bought.
+-- ({currency, hold_ttl_seconds, …, seats: [[id, section, price, row, position, rank]…],
+--   pools: [[id, capacity, price]…]}). Settings may always change; the inventory (ids,
+-- sections, prices, pools) may only be replaced while nothing was sold or is being
+-- bought. The seats' places and ranks (014_seat_places.sql) steer best available only,
+-- so they are updated in place whenever the inventory itself is the same.
 -- outcome: 'created', 'replaced' (inventory changed), 'updated' (settings only),
 -- 'has_sales' (inventory change refused).
 CREATE OR REPLACE FUNCTION onsale_event_put(p_event text, p_doc jsonb, OUT outcome text,
@@ -92,7 +94,8 @@ BEGIN
         same := (SELECT COALESCE(jsonb_agg(jsonb_build_array(s.seat_id, s.section, s.price)
                                            ORDER BY s.seat_id), '[]'::jsonb)
                    FROM seats s WHERE s.event_id = p_event AND s.section IS NOT NULL)
-                = (SELECT COALESCE(jsonb_agg(x ORDER BY x->>0), '[]'::jsonb)
+                = (SELECT COALESCE(jsonb_agg(jsonb_build_array(x->0, x->1, x->2)
+                                           ORDER BY x->>0), '[]'::jsonb)
                      FROM jsonb_array_elements(p_doc->'seats') x)
             AND (SELECT COALESCE(jsonb_agg(jsonb_build_array(p.pool_id, p.capacity, p.price)
                                            ORDER BY p.pool_id), '[]'::jsonb)
@@ -113,6 +116,11 @@ BEGIN
          WHERE e.event_id = p_event
         RETURNING e.version INTO version;
         IF same THEN
+            UPDATE seats s SET seat_row = x->>3, seat_pos = (x->>4)::int, rank = (x->>5)::int
+              FROM jsonb_array_elements(p_doc->'seats') x
+             WHERE s.event_id = p_event AND s.seat_id = x->>0
+               AND (s.seat_row, s.seat_pos, s.rank)
+                   IS DISTINCT FROM (x->>3, (x->>4)::int, (x->>5)::int);
             outcome := 'updated';
             PERFORM onsale_event_announce(p_event, outcome, version);
             RETURN;
@@ -129,8 +137,8 @@ BEGIN
         RETURNING events.version INTO version;
         outcome := 'created';
     END IF;
-    INSERT INTO seats (event_id, seat_id, section, price, ord)
-    SELECT p_event, x->>0, x->>1, (x->>2)::bigint, o
+    INSERT INTO seats (event_id, seat_id, section, price, ord, seat_row, seat_pos, rank)
+    SELECT p_event, x->>0, x->>1, (x->>2)::bigint, o, x->>3, (x->>4)::int, (x->>5)::int
       FROM jsonb_array_elements(p_doc->'seats') WITH ORDINALITY AS t(x, o);
     INSERT INTO pools (event_id, pool_id, capacity, price)
     SELECT p_event, x->>0, (x->>1)::int, (x->>2)::bigint

@@ -42,15 +42,8 @@ if limit > 0 then
         return {'LIMIT', have}
     end
 end
-local ttl = tonumber(ARGV[3])
-local exp = now + ttl
+local skeys = {}
 for i = 6, #KEYS do
-    redis.call('SET', KEYS[i], ARGV[1], 'NX', 'PX', ttl)
+    skeys[#skeys + 1] = KEYS[i]
 end
-redis.call('HSET', KEYS[2], 'buyer', ARGV[2], 'state', 'held', 'exp', exp, 'seats', ARGV[6],
-           'qty', n, 'created', now, 'cap', now + tonumber(ARGV[4]), 'amount', ARGV[7])
-redis.call('PEXPIREAT', KEYS[2], exp + tonumber(ARGV[8]))
-redis.call('ZADD', KEYS[3], exp, n .. ':' .. ARGV[1])
-redis.call('ZADD', KEYS[4], 'GT', exp, ARGV[2])
-idem_record(KEYS[5], ARGV[9], ARGV[1], exp + tonumber(ARGV[8]))
-return {'OK', exp}
+return {'OK', take_seats(skeys, ARGV[6], ARGV[7], now)}

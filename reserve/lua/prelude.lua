@@ -128,6 +128,26 @@ local function token_recorded(seed, record)
     return redis.call('EXISTS', string.sub(seed, 1, #seed - 4) .. 'tk:' .. record) == 1
 end
 
+-- The last step of a seat hold (hold_seats.lua, hold_best.lua: KEYS 1-5 and ARGV 1-4, 8,
+-- 9 alike), every check passed: each key of skeys held SET NX PX for the hold, then its
+-- record (seats: the ids comma-joined), the buyer's entry, the taker's activity and the
+-- Idempotency-Key. Returns the expiry.
+local function take_seats(skeys, seats, amount, now)
+    local ttl = tonumber(ARGV[3])
+    local exp = now + ttl
+    local keep = tonumber(ARGV[8])
+    for _, k in ipairs(skeys) do
+        redis.call('SET', k, ARGV[1], 'NX', 'PX', ttl)
+    end
+    redis.call('HSET', KEYS[2], 'buyer', ARGV[2], 'state', 'held', 'exp', exp, 'seats', seats,
+               'qty', #skeys, 'created', now, 'cap', now + tonumber(ARGV[4]), 'amount', amount)
+    redis.call('PEXPIREAT', KEYS[2], exp + keep)
+    redis.call('ZADD', KEYS[3], exp, #skeys .. ':' .. ARGV[1])
+    redis.call('ZADD', KEYS[4], 'GT', exp, ARGV[2])
+    idem_record(KEYS[5], ARGV[9], ARGV[1], exp + keep)
+    return exp
+end
+
 local function split(s)
     local out = {}
     for item in string.gmatch(s, '[^,]+') do

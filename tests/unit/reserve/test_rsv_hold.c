@@ -126,6 +126,7 @@ static void every_take_answer_parses(void **state)
         {"TAKEN", RSV_HOLD_TAKE_TAKEN},
         {"SOLDOUT", RSV_HOLD_TAKE_SOLDOUT},
         {"INSUFFICIENT", RSV_HOLD_TAKE_INSUFFICIENT},
+        {"NOBLOCK", RSV_HOLD_TAKE_NOBLOCK},
         {"LIMIT", RSV_HOLD_TAKE_LIMIT},
         {"UNVERIFIED", RSV_HOLD_TAKE_UNVERIFIED},
         {"NOSEED", RSV_HOLD_TAKE_NOSEED},
