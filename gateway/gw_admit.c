@@ -174,7 +174,9 @@ static void reply_page(gw_req_t *r, gw_room_t *room, gw_page_state_t state, int6
         .admission_token = e ? e->token : NULL,
         .redirect_url = redirect_of(r->srv, room),
         .handoff_post = room->s.handoff_post,
+        .langs = gw_server_langs(r->srv),
     };
+    gw_settings_brand(&room->s, &info.brand);
     gw_page_queue(r->svc.req, &info);
     gw_req_replied(r);
 }

@@ -13,6 +13,7 @@
 #include "cm_log.h"
 #include "cm_mem.h"
 #include "cm_parse.h"
+#include "gw_lang.h"
 #include "gw_ticket.h"
 
 #define S(f) offsetof(gw_config_t, f)
@@ -41,6 +42,10 @@ static const cm_config_opt_t own[] = {
      "it every code is 429 rate_limited until the minute's budget refills (guessing)"},
     {"admin_token_file", CM_CFG_STR, S(admin_token_file), NULL, 0, 0,
      "file holding the operators' bearer token"},
+    {"page_languages_dir", CM_CFG_STR, S(page_languages_dir), NULL, 0, 0,
+     "directory of the queue page's extra languages, one <tag>.json per language (\"pt-br.json\"; "
+     "en, de, fr and es are built in, and a file of theirs rewords them); checked at start "
+     "and on reload (docs/operations.md, \"The queue page\")"},
     {"issuer", CM_CFG_STR, S(issuer), "onsale-gateway", 0, 0, "iss claim of admission tokens"},
     {"reserve_url", CM_CFG_STR, S(reserve_url), "https://127.0.0.1:8444", 0, 0,
      "where admitted fans go when a room sets no redirect_url (https; see "
@@ -127,9 +132,9 @@ const cm_config_opt_t *gw_config_table(size_t *n)
 
 /* The TLS certificate and key files' contents are re-read by cm_tls's own hook; a new
  * path in tls_cert/tls_key is a restart. docs/operations.md has the table. */
-const char *const gw_config_live[] = {
-    "log_level",        "log_format",        "access_log",   "admin_token_file",
-    "join_rate_per_ip", "join_burst_per_ip", "signing_keys", NULL};
+const char *const gw_config_live[] = {"log_level",        "log_format",         "access_log",
+                                      "admin_token_file", "join_rate_per_ip",   "join_burst_per_ip",
+                                      "signing_keys",     "page_languages_dir", NULL};
 
 const char *const gw_config_secret[] = {NULL};
 
@@ -215,6 +220,10 @@ int gw_config_check(const void *p, char *err, size_t errlen)
     }
     if (check_secret("admin_token_file", cfg->admin_token_file, err, errlen) != 0)
         return -1;
+    gw_langs_t *langs = gw_langs_load(cfg->page_languages_dir, err, errlen);
+    if (langs == NULL)
+        return -1;
+    gw_langs_free(langs);
     if (each_file("ticket_secret_file", cfg->ticket_secret_file, check_secret, err, errlen) != 0)
         return -1;
     if (cfg->code_secret_file != NULL &&

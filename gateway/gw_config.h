@@ -24,6 +24,7 @@ typedef struct gw_config {
     int64_t code_tries_per_block;  /* joins with a code per minute from one /24 or /64 */
     int64_t code_failures_per_min; /* unknown codes per minute, all addresses, per gateway */
     char *admin_token_file;
+    char *page_languages_dir; /* the queue page's extra languages (gw_lang.h); NULL: none */
     char *issuer;
     char *reserve_url;
     bool allow_loopback_http;

@@ -2,7 +2,8 @@
  * gw_page — see gw_page.h.
  *
  * Templating is deliberately tiny: `{{name}}` (lower-case letters, digits and '_')
- * is replaced by the HTML-escaped value of that variable, anything else is copied
+ * is replaced by the HTML-escaped value of that variable, `{{t_<key>}}` by the escaped
+ * message <key> of the page's language (gw_lang.h), anything else is copied
  * verbatim. Every value is escaped, including the ones we compute ourselves, so there is
  * one rule to check and no "trusted" channel for markup. The template keeps placeholders
  * out of <script> and <style>: the page's script reads the state from data-* attributes,
@@ -12,6 +13,16 @@
  * The template is scanned per request (~20 KB, a few dozen placeholders): this page is
  * fetched once per fan and per no-JS refresh, not per status poll, so a pre-split
  * template would buy nothing measurable.
+ *
+ * The script says what it says from the same catalogue: the language's messages travel
+ * as JSON in the data-msgs attribute of <main> (escaped like any value; the script
+ * parses it), so no text of the page is written twice.
+ *
+ * A room's colours are the one thing not written through a placeholder: the template's
+ * `<!--brand-style-->` comment becomes a <style> element of CSS custom properties, built
+ * here from colours that pass gw_page_color_valid() at render time (six hex digits, no
+ * other byte of theirs reaches the CSS), and that element's hash joins the page's
+ * style-src, so the policy stays free of 'unsafe-inline'.
  *
  * Runs on the event-loop thread; the render itself is pure and reentrant.
  */
@@ -51,9 +62,9 @@ extern const char gw_www_pow_worker_js[];
  * redirect_url's origin for the POST hand-off, or 'self' for the join form of a page
  * without a place; the dashboard's forms stay on the page.
  */
-#define CSP_REST                                                                                   \
-    "connect-src 'self'; img-src 'self' data:; worker-src 'self'; base-uri 'none'; "               \
-    "frame-ancestors 'none'; form-action "
+#define CSP_IMG          "; connect-src 'self'; img-src 'self' data:"
+#define CSP_TAIL         "; worker-src 'self'; base-uri 'none'; frame-ancestors 'none'; form-action "
+#define BRAND_STYLE_MARK "<!--brand-style-->"
 
 /* --- a growable byte buffer ---------------------------------------------------------- */
 
@@ -122,7 +133,7 @@ static void buf_add_escaped(buf_t *b, const char *s)
 /* --- Content-Security-Policy ------------------------------------------------------------- */
 
 static pthread_once_t csp_once = PTHREAD_ONCE_INIT;
-static char *queue_csp_prefix; /* everything up to "form-action " */
+static char *queue_csp_prefix; /* "default-src …; style-src <hashes> " */
 static char *dashboard_csp;
 
 /* "'sha256-<base64>' " of n bytes (standard base64 with padding, as CSP writes it). */
@@ -186,7 +197,7 @@ static void add_element_hashes(buf_t *b, const char *page, const char *tag)
     }
 }
 
-/* "default-src 'none'; script-src <hashes>; style-src <hashes>; …form-action " */
+/* "default-src 'none'; script-src <hashes>; style-src <hashes> " */
 static char *page_csp_prefix(const char *page)
 {
     buf_t b = {0};
@@ -194,7 +205,6 @@ static char *page_csp_prefix(const char *page)
     add_element_hashes(&b, page, "script");
     buf_adds(&b, "; style-src ");
     add_element_hashes(&b, page, "style");
-    buf_adds(&b, "; " CSP_REST);
     return b.p;
 }
 
@@ -202,17 +212,32 @@ static void csp_init(void)
 {
     queue_csp_prefix = page_csp_prefix(gw_www_queue_html);
     char *d = page_csp_prefix(gw_www_dashboard_html);
-    dashboard_csp = cm_xasprintf("%s'self'", d);
+    dashboard_csp = cm_xasprintf("%s" CSP_IMG CSP_TAIL "'self'", d);
     free(d);
 }
 
-/* The queue page's policy; form_action NULL means 'none'. New heap string. */
-static char *queue_csp(const char *form_action, size_t form_action_len)
+/* The queue page's policy. form_action NULL means 'none'; brand_style (may be NULL) the
+ * body of the brand's <style> element; logo_origin (may be NULL) the logo's origin, for
+ * img-src. New heap string. */
+static char *queue_csp(const char *form_action, size_t form_action_len, const char *brand_style,
+                       const char *logo_origin, size_t logo_origin_len)
 {
     pthread_once(&csp_once, csp_init);
+    buf_t b = {0};
+    buf_adds(&b, queue_csp_prefix);
+    if (brand_style != NULL)
+        add_hash_source(&b, brand_style, strlen(brand_style));
+    buf_adds(&b, CSP_IMG);
+    if (logo_origin != NULL) {
+        buf_adds(&b, " ");
+        buf_add(&b, logo_origin, logo_origin_len);
+    }
+    buf_adds(&b, CSP_TAIL);
     if (form_action == NULL)
-        return cm_xasprintf("%s'none'", queue_csp_prefix);
-    return cm_xasprintf("%s%.*s", queue_csp_prefix, (int)form_action_len, form_action);
+        buf_adds(&b, "'none'");
+    else
+        buf_add(&b, form_action, form_action_len);
+    return b.p;
 }
 
 const char *gw_page_dashboard_csp(void)
@@ -244,34 +269,64 @@ typedef enum {
 
 #define ST_SECTIONS ST_UNKNOWN /* states below this one have a section of their own */
 
+#define NO_MSG GW_MSG_COUNT /* a state without an error text */
+
 static const struct {
-    const char *name, *title;
+    const char *name;
+    gw_msg_t title;
     bool refreshing; /* the page asks again by itself */
-    const char *error_text;
+    gw_msg_t error_text;
 } states[ST_COUNT] = {
-    [ST_NEW] = {"new", "Joining the queue", false, ""}, /* joins by its form, not a reload */
-    [ST_QUEUED] = {"queued", "You are in the queue", true, ""},
-    [ST_PREQUEUE] = {"prequeue", "The sale has not started yet", true, ""},
-    [ST_ADMITTED] = {"admitted", "It is your turn", false, ""},
-    [ST_SOLD_OUT] = {"sold_out", "Sold out", false, ""},
-    [ST_CLOSED] = {"closed", "This sale is closed", false, ""},
-    [ST_UNKNOWN] = {"unknown", "No such waiting room", false,
-                    "There is no waiting room at this address. Please check the link you "
-                    "followed."},
-    [ST_EXPIRED] = {"expired", "Your turn has expired", false,
-                    "Your turn came, but the access it gave you has expired. Please contact "
-                    "the organiser if you still want to buy."},
-    [ST_UNAVAILABLE] = {"unavailable", "Please wait a moment", true,
-                        "The waiting room is very busy right now. This page tries again by "
-                        "itself in a few seconds; please keep it open."},
-    [ST_BUSY] = {"busy", "Please wait a moment", true,
-                 "Many people are arriving from your network at once. This page gets you a "
-                 "place in a moment; please keep it open."},
-    [ST_JAVASCRIPT] = {"javascript", "JavaScript is needed", false,
-                       "To keep ticket bots out, this waiting room asks your browser to solve a "
-                       "small puzzle before it gives you a place, and that needs JavaScript. "
-                       "Please turn JavaScript on for this site and reload the page."},
+    [ST_NEW] = {"new", GW_MSG_TITLE_NEW, false, NO_MSG}, /* joins by its form, not a reload */
+    [ST_QUEUED] = {"queued", GW_MSG_TITLE_QUEUED, true, NO_MSG},
+    [ST_PREQUEUE] = {"prequeue", GW_MSG_TITLE_PREQUEUE, true, NO_MSG},
+    [ST_ADMITTED] = {"admitted", GW_MSG_TITLE_ADMITTED, false, NO_MSG},
+    [ST_SOLD_OUT] = {"sold_out", GW_MSG_TITLE_SOLD_OUT, false, NO_MSG},
+    [ST_CLOSED] = {"closed", GW_MSG_TITLE_CLOSED, false, NO_MSG},
+    [ST_UNKNOWN] = {"unknown", GW_MSG_TITLE_UNKNOWN, false, GW_MSG_ERROR_UNKNOWN},
+    [ST_EXPIRED] = {"expired", GW_MSG_TITLE_EXPIRED, false, GW_MSG_ERROR_EXPIRED},
+    [ST_UNAVAILABLE] = {"unavailable", GW_MSG_TITLE_WAIT, true, GW_MSG_ERROR_UNAVAILABLE},
+    [ST_BUSY] = {"busy", GW_MSG_TITLE_WAIT, true, GW_MSG_ERROR_BUSY},
+    [ST_JAVASCRIPT] = {"javascript", GW_MSG_TITLE_JAVASCRIPT, false, GW_MSG_ERROR_JAVASCRIPT},
 };
+
+/* The message of lang for m; "" for NO_MSG. */
+static const char *msg(const gw_lang_t *lang, gw_msg_t m)
+{
+    return m == NO_MSG ? "" : gw_lang_msg(lang, m);
+}
+
+/*
+ * A message with its {name}s filled (names[i] → vals[i]); a name it does not know stays
+ * as written. New heap string (the values are plain text, escaped where the result goes).
+ */
+static char *fill(const char *m, const char *const *names, const char *const *vals, size_t n)
+{
+    buf_t b = {0};
+    buf_adds(&b, "");
+    for (const char *p = m; *p;) {
+        const char *open = strchr(p, '{'), *close = open ? strchr(open, '}') : NULL;
+        if (close == NULL) {
+            buf_adds(&b, p);
+            break;
+        }
+        buf_add(&b, p, (size_t)(open - p));
+        size_t i = 0, len = (size_t)(close - open - 1);
+        while (i < n && !(strlen(names[i]) == len && memcmp(names[i], open + 1, len) == 0))
+            i++;
+        if (i < n)
+            buf_adds(&b, vals[i]);
+        else
+            buf_add(&b, open, len + 2);
+        p = close + 1;
+    }
+    return b.p;
+}
+
+static char *fill1(const char *m, const char *name, const char *val)
+{
+    return fill(m, &name, &val, 1);
+}
 
 /* A caller's state as the page's; anything outside the enum is "new". */
 static page_state_t state_of(gw_page_state_t s)
@@ -289,45 +344,47 @@ static page_state_t parse_state(const char *s)
     return ST_NEW;
 }
 
-/* "1234567" → "1,234,567"; negative (unknown) → an em dash. */
-static void group_digits(int64_t n, char *out, size_t outlen)
+/* 1234567 → "1,234,567" with the language's separator; negative (unknown) → an em dash.
+ * New heap string. */
+static char *group_digits(int64_t n, const char *sep)
 {
-    if (n < 0) {
-        snprintf(out, outlen, "\xe2\x80\x94");
-        return;
-    }
+    if (n < 0)
+        return cm_xstrdup("\xe2\x80\x94");
     char digits[24];
     int nd = snprintf(digits, sizeof(digits), "%" PRId64, n);
-    size_t o = 0;
-    for (int i = 0; i < nd && o + 2 < outlen; i++) {
+    buf_t b = {0};
+    for (int i = 0; i < nd; i++) {
         if (i > 0 && (nd - i) % 3 == 0)
-            out[o++] = ',';
-        out[o++] = digits[i];
+            buf_adds(&b, sep);
+        buf_add(&b, digits + i, 1);
     }
-    out[o] = '\0';
+    return b.p;
 }
 
-/* The wording of the page script's etaText(); keep the two in step. */
-static void eta_text(int64_t s, char *out, size_t outlen)
+/* The wording of the page script's etaText(); keep the two in step. New heap string. */
+static char *eta_text(const gw_lang_t *lang, int64_t s)
 {
-    if (s < 0) {
-        snprintf(out, outlen, "calculating\xe2\x80\xa6");
-    } else if (s < 60) {
-        snprintf(out, outlen, "under a minute");
-    } else if (s < 3600) {
-        int64_t m = (s + 59) / 60;
-        snprintf(out, outlen, "about %" PRId64 " minute%s", m, m == 1 ? "" : "s");
-    } else {
-        int64_t h = s / 3600, m = (s % 3600 + 59) / 60;
-        if (m == 60) {
-            h++;
-            m = 0;
-        }
-        if (m)
-            snprintf(out, outlen, "about %" PRId64 " h %" PRId64 " min", h, m);
-        else
-            snprintf(out, outlen, "about %" PRId64 " h", h);
+    static const char *const names[] = {"hours", "minutes"};
+    char h[24], m[24];
+    if (s < 0)
+        return cm_xstrdup(msg(lang, GW_MSG_ETA_UNKNOWN));
+    if (s < 60)
+        return cm_xstrdup(msg(lang, GW_MSG_ETA_UNDER_MINUTE));
+    if (s < 3600) {
+        int64_t mins = (s + 59) / 60;
+        snprintf(m, sizeof(m), "%" PRId64, mins);
+        return mins == 1 ? cm_xstrdup(msg(lang, GW_MSG_ETA_MINUTE))
+                         : fill1(msg(lang, GW_MSG_ETA_MINUTES), "minutes", m);
     }
+    int64_t hours = s / 3600, mins = (s % 3600 + 59) / 60;
+    if (mins == 60) {
+        hours++;
+        mins = 0;
+    }
+    snprintf(h, sizeof(h), "%" PRId64, hours);
+    snprintf(m, sizeof(m), "%" PRId64, mins);
+    const char *const vals[] = {h, m};
+    return fill(msg(lang, mins ? GW_MSG_ETA_HOURS_MINUTES : GW_MSG_ETA_HOURS), names, vals, 2);
 }
 
 static int64_t clamp64(int64_t v, int64_t lo, int64_t hi)
@@ -382,25 +439,109 @@ char *gw_page_forward_url(const char *redirect_url, const char *admission_token)
     return b.p;
 }
 
+bool gw_page_color_valid(const char *s)
+{
+    if (s == NULL || s[0] != '#' || strlen(s) != 7)
+        return false;
+    for (int i = 1; i < 7; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f') ||
+              (s[i] >= 'A' && s[i] <= 'F')))
+            return false;
+    return true;
+}
+
+/*
+ * The body of the brand's <style> element: CSS custom properties of the colours that pass
+ * gw_page_color_valid (the text on the accent colour dark or white, whichever reads), or
+ * NULL when the room sets none. New heap string.
+ */
+static char *brand_style(const gw_page_brand_t *brand)
+{
+    bool color = gw_page_color_valid(brand->color), bg = gw_page_color_valid(brand->background);
+    if (!color && !bg)
+        return NULL;
+    buf_t b = {0};
+    buf_adds(&b, ":root{");
+    if (color) {
+        unsigned v = (unsigned)strtoul(brand->color + 1, NULL, 16);
+        unsigned luma = (299 * (v >> 16) + 587 * ((v >> 8) & 255) + 114 * (v & 255)) / 1000;
+        buf_adds(&b, "--accent:");
+        buf_add(&b, brand->color, 7);
+        buf_adds(&b, luma > 150 ? ";--accent-fg:#16181d;" : ";--accent-fg:#ffffff;");
+    }
+    if (bg) {
+        buf_adds(&b, "--bg:");
+        buf_add(&b, brand->background, 7);
+        buf_adds(&b, ";");
+    }
+    buf_adds(&b, "}");
+    return b.p;
+}
+
 /* Every value the template may name, formatted. */
 typedef struct vars {
     char position[24], queue_size[24], eta_seconds[24], poll_after_ms[24], opens_at_ms[24];
-    char position_text[40], queue_size_text[40], eta_text[48], status_text[160];
-    char progress[8], from[24], refresh_text[40], opens_at[32], opens_at_text[40];
+    char *position_text, *queue_size_text, *eta_text, *status_text, *progress_text;
+    char progress[8], from[24], opens_at[32], opens_at_text[40];
+    char *refresh_note;
     char *refresh;  /* heap: may hold the forward URL */
     char *redirect; /* heap or NULL: handoff "fragment", the URL with the token */
     char *action;   /* heap or NULL: handoff "post", where the form goes */
     char *csp;      /* heap: the page's Content-Security-Policy */
+    char *style;    /* heap or NULL: the brand's <style> body */
+    char *msgs;     /* heap: the language's messages as JSON, for the script */
+    const char *logo;
     char pow_bits[8];
 } vars_t;
+
+static void vars_free(vars_t *v)
+{
+    free(v->position_text);
+    free(v->queue_size_text);
+    free(v->eta_text);
+    free(v->status_text);
+    free(v->progress_text);
+    free(v->refresh_note);
+    free(v->refresh);
+    free(v->redirect);
+    free(v->action);
+    free(v->style);
+    free(v->msgs);
+}
 
 typedef struct var {
     const char *name;
     const char *value;
 } var_t;
 
-static void compute(const gw_page_info_t *in, page_state_t st, vars_t *v)
+/* Every message of lang as one JSON object, the script's catalogue. New heap string. */
+static char *msgs_json(const gw_lang_t *lang)
 {
+    json_t *o = json_object();
+    for (int m = 0; m < GW_MSG_COUNT; m++)
+        json_object_set_new(o, gw_lang_key((gw_msg_t)m), json_string(msg(lang, (gw_msg_t)m)));
+    char *out = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return out ? out : cm_xstrdup("{}");
+}
+
+static void compute_text(const gw_page_info_t *in, const gw_lang_t *lang, int64_t pos, vars_t *v)
+{
+    const char *sep = msg(lang, GW_MSG_THOUSANDS_SEP);
+    v->position_text = group_digits(pos < 1 ? -1 : pos, sep);
+    /* a size sampled a moment before the position was: the line includes this fan */
+    v->queue_size_text =
+        group_digits(in->queue_size >= 0 && in->queue_size < pos ? pos : in->queue_size, sep);
+    v->eta_text = eta_text(lang, in->eta_seconds);
+    static const char *const names[] = {"position", "eta"};
+    const char *const vals[] = {v->position_text, v->eta_text};
+    v->status_text = fill(msg(lang, GW_MSG_STATUS), names, vals, 2);
+    v->msgs = msgs_json(lang);
+}
+
+static void compute(const gw_page_info_t *in, const gw_lang_t *lang, page_state_t st, vars_t *v)
+{
+    memset(v, 0, sizeof(*v));
     int64_t pos = clamp64(in->position, -1, MAX_POSITION);
     snprintf(v->position, sizeof(v->position), "%" PRId64, pos);
     snprintf(v->queue_size, sizeof(v->queue_size), "%" PRId64, in->queue_size);
@@ -408,13 +549,7 @@ static void compute(const gw_page_info_t *in, page_state_t st, vars_t *v)
     snprintf(v->poll_after_ms, sizeof(v->poll_after_ms), "%" PRId64, in->poll_after_ms);
     snprintf(v->opens_at_ms, sizeof(v->opens_at_ms), "%" PRId64, in->opens_at_ms);
     snprintf(v->pow_bits, sizeof(v->pow_bits), "%d", in->pow_bits);
-    group_digits(pos < 1 ? -1 : pos, v->position_text, sizeof(v->position_text));
-    /* a size sampled a moment before the position was: the line includes this fan */
-    group_digits(in->queue_size >= 0 && in->queue_size < pos ? pos : in->queue_size,
-                 v->queue_size_text, sizeof(v->queue_size_text));
-    eta_text(in->eta_seconds, v->eta_text, sizeof(v->eta_text));
-    snprintf(v->status_text, sizeof(v->status_text),
-             "You are number %s in line. Estimated wait: %s.", v->position_text, v->eta_text);
+    compute_text(in, lang, pos, v);
 
     /* Progress: the share of the line that was ahead of you (as first seen) now gone. */
     int64_t from = 0, pct = 0;
@@ -426,6 +561,7 @@ static void compute(const gw_page_info_t *in, page_state_t st, vars_t *v)
     }
     snprintf(v->progress, sizeof(v->progress), "%" PRId64, clamp64(pct, 0, 100));
     snprintf(v->from, sizeof(v->from), "%" PRId64, from);
+    v->progress_text = fill1(msg(lang, GW_MSG_PROGRESS_VALUE), "percent", v->progress);
 
     v->opens_at[0] = v->opens_at_text[0] = '\0';
     if (in->opens_at_ms > 0 && cm_format_rfc3339(in->opens_at_ms, v->opens_at, 25) == 24) {
@@ -434,21 +570,23 @@ static void compute(const gw_page_info_t *in, page_state_t st, vars_t *v)
                  v->opens_at + 11);
     } else {
         v->opens_at[0] = '\0';
-        snprintf(v->opens_at_text, sizeof(v->opens_at_text), "soon");
     }
 
-    v->redirect = v->action = NULL;
-    size_t origin = 0;
+    size_t origin = 0, logo_origin = 0;
     if (st == ST_ADMITTED && in->handoff_post && url_allowed(in->redirect_url, &origin))
         v->action = cm_xstrdup(in->redirect_url);
     else if (st == ST_ADMITTED && !in->handoff_post)
         v->redirect = gw_page_forward_url(in->redirect_url, in->admission_token);
+    if (in->brand.logo_url && in->brand.logo_url[0] &&
+        url_allowed(in->brand.logo_url, &logo_origin))
+        v->logo = in->brand.logo_url;
+    v->style = brand_style(&in->brand);
     /* the hand-off form may go to redirect_url's origin, and only there; the join form of
      * a page without a place (no JavaScript) to this gateway */
     if (st == ST_NEW)
-        v->csp = queue_csp("'self'", 6);
+        v->csp = queue_csp("'self'", 6, v->style, v->logo, logo_origin);
     else
-        v->csp = queue_csp(v->action, origin);
+        v->csp = queue_csp(v->action, origin, v->style, v->logo, logo_origin);
     int64_t every = refresh_seconds(st, in->poll_after_ms);
     switch (st) {
     case ST_ADMITTED:
@@ -462,17 +600,26 @@ static void compute(const gw_page_info_t *in, page_state_t st, vars_t *v)
         v->refresh = cm_xasprintf("%" PRId64, every);
         break;
     }
-    if (every == 1)
-        snprintf(v->refresh_text, sizeof(v->refresh_text), "second");
-    else
-        snprintf(v->refresh_text, sizeof(v->refresh_text), "%" PRId64 " seconds", every);
+    char secs[24];
+    snprintf(secs, sizeof(secs), "%" PRId64, every);
+    char *each = every == 1 ? cm_xstrdup(msg(lang, GW_MSG_REFRESH_SECOND))
+                            : fill1(msg(lang, GW_MSG_REFRESH_SECONDS), "seconds", secs);
+    v->refresh_note = fill1(msg(lang, GW_MSG_REFRESH_NOTE), "every", each);
+    free(each);
 }
 
-static const char *lookup(const var_t *vars, size_t n, const char *name, size_t len)
+static const char *lookup(const var_t *vars, size_t n, const gw_lang_t *lang, const char *name,
+                          size_t len)
 {
     for (size_t i = 0; i < n; i++)
         if (strlen(vars[i].name) == len && memcmp(vars[i].name, name, len) == 0)
             return vars[i].value;
+    if (len > 2 && memcmp(name, "t_", 2) == 0)
+        for (int m = 0; m < GW_MSG_COUNT; m++) {
+            const char *key = gw_lang_key((gw_msg_t)m);
+            if (strlen(key) == len - 2 && memcmp(key, name + 2, len - 2) == 0)
+                return msg(lang, (gw_msg_t)m);
+        }
     return NULL;
 }
 
@@ -481,19 +628,23 @@ static bool name_char(char c)
     return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
 }
 
-static void expand(buf_t *out, const char *tpl, const var_t *vars, size_t nvars)
+/* tpl[0..tpl_len) with its placeholders filled. */
+static void expand(buf_t *out, const char *tpl, size_t tpl_len, const var_t *vars, size_t nvars,
+                   const gw_lang_t *lang)
 {
-    const char *p = tpl;
+    const char *p = tpl, *end = tpl + tpl_len;
     for (;;) {
-        const char *open = strstr(p, "{{");
-        if (open == NULL)
+        const char *open = p;
+        while (open + 1 < end && !(open[0] == '{' && open[1] == '{'))
+            open++;
+        if (open + 1 >= end)
             break;
         const char *name = open + 2, *e = name;
-        while (e - name <= MAX_NAME && name_char(*e))
+        while (e < end && e - name <= MAX_NAME && name_char(*e))
             e++;
         const char *val = NULL;
-        if (e > name && e[0] == '}' && e[1] == '}')
-            val = lookup(vars, nvars, name, (size_t)(e - name));
+        if (e > name && e + 1 < end && e[0] == '}' && e[1] == '}')
+            val = lookup(vars, nvars, lang, name, (size_t)(e - name));
         if (val == NULL) { /* not a placeholder of ours: copy "{{" and go on */
             buf_add(out, p, (size_t)(name - p));
             p = name;
@@ -503,25 +654,33 @@ static void expand(buf_t *out, const char *tpl, const var_t *vars, size_t nvars)
         buf_add_escaped(out, val);
         p = e + 2;
     }
-    buf_adds(out, p);
+    buf_add(out, p, (size_t)(end - p));
 }
 
 /* The page, and in *csp (when not NULL) the Content-Security-Policy it must be sent with. */
 static char *render(const gw_page_info_t *info, page_state_t st, size_t *len, char **csp)
 {
+    const gw_lang_t *lang = gw_langs_choose(info->langs, info->accept_language);
     vars_t v;
-    compute(info, st, &v);
+    compute(info, lang, st, &v);
     char next_at[32] = "";
     if (info->next_phase_ms > 0)
         cm_format_rfc3339(info->next_phase_ms, next_at, sizeof(next_at));
     const char *hidden[ST_SECTIONS];
     for (int i = 0; i < ST_SECTIONS; i++)
         hidden[i] = i == (int)st ? "" : "hidden";
+    const char *brand_title =
+        info->brand.title && info->brand.title[0] ? info->brand.title : "onsale";
 
     const var_t vars[] = {
+        {"lang", lang->tag},
+        {"msgs", v.msgs},
+        {"brand_title", brand_title},
+        {"logo", v.logo ? v.logo : ""},
+        {"hidden_logo", v.logo ? "" : "hidden"},
         {"event", info->event ? info->event : ""},
         {"state", states[st].name},
-        {"title", states[st].title},
+        {"title", msg(lang, states[st].title)},
         {"position", v.position},
         {"queue_size", v.queue_size},
         {"eta_seconds", v.eta_seconds},
@@ -532,11 +691,12 @@ static char *render(const gw_page_info_t *info, page_state_t st, size_t *len, ch
         {"eta_text", v.eta_text},
         {"status_text", v.status_text},
         {"progress", v.progress},
+        {"progress_text", v.progress_text},
         {"from", v.from},
         {"opens_at", v.opens_at},
-        {"opens_at_text", v.opens_at_text},
+        {"opens_at_text", v.opens_at_text[0] ? v.opens_at_text : msg(lang, GW_MSG_OPENS_SOON)},
         {"refresh", v.refresh},
-        {"refresh_text", v.refresh_text},
+        {"refresh_note", v.refresh_note},
         {"redirect", v.redirect ? v.redirect : ""},
         {"hidden_redirect", v.redirect ? "" : "hidden"},
         {"handoff", info->handoff_post ? "post" : "fragment"},
@@ -556,7 +716,7 @@ static char *render(const gw_page_info_t *info, page_state_t st, size_t *len, ch
         {"hidden_sold_out", hidden[ST_SOLD_OUT]},
         {"hidden_closed", hidden[ST_CLOSED]},
         {"hidden_error", st >= ST_SECTIONS ? "" : "hidden"},
-        {"error_text", states[st].error_text},
+        {"error_text", msg(lang, states[st].error_text)},
         {"phase_name", info->phase_name ? info->phase_name : ""},
         {"phase_text", info->phase_text ? info->phase_text : ""},
         {"hidden_phase",
@@ -573,16 +733,28 @@ static char *render(const gw_page_info_t *info, page_state_t st, size_t *len, ch
         {"code_error", info->code_error ? info->code_error : ""},
         {"hidden_code_error", info->code_error ? "" : "hidden"},
     };
+    const size_t nvars = sizeof(vars) / sizeof(vars[0]);
     buf_t out = {0};
-    buf_reserve(&out, strlen(gw_www_queue_html) + 1024);
-    expand(&out, gw_www_queue_html, vars, sizeof(vars) / sizeof(vars[0]));
-    free(v.refresh);
-    free(v.redirect);
-    free(v.action);
+    const char *tpl = gw_www_queue_html, *mark = strstr(tpl, BRAND_STYLE_MARK);
+    size_t tpl_len = strlen(tpl);
+    buf_reserve(&out, tpl_len + 8192);
+    if (mark == NULL) {
+        expand(&out, tpl, tpl_len, vars, nvars, lang);
+    } else {
+        expand(&out, tpl, (size_t)(mark - tpl), vars, nvars, lang);
+        if (v.style != NULL) { /* built from validated colours only: see the top of the file */
+            buf_adds(&out, "<style>");
+            buf_adds(&out, v.style);
+            buf_adds(&out, "</style>");
+        }
+        const char *rest = mark + strlen(BRAND_STYLE_MARK);
+        expand(&out, rest, tpl_len - (size_t)(rest - tpl), vars, nvars, lang);
+    }
     if (csp)
         *csp = v.csp;
     else
         free(v.csp);
+    vars_free(&v);
     if (len)
         *len = out.len;
     return out.p;
@@ -611,14 +783,37 @@ static int64_t jint(const json_t *o, const char *key, int64_t dflt)
     return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
 }
 
-static char *render_answer(const char *event, int code, const json_t *body, int64_t first_position,
-                           int *page_code, size_t *len, char **csp)
+/* What the page says for a refused presale code (error word of a join), or NULL. */
+static const char *code_message(const gw_page_info_t *in, const char *error)
 {
-    gw_page_info_t in = {.event = event,
+    static const struct {
+        const char *word;
+        gw_msg_t m;
+    } words[] = {
+        {"code_malformed", GW_MSG_CODE_MALFORMED},     {"code_unknown", GW_MSG_CODE_UNKNOWN},
+        {"code_revoked", GW_MSG_CODE_REVOKED},         {"code_used_up", GW_MSG_CODE_USED_UP},
+        {"code_wrong_phase", GW_MSG_CODE_WRONG_PHASE},
+    };
+    if (strcmp(error, "code_required") == 0)
+        return NULL; /* the field's own label says it */
+    const gw_lang_t *lang = gw_langs_choose(in->langs, in->accept_language);
+    for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+        if (strcmp(error, words[i].word) == 0)
+            return msg(lang, words[i].m);
+    return msg(lang, GW_MSG_CODE_CHECK);
+}
+
+static char *render_answer(const gw_page_info_t *base, int code, const json_t *body, int *page_code,
+                           size_t *len, char **csp)
+{
+    gw_page_info_t in = {.event = base->event,
                          .position = -1,
                          .queue_size = -1,
                          .eta_seconds = -1,
-                         .first_position = first_position};
+                         .first_position = base->first_position,
+                         .langs = base->langs,
+                         .accept_language = base->accept_language,
+                         .brand = base->brand};
     page_state_t st = ST_UNAVAILABLE;
     int out_code = 503;
     const char *state = jstr(body, "state"), *error = jstr(body, "error");
@@ -652,7 +847,7 @@ static char *render_answer(const char *event, int code, const json_t *body, int6
         st = ST_NEW; /* the code field again, with what was wrong (a form join's code) */
         out_code = code;
         in.needs_code = true;
-        in.code_error = jstr(body, "message");
+        in.code_error = code_message(&in, error);
     } else if (error != NULL && strcmp(error, "pow_required") == 0) {
         st = ST_JAVASCRIPT;
         out_code = code;
@@ -668,10 +863,10 @@ static char *render_answer(const char *event, int code, const json_t *body, int6
     return render(&in, st, len, csp);
 }
 
-char *gw_page_render_answer(const char *event, int code, const json_t *body, int64_t first_position,
+char *gw_page_render_answer(const gw_page_info_t *base, int code, const json_t *body,
                             int *page_code, size_t *len)
 {
-    return render_answer(event, code, body, first_position, page_code, len, NULL);
+    return render_answer(base, code, body, page_code, len, NULL);
 }
 
 /* --- replies ----------------------------------------------------------------------------- */
@@ -703,27 +898,37 @@ void gw_page_queue(cm_req_t *req, const gw_page_info_t *info)
     int64_t from = query_from(req);
     if (from > page.first_position)
         page.first_position = from;
+    if (page.accept_language == NULL)
+        page.accept_language = cm_http_header(req, "Accept-Language");
     size_t len = 0;
     char *csp = NULL;
     char *html = render(&page, state_of(page.state), &len, &csp);
     security_headers(req, csp);
+    cm_http_add_header(req, "Vary", "Accept-Language"); /* the page's language */
     cm_http_send_body(req, 200, "text/html; charset=utf-8", html, len, false);
     free(html);
     free(csp);
 }
 
-void gw_page_queue_answer(cm_req_t *req, int code, json_t *body)
+void gw_page_queue_answer(cm_req_t *req, const gw_langs_t *langs, const gw_page_brand_t *brand,
+                          int code, json_t *body)
 {
     char buf[1024], *seg[4];
     int n = cm_http_path(req, buf, sizeof(buf), seg, 4);
-    const char *event = n >= 2 ? seg[1] : "";
+    gw_page_info_t base = {.event = n >= 2 ? seg[1] : "",
+                           .first_position = query_from(req),
+                           .langs = langs,
+                           .accept_language = cm_http_header(req, "Accept-Language")};
+    if (brand != NULL)
+        base.brand = *brand;
     int page_code = 200;
     size_t len = 0;
     char *csp = NULL;
-    char *html = render_answer(event, code, body, query_from(req), &page_code, &len, &csp);
+    char *html = render_answer(&base, code, body, &page_code, &len, &csp);
     if (body)
         json_decref(body);
     security_headers(req, csp);
+    cm_http_add_header(req, "Vary", "Accept-Language"); /* the page's language */
     cm_http_send_body(req, page_code, "text/html; charset=utf-8", html, len, false);
     free(html);
     free(csp);

@@ -19,6 +19,19 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "cm_http.h"
+#include "gw_lang.h"
+
+/* A room's look (docs/api.md, "Branding"): all optional, NULL or "" = the gateway's own.
+ * title: plain text, escaped; logo_url: an https URL (cm_parse_url_allowed, loopback http
+ * as the gateway allows) whose origin joins the page's img-src; color (buttons, links,
+ * the progress bar) and background: "#rrggbb" only (gw_page_color_valid) — anything else
+ * is left out, so no value can reach the page's CSS but six hex digits. */
+typedef struct gw_page_brand {
+    const char *title, *logo_url, *color, *background;
+} gw_page_brand_t;
+
+/** True when s is a colour the page accepts: '#' and six hex digits. Pure. */
+bool gw_page_color_valid(const char *s);
 
 /** The states a caller shows the queue page in (the page has more of its own, which only
  *  an answer leads to: gw_page_render_answer). Their names are the API's "state" words. */
@@ -63,6 +76,11 @@ typedef struct gw_page_info {
      * (corrected by the Date header): a JSON array of {n: name, s: starts ms, b:
      * text_before, d: text_during, c: requires_code}; NULL = none */
     const char *phases_json;
+    /* The page's language: langs (NULL = the built-in ones) chosen by the request's
+     * Accept-Language (gw_page_queue fills it in from the request when NULL). */
+    const gw_langs_t *langs;
+    const char *accept_language;
+    gw_page_brand_t brand;
 } gw_page_info_t;
 
 /** Longest meta-refresh / poll interval the page uses, in seconds. */
@@ -94,9 +112,10 @@ char *gw_page_csp(const gw_page_info_t *info);
 const char *gw_page_dashboard_csp(void);
 
 /**
- * Answers req with the rendered queue page: 200 text/html, Cache-Control: no-store, plus
- * security headers (CSP, nosniff, no-referrer, no framing). Reads `?from=` from req (see
- * first_position). Sends exactly one reply.
+ * Answers req with the rendered queue page: 200 text/html, Cache-Control: no-store,
+ * Vary: Accept-Language, plus security headers (CSP, nosniff, no-referrer, no framing).
+ * Reads `?from=` (see first_position) and, unless info names one, Accept-Language from req.
+ * Sends exactly one reply.
  */
 void gw_page_queue(cm_req_t *req, const gw_page_info_t *info);
 
@@ -110,9 +129,11 @@ void gw_page_queue(cm_req_t *req, const gw_page_info_t *info);
  * form join without the script's proof of work) → "javascript", which says JavaScript
  * is needed (the code given); anything else →
  * "unavailable", asking again in 5 s (503). The status to send is stored in *page_code.
- * Pure; returns a new heap string, its length in *len.
+ * base gives what the answer does not: the event, first_position, the languages and
+ * Accept-Language, the room's brand (its state and numbers are ignored). Pure; returns a
+ * new heap string, its length in *len.
  */
-char *gw_page_render_answer(const char *event, int code, const json_t *body, int64_t first_position,
+char *gw_page_render_answer(const gw_page_info_t *base, int code, const json_t *body,
                             int *page_code, size_t *len);
 
 /**
@@ -120,10 +141,13 @@ char *gw_page_render_answer(const char *event, int code, const json_t *body, int
  * browser-facing twin of cm_http_send_json/_error for the queue endpoints, so GET of the
  * page can run the join path and have its answer rendered instead of sent as JSON. The
  * event comes from the request path, the progress baseline from `?from=`; headers already
- * added to the reply (Set-Cookie, Retry-After) are kept. body is stolen (NULL is fine).
+ * added to the reply (Set-Cookie, Retry-After) are kept. The language is chosen from langs
+ * (NULL = the built-ins) by the request's Accept-Language; brand may be NULL (the gateway's
+ * own look: an answer may come before any room is known). body is stolen (NULL is fine).
  * Sends exactly one reply.
  */
-void gw_page_queue_answer(cm_req_t *req, int code, json_t *body);
+void gw_page_queue_answer(cm_req_t *req, const gw_langs_t *langs, const gw_page_brand_t *brand,
+                          int code, json_t *body);
 
 /**
  * Answers req (GET /q/{event}/pow.js) with the queue page's proof-of-work Web Worker

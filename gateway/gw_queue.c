@@ -256,7 +256,10 @@ static void reply_page(place_op_t *op, gw_room_t *room, gw_page_state_t state, i
         .poll_after_ms = poll,
         .opens_at_ms = room ? room->s.opens_at : 0,
         .pow = room && room->s.pow,
+        .langs = gw_server_langs(op->r.srv),
     };
+    if (room != NULL)
+        gw_settings_brand(&room->s, &info.brand);
     char *phases = NULL;
     if (room != NULL) {
         phase_info(room, &info);
@@ -767,8 +770,7 @@ static void refuse_proof(place_op_t *op, int code, const char *error, const char
     cm_http_add_header(op->r.svc.req, "Cache-Control", "no-store");
     if (op->form) { /* a form without the page's script: it cannot solve a challenge */
         json_t *body = json_pack("{s:s, s:s}", "error", "pow_required", "message", message);
-        gw_page_queue_answer(op->r.svc.req, code, body); /* steals body */
-        gw_req_replied(&op->r);
+        gw_reply_page(&op->r, code, body); /* steals body */
         op_free(op);
         return;
     }
@@ -807,8 +809,7 @@ static void refuse_code_after(place_op_t *op, int status, const char *error, con
         json_t *body = json_pack("{s:s, s:s}", "error", error, "message", message);
         if (retry_s > 0)
             json_object_set_new(body, "retry_after_seconds", json_integer(retry_s));
-        gw_page_queue_answer(op->r.svc.req, status, body); /* steals body */
-        gw_req_replied(&op->r);
+        gw_reply_page(&op->r, status, body); /* steals body */
         op_free(op);
         return;
     }

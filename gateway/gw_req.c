@@ -10,6 +10,8 @@
 
 #include "gw_metrics.h"
 #include "gw_page.h"
+#include "gw_rooms.h"
+#include "gw_settings.h"
 
 void gw_req_start(gw_req_t *r, gw_server_t *srv, cm_req_t *req, gw_endpoint_t ep)
 {
@@ -25,8 +27,7 @@ void gw_req_replied(gw_req_t *r)
 void gw_reply_json(gw_req_t *r, int code, json_t *body)
 {
     if (r->svc.ep == GW_EP_PAGE && code >= 400) {
-        gw_page_queue_answer(r->svc.req, code, body); /* a browser gets a page, not JSON */
-        gw_req_replied(r);
+        gw_reply_page(r, code, body); /* a browser gets a page, not JSON */
     } else {
         cm_svc_reply_json(&r->svc, code, body);
     }
@@ -43,7 +44,23 @@ void gw_reply_error(gw_req_t *r, int code, const char *error, const char *messag
         json_object_update(body, extra);
         json_decref(extra);
     }
-    gw_page_queue_answer(r->svc.req, code, body);
+    gw_reply_page(r, code, body);
+}
+
+const gw_langs_t *gw_server_langs(const gw_server_t *srv)
+{
+    return srv->langs ? cm_reload_cell_get(srv->langs) : NULL;
+}
+
+void gw_reply_page(gw_req_t *r, int code, json_t *body)
+{
+    char buf[1024], *seg[4];
+    int n = cm_http_path(r->svc.req, buf, sizeof(buf), seg, 4);
+    const gw_room_t *room = n >= 2 ? gw_rooms_find(r->srv->rooms, seg[1]) : NULL;
+    gw_page_brand_t brand = {0};
+    if (room != NULL)
+        gw_settings_brand(&room->s, &brand);
+    gw_page_queue_answer(r->svc.req, gw_server_langs(r->srv), &brand, code, body);
     gw_req_replied(r);
 }
 

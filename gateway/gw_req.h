@@ -28,6 +28,7 @@
 #include "cm_reload.h"
 #include "cm_service.h"
 #include "gw_config.h"
+#include "gw_lang.h"
 #include "gw_ticket.h"
 
 struct event;
@@ -72,6 +73,7 @@ struct gw_server {
     gw_ticket_keys_t ticket_keys; /* every secret of ticket_secret_file, oldest first */
     cm_reload_cell_t *signer;     /* cm_jwt_signer_t: the active (last) signing key; live */
     cm_reload_cell_t *jwks;       /* char *: every configured key, public halves; live */
+    cm_reload_cell_t *langs;      /* gw_langs_t: the queue page's languages; live */
     gw_signer_t *pool;
     gw_admit_t *admit;
     gw_limit_t *limit;
@@ -103,6 +105,11 @@ void gw_req_replied(gw_req_t *r);
 void gw_reply_json(gw_req_t *r, int code, json_t *body);
 void gw_reply_error(gw_req_t *r, int code, const char *error, const char *message, json_t *extra);
 void gw_reply_text(gw_req_t *r, int code, const char *ctype, const char *body, size_t len);
+/** Answers with the queue page for code and body (gw_page_queue_answer: the room's look
+ *  when the path names a known room, the gateway's languages); body is stolen. */
+void gw_reply_page(gw_req_t *r, int code, json_t *body);
+/** The queue page's languages in force (gw_lang.h). Any worker thread. */
+const gw_langs_t *gw_server_langs(const gw_server_t *srv);
 /** 503 for a Redis/signer failure (err from the completion); counts a backend error. */
 void gw_reply_unavailable(gw_req_t *r, const char *what, const char *err);
 /** 410 for a room that takes nobody any more: sold_out, else closed. */

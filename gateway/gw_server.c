@@ -30,6 +30,7 @@
 #include "cm_tls.h"
 #include "gw_admit.h"
 #include "gw_batch.h"
+#include "gw_lang.h"
 #include "gw_limit.h"
 #include "gw_metrics.h"
 #include "gw_pow.h"
@@ -232,6 +233,28 @@ out:
     return rc;
 }
 
+static void langs_free(void *langs, void *ctx)
+{
+    (void)ctx;
+    gw_langs_free(langs);
+}
+
+/* The queue page's languages (page_languages_dir): at start-up, and again on the reload
+ * thread, where the new set is published and the old one retired. */
+static int load_langs(gw_server_t *srv, const char *dir, char *err, size_t errlen)
+{
+    gw_langs_t *langs = gw_langs_load(dir, err, errlen);
+    if (langs == NULL)
+        return -1;
+    if (srv->langs == NULL)
+        srv->langs = cm_reload_cell_new(langs, langs_free, NULL);
+    else
+        cm_reload_cell_set(srv->langs, langs);
+    if (gw_langs_count(langs) > 4)
+        cm_log(CM_LOG_INFO, "queue page: %zu languages", gw_langs_count(langs));
+    return 0;
+}
+
 static int load_secrets(gw_server_t *srv, char *err, size_t errlen)
 {
     const gw_config_t *cfg = &srv->cfg;
@@ -241,6 +264,8 @@ static int load_secrets(gw_server_t *srv, char *err, size_t errlen)
         return -1;
     }
     if (load_keys(srv, err, errlen) != 0)
+        return -1;
+    if (load_langs(srv, cfg->page_languages_dir, err, errlen) != 0)
         return -1;
     if (cfg->code_secret_file != NULL) {
         srv->code_secret =
@@ -264,6 +289,8 @@ static int on_config_apply(void *arg, const void *p, char *err, size_t errlen)
     if (cm_service_reload_token(srv->svc.svc, cfg->admin_token_file, err, errlen) != 0)
         return -1;
     if (reload_keys(srv, cfg->signing_keys, err, errlen) != 0)
+        return -1;
+    if (load_langs(srv, cfg->page_languages_dir, err, errlen) != 0)
         return -1;
     cm_service_log_apply(&log);
     gw_limit_set(srv->limit, cfg->join_rate_per_ip, cfg->join_burst_per_ip);
@@ -317,6 +344,7 @@ static void worker_new(void *arg, cm_service_t *svc, int i, void *instance, char
         srv->ticket_keys = first->ticket_keys; /* borrowed: the first worker owns them */
         srv->signer = first->signer;
         srv->jwks = first->jwks;
+        srv->langs = first->langs;
         srv->limit = first->limit;
         srv->pow = first->pow;
         srv->code_secret = first->code_secret; /* borrowed, like the ticket keys */
@@ -445,6 +473,7 @@ void gw_server_free(gw_server_t *srv)
     gw_pow_free(srv->pow);
     cm_reload_cell_free(srv->signer);
     cm_reload_cell_free(srv->jwks);
+    cm_reload_cell_free(srv->langs);
     for (int i = 0; i < srv->ticket_keys.n; i++) {
         unsigned char *s = (unsigned char *)srv->ticket_keys.secret[i];
         memset(s, 0, srv->ticket_keys.len[i]);

@@ -11,7 +11,7 @@
 
 #include "cm_parse.h"
 
-typedef enum { F_INT, F_BOOL, F_TIME, F_MODE, F_URL, F_HANDOFF } ftype_t;
+typedef enum { F_INT, F_BOOL, F_TIME, F_MODE, F_URL, F_HANDOFF, F_COLOR, F_TEXT } ftype_t;
 
 typedef struct field {
     const char *name;
@@ -38,6 +38,11 @@ static const field_t fields[] = {
     {"handoff", F_HANDOFF, 0, 0, "fragment"},
     {"dpop", F_BOOL, 0, 0, "1"}, /* a PUT without it: the gateway's dpop_new_rooms (gw_admin) */
     {"pow", F_BOOL, 0, 0, "1"},  /* a room saved before this field existed has none: off */
+    {"invite_only", F_BOOL, 0, 0, "0"}, /* joins need the sale site's enqueue token */
+    {"brand_title", F_TEXT, 0, GW_BRAND_TITLE_MAX, NULL},
+    {"brand_logo_url", F_URL, 0, 0, NULL},
+    {"brand_color", F_COLOR, 0, 0, NULL},
+    {"brand_background", F_COLOR, 0, 0, NULL},
 };
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
 
@@ -49,11 +54,24 @@ void gw_settings_defaults(gw_settings_t *s)
     s->max_prequeue = 1000000;
 }
 
+/* Plain text for the page: n bytes (a JSON string: valid UTF-8, no NUL) without control
+ * characters, at most max. */
+static bool text_ok(const char *s, size_t n, int64_t max)
+{
+    if ((int64_t)n > max)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+            return false;
+    return true;
+}
+
 /* One present field → its Redis text in out. 0, or -1 with a message. */
 static int parse_field(const field_t *f, const json_t *v, bool loopback_http, char *out,
                        size_t outlen, char *err, size_t errlen)
 {
-    if (json_is_null(v) && (f->type == F_TIME || f->type == F_URL)) {
+    if (json_is_null(v) &&
+        (f->type == F_TIME || f->type == F_URL || f->type == F_COLOR || f->type == F_TEXT)) {
         out[0] = '\0'; /* explicit null unsets an optional field */
         return 0;
     }
@@ -96,10 +114,10 @@ static int parse_field(const field_t *f, const json_t *v, bool loopback_http, ch
         if (!json_is_string(v) || json_string_length(v) >= outlen ||
             !cm_parse_url_allowed(json_string_value(v), loopback_http, NULL)) {
             snprintf(err, errlen,
-                     "redirect_url must be an https:// URL (plain http:// only to a loopback "
+                     "%s must be an https:// URL (plain http:// only to a loopback "
                      "host, with allow_loopback_http) of printable ASCII under %zu bytes, "
                      "without user info or #fragment",
-                     outlen);
+                     f->name, outlen);
             return -1;
         }
         snprintf(out, outlen, "%s", json_string_value(v));
@@ -108,6 +126,27 @@ static int parse_field(const field_t *f, const json_t *v, bool loopback_http, ch
         if (!json_is_string(v) || (strcmp(json_string_value(v), "fragment") != 0 &&
                                    strcmp(json_string_value(v), "post") != 0)) {
             snprintf(err, errlen, "handoff must be \"fragment\" or \"post\"");
+            return -1;
+        }
+        snprintf(out, outlen, "%s", json_string_value(v));
+        return 0;
+    case F_COLOR:
+        if (!json_is_string(v) || !gw_page_color_valid(json_string_value(v))) {
+            snprintf(err, errlen, "%s must be a colour written #rrggbb, e.g. \"#1849c6\"", f->name);
+            return -1;
+        }
+        for (size_t i = 0; i < 7; i++) {
+            char c = json_string_value(v)[i];
+            out[i] = c >= 'A' && c <= 'F' ? (char)(c - 'A' + 'a') : c;
+        }
+        out[7] = '\0';
+        return 0;
+    case F_TEXT:
+        if (!json_is_string(v) || !text_ok(json_string_value(v), json_string_length(v), f->max)) {
+            snprintf(err, errlen,
+                     "%s must be a string of at most %" PRId64 " bytes without control "
+                     "characters",
+                     f->name, f->max);
             return -1;
         }
         snprintf(out, outlen, "%s", json_string_value(v));
@@ -209,6 +248,16 @@ void gw_settings_set(gw_settings_t *s, const char *name, const char *v)
         s->dpop = strcmp(v, "1") == 0;
     else if (strcmp(name, "pow") == 0)
         s->pow = strcmp(v, "1") == 0;
+    else if (strcmp(name, "invite_only") == 0)
+        s->invite_only = strcmp(v, "1") == 0;
+    else if (strcmp(name, "brand_title") == 0)
+        snprintf(s->brand_title, sizeof(s->brand_title), "%s", v);
+    else if (strcmp(name, "brand_logo_url") == 0)
+        snprintf(s->brand_logo_url, sizeof(s->brand_logo_url), "%s", v);
+    else if (strcmp(name, "brand_color") == 0)
+        snprintf(s->brand_color, sizeof(s->brand_color), "%s", v);
+    else if (strcmp(name, "brand_background") == 0)
+        snprintf(s->brand_background, sizeof(s->brand_background), "%s", v);
     else if (strcmp(name, "phases") == 0)
         gw_sched_load(&s->sched, v);
     else if (strcmp(name, "gen") == 0) {
@@ -259,8 +308,25 @@ json_t *gw_settings_json(const gw_settings_t *s)
     json_object_set_new(o, "handoff", json_string(s->handoff_post ? "post" : "fragment"));
     json_object_set_new(o, "dpop", json_boolean(s->dpop));
     json_object_set_new(o, "pow", json_boolean(s->pow));
+    json_object_set_new(o, "invite_only", json_boolean(s->invite_only));
+    json_object_set_new(o, "brand_title",
+                        s->brand_title[0] ? json_string(s->brand_title) : json_null());
+    json_object_set_new(o, "brand_logo_url",
+                        s->brand_logo_url[0] ? json_string(s->brand_logo_url) : json_null());
+    json_object_set_new(o, "brand_color",
+                        s->brand_color[0] ? json_string(s->brand_color) : json_null());
+    json_object_set_new(o, "brand_background",
+                        s->brand_background[0] ? json_string(s->brand_background) : json_null());
     json_object_set_new(o, "phases", gw_sched_json(&s->sched));
     json_object_set_new(o, "created_at", time_json(s->created_ms));
     json_object_set_new(o, "updated_at", time_json(s->updated_ms));
     return o;
+}
+
+void gw_settings_brand(const gw_settings_t *s, gw_page_brand_t *out)
+{
+    out->title = s->brand_title;
+    out->logo_url = s->brand_logo_url;
+    out->color = s->brand_color;
+    out->background = s->brand_background;
 }

@@ -15,10 +15,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gw_page.h"
 #include "gw_sched.h"
 
-#define GW_SETTINGS_MAX_FIELDS 16
+#define GW_SETTINGS_MAX_FIELDS 24
 #define GW_URL_MAX             512
+#define GW_BRAND_TITLE_MAX     80 /* bytes of brand_title (UTF-8, no control characters) */
 
 typedef struct gw_settings {
     int64_t rate_per_minute;
@@ -35,9 +37,13 @@ typedef struct gw_settings {
     bool dpop;                     /* tickets bound to the joining key (gw_dpop); a hash
                                       without the field (a room older than it): false */
     bool pow;                      /* joins need a proof of work (gw_pow.h) */
-    gw_sched_t sched;              /* the phases ("phases"; gw_sched.h): none = one phase of
-                                      the fields above */
-    uint64_t gen;                  /* room generation (from Redis) */
+    bool invite_only;              /* joins need the sale site's enqueue token (gw_enqueue.h) */
+    char brand_title[GW_BRAND_TITLE_MAX + 1]; /* the page's look (gw_page_brand_t); "" = */
+    char brand_logo_url[GW_URL_MAX];          /* the gateway's own */
+    char brand_color[8], brand_background[8]; /* "#rrggbb" */
+    gw_sched_t sched; /* the phases ("phases"; gw_sched.h): none = one phase of
+                         the fields above */
+    uint64_t gen;     /* room generation (from Redis) */
     int64_t created_ms, updated_ms;
 } gw_settings_t;
 
@@ -54,8 +60,10 @@ void gw_settings_defaults(gw_settings_t *s);
  * Validates a PUT (partial false: rate_per_minute required, every absent field reset to
  * its default) or PATCH (partial true: only the fields present change) body. Unknown
  * fields are ignored (so is "phases": gw_sched_parse; a PATCH of it alone is not empty).
- * redirect_url must pass cm_parse_url_allowed(): https, or plain http
- * to a loopback host only when allow_loopback_http (the gateway's setting). Returns the
+ * redirect_url and brand_logo_url must pass cm_parse_url_allowed(): https, or plain http
+ * to a loopback host only when allow_loopback_http (the gateway's setting);
+ * brand_color and brand_background are "#rrggbb" (stored in lower case); brand_title is
+ * at most GW_BRAND_TITLE_MAX bytes without control characters. Returns the
  * number of fields written to kv (at most GW_SETTINGS_MAX_FIELDS), or -1 with a message
  * for a 400 in err.
  */
@@ -67,6 +75,9 @@ void gw_settings_set(gw_settings_t *s, const char *name, const char *value);
 
 /** The settings as docs/api.md shows them (RFC 3339 times, null when unset). New reference. */
 json_t *gw_settings_json(const gw_settings_t *s);
+
+/** The room's look for the queue page; the strings are borrowed from s. */
+void gw_settings_brand(const gw_settings_t *s, gw_page_brand_t *out);
 
 /** The rate_per_minute and max_active in force at now_ms (Redis time): those of the phase
  *  then in force (gw_sched.h), or the room's own before the first phase / without one. */

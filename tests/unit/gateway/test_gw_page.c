@@ -16,6 +16,8 @@
 
 #include <openssl/evp.h>
 
+#include <jansson.h>
+
 #include "gw_page.h"
 
 static char *render(const gw_page_info_t *info)
@@ -482,7 +484,8 @@ static char *answer(int code, const char *json, int *page_code)
     if (json && body == NULL)
         fail_msg("bad test JSON: %s", e.text);
     size_t len = 0;
-    char *html = gw_page_render_answer("e1", code, body, 0, page_code, &len);
+    gw_page_info_t base = {.event = "e1"};
+    char *html = gw_page_render_answer(&base, code, body, page_code, &len);
     json_decref(body);
     assert_non_null(html);
     assert_int_equal(len, strlen(html));
@@ -633,6 +636,156 @@ static void test_pow(void **s)
     free(html);
 }
 
+/* The language by Accept-Language: <html lang>, the page's own words, numbers grouped as
+ * the language writes them, the script's catalogue; English when nothing fits. */
+static void test_languages(void **s)
+{
+    (void)s;
+    static const struct {
+        const char *header, *lang, *status, *sold_out;
+    } cases[] = {
+        {NULL, "en", "You are number 1,234 in line. Estimated wait: about 2 minutes.", "Sold out"},
+        {"pt-BR, de;q=0.8, en;q=0.5", "de",
+         "Sie sind Nummer 1.234 in der Warteschlange. Geschätzte Wartezeit: etwa 2 Minuten.",
+         "Ausverkauft"},
+        {"fr-CH", "fr",
+         "Vous êtes numéro 1\u202f234 dans la file. Attente estimée\u00a0:\u00a0environ 2 "
+         "minutes.",
+         "Complet"},
+        {"es-419,es;q=0.9", "es",
+         "Eres el número 1.234 de la cola. Espera estimada: alrededor de 2 minutos.", "Agotado"},
+        {"ja, zh;q=0.5", "en", "You are number 1,234 in line.", "Sold out"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        gw_page_info_t in = {.event = "e1",
+                             .state = GW_PAGE_QUEUED,
+                             .position = 1234,
+                             .queue_size = 5000,
+                             .eta_seconds = 100,
+                             .poll_after_ms = 5000,
+                             .accept_language = cases[i].header};
+        char *html = render(&in);
+        char want[64];
+        snprintf(want, sizeof(want), "<html lang=\"%s\">", cases[i].lang);
+        assert_has(html, want);
+        assert_has(html, cases[i].status);
+        /* the script's catalogue: the same language */
+        snprintf(want, sizeof(want), "&quot;title_sold_out&quot;:&quot;%s&quot;",
+                 cases[i].sold_out);
+        assert_has(html, want);
+        if (strcmp(cases[i].lang, "en") != 0) {
+            /* nothing of the English page is left in a translated one */
+            static const char *const english[] = {"Skip to the queue",
+                                                  "Waiting room:",
+                                                  "Your place",
+                                                  "Est. wait",
+                                                  "Progress to the front",
+                                                  "percent of the way",
+                                                  "When it is your turn",
+                                                  "Do not open many tabs",
+                                                  "You are in the queue",
+                                                  "reloads by itself"};
+            for (size_t e = 0; e < sizeof(english) / sizeof(english[0]); e++)
+                assert_lacks(html, english[e]);
+        }
+        free(html);
+    }
+    /* the terminal and error pages too */
+    gw_page_info_t base = {.event = "e1", .accept_language = "de"};
+    int code = 0;
+    size_t len = 0;
+    json_t *body = json_pack("{s:s, s:s}", "error", "unknown_event", "message", "m");
+    char *html = gw_page_render_answer(&base, 404, body, &code, &len);
+    json_decref(body);
+    assert_has(html, "<html lang=\"de\">");
+    assert_has(html, "Diesen Warteraum gibt es nicht");
+    assert_has(html, "Unter dieser Adresse gibt es keinen Warteraum.");
+    free(html);
+    body = json_pack("{s:s, s:s}", "error", "code_unknown", "message", "unknown code");
+    base.accept_language = "es";
+    html = gw_page_render_answer(&base, 403, body, &code, &len);
+    json_decref(body);
+    assert_has(html, "No reconocemos este código.");
+    assert_lacks(html, "unknown code");
+    free(html);
+}
+
+/* A room's look: its title escaped, its logo an allowed URL whose origin alone joins
+ * img-src, its colours a hashed <style> of six hex digits each; hostile values never
+ * reach the markup, the CSS or the policy. */
+static void test_brand(void **s)
+{
+    (void)s;
+    gw_page_info_t in = {.event = "e1",
+                         .state = GW_PAGE_QUEUED,
+                         .position = 3,
+                         .queue_size = 9,
+                         .brand = {.title = "</script><script>alert(1)</script>\"'&",
+                                   .logo_url = "https://cdn.example.com/l/logo.png?v=1",
+                                   .color = "#FFCC00",
+                                   .background = "#102030"}};
+    char *html = render(&in);
+    char *csp = gw_page_csp(&in);
+    assert_has(html, "<span id=\"brand-title\">&lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt;"
+                     "&quot;&#39;&amp;</span>");
+    assert_lacks(html, "<script>alert");
+    assert_has(html,
+               "<img class=\"logo\" src=\"https://cdn.example.com/l/logo.png?v=1\" alt=\"\" >");
+    assert_has(csp, "img-src 'self' data: https://cdn.example.com; ");
+    const char *style = ":root{--accent:#FFCC00;--accent-fg:#16181d;--bg:#102030;}";
+    char want[160], src[80];
+    snprintf(want, sizeof(want), "<style>%s</style>", style);
+    assert_has(html, want);
+    hash_source(style, style + strlen(style), src, sizeof(src));
+    assert_has(csp, src);
+    assert_int_equal(assert_elements_hashed(html, csp, "style"), 2);
+    assert_lacks(csp, "unsafe");
+    free(csp);
+    free(html);
+
+    gw_page_info_t plain = in;
+    plain.brand = (gw_page_brand_t){0};
+    char *plain_csp = gw_page_csp(&plain);
+    html = render(&plain);
+    assert_has(html, "<span id=\"brand-title\">onsale</span>");
+    assert_has(html, "<img class=\"logo\" src=\"\" alt=\"\" hidden>");
+    free(html);
+    /* hostile values are left out whole: the page and its policy as without a brand */
+    static const gw_page_brand_t hostile[] = {
+        {.color = "red"},
+        {.color = "#12345g"},
+        {.color = "#1234567"},
+        {.color = "#123;}*{background:url(https://evil.example/x)}"},
+        {.background = "url(https://evil.example/x)"},
+        {.background = "#fff"},
+        {.logo_url = "javascript:alert(1)"},
+        {.logo_url = "http://evil.example/logo.png"},
+        {.logo_url = "https://evil.example/a\"onerror=\"alert(1)"},
+        {.logo_url = "https://evil.example/a;script-src *"},
+        {.logo_url = "data:image/svg+xml,<svg onload=alert(1)>"},
+    };
+    for (size_t i = 0; i < sizeof(hostile) / sizeof(hostile[0]); i++) {
+        in.brand = hostile[i];
+        html = render(&in);
+        csp = gw_page_csp(&in);
+        if (strcmp(csp, plain_csp) != 0 && hostile[i].logo_url == NULL)
+            fail_msg("case %zu: the policy changed: %s", i, csp);
+        assert_lacks(csp, "evil");
+        assert_lacks(html, "evil.example/x");
+        assert_lacks(html, "url(");
+        assert_lacks(html, "onerror=\"");
+        assert_lacks(html, "src=\"javascript");
+        assert_lacks(html, "src=\"data");
+        assert_int_equal(assert_elements_hashed(html, csp, "style"), 1);
+        free(csp);
+        free(html);
+    }
+    free(plain_csp);
+    assert_true(gw_page_color_valid("#a0B1c2"));
+    assert_false(gw_page_color_valid("#a0B1c"));
+    assert_false(gw_page_color_valid(NULL));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -649,6 +802,8 @@ int main(void)
         cmocka_unit_test(test_answers),
         cmocka_unit_test(test_error_answers),
         cmocka_unit_test(test_pow),
+        cmocka_unit_test(test_languages),
+        cmocka_unit_test(test_brand),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

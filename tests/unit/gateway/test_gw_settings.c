@@ -240,6 +240,59 @@ static void test_phases(void **state)
     assert_int_equal(s.sched.n, 0);
 }
 
+/* The room's look: colours "#rrggbb" only (kept in lower case), the logo an allowed URL,
+ * the title plain text of bounded length; null unsets; anything else is a 400. */
+static void test_brand(void **state)
+{
+    (void)state;
+    gw_setting_kv_t kv[GW_SETTINGS_MAX_FIELDS];
+    char err[256];
+    int n = parse("{\"brand_color\":\"#FFCC00\",\"brand_background\":\"#0a0b0c\","
+                  "\"brand_title\":\"Summer </script> tour\","
+                  "\"brand_logo_url\":\"https://cdn.example.com/logo.png\"}",
+                  true, kv, err);
+    assert_int_equal(n, 4);
+    assert_string_equal(value_of(kv, n, "brand_color"), "#ffcc00");
+    assert_string_equal(value_of(kv, n, "brand_background"), "#0a0b0c");
+    assert_string_equal(value_of(kv, n, "brand_title"), "Summer </script> tour");
+    assert_string_equal(value_of(kv, n, "brand_logo_url"), "https://cdn.example.com/logo.png");
+    n = parse("{\"brand_color\":null,\"brand_logo_url\":null,\"brand_title\":null}", true, kv, err);
+    assert_int_equal(n, 3);
+    assert_string_equal(value_of(kv, n, "brand_color"), "");
+    static const char *const bad[] = {
+        "{\"brand_color\":\"red\"}",
+        "{\"brand_color\":\"#fff\"}",
+        "{\"brand_color\":\"#ffcc00;}body{background:url(x)}\"}",
+        "{\"brand_background\":\"url(https://x.example/a)\"}",
+        "{\"brand_color\":1}",
+        "{\"brand_logo_url\":\"javascript:alert(1)\"}",
+        "{\"brand_logo_url\":\"http://cdn.example.com/logo.png\"}",
+        "{\"brand_logo_url\":\"https://cdn.example.com/a\\\"b\"}",
+        "{\"brand_title\":\"line\\nbreak\"}",
+        "{\"brand_title\":\"0123456789012345678901234567890123456789012345678901234567890123"
+        "456789012345678901\"}",
+        "{\"brand_title\":true}",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        if (parse(bad[i], true, kv, err) != -1)
+            fail_msg("took %s", bad[i]);
+        assert_non_null(strstr(err, "brand_"));
+    }
+    gw_settings_t s;
+    gw_settings_defaults(&s);
+    gw_settings_set(&s, "brand_color", "#ffcc00");
+    gw_settings_set(&s, "brand_title", "Tour");
+    json_t *o = gw_settings_json(&s);
+    assert_string_equal(json_string_value(json_object_get(o, "brand_color")), "#ffcc00");
+    assert_string_equal(json_string_value(json_object_get(o, "brand_title")), "Tour");
+    assert_true(json_is_null(json_object_get(o, "brand_logo_url")));
+    json_decref(o);
+    gw_page_brand_t b;
+    gw_settings_brand(&s, &b);
+    assert_string_equal(b.color, "#ffcc00");
+    assert_string_equal(b.background, "");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -252,6 +305,7 @@ int main(void)
         cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_redis_form_round_trip),
         cmocka_unit_test(test_redirect_url_and_handoff),
+        cmocka_unit_test(test_brand),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
