@@ -239,6 +239,12 @@ class Walk(unittest.TestCase):
         self.assertEqual(again["hold_id"], g["hold_id"])
         self.call(pub, "POST", holds, 422, token=t2, body={"pool": "floor", "quantity": 2},
                   headers=hk)
+        t3 = S.token(ev, "oa-buyer-3")  # best available
+        b = self.call(pub, "POST", holds, 201, token=t3, body={"section": "A", "quantity": 2})
+        self.assertEqual(len(b.json["seats"]), 2)
+        self.call(pub, "POST", holds, 404, token=t3, body={"section": "Z", "quantity": 1})
+        self.call(pub, "POST", holds, 400, token=t3, body={"section": "A", "quantity": 0})
+        self.call(pub, "DELETE", f"/v1/holds/{b.json['hold_id']}", 204, token=t3)
 
         hid = h["hold_id"]
         self.call(pub, "GET", f"/v1/holds/{hid}", 200, token=t1)
