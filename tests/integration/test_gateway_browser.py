@@ -15,6 +15,8 @@ poll's proof (and, for "post", the proof of its own reload).
 
 Screenshots: tests/integration/browser/out/ (queue.png, queue-phone.png, admitted.png,
 landed.png, and the -nojs variants; failure*.png when a check fails). Git-ignored.
+The page in every language and state (browser/page_gallery.mjs, one browser, one load
+per page, no waiting in line): <build dir>/screenshots/queue-page/<lang>-<state>.png.
 
 Skipped (with the reason) only when chromium, node, or the browser test's node_modules
 (`npm install` in tests/integration/browser) are missing.
@@ -31,6 +33,7 @@ import stack
 HERE = os.path.dirname(os.path.abspath(__file__))
 BROWSER_DIR = os.path.join(HERE, "browser")
 SCRIPT = os.path.join(BROWSER_DIR, "queue_page.mjs")
+GALLERY = os.path.join(BROWSER_DIR, "page_gallery.mjs")
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 NODE = shutil.which("node") or shutil.which("nodejs")
 
@@ -270,6 +273,54 @@ class QueuePageInBrowser(unittest.TestCase):
         ev, redirect = self.room("br-post", handoff="post")
         res = self.run_browser(ev, redirect, "js", handoff="post")
         self.assertIn("form-action https://shop.onsale.test", res["csp_form_action"])
+
+    def test_page_in_every_language_and_phase(self):
+        """The queue page in English, German, French and Spanish, in each state a fan can
+        see it in: one browser, one load per page, each room already in its state (nobody
+        waits in line). Every page in its language, nothing blocked by its policy, the
+        branded room in its colour and with its logo; a screenshot of each."""
+        import time
+        iso = lambda ts: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))  # noqa: E731
+        now = time.time()
+        base = {"rate_per_minute": RATE_PER_MINUTE, "dpop": False, "pow": False}
+        logo = "https://cdn.onsale.test/logo.svg"
+        rooms = {
+            "queued": dict(base, paused=True, brand_title="Summer Tour", brand_logo_url=logo,
+                           brand_color="#c81e4b", brand_background="#fdf6e3",
+                           phases=[{"name": "general", "starts_at": iso(now - 60),
+                                    "rate_per_minute": RATE_PER_MINUTE,
+                                    "text_during": "General sale: up to four tickets each."}]),
+            "prequeue": dict(base, prequeue_at=iso(now - 60), opens_at=iso(now + 86400 + 3600)),
+            "code": dict(base, phases=[{"name": "presale", "starts_at": iso(now - 60),
+                                        "rate_per_minute": RATE_PER_MINUTE,
+                                        "requires_code": True}]),
+            "sold_out": dict(base, sold_out=True),
+            "closed": dict(base, opens_at=iso(now - 7200), closes_at=iso(now - 3600)),
+        }
+        states = {"queued": "queued", "prequeue": "prequeue", "code": "new",
+                  "sold_out": "sold_out", "closed": "closed", "unknown": "unknown"}
+        spec = []
+        for name, settings in rooms.items():
+            ev = stack.new_id(f"br-gallery-{name.replace('_', '-')}")
+            r = self.S.gateway_admin("PUT", f"/admin/events/{ev}", settings)
+            self.assertIn(r.status, (200, 201), f"PUT /admin/events/{ev}: {r!r}")
+            spec.append({"name": name, "event": ev, "state": states[name]})
+        spec.append({"name": "unknown", "event": stack.new_id("br-gallery-none"),
+                     "state": "unknown"})
+        out = os.path.join(self.S.build, "screenshots", "queue-page")
+        args = [NODE, GALLERY, "--url", f"https://127.0.0.1:{self.S.gateway_port}",
+                "--ca", self.S.ca, "--rooms", json.dumps(spec), "--langs", "en,de,fr,es",
+                "--out", out, "--brand-room", "queued", "--brand-color", "#c81e4b",
+                "--logo", logo, "--timeout", "30", "--chromium", CHROMIUM]
+        p = subprocess.run(args, cwd=BROWSER_DIR, capture_output=True, timeout=NODE_TIMEOUT,
+                           stdin=subprocess.DEVNULL)
+        lines = p.stdout.decode("utf-8", "replace").strip().splitlines()
+        result = json.loads(lines[-1]) if lines else {}
+        failed = [c for c in result.get("checks", []) if not c.get("ok")]
+        self.assertTrue(result.get("ok"), f"{result.get('error')}\nfailed: {failed}\n"
+                        f"{p.stderr.decode('utf-8', 'replace')[-2000:]}")
+        self.assertEqual(len(result["shots"]), 4 * len(spec))
+        print(f"\nqueue page screenshots: {out}", flush=True)
 
     def test_post_handoff_without_javascript(self):
         ev, redirect = self.room("br-post-nojs", handoff="post")
