@@ -151,7 +151,7 @@ class Page(gwstack.GatewayTestCase):
         bad = self.c.post(f"/q/{ev}/join", raw=b"code=AAAA-AAAA", headers=form)
         self.assertEqual(bad.status, 400, repr(bad))
         self.assertIn("text/html", bad.headers["content-type"])
-        self.assertIn("this is not a presale code", bad.body.decode())
+        self.assertIn("That is not a presale code", bad.body.decode())  # the page's words
         self.assertIn(f'<form id="code-form" method="post" action="/q/{ev}/join" >',
                       bad.body.decode())
         ok = self.c.post(f"/q/{ev}/join", raw=f"code={code}".encode(), headers=form)
