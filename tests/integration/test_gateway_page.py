@@ -80,6 +80,31 @@ class Languages(gwstack.GatewayTestCase):
         self.assertIn("Direkt zur Warteschlange".encode(), de)  # the file's rewording
         self.assertIn("Bitte lassen Sie diese Seite geöffnet.".encode(), de)  # the rest built in
 
+    def test_a_reload_takes_a_new_language_and_keeps_the_set_on_a_bad_file(self):
+        """SIGHUP reads page_languages_dir again: a new file serves its language from the
+        next page; a broken file changes nothing (the set in force stays)."""
+        import signal
+        ev = self.new_room(rate_per_minute=60)
+        nl = os.path.join(LANG_DIR, "nl.json")
+        bad = os.path.join(LANG_DIR, "sv.json")
+        self.addCleanup(lambda: [os.path.exists(p) and os.unlink(p) for p in (nl, bad)])
+        with open(nl, "w", encoding="utf-8") as f:
+            json.dump({"title_new": "Je plek in de rij wordt geregeld"}, f)
+        self.GS.g.proc.send_signal(signal.SIGHUP)
+        gwstack.wait_for(lambda: html_lang(self.page(ev, "nl").body) == "nl", timeout=10,
+                         what="the reload to serve nl")
+        self.assertIn("Je plek in de rij wordt geregeld".encode(), self.page(ev, "nl").body)
+        with open(bad, "w", encoding="utf-8") as f:
+            f.write('{"no_such_key": "x"}')
+        os.unlink(nl)
+        self.GS.g.proc.send_signal(signal.SIGHUP)
+        # the reload is refused as a whole: nl stays served, sv never is
+        with open(self.GS.g.log_path, encoding="utf-8", errors="replace") as log:
+            gwstack.wait_for(lambda: "sv.json" in log.read() or None, timeout=10,
+                             what="the refused reload in the log")
+        self.assertEqual(html_lang(self.page(ev, "nl").body), "nl")
+        self.assertEqual(html_lang(self.page(ev, "sv").body), "en")
+
     def test_error_and_terminal_pages_follow_the_language(self):
         r = self.c.get(f"/q/{gwstack.new_id('nope')}", headers={"Accept-Language": "fr"})
         self.assertEqual(r.status, 404, r)
