@@ -80,9 +80,10 @@ typedef struct cm_http_limits {
      * a route accepts, decided from the head before any body byte is read — a larger
      * Content-Length is answered 413 at once (NULL, or a route it returns SIZE_MAX for:
      * max(4 × max_body_bytes, 1 MiB); CM_HTTP_BODY_CAP_JSON: max_body_bytes). path is the
-     * target's path as sent (not decoded), from any loop thread: a pure function. */
+     * target's path as sent (not decoded), content_type the Content-Type header (NULL:
+     * none), from any loop thread: a pure function. */
     int head_timeout_s;
-    size_t (*body_cap)(cm_http_method_t method, const char *path);
+    size_t (*body_cap)(cm_http_method_t method, const char *path, const char *content_type);
     /* The overload policy (cm_shed, docs/design.md "Overload"). While the loop lags more
      * than shed_lag_ms, a request other than GET /healthz and /readyz is answered
      * 503 overloaded with Retry-After: shed_retry_after_s before its handler runs (0: never).

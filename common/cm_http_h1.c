@@ -474,7 +474,9 @@ static bool h1_read_head(h1_conn_t *c, struct evbuffer *in)
         return false;
     }
     c->keep_alive = c->head.keep_alive;
-    size_t bcap = c->srv->route_cap ? c->srv->route_cap(c->head.method, c->head.path) : SIZE_MAX;
+    size_t bcap = c->srv->route_cap ? c->srv->route_cap(c->head.method, c->head.path,
+                                                        cm_h1_header(&c->head, "Content-Type"))
+                                    : SIZE_MAX;
     if (bcap == SIZE_MAX)
         bcap = c->srv->body_cap;
     else if (bcap == CM_HTTP_BODY_CAP_JSON)

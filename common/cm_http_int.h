@@ -76,7 +76,7 @@ struct cm_http_server {
     cm_http_engine_t engine;
     size_t body_cap;       /* the transport's default cap */
     size_t max_body_bytes; /* limits.max_body_bytes: CM_HTTP_BODY_CAP_JSON */
-    size_t (*route_cap)(cm_http_method_t method, const char *path);
+    size_t (*route_cap)(cm_http_method_t method, const char *path, const char *content_type);
     size_t max_header_bytes;
     int idle_plain_s;         /* plain connections' read/write timeout */
     struct h1_conn *h1_conns; /* the h1 engine's open connections */

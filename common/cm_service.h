@@ -67,8 +67,9 @@ typedef struct cm_service_opts {
     const char *metric_prefix; /* "onsale_gateway": <prefix>_request_seconds, the gauges */
     const cm_server_config_t *server;
     const char *admin_token_file; /* the operators' token (cm_config_read_secret, >= 16) */
-    size_t (*body_cap)(cm_http_method_t method, const char *path); /* NULL: none */
-    uint64_t drain_limit_ns;                                       /* longest drain */
+    size_t (*body_cap)(cm_http_method_t method, const char *path,
+                       const char *content_type); /* NULL: none */
+    uint64_t drain_limit_ns;                      /* longest drain */
 } cm_service_opts_t;
 
 /**

@@ -311,12 +311,12 @@ static void on_unlisted(const char *err, const cm_redis_reply_t *reply, void *ar
 {
     admin_op_t *op = arg;
     gw_rediskeys_t keys;
-    static const char *const tails[] = {GW_KEY_HOLDERS, GW_KEY_BATCHES, GW_KEY_USES,
-                                        GW_KEY_REVOKED};
-    char extra[4][GW_KEY_MAX];
-    const char *argv[GW_K_COUNT + 4];
+    static const char *const tails[] = {GW_KEY_HOLDERS, GW_KEY_BATCHES, GW_KEY_USES, GW_KEY_REVOKED,
+                                        GW_KEY_CUSTOMERS};
+    char extra[5][GW_KEY_MAX];
+    const char *argv[GW_K_COUNT + 5];
     int argc = gw_rediskeys_argv(op->event, &keys, argv);
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         gw_rediskeys_extra(op->event, tails[i], extra[i]);
         argv[argc++] = extra[i];
     }

@@ -36,8 +36,8 @@ typedef struct entry {
     bool used;
     uint64_t gen, num;
     char event[CM_IDENT_MAX + 1];
-    char visitor[GW_VISITOR_LEN + 1];
-    char jkt[CM_JWT_JKT_LEN + 1]; /* the key the token is bound to (cnf.jkt); "" = none */
+    char visitor[GW_CUSTOMER_MAX + 1]; /* whose place (gw_ticket_who): visitor or customer */
+    char jkt[CM_JWT_JKT_LEN + 1];      /* the key the token is bound to (cnf.jkt); "" = none */
     int64_t exp;
     char *token;
 } entry_t;
@@ -304,21 +304,21 @@ static void on_signed(const char *err, char *token, void *arg)
         return;
     }
     record_token(srv, op->room->event, token, op->claims.exp);
-    entry_t *e = insert(srv->admit, op->room->s.gen, op->t.num, op->room->event, op->t.visitor,
-                        op->t.cnf_jkt, op->claims.exp, token);
+    entry_t *e = insert(srv->admit, op->room->s.gen, op->t.num, op->room->event,
+                        gw_ticket_who(&op->t), op->t.cnf_jkt, op->claims.exp, token);
     reply_admitted(&op->r, op->room, op->ticket, e, op->code, op->page);
     op_free(op);
 }
 
-/* rec = "<iat>:<exp>:<jti>:<visitor>" (admit.lua), which must be visitor's own; or the
- * legacy "<iat>:<exp>:<jti>", which names nobody. */
+/* rec = "<iat>:<exp>:<jti>:<who>" (admit.lua), which must be who's own (a visitor id or a
+ * customer id, gw_ticket_who); or the legacy "<iat>:<exp>:<jti>", which names nobody. */
 static int parse_record(const char *rec, const char *visitor, cm_jwt_claims_t *c)
 {
     int64_t iat, exp;
-    char jti[65], owner[GW_VISITOR_LEN + 2] = "";
+    char jti[65], owner[GW_CUSTOMER_MAX + 2] = "";
     if (rec == NULL)
         return -1;
-    int got = sscanf(rec, "%" SCNd64 ":%" SCNd64 ":%64[^:]:%33s", &iat, &exp, jti, owner);
+    int got = sscanf(rec, "%" SCNd64 ":%" SCNd64 ":%64[^:]:%65s", &iat, &exp, jti, owner);
     if (got < 3 || (got == 4 && strcmp(owner, visitor) != 0))
         return -1;
     c->iat = iat;
@@ -346,7 +346,7 @@ static void on_admit(const char *err, const cm_redis_reply_t *reply, void *arg)
     switch (what) {
     case GW_ADMIT_NEW:
     case GW_ADMIT_EXISTING:
-        if (parse_record(rec, op->t.visitor, &op->claims) != 0) {
+        if (parse_record(rec, gw_ticket_who(&op->t), &op->claims) != 0) {
             gw_reply_unavailable(&op->r, "admission record", cm_err_protocol);
             op_free(op);
             return;
@@ -359,7 +359,7 @@ static void on_admit(const char *err, const cm_redis_reply_t *reply, void *arg)
         cm_counter_inc(what == GW_ADMIT_NEW ? srv->m->admit.admissions
                                             : srv->m->admit.readmissions);
         snprintf(op->claims.iss, sizeof(op->claims.iss), "%s", srv->cfg.issuer);
-        snprintf(op->claims.sub, sizeof(op->claims.sub), "%s", op->t.visitor);
+        snprintf(op->claims.sub, sizeof(op->claims.sub), "%s", gw_ticket_who(&op->t));
         snprintf(op->claims.evt, sizeof(op->claims.evt), "%s", op->room->event);
         snprintf(op->claims.cnf_jkt, sizeof(op->claims.cnf_jkt), "%s", op->t.cnf_jkt); /* gw_dpop */
         snprintf(op->claims.rid, sizeof(op->claims.rid), "%s", cm_access_id(op->r.svc.req));
@@ -426,7 +426,7 @@ void gw_admit_serve(gw_req_t *r, gw_room_t *room, const gw_ticket_t *ticket,
                        NULL);
         return;
     }
-    entry_t *e = lookup(srv->admit, room->s.gen, t->num, room->event, t->visitor, t->cnf_jkt);
+    entry_t *e = lookup(srv->admit, room->s.gen, t->num, room->event, gw_ticket_who(t), t->cnf_jkt);
     if (e != NULL) {
         if (e->exp <= cm_time_wall_ms() / 1000) {
             reply_expired(r);
@@ -460,7 +460,7 @@ void gw_admit_serve(gw_req_t *r, gw_room_t *room, const gw_ticket_t *ticket,
     cm_hex_encode(raw, sizeof(raw), jti);
     argv[argc++] = gen;
     argv[argc++] = num;
-    argv[argc++] = t->visitor;
+    argv[argc++] = gw_ticket_who(t); /* the admission's owner: sub, the active set's member */
     argv[argc++] = jti;
     if (cm_redis_eval(srv->redis, gw_lua()->admit, on_admit, op, nkeys, argc, argv, NULL) != 0) {
         gw_reply_unavailable(&op->r, "admission", cm_err_closed);

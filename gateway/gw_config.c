@@ -14,6 +14,7 @@
 #include "cm_mem.h"
 #include "cm_parse.h"
 #include "gw_lang.h"
+#include "gw_enqueue.h"
 #include "gw_ticket.h"
 
 #define S(f) offsetof(gw_config_t, f)
@@ -40,6 +41,16 @@ static const cm_config_opt_t own[] = {
     {"code_failures_per_min", CM_CFG_INT, S(code_failures_per_min), "6000", 1, 100000000,
      "unknown presale codes per minute this gateway answers, all addresses together; past "
      "it every code is 429 rate_limited until the minute's budget refills (guessing)"},
+    {"enqueue_keys_file", CM_CFG_STR, S(enqueue_keys_file), NULL, 0, 0,
+     "the sale site's public keys for enqueue tokens (a JWKS document or PEM keys, EC P-256): "
+     "customers it sends with a token it signed get one place each (docs/api.md); unset, "
+     "joins take no enqueue token and no room can be invite_only"},
+    {"enqueue_audience", CM_CFG_STR, S(enqueue_audience), "onsale-gateway", 0, 0,
+     "the aud an enqueue token must carry"},
+    {"enqueue_issuer", CM_CFG_STR, S(enqueue_issuer), NULL, 0, 0,
+     "the iss an enqueue token must carry (unset: any; the keys decide)"},
+    {"enqueue_max_lifetime_s", CM_CFG_INT, S(enqueue_max_lifetime_s), "900", 10, 86400,
+     "longest life (exp - iat, seconds) of an enqueue token the gateway accepts"},
     {"admin_token_file", CM_CFG_STR, S(admin_token_file), NULL, 0, 0,
      "file holding the operators' bearer token"},
     {"page_languages_dir", CM_CFG_STR, S(page_languages_dir), NULL, 0, 0,
@@ -132,9 +143,11 @@ const cm_config_opt_t *gw_config_table(size_t *n)
 
 /* The TLS certificate and key files' contents are re-read by cm_tls's own hook; a new
  * path in tls_cert/tls_key is a restart. docs/operations.md has the table. */
-const char *const gw_config_live[] = {"log_level",        "log_format",         "access_log",
-                                      "admin_token_file", "join_rate_per_ip",   "join_burst_per_ip",
-                                      "signing_keys",     "page_languages_dir", NULL};
+const char *const gw_config_live[] = {"log_level",         "log_format",
+                                      "access_log",        "admin_token_file",
+                                      "join_rate_per_ip",  "join_burst_per_ip",
+                                      "signing_keys",      "page_languages_dir",
+                                      "enqueue_keys_file", NULL};
 
 const char *const gw_config_secret[] = {NULL};
 
@@ -224,6 +237,12 @@ int gw_config_check(const void *p, char *err, size_t errlen)
     if (langs == NULL)
         return -1;
     gw_langs_free(langs);
+    if (cfg->enqueue_keys_file != NULL) {
+        cm_jwt_keyset_t *ks = gw_enqueue_keys_load(cfg->enqueue_keys_file, err, errlen);
+        if (ks == NULL)
+            return -1;
+        cm_jwt_keyset_free(ks);
+    }
     if (each_file("ticket_secret_file", cfg->ticket_secret_file, check_secret, err, errlen) != 0)
         return -1;
     if (cfg->code_secret_file != NULL &&

@@ -20,9 +20,13 @@ typedef struct gw_config {
     char *signing_keys;
     char *ticket_secret_file;
     int64_t ticket_max_age_s;
-    char *code_secret_file;        /* presale codes' HMAC secret (gw_code.h); NULL: no codes */
-    int64_t code_tries_per_block;  /* joins with a code per minute from one /24 or /64 */
-    int64_t code_failures_per_min; /* unknown codes per minute, all addresses, per gateway */
+    char *code_secret_file;         /* presale codes' HMAC secret (gw_code.h); NULL: no codes */
+    int64_t code_tries_per_block;   /* joins with a code per minute from one /24 or /64 */
+    int64_t code_failures_per_min;  /* unknown codes per minute, all addresses, per gateway */
+    char *enqueue_keys_file;        /* the sale site's keys (gw_enqueue.h); NULL: no tokens */
+    char *enqueue_audience;         /* the aud an enqueue token must carry */
+    char *enqueue_issuer;           /* the iss it must carry; NULL: any */
+    int64_t enqueue_max_lifetime_s; /* exp - iat at most */
     char *admin_token_file;
     char *page_languages_dir; /* the queue page's extra languages (gw_lang.h); NULL: none */
     char *issuer;

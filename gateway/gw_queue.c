@@ -27,6 +27,7 @@
 #include "gw_batch.h"
 #include "gw_code.h"
 #include "gw_dpop.h"
+#include "gw_enqueue.h"
 #include "gw_metrics.h"
 #include "gw_rediskeys.h"
 #include "gw_limit.h"
@@ -54,6 +55,7 @@ typedef struct place_op {
     bool coded;           /* the join carries a presale code (ctext: its text, cd: parsed) */
     char ctext[GW_CODE_INPUT_MAX + 1];
     gw_code_t cd;
+    char customer[GW_CUSTOMER_MAX + 1]; /* the join's enqueue token's customer; "" = none */
 } place_op_t;
 
 static void answer(place_op_t *op, gw_room_t *room);
@@ -141,6 +143,7 @@ static place_op_t *op_new(gw_server_t *srv, cm_req_t *req, gw_endpoint_t ep, con
     op->code = 200;
     op->proof.issuer[0] = '\0';
     op->coded = false;
+    op->customer[0] = '\0';
     return op;
 }
 
@@ -405,8 +408,8 @@ static void lookup_number(place_op_t *op)
     const char *argv[GW_K_COUNT + 2];
     size_t argvlen[GW_K_COUNT + 2];
     int argc = gw_rediskeys_cached(op->event, argv, argvlen);
-    argvlen[argc] = strlen(op->t.visitor);
-    argv[argc++] = op->t.visitor;
+    argvlen[argc] = strlen(gw_ticket_who(&op->t));
+    argv[argc++] = gw_ticket_who(&op->t);
     argvlen[argc] = random_score(score);
     argv[argc++] = score;
     op->looked_up = true;
@@ -823,6 +826,23 @@ static void refuse_code(place_op_t *op, int status, const char *error, const cha
     refuse_code_after(op, status, error, message, 0);
 }
 
+/* Refuses a join for its enqueue token, or for having none in an invite-only room (the
+ * form's page shows the error). Frees op. */
+static void refuse_enqueue(place_op_t *op, gw_enqueue_result_t res)
+{
+    cm_http_add_header(op->r.svc.req, "Cache-Control", "no-store");
+    json_t *body = json_pack("{s:s}", "reason", gw_enqueue_reason(res));
+    if (op->form) {
+        json_object_set_new(body, "error", json_string(gw_enqueue_error(res)));
+        json_object_set_new(body, "message", json_string(gw_enqueue_message(res)));
+        gw_reply_page(&op->r, gw_enqueue_status(res), body); /* steals body */
+    } else {
+        gw_reply_error(&op->r, gw_enqueue_status(res), gw_enqueue_error(res),
+                       gw_enqueue_message(res), body);
+    }
+    op_free(op);
+}
+
 /* An unknown or malformed code: one more against the gateway's budget of failures
  * (code_failures_per_min); once it is spent every code is refused until it refills. */
 static void count_failure(gw_server_t *srv, int64_t now_ms)
@@ -874,6 +894,11 @@ static int check_code(place_op_t *op, gw_room_t *room)
 
 static void check_proof(place_op_t *op, gw_room_t *room)
 {
+    if (room->s.invite_only && op->customer[0] == '\0') {
+        cm_counter_inc(op->r.srv->m->queue.enqueue[GW_ENQ_MISSING]);
+        refuse_enqueue(op, GW_ENQ_MISSING);
+        return;
+    }
     if (op->coded && check_code(op, room) != 0)
         return;
     if (!room->s.pow) {
@@ -1019,12 +1044,15 @@ static void join_batched(place_op_t *op, uint64_t v)
 
 /* A new place: the per-address limit, then join.lua (or its batch's join_batch.lua). A join that
  * brought a valid proof of work has paid for its place already (the difficulty rises with its
- * address block's challenge rate, gw_pow.h): the address bucket is for rooms without proofs. */
+ * address block's challenge rate, gw_pow.h): the address bucket is for rooms without proofs.
+ * Nor does a customer's join count (a valid enqueue token, gw_enqueue.h): the sale site
+ * vouches for one customer, who has one place however often and from wherever they join. */
 static void take_place(place_op_t *op)
 {
     gw_server_t *srv = op->r.srv;
     cm_req_t *req = op->r.svc.req;
-    int wait = op->proof.issuer[0]
+    bool cust = op->customer[0] != '\0';
+    int wait = op->proof.issuer[0] || cust
                    ? 0
                    : gw_limit_take(srv->limit, peer_of(req), cm_time_mono_ns() / 1000000);
     if (wait > 0) {
@@ -1050,16 +1078,17 @@ static void take_place(place_op_t *op)
     cm_tls_random_reserve(raw, sizeof(raw));
     cm_hex_encode(raw, GW_VISITOR_LEN / 2, op->t.visitor);
     memcpy(&v, raw + GW_VISITOR_LEN / 2, sizeof(v));
-    if (srv->cfg.join_batch_us > 0 && !op->coded) {
+    memcpy(op->t.customer, op->customer, sizeof(op->customer));
+    if (srv->cfg.join_batch_us > 0 && !op->coded && !cust) {
         join_batched(op, v);
         return;
     }
     char score[24], used[GW_KEY_MAX + GW_POW_ISSUER_LEN + 32], ttl[24], serial[12];
-    char ckeys[4][GW_KEY_MAX], batch[8], cserial[12];
+    char ckeys[4][GW_KEY_MAX], batch[8], cserial[12], custkey[GW_KEY_MAX];
     static const char *const ctails[4] = {GW_KEY_HOLDERS, GW_KEY_BATCHES, GW_KEY_USES,
                                           GW_KEY_REVOKED};
-    const char *argv[GW_K_COUNT + 11];
-    size_t argvlen[GW_K_COUNT + 11];
+    const char *argv[GW_K_COUNT + 13];
+    size_t argvlen[GW_K_COUNT + 13];
     int argc = gw_rediskeys_cached(op->event, argv, argvlen), nkeys = GW_K_COUNT;
     for (int i = 0; op->coded && i < 4; i++) { /* KEYS[12..15]: the code's (join.lua) */
         argvlen[argc] = gw_rediskeys_extra(op->event, ctails[i], ckeys[i]);
@@ -1068,8 +1097,13 @@ static void take_place(place_op_t *op)
     }
     if (op->proof.issuer[0]) /* then the proof's used-mark (join.lua) */
         argc = proof_key(op, argv, argvlen, argc, used, sizeof(used), ttl, &nkeys);
-    argvlen[argc] = GW_VISITOR_LEN;
-    argv[argc++] = op->t.visitor;
+    if (cust) { /* last: the room's customers (join.lua) */
+        argvlen[argc] = gw_rediskeys_extra(op->event, GW_KEY_CUSTOMERS, custkey);
+        argv[argc++] = custkey;
+        nkeys++;
+    }
+    argvlen[argc] = strlen(gw_ticket_who(&op->t)); /* ARGV[1]: who owns the place */
+    argv[argc++] = gw_ticket_who(&op->t);
     argvlen[argc] = score_text(v, score);
     argv[argc++] = score;
     if (op->proof.issuer[0]) { /* ARGV[3], ARGV[4]: the proof's serial, the bitmap's lifetime */
@@ -1077,7 +1111,7 @@ static void take_place(place_op_t *op)
         argv[argc++] = serial;
         argvlen[argc] = strlen(ttl);
         argv[argc++] = ttl;
-    } else if (op->coded) {
+    } else if (op->coded || cust) {
         argv[argc] = argv[argc + 1] = "";
         argvlen[argc] = argvlen[argc + 1] = 0;
         argc += 2;
@@ -1087,6 +1121,14 @@ static void take_place(place_op_t *op)
         argv[argc++] = batch;
         argvlen[argc] = (size_t)snprintf(cserial, sizeof(cserial), "%" PRIu32, op->cd.serial);
         argv[argc++] = cserial;
+    } else if (cust) {
+        argv[argc] = argv[argc + 1] = "";
+        argvlen[argc] = argvlen[argc + 1] = 0;
+        argc += 2;
+    }
+    if (cust) { /* ARGV[7]: the place is a customer's, KEYS' last their hash */
+        argvlen[argc] = 1;
+        argv[argc++] = "1";
     }
     if (cm_redis_eval(srv->redis, gw_lua()->join, on_join, op, nkeys, argc, argv, argvlen) != 0) {
         gw_reply_unavailable(&op->r, "joining the queue", cm_err_closed);
@@ -1147,21 +1189,23 @@ static bool form_post(cm_req_t *req)
     return ct && strncasecmp(ct, "application/x-www-form-urlencoded", 33) == 0;
 }
 
-/* A form's field `code` (application/x-www-form-urlencoded, '+' for spaces) into out. */
-static bool form_code(cm_req_t *req, char *out, size_t outlen)
+/* A form's field `name=` (application/x-www-form-urlencoded, '+' for spaces) into out;
+ * false when absent or longer than out. A code and an enqueue token have no other escapes
+ * (an escaped one does not verify, as any malformed value). */
+static bool form_field(cm_req_t *req, const char *name, char *out, size_t outlen)
 {
-    size_t len = 0;
+    size_t len = 0, nlen = strlen(name);
     const char *body = cm_http_body(req, &len);
     const char *p = body, *end = body ? body + len : NULL;
     while (p != NULL && p < end) {
         const char *amp = memchr(p, '&', (size_t)(end - p));
         const char *stop = amp ? amp : end;
-        if (stop - p > 5 && memcmp(p, "code=", 5) == 0) {
+        if ((size_t)(stop - p) > nlen && memcmp(p, name, nlen) == 0 && p[nlen] == '=') {
             size_t n = 0;
-            for (const char *q = p + 5; q < stop && n + 1 < outlen; q++)
-                out[n++] = *q == '+' ? ' ' : *q; /* a code has no other escapes */
+            for (const char *q = p + nlen + 1; q < stop && n + 1 < outlen; q++)
+                out[n++] = *q == '+' ? ' ' : *q;
             out[n] = '\0';
-            return (size_t)(stop - p - 5) < outlen;
+            return (size_t)(stop - p - nlen - 1) < outlen;
         }
         p = amp ? amp + 1 : end;
     }
@@ -1174,7 +1218,7 @@ static int read_code(place_op_t *op)
 {
     const char *h = cm_http_header(op->r.svc.req, "Onsale-Code");
     char buf[GW_CODE_INPUT_MAX + 2];
-    if (h == NULL && op->form && form_code(op->r.svc.req, buf, sizeof(buf)))
+    if (h == NULL && op->form && form_field(op->r.svc.req, "code", buf, sizeof(buf)))
         h = buf;
     if (h == NULL || h[0] == '\0')
         return 0;
@@ -1190,17 +1234,52 @@ static int read_code(place_op_t *op)
     return 0;
 }
 
+/* The join's enqueue token (the Onsale-Enqueue header, or a form's field `enqueue`)
+ * checked: the sale site's customer into op->customer. 0 (none given, or a valid one), or
+ * -1 once refused. Whether the room needs one is check_proof's (the room's settings). */
+static int read_enqueue(place_op_t *op)
+{
+    gw_server_t *srv = op->r.srv;
+    const char *h = cm_http_header(op->r.svc.req, "Onsale-Enqueue");
+    char buf[GW_ENQUEUE_MAX_LEN + 2];
+    if (h == NULL && op->form && form_field(op->r.svc.req, "enqueue", buf, sizeof(buf)))
+        h = buf;
+    if (h == NULL || h[0] == '\0')
+        return 0;
+    gw_enqueue_policy_t pol = {srv->cfg.enqueue_audience, srv->cfg.enqueue_issuer,
+                               srv->cfg.enqueue_max_lifetime_s};
+    gw_enqueue_result_t res =
+        gw_enqueue_verify(cm_reload_cell_get(srv->enqueue_keys), &pol, op->event, h, strlen(h),
+                          cm_time_wall_ms() / 1000, op->customer);
+    cm_counter_inc(srv->m->queue.enqueue[res]);
+    if (res == GW_ENQ_OK)
+        return 0;
+    refuse_enqueue(op, res);
+    return -1;
+}
+
+/* Whether req brings an enqueue token: then it is the customer's place that answers, not
+ * the ticket of an earlier join from this browser. */
+static bool has_enqueue(place_op_t *op)
+{
+    char buf[8] = "";
+    return cm_http_header(op->r.svc.req, "Onsale-Enqueue") != NULL ||
+           (op->form && (form_field(op->r.svc.req, "enqueue", buf, sizeof(buf)) || buf[0]));
+}
+
 void gw_queue_join(gw_server_t *srv, cm_req_t *req, const char *event)
 {
     place_op_t *op = op_new(srv, req, GW_EP_JOIN, event);
-    if (cross_site(srv, req)) {
+    op->form = form_post(req);
+    /* Another site's page may send a browser to join only with that browser's customer's
+     * enqueue token (the sale site's own form: the token, checked below, is its consent). */
+    if (cross_site(srv, req) && !has_enqueue(op)) {
         cm_counter_inc(srv->m->queue.rejected_tickets);
         gw_reply_error(&op->r, 403, "cross_site",
                        "a browser may join only from this waiting room's own page", NULL);
         op_free(op);
         return;
     }
-    op->form = form_post(req);
     op->page = op->form; /* its errors are pages too */
     bool bearer;
     int got = read_ticket(op, &bearer);
@@ -1208,7 +1287,7 @@ void gw_queue_join(gw_server_t *srv, cm_req_t *req, const char *event)
         reply_invalid_ticket(op, "the queue ticket is not valid for this event");
         return;
     }
-    if (got > 0) {
+    if (got > 0 && !has_enqueue(op)) {
         gw_room_t *room = gw_rooms_find(srv->rooms, event);
         if (room == NULL || room->s.gen == op->t.gen || bearer) {
             cm_counter_inc(srv->m->queue.rejoins);
@@ -1221,7 +1300,7 @@ void gw_queue_join(gw_server_t *srv, cm_req_t *req, const char *event)
         }
         /* a cookie of an earlier room of this event: take a new place */
     }
-    if (bind_key(op) != 0 || read_code(op) != 0)
+    if (bind_key(op) != 0 || read_code(op) != 0 || read_enqueue(op) != 0)
         return;
     place_with_proof(op);
 }
@@ -1241,6 +1320,13 @@ void gw_queue_metrics_register(gw_queue_metrics_t *qm, cm_metrics_t *reg)
                                           "joins refused by the per-address limit", NULL);
     static const char *const outcomes[] = {"placed",  "malformed",   "unknown", "revoked",
                                            "used_up", "wrong_phase", "limited"};
+    const char *reasons[GW_ENQ_COUNT];
+    for (int i = 0; i < GW_ENQ_COUNT; i++)
+        reasons[i] = gw_enqueue_reason((gw_enqueue_result_t)i);
+    cm_metrics_counters(reg, "onsale_gateway_enqueue_tokens_total",
+                        "joins with the sale site's enqueue token, and joins refused for having "
+                        "none in an invite-only room (missing), by outcome",
+                        "outcome", reasons, GW_ENQ_COUNT, qm->enqueue);
     cm_metrics_counters(reg, "onsale_gateway_codes_total",
                         "joins with a presale code, by outcome (guessing shows as unknown, "
                         "malformed and limited)",

@@ -19,6 +19,7 @@
 
 #include "cm_http.h"
 #include "cm_metrics.h"
+#include "gw_enqueue.h"
 #include "gw_req.h"
 
 /** GET /q/{event}/challenge: a proof-of-work challenge for the caller's address block. */
@@ -60,6 +61,9 @@ typedef struct gw_queue_metrics {
     /* joins with a presale code, by outcome (gw_queue_code_outcomes: "placed", "malformed",
      * "unknown", "revoked", "used_up", "wrong_phase", "limited") */
     cm_counter_t *codes[7];
+    /* joins with an enqueue token, by outcome (gw_enqueue_reason: "ok", "expired", …), and
+     * joins refused without one in an invite-only room ("missing") */
+    cm_counter_t *enqueue[GW_ENQ_COUNT];
 } gw_queue_metrics_t;
 
 typedef enum {

@@ -63,11 +63,15 @@ int gw_rediskeys_argv(const char *event, gw_rediskeys_t *k, const char **argv);
  *   GW_KEY_USES    "q:cu"   string: one byte per code (BITFIELD u8 at its base + serial),
  *                           the uses it placed
  *   GW_KEY_REVOKED "q:cr"   bitmap: bit base + serial set once that code is revoked
+ * and of its customers (gw_enqueue.h), passed to join.lua for a customer's join:
+ *   GW_KEY_CUSTOMERS "q:cust" hash: customer id -> their number, or 'p' (in the pre-queue,
+ *                             where the customer id is the member)
  */
-#define GW_KEY_HOLDERS "q:cv"
-#define GW_KEY_BATCHES "q:cbat"
-#define GW_KEY_USES    "q:cu"
-#define GW_KEY_REVOKED "q:cr"
+#define GW_KEY_HOLDERS   "q:cv"
+#define GW_KEY_BATCHES   "q:cbat"
+#define GW_KEY_USES      "q:cu"
+#define GW_KEY_REVOKED   "q:cr"
+#define GW_KEY_CUSTOMERS "q:cust"
 
 /** "os:{<event>}:<tail>" into out (GW_KEY_MAX bytes); its length. */
 size_t gw_rediskeys_extra(const char *event, const char *tail, char out[GW_KEY_MAX]);

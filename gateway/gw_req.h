@@ -70,10 +70,12 @@ struct gw_server {
     gw_metrics_t *m;              /* worker 0's, borrowed by the others */
     unsigned char *ticket_secret; /* the newest of ticket_keys: signs new tickets */
     size_t ticket_secret_len;
-    gw_ticket_keys_t ticket_keys; /* every secret of ticket_secret_file, oldest first */
-    cm_reload_cell_t *signer;     /* cm_jwt_signer_t: the active (last) signing key; live */
-    cm_reload_cell_t *jwks;       /* char *: every configured key, public halves; live */
-    cm_reload_cell_t *langs;      /* gw_langs_t: the queue page's languages; live */
+    gw_ticket_keys_t ticket_keys;   /* every secret of ticket_secret_file, oldest first */
+    cm_reload_cell_t *signer;       /* cm_jwt_signer_t: the active (last) signing key; live */
+    cm_reload_cell_t *jwks;         /* char *: every configured key, public halves; live */
+    cm_reload_cell_t *langs;        /* gw_langs_t: the queue page's languages; live */
+    cm_reload_cell_t *enqueue_keys; /* cm_jwt_keyset_t: the sale site's (gw_enqueue.h); NULL
+                                       value: no enqueue tokens; live */
     gw_signer_t *pool;
     gw_admit_t *admit;
     gw_limit_t *limit;

@@ -13,18 +13,30 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cm_parse.h"
 #include "gw_admin.h"
 #include "gw_codes.h"
+#include "gw_enqueue.h"
 #include "gw_page.h"
 #include "gw_queue.h"
 #include "gw_req.h"
 #include "gw_routes.h"
 
 #define MAX_SEGS 5
-/* join takes no body: clients may send an empty JSON object, nothing more. */
-#define JOIN_BODY_MAX 96 /* an empty JSON object, or a form with a presale code */
+/* join takes no body from the API (an empty JSON object at most); a browser's form brings
+ * a presale code, and the sale site's form an enqueue token (gw_enqueue.h). */
+#define JOIN_BODY_MAX      96
+#define JOIN_FORM_BODY_MAX (JOIN_BODY_MAX + GW_ENQUEUE_MAX_LEN)
+
+static size_t join_body_max(const char *content_type)
+{
+    return content_type != NULL &&
+                   strncasecmp(content_type, "application/x-www-form-urlencoded", 33) == 0
+               ? JOIN_FORM_BODY_MAX
+               : JOIN_BODY_MAX;
+}
 
 static void reply_simple(gw_server_t *srv, cm_req_t *req, gw_endpoint_t ep, int code,
                          const char *error, const char *message)
@@ -92,10 +104,10 @@ static void route_queue(gw_server_t *srv, cm_req_t *req, char **seg, int n)
     } else if (strcmp(seg[2], "join") == 0) {
         if (!method_is(req, CM_HTTP_POST))
             reply_simple(srv, req, GW_EP_OTHER, 405, "method_not_allowed", "use POST");
-        else if (body_len(req) > JOIN_BODY_MAX)
-            reply_simple(
-                srv, req, GW_EP_JOIN, 413, "body_too_large",
-                "join takes no body (at most an empty JSON object, or a form with its code)");
+        else if (body_len(req) > join_body_max(cm_http_header(req, "Content-Type")))
+            reply_simple(srv, req, GW_EP_JOIN, 413, "body_too_large",
+                         "join takes no body (at most an empty JSON object, or a form with its "
+                         "code or enqueue token)");
         else
             gw_queue_join(srv, req, seg[1]);
     } else if (strcmp(seg[2], "pow.js") == 0) {
@@ -210,13 +222,13 @@ static void route_admin(gw_server_t *srv, cm_req_t *req, char **seg, int n)
     }
 }
 
-size_t gw_routes_body_cap(cm_http_method_t method, const char *path)
+size_t gw_routes_body_cap(cm_http_method_t method, const char *path, const char *content_type)
 {
     /* /q/{event}/join, as sent (an encoded "join" still meets the handler's check) */
     size_t n = strlen(path);
     if (method == CM_HTTP_POST && n > 8 && strncmp(path, "/q/", 3) == 0 &&
         strcmp(path + n - 5, "/join") == 0 && memchr(path + 3, '/', n - 8) == NULL)
-        return JOIN_BODY_MAX;
+        return join_body_max(content_type);
     return SIZE_MAX;
 }
 

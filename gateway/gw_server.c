@@ -30,6 +30,7 @@
 #include "cm_tls.h"
 #include "gw_admit.h"
 #include "gw_batch.h"
+#include "gw_enqueue.h"
 #include "gw_lang.h"
 #include "gw_limit.h"
 #include "gw_metrics.h"
@@ -255,6 +256,26 @@ static int load_langs(gw_server_t *srv, const char *dir, char *err, size_t errle
     return 0;
 }
 
+static void keyset_free(void *ks, void *ctx)
+{
+    (void)ctx;
+    cm_jwt_keyset_free(ks);
+}
+
+/* The sale site's enqueue keys (enqueue_keys_file; none when unset): at start-up, and
+ * again on the reload thread, where the new set is published and the old one retired. */
+static int load_enqueue_keys(gw_server_t *srv, const char *path, char *err, size_t errlen)
+{
+    cm_jwt_keyset_t *ks = NULL;
+    if (path != NULL && (ks = gw_enqueue_keys_load(path, err, errlen)) == NULL)
+        return -1;
+    if (srv->enqueue_keys == NULL)
+        srv->enqueue_keys = cm_reload_cell_new(ks, keyset_free, NULL);
+    else
+        cm_reload_cell_set(srv->enqueue_keys, ks);
+    return 0;
+}
+
 static int load_secrets(gw_server_t *srv, char *err, size_t errlen)
 {
     const gw_config_t *cfg = &srv->cfg;
@@ -266,6 +287,8 @@ static int load_secrets(gw_server_t *srv, char *err, size_t errlen)
     if (load_keys(srv, err, errlen) != 0)
         return -1;
     if (load_langs(srv, cfg->page_languages_dir, err, errlen) != 0)
+        return -1;
+    if (load_enqueue_keys(srv, cfg->enqueue_keys_file, err, errlen) != 0)
         return -1;
     if (cfg->code_secret_file != NULL) {
         srv->code_secret =
@@ -291,6 +314,8 @@ static int on_config_apply(void *arg, const void *p, char *err, size_t errlen)
     if (reload_keys(srv, cfg->signing_keys, err, errlen) != 0)
         return -1;
     if (load_langs(srv, cfg->page_languages_dir, err, errlen) != 0)
+        return -1;
+    if (load_enqueue_keys(srv, cfg->enqueue_keys_file, err, errlen) != 0)
         return -1;
     cm_service_log_apply(&log);
     gw_limit_set(srv->limit, cfg->join_rate_per_ip, cfg->join_burst_per_ip);
@@ -345,6 +370,7 @@ static void worker_new(void *arg, cm_service_t *svc, int i, void *instance, char
         srv->signer = first->signer;
         srv->jwks = first->jwks;
         srv->langs = first->langs;
+        srv->enqueue_keys = first->enqueue_keys;
         srv->limit = first->limit;
         srv->pow = first->pow;
         srv->code_secret = first->code_secret; /* borrowed, like the ticket keys */
@@ -474,6 +500,7 @@ void gw_server_free(gw_server_t *srv)
     cm_reload_cell_free(srv->signer);
     cm_reload_cell_free(srv->jwks);
     cm_reload_cell_free(srv->langs);
+    cm_reload_cell_free(srv->enqueue_keys);
     for (int i = 0; i < srv->ticket_keys.n; i++) {
         unsigned char *s = (unsigned char *)srv->ticket_keys.secret[i];
         memset(s, 0, srv->ticket_keys.len[i]);

@@ -7,6 +7,9 @@
  * A bound ticket (version 2, 89 bytes → 119 characters) puts the key's 16 thumbprint
  * bytes at [41..56] and the MAC, over bytes[0..56], at [57..88]. 128 bits of the
  * thumbprint: finding another key with the same leading bytes is a 2^128 search.
+ * A customer's ticket (version 3, or 4 when also bound) puts, after the body of version 1
+ * (or 2), the customer id's length (1 byte, 1..GW_CUSTOMER_MAX) and its characters, then
+ * the MAC over all of that: at most 154 bytes → 206 characters.
  * Integers big-endian. The domain string keeps this MAC from ever being confused with
  * another use of the same secret. HMAC-SHA256 is OpenSSL's (EVP_MAC); CRYPTO_memcmp makes
  * the check constant-time.
@@ -32,14 +35,17 @@
 #include "cm_text.h"
 #include "cm_tls.h"
 
-#define VERSION       1
-#define VERSION_BOUND 2
-#define BODY_LEN      41
-#define MAC_LEN       32
-#define RAW_LEN       (BODY_LEN + MAC_LEN)
-#define BOUND_LEN     (BODY_LEN + GW_TICKET_JKT_LEN) /* the body of a bound ticket */
-#define RAW_MAX       (BOUND_LEN + MAC_LEN)
-#define DOMAIN        "onsale-queue-ticket"
+#define VERSION                1
+#define VERSION_BOUND          2
+#define VERSION_CUSTOMER       3
+#define VERSION_CUSTOMER_BOUND 4
+#define BODY_LEN               41
+#define MAC_LEN                32
+#define BOUND_LEN              (BODY_LEN + GW_TICKET_JKT_LEN) /* the body of a bound ticket */
+#define BODY_MAX               (BOUND_LEN + 1 + GW_CUSTOMER_MAX)
+#define RAW_MAX                (BODY_MAX + MAC_LEN)
+#define TEXT_MAX               ((RAW_MAX * 4 + 2) / 3)
+#define DOMAIN                 "onsale-queue-ticket"
 
 /* --- the per-thread keyed HMAC contexts --- */
 
@@ -188,10 +194,23 @@ bool gw_ticket_visitor_ok(const char *s)
     return i == GW_VISITOR_LEN;
 }
 
+bool gw_ticket_customer_ok(const char *s, size_t n)
+{
+    if (n == 0 || n > GW_CUSTOMER_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '@' || c == ':' || c == '+' || c == '-'))
+            return false;
+    }
+    return true;
+}
+
 static void mac_of(const unsigned char *secret, size_t secretlen, const char *event,
                    const unsigned char *body, size_t body_len, unsigned char out[MAC_LEN])
 {
-    unsigned char msg[sizeof(DOMAIN) + CM_IDENT_MAX + 1 + BOUND_LEN];
+    unsigned char msg[sizeof(DOMAIN) + CM_IDENT_MAX + 1 + BODY_MAX];
     size_t elen = strnlen(event, CM_IDENT_MAX);
     size_t o = 0;
     memcpy(msg, DOMAIN, sizeof(DOMAIN)); /* with its NUL as the separator */
@@ -208,18 +227,28 @@ size_t gw_ticket_encode(const unsigned char *secret, size_t secretlen, const cha
                         const gw_ticket_t *t, char *out, size_t outlen)
 {
     unsigned char raw[RAW_MAX];
-    size_t body_len = t->bound ? BOUND_LEN : BODY_LEN;
-    if (outlen < GW_TICKET_MAX_LEN || !gw_ticket_visitor_ok(t->visitor))
+    size_t clen = strnlen(t->customer, sizeof(t->customer));
+    if (outlen < GW_TICKET_MAX_LEN || !gw_ticket_visitor_ok(t->visitor) ||
+        (clen > 0 && !gw_ticket_customer_ok(t->customer, clen)))
         return 0;
-    raw[0] = t->bound ? VERSION_BOUND : VERSION;
+    raw[0] = clen > 0 ? (t->bound ? VERSION_CUSTOMER_BOUND : VERSION_CUSTOMER)
+                      : (t->bound ? VERSION_BOUND : VERSION);
     put_u64(raw + 1, t->gen);
     put_u64(raw + 9, t->num);
     put_u64(raw + 17, (uint64_t)t->iat);
     for (int i = 0; i < 16; i++)
         raw[25 + i] =
             (unsigned char)(hexval(t->visitor[2 * i]) << 4 | hexval(t->visitor[2 * i + 1]));
-    if (t->bound)
-        memcpy(raw + BODY_LEN, t->jkt, GW_TICKET_JKT_LEN);
+    size_t body_len = BODY_LEN;
+    if (t->bound) {
+        memcpy(raw + body_len, t->jkt, GW_TICKET_JKT_LEN);
+        body_len += GW_TICKET_JKT_LEN;
+    }
+    if (clen > 0) {
+        raw[body_len++] = (unsigned char)clen;
+        memcpy(raw + body_len, t->customer, clen);
+        body_len += clen;
+    }
     mac_of(secret, secretlen, event, raw, body_len, raw + body_len);
     return cm_base64url_encode(raw, body_len + MAC_LEN, out);
 }
@@ -228,12 +257,25 @@ int gw_ticket_decode(const unsigned char *secret, size_t secretlen, const char *
                      const char *text, size_t len, gw_ticket_t *out)
 {
     unsigned char raw[RAW_MAX + 3], mac[MAC_LEN];
-    bool bound = len == (RAW_MAX * 4 + 2) / 3;
-    size_t body_len = bound ? BOUND_LEN : BODY_LEN;
-    if (len != (RAW_LEN * 4 + 2) / 3 && !bound)
+    if (len > TEXT_MAX)
         return -1;
-    if (cm_base64url_decode(text, len, raw, sizeof(raw)) != (long)(body_len + MAC_LEN) ||
-        raw[0] != (bound ? VERSION_BOUND : VERSION))
+    long n = cm_base64url_decode(text, len, raw, sizeof(raw));
+    if (n < BODY_LEN + MAC_LEN || len != ((size_t)n * 4 + 2) / 3) /* unpadded, one length */
+        return -1;
+    bool bound = raw[0] == VERSION_BOUND || raw[0] == VERSION_CUSTOMER_BOUND;
+    bool customer = raw[0] == VERSION_CUSTOMER || raw[0] == VERSION_CUSTOMER_BOUND;
+    if (raw[0] < VERSION || raw[0] > VERSION_CUSTOMER_BOUND)
+        return -1;
+    size_t body_len = bound ? BOUND_LEN : BODY_LEN, clen = 0;
+    if (customer) {
+        if ((size_t)n < body_len + 1 + MAC_LEN)
+            return -1;
+        clen = raw[body_len];
+        if (!gw_ticket_customer_ok((const char *)raw + body_len + 1, clen))
+            return -1;
+        body_len += 1 + clen;
+    }
+    if ((size_t)n != body_len + MAC_LEN)
         return -1;
     mac_of(secret, secretlen, event, raw, body_len, mac);
     if (CRYPTO_memcmp(mac, raw + body_len, MAC_LEN) != 0)
@@ -242,6 +284,8 @@ int gw_ticket_decode(const unsigned char *secret, size_t secretlen, const char *
     out->bound = bound;
     if (bound)
         memcpy(out->jkt, raw + BODY_LEN, GW_TICKET_JKT_LEN);
+    if (customer)
+        memcpy(out->customer, raw + body_len - clen, clen);
     out->gen = get_u64(raw + 1);
     out->num = get_u64(raw + 9);
     out->iat = (int64_t)get_u64(raw + 17);

@@ -7,8 +7,10 @@
  * the MAC input, so a ticket of another event never verifies. Number 0 means "in the
  * pre-queue" (the number is given at the opening). A ticket of a room that binds tickets
  * to a key (gw_dpop) carries, in a second version of the layout, the first 16 bytes of the
- * SHA-256 thumbprint of the fan's public key, under the same MAC. Pure functions, no event loop:
- * safe from any thread.
+ * SHA-256 thumbprint of the fan's public key, under the same MAC. A customer's ticket (the
+ * join came with the sale site's enqueue token, gw_enqueue.h) also carries the site's
+ * customer id, under the same MAC: the place is the customer's, in every browser they
+ * use. Pure functions, no event loop: safe from any thread.
  */
 #ifndef GW_TICKET_H
 #define GW_TICKET_H
@@ -19,13 +21,14 @@
 
 #include "cm_http.h"
 
-#define GW_TICKET_MAX_LEN     128 /* text form, NUL included */
+#define GW_TICKET_MAX_LEN     208 /* text form, NUL included */
 #define GW_VISITOR_LEN        32  /* visitor id: 16 random bytes as lower-case hex */
 #define GW_TICKET_SECRET_MIN  32  /* bytes of secret we accept */
 #define GW_COOKIE_PREFIX      "onsale_q_"
 #define GW_TICKET_MAX_SECRETS 8   /* ticket secrets in rotation at once */
 #define GW_TICKET_FUTURE_S    300 /* an iat this far ahead of our clock is not believed */
 #define GW_TICKET_JKT_LEN     16  /* bytes of the key thumbprint a bound ticket carries */
+#define GW_CUSTOMER_MAX       64  /* a sale site's customer id: [A-Za-z0-9._@:+-], 1 to 64 */
 
 typedef struct gw_ticket {
     uint64_t gen;                         /* the room's generation (changes when re-created) */
@@ -36,7 +39,20 @@ typedef struct gw_ticket {
     unsigned char jkt[GW_TICKET_JKT_LEN]; /* leading bytes of the key's RFC 7638 thumbprint */
     char cnf_jkt[44]; /* not encoded: the full thumbprint (base64url) once a proof by the
                          ticket's key was verified for this request; "" otherwise */
+    char customer[GW_CUSTOMER_MAX + 1]; /* the sale site's customer id; "" = a browser's place */
 } gw_ticket_t;
+
+/**
+ * Who holds t's place in Redis and in the admission token's sub: the customer when the
+ * ticket names one, else the visitor id.
+ */
+static inline const char *gw_ticket_who(const gw_ticket_t *t)
+{
+    return t->customer[0] != '\0' ? t->customer : t->visitor;
+}
+
+/** True when s (n bytes) is a customer id: 1 to GW_CUSTOMER_MAX of [A-Za-z0-9._@:+-]. */
+bool gw_ticket_customer_ok(const char *s, size_t n);
 
 /**
  * HMAC-SHA256 of msg under key into out (32 bytes). Any thread: each thread keeps a few
@@ -51,7 +67,8 @@ unsigned long gw_ticket_hmac_keyed(void);
 
 /**
  * Writes the ticket's text (NUL-terminated) into out. Returns its length, or 0 when the
- * visitor id is malformed or out is too small (GW_TICKET_MAX_LEN always suffices).
+ * visitor id or the customer id is malformed or out is too small (GW_TICKET_MAX_LEN always
+ * suffices).
  */
 size_t gw_ticket_encode(const unsigned char *secret, size_t secretlen, const char *event,
                         const gw_ticket_t *t, char *out, size_t outlen);

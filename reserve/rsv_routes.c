@@ -169,8 +169,9 @@ static bool one_segment_between(const char *path, const char *prefix, const char
     return memchr(path + pl, '/', n - pl - sl) == NULL;
 }
 
-size_t rsv_routes_body_cap(cm_http_method_t method, const char *path)
+size_t rsv_routes_body_cap(cm_http_method_t method, const char *path, const char *content_type)
 {
+    (void)content_type; /* every body the reserve takes is JSON */
     switch (method) {
     case CM_HTTP_GET:
     case CM_HTTP_HEAD:

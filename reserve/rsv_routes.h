@@ -17,7 +17,7 @@ void rsv_routes_admin(cm_req_t *req, void *arg);
  *  hold and a confirmation take their JSON (max_body_bytes), POST/DELETE routes without a
  *  body at most RSV_TINY_BODY_MAX (an empty JSON object), GET/HEAD/OPTIONS none. Pure,
  *  any thread. */
-size_t rsv_routes_body_cap(cm_http_method_t method, const char *path);
+size_t rsv_routes_body_cap(cm_http_method_t method, const char *path, const char *content_type);
 #define RSV_TINY_BODY_MAX 64
 
 #endif

@@ -1,6 +1,7 @@
 -- admit: a number at or below the watermark claims its admission, once.
 -- KEYS: the room's keys (prelude.lua). ARGV[1] = gen (the ticket's room), ARGV[2] =
--- number, ARGV[3] = visitor id, ARGV[4] = jti to use if this is the first claim.
+-- number, ARGV[3] = whose place (the visitor id, or the customer id of a customer's ticket,
+-- gw_enqueue.h), ARGV[4] = jti to use if this is the first claim.
 -- The first claim records '<iat>:<exp>:<jti>:<visitor>' under the number (iat = Redis
 -- TIME, exp = iat + admission_ttl_seconds), marks the number claimed, and adds the
 -- visitor to the active set until exp (the reserve lowers or ends that entry when the

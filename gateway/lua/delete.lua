@@ -4,7 +4,8 @@
 -- or admission hash is freed off the main thread.
 -- KEYS: the room's keys (prelude.lua), then its presale codes' keys (KEYS[12..]: holders,
 -- batches, uses, revocations; gw_rediskeys.h): codes are derived under the room's gen,
--- so a room made again under the same event id takes none of the old ones.
+-- so a room made again under the same event id takes none of the old ones; then its
+-- customers' places (KEYS[16]), numbers of this room only.
 -- Returns 1 when the room existed, else 0.
 local gen = redis.call('HGET', K.cfg, 'gen')
 redis.call('UNLINK', K.cfg, K.n, K.st, K.wb, K.pre, K.pl, K.cb, K.sb, K.adm)

@@ -16,6 +16,11 @@
 -- serial (its bit), ARGV[4] = seconds until every challenge of the bucket has expired
 -- (the bitmap's lifetime, set when it is made): a proof places one fan. ARGV[3], ARGV[4]
 -- are '' without a proof when a code follows.
+-- A customer's join (the sale site's enqueue token, gw_enqueue.h): ARGV[7] = '1', ARGV[1] =
+-- the customer id (ARGV[3..6] '' when unused) and the last key = the room's customers
+-- (GW_KEY_CUSTOMERS: customer -> number, or 'p' in the pre-queue). One customer, one place:
+-- a customer placed already gets that place again, whatever browser asks and whatever
+-- code or proof it brings (nothing is taken: no code use, no proof marked, no number).
 -- Returns {'queued', gen, number, now} | {'prequeue', gen, 0, now} | {'unknown'} |
 -- {'sold_out'} | {'closed'} | {'not_open', prequeue_at} | {'prequeue_full', opens_at} |
 -- {'replayed'} (the proof was used already) | {'code_required', phase} |
@@ -24,14 +29,28 @@
 -- (HMGET and HGET, not HGETALL of the settings and the counters: ~15 -> ~9 µs per join,
 -- docs/performance.md, round 3). A room always has a gen (settings.lua, advance.lua).
 local coded = ARGV[5] ~= nil and ARGV[5] ~= ''
-local c, now, refused = join_gate(coded)
+local cust = ARGV[7] == '1' and KEYS[#KEYS] or nil
+local c, now, refused = join_gate(coded or cust ~= nil)
 if refused then
     return refused
 end
-local proof = KEYS[12]
+if cust then
+    local had = redis.call('HGET', cust, ARGV[1])
+    if had == 'p' then
+        return {'prequeue', c.gen, 0, now}
+    elseif had then
+        return {'queued', c.gen, tonumber(had), now}
+    end
+    if not coded and c.phase and c.phase.code == '1' then
+        return {'code_required', c.phase.name}
+    end
+end
+local proof -- the proof's bitmap, when the join brings one (ARGV[3], its serial)
+if ARGV[3] ~= nil and ARGV[3] ~= '' then
+    proof = coded and KEYS[16] or KEYS[12]
+end
 local use -- the code's byte in the uses string, taken once the fan is placed
 if coded then
-    proof = KEYS[16]
     local meta = redis.call('HGET', KEYS[13], ARGV[5])
     if not meta then
         return {'code_unknown'}
@@ -74,6 +93,13 @@ if st.opened ~= '1' then
         score = redis.call('HINCRBY', K.st, 'pseq', 1)
     end
     redis.call('ZADD', K.pre, 'NX', score, ARGV[1])
+    if cust then
+        redis.call('HSET', cust, ARGV[1], 'p')
+    end
     return {'prequeue', c.gen, 0, now}
 end
-return {'queued', c.gen, redis.call('INCR', K.n), now}
+local n = redis.call('INCR', K.n)
+if cust then
+    redis.call('HSET', cust, ARGV[1], n)
+end
+return {'queued', c.gen, n, now}

@@ -39,6 +39,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     CHECK(gw_ticket_decode(secret, sizeof(secret) - 1, "ev1", text, n, &out) == 0);
     CHECK(out.num == in.num && out.gen == in.gen && strcmp(out.visitor, in.visitor) == 0);
     CHECK(gw_ticket_decode(secret, sizeof(secret) - 1, "ev2", text, n, &out) != 0);
+
+    /* A customer's ticket with the input as the customer id, when it is one: the id comes
+     * back exactly, and nothing else decodes the same text. */
+    size_t cl = size < GW_CUSTOMER_MAX ? size : GW_CUSTOMER_MAX;
+    if (gw_ticket_customer_ok(s, cl)) {
+        memcpy(in.customer, s, cl);
+        in.customer[cl] = '\0';
+        n = gw_ticket_encode(secret, sizeof(secret) - 1, "ev1", &in, text, sizeof(text));
+        CHECK(n > 0 && n < GW_TICKET_MAX_LEN);
+        CHECK(gw_ticket_decode(secret, sizeof(secret) - 1, "ev1", text, n, &out) == 0);
+        CHECK(strcmp(out.customer, in.customer) == 0 && out.num == in.num);
+        CHECK(gw_ticket_decode(secret, sizeof(secret) - 1, "ev1", text, n - 1, &out) != 0);
+    }
     free(s);
     return 0;
 }

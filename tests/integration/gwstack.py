@@ -70,12 +70,23 @@ def b64url_decode(s):
 
 def ticket_fields(ticket):
     """(gen, number, iat, visitor) of a queue ticket (gw_ticket.c's layout: version 1, or
-    2 for a ticket bound to a key, whose 16 thumbprint bytes follow the visitor)."""
+    2 for a ticket bound to a key, whose 16 thumbprint bytes follow the visitor; 3 and 4
+    are those of a customer, ticket_customer)."""
     raw = b64url_decode(ticket)
-    if (len(raw), raw[0]) not in ((73, 1), (89, 2)):
-        raise ValueError(f"not a v1 or v2 ticket: {ticket!r}")
+    if (len(raw), raw[0]) not in ((73, 1), (89, 2)) and raw[0] not in (3, 4):
+        raise ValueError(f"not a queue ticket: {ticket!r}")
     gen, num, iat = struct.unpack(">QQQ", raw[1:25])
     return gen, num, iat, raw[25:41].hex()
+
+
+def ticket_customer(ticket):
+    """The customer id a customer's ticket carries (versions 3 and 4: its length byte and
+    characters after the body of version 1 or 2), or None."""
+    raw = b64url_decode(ticket)
+    if raw[0] not in (3, 4):
+        return None
+    at = 41 if raw[0] == 3 else 57
+    return raw[at + 1:at + 1 + raw[at]].decode()
 
 
 def ticket_number(ticket):

@@ -367,6 +367,7 @@ class Walk(unittest.TestCase):
         self.call(pub, "GET", f"/q/{ev}/status", 401)
         self.walk_pow(pub, admin, adm)
         self.walk_codes(pub, admin, adm)
+        self.walk_enqueue(pub, admin, adm)
         self.call(admin, "GET", f"/admin/events/{ev}/history", 200, token=adm)
         self.call(admin, "GET", "/admin/events/no-such-room/history", 404, token=adm)
         self.call(admin, "PATCH", f"/admin/events/{ev}", 200, token=adm, body={"paused": False})
@@ -408,6 +409,21 @@ class Walk(unittest.TestCase):
                     if _zero_bits(hashlib.sha256((c + str(i)).encode()).digest()) >= ch["difficulty"])
         self.call(pub, "POST", f"/q/{ev}/join", 201, body={}, headers={"Onsale-Pow": f"{c}.{good}"})
         self.call(pub, "POST", f"/q/{ev}/join", 409, body={}, headers={"Onsale-Pow": f"{c}.{good}"})
+        self.call(admin, "DELETE", f"/admin/events/{ev}", 200, token=adm)
+
+    def walk_enqueue(self, pub, admin, adm):
+        """An invite-only room: a join without the sale site's token, and one with a token
+        on a gateway that takes none (the stack's gateway has no enqueue_keys_file;
+        test_gateway_enqueue walks the rest)."""
+        ev = stack.new_id("oa-enq")
+        r = self.call(admin, "PUT", f"/admin/events/{ev}", 201, token=adm,
+                      body={"rate_per_minute": 600, "invite_only": True})
+        self.assertTrue(r.json["invite_only"])
+        self.assertEqual(self.call(pub, "POST", f"/q/{ev}/join", 403, body={}).json["error"],
+                         "enqueue_required")
+        r = self.call(pub, "POST", f"/q/{ev}/join", 400, body={},
+                      headers={"Onsale-Enqueue": "x.y.z"})
+        self.assertEqual(r.json["error"], "enqueue_unsupported")
         self.call(admin, "DELETE", f"/admin/events/{ev}", 200, token=adm)
 
     def walk_codes(self, pub, admin, adm):

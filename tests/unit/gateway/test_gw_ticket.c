@@ -303,6 +303,70 @@ static void test_bound_round_trip(void **state)
     assert_int_not_equal(gw_ticket_decode(secret, SLEN, "ev1", text, 98, &out), 0);
 }
 
+/* A customer's ticket (gw_enqueue.h) carries the customer id under the MAC, bound or not;
+ * any altered character, another customer's id spliced in, or a cut is refused; a
+ * customer id outside its charset or length is never encoded. */
+static void test_customer_round_trip(void **state)
+{
+    char text[GW_TICKET_MAX_LEN], other[GW_TICKET_MAX_LEN];
+    gw_ticket_t t = sample(), out;
+    snprintf(t.customer, sizeof(t.customer), "%s", "cust-42@site.example");
+    size_t n = gw_ticket_encode(secret, SLEN, "ev1", &t, text, sizeof(text));
+    assert_true(n > 98 && n < GW_TICKET_MAX_LEN);
+    assert_int_equal(gw_ticket_decode(secret, SLEN, "ev1", text, n, &out), 0);
+    assert_string_equal(out.customer, "cust-42@site.example");
+    assert_string_equal(gw_ticket_who(&out), "cust-42@site.example");
+    assert_string_equal(out.visitor, t.visitor);
+    assert_int_equal(out.num, t.num);
+    assert_false(out.bound);
+    for (size_t i = 0; i < n; i++) {
+        char c = text[i];
+        text[i] = c == 'A' ? 'B' : 'A';
+        assert_int_not_equal(gw_ticket_decode(secret, SLEN, "ev1", text, n, &out), 0);
+        text[i] = c;
+    }
+    for (size_t cut = 1; cut < n; cut++)
+        assert_int_not_equal(gw_ticket_decode(secret, SLEN, "ev1", text, n - cut, &out), 0);
+    /* the same place of another customer is another ticket: neither verifies as the other */
+    gw_ticket_t u = t;
+    snprintf(u.customer, sizeof(u.customer), "%s", "cust-43@site.example");
+    size_t m = gw_ticket_encode(secret, SLEN, "ev1", &u, other, sizeof(other));
+    assert_int_equal(m, n);
+    assert_memory_not_equal(text, other, n);
+    /* bound and a customer's at once; the longest customer id still fits */
+    t.bound = true;
+    memset(t.jkt, 0x7e, sizeof(t.jkt));
+    memset(t.customer, 'z', GW_CUSTOMER_MAX);
+    t.customer[GW_CUSTOMER_MAX] = '\0';
+    n = gw_ticket_encode(secret, SLEN, "ev1", &t, text, sizeof(text));
+    assert_true(n > 0 && n < GW_TICKET_MAX_LEN);
+    assert_int_equal(gw_ticket_decode(secret, SLEN, "ev1", text, n, &out), 0);
+    assert_true(out.bound);
+    assert_memory_equal(out.jkt, t.jkt, sizeof(t.jkt));
+    assert_string_equal(out.customer, t.customer);
+    /* no customer: the visitor owns the place */
+    gw_ticket_t v = sample();
+    assert_string_equal(gw_ticket_who(&v), v.visitor);
+}
+
+static void test_customer_ids_checked(void **state)
+{
+    static const char *const good[] = {"a", "C-1", "user.name+tag@example.org", "x:y_z"};
+    static const char *const bad[] = {"", "a b", "a{b}", "ü", "a/b", "a\"b", "a%41", "a\nb"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        assert_true(gw_ticket_customer_ok(good[i], strlen(good[i])));
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_false(gw_ticket_customer_ok(bad[i], strlen(bad[i])));
+    char longest[GW_CUSTOMER_MAX + 2];
+    memset(longest, 'a', sizeof(longest));
+    assert_true(gw_ticket_customer_ok(longest, GW_CUSTOMER_MAX));
+    assert_false(gw_ticket_customer_ok(longest, GW_CUSTOMER_MAX + 1));
+    char text[GW_TICKET_MAX_LEN];
+    gw_ticket_t t = sample();
+    snprintf(t.customer, sizeof(t.customer), "%s", "no spaces");
+    assert_int_equal(gw_ticket_encode(secret, SLEN, "ev1", &t, text, sizeof(text)), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -311,6 +375,8 @@ int main(void)
         cmocka_unit_test(test_hmac_contexts_per_thread_freed),
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_bound_round_trip),
+        cmocka_unit_test(test_customer_round_trip),
+        cmocka_unit_test(test_customer_ids_checked),
         cmocka_unit_test(test_prequeue_number_zero),
         cmocka_unit_test(test_other_event_refused),
         cmocka_unit_test(test_other_secret_refused),
