@@ -119,6 +119,11 @@ static const char *const en[GW_MSG_COUNT] = {
                                    "Please continue there.",
     [GW_MSG_ERROR_NO_WORKER] = "Your browser cannot run the check this waiting room needs. "
                                "Please try another browser.",
+    [GW_MSG_TITLE_INVITE] = "By invitation",
+    [GW_MSG_ERROR_INVITE] = "This waiting room is by invitation. Please follow the link the "
+                            "ticket seller gave you.",
+    [GW_MSG_ERROR_INVITE_INVALID] = "This invitation link is no longer valid. Please go back to "
+                                    "the ticket seller's site and follow the link again.",
     [GW_MSG_CODE_CHECK] = "Please check your code.",
     [GW_MSG_CODE_MALFORMED] = "That is not a presale code. Please check each character.",
     [GW_MSG_CODE_UNKNOWN] = "We do not know this code. Please check it against your invitation.",
@@ -221,6 +226,12 @@ static const char *const de[GW_MSG_COUNT] = {
     [GW_MSG_ERROR_NO_WORKER] = "Ihr Browser kann die Prüfung, die dieser Warteraum verlangt, "
                                "nicht ausführen. Bitte versuchen Sie es mit einem anderen "
                                "Browser.",
+    [GW_MSG_TITLE_INVITE] = "Nur mit Einladung",
+    [GW_MSG_ERROR_INVITE] = "Dieser Warteraum ist nur mit Einladung zugänglich. Bitte folgen "
+                            "Sie dem Link, den Sie vom Ticketverkäufer erhalten haben.",
+    [GW_MSG_ERROR_INVITE_INVALID] = "Dieser Einladungslink ist nicht mehr gültig. Bitte kehren Sie "
+                                    "zur Website des Ticketverkäufers zurück und folgen Sie dem "
+                                    "Link erneut.",
     [GW_MSG_CODE_CHECK] = "Bitte prüfen Sie Ihren Code.",
     [GW_MSG_CODE_MALFORMED] = "Das ist kein Vorverkaufscode. Bitte prüfen Sie jedes Zeichen.",
     [GW_MSG_CODE_UNKNOWN] = "Diesen Code kennen wir nicht. Bitte vergleichen Sie ihn mit Ihrer "
@@ -326,6 +337,11 @@ static const char *const fr[GW_MSG_COUNT] = {
     [GW_MSG_ERROR_NO_WORKER] = "Votre navigateur ne peut pas effectuer la vérification "
                                "qu’exige cette salle d’attente. Essayez avec un autre "
                                "navigateur.",
+    [GW_MSG_TITLE_INVITE] = "Sur invitation",
+    [GW_MSG_ERROR_INVITE] = "Cette salle d’attente est sur invitation. Suivez le lien que le "
+                            "vendeur de billets vous a donné.",
+    [GW_MSG_ERROR_INVITE_INVALID] = "Ce lien d’invitation n’est plus valable. Retournez sur le "
+                                    "site du vendeur de billets et suivez à nouveau le lien.",
     [GW_MSG_CODE_CHECK] = "Merci de vérifier votre code.",
     [GW_MSG_CODE_MALFORMED] = "Ce n’est pas un code de prévente. Vérifiez chaque caractère.",
     [GW_MSG_CODE_UNKNOWN] = "Nous ne connaissons pas ce code. Comparez-le avec votre invitation.",
@@ -422,6 +438,11 @@ static const char *const es[GW_MSG_COUNT] = {
                                    "entraste. Continúa desde allí.",
     [GW_MSG_ERROR_NO_WORKER] = "Tu navegador no puede hacer la comprobación que exige esta sala "
                                "de espera. Prueba con otro navegador.",
+    [GW_MSG_TITLE_INVITE] = "Solo con invitación",
+    [GW_MSG_ERROR_INVITE] = "Esta sala de espera es solo con invitación. Sigue el enlace que te "
+                            "dio el vendedor de entradas.",
+    [GW_MSG_ERROR_INVITE_INVALID] = "Este enlace de invitación ya no es válido. Vuelve al sitio "
+                                    "del vendedor de entradas y sigue el enlace de nuevo.",
     [GW_MSG_CODE_CHECK] = "Comprueba tu código.",
     [GW_MSG_CODE_MALFORMED] = "Eso no es un código de preventa. Comprueba cada carácter.",
     [GW_MSG_CODE_UNKNOWN] = "No reconocemos este código. Compáralo con tu invitación.",

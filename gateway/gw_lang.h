@@ -87,6 +87,9 @@
     X(ERROR_WEBCRYPTO, error_webcrypto)                                                            \
     X(ERROR_OTHER_BROWSER, error_other_browser)                                                    \
     X(ERROR_NO_WORKER, error_no_worker)                                                            \
+    X(TITLE_INVITE, title_invite)                                                                  \
+    X(ERROR_INVITE, error_invite)                                                                  \
+    X(ERROR_INVITE_INVALID, error_invite_invalid)                                                  \
     X(CODE_CHECK, code_check)                                                                      \
     X(CODE_MALFORMED, code_malformed)                                                              \
     X(CODE_UNKNOWN, code_unknown)                                                                  \

@@ -264,6 +264,8 @@ typedef enum {
     ST_UNAVAILABLE, /* 503, or anything unexpected: try again shortly */
     ST_BUSY,        /* 429 rate_limited: try again after Retry-After */
     ST_JAVASCRIPT,  /* pow_required of a form join: the proof of work needs JavaScript */
+    ST_INVITE,      /* enqueue_required of a form join: the room is by invitation */
+    ST_INVITE_BAD,  /* a form join's enqueue token refused: the sale site's link again */
     ST_COUNT
 } page_state_t;
 
@@ -288,6 +290,8 @@ static const struct {
     [ST_UNAVAILABLE] = {"unavailable", GW_MSG_TITLE_WAIT, true, GW_MSG_ERROR_UNAVAILABLE},
     [ST_BUSY] = {"busy", GW_MSG_TITLE_WAIT, true, GW_MSG_ERROR_BUSY},
     [ST_JAVASCRIPT] = {"javascript", GW_MSG_TITLE_JAVASCRIPT, false, GW_MSG_ERROR_JAVASCRIPT},
+    [ST_INVITE] = {"invite", GW_MSG_TITLE_INVITE, false, GW_MSG_ERROR_INVITE},
+    [ST_INVITE_BAD] = {"invite_invalid", GW_MSG_TITLE_INVITE, false, GW_MSG_ERROR_INVITE_INVALID},
 };
 
 /* The message of lang for m; "" for NO_MSG. */
@@ -850,6 +854,9 @@ static char *render_answer(const gw_page_info_t *base, int code, const json_t *b
         in.code_error = code_message(&in, error);
     } else if (error != NULL && strcmp(error, "pow_required") == 0) {
         st = ST_JAVASCRIPT;
+        out_code = code;
+    } else if (error != NULL && strncmp(error, "enqueue_", 8) == 0 && code >= 400 && code < 500) {
+        st = strcmp(error, "enqueue_required") == 0 ? ST_INVITE : ST_INVITE_BAD;
         out_code = code;
     } else if (code == 429) {
         st = ST_BUSY;

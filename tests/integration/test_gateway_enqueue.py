@@ -182,6 +182,26 @@ class Enqueue(gwstack.GatewayTestCase):
         r = self.join_as(ev, expect=403)
         self.assertStatus(r, 403, "enqueue_required")
         self.assertEqual(r.json["reason"], "missing")
+        # a browser's form without a token: the page says so (in the browser's language),
+        # and with an expired one it asks for the site's link again; nothing is placed
+        form = {"Content-Type": "application/x-www-form-urlencoded"}
+        now = int(time.time())
+        stale = enqueue_token("late-1", ev, iat=now - 900, exp=now - 60)
+        c = self.GS.g.client()
+        try:
+            f = c.post(f"/q/{ev}/join", raw=b"code=", headers=form)
+            de = c.post(f"/q/{ev}/join", raw=b"code=",
+                        headers={**form, "Accept-Language": "de-DE,de;q=0.9"})
+            old = c.post(f"/q/{ev}/join", raw=f"enqueue={stale}".encode(), headers=form)
+        finally:
+            c.close()
+        self.assertEqual((f.status, de.status, old.status), (403, 403, 401), (f, de, old))
+        self.assertIn("text/html", f.headers["content-type"])
+        self.assertIn('data-state="invite"', f.body.decode())
+        self.assertIn("This waiting room is by invitation", f.body.decode())
+        self.assertIn("nur mit Einladung", de.body.decode())
+        self.assertIn('data-state="invite_invalid"', old.body.decode())
+        self.assertIn("no longer valid", old.body.decode())
         self.assertEqual(self.numbers_taken(ev), 0)
         j = self.join_as(ev, "invited-1").json
         self.assertEqual(ticket_number(j["ticket"]), 1)
