@@ -73,8 +73,8 @@ static gw_enqueue_result_t check(const char *tok, const gw_enqueue_policy_t *p, 
     return gw_enqueue_verify(ks, p, "ev1", tok, strlen(tok), NOW, customer);
 }
 
-static gw_enqueue_result_t check_claims(const tkey_t *k, const char *sub, const char *evt,
-                                        long iat, long exp, const char *aud, char *customer)
+static gw_enqueue_result_t check_claims(const tkey_t *k, const char *sub, const char *evt, long iat,
+                                        long exp, const char *aud, char *customer)
 {
     char *c = claims(sub, evt, iat, exp, aud), *t = token(k, c);
     gw_enqueue_result_t r = check(t, &policy, customer);
@@ -86,9 +86,9 @@ static gw_enqueue_result_t check_claims(const tkey_t *k, const char *sub, const 
 static void test_valid_token_gives_its_customer(void **state)
 {
     char customer[GW_CUSTOMER_MAX + 1];
-    assert_int_equal(check_claims(&site, "cust-42@shop", "ev1", NOW - 10, NOW + 600,
-                                  "onsale-gateway", customer),
-                     GW_ENQ_OK);
+    assert_int_equal(
+        check_claims(&site, "cust-42@shop", "ev1", NOW - 10, NOW + 600, "onsale-gateway", customer),
+        GW_ENQ_OK);
     assert_string_equal(customer, "cust-42@shop");
 }
 
@@ -149,7 +149,8 @@ static void test_shapes_and_algorithms_refused(void **state)
     char *c = claims("c1", "ev1", NOW, NOW + 60, "onsale-gateway");
     char *t = token(&site, c);
     char *dot = strchr(t, '.');
-    static const char none[] = "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0"; /* {"alg":"none","typ":"JWT"} */
+    static const char none[] =
+        "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0"; /* {"alg":"none","typ":"JWT"} */
     char forged[4096];
     snprintf(forged, sizeof(forged), "%s%s", none, dot);
     assert_int_equal(check(forged, &policy, customer), GW_ENQ_INVALID);
