@@ -1,6 +1,7 @@
 /*
  * The reference storefront (shop.html): seat map and GA pools with live availability,
- * an all-or-nothing hold, its countdown and extension at checkout, payment through the
+ * an all-or-nothing hold or best available beside each section's map (the reserve picks
+ * the seats together; seats apart only when the fan accepts them), its countdown and extension at checkout, payment through the
  * provider (simulator test cards), the booking — and every error a buyer can meet, as a
  * message with the next step.
  *
@@ -329,6 +330,7 @@
         grid.appendChild(row);
       });
       wrap.appendChild(h);
+      wrap.appendChild(bestBox(sec));
       wrap.appendChild(grid);
       box.appendChild(wrap);
       var p = bySection[sec][0].price;
@@ -337,6 +339,33 @@
     sectionsBuilt = true;
   }
   var currencyGuess = 'EUR';
+  /* Best available beside a section's map: how many seats, and the reserve picks the
+     best block of them together in one step (no guessing seat after seat). */
+  function bestBox(sec) {
+    var row = document.createElement('div');
+    row.className = 'best';
+    var lab = document.createElement('label');
+    lab.textContent = 'Best available: seats ';
+    lab.htmlFor = 'best-q-' + sec;
+    var q = document.createElement('input');
+    q.type = 'number';
+    q.min = '1';
+    q.max = '50';
+    q.step = '1';
+    q.value = '2';
+    q.id = 'best-q-' + sec;
+    q.inputMode = 'numeric';
+    var b = document.createElement('button');
+    b.type = 'button';
+    b.id = 'best-btn-' + sec;
+    b.className = 'secondary';
+    b.textContent = 'Find the best seats together';
+    b.addEventListener('click', function () { holdBest(sec, false); });
+    row.appendChild(lab);
+    row.appendChild(q);
+    row.appendChild(b);
+    return row;
+  }
 
   /* Arrow keys move between seats of a section (one tab stop per section). */
   function seatKey(e) {
@@ -499,7 +528,14 @@
         return;
       }
       if (res.status === 409 && j.error === 'sold_out') {
-        alertBox(what + ' is sold out.', 'Choose seats or another ticket type.', []);
+        alertBox(what.charAt(0).toUpperCase() + what.slice(1) + ' is sold out.', 'Choose seats or another ticket type.', []);
+        refresh();
+        return;
+      }
+      if (res.status === 409 && j.error === 'no_adjacent_seats') {
+        alertBox('No ' + body.quantity + ' seats together are left in ' + what + '.',
+          j.available + ' seats are still free there, apart. Nothing was held.',
+          [{ label: 'Seats apart are fine', run: function () { clearAlert(); holdBest(body.section, true); } }]);
         refresh();
         return;
       }
@@ -512,7 +548,8 @@
         alertBox('You can buy at most ' + j.max_per_buyer + ' tickets for this event.', 'Choose fewer tickets (tickets you already hold or bought count too).', []);
         return;
       }
-      if (res.status === 404 && (j.error === 'unknown_seat' || j.error === 'unknown_pool')) {
+      if (res.status === 404 && (j.error === 'unknown_seat' || j.error === 'unknown_pool' ||
+                                 j.error === 'unknown_section')) {
         alertBox('That ticket no longer exists.', 'The seat map was reloaded; choose again.', []);
         sectionsBuilt = false;
         refresh();
@@ -522,6 +559,13 @@
     });
   }
   function holdSeats() { if (selected.length) takeHold({ seats: selected.slice() }, 'The seat'); }
+  function holdBest(sec, split) {
+    var q = parseInt($('best-q-' + sec).value, 10);
+    if (!(q >= 1 && q <= 50)) { alertBox('Enter how many seats you want.', 'A whole number from 1 to 50.', []); $('best-q-' + sec).focus(); return; }
+    var body = { section: sec, quantity: q };
+    if (split) body.allow_split = true;
+    takeHold(body, 'section ' + sec);
+  }
   function holdPool(id) {
     var q = parseInt($('pool-q-' + id).value, 10);
     if (!(q >= 1)) { alertBox('Enter how many tickets you want.', 'A whole number, 1 or more.', []); $('pool-q-' + id).focus(); return; }

@@ -13,6 +13,9 @@ chromium through playwright-core:
   alone (a copied link) is refused, and a token bound to another key is named so;
 - loser: the seat the fan picked is held by another fan first → told so → another seat →
   booked;
+- best: best available for two seats in a row of five where another fan holds the 2nd
+  and 4th → told no two together are left and how many are free apart → "seats apart
+  are fine" → two seats held, the row's middle among them;
 - declined: the card is declined → told so, the seats stay held → another card → booked;
 - slow: the bank answers after the reserve's provider timeout → "pending" → booked;
 - expired: a 3-second hold runs out on screen → told so, back to the map, seat free;
@@ -197,6 +200,10 @@ class ShopInBrowser(unittest.TestCase):
         t = self.S.token
         spec = self.base_spec()
         spec["loser"] = {"event": evl, "token": t(evl, "fan-loser"), "rival": t(evl, "fan-rival")}
+        evb = stack.new_id("shop-b")
+        self.S.create_event(evb, sections=[{"id": "A", "rows": 1, "seats_per_row": 5,
+                                            "price": 5000}])
+        spec["best"] = {"event": evb, "token": t(evb, "fan-best"), "rival": t(evb, "fan-rival")}
         spec["declined"] = {"event": evd, "token": t(evd, "fan-declined")}
         spec["slow"] = {"event": evs, "token": t(evs, "fan-slow")}
         spec["expired"] = {"event": eve, "token": t(eve, "fan-expired")}
@@ -204,7 +211,7 @@ class ShopInBrowser(unittest.TestCase):
                         "allowed": f"https://localhost:{self.S.gateway_port}",
                         "denied": f"https://127.0.0.1:{self.S.gateway_port}"}
         res = self.run_browser(spec, "all")["scenarios"]
-        self.assertEqual(sorted(res), ["cors", "declined", "expired", "loser", "slow"])
+        self.assertEqual(sorted(res), ["best", "cors", "declined", "expired", "loser", "slow"])
         checker = "checker"
         # the rival's hold stands, the loser booked the next seat
         self.wait_status(evl, t(evl, checker), {"A-1-3": "held", "A-1-4": "sold"})
@@ -212,6 +219,8 @@ class ShopInBrowser(unittest.TestCase):
         self.wait_status(evd, t(evd, checker), {"A-2-1": "sold"})
         # the slow bank's payment ended in a booking, not a refund
         self.wait_status(evs, t(evs, checker), {"A-2-2": "sold"})
+        # best available held the middle seat and one beside the rival's
+        self.wait_status(evb, t(evb, checker), {"A-1-3": "held"})
         # the expired hold left nothing behind
         self.wait_status(eve, t(eve, checker), {"A-3-1": "available"})
         # the cross-origin hold was released again

@@ -321,6 +321,27 @@ async function loser(context, spec, sc) {
   return { booking };
 }
 
+async function best(context, spec, sc) {
+  const { page, errors } = await openShop(context, spec, sc);
+  const rival = await apiCall(spec.reserve, spec.ca, 'POST', `/v1/events/${sc.event}/holds`, sc.rival,
+    { seats: ['A-1-2', 'A-1-4'] });
+  check(rival.status === 201, 'the other fan holds A-1-2 and A-1-4 first', rival);
+  await page.locator('#best-q-A').fill('2');
+  await page.locator('#best-btn-A').click();
+  await page.locator('#alert').waitFor({ state: 'visible' });
+  const text = await page.locator('#alert').innerText();
+  check(/No 2 seats together/.test(text) && /3 seats are still free/.test(text),
+    'the fan is told no two seats together are left, and how many are apart', text);
+  await page.getByRole('button', { name: 'Seats apart are fine' }).click();
+  await page.locator('#s-hold').waitFor({ state: 'visible' });
+  const items = (await page.locator('#hold-items').innerText()).trim();
+  check(/A-1-3/.test(items) && items.split(',').length === 2,
+    'two seats apart are held, the best free one among them', items);
+  check(errors.length === 0, 'no script errors', errors);
+  await page.close();
+  return { items };
+}
+
 async function declined(context, spec, sc) {
   const { page, errors } = await openShop(context, spec, sc);
   await pickSeat(page, 'A-2-1');
@@ -482,8 +503,8 @@ async function threedsAbandon(context, spec, sc) {
   return {};
 }
 
-const SCENARIOS = { journey, bound, loser, declined, slow, expired, cors, threedsApprove, threedsFail,
-  threedsAbandon };
+const SCENARIOS = { journey, bound, loser, best, declined, slow, expired, cors, threedsApprove,
+  threedsFail, threedsAbandon };
 
 async function main() {
   let args, spec, chromium;
