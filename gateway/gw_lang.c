@@ -55,7 +55,7 @@ static const char *const en[GW_MSG_COUNT] = {
                            "Refreshing it or opening a second tab does not lose or change your "
                            "place.",
     [GW_MSG_STATUS] = "You are number {position} in line. Estimated wait: {eta}.",
-    [GW_MSG_ETA_UNKNOWN] = "calculating…",
+    [GW_MSG_ETA_UNKNOWN] = "calculating",
     [GW_MSG_ETA_UNDER_MINUTE] = "under a minute",
     [GW_MSG_ETA_MINUTE] = "about 1 minute",
     [GW_MSG_ETA_MINUTES] = "about {minutes} minutes",
@@ -156,7 +156,7 @@ static const char *const de[GW_MSG_COUNT] = {
                            "und ändert ihn nicht.",
     [GW_MSG_STATUS] = "Sie sind Nummer {position} in der Warteschlange. Geschätzte Wartezeit: "
                       "{eta}.",
-    [GW_MSG_ETA_UNKNOWN] = "wird berechnet …",
+    [GW_MSG_ETA_UNKNOWN] = "wird berechnet",
     [GW_MSG_ETA_UNDER_MINUTE] = "unter einer Minute",
     [GW_MSG_ETA_MINUTE] = "etwa 1 Minute",
     [GW_MSG_ETA_MINUTES] = "etwa {minutes} Minuten",
@@ -266,7 +266,7 @@ static const char *const fr[GW_MSG_COUNT] = {
                            "ni perdre ni changer de place.",
     [GW_MSG_STATUS] =
         "Vous êtes numéro {position} dans la file. Attente estimée" NBSP ":" NBSP "{eta}.",
-    [GW_MSG_ETA_UNKNOWN] = "calcul en cours…",
+    [GW_MSG_ETA_UNKNOWN] = "calcul en cours",
     [GW_MSG_ETA_UNDER_MINUTE] = "moins d’une minute",
     [GW_MSG_ETA_MINUTE] = "environ 1 minute",
     [GW_MSG_ETA_MINUTES] = "environ {minutes} minutes",
@@ -373,7 +373,7 @@ static const char *const es[GW_MSG_COUNT] = {
                            "automáticamente. Recargarla o abrir una segunda pestaña no te hace "
                            "perder ni cambiar tu lugar.",
     [GW_MSG_STATUS] = "Eres el número {position} de la cola. Espera estimada: {eta}.",
-    [GW_MSG_ETA_UNKNOWN] = "calculando…",
+    [GW_MSG_ETA_UNKNOWN] = "calculando",
     [GW_MSG_ETA_UNDER_MINUTE] = "menos de un minuto",
     [GW_MSG_ETA_MINUTE] = "alrededor de 1 minuto",
     [GW_MSG_ETA_MINUTES] = "alrededor de {minutes} minutos",

@@ -46,7 +46,7 @@ typedef enum gw_page_state {
 
 /*
  * What the queue page shows. Strings are borrowed for the duration of the call; NULL is
- * the same as "". Negative numbers mean "unknown" (shown as a dash or "calculating…").
+ * the same as "". Negative numbers mean "unknown" (shown as a dash or "calculating").
  */
 typedef struct gw_page_info {
     const char *event;     /* the event id of the path */
