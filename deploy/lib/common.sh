@@ -70,6 +70,10 @@ PG_PASSWORD_FILE=$STATE/pg-password
 PG_ADMIN_PASSWORD_FILE=$STATE/pg-admin-password
 ADMISSION_KEY=$KEYS/admission-1.pem
 ADMISSION_PUB=$KEYS/admission-pub.pem
+# A stand-in for the sale site's enqueue-token key (docs/api.md, "Enqueue tokens"): the
+# gateways trust its public half, docs/examples/enqueue.py signs with it.
+SALE_SITE_KEY=$KEYS/sale-site-key.pem
+SALE_SITE_PUB=$KEYS/sale-site-pub.pem
 
 PORT_NAMES=(GATEWAY RESERVE REDIS PG PAYSIM HAPROXY)
 declare -A PORT_DEFAULT=([GATEWAY]=8443 [RESERVE]=8444 [REDIS]=6391 [PG]=5441 [PAYSIM]=8445 [HAPROXY]=8080)

@@ -128,6 +128,7 @@ cmd_env() {
     printf 'export ONSALE_ADMISSION_KEY=%q\n' "$ADMISSION_KEY"
     printf 'export ONSALE_ADMISSION_PUB=%q\n' "$ADMISSION_PUB"
     printf 'export ONSALE_TICKET_SECRET_FILE=%q\n' "$KEYS/ticket-secret"
+    printf 'export ONSALE_SALE_SITE_KEY=%q\n' "$SALE_SITE_KEY"
     printf 'export ONSALE_PG_CONNINFO=%q\n' "$PG_CONNINFO"
     if [[ $TOPOLOGY == cluster ]]; then
         printf 'export ONSALE_REDIS_CLUSTER=%q\n' "$REDIS_SEEDS"

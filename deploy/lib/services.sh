@@ -85,6 +85,7 @@ start_gateway() {
     tmpdir
     random_secret "$KEYS/ticket-secret"
     random_secret "$KEYS/code-secret"
+    make_sale_site_key
     cat >"$STATE/$name.conf.tmp" <<EOF
 # written by deploy/onsale up; regenerated on every start. Keys: onsale-gateway --help
 listen_addr = $(fans_listen)
@@ -97,6 +98,8 @@ redis_password_file = $REDIS_GATEWAY_PASSWORD_FILE
 signing_keys = $ADMISSION_KEY
 ticket_secret_file = $KEYS/ticket-secret
 code_secret_file = $KEYS/code-secret
+enqueue_keys_file = $SALE_SITE_PUB
+enqueue_issuer = https://shop.example
 admin_token_file = $GATEWAY_ADMIN_TOKEN_FILE
 admin_listen = 127.0.0.1:$((port + ADMIN_OFFSET))
 reserve_url = $RESERVE_URL

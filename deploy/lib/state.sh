@@ -95,6 +95,21 @@ make_admission_keys() {
     fi
 }
 
+# The local sale site's key (SALE_SITE_KEY) and the public half the gateways are given.
+make_sale_site_key() {
+    if [[ ! -s $SALE_SITE_KEY ]]; then
+        say "creating the sale site's enqueue-token key $SALE_SITE_KEY"
+        ec_key "$TMP/sale-site.pem"
+        mv -f "$TMP/sale-site.pem" "$SALE_SITE_KEY"
+        rm -f "$SALE_SITE_PUB"
+    fi
+    if [[ ! -s $SALE_SITE_PUB ]]; then
+        openssl pkey -in "$SALE_SITE_KEY" -pubout -out "$TMP/sale-site-pub.pem" 2>/dev/null ||
+            die "deriving $SALE_SITE_PUB failed"
+        mv -f "$TMP/sale-site-pub.pem" "$SALE_SITE_PUB"
+    fi
+}
+
 make_state() {
     need openssl
     mkdir -p "$STATE" "$RUN" "$LOG"

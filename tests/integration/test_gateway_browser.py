@@ -124,11 +124,13 @@ class QueuePageInBrowser(unittest.TestCase):
         r = self.S.gateway_admin("PATCH", f"/admin/events/{ev}", {"paused": False})
         self.assertEqual(r.status, 200, f"resuming {ev}: {r!r}")
 
-    def run_browser(self, ev, redirect, mode, handoff="fragment", code=None, next_phase=None):
+    def run_browser(self, ev, redirect, mode, handoff="fragment", code=None, next_phase=None,
+                    site=None, customer=None):
         args = [NODE, SCRIPT, "--url", f"https://127.0.0.1:{self.S.gateway_port}",
                 "--event", ev, "--ca", self.S.ca, "--redirect", redirect, "--mode", mode,
                 "--handoff", handoff, *(["--code", code] if code else []),
                 *(["--next-phase", next_phase] if next_phase else []),
+                *(["--site", site, "--customer", customer] if site else []),
                 "--timeout", str(PAGE_TIMEOUT), "--chromium", CHROMIUM]
         p = subprocess.run(args, cwd=BROWSER_DIR, capture_output=True, timeout=NODE_TIMEOUT,
                            stdin=subprocess.DEVNULL)
@@ -321,6 +323,24 @@ class QueuePageInBrowser(unittest.TestCase):
                         f"{p.stderr.decode('utf-8', 'replace')[-2000:]}")
         self.assertEqual(len(result["shots"]), 4 * len(spec))
         print(f"\nqueue page screenshots: {out}", flush=True)
+
+    def test_from_the_sale_site_with_an_enqueue_token(self):
+        """The sale site sends its customer (docs/examples/enqueue.py's form page, signed by
+        the local stack's sale-site key): the browser posts the token from the site's origin,
+        lands on the queue page with the customer's place, waits and is admitted as the
+        customer (the admission token's sub)."""
+        ev, redirect = self.room("br-enq")
+        self.S.gateway_admin("PATCH", f"/admin/events/{ev}", {"invite_only": True})
+        page = os.path.join(self.S.state, f"site-{ev}.html")
+        key = os.path.join(self.S.state, "keys", "sale-site-key.pem")
+        with open(page, "w") as f:
+            subprocess.run(["/usr/bin/python3", os.path.join(self.S.source, "docs", "examples",
+                                                              "enqueue.py"),
+                            "form", "--key", key, "--customer", "cust-77", "--event", ev,
+                            "--gateway", f"https://127.0.0.1:{self.S.gateway_port}"],
+                           stdout=f, check=True, timeout=60, stdin=subprocess.DEVNULL)
+        res = self.run_browser(ev, redirect, "js", site=page, customer="cust-77")
+        self.assertGreaterEqual(len(res["positions"]), 1)
 
     def test_post_handoff_without_javascript(self):
         ev, redirect = self.room("br-post-nojs", handoff="post")

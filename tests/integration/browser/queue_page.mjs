@@ -26,6 +26,10 @@
 // Only when certutil is missing does it fall back to ignoring certificate errors, and it
 // says so in its output ("tls": "ignored").
 //
+// --site <file> starts at the sale site instead: the file (docs/examples/enqueue.py's form
+// page) is served at https://shop.example/waiting-room and posts the customer's enqueue
+// token to the room; with --customer the admission token's sub must be that customer.
+//
 // --mode dashboard opens the operator dashboard (GET /admin/) instead, connects with the
 // admin token from the environment (ONSALE_ADMIN_TOKEN, never argv) and checks that its
 // script ran and reached the admin API under the page's Content-Security-Policy.
@@ -38,12 +42,14 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
+const SITE_URL = 'https://shop.example/waiting-room'; // where --site's page is served
 
 function parseArgs(argv) {
   const a = {
     url: process.env.ONSALE_GATEWAY_URL, event: process.env.ONSALE_EVENT,
     ca: process.env.ONSALE_CA, redirect: process.env.ONSALE_REDIRECT_URL,
-    mode: 'js', handoff: 'fragment', code: '', 'next-phase': '', timeout: 90, chromium: process.env.CHROMIUM || '/usr/bin/chromium',
+    mode: 'js', handoff: 'fragment', code: '', 'next-phase': '', site: '', customer: '',
+    timeout: 90, chromium: process.env.CHROMIUM || '/usr/bin/chromium',
     out: path.join(HERE, 'out'),
   };
   for (let i = 2; i < argv.length; i += 2) {
@@ -136,7 +142,24 @@ async function queueFlow({ page, context, args, check, consoleErrors, result, de
     if (u.pathname === queuePath) cspHeaders.push(r.headers()['content-security-policy'] || '');
   });
 
-  const resp = await page.goto(args.url + queuePath, { waitUntil: 'domcontentloaded' });
+  // From the sale site (--site <its page, HTML>): its page, served at SITE_URL as its own
+  // server would, posts the customer's enqueue token to the room; the fan arrives on the
+  // queue page with the customer's place. Else straight to the queue page.
+  let resp;
+  if (args.site) {
+    const html = fs.readFileSync(args.site, 'utf8');
+    const site = new URL(SITE_URL);
+    await context.route((u) => u.origin === site.origin && u.pathname === site.pathname,
+      (route) => route.fulfill({ status: 200, contentType: 'text/html', body: html }));
+    [resp] = await Promise.all([
+      page.waitForResponse((r) => new URL(r.url()).pathname === queuePath &&
+        r.request().method() === 'GET', { timeout: left() }),
+      page.goto(SITE_URL, { waitUntil: 'commit' }),
+    ]);
+    await page.waitForLoadState('domcontentloaded');
+  } else {
+    resp = await page.goto(args.url + queuePath, { waitUntil: 'domcontentloaded' });
+  }
   check(resp && resp.status() === 200, 'GET /q/{event} answers 200', resp && resp.status());
   check(/^text\/html/.test(resp.headers()['content-type'] || ''), 'the queue page is HTML',
     resp.headers()['content-type']);
@@ -292,6 +315,9 @@ async function queueFlow({ page, context, args, check, consoleErrors, result, de
   check(jwt, 'admission_token is a JWT');
   check(jwt.header.alg === 'ES256' && jwt.header.kid, 'the JWT is ES256 with a kid', jwt.header);
   check(jwt.claims.evt === args.event, 'the JWT is for this event', jwt.claims.evt);
+  if (args.customer)
+    check(jwt.claims.sub === args.customer, 'the JWT\'s sub is the sale site\'s customer',
+      jwt.claims.sub);
   check(jwt.claims.aud === 'onsale-reserve' ||
         (Array.isArray(jwt.claims.aud) && jwt.claims.aud.includes('onsale-reserve')),
     'the JWT audience is onsale-reserve', jwt.claims.aud);
