@@ -564,6 +564,19 @@ static void do_hold(evutil_socket_t fd, short what, void *arg)
         const sim_pool_def_t *p = &s->pools[f->id % (uint32_t)s->npools];
         body = json_pack("{s:s, s:i}", "pool", p->id, "quantity", (int)f->want);
         f->amount = p->price * f->want;
+    } else if (f->best) {
+        /* The section of the seat this fan would have picked (the map may lag: everybody
+         * asks the reserve at least once); the reserve picks the seats. */
+        int i = pick_seats(c, 1);
+        if (i < 0 && f->hold_attempts > 0) {
+            fan_done(f, O_LOST);
+            return;
+        }
+        if (i < 0)
+            i = (int)(rnd(c) % (uint64_t)s->nseats);
+        f->seat = i; /* its section is where the reserve picks */
+        body = json_pack("{s:s, s:i}", "section", s->sections[s->seats[i].section].id, "quantity",
+                         (int)f->want);
     } else {
         int i = pick_seats(c, f->want);
         if (i < 0 && f->hold_attempts == 0) {
@@ -618,6 +631,37 @@ static void mark_taken(sim_fan_t *f, json_t *o)
             c->taken[f->seat + k] = 1;
 }
 
+/* A best-available hold's seats (the reserve's answer): where they are in the map, how
+ * many and what they cost. The reserve picks one row's consecutive seats, which the map
+ * keeps side by side, so the hold is f->seat .. f->seat + want - 1 like a named one.
+ * 0, or -1 when the seats are not such a block of the map. */
+static int best_held(sim_fan_t *f, json_t *o)
+{
+    sim_scenario_t *s = f->crowd->r->sc;
+    json_t *seats = json_object_get(o, "seats");
+    size_t n = json_array_size(seats);
+    const char *first = json_string_value(json_array_get(seats, 0));
+    if (n == 0 || n > UINT16_MAX || first == NULL)
+        return -1;
+    if (f->seat < 0 || f->seat >= s->nseats)
+        return -1;
+    const sim_section_t *sec = &s->sections[s->seats[f->seat].section]; /* the one asked */
+    int at = -1;
+    for (int i = sec->first; i <= sec->last && at < 0; i++)
+        if (strcmp(s->seats[i].id, first) == 0)
+            at = i;
+    if (at < 0 || at + (int)n > s->nseats)
+        return -1;
+    for (size_t k = 0; k < n; k++)
+        if (strcmp(s->seats[at + (int)k].id, json_string_value(json_array_get(seats, k)) ?: "") !=
+            0)
+            return -1;
+    f->seat = at;
+    f->want = (uint16_t)n;
+    f->amount = (int64_t)json_integer_value(json_object_get(o, "amount"));
+    return 0;
+}
+
 static void on_vanish(evutil_socket_t fd, short what, void *arg)
 {
     fan_done(arg, O_VANISHED);
@@ -639,7 +683,9 @@ static void on_hold(const sim_resp_t *resp, void *arg)
     }
     json_t *o = parse_body(resp);
     const char *e = jstr(o, "error");
-    if (resp->status == 201) {
+    if (resp->status == 201 && f->best && best_held(f, o) != 0) {
+        fan_done(f, O_ERROR); /* seats the simulator cannot place: never expected */
+    } else if (resp->status == 201) {
         const char *id = jstr(o, "hold_id");
         snprintf(f->hold_id, sizeof(f->hold_id), "%s", id ? id : "");
         f->hold_ns = now_rel(c);
@@ -657,8 +703,13 @@ static void on_hold(const sim_resp_t *resp, void *arg)
         sim_hist_add(&r->hold_taken, resp->latency_ns / 1000);
         sim_series_add(&r->s_taken, sec_of(now_rel(c)), 1);
         json_t *av = json_object_get(o, "available");
-        if (f->ga && e && strcmp(e, "insufficient") == 0 && json_is_integer(av) &&
-            json_integer_value(av) > 0 && f->hold_attempts < r->sc->max_hold_attempts) {
+        if (f->best && e && strcmp(e, "no_adjacent_seats") == 0 && f->want > 1 &&
+            f->hold_attempts < r->sc->max_hold_attempts) {
+            f->want = 1; /* no block left: one seat will do */
+            do_hold(-1, 0, f);
+        } else if ((f->ga || f->best) && e && strcmp(e, "insufficient") == 0 &&
+                   json_is_integer(av) && json_integer_value(av) > 0 &&
+                   f->hold_attempts < r->sc->max_hold_attempts) {
             f->want = (uint16_t)json_integer_value(av);
             do_hold(-1, 0, f);
         } else if (!f->ga && e && strcmp(e, "seat_unavailable") == 0 &&
@@ -901,6 +952,7 @@ static void plan_fans(sim_crowd_t *c)
         f->retry = rnd01(c) < s->retry;
         f->leaves = s->done_when_lost > 0 && rnd01(c) < s->done_when_lost; /* no draw at 0 */
         f->ga = rnd01(c) < s->ga_share;
+        f->best = !f->ga && s->best_share > 0 && rnd01(c) < s->best_share; /* no draw at 0 */
         f->want =
             (uint16_t)(s->seats_min + (int)(rnd(c) % (uint64_t)(s->seats_max - s->seats_min + 1)));
         f->timer = evtimer_new(c->base, do_join, f);

@@ -80,6 +80,7 @@ typedef struct sim_fan {
     uint32_t id;
     uint8_t state, outcome, behaviour;
     bool dbl, retry, ga, in_prequeue;
+    bool best;   /* asks for best available in a section instead of naming seats */
     bool leaves; /* says "I'm done" after losing (frees their max_active place) */
     uint8_t gw;  /* which gateway this fan talks to */
     uint16_t hold_attempts, errors, confirm_attempts, polls;

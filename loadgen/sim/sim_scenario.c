@@ -69,6 +69,25 @@ static int check_keys(json_t *obj, const char *where, const char *const *allowed
     return 0;
 }
 
+/* The index of section id in s (added when new; seat is the index of a seat in it). */
+static int section_of(sim_scenario_t *s, const char *id, int seat)
+{
+    int k = s->nsections;
+    for (int j = s->nsections - 1; j >= 0; j--) /* seats come grouped: the last first */
+        if (strcmp(s->sections[j].id, id) == 0) {
+            k = j;
+            break;
+        }
+    if (k == s->nsections) {
+        s->sections = cm_xrealloc(s->sections, (size_t)(k + 1) * sizeof(sim_section_t));
+        snprintf(s->sections[k].id, sizeof(s->sections[k].id), "%s", id);
+        s->sections[k].first = seat;
+        s->nsections++;
+    }
+    s->sections[k].last = seat;
+    return k;
+}
+
 /* Expands the inventory the way the reserve does: explicit seats, compact sections
  * (A-<row>-<n>), pools. */
 static int expand_inventory(sim_scenario_t *s, char *err, size_t errlen)
@@ -104,7 +123,14 @@ static int expand_inventory(sim_scenario_t *s, char *err, size_t errlen)
             snprintf(err, errlen, "inventory.seats[%zu].id is missing or invalid", i);
             return -1;
         }
-        sim_seat_t *st = &s->seats[s->nseats++];
+        const char *sec = json_string_value(json_object_get(v, "section"));
+        if (sec == NULL || !cm_parse_ident(sec) || s->nsections >= 65535) {
+            snprintf(err, errlen, "inventory.seats[%zu].section is missing or invalid", i);
+            return -1;
+        }
+        sim_seat_t *st = &s->seats[s->nseats];
+        st->section = (uint16_t)section_of(s, sec, s->nseats);
+        s->nseats++;
         snprintf(st->id, sizeof(st->id), "%s", id);
         st->row = 1;
         st->price = json_integer_value(json_object_get(v, "price"));
@@ -119,9 +145,15 @@ static int expand_inventory(sim_scenario_t *s, char *err, size_t errlen)
             snprintf(err, errlen, "inventory.sections[%zu].id is too long", i);
             return -1;
         }
+        if (s->nsections >= 65535) {
+            snprintf(err, errlen, "inventory: more than 65,535 sections");
+            return -1;
+        }
         for (json_int_t r = 1; r <= rows; r++)
             for (json_int_t n = 1; n <= per; n++) {
-                sim_seat_t *st = &s->seats[s->nseats++];
+                sim_seat_t *st = &s->seats[s->nseats];
+                st->section = (uint16_t)section_of(s, id, s->nseats);
+                s->nseats++;
                 snprintf(st->id, sizeof(st->id), "%s-%lld-%lld", id, (long long)r, (long long)n);
                 st->row = (int)r;
                 st->price = price;
@@ -260,7 +292,7 @@ sim_scenario_t *sim_scenario_load(const char *path, char *err, size_t errlen)
         FAIL("room (the gateway's PUT /admin/events body) is required");
     s->room = json_deep_copy(s->room);
 
-    static const char *const ch_keys[] = {"mode", "zipf_s", "ga_share", NULL};
+    static const char *const ch_keys[] = {"mode", "zipf_s", "ga_share", "best_share", NULL};
     json_t *ch = json_object_get(doc, "choice");
     if (check_keys(ch, "choice", ch_keys, err, errlen) != 0)
         goto err;
@@ -274,7 +306,8 @@ sim_scenario_t *sim_scenario_load(const char *path, char *err, size_t errlen)
     s->zipf_s = 1.0;
     s->ga_share = s->nseats == 0 ? 1.0 : s->npools == 0 ? 0.0 : 0.1;
     if (num(ch, "zipf_s", 0, 10, &s->zipf_s, err, errlen, "choice") ||
-        num(ch, "ga_share", 0, 1, &s->ga_share, err, errlen, "choice"))
+        num(ch, "ga_share", 0, 1, &s->ga_share, err, errlen, "choice") ||
+        num(ch, "best_share", 0, 1, &s->best_share, err, errlen, "choice"))
         goto err;
     if (s->nseats == 0)
         s->ga_share = 1.0;
@@ -394,6 +427,7 @@ void sim_scenario_free(sim_scenario_t *s)
     json_decref(s->room);
     json_decref(s->payment);
     free(s->seats);
+    free(s->sections);
     free(s->pools);
     free(s->name);
     free(s);

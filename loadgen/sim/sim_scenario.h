@@ -21,9 +21,16 @@ typedef enum { CHOICE_UNIFORM, CHOICE_HOTSPOT } sim_choice_t;
 /** A seat of the seated map, in map order (rows first). */
 typedef struct sim_seat {
     char id[48];
-    int row; /* 1-based within its section */
+    int row;          /* 1-based within its section */
+    uint16_t section; /* index into the scenario's sections */
     int64_t price;
 } sim_seat_t;
+
+/** A section of the seated map: its name and the span of seat indexes holding its seats. */
+typedef struct sim_section {
+    char id[65];
+    int first, last; /* seats[first .. last] (others' seats may sit between them) */
+} sim_section_t;
 
 typedef struct sim_pool_def {
     char id[65];
@@ -51,13 +58,16 @@ typedef struct sim_scenario {
     json_t *room;      /* gateway PUT /admin/events body (as written) */
     sim_seat_t *seats; /* expanded seated map */
     int nseats;
+    sim_section_t *sections;
+    int nsections;
     sim_pool_def_t *pools;
     int npools;
     char currency[4];
     int hold_ttl_s;
     sim_choice_t choice;
-    double zipf_s;   /* hotspot: weight of row r is 1/r^zipf_s */
-    double ga_share; /* share of buyers who want the GA pool (when both exist) */
+    double zipf_s;     /* hotspot: weight of row r is 1/r^zipf_s */
+    double ga_share;   /* share of buyers who want the GA pool (when both exist) */
+    double best_share; /* share of seated buyers who ask for best available */
     int seats_min, seats_max;
     /* behaviours: fractions of fans */
     double abandon, vanish, slow, double_click, retry;

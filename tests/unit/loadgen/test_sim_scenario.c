@@ -89,6 +89,29 @@ static void test_expansion(void **state)
     sim_scenario_free(s);
 }
 
+static void test_sections_and_best_share(void **state)
+{
+    (void)state;
+    char err[256];
+    char *path = write_tmp("{" BASE ",\"choice\":{\"best_share\":0.25}}");
+    sim_scenario_t *s = sim_scenario_load(path, err, sizeof(err));
+    unlink(path);
+    assert_non_null(s);
+    assert_true(s->best_share == 0.25);
+    assert_int_equal(s->nsections, 1);
+    assert_string_equal(s->sections[0].id, "A");
+    assert_int_equal(s->sections[0].first, 0);
+    assert_int_equal(s->sections[0].last, 5);
+    assert_int_equal(s->seats[5].section, 0);
+    sim_scenario_free(s);
+    path = write_tmp("{" BASE ",\"choice\":{}}");
+    s = sim_scenario_load(path, err, sizeof(err));
+    unlink(path);
+    assert_non_null(s);
+    assert_true(s->best_share == 0.0); /* nobody asks for best available unless told */
+    sim_scenario_free(s);
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -105,6 +128,7 @@ static void test_errors(void **state)
     expect_error("{" BASE ",\"client\":{\"src_base\":\"10.0.0.1\"}}", "loopback");
     expect_error("{" BASE ",\"operator\":[{\"patch\":{}}]}", "at_s");
     expect_error("{" BASE ",\"seats_per_buyer\":11}", "seats_per_buyer");
+    expect_error("{" BASE ",\"choice\":{\"best_share\":2}}", "best_share");
 }
 
 int main(void)
@@ -112,6 +136,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shipped_scenarios_load),
         cmocka_unit_test(test_expansion),
+        cmocka_unit_test(test_sections_and_best_share),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
