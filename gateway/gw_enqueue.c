@@ -5,8 +5,11 @@
  */
 #include "gw_enqueue.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "cm_parse.h"
 
 typedef struct answer {
     int status;
@@ -40,11 +43,32 @@ static const answer_t answers[GW_ENQ_COUNT] = {
                          "A-Z a-z 0-9 . _ @ : + -)"},
 };
 
+/* The claim "code" of a verified token's payload into out: 0 (none, or a string that
+ * fits), -1 (not a string, or too long). */
+static int code_claim(const char *token, size_t len, char out[GW_CODE_INPUT_MAX + 1])
+{
+    const char *a = memchr(token, '.', len);
+    const char *b = a ? memchr(a + 1, '.', len - (size_t)(a + 1 - token)) : NULL;
+    unsigned char raw[GW_ENQUEUE_MAX_LEN];
+    long n = b ? cm_base64url_decode(a + 1, (size_t)(b - a - 1), raw, sizeof(raw)) : -1;
+    json_t *claims = n > 0 ? json_loadb((const char *)raw, (size_t)n, 0, NULL) : NULL;
+    if (claims == NULL)
+        return -1; /* not reached for a token cm_jwt_verify took */
+    const json_t *code = json_object_get(claims, "code");
+    int rc = 0;
+    if (code != NULL && (!json_is_string(code) || json_string_length(code) > GW_CODE_INPUT_MAX))
+        rc = -1;
+    else if (code != NULL)
+        memcpy(out, json_string_value(code), json_string_length(code) + 1);
+    json_decref(claims);
+    return rc;
+}
+
 gw_enqueue_result_t gw_enqueue_verify(const cm_jwt_keyset_t *ks, const gw_enqueue_policy_t *p,
                                       const char *event, const char *token, size_t len,
-                                      int64_t now_s, char customer[GW_CUSTOMER_MAX + 1])
+                                      int64_t now_s, gw_enqueue_claims_t *out)
 {
-    customer[0] = '\0';
+    memset(out, 0, sizeof(*out));
     if (ks == NULL || cm_jwt_keyset_count(ks) == 0)
         return GW_ENQ_UNSUPPORTED;
     if (len == 0 || len > GW_ENQUEUE_MAX_LEN)
@@ -81,7 +105,11 @@ gw_enqueue_result_t gw_enqueue_verify(const cm_jwt_keyset_t *ks, const gw_enqueu
     size_t n = strlen(c.sub);
     if (!gw_ticket_customer_ok(c.sub, n))
         return GW_ENQ_CUSTOMER;
-    memcpy(customer, c.sub, n + 1);
+    if (code_claim(token, len, out->code) != 0) {
+        out->code[0] = '\0';
+        return GW_ENQ_MALFORMED;
+    }
+    memcpy(out->customer, c.sub, n + 1);
     return GW_ENQ_OK;
 }
 

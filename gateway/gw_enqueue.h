@@ -11,7 +11,9 @@
  * room whatever the browser, and the admission token's sub is the customer, so the
  * reserve's max_per_buyer counts per customer. A token is not single-use: the same
  * customer joining again (another browser, a retry) is answered the same place, which is
- * what a replay could get anyway; a token of another room is refused (evt).
+ * what a replay could get anyway; a token of another room is refused (evt). A token may
+ * also carry the customer's presale code (claim "code"): the join then redeems it as if
+ * the fan had typed it (an Onsale-Code the request brings itself comes first).
  *
  * gw_enqueue_keys_load reads a file (start-up, --check-config, the reload thread); the
  * rest are pure functions: any thread.
@@ -23,6 +25,7 @@
 #include <stdint.h>
 
 #include "cm_jwt.h"
+#include "gw_code.h"
 #include "gw_ticket.h"
 
 #define GW_ENQUEUE_MAX_LEN 2048 /* an enqueue token's text; a site's are ~300-500 bytes */
@@ -44,6 +47,12 @@ typedef enum {
     GW_ENQ_COUNT
 } gw_enqueue_result_t;
 
+/** What an accepted token says. */
+typedef struct gw_enqueue_claims {
+    char customer[GW_CUSTOMER_MAX + 1]; /* sub */
+    char code[GW_CODE_INPUT_MAX + 1];   /* the customer's presale code; "" = none */
+} gw_enqueue_claims_t;
+
 /** What a gateway accepts (its configuration). Borrowed strings. */
 typedef struct gw_enqueue_policy {
     const char *audience;   /* aud must contain it */
@@ -53,12 +62,13 @@ typedef struct gw_enqueue_policy {
 
 /**
  * Checks token (len bytes, need not be NUL-terminated) as an enqueue token of event under
- * the site's keys ks (NULL: GW_ENQ_UNSUPPORTED) at now_s. On GW_ENQ_OK customer holds the
- * customer id (the token's sub).
+ * the site's keys ks (NULL: GW_ENQ_UNSUPPORTED) at now_s. On GW_ENQ_OK out holds the
+ * customer id (the token's sub) and its presale code, if any (a "code" that is not a
+ * string of at most GW_CODE_INPUT_MAX bytes: GW_ENQ_MALFORMED); else out is empty.
  */
 gw_enqueue_result_t gw_enqueue_verify(const cm_jwt_keyset_t *ks, const gw_enqueue_policy_t *p,
                                       const char *event, const char *token, size_t len,
-                                      int64_t now_s, char customer[GW_CUSTOMER_MAX + 1]);
+                                      int64_t now_s, gw_enqueue_claims_t *out);
 
 /**
  * The site's keys from path (enqueue_keys_file: a JWKS document or PEM public keys, EC

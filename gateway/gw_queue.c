@@ -1235,8 +1235,10 @@ static int read_code(place_op_t *op)
 }
 
 /* The join's enqueue token (the Onsale-Enqueue header, or a form's field `enqueue`)
- * checked: the sale site's customer into op->customer. 0 (none given, or a valid one), or
- * -1 once refused. Whether the room needs one is check_proof's (the room's settings). */
+ * checked: the sale site's customer into op->customer, and the token's presale code, when
+ * the request brought none, as the join's code. 0 (none given, or a valid one), or -1 once
+ * refused. Whether the room needs one is check_proof's (the room's settings). Called after
+ * read_code. */
 static int read_enqueue(place_op_t *op)
 {
     gw_server_t *srv = op->r.srv;
@@ -1248,12 +1250,19 @@ static int read_enqueue(place_op_t *op)
         return 0;
     gw_enqueue_policy_t pol = {srv->cfg.enqueue_audience, srv->cfg.enqueue_issuer,
                                srv->cfg.enqueue_max_lifetime_s};
+    gw_enqueue_claims_t claims;
     gw_enqueue_result_t res =
         gw_enqueue_verify(cm_reload_cell_get(srv->enqueue_keys), &pol, op->event, h, strlen(h),
-                          cm_time_wall_ms() / 1000, op->customer);
+                          cm_time_wall_ms() / 1000, &claims);
     cm_counter_inc(srv->m->queue.enqueue[res]);
-    if (res == GW_ENQ_OK)
+    if (res == GW_ENQ_OK) {
+        memcpy(op->customer, claims.customer, sizeof(op->customer));
+        if (!op->coded && claims.code[0] != '\0') { /* the site's code for its customer */
+            memcpy(op->ctext, claims.code, sizeof(op->ctext));
+            op->coded = true;
+        }
         return 0;
+    }
     refuse_enqueue(op, res);
     return -1;
 }

@@ -339,17 +339,18 @@ class Enqueue(gwstack.GatewayTestCase):
             pos.add(r.json["position"])
         self.assertEqual(len(pos), 1, f"one customer, more than one position: {pos}")
 
-    def test_a_customers_second_browser_needs_no_code_again(self):
+    def test_a_customers_second_browser_needs_no_code_again_and_a_token_may_carry_it(self):
         t = time.time()
         phases = [dict(name="presale", starts_at=rfc3339(t - 60), rate_per_minute=600,
                        requires_code=True),
                   dict(name="general", starts_at=rfc3339(t + 3600), rate_per_minute=600)]
         ev = self.new_room(rate_per_minute=600, paused=True, phases=phases)
         b = self.GS.admin("POST", f"/admin/events/{ev}/codes",
-                          {"phase": "presale", "count": 1, "uses": 1})
+                          {"phase": "presale", "count": 2, "uses": 1})
         self.assertStatus(b, 201)
-        code = self.GS.admin("GET", f"/admin/events/{ev}/codes/1.csv").body.decode() \
-            .strip().split("\r\n")[1].split(",")[0]
+        rows = self.GS.admin("GET", f"/admin/events/{ev}/codes/1.csv").body.decode() \
+            .strip().split("\r\n")[1:]
+        code, code2 = (row.split(",")[0] for row in rows)
         first = self.join_as(ev, "coded-1", **{"Onsale-Code": code}).json
         again = self.join_as(ev, "coded-1", gw=self.GS.gateways[1]).json
         self.assertEqual(ticket_number(again["ticket"]), ticket_number(first["ticket"]))
@@ -357,6 +358,17 @@ class Enqueue(gwstack.GatewayTestCase):
         self.assertStatus(r, 403, "code_required")
         used = self.join_as(ev, "coded-3", expect=409, **{"Onsale-Code": code})
         self.assertStatus(used, 409, "code_used_up")
+        # the site may put its customer's code in the token: redeemed with the first place
+        with_code = self.join_as(ev, token=enqueue_token("coded-4", ev, code=code2)).json
+        self.assertEqual(ticket_number(with_code["ticket"]), ticket_number(first["ticket"]) + 1)
+        again = self.join_as(ev, token=enqueue_token("coded-4", ev, code=code2)).json
+        self.assertEqual(ticket_number(again["ticket"]), ticket_number(with_code["ticket"]))
+        spent = self.join_as(ev, token=enqueue_token("coded-5", ev, code=code2), expect=409)
+        self.assertStatus(spent, 409, "code_used_up")
+        typo = self.join_as(ev, token=enqueue_token("coded-6", ev, code="AAAA"), expect=400)
+        self.assertStatus(typo, 400, "code_malformed")
+        odd = self.join_as(ev, token=enqueue_token("coded-7", ev, code=42), expect=400)
+        self.assertStatus(odd, 400, "enqueue_malformed")
 
 
 if __name__ == "__main__":
