@@ -1,6 +1,6 @@
 """The reserve's Lua scripts (reserve/lua/*.lua, each run with prelude.lua in front, as
 rsv_lua.c loads them) called directly against a real Redis of their own: hold_seats,
-hold_pool, get, extend, release, convert, unconvert, avail, seed.
+hold_pool, hold_best, get, extend, release, convert, unconvert, avail, seed.
 
 Keys live under a prefix of the test's own ('t:{<event>}:' instead of 'os:{<event>}:'),
 so a key a script built itself, outside KEYS, shows up as a stranger (every
@@ -17,7 +17,7 @@ import stack
 SOURCE = stack._env_dir("ONSALE_SOURCE_DIR",
                         os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 LUA = os.path.join(SOURCE, "reserve", "lua")
-NAMES = ("hold_seats", "hold_pool", "get", "extend", "release", "convert", "unconvert",
+NAMES = ("hold_seats", "hold_pool", "hold_best", "get", "extend", "release", "convert", "unconvert",
          "avail", "seed")
 _REDIS = {}
 
@@ -70,6 +70,17 @@ class Event:
         rep = self.run("hold_seats", keys, hid, buyer, ttl, cap, limit, ",".join(seats),
                        amount if amount is not None else 100 * len(seats), 3600000, req,
                        record or "")
+        return hid, rep
+
+    # best available: cands are (seat, row, position, rank, price) in place order
+    def best(self, buyer, cands, want, split=False, ttl=60000, limit=0, idem="", req="",
+             record=None):
+        hid = self.hold_id()
+        keys = [self.k("seed"), self.k("h:", hid), self.k("b:", buyer), self.k("active"),
+                self.k("ik:", idem)] + [self.k("s:", c[0]) for c in cands]
+        places = "".join("%06d%06d%010d%012d" % c[1:] for c in cands)
+        rep = self.run("hold_best", keys, hid, buyer, ttl, 600000, limit, want,
+                       "1" if split else "0", 3600000, req, record or "", places)
         return hid, rep
 
     def pool(self, buyer, pool, qty, ttl=60000, limit=0, cap=600000, idem="", req="",
@@ -364,3 +375,46 @@ class Seed(LuaCase):
         self.assertEqual(s(self.r("ZRANGE", e.k("b:", "u1"), 0, -1)), ["2:bk_1"])
         self.assertEqual(s(self.r("ZRANGE", e.k("b:", "u2"), 0, -1)), ["1:bk_2"])
         self.assertEqual(e.run("seed", keys, *args), 0)
+
+
+class Best(LuaCase):
+    ROW = [("B1", 1, 1, 3, 100), ("B2", 1, 2, 1, 200), ("B3", 1, 3, 1, 300), ("B4", 1, 4, 3, 400),
+           ("C1", 2, 1, 5, 100)]
+
+    def test_block_by_rank_held_like_named_seats_and_expired_at_read_time(self):
+        e = self.e
+        hid, rep = e.best("u1", self.ROW, 2, ttl=1)
+        self.assertEqual((rep[0], rep[2], rep[3]), ("OK", "B2,B3", "500"))
+        self.assertEqual(s(self.r("GET", e.k("s:", "B2"))), hid)
+        g = e.get(hid, "u1")
+        self.assertEqual((g[2], g[4], g[7]), ("B2,B3", "2", "500"))
+        time.sleep(0.01)  # the 1 ms hold has expired: nothing swept, the seats read free
+        _, rep = e.best("u2", self.ROW, 2)
+        self.assertEqual(rep[2], "B2,B3")
+
+    def test_no_block_split_and_release(self):
+        e = self.e
+        e.seats("u0", ["B2", "B4"])
+        _, rep = e.best("u1", self.ROW, 2)
+        self.assertEqual(rep, ["NOBLOCK", 3])
+        hid, rep = e.best("u1", self.ROW, 2, split=True)
+        # the best free seat (B3, rank 1), then the nearest: B1 (same row, 2 away) before C1
+        self.assertEqual(rep[2], "B1,B3")
+        self.assertEqual(e.act("release", hid, "u1")[0], "OK")
+        _, rep = e.best("u2", self.ROW, 3)  # B1, B3, C1 free again: no three together
+        self.assertEqual(rep, ["NOBLOCK", 3])
+        _, rep = e.best("u2", self.ROW, 4, split=True)
+        self.assertEqual(rep, ["INSUFFICIENT", 3])
+        _, rep = e.best("u2", self.ROW[:1], 1)
+        self.assertEqual(rep[2], "B1")
+        _, rep = e.best("u3", self.ROW[:1], 1)
+        self.assertEqual(rep, ["SOLDOUT"])
+
+    def test_limit_and_token_record_checked_before_any_seat(self):
+        e = self.e
+        _, rep = e.best("u1", self.ROW, 3, limit=2)
+        self.assertEqual(rep, ["LIMIT", 0])
+        _, rep = e.best("u1", self.ROW, 1, record="ab" * 32)
+        self.assertEqual(rep, ["UNVERIFIED"])
+        for c in self.ROW:
+            self.assertEqual(self.r("EXISTS", e.k("s:", c[0])), 0)
