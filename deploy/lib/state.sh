@@ -79,35 +79,30 @@ random_secret() {
     mv -f "$TMP/secret" "$1"
 }
 
+# key_pair KEY PUB WHAT: an EC P-256 key at KEY (made when missing) and its public half at PUB.
+key_pair() {
+    local key=$1 pub=$2 what=$3
+    if [[ ! -s $key ]]; then
+        say "creating $what $key"
+        ec_key "$TMP/key.pem"
+        mv -f "$TMP/key.pem" "$key"
+        rm -f "$pub"
+    fi
+    if [[ ! -s $pub ]]; then
+        openssl pkey -in "$key" -pubout -out "$TMP/pub.pem" 2>/dev/null || die "deriving $pub failed"
+        mv -f "$TMP/pub.pem" "$pub"
+    fi
+}
+
 make_admission_keys() {
     mkdir -p "$KEYS"
     chmod 700 "$KEYS"
-    if [[ ! -s $ADMISSION_KEY ]]; then
-        say "creating admission signing key $ADMISSION_KEY"
-        ec_key "$TMP/admission.pem"
-        mv -f "$TMP/admission.pem" "$ADMISSION_KEY"
-        rm -f "$ADMISSION_PUB"
-    fi
-    if [[ ! -s $ADMISSION_PUB ]]; then
-        openssl pkey -in "$ADMISSION_KEY" -pubout -out "$TMP/admission-pub.pem" 2>/dev/null ||
-            die "deriving $ADMISSION_PUB failed"
-        mv -f "$TMP/admission-pub.pem" "$ADMISSION_PUB"
-    fi
+    key_pair "$ADMISSION_KEY" "$ADMISSION_PUB" "admission signing key"
 }
 
 # The local sale site's key (SALE_SITE_KEY) and the public half the gateways are given.
 make_sale_site_key() {
-    if [[ ! -s $SALE_SITE_KEY ]]; then
-        say "creating the sale site's enqueue-token key $SALE_SITE_KEY"
-        ec_key "$TMP/sale-site.pem"
-        mv -f "$TMP/sale-site.pem" "$SALE_SITE_KEY"
-        rm -f "$SALE_SITE_PUB"
-    fi
-    if [[ ! -s $SALE_SITE_PUB ]]; then
-        openssl pkey -in "$SALE_SITE_KEY" -pubout -out "$TMP/sale-site-pub.pem" 2>/dev/null ||
-            die "deriving $SALE_SITE_PUB failed"
-        mv -f "$TMP/sale-site-pub.pem" "$SALE_SITE_PUB"
-    fi
+    key_pair "$SALE_SITE_KEY" "$SALE_SITE_PUB" "the sale site's enqueue-token key"
 }
 
 make_state() {
