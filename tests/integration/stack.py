@@ -874,6 +874,20 @@ class Stack:
                 tuple(sorted((k, v) for k, v in env.items()
                              if k.startswith("ONSALE_") and k not in self._INSTANCE_VARS)))
 
+    def reset_provider(self):
+        """The payment simulator back on its defaults (PUT /v1/settings {}): a module that
+        changed them (a night's decline and timeout rates, a test's error rate) leaves a
+        shared stack to the next module as a fresh one would be."""
+        if not self.paysim_port:
+            return
+        c = Client(self.paysim_port, self.ctx, timeout=10)
+        try:
+            r = c.request("PUT", "/v1/settings", {})
+        finally:
+            c.close()
+        if r.status != 200:
+            raise RuntimeError(f"resetting the payment simulator: {r!r}")
+
     def healthy(self):
         """The reserve answers /readyz 200 (a shared stack is checked before reuse)."""
         if not self.started:
@@ -1379,6 +1393,7 @@ def acquire(s, kind, start=None):
         if old is not None and old.healthy():
             sys.stderr.write(f"[stack] {s.name}: sharing the running stack {old.name} "
                              f"({old.root})\n")
+            old.reset_provider()
             return old
         if old is not None:
             sys.stderr.write(f"[stack] shared stack {old.root} is not ready; starting another\n")
