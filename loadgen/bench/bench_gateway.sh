@@ -57,9 +57,16 @@
 # its checking. It prints the gateway's and Redis' CPU microseconds per join of each and
 # the ratios: what proof of work adds to a join (docs/design.md, "Bot defences").
 #
+# --enqueue adds, the same way, REPS back-to-back runs of joins by a browser (no token) and
+# by the sale site's customers (each join with the Onsale-Enqueue token of a customer of
+# its own, signed beforehand by enqueue_tokens.py with the stack's sale-site key), each in
+# a fresh room of its own, sending the same requests otherwise: what a customer's place
+# costs the gateway (the ES256 verification, the longer ticket) and Redis (join.lua one
+# by one with the customers' hash, where a browser's join is numbered in a batch).
+#
 # Usage: loadgen/bench/bench_gateway.sh [--skip-build] [--reps N] [--duration S]
 #            [--connections C] [--threads T] [--tickets N] [--workers N]
-#            [--nginx-workers W|auto] [--count] [--keep] [--dpop] [--pow]
+#            [--nginx-workers W|auto] [--count] [--keep] [--dpop] [--pow] [--enqueue]
 # Environment: ONSALE_BUILD (build dir, default <checkout>/build), ONSALE_SKIP_BUILD=1.
 # Needs: wrk, nginx, curl, openssl, python3, a build with gateway/onsale-gateway.
 # Exit status: 0 measured (whatever the verdicts), 1 the benchmark could not run.
@@ -83,6 +90,7 @@ KEEP=0
 COUNT=0
 DPOP=false
 POW=0
+ENQUEUE=0
 BUILD=${ONSALE_BUILD:-$ROOT/build}
 
 while (($#)); do
@@ -90,6 +98,7 @@ while (($#)); do
     --skip-build) SKIP_BUILD=1 ;;
     --count) COUNT=1 ;;
     --pow) POW=1 ;;
+    --enqueue) ENQUEUE=1 ;;
     --reps) REPS=${2:?}; shift ;;
     --duration) DURATION=${2:?}; shift ;;
     --connections) CONNS=${2:?}; shift ;;
@@ -233,9 +242,15 @@ EV_P=bench-join-pow
 EV_O=bench-join-nopow # the pow-off side of --pow: a room as fresh as EV_P
 room "$EV_S"
 room "$EV_J"
+EV_C=bench-join-customers
+EV_B=bench-join-browsers # the no-token side of --enqueue: a room as fresh as EV_C
 if ((POW)); then
     room "$EV_P" true
     room "$EV_O"
+fi
+if ((ENQUEUE)); then
+    room "$EV_C"
+    room "$EV_B"
 fi
 say "joining $EV_S $TICKETS times for the status runs' tickets"
 timeout 300 python3 "$LIB/tickets.py" --port "$P_GATEWAY" --ca "$CA" --event "$EV_S" \
@@ -370,6 +385,23 @@ if ((POW)); then # back to back: pow off, pow on, the gateway alone
         measure powch "$r" gw "$GW" join_pow.lua 201 "/q/$EV_P/join"
     done
 fi
+if ((ENQUEUE)); then # back to back: browsers, customers, the gateway alone
+    for ((r = 1; r <= REPS; r++)); do
+        n=$(awk -v j="$(field "$OUT/joins.gw.1" ok)" 'BEGIN { printf "%d", (j > 0 ? j : 50000) }')
+        # Debian's python3, with python3-jwt and python3-cryptography (docs/examples/enqueue.py)
+        /usr/bin/python3 "$LIB/enqueue_tokens.py" --key "$STATE/keys/sale-site-key.pem" --event "$EV_C" \
+            --count "$n" --prefix "r$r-" >"$OUT/enqueue.$r" || die "enqueue_tokens.py failed"
+        if ((r % 2)); then # alternate which goes first, as --pow does
+            measure enqoff "$r" gw "$GW" join.lua 201 "/q/$EV_B/join" "$OUT/proof"
+            measure enqon "$r" gw "$GW" join_pow.lua 201 "/q/$EV_C/join" "$OUT/enqueue.$r" \
+                "$THREADS" Onsale-Enqueue
+        else
+            measure enqon "$r" gw "$GW" join_pow.lua 201 "/q/$EV_C/join" "$OUT/enqueue.$r" \
+                "$THREADS" Onsale-Enqueue
+            measure enqoff "$r" gw "$GW" join.lua 201 "/q/$EV_B/join" "$OUT/proof"
+        fi
+    done
+fi
 for ((r = 1; r <= REPS; r++)); do
     measure tls "$r" gw "$GW" status.lua 200 "/q/$EV_S/status" "$OUT/tickets" close
     measure tls "$r" ng "$NG" status.lua 200 "/q/$EV_S/status" "$OUT/tickets" close
@@ -493,6 +525,25 @@ if ((POW)); then
         "$(ratio "$(median "${ons[@]}")" "$(median "${offs[@]}")")" "$(median "${chs[@]}")" \
         "$(ratio "$(median "${chs[@]}")" "$(median "${offs[@]}")")"
     printf '  median Redis us per join: off %s, on %s\n\n' "$(median "${roffs[@]}")" "$(median "${rons[@]}")"
+fi
+
+if ((ENQUEUE)); then
+    printf 'customers (enqueue tokens) against browsers (gateway alone, back to back; CPU us per answered join)\n'
+    printf '  %-4s %9s %6s %6s | %9s %6s %6s\n' rep 'brw j/s' 'gw us' 'redis' 'cust j/s' 'gw us' 'redis'
+    offs=() ons=() roffs=() rons=()
+    for ((r = 1; r <= REPS; r++)); do
+        offs+=("${USX[enqoff.gw.$r]}")
+        ons+=("${USX[enqon.gw.$r]}")
+        roffs+=("${RUS[enqoff.gw.$r]}")
+        rons+=("${RUS[enqon.gw.$r]}")
+        printf '  %-4s %9s %6s %6s | %9s %6s %6s\n' "$r" "${RPS[enqoff.gw.$r]}" \
+            "${USX[enqoff.gw.$r]}" "${RUS[enqoff.gw.$r]}" "${RPS[enqon.gw.$r]}" \
+            "${USX[enqon.gw.$r]}" "${RUS[enqon.gw.$r]}"
+    done
+    printf '  median gateway us per join: browsers %s, customers %s (%s×); Redis: %s, %s\n\n' \
+        "$(median "${offs[@]}")" "$(median "${ons[@]}")" \
+        "$(ratio "$(median "${ons[@]}")" "$(median "${offs[@]}")")" \
+        "$(median "${roffs[@]}")" "$(median "${rons[@]}")"
 fi
 
 R_STATUS=$(ratio "${MED[RPS.status.gw]}" "${MED[RPS.status.ng]}")

@@ -1,6 +1,6 @@
 -- join_pow.lua — wrk script: joins of a room with proof of work, as a fan makes them.
 --
---   wrk … -s join_pow.lua https://127.0.0.1:PORT -- PATH [PROOFS THREADS]
+--   wrk … -s join_pow.lua https://127.0.0.1:PORT -- PATH [PROOFS THREADS [HEADER]]
 --
 -- Without PROOFS each join costs two requests, as an API client makes them: GET
 -- /q/<event>/challenge, then POST PATH (/q/<event>/join) with `Onsale-Pow:
@@ -12,7 +12,9 @@
 --
 -- With PROOFS (one solved "<challenge>.<nonce>" a line, proofs.py) each join is one POST
 -- with the next proof of the thread's share (line k to thread (k - 1) mod THREADS): the
--- join alone, as a browser makes it with the challenge its queue page came with.
+-- join alone, as a browser makes it with the challenge its queue page came with. HEADER
+-- names another header for the lines (Onsale-Enqueue: bench_gateway.sh --enqueue, one
+-- customer's enqueue token a line, enqueue_tokens.py).
 local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
 local common = dofile(here .. "common.lua")
 
@@ -28,11 +30,11 @@ function init(args)
     pending = {}
     made, m = {}, 0
     if args[2] then
-        local nthreads = tonumber(args[3])
+        local nthreads, header = tonumber(args[3]), args[4] or "Onsale-Pow"
         for k, proof in ipairs(common.read_lines(args[2])) do
             if (k - 1) % nthreads == tid then
                 made[#made + 1] = wrk.format("POST", path, { ["Content-Type"] = "application/json",
-                    ["Onsale-Pow"] = proof }, "{}")
+                    [header] = proof }, "{}")
             end
         end
     end
