@@ -412,9 +412,13 @@ class Walk(unittest.TestCase):
         self.call(admin, "DELETE", f"/admin/events/{ev}", 200, token=adm)
 
     def walk_enqueue(self, pub, admin, adm):
-        """An invite-only room: a join without the sale site's token, and one with a token
-        on a gateway that takes none (the stack's gateway has no enqueue_keys_file;
-        test_gateway_enqueue walks the rest)."""
+        """An invite-only room: joins without the sale site's token, with a malformed one,
+        an expired one and a good one (signed with the local stack's sale-site key, as
+        docs/examples/enqueue.py does)."""
+        import sys
+        sys.path.insert(0, os.path.join(SOURCE, "docs", "examples"))
+        import enqueue
+        key = enqueue.load_key(os.path.join(self.S.state, "keys", "sale-site-key.pem"))
         ev = stack.new_id("oa-enq")
         r = self.call(admin, "PUT", f"/admin/events/{ev}", 201, token=adm,
                       body={"rate_per_minute": 600, "invite_only": True})
@@ -423,7 +427,15 @@ class Walk(unittest.TestCase):
                          "enqueue_required")
         r = self.call(pub, "POST", f"/q/{ev}/join", 400, body={},
                       headers={"Onsale-Enqueue": "x.y.z"})
-        self.assertEqual(r.json["error"], "enqueue_unsupported")
+        self.assertEqual(r.json["error"], "enqueue_malformed")
+        r = self.call(pub, "POST", f"/q/{ev}/join", 401, body={},
+                      headers={"Onsale-Enqueue": enqueue.token(key, "oa-1", ev, ttl=-60)})
+        self.assertEqual(r.json["reason"], "expired")
+        r = self.call(pub, "POST", f"/q/{ev}/join", 403, body={},
+                      headers={"Onsale-Enqueue": enqueue.token(key, "oa-1", "another-room")})
+        self.assertEqual(r.json["error"], "enqueue_wrong_room")
+        self.call(pub, "POST", f"/q/{ev}/join", 201, body={},
+                  headers={"Onsale-Enqueue": enqueue.token(key, "oa-1", ev)})
         self.call(admin, "DELETE", f"/admin/events/{ev}", 200, token=adm)
 
     def walk_codes(self, pub, admin, adm):
