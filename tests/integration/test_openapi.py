@@ -428,8 +428,15 @@ class Walk(unittest.TestCase):
         r = self.call(pub, "POST", f"/q/{ev}/join", 400, body={},
                       headers={"Onsale-Enqueue": "x.y.z"})
         self.assertEqual(r.json["error"], "enqueue_malformed")
+        import time
+        import jwt
+        now = int(time.time())
+        stale = jwt.encode({"iss": enqueue.ISSUER, "aud": enqueue.AUDIENCE, "sub": "oa-1",
+                            "evt": ev, "jti": "oa-stale", "iat": now - 600, "exp": now - 120},
+                           key, algorithm="ES256",
+                           headers={"kid": enqueue.thumbprint(enqueue.jwk_of(key))})
         r = self.call(pub, "POST", f"/q/{ev}/join", 401, body={},
-                      headers={"Onsale-Enqueue": enqueue.token(key, "oa-1", ev, ttl=-60)})
+                      headers={"Onsale-Enqueue": stale})
         self.assertEqual(r.json["reason"], "expired")
         r = self.call(pub, "POST", f"/q/{ev}/join", 403, body={},
                       headers={"Onsale-Enqueue": enqueue.token(key, "oa-1", "another-room")})
