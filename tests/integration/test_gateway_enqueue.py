@@ -263,6 +263,52 @@ class Enqueue(gwstack.GatewayTestCase):
         # the module's gateways do not hold the example's key
         self.assertStatus(self.join_as(ev, token=tok, expect=None), 401, "enqueue_invalid")
 
+    def test_the_sites_keys_rotate_on_sighup(self):
+        """enqueue_keys_file is live: after a SIGHUP a key added to the file verifies, a key
+        removed from it no longer does, and a file that does not load keeps the keys in
+        force (the reload refused, saying why)."""
+        import signal
+        g = self.GS.gateways[0]
+        path = os.path.join(_DIR, "site-jwks.json")
+        with open(path) as f:
+            original = f.read()
+        old = json.loads(original)["keys"][0]
+        new_key, new_jwk = _site_key()
+
+        def reload_until(want, what):
+            g.proc.send_signal(signal.SIGHUP)
+            return stack.wait_for(want, 10, interval=0.2, what=what)
+
+        def restore():
+            with open(path, "w") as f:
+                f.write(original)
+            reload_until(lambda: self.join_as(ev, "rot-a", gw=g, expect=None).status == 201,
+                         "the site's first key back")
+        ev = self.new_room(rate_per_minute=600, paused=True)
+        self.addCleanup(restore)
+        by_new = lambda c: enqueue_token(c, ev, key=new_key, kid=new_jwk["kid"])  # noqa: E731
+        self.assertStatus(self.join_as(ev, token=by_new("rot-b"), gw=g, expect=None), 401,
+                          "enqueue_invalid")
+        with open(path, "w") as f:
+            json.dump({"keys": [old, new_jwk]}, f)
+        reload_until(lambda: self.join_as(ev, token=by_new("rot-b"), gw=g,
+                                          expect=None).status == 201, "the added key")
+        self.join_as(ev, "rot-a", gw=g)  # both keys verify
+        with open(path, "w") as f:
+            json.dump({"keys": [new_jwk]}, f)
+        reload_until(lambda: self.join_as(ev, "rot-c", gw=g, expect=None).status == 401,
+                     "the removed key refused")
+        with open(path, "w") as f:
+            f.write("{not json")
+        seen = os.path.getsize(g.log_path)
+        g.proc.send_signal(signal.SIGHUP)
+        with open(g.log_path, encoding="utf-8", errors="replace") as log:
+            log.seek(seen)
+            stack.wait_for(lambda: "enqueue_keys_file" in log.read() or None, 10,
+                           what="the refused reload in the log")
+        self.assertEqual(self.join_as(ev, token=by_new("rot-d"), gw=g, expect=None).status, 201,
+                         "a file that does not load dropped the keys in force")
+
     def test_bad_tokens_each_refused_and_take_nothing(self):
         from cryptography.hazmat.primitives.asymmetric import ec
         ev = self.new_room(rate_per_minute=600, paused=True)
