@@ -23,15 +23,9 @@
 -- Cost: one MGET over the candidates (in slices of 1,000) and a pass over the free ones.
 -- Linear in the section's size: the reserve leaves out the seats it knows sold, and
 -- refuses to weigh more than 20,000 (reserve/rsv_hold.c).
-if not token_recorded(KEYS[1], ARGV[10]) then
-    return {'UNVERIFIED'}
-end
-if redis.call('EXISTS', KEYS[1]) == 0 then
-    return {'NOSEED'}
-end
-local replay = idem_check(KEYS[5], ARGV[9])
-if replay then
-    return replay
+local refused = hold_gate(KEYS[1], ARGV[10], KEYS[5], ARGV[9])
+if refused then
+    return refused
 end
 local now = now_ms()
 local want = tonumber(ARGV[6])

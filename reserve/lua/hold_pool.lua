@@ -12,15 +12,9 @@
 -- Reply: {'OK', exp, left} | {'SOLDOUT'} ({'SOLDOUT', 'sold'} when no unit is held either)
 --        | {'INSUFFICIENT', available} | {'LIMIT', units}
 --        | {'NOSEED'} | {'REPLAY', hold id} | {'MISMATCH'} | {'UNVERIFIED'}
-if not token_recorded(KEYS[1], ARGV[11]) then
-    return {'UNVERIFIED'}
-end
-if redis.call('EXISTS', KEYS[1]) == 0 then
-    return {'NOSEED'}
-end
-local replay = idem_check(KEYS[7], ARGV[10])
-if replay then
-    return replay
+local refused = hold_gate(KEYS[1], ARGV[11], KEYS[7], ARGV[10])
+if refused then
+    return refused
 end
 local now = now_ms()
 local free = pool_free(KEYS[4], KEYS[5], now)

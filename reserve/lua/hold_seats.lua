@@ -13,15 +13,9 @@
 -- Reply: {'OK', exp} | {'TAKEN', i, …} (1-based seat indexes, negative for a seat sold:
 --        the reserve remembers those a while, rsv_avail_note_sold) | {'LIMIT', units} | {'NOSEED'}
 --        | {'REPLAY', hold id} | {'MISMATCH'} | {'UNVERIFIED'}
-if not token_recorded(KEYS[1], ARGV[10]) then
-    return {'UNVERIFIED'}
-end
-if redis.call('EXISTS', KEYS[1]) == 0 then
-    return {'NOSEED'}
-end
-local replay = idem_check(KEYS[5], ARGV[9])
-if replay then
-    return replay
+local refused = hold_gate(KEYS[1], ARGV[10], KEYS[5], ARGV[9])
+if refused then
+    return refused
 end
 local now = now_ms()
 local taken = {'TAKEN'}

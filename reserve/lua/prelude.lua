@@ -128,6 +128,19 @@ local function token_recorded(seed, record)
     return redis.call('EXISTS', string.sub(seed, 1, #seed - 4) .. 'tk:' .. record) == 1
 end
 
+-- What every hold script checks first, in this order: the gateway's record of the
+-- token when the reserve has not verified it (token_recorded), the event's seed, the
+-- Idempotency-Key (idem_check). The reply that ends the script, or nil to go on.
+local function hold_gate(seed, record, ikey, hash)
+    if not token_recorded(seed, record) then
+        return {'UNVERIFIED'}
+    end
+    if redis.call('EXISTS', seed) == 0 then
+        return {'NOSEED'}
+    end
+    return idem_check(ikey, hash)
+end
+
 -- The last step of a seat hold (hold_seats.lua, hold_best.lua: KEYS 1-5 and ARGV 1-4, 8,
 -- 9 alike), every check passed: each key of skeys held SET NX PX for the hold, then its
 -- record (seats: the ids comma-joined), the buyer's entry, the taker's activity and the
