@@ -1234,26 +1234,33 @@ static int read_code(place_op_t *op)
     return 0;
 }
 
-/* The join's enqueue token (the Onsale-Enqueue header, or a form's field `enqueue`)
- * checked: the sale site's customer into op->customer, and the token's presale code, when
- * the request brought none, as the join's code. 0 (none given, or a valid one), or -1 once
- * refused. Whether the room needs one is check_proof's (the room's settings). Called after
- * read_code. */
-static int read_enqueue(place_op_t *op)
+/* The join's enqueue token: the Onsale-Enqueue header, or a form's field `enqueue` (read
+ * into buf); NULL when there is none. A request that brings one joins as the customer: it
+ * is the customer's place that answers, not the ticket of an earlier join from this
+ * browser, and it is the one join another site's page may send. */
+static const char *enqueue_text(place_op_t *op, char *buf, size_t buflen)
+{
+    const char *h = cm_http_header(op->r.svc.req, "Onsale-Enqueue");
+    if (h == NULL && op->form && form_field(op->r.svc.req, "enqueue", buf, buflen))
+        h = buf;
+    return h != NULL && h[0] != '\0' ? h : NULL;
+}
+
+/* The join's enqueue token (enqueue_text, NULL: none) checked: the sale site's customer
+ * into op->customer, and the token's presale code, when the request brought none, as the
+ * join's code. 0 (none given, or a valid one), or -1 once refused. Whether the room needs
+ * one is check_proof's (the room's settings). Called after read_code. */
+static int read_enqueue(place_op_t *op, const char *token)
 {
     gw_server_t *srv = op->r.srv;
-    const char *h = cm_http_header(op->r.svc.req, "Onsale-Enqueue");
-    char buf[GW_ENQUEUE_MAX_LEN + 2];
-    if (h == NULL && op->form && form_field(op->r.svc.req, "enqueue", buf, sizeof(buf)))
-        h = buf;
-    if (h == NULL || h[0] == '\0')
+    if (token == NULL)
         return 0;
     gw_enqueue_policy_t pol = {srv->cfg.enqueue_audience, srv->cfg.enqueue_issuer,
                                srv->cfg.enqueue_max_lifetime_s};
     gw_enqueue_claims_t claims;
     gw_enqueue_result_t res =
-        gw_enqueue_verify(cm_reload_cell_get(srv->enqueue_keys), &pol, op->event, h, strlen(h),
-                          cm_time_wall_ms() / 1000, &claims);
+        gw_enqueue_verify(cm_reload_cell_get(srv->enqueue_keys), &pol, op->event, token,
+                          strlen(token), cm_time_wall_ms() / 1000, &claims);
     cm_counter_inc(srv->m->queue.enqueue[res]);
     if (res == GW_ENQ_OK) {
         memcpy(op->customer, claims.customer, sizeof(op->customer));
@@ -1267,22 +1274,15 @@ static int read_enqueue(place_op_t *op)
     return -1;
 }
 
-/* Whether req brings an enqueue token: then it is the customer's place that answers, not
- * the ticket of an earlier join from this browser. */
-static bool has_enqueue(place_op_t *op)
-{
-    char buf[8] = "";
-    return cm_http_header(op->r.svc.req, "Onsale-Enqueue") != NULL ||
-           (op->form && (form_field(op->r.svc.req, "enqueue", buf, sizeof(buf)) || buf[0]));
-}
-
 void gw_queue_join(gw_server_t *srv, cm_req_t *req, const char *event)
 {
     place_op_t *op = op_new(srv, req, GW_EP_JOIN, event);
     op->form = form_post(req);
+    char ebuf[GW_ENQUEUE_MAX_LEN + 2];
+    const char *enqueue = enqueue_text(op, ebuf, sizeof(ebuf));
     /* Another site's page may send a browser to join only with that browser's customer's
      * enqueue token (the sale site's own form: the token, checked below, is its consent). */
-    if (cross_site(srv, req) && !has_enqueue(op)) {
+    if (cross_site(srv, req) && enqueue == NULL) {
         cm_counter_inc(srv->m->queue.rejected_tickets);
         gw_reply_error(&op->r, 403, "cross_site",
                        "a browser may join only from this waiting room's own page", NULL);
@@ -1296,7 +1296,7 @@ void gw_queue_join(gw_server_t *srv, cm_req_t *req, const char *event)
         reply_invalid_ticket(op, "the queue ticket is not valid for this event");
         return;
     }
-    if (got > 0 && !has_enqueue(op)) {
+    if (got > 0 && enqueue == NULL) {
         gw_room_t *room = gw_rooms_find(srv->rooms, event);
         if (room == NULL || room->s.gen == op->t.gen || bearer) {
             cm_counter_inc(srv->m->queue.rejoins);
@@ -1309,7 +1309,7 @@ void gw_queue_join(gw_server_t *srv, cm_req_t *req, const char *event)
         }
         /* a cookie of an earlier room of this event: take a new place */
     }
-    if (bind_key(op) != 0 || read_code(op) != 0 || read_enqueue(op) != 0)
+    if (bind_key(op) != 0 || read_code(op) != 0 || read_enqueue(op, enqueue) != 0)
         return;
     place_with_proof(op);
 }
