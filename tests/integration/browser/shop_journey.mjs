@@ -190,7 +190,12 @@ async function journey(context, spec, sc) {
   });
   const resp = await page.goto(`${spec.gateway}/q/${encodeURIComponent(sc.event)}`, { waitUntil: 'domcontentloaded' });
   check(resp && resp.status() === 200, 'the queue page answers 200', resp && resp.status());
-  await shot(page, 'queue');
+  // The room admits at once, so the page may hand off to the shop while it is being
+  // photographed: a picture of a page already gone is no failure of the journey (CI saw
+  // "Not attached to an active page" once), anything else is.
+  await shot(page, 'queue').catch((e) => {
+    if (!/Not attached to an active page|Target closed|navigat/i.test(String(e))) throw e;
+  });
   await page.waitForURL((u) => u.href.startsWith(shopUrl.href), { timeout: spec.timeout * 500 });
   await page.locator('#s-pick').waitFor({ state: 'visible' });
   check(landing, 'the admitted fan reached the storefront', page.url());
