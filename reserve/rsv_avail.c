@@ -7,6 +7,11 @@
  * sold seat is final except when a failed booking gives it back (reserve/lua/unconvert.lua),
  * possibly on another reserve, and for that long this worker may still call it sold, the same lag
  * the seat map is allowed.
+ *
+ * A rebuild is waited for by requests (answered from the new JSON) and by rsv_avail_refresh's
+ * callers (given the new totals) alike. A snapshot whose rebuild is under way when the worker
+ * stops outlives rsv_avail_free: its Redis and Postgres callbacks still come back (with
+ * cm_err_shutdown), and the last one frees it.
  */
 #include "rsv_avail.h"
 
@@ -23,6 +28,7 @@
 #include "rsv_lua.h"
 #include "rsv_ids.h"
 #include "rsv_req.h"
+#include "rsv_stock.h"
 
 #define MGET_CHUNK 500
 
@@ -30,17 +36,20 @@ typedef enum { SEAT_AVAILABLE = 0, SEAT_HELD = 1, SEAT_SOLD = 2 } seat_status_t;
 
 typedef struct waiter {
     struct waiter *next;
-    rsv_req_t *r;
+    rsv_req_t *r; /* a request to answer, or NULL: cb(arg) wants the totals */
     int seats;
+    rsv_avail_totals_cb cb;
+    void *arg;
 } waiter_t;
 
 typedef struct snap {
-    rsv_avail_t *a;
+    rsv_avail_t *a; /* NULL once rsv_avail_free left a rebuild to finish alone */
     char event[CM_IDENT_MAX + 1];
     uint64_t built_ns;
     int64_t version;
     char *avail_json;
     char *seats_json;
+    rsv_avail_totals_t totals;
     /* a rebuild in progress */
     int building;
     int pending;
@@ -82,7 +91,9 @@ static void flush_waiters(snap_t *s, const char *err)
     s->waiters = NULL;
     while (w) {
         waiter_t *next = w->next;
-        if (err) {
+        if (w->r == NULL) {
+            w->cb(err, err ? NULL : &s->totals, w->arg);
+        } else if (err) {
             rsv_reply_unavailable(w->r, "reading availability", err);
             free(w->r);
         } else {
@@ -93,6 +104,17 @@ static void flush_waiters(snap_t *s, const char *err)
     }
 }
 
+static void snap_free(snap_t *s)
+{
+    free(s->avail_json);
+    free(s->seats_json);
+    free(s->status);
+    free(s->pool_counts);
+    free(s->sold_ns);
+    rsv_event_unref(s->ev);
+    free(s);
+}
+
 void rsv_avail_free(rsv_avail_t *a)
 {
     if (a == NULL)
@@ -100,13 +122,10 @@ void rsv_avail_free(rsv_avail_t *a)
     for (size_t i = 0; i < a->n; i++) {
         snap_t *s = a->snaps[i];
         flush_waiters(s, cm_err_shutdown);
-        free(s->avail_json);
-        free(s->seats_json);
-        free(s->status);
-        free(s->pool_counts);
-        free(s->sold_ns);
-        rsv_event_unref(s->ev);
-        free(s);
+        if (s->building)
+            s->a = NULL; /* its last part frees it (part_done) */
+        else
+            snap_free(s);
     }
     free(a->snaps);
     free(a);
@@ -177,6 +196,25 @@ bool rsv_avail_known_sold(rsv_avail_t *a, const rsv_event_t *ev, size_t item)
     return cm_time_mono_ns() - marks[item] <= max_age;
 }
 
+void rsv_avail_count(const rsv_event_t *ev, const unsigned char *status,
+                     const int64_t (*pool_counts)[2], rsv_avail_totals_t *out)
+{
+    int64_t left = 0, held = 0, total = (int64_t)ev->nseats;
+    for (size_t k = 0; k < ev->nseats; k++) {
+        left += status[k] == SEAT_AVAILABLE;
+        held += status[k] == SEAT_HELD;
+    }
+    for (size_t i = 0; i < ev->npools; i++) {
+        left += pool_counts[i][0] > 0 ? pool_counts[i][0] : 0;
+        held += pool_counts[i][1];
+        total += ev->pools[i].capacity;
+    }
+    out->left = left;
+    out->held = held;
+    out->total = total;
+    out->version = ev->version;
+}
+
 static void build_json(snap_t *s)
 {
     rsv_event_t *ev = s->ev;
@@ -232,7 +270,12 @@ static void part_done(snap_t *s)
     if (--s->pending > 0)
         return;
     s->building = 0;
+    if (s->a == NULL) { /* the worker stopped meanwhile; its waiters were answered */
+        snap_free(s);
+        return;
+    }
     if (s->err == NULL) {
+        rsv_avail_count(s->ev, s->status, (const int64_t(*)[2])s->pool_counts, &s->totals);
         build_json(s);
         s->built_ns = cm_time_mono_ns();
         s->version = s->ev->version;
@@ -344,6 +387,8 @@ static void scan(rsv_avail_t *a, snap_t *s)
 static void on_seeded(const char *err, void *arg)
 {
     snap_t *s = arg;
+    if (err == NULL && s->a == NULL)
+        err = cm_err_shutdown;
     if (err) {
         s->err = err;
         s->pending = 1;
@@ -356,14 +401,41 @@ static void on_seeded(const char *err, void *arg)
 static void on_seed_checked(const char *err, const cm_redis_reply_t *reply, void *arg)
 {
     snap_t *s = arg;
-    if (err) {
-        on_seeded(err, s);
+    if (err || s->a == NULL) {
+        on_seeded(err ? err : cm_err_shutdown, s);
     } else if (cm_redis_reply_type(reply) == CM_REDIS_INT && cm_redis_reply_int(reply) == 1) {
         scan(s->a, s);
     } else {
         /* Redis lost the event (or never had it): load it from Postgres first. */
         rsv_catalog_seed(s->a->srv->catalog, s->ev, on_seeded, s);
     }
+}
+
+/* w waits for s's rebuild, started now unless one is under way. */
+static void wait_for_rebuild(rsv_avail_t *a, snap_t *s, rsv_event_t *ev, waiter_t *w)
+{
+    w->next = s->waiters;
+    s->waiters = w;
+    if (s->building)
+        return;
+    s->building = 1;
+    s->err = NULL;
+    rsv_event_ref(ev);
+    s->ev = ev;
+    char *key = rsv_key(ev->id, RSV_K_SEED, NULL);
+    const char *argv[] = {"EXISTS", key};
+    int rc = cm_redis_command(a->srv->redis, on_seed_checked, s, 2, argv, NULL);
+    free(key);
+    if (rc != 0)
+        on_seeded(cm_err_closed, s);
+}
+
+void rsv_avail_refresh(rsv_avail_t *a, rsv_event_t *ev, rsv_avail_totals_cb cb, void *arg)
+{
+    waiter_t *w = cm_xcalloc(1, sizeof(*w));
+    w->cb = cb;
+    w->arg = arg;
+    wait_for_rebuild(a, find(a, ev->id, 1), ev, w);
 }
 
 static void on_event(rsv_event_t *ev, const char *err, void *arg)
@@ -381,6 +453,7 @@ static void on_event(rsv_event_t *ev, const char *err, void *arg)
         free(r);
         return;
     }
+    rsv_stock_touch(r->srv->stock, ev->id);
     snap_t *s = find(a, ev->id, 1);
     uint64_t max_age = (uint64_t)r->srv->cfg.avail_max_age_ms * 1000000ull;
     if (s->avail_json && s->version == ev->version && cm_time_mono_ns() - s->built_ns <= max_age) {
@@ -390,20 +463,7 @@ static void on_event(rsv_event_t *ev, const char *err, void *arg)
     waiter_t *w = cm_xcalloc(1, sizeof(*w));
     w->r = r;
     w->seats = seats;
-    w->next = s->waiters;
-    s->waiters = w;
-    if (s->building)
-        return;
-    s->building = 1;
-    s->err = NULL;
-    rsv_event_ref(ev);
-    s->ev = ev;
-    char *key = rsv_key(ev->id, RSV_K_SEED, NULL);
-    const char *argv[] = {"EXISTS", key};
-    int rc = cm_redis_command(a->srv->redis, on_seed_checked, s, 2, argv, NULL);
-    free(key);
-    if (rc != 0)
-        on_seeded(cm_err_closed, s);
+    wait_for_rebuild(a, s, ev, w);
 }
 
 void rsv_avail_serve(rsv_server_t *srv, cm_req_t *req, const char *event, int seats)

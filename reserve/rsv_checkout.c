@@ -338,6 +338,7 @@ static void on_confirm_event(rsv_event_t *ev, const char *err, void *arg)
     }
     rsv_event_ref(ev);
     op->ev = ev;
+    rsv_stock_touch(op->r.srv->stock, ev->id);
     if (op->currency[0] == '\0')
         snprintf(op->currency, sizeof(op->currency), "%s", ev->currency);
     else if (strcmp(op->currency, ev->currency) != 0) {

@@ -72,6 +72,12 @@ static const cm_config_opt_t own[] = {
      "how stale the availability and seat map answers may be, and how long a worker "
      "believes a seat or pool it saw sold out (a hold for it is answered 409 without a "
      "script; 0: never)"},
+    {"stock_interval_ms", CM_CFG_INT, S(stock_interval_ms), "500", 0, 60000,
+     "how often each live event's stock (units left, held, total) is rebuilt and published "
+     "to Redis for the gateway, os:{<event>}:stock (0 = no feed)"},
+    {"stock_idle_s", CM_CFG_INT, S(stock_idle_s), "900", 1, 86400,
+     "an event without a hold, confirm, release or availability request this long stops "
+     "being published once it has no unit held"},
     {"catalog_refresh_ms", CM_CFG_INT, S(catalog_refresh_ms), "2000", 100, 600000,
      "how often a cached event is re-checked against Postgres"},
     {"checkout_lease_s", CM_CFG_INT, S(checkout_lease_s), "30", 1, 3600,

@@ -36,6 +36,8 @@ typedef struct rsv_config {
     int64_t auth_fail_limit;
     int64_t auth_fail_window_s;
     int64_t avail_max_age_ms;
+    int64_t stock_interval_ms;
+    int64_t stock_idle_s;
     int64_t catalog_refresh_ms;
     int64_t checkout_lease_s;
     int64_t hold_record_keep_s;

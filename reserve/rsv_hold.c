@@ -1019,6 +1019,7 @@ static void on_create_event(rsv_event_t *ev, const char *err, void *arg)
     }
     rsv_event_ref(ev);
     op->ev = ev;
+    rsv_stock_touch(op->r.srv->stock, ev->id);
     json_t *seats = json_object_get(op->body, "seats");
     if (is_best(op->body)) {
         if (best_candidates(op))
@@ -1276,6 +1277,7 @@ static void on_hold_event(rsv_event_t *ev, const char *err, void *arg)
     }
     rsv_event_ref(ev);
     op->ev = ev;
+    rsv_stock_touch(op->r.srv->stock, ev->id);
     run_hold_op(op);
 }
 

@@ -19,6 +19,7 @@ extern const char rsv_lua_seed[];
 extern const char rsv_lua_avail[];
 extern const char rsv_lua_done[];
 extern const char rsv_lua_office_release[];
+extern const char rsv_lua_stock[];
 
 static rsv_lua_t scripts;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -44,6 +45,7 @@ static void build(void)
     scripts.avail = make("avail", rsv_lua_avail);
     scripts.done = make("done", rsv_lua_done);
     scripts.office_release = make("office_release", rsv_lua_office_release);
+    scripts.stock = make("stock", rsv_lua_stock);
 }
 
 const rsv_lua_t *rsv_lua(void)

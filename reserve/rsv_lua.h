@@ -21,6 +21,7 @@ typedef struct rsv_lua {
     cm_redis_script_t *avail;
     cm_redis_script_t *done;
     cm_redis_script_t *office_release;
+    cm_redis_script_t *stock;
 } rsv_lua_t;
 
 /** The scripts (built once, on the first call from any thread; live for the process). */

@@ -22,8 +22,10 @@
 #define RSV_K_POOL_OLD   "pe:" /* held pool units before pu: (dropped on re-seed) */
 #define RSV_K_TOKEN      "tk:" /* + hex sha256 of a token (the gateway writes it, holds read it) */
 #define RSV_K_ACTIVE     "active"
-#define RSV_K_REFUND     "rf:" /* + refund id: the box office gave its units back */
-#define RSV_K_IDEM       "ik:" /* + sha256(buyer "\n" Idempotency-Key) of a hold creation */
+#define RSV_K_REFUND     "rf:"    /* + refund id: the box office gave its units back */
+#define RSV_K_IDEM       "ik:"    /* + sha256(buyer "\n" Idempotency-Key) of a hold creation */
+#define RSV_K_STOCK      "stock"  /* the stock feed's hash (rsv_stock; the gateway reads it) */
+#define RSV_K_STOCK_LOCK "stockl" /* who rebuilds the stock this interval (SET NX PX) */
 
 /** "os:{<event>}:<kind><id>" (id NULL: none), heap (free()). */
 char *rsv_key(const char *event, const char *kind, const char *id);

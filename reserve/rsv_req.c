@@ -31,6 +31,7 @@ void rsv_metrics_register(rsv_metrics_t *m, cm_metrics_t *reg)
     rsv_ledger_metrics_register(&m->ledger, reg);
     rsv_pay_metrics_register(&m->pay, reg);
     rsv_webhook_metrics_register(&m->webhook, reg);
+    rsv_stock_metrics_register(&m->stock, reg);
 }
 
 void rsv_req_start(rsv_req_t *r, rsv_server_t *srv, cm_req_t *req, rsv_endpoint_t ep)

@@ -1,7 +1,7 @@
 /*
  * rsv_req — what a reserve handler works with: its worker's instance (rsv_server_t: the
  * event loop, Redis and Postgres clients, token verifier, catalogue and availability
- * caches, payment client), the request context it answers through, and the replies.
+ * caches, the stock feed, payment client), the request context it answers through, and the replies.
  *
  * The process (rsv_server.c) makes one rsv_server_t per worker on the service shell
  * (cm_service), so every module runs single-threaded on its instance's loop; the
@@ -32,6 +32,7 @@
 #include "rsv_pay.h"
 #include "rsv_pg.h"
 #include "rsv_reconcile.h"
+#include "rsv_stock.h"
 #include "rsv_webhook.h"
 
 struct event_base;
@@ -83,6 +84,7 @@ typedef struct rsv_metrics {
     rsv_ledger_metrics_t ledger;
     rsv_pay_metrics_t pay;
     rsv_webhook_metrics_t webhook;
+    rsv_stock_metrics_t stock;
 } rsv_metrics_t;
 
 /** Registers every module's series in reg (one registry for all workers: the same series
@@ -106,6 +108,7 @@ struct rsv_server {
     rsv_auth_fails_t *auth_fails; /* failed tokens per address, shared by the workers */
     rsv_catalog_t *catalog;
     rsv_avail_t *avail;
+    rsv_stock_t *stock; /* this worker's part of the stock feed (NULL: stock_interval_ms 0) */
     rsv_pay_t *pay;
     rsv_reconcile_t *reconcile;
     rsv_office_t *office;              /* the box office's refund driver (worker 0) */

@@ -3,7 +3,7 @@
  *
  * Start-up, main thread (before the loops; file reads allowed): admin token and TLS
  * (shared); then per worker: keys and token verifier, Redis and Postgres clients,
- * caches, payment client, reconciler (worker 0), metrics (the same shared series),
+ * caches, the stock feed, payment client, reconciler (worker 0), metrics (the same shared series),
  * listener. Shutdown on SIGTERM/SIGINT (cm_server): every worker stops accepting,
  * answers /readyz 503, lets in-flight requests finish (bounded to 10 s), then exits its
  * loop.
@@ -36,6 +36,7 @@
 #include "rsv_reconcile.h"
 #include "rsv_office.h"
 #include "rsv_routes.h"
+#include "rsv_stock.h"
 
 #define DRAIN_LIMIT_NS (10ull * 1000 * 1000 * 1000)
 
@@ -182,6 +183,7 @@ static void worker_new(void *arg, cm_service_t *svc, int i, void *instance, char
                               (int)cfg->pg_max_queue);
     srv->catalog = rsv_catalog_new(srv);
     srv->avail = rsv_avail_new(srv);
+    srv->stock = rsv_stock_new(srv); /* every worker: requests touch events on each */
     char *key = rsv_config_pay_key(cfg, err, errlen); /* start-up: may read its file */
     if (key == NULL)
         return;
@@ -246,6 +248,8 @@ static void worker_free(void *instance)
     srv->reconcile = NULL;
     rsv_office_free(srv->office);
     srv->office = NULL;
+    rsv_stock_free(srv->stock); /* its rounds in flight end as the clients below go */
+    srv->stock = NULL;
     rsv_outbox_free(srv->outbox); /* before pg: its statements come back as shutdown */
     srv->outbox = NULL;
     rsv_pay_free(srv->pay); /* its callbacks may still record steps: before pg and redis */

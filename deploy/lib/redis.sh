@@ -64,8 +64,10 @@ REDIS_SERVICE_COMMANDS='-@all +@read +@write +@scripting +@connection -@dangerou
 #   $REDIS_GATEWAY_USER  its waiting rooms (os:{e}:q:*, os:gateway:*; q:* covers the
 #                        phases' code holders q:cv and the presale codes' batches
 #                        q:cbat, uses q:cu and revocations q:cr), the active set,
-#                        and token records write-only: never a hold, seat or pool key
-#   $REDIS_RESERVE_USER  inventory and holds, the active set, token records read-only
+#                        and token records write-only, the stock feed read-only: never
+#                        a hold, seat or pool key
+#   $REDIS_RESERVE_USER  inventory and holds, the active set, the stock feed and its
+#                        lock, token records read-only
 # A key kind a service starts to use needs its pattern here. A script's declared keys
 # need read and write access (Redis 7 checks EVAL's KEYS as read-write), so the hold
 # scripts read tk: keys without declaring them. The default user stays: Redis 7.0
@@ -80,14 +82,16 @@ redis_acl_conf() {
     admin=$(pw_sha256 "$REDIS_PASSWORD_FILE") || exit 1
     gw=$(pw_sha256 "$REDIS_GATEWAY_PASSWORD_FILE") || exit 1
     rs=$(pw_sha256 "$REDIS_RESERVE_PASSWORD_FILE") || exit 1
-    for k in seed s:\* h:\* b:\* p:\* pu:\* pn:\* pe:\* ik:\* rf:\* active dp:\*; do keys+=" ~$ev$k"; done
+    for k in seed s:\* h:\* b:\* p:\* pu:\* pn:\* pe:\* ik:\* rf:\* active dp:\* stock stockl; do
+        keys+=" ~$ev$k"
+    done
     keys+=" ~os:catalog:gen" # the catalogue generation (rsv_catalog.h)
     printf '# Authenticated only; the passwords are in %s, %s and %s.\n' \
         "$REDIS_PASSWORD_FILE" "$REDIS_GATEWAY_PASSWORD_FILE" "$REDIS_RESERVE_PASSWORD_FILE"
     printf 'user default on #%s ~* &* +@all\n' "$nobody"
     printf 'user %s on #%s ~* &* +@all\n' "$REDIS_USER" "$admin"
-    printf 'user %s on #%s resetchannels ~%sq:* ~%sdp:* ~%sactive ~os:gateway:* %%W~%stk:* %s\n' \
-        "$REDIS_GATEWAY_USER" "$gw" "$ev" "$ev" "$ev" "$ev" "$REDIS_SERVICE_COMMANDS"
+    printf 'user %s on #%s resetchannels ~%sq:* ~%sdp:* ~%sactive ~os:gateway:* %%W~%stk:* %%R~%sstock %s\n' \
+        "$REDIS_GATEWAY_USER" "$gw" "$ev" "$ev" "$ev" "$ev" "$ev" "$REDIS_SERVICE_COMMANDS"
     printf 'user %s on #%s resetchannels%s %%R~%stk:* %s\n' \
         "$REDIS_RESERVE_USER" "$rs" "$keys" "$ev" "$REDIS_SERVICE_COMMANDS"
 }

@@ -3,7 +3,8 @@
  * scan): an item noted sold is known sold for avail_max_age_ms and not after; items are
  * kept apart, and so are events; a new version of an event, or an invalidation, starts
  * without marks; avail_max_age_ms = 0 keeps none; indexes past the event's items are
- * ignored.
+ * ignored. The totals the stock feed publishes (rsv_avail_count): seats by status, pools
+ * by their counts (an overdrawn counter as none left), the total from the catalogue.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -113,6 +114,25 @@ static void test_zero_age_keeps_none(void **state)
     free(srv);
 }
 
+static void test_totals_count_seats_and_pools(void **state)
+{
+    (void)state;
+    rsv_pool_t pools[2] = {{.id = "floor", .capacity = 100}, {.id = "pit", .capacity = 5}};
+    rsv_event_t ev = event_of("ev1", 7, 5, 2);
+    ev.pools = pools;
+    const unsigned char status[5] = {0, 1, 2, 0, 1};  /* available, held, sold, … */
+    const int64_t counts[2][2] = {{60, 15}, {-2, 3}}; /* pit: counter overdrawn by 2 */
+    rsv_avail_totals_t t;
+    rsv_avail_count(&ev, status, counts, &t);
+    assert_int_equal(t.left, 2 + 60);
+    assert_int_equal(t.held, 2 + 15 + 3);
+    assert_int_equal(t.total, 5 + 100 + 5);
+    assert_int_equal(t.version, 7);
+    rsv_event_t empty = event_of("ev2", 1, 0, 0);
+    rsv_avail_count(&empty, NULL, NULL, &t);
+    assert_int_equal(t.left + t.held + t.total, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -120,6 +140,7 @@ int main(void)
         cmocka_unit_test(test_new_version_and_invalidate_forget),
         cmocka_unit_test(test_marks_age_out),
         cmocka_unit_test(test_zero_age_keeps_none),
+        cmocka_unit_test(test_totals_count_seats_and_pools),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

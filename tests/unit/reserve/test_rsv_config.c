@@ -76,6 +76,38 @@ static void test_lease_must_outlast_the_charge(void **state)
     assert_int_equal(rsv_config_check(&cfg, err, sizeof(err)), -1);
 }
 
+/* The stock feed: on every 500 ms by default, 0 turns it off; an idle event is dropped
+ * after 900 s; a negative interval or a zero idle time does not load. */
+static void test_stock_feed_keys(void **state)
+{
+    (void)state;
+    rsv_config_t cfg;
+    char *defaults[] = {"onsale-reserve", NULL};
+    load(&cfg, 1, defaults);
+    assert_int_equal(cfg.stock_interval_ms, 500);
+    assert_int_equal(cfg.stock_idle_s, 900);
+    drop(&cfg);
+    char *off[] = {"onsale-reserve", "--stock_interval_ms=0", "--stock_idle_s=60", NULL};
+    load(&cfg, 3, off);
+    assert_int_equal(cfg.stock_interval_ms, 0);
+    assert_int_equal(cfg.stock_idle_s, 60);
+    drop(&cfg);
+    size_t n = 0;
+    const cm_config_opt_t *t = rsv_config_table(&n);
+    char *bad[][2] = {{"onsale-reserve", "--stock_interval_ms=-1"},
+                      {"onsale-reserve", "--stock_interval_ms=60001"},
+                      {"onsale-reserve", "--stock_idle_s=0"}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char err[256] = "";
+        memset(&cfg, 0, sizeof(cfg));
+        assert_int_equal(cm_config_load(t, n, &cfg, "ONSALE_RESERVE_TEST_", 2, bad[i], NULL, 0,
+                                        NULL, err, sizeof(err)),
+                         CM_CONFIG_ERROR);
+        assert_non_null(strstr(err, "stock_"));
+        cm_config_free(t, n, &cfg);
+    }
+}
+
 static void test_public_origin_is_a_bare_origin(void **state)
 {
     (void)state;
@@ -406,6 +438,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_pass_the_cross_key_checks),
         cmocka_unit_test(test_lease_must_outlast_the_charge),
+        cmocka_unit_test(test_stock_feed_keys),
         cmocka_unit_test(test_public_origin_is_a_bare_origin),
         cmocka_unit_test(test_pg_password_quoted_for_libpq),
         cmocka_unit_test(test_pg_password_file_owner_only),

@@ -27,6 +27,13 @@ static void test_key_shape(void **state)
     k = rsv_key("e", RSV_K_ACTIVE, NULL);
     assert_string_equal(k, "os:{e}:active");
     free(k);
+    /* the stock feed: the gateway's Redis user reads exactly this name */
+    k = rsv_key("tour-1", RSV_K_STOCK, NULL);
+    assert_string_equal(k, "os:{tour-1}:stock");
+    free(k);
+    k = rsv_key("tour-1", RSV_K_STOCK_LOCK, NULL);
+    assert_string_equal(k, "os:{tour-1}:stockl");
+    free(k);
 }
 
 static void test_buf_matches_heap(void **state)
@@ -34,7 +41,8 @@ static void test_buf_matches_heap(void **state)
     (void)state;
     const char *kinds[] = {RSV_K_SEED,  RSV_K_SEAT,       RSV_K_HOLD,      RSV_K_BUYER,
                            RSV_K_POOL,  RSV_K_POOL_UNITS, RSV_K_POOL_NEXT, RSV_K_POOL_OLD,
-                           RSV_K_TOKEN, RSV_K_ACTIVE,     RSV_K_IDEM,      RSV_K_REFUND};
+                           RSV_K_TOKEN, RSV_K_ACTIVE,     RSV_K_IDEM,      RSV_K_REFUND,
+                           RSV_K_STOCK, RSV_K_STOCK_LOCK};
     for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
         char buf[RSV_KEY_MAX];
         char *heap = rsv_key("night.2", kinds[i], "x9");
