@@ -79,6 +79,9 @@ static const char *const expected[] = {
     "onsale_reserve_reconciler_actions_total{action=\"released\"}",
     "onsale_reserve_redis_reseeds_total",
     "onsale_reserve_refunds_total",
+    "onsale_reserve_stock_rounds_total{outcome=\"elsewhere\"}",
+    "onsale_reserve_stock_rounds_total{outcome=\"failed\"}",
+    "onsale_reserve_stock_rounds_total{outcome=\"published\"}",
     "onsale_reserve_token_records_total{result=\"matched\"}",
     "onsale_reserve_token_records_total{result=\"missing\"}",
     "onsale_reserve_uniqueness_conflicts_total",
@@ -140,6 +143,7 @@ static void names_tables_full(void **state)
     names_distinct(rsv_ledger_scan_names, RSV_LEDGER_SCAN_COUNT);
     names_distinct(rsv_pay_outcome_names, RSV_PAY_OUTCOME_COUNT);
     names_distinct(rsv_pay_op_names, RSV_PAY_OP_COUNT);
+    names_distinct(rsv_stock_outcome_names, RSV_STOCK_OUTCOME_COUNT);
 }
 
 int main(void)
