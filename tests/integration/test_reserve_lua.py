@@ -1,6 +1,6 @@
 """The reserve's Lua scripts (reserve/lua/*.lua, each run with prelude.lua in front, as
 rsv_lua.c loads them) called directly against a real Redis of their own: hold_seats,
-hold_pool, hold_best, get, extend, release, convert, unconvert, avail, seed.
+hold_pool, hold_best, get, extend, release, convert, unconvert, avail, seed, stock.
 
 Keys live under a prefix of the test's own ('t:{<event>}:' instead of 'os:{<event>}:'),
 so a key a script built itself, outside KEYS, shows up as a stranger (every
@@ -18,7 +18,7 @@ SOURCE = stack._env_dir("ONSALE_SOURCE_DIR",
                         os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 LUA = os.path.join(SOURCE, "reserve", "lua")
 NAMES = ("hold_seats", "hold_pool", "hold_best", "get", "extend", "release", "convert", "unconvert",
-         "avail", "seed")
+         "avail", "seed", "stock")
 _REDIS = {}
 
 
@@ -375,6 +375,29 @@ class Seed(LuaCase):
         self.assertEqual(s(self.r("ZRANGE", e.k("b:", "u1"), 0, -1)), ["2:bk_1"])
         self.assertEqual(s(self.r("ZRANGE", e.k("b:", "u2"), 0, -1)), ["1:bk_2"])
         self.assertEqual(e.run("seed", keys, *args), 0)
+
+
+class Stock(LuaCase):
+    def test_stock_writes_the_counts_at_redis_time_and_expires(self):
+        e = self.e
+        before = self.redis_ms()
+        at = e.run("stock", [e.k("stock")], 7, 3, 10, 4, 5000)
+        self.assertTrue(before <= at <= self.redis_ms(), (before, at))
+        got = dict(zip(*[iter(s(self.r("HGETALL", e.k("stock"))))] * 2))
+        self.assertEqual(got, {"left": "7", "held": "3", "total": "10", "version": "4",
+                               "at": str(at)})
+        self.assertTrue(4000 < self.r("PTTL", e.k("stock")) <= 5000)
+        # written again: the new counts, a later at, the life renewed
+        self.r("PEXPIRE", e.k("stock"), 100)
+        at2 = e.run("stock", [e.k("stock")], 10, 0, 10, 5, 5000)
+        self.assertGreaterEqual(at2, at)
+        self.assertEqual(s(self.r("HMGET", e.k("stock"), "left", "held", "version")),
+                         ["10", "0", "5"])
+        self.assertGreater(self.r("PTTL", e.k("stock")), 4000)
+
+    def redis_ms(self):
+        sec, usec = self.r("TIME")
+        return int(sec) * 1000 + int(usec) // 1000
 
 
 class Best(LuaCase):
