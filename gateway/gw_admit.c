@@ -28,6 +28,7 @@
 #include "gw_rediskeys.h"
 #include "gw_lua.h"
 #include "gw_page.h"
+#include "gw_queue.h"
 #include "gw_signer.h"
 #include "gw_watermark.h"
 
@@ -369,6 +370,16 @@ static void on_admit(const char *err, const cm_redis_reply_t *reply, void *arg)
     case GW_ADMIT_WAIT:
     case GW_ADMIT_NOT_YET:
         reply_front(&op->r, op->room, op->ticket, op->code, op->page);
+        break;
+    case GW_ADMIT_STOCK_OUT: /* its place is kept while held units may come back */
+        if (cm_redis_reply_int(cm_redis_reply_at(reply, 1)) > 0) {
+            gw_queue_reply_returns(&op->r, op->room, op->ticket, 1, op->code, op->page);
+            break;
+        }
+        if (op->page)
+            reply_page(&op->r, op->room, GW_PAGE_SOLD_OUT, -1, NULL);
+        else
+            gw_reply_gone(&op->r, true);
         break;
     case GW_ADMIT_SOLD_OUT:
     case GW_ADMIT_CLOSED:

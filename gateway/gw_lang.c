@@ -80,6 +80,12 @@ static const char *const en[GW_MSG_COUNT] = {
     [GW_MSG_SOLD_OUT_LEAD] = "Everything for this event has been sold.",
     [GW_MSG_SOLD_OUT_NOTE] = "Thank you for waiting. Nobody further down the line will be let "
                              "in, so there is no need to keep this page open.",
+    [GW_MSG_RETURNS_LEAD] = "Sold out, for now.",
+    [GW_MSG_RETURNS_NOTE] = "Every ticket is sold or in another fan's basket. Tickets that are not "
+                            "bought come back to this line, in order: keep this page open to keep "
+                            "your place.",
+    [GW_MSG_LEFT_ONE] = "{count} ticket left.",
+    [GW_MSG_LEFT_MANY] = "{count} tickets left.",
     [GW_MSG_CLOSED_LEAD] = "This waiting room is closed and is not letting anyone in.",
     [GW_MSG_CLOSED_NOTE] = "There is no need to keep this page open.",
     [GW_MSG_NET] = "Connection problem — retrying…",
@@ -182,6 +188,13 @@ static const char *const de[GW_MSG_COUNT] = {
     [GW_MSG_SOLD_OUT_LEAD] = "Für diese Veranstaltung ist alles verkauft.",
     [GW_MSG_SOLD_OUT_NOTE] = "Danke fürs Warten. Aus der Warteschlange wird niemand mehr "
                              "eingelassen, Sie müssen diese Seite also nicht geöffnet lassen.",
+    [GW_MSG_RETURNS_LEAD] = "Ausverkauft – vorerst.",
+    [GW_MSG_RETURNS_NOTE] = "Jedes Ticket ist verkauft oder liegt im Warenkorb eines anderen Fans. "
+                            "Tickets, die nicht gekauft werden, kommen der Reihe nach in diese "
+                            "Warteschlange zurück: Lassen Sie diese Seite offen, um Ihren Platz zu "
+                            "behalten.",
+    [GW_MSG_LEFT_ONE] = "Noch {count} Ticket.",
+    [GW_MSG_LEFT_MANY] = "Noch {count} Tickets.",
     [GW_MSG_CLOSED_LEAD] = "Dieser Warteraum ist geschlossen und lässt niemanden ein.",
     [GW_MSG_CLOSED_NOTE] = "Sie müssen diese Seite nicht geöffnet lassen.",
     [GW_MSG_NET] = "Verbindungsproblem – neuer Versuch …",
@@ -294,6 +307,13 @@ static const char *const fr[GW_MSG_COUNT] = {
     [GW_MSG_SOLD_OUT_NOTE] =
         "Merci d’avoir patienté. Plus personne ne sera admis depuis la file" NBSP ";" NBSP
         "inutile de garder cette page ouverte.",
+    [GW_MSG_RETURNS_LEAD] = "Complet, pour l’instant.",
+    [GW_MSG_RETURNS_NOTE] =
+        "Chaque billet est vendu ou dans le panier d’un autre fan. Les billets qui ne sont pas "
+        "achetés reviennent dans cette file, dans l’ordre" NBSP ":" NBSP
+        "gardez cette page ouverte pour garder votre place.",
+    [GW_MSG_LEFT_ONE] = "Plus que {count} billet.",
+    [GW_MSG_LEFT_MANY] = "Plus que {count} billets.",
     [GW_MSG_CLOSED_LEAD] = "Cette salle d’attente est fermée et ne laisse entrer personne.",
     [GW_MSG_CLOSED_NOTE] = "Inutile de garder cette page ouverte.",
     [GW_MSG_NET] = "Problème de connexion — nouvelle tentative…",
@@ -398,6 +418,13 @@ static const char *const es[GW_MSG_COUNT] = {
     [GW_MSG_SOLD_OUT_LEAD] = "Se ha vendido todo para este evento.",
     [GW_MSG_SOLD_OUT_NOTE] = "Gracias por esperar. Ya no se dejará pasar a nadie más de la cola, "
                              "así que no hace falta que mantengas esta página abierta.",
+    [GW_MSG_RETURNS_LEAD] = "Agotado, por ahora.",
+    [GW_MSG_RETURNS_NOTE] =
+        "Cada entrada está vendida o en la cesta de otro fan. Las entradas que no "
+        "se compren vuelven a esta cola, por orden: mantén esta página abierta "
+        "para conservar tu lugar.",
+    [GW_MSG_LEFT_ONE] = "Queda {count} entrada.",
+    [GW_MSG_LEFT_MANY] = "Quedan {count} entradas.",
     [GW_MSG_CLOSED_LEAD] = "Esta sala de espera está cerrada y no deja pasar a nadie.",
     [GW_MSG_CLOSED_NOTE] = "No hace falta que mantengas esta página abierta.",
     [GW_MSG_NET] = "Problema de conexión; reintentando…",

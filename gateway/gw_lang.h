@@ -60,6 +60,10 @@
     X(ADMITTED_NOTE, admitted_note)                                                                \
     X(SOLD_OUT_LEAD, sold_out_lead)                                                                \
     X(SOLD_OUT_NOTE, sold_out_note)                                                                \
+    X(RETURNS_LEAD, returns_lead)                                                                  \
+    X(RETURNS_NOTE, returns_note)                                                                  \
+    X(LEFT_ONE, left_one)                                                                          \
+    X(LEFT_MANY, left_many)                                                                        \
     X(CLOSED_LEAD, closed_lead)                                                                    \
     X(CLOSED_NOTE, closed_note)                                                                    \
     X(NET, net)                                                                                    \

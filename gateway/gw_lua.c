@@ -67,9 +67,10 @@ static const char *const lookup_words[GW_LOOKUP_WORDS] = {
     [GW_LOOKUP_UNKNOWN] = "unknown",
 };
 static const char *const admit_words[GW_ADMIT_WORDS] = {
-    [GW_ADMIT_NEW] = "new",         [GW_ADMIT_EXISTING] = "existing", [GW_ADMIT_WAIT] = "wait",
-    [GW_ADMIT_NOT_YET] = "not_yet", [GW_ADMIT_SOLD_OUT] = "sold_out", [GW_ADMIT_CLOSED] = "closed",
-    [GW_ADMIT_UNKNOWN] = "unknown",
+    [GW_ADMIT_NEW] = "new",           [GW_ADMIT_EXISTING] = "existing",
+    [GW_ADMIT_WAIT] = "wait",         [GW_ADMIT_NOT_YET] = "not_yet",
+    [GW_ADMIT_SOLD_OUT] = "sold_out", [GW_ADMIT_STOCK_OUT] = "stock_out",
+    [GW_ADMIT_CLOSED] = "closed",     [GW_ADMIT_UNKNOWN] = "unknown",
 };
 static const char *const settings_words[GW_SETTINGS_WORDS] = {
     [GW_SETTINGS_CREATED] = "created", [GW_SETTINGS_REPLACED] = "replaced",

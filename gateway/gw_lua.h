@@ -65,6 +65,7 @@ typedef enum gw_admit_word {
     GW_ADMIT_WAIT,
     GW_ADMIT_NOT_YET,
     GW_ADMIT_SOLD_OUT,
+    GW_ADMIT_STOCK_OUT, /* with the units held */
     GW_ADMIT_CLOSED,
     GW_ADMIT_UNKNOWN
 } gw_admit_word_t;

@@ -259,6 +259,7 @@ typedef enum {
     ST_ADMITTED = GW_PAGE_ADMITTED,
     ST_SOLD_OUT = GW_PAGE_SOLD_OUT,
     ST_CLOSED = GW_PAGE_CLOSED,
+    ST_RETURNS = GW_PAGE_RETURNS,
     ST_UNKNOWN,     /* 404 unknown_event */
     ST_EXPIRED,     /* 410 admission_expired */
     ST_UNAVAILABLE, /* 503, or anything unexpected: try again shortly */
@@ -285,6 +286,7 @@ static const struct {
     [ST_ADMITTED] = {"admitted", GW_MSG_TITLE_ADMITTED, false, NO_MSG},
     [ST_SOLD_OUT] = {"sold_out", GW_MSG_TITLE_SOLD_OUT, false, NO_MSG},
     [ST_CLOSED] = {"closed", GW_MSG_TITLE_CLOSED, false, NO_MSG},
+    [ST_RETURNS] = {"returns", GW_MSG_TITLE_SOLD_OUT, true, NO_MSG},
     [ST_UNKNOWN] = {"unknown", GW_MSG_TITLE_UNKNOWN, false, GW_MSG_ERROR_UNKNOWN},
     [ST_EXPIRED] = {"expired", GW_MSG_TITLE_EXPIRED, false, GW_MSG_ERROR_EXPIRED},
     [ST_UNAVAILABLE] = {"unavailable", GW_MSG_TITLE_WAIT, true, GW_MSG_ERROR_UNAVAILABLE},
@@ -335,7 +337,7 @@ static char *fill1(const char *m, const char *name, const char *val)
 /* A caller's state as the page's; anything outside the enum is "new". */
 static page_state_t state_of(gw_page_state_t s)
 {
-    return s >= GW_PAGE_NEW && s <= GW_PAGE_CLOSED ? (page_state_t)s : ST_NEW;
+    return s >= GW_PAGE_NEW && s <= GW_PAGE_RETURNS ? (page_state_t)s : ST_NEW;
 }
 
 /* One of the six caller-facing states by its API name ("state" of a JSON answer);
@@ -486,6 +488,7 @@ static char *brand_style(const gw_page_brand_t *brand)
 typedef struct vars {
     char position[24], queue_size[24], eta_seconds[24], poll_after_ms[24], opens_at_ms[24];
     char *position_text, *queue_size_text, *eta_text, *status_text, *progress_text;
+    char *left_text; /* heap or NULL: "N tickets left" */
     char progress[8], from[24], opens_at[32], opens_at_text[40];
     char *refresh_note;
     char *refresh;  /* heap: may hold the forward URL */
@@ -505,6 +508,7 @@ static void vars_free(vars_t *v)
     free(v->eta_text);
     free(v->status_text);
     free(v->progress_text);
+    free(v->left_text);
     free(v->refresh_note);
     free(v->refresh);
     free(v->redirect);
@@ -540,6 +544,12 @@ static void compute_text(const gw_page_info_t *in, const gw_lang_t *lang, int64_
     static const char *const names[] = {"position", "eta"};
     const char *const vals[] = {v->position_text, v->eta_text};
     v->status_text = fill(msg(lang, GW_MSG_STATUS), names, vals, 2);
+    if (in->show_left && in->left >= 0) {
+        char *count = group_digits(in->left, sep);
+        v->left_text =
+            fill1(msg(lang, in->left == 1 ? GW_MSG_LEFT_ONE : GW_MSG_LEFT_MANY), "count", count);
+        free(count);
+    }
     v->msgs = msgs_json(lang);
 }
 
@@ -719,6 +729,9 @@ static char *render(const gw_page_info_t *info, page_state_t st, size_t *len, ch
         {"hidden_admitted", hidden[ST_ADMITTED]},
         {"hidden_sold_out", hidden[ST_SOLD_OUT]},
         {"hidden_closed", hidden[ST_CLOSED]},
+        {"hidden_returns", hidden[ST_RETURNS]},
+        {"left_text", v.left_text ? v.left_text : ""},
+        {"hidden_left", v.left_text ? "" : "hidden"},
         {"hidden_error", st >= ST_SECTIONS ? "" : "hidden"},
         {"error_text", msg(lang, states[st].error_text)},
         {"phase_name", info->phase_name ? info->phase_name : ""},
@@ -828,6 +841,10 @@ static char *render_answer(const gw_page_info_t *base, int code, const json_t *b
         in.queue_size = jint(body, "queue_size", -1);
         in.eta_seconds = jint(body, "eta_seconds", -1);
         in.poll_after_ms = jint(body, "poll_after_ms", 0);
+        in.left = jint(body, "left", -1);
+        in.show_left = in.left >= 0;
+        if (st == ST_SOLD_OUT && json_is_true(json_object_get(body, "returns_possible")))
+            st = ST_RETURNS;
         const char *opens = jstr(body, "opens_at");
         if (opens == NULL || cm_parse_rfc3339(opens, &in.opens_at_ms) != 0)
             in.opens_at_ms = 0;

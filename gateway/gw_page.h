@@ -42,6 +42,9 @@ typedef enum gw_page_state {
     GW_PAGE_ADMITTED,
     GW_PAGE_SOLD_OUT,
     GW_PAGE_CLOSED,
+    GW_PAGE_RETURNS, /* sold out for now: every unit is sold or held; held ones not bought
+                        come back to the line in order, so the fan keeps the place (the
+                        API's "sold_out" with "returns_possible": true) */
 } gw_page_state_t;
 
 /*
@@ -52,6 +55,8 @@ typedef struct gw_page_info {
     const char *event;     /* the event id of the path */
     gw_page_state_t state; /* a value outside the enum renders as GW_PAGE_NEW */
     int64_t position, queue_size, eta_seconds, poll_after_ms;
+    bool show_left; /* queued: say how many units are left to buy (the room's show_left) */
+    int64_t left;
     int64_t opens_at_ms;                        /* prequeue: the opening, Unix ms; 0 = unknown */
     const char *admission_token, *redirect_url; /* admitted: where to forward the fan */
     bool handoff_post;         /* the room's handoff: true "post" (a form), false "fragment" */

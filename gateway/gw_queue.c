@@ -93,10 +93,33 @@ size_t gw_queue_queued_json(char *out, size_t size, const gw_queued_answer_t *a)
         CM_TEXT_LIT(&t, "null");
     CM_TEXT_LIT(&t, ",\"poll_after_ms\":");
     cm_text_i64(&t, a->poll_after_ms);
+    if (a->show_left) {
+        CM_TEXT_LIT(&t, ",\"left\":");
+        cm_text_i64(&t, a->left);
+    }
     if (a->paused)
         CM_TEXT_LIT(&t, ",\"paused\":true}");
     else
         CM_TEXT_LIT(&t, ",\"paused\":false}");
+    return cm_text_done(&t, out);
+}
+
+size_t gw_queue_returns_json(char *out, size_t size, const gw_queued_answer_t *a, int64_t held)
+{
+    cm_text_t t = cm_text_at(out, size);
+    CM_TEXT_LIT(&t, "{\"event\":");
+    cm_text_json(&t, a->event);
+    CM_TEXT_LIT(&t, ",\"state\":\"sold_out\",\"returns_possible\":true,\"ticket\":");
+    cm_text_json(&t, a->ticket);
+    CM_TEXT_LIT(&t, ",\"position\":");
+    cm_text_i64(&t, a->position);
+    CM_TEXT_LIT(&t, ",\"queue_size\":");
+    cm_text_i64(&t, a->queue_size);
+    CM_TEXT_LIT(&t, ",\"held\":");
+    cm_text_i64(&t, held);
+    CM_TEXT_LIT(&t, ",\"poll_after_ms\":");
+    cm_text_i64(&t, a->poll_after_ms);
+    CM_TEXT_LIT(&t, "}");
     return cm_text_done(&t, out);
 }
 
@@ -260,6 +283,8 @@ static void reply_page(place_op_t *op, gw_room_t *room, gw_page_state_t state, i
         .opens_at_ms = room ? room->s.opens_at : 0,
         .pow = room && room->s.pow,
         .langs = gw_server_langs(op->r.srv),
+        .show_left = room && room->s.show_left && room->stock_known,
+        .left = room ? room->stock_left : -1,
     };
     if (room != NULL)
         gw_settings_brand(&room->s, &info.brand);
@@ -354,6 +379,8 @@ static void reply_queued(place_op_t *op, gw_room_t *room)
         .eta_seconds = eta,
         .poll_after_ms = poll,
         .paused = room->s.paused,
+        .show_left = room->s.show_left && room->stock_known,
+        .left = room->stock_left,
     };
     char body[JSON_BODY_MAX];
     size_t n = gw_queue_queued_json(body, sizeof(body), &a);
@@ -466,19 +493,76 @@ static void prove(place_op_t *op, gw_room_t *room)
     gw_dpop_check(op->r.srv, op->r.svc.req, op->event, proof, len, &op->t, on_proof, op);
 }
 
-/* The room takes nobody any more: sold out, or past closes_at on its clock. */
+/* Nothing is left to sell: the operator says so, or the reserve's stock does. */
+static bool sold_out(const gw_room_t *room)
+{
+    return room->s.sold_out || gw_room_stock_out(room);
+}
+
+/* The room takes nobody now: sold out, or past closes_at on its clock. */
 static bool room_gone(const gw_room_t *room)
 {
-    return room->s.sold_out ||
+    return sold_out(room) ||
            (room->s.closes_at > 0 && gw_watermark_now_ms(room) >= room->s.closes_at);
+}
+
+/* Sold out by the stock alone, with units still held: the waiting keep their places, since
+ * what is not bought comes back to the line (advance.lua passes it on, in order). */
+static bool returns_possible(const gw_room_t *room)
+{
+    return !room->s.sold_out && gw_room_stock_out(room) && room->stock_held > 0 &&
+           !(room->s.closes_at > 0 && gw_watermark_now_ms(room) >= room->s.closes_at);
+}
+
+void gw_queue_reply_returns(gw_req_t *r, gw_room_t *room, const char *ticket, int64_t position,
+                            int code, bool page)
+{
+    gw_server_t *srv = r->srv;
+    /* the front of the line first: returns reach it first, as holds expire */
+    int64_t held = room->stock_held > 0 ? room->stock_held : 1;
+    int64_t poll = gw_watermark_poll_ms(position, (double)held / 100.0, 2 * srv->cfg.poll_min_ms,
+                                        srv->cfg.poll_max_ms, rnd32());
+    int64_t queue_size = gw_watermark_queue_size(room);
+    if (queue_size < position)
+        queue_size = position;
+    gw_ticket_set_cookie(r->svc.req, room->event, ticket);
+    if (page) {
+        gw_page_info_t info = {
+            .event = room->event,
+            .state = GW_PAGE_RETURNS,
+            .position = position,
+            .queue_size = queue_size,
+            .eta_seconds = -1,
+            .poll_after_ms = poll,
+            .langs = gw_server_langs(srv),
+        };
+        gw_settings_brand(&room->s, &info.brand);
+        gw_page_queue(r->svc.req, &info);
+        gw_req_replied(r);
+        return;
+    }
+    gw_queued_answer_t a = {
+        .event = room->event,
+        .ticket = ticket,
+        .position = position,
+        .queue_size = queue_size,
+        .eta_seconds = -1,
+        .poll_after_ms = poll,
+    };
+    char body[JSON_BODY_MAX];
+    size_t n = gw_queue_returns_json(body, sizeof(body), &a, room->stock_held);
+    if (n == 0)
+        gw_reply_unavailable(r, "writing the answer", cm_err_protocol);
+    else
+        gw_reply_text(r, code, "application/json", body, n);
 }
 
 static void answer(place_op_t *op, gw_room_t *room)
 {
     if (op->fresh) {
-        gw_page_state_t state = !room_gone(room)   ? GW_PAGE_NEW
-                                : room->s.sold_out ? GW_PAGE_SOLD_OUT
-                                                   : GW_PAGE_CLOSED;
+        gw_page_state_t state = !room_gone(room) ? GW_PAGE_NEW
+                                : sold_out(room) ? GW_PAGE_SOLD_OUT
+                                                 : GW_PAGE_CLOSED;
         reply_page(op, room, state, -1, -1, op->r.srv->cfg.poll_min_ms);
         return;
     }
@@ -509,11 +593,15 @@ static void answer(place_op_t *op, gw_room_t *room)
     }
     if (!room_gone(room)) {
         reply_queued(op, room);
+    } else if (returns_possible(room)) {
+        gw_queue_reply_returns(&op->r, room, op->ticket, (int64_t)op->t.num - room->wm, op->code,
+                               op->page);
+        op_free(op);
     } else if (op->page) {
-        reply_page(op, room, room->s.sold_out ? GW_PAGE_SOLD_OUT : GW_PAGE_CLOSED, -1, -1,
+        reply_page(op, room, sold_out(room) ? GW_PAGE_SOLD_OUT : GW_PAGE_CLOSED, -1, -1,
                    op->r.srv->cfg.poll_max_ms);
     } else {
-        gw_reply_gone(&op->r, room->s.sold_out);
+        gw_reply_gone(&op->r, sold_out(room));
         op_free(op);
     }
 }

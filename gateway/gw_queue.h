@@ -47,9 +47,25 @@ typedef struct gw_queued_answer {
     const char *event, *ticket; /* escaped as JSON strings */
     int64_t position, queue_size, eta_seconds, poll_after_ms;
     bool paused;
+    bool show_left; /* send "left": the units left to buy (the room's show_left) */
+    int64_t left;
 } gw_queued_answer_t;
 
 size_t gw_queue_queued_json(char *out, size_t size, const gw_queued_answer_t *a);
+
+/** The answer of a fan kept in line while nothing is left but units are held (docs/api.md,
+ *  "sold_out" with "returns_possible"): position, queue_size, held, poll_after_ms. */
+size_t gw_queue_returns_json(char *out, size_t size, const gw_queued_answer_t *a, int64_t held);
+
+typedef struct gw_room gw_room_t;
+
+/**
+ * Answers a fan whose place is kept while the room's stock is out and units are held
+ * (gw_room_stock_out; admit.lua's stock_out): the "sold_out" answer with
+ * "returns_possible": true, or the queue page's GW_PAGE_RETURNS (page). position >= 1.
+ */
+void gw_queue_reply_returns(gw_req_t *r, gw_room_t *room, const char *ticket, int64_t position,
+                            int code, bool page);
 
 /* The joins' and polls' series, shared by every worker (the registry's are). */
 typedef struct gw_queue_metrics {

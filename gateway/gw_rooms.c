@@ -84,6 +84,16 @@ gw_room_t *gw_rooms_add(gw_rooms_t *t, cm_metrics_t *m, const char *event)
                                    "admitted fans still shopping", labels);
     r->g_noshows = cm_metrics_gauge(m, "onsale_gateway_noshows",
                                     "passed numbers that never claimed within the grace", labels);
+    r->g_left = cm_metrics_gauge(m, "onsale_gateway_stock_left",
+                                 "units neither sold nor held, as the reserve last published "
+                                 "them (-1: unknown)",
+                                 labels);
+    r->g_held = cm_metrics_gauge(m, "onsale_gateway_stock_held",
+                                 "units in live holds, as the reserve last published them "
+                                 "(-1: unknown)",
+                                 labels);
+    cm_gauge_set(r->g_left, -1);
+    cm_gauge_set(r->g_held, -1);
     for (int k = 0; k < GW_NPHASES; k++) {
         char pl[128];
         snprintf(pl, sizeof(pl), "%s,phase=\"%s\"", labels, gw_phase_names[k]);
@@ -124,6 +134,7 @@ void gw_rooms_forget(gw_rooms_t *t, const char *event)
     r->s.gen = 0;
     r->wm = r->n = r->n_seen = r->claimed = 0;
     r->opened = false;
+    r->stock_known = false;
     r->pass_len = 0;
     for (int k = 0; k < GW_NPHASES; k++)
         cm_gauge_set(r->g_phase[k], 0); /* a deleted room is in no phase */

@@ -37,7 +37,7 @@ typedef enum {
     GW_PHASE_OPEN,      /* admitting at the rate */
     GW_PHASE_FULL,      /* open, but max_active shoppers are in: numbers pass as they leave */
     GW_PHASE_PAUSED,    /* an operator paused it (or its rate is 0) */
-    GW_PHASE_SOLD_OUT,  /* nothing left to sell */
+    GW_PHASE_SOLD_OUT,  /* nothing left to sell: the operator says so, or the stock does */
     GW_PHASE_CLOSED,    /* closes_at passed */
     GW_NPHASES
 } gw_phase_t;
@@ -57,6 +57,9 @@ typedef struct gw_room {
     int64_t active;          /* active shoppers */
     int64_t noshows;         /* passed numbers that never claimed */
     int64_t prequeue;        /* fans in the pre-queue */
+    bool stock_known;        /* the reserve's stock was fresh at the last advance: */
+    int64_t stock_left;      /* units neither sold nor held, as it was published */
+    int64_t stock_held;      /* units in live holds (advance.lua, prelude.lua's stock_at) */
     int64_t clock_offset_ms; /* Redis TIME − this host's wall clock */
     int64_t n_seen;          /* highest number issued here or seen in a verified ticket */
     char **cfg_raw;          /* the settings hash as Redis last returned it (pairs) */
@@ -75,9 +78,15 @@ typedef struct gw_room {
     size_t pass_len, pass_head;
     uint64_t pass_sec;
     uint64_t learned_ms; /* monotonic ms of the last advance answer (when n was learned) */
-    cm_gauge_t *g_queue, *g_wm, *g_n, *g_claimed, *g_active, *g_noshows;
+    cm_gauge_t *g_queue, *g_wm, *g_n, *g_claimed, *g_active, *g_noshows, *g_left, *g_held;
     cm_gauge_t *g_phase[GW_NPHASES]; /* one-hot: 1 for the room's phase, 0 for the rest */
 } gw_room_t;
+
+/** True when the stock is known and no unit is left (gw_room_t.stock_left). */
+static inline bool gw_room_stock_out(const gw_room_t *r)
+{
+    return r->stock_known && r->stock_left <= 0;
+}
 
 typedef struct gw_rooms gw_rooms_t;
 

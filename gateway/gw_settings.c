@@ -39,6 +39,9 @@ static const field_t fields[] = {
     {"dpop", F_BOOL, 0, 0, "1"}, /* a PUT without it: the gateway's dpop_new_rooms (gw_admin) */
     {"pow", F_BOOL, 0, 0, "1"},  /* a room saved before this field existed has none: off */
     {"invite_only", F_BOOL, 0, 0, "0"}, /* joins need the sale site's enqueue token */
+    {"stock_aware", F_BOOL, 0, 0, "1"}, /* the reserve's stock feed paces and ends the sale */
+    {"show_left", F_BOOL, 0, 0, "0"},   /* the queue answers say how many units are left */
+    {"stock_decide_seconds", F_INT, 1, 3600, "60"}, /* an admitted fan's choosing time */
     {"brand_title", F_TEXT, 0, GW_BRAND_TITLE_MAX, NULL},
     {"brand_logo_url", F_URL, 0, 0, NULL},
     {"brand_color", F_COLOR, 0, 0, NULL},
@@ -52,6 +55,8 @@ void gw_settings_defaults(gw_settings_t *s)
     s->admission_ttl_seconds = 600;
     s->noshow_grace_seconds = 20;
     s->max_prequeue = 1000000;
+    s->stock_aware = true;
+    s->stock_decide_seconds = 60;
 }
 
 /* Plain text for the page: n bytes (a JSON string: valid UTF-8, no NUL) without control
@@ -250,6 +255,12 @@ void gw_settings_set(gw_settings_t *s, const char *name, const char *v)
         s->pow = strcmp(v, "1") == 0;
     else if (strcmp(name, "invite_only") == 0)
         s->invite_only = strcmp(v, "1") == 0;
+    else if (strcmp(name, "stock_aware") == 0)
+        s->stock_aware = strcmp(v, "1") == 0;
+    else if (strcmp(name, "show_left") == 0)
+        s->show_left = strcmp(v, "1") == 0;
+    else if (strcmp(name, "stock_decide_seconds") == 0)
+        s->stock_decide_seconds = to_i64(v, 60);
     else if (strcmp(name, "brand_title") == 0)
         snprintf(s->brand_title, sizeof(s->brand_title), "%s", v);
     else if (strcmp(name, "brand_logo_url") == 0)
@@ -309,6 +320,9 @@ json_t *gw_settings_json(const gw_settings_t *s)
     json_object_set_new(o, "dpop", json_boolean(s->dpop));
     json_object_set_new(o, "pow", json_boolean(s->pow));
     json_object_set_new(o, "invite_only", json_boolean(s->invite_only));
+    json_object_set_new(o, "stock_aware", json_boolean(s->stock_aware));
+    json_object_set_new(o, "show_left", json_boolean(s->show_left));
+    json_object_set_new(o, "stock_decide_seconds", json_integer(s->stock_decide_seconds));
     json_object_set_new(o, "brand_title",
                         s->brand_title[0] ? json_string(s->brand_title) : json_null());
     json_object_set_new(o, "brand_logo_url",

@@ -18,7 +18,7 @@
 #include "gw_page.h"
 #include "gw_sched.h"
 
-#define GW_SETTINGS_MAX_FIELDS 24
+#define GW_SETTINGS_MAX_FIELDS 28
 #define GW_URL_MAX             512
 #define GW_BRAND_TITLE_MAX     80 /* bytes of brand_title (UTF-8, no control characters) */
 
@@ -38,6 +38,10 @@ typedef struct gw_settings {
                                       without the field (a room older than it): false */
     bool pow;                      /* joins need a proof of work (gw_pow.h) */
     bool invite_only;              /* joins need the sale site's enqueue token (gw_enqueue.h) */
+    bool stock_aware;              /* the reserve's stock feed paces admissions and ends the
+                                      sale (advance.lua); a hash without the field: true */
+    bool show_left;                /* queue answers carry "left" (units still buyable) */
+    int64_t stock_decide_seconds;  /* how long an admitted fan is taken to be choosing */
     char brand_title[GW_BRAND_TITLE_MAX + 1]; /* the page's look (gw_page_brand_t); "" = */
     char brand_logo_url[GW_URL_MAX];          /* the gateway's own */
     char brand_color[8], brand_background[8]; /* "#rrggbb" */

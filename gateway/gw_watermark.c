@@ -28,7 +28,7 @@
 #define RATE_WINDOW_MS  10000
 #define SAMPLE_EVERY_MS 250
 #define RELIST_TICKS    25
-#define ADVANCE_HEAD    10 /* advance.lua's reply before the settings pairs */
+#define ADVANCE_HEAD    12 /* advance.lua's reply before the settings pairs */
 #define RESTORE_ARGS    6  /* advance.lua's ARGV before the settings pairs */
 
 typedef struct refresh_op {
@@ -58,7 +58,7 @@ int64_t gw_watermark_queue_size(const gw_room_t *room)
 gw_phase_t gw_watermark_phase(const gw_room_t *room, int64_t now_ms)
 {
     const gw_settings_t *s = &room->s;
-    if (s->sold_out)
+    if (s->sold_out || gw_room_stock_out(room))
         return GW_PHASE_SOLD_OUT;
     if (s->closes_at > 0 && now_ms >= s->closes_at)
         return GW_PHASE_CLOSED;
@@ -75,7 +75,7 @@ gw_phase_t gw_watermark_phase(const gw_room_t *room, int64_t now_ms)
 
 double gw_watermark_rate(const gw_room_t *room)
 {
-    if (room->s.paused || room->s.sold_out)
+    if (room->s.paused || room->s.sold_out || gw_room_stock_out(room))
         return 0;
     double measured = room->nsamples >= 4 ? room->pass_rate : 0;
     int64_t now = gw_watermark_now_ms(room); /* the phase in force rules (gw_sched.h) */
@@ -410,7 +410,7 @@ void gw_watermark_sample(gw_room_t *room, uint64_t mono_ms)
 }
 
 /* Applies an advance.lua answer {1, now, wm, n, claimed, active, noshows, opened, prequeue,
- * restored, cfg pairs…}. Returns false when the room does not exist (then this gateway
+ * restored, left, held, cfg pairs…}. Returns false when the room does not exist (then this gateway
  * forgets it: it was deleted, or this gateway never knew it). */
 static bool apply(gw_room_t *r, const cm_redis_reply_t *reply)
 {
@@ -437,6 +437,9 @@ static bool apply(gw_room_t *r, const cm_redis_reply_t *reply)
     r->opened = v[7] == 1;
     r->prequeue = v[8];
     r->restored = v[9] == 1;
+    r->stock_known = v[11] >= 0;
+    r->stock_left = v[10];
+    r->stock_held = v[11];
     gw_settings_defaults(&r->s);
     gw_rooms_clear_raw(r);
     r->cfg_raw = cm_xcalloc(n - ADVANCE_HEAD + 1, sizeof(char *));
@@ -460,6 +463,8 @@ static bool apply(gw_room_t *r, const cm_redis_reply_t *reply)
     cm_gauge_set(r->g_claimed, (double)r->claimed);
     cm_gauge_set(r->g_active, (double)r->active);
     cm_gauge_set(r->g_noshows, (double)r->noshows);
+    cm_gauge_set(r->g_left, (double)r->stock_left);
+    cm_gauge_set(r->g_held, (double)r->stock_held);
     gw_phase_t phase = gw_watermark_phase(r, gw_watermark_now_ms(r));
     for (int k = 0; k < GW_NPHASES; k++)
         cm_gauge_set(r->g_phase[k], k == (int)phase ? 1 : 0);

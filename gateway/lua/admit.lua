@@ -34,16 +34,21 @@
 -- visitor who redeemed a code for it (KEYS[12], the room's code-holders hash, visitor ->
 -- phase: join.lua); a gateway that passed no KEYS[12] (it had not seen the schedule yet)
 -- gets {'wait'} for such a phase, so a stale gateway errs towards waiting, never admitting.
+-- Stock (prelude.lua's stock_at): while the reserve says no unit is left, a first claim
+-- takes nothing and is told {'stock_out', held}: its number keeps its place (it came, so
+-- it is no no-show), and claims again once units come back — held > 0 says some may.
 -- Returns {'new', rec} | {'existing', rec} (rec: the caller's own record, or a legacy
 -- three-field one) | {'not_yet'} | {'wait'} (the bucket is empty,
--- or a late claimer and max_active is reached) | {'unknown'} | {'sold_out'} | {'closed'}.
+-- or a late claimer and max_active is reached) | {'stock_out', held} | {'unknown'} |
+-- {'sold_out'} | {'closed'}.
 local cf = redis.call('HMGET', K.cfg, 'gen', 'sold_out', 'closes_at', 'max_active',
-                     'rate_per_minute', 'paused', 'admission_ttl_seconds', 'phz')
+                     'rate_per_minute', 'paused', 'admission_ttl_seconds', 'phz', 'stock_aware')
 if cf[1] ~= ARGV[1] then
     return {'unknown'}
 end
 local c = {gen = cf[1], sold_out = cf[2], closes_at = cf[3], max_active = cf[4],
-           rate_per_minute = cf[5], paused = cf[6], admission_ttl_seconds = cf[7], phz = cf[8]}
+           rate_per_minute = cf[5], paused = cf[6], admission_ttl_seconds = cf[7], phz = cf[8],
+           stock_aware = cf[9]}
 local number, visitor = tonumber(ARGV[2]), ARGV[3]
 local field = number
 local rec = redis.call('HGET', K.adm, number)
@@ -74,6 +79,10 @@ if number > num(st.wm, 0) then
     return {'not_yet'}
 end
 redis.call('SETBIT', K.sb, number, 1)
+local stock = stock_at(c, now)
+if stock and stock.left <= 0 then
+    return {'stock_out', stock.held}
+end
 local rate, maxa, phase = rule_at(c, c.phz, now)
 if phase and phase.code == '1' and
     (KEYS[12] == nil or redis.call('HGET', KEYS[12], visitor) ~= phase.name) then

@@ -32,15 +32,18 @@
 --      elapsed time; prelude.lua's accrue) while open, not paused, not closed, not
 --      sold out (capped at one second's worth, so an empty queue banks no burst);
 --   3. passes = floor(credit), at most the fans waiting, and with max_active > 0 at most
---      max_active - active - (passed numbers still inside their grace and unclaimed).
+--      max_active - active - (passed numbers still inside their grace and unclaimed);
+--      with the event's stock known (prelude.lua's stock_at), nothing passes while no unit
+--      is left, and at most stock_room - (the same unclaimed numbers) otherwise.
 --   4. while a hole is pending, passes stop at hlo; once the watermark reaches it, it
 --      moves to hhi at once, without credit and without a batch: no gateway that has
 --      ticked since the loss handed out those numbers. A fan of one that has not yet is
 --      let in with the rest (its place was ahead of hhi anyway) and claims as a late
 --      claimer (admit.lua: slo/shi), so its claim is still metered.
 -- Claims themselves are metered by admit.lua's claim bucket (invariant 11).
--- Returns {1, now, wm, n, claimed, active, noshows, opened, prequeue, restored, cfg...}
--- (cfg as flat field/value pairs), or {0} when the room does not exist.
+-- Returns {1, now, wm, n, claimed, active, noshows, opened, prequeue, restored, left,
+-- held, cfg...} (left and held: the stock as stock_at read it, -1 when unknown; cfg as
+-- flat field/value pairs), or {0} when the room does not exist.
 local gen = ARGV[1]
 local c = load_cfg()
 local now = now_ms()
@@ -118,7 +121,8 @@ for _ = 1, 200 do
 end
 
 local active = active_count(now)
-if flowing(c, st, now) then
+local stock = stock_at(c, now)
+if flowing(c, st, now) and not (stock and stock.left <= 0) then
     local dt = now - last
     if dt > 0 then
         credit = math.min(credit + accrue(c, c.phz, last, now), cap)
@@ -127,6 +131,9 @@ if flowing(c, st, now) then
     local passes = math.min(math.floor(credit), n - wm)
     if maxa > 0 then
         passes = math.min(passes, maxa - active - (inb - inc))
+    end
+    if stock then
+        passes = math.min(passes, stock_room(c, stock, now, noshows, claimed) - (inb - inc))
     end
     local hlo, hhi = num(st.hlo, 0), num(st.hhi, 0)
     if hhi > 0 then
@@ -151,7 +158,8 @@ local pre = 0
 if st.opened ~= '1' then
     pre = redis.call('ZCARD', K.pre)
 end
-local out = {1, now, wm, n, claimed, active, noshows, num(st.opened, 0), pre, restored}
+local out = {1, now, wm, n, claimed, active, noshows, num(st.opened, 0), pre, restored,
+             stock and stock.left or -1, stock and stock.held or -1}
 for k, v in pairs(c) do
     out[#out + 1] = k
     out[#out + 1] = v

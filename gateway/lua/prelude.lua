@@ -111,30 +111,70 @@ local function accrue(c, phz, since, now)
     return total
 end
 
--- Opens the room once now >= opens_at: the pre-queue (a zset ordered by each member's
--- random score, drawn at its join, or by arrival in fifo mode) is frozen and its members
--- own numbers 1..k by rank; everyone after joins FIFO from k+1. O(1) whatever k is: no
--- member is touched (lookup.lua reads a member's rank when the fan next polls).
--- Idempotent: the first caller past opens_at does it.
+-- The event's stock as the reserve last published it (reserve/rsv_stock.c: the hash
+-- 'os:{e}:stock', fields left, held, at; read here without being declared in KEYS, as
+-- the reserve's scripts read token records, since the gateway's Redis user may only read
+-- it: docs/operations.md), or nil when unknown: the room is not stock_aware, nothing was
+-- published, or the last publication is older than STOCK_STALE_MS (a reserve that stopped
+-- publishing must not hold a room shut). left = units neither sold nor in a live hold,
+-- held = units in live holds, both exact at the reserve's read, at most one publication
+-- interval old (docs/design.md, "A queue that knows the stock").
+local STOCK_STALE_MS = 5000
+local function stock_at(c, now)
+    if c.stock_aware == '0' then
+        return nil
+    end
+    local s = redis.call('HMGET', string.sub(K.cfg, 1, -6) .. 'stock', 'left', 'held', 'at')
+    local left, held, at = tonumber(s[1]), tonumber(s[2]), tonumber(s[3])
+    if left == nil or held == nil or at == nil or now - at > STOCK_STALE_MS then
+        return nil
+    end
+    return {left = left, held = held}
+end
+
+-- How many more fans the stock leaves room for (advance.lua caps its passes with it, less
+-- the numbers passed and not yet claimed): the units left, plus the share of admitted fans
+-- who never come (the room's no-show share so far, at most a half), less the fans still
+-- choosing — admitted within the last stock_decide_seconds (their active entry, written
+-- at the claim with exp = claim + admission_ttl_seconds, is that recent). A fan who holds
+-- within that time is counted twice (their units left the stock too): the cap errs towards
+-- waiting, for at most stock_decide_seconds, never towards admitting fans to nothing.
+local function stock_room(c, stock, now, noshows, claimed)
+    local share = 0
+    if noshows + claimed > 0 then
+        share = math.min(0.5, noshows / (noshows + claimed))
+    end
+    local ttl = num(c.admission_ttl_seconds, 600) * 1000
+    local recent = now + ttl - num(c.stock_decide_seconds, 60) * 1000
+    local choosing = redis.call('ZCOUNT', K.active, '(' .. recent, '+inf')
+    return math.ceil(stock.left * (1 + share)) - choosing
+end
+
 -- What every join reads and checks first (join.lua, join_batch.lua): the room's join
 -- settings (HMGET of only those fields) and now, or the reply that refuses the whole call
--- ({'unknown'}, {'sold_out'}, {'closed'}, {'not_open', prequeue_at}).
+-- ({'unknown'}, {'sold_out'} — set by the operator, or nothing left in the stock —,
+-- {'closed'}, {'not_open', prequeue_at}).
 -- The phase a join is placed under (gw_sched.h): the one in force at now, or at the
 -- opening for a join before it (the pre-queue's fans are let in from then). Without a code
 -- (coded false), a join whose phase requires one is refused ({'code_required', name}):
 -- join.lua with a code checks it against that phase itself (c.phase).
 local function join_gate(coded)
     local cf = redis.call('HMGET', K.cfg, 'gen', 'sold_out', 'closes_at', 'prequeue_at',
-                          'opens_at', 'mode', 'max_prequeue', 'phz')
+                          'opens_at', 'mode', 'max_prequeue', 'phz', 'stock_aware')
     if not cf[1] then
         return nil, nil, {'unknown'}
     end
     local c = {gen = cf[1], sold_out = cf[2], closes_at = cf[3], prequeue_at = cf[4],
-               opens_at = cf[5], mode = cf[6], max_prequeue = cf[7], phz = cf[8]}
+               opens_at = cf[5], mode = cf[6], max_prequeue = cf[7], phz = cf[8],
+               stock_aware = cf[9]}
     if c.sold_out == '1' then
         return nil, nil, {'sold_out'}
     end
     local now = now_ms()
+    local stock = stock_at(c, now)
+    if stock and stock.left <= 0 then -- nothing left to buy: no new place (stock_at)
+        return nil, nil, {'sold_out'}
+    end
     if c.closes_at and now >= num(c.closes_at, 0) then
         return nil, nil, {'closed'}
     end
@@ -148,6 +188,11 @@ local function join_gate(coded)
     return c, now, nil
 end
 
+-- Opens the room once now >= opens_at: the pre-queue (a zset ordered by each member's
+-- random score, drawn at its join, or by arrival in fifo mode) is frozen and its members
+-- own numbers 1..k by rank; everyone after joins FIFO from k+1. O(1) whatever k is: no
+-- member is touched (lookup.lua reads a member's rank when the fan next polls).
+-- Idempotent: the first caller past opens_at does it.
 local function open_room(c, st, now)
     if st.opened == '1' or now < num(c.opens_at, 0) then
         return

@@ -436,6 +436,23 @@ static void on_place(sim_fan_t *f, const sim_resp_t *resp, bool is_join)
             if (f->state != F_QUEUED)
                 set_state(f, F_QUEUED);
             schedule_poll(f, poll);
+        } else if (strcmp(st, "sold_out") == 0 &&
+                   json_is_true(json_object_get(o, "returns_possible"))) {
+            /* Sold out for now (docs/api.md): units in other fans' baskets may come back to
+             * the line. The fan keeps the place for returns_patience_s, then gives up. */
+            placed(f);
+            int64_t now = now_rel(f->crowd);
+            if (!f->awaiting_returns) {
+                f->awaiting_returns = true;
+                f->returns_since_ns = now;
+            }
+            if ((double)(now - f->returns_since_ns) / 1e9 >= f->crowd->r->sc->returns_patience_s) {
+                fan_done(f, O_SOLD_OUT);
+            } else {
+                if (f->state != F_QUEUED)
+                    set_state(f, F_QUEUED);
+                schedule_poll(f, poll);
+            }
         } else if (strcmp(st, "prequeue") == 0) {
             placed(f);
             f->in_prequeue = true;

@@ -80,15 +80,17 @@ typedef struct sim_fan {
     uint32_t id;
     uint8_t state, outcome, behaviour;
     bool dbl, retry, ga, in_prequeue;
-    bool best;   /* asks for best available in a section instead of naming seats */
-    bool leaves; /* says "I'm done" after losing (frees their max_active place) */
-    uint8_t gw;  /* which gateway this fan talks to */
+    bool best;             /* asks for best available in a section instead of naming seats */
+    bool leaves;           /* says "I'm done" after losing (frees their max_active place) */
+    bool awaiting_returns; /* told "sold out, for now" (returns_since_ns): keeps the place */
+    uint8_t gw;            /* which gateway this fan talks to */
     uint16_t hold_attempts, errors, confirm_attempts, polls;
     uint16_t want;         /* units wanted */
     uint16_t confirms_out; /* confirm requests in flight (double click: 2) */
     uint64_t num;          /* queue number (from the ticket) */
     int64_t arrive_ns, join_sent_ns, placed_ns, admitted_ns, first_hold_ns, hold_ns, done_ns;
     int64_t abandon_at_ns;
+    int64_t returns_since_ns; /* first told "sold out" with returns possible */
     /* a loser's admitted -> "taken", split: its holds' time before the wire (the
      * simulator's connection queue) and on the wire, summed over its attempts */
     int64_t hold_wait_ns, hold_wire_ns;

@@ -327,15 +327,17 @@ sim_scenario_t *sim_scenario_load(const char *path, char *err, size_t errlen)
     if (s->seats_min < 1 || s->seats_max < s->seats_min || s->seats_max > 10)
         FAIL("seats_per_buyer: 1 <= min <= max <= 10");
 
-    static const char *const b_keys[] = {
-        "abandon_queue",     "abandon_after_s", "vanish_holding",
-        "pay_too_slowly",    "double_click",    "retry_after_error",
-        "max_hold_attempts", "done_when_lost",  NULL};
+    static const char *const b_keys[] = {"abandon_queue",      "abandon_after_s",
+                                         "vanish_holding",     "pay_too_slowly",
+                                         "double_click",       "retry_after_error",
+                                         "max_hold_attempts",  "done_when_lost",
+                                         "returns_patience_s", NULL};
     json_t *b = json_object_get(doc, "behaviours");
     if (check_keys(b, "behaviours", b_keys, err, errlen) != 0)
         goto err;
     s->retry = 1.0;
     s->abandon_after_s = 2.0;
+    s->returns_patience_s = 120.0;
     double mha = 8;
     if (num(b, "abandon_queue", 0, 1, &s->abandon, err, errlen, "behaviours") ||
         num(b, "abandon_after_s", 0, 3600, &s->abandon_after_s, err, errlen, "behaviours") ||
@@ -344,7 +346,8 @@ sim_scenario_t *sim_scenario_load(const char *path, char *err, size_t errlen)
         num(b, "double_click", 0, 1, &s->double_click, err, errlen, "behaviours") ||
         num(b, "retry_after_error", 0, 1, &s->retry, err, errlen, "behaviours") ||
         num(b, "max_hold_attempts", 1, 1000, &mha, err, errlen, "behaviours") ||
-        num(b, "done_when_lost", 0, 1, &s->done_when_lost, err, errlen, "behaviours"))
+        num(b, "done_when_lost", 0, 1, &s->done_when_lost, err, errlen, "behaviours") ||
+        num(b, "returns_patience_s", 0, 86400, &s->returns_patience_s, err, errlen, "behaviours"))
         goto err;
     s->max_hold_attempts = (int)mha;
     if (s->abandon + s->vanish + s->slow > 1.0 + 1e-9)

@@ -71,8 +71,9 @@ typedef struct sim_scenario {
     int seats_min, seats_max;
     /* behaviours: fractions of fans */
     double abandon, vanish, slow, double_click, retry;
-    double done_when_lost;  /* share of losers who press "I'm done" (POST …/done) */
-    double abandon_after_s; /* an abandoning fan leaves after this long in the queue */
+    double done_when_lost;     /* share of losers who press "I'm done" (POST …/done) */
+    double returns_patience_s; /* a fan told "sold out, for now" keeps the place this long */
+    double abandon_after_s;    /* an abandoning fan leaves after this long in the queue */
     int max_hold_attempts;
     json_t *payment; /* payment simulator settings at start, or NULL */
     sim_action_t *actions;
