@@ -368,6 +368,7 @@ class Walk(unittest.TestCase):
         self.walk_pow(pub, admin, adm)
         self.walk_codes(pub, admin, adm)
         self.walk_enqueue(pub, admin, adm)
+        self.walk_stock(pub, admin, adm)
         self.call(admin, "GET", f"/admin/events/{ev}/history", 200, token=adm)
         self.call(admin, "GET", "/admin/events/no-such-room/history", 404, token=adm)
         self.call(admin, "PATCH", f"/admin/events/{ev}", 200, token=adm, body={"paused": False})
@@ -389,6 +390,35 @@ class Walk(unittest.TestCase):
         self.call(pub, "POST", f"/q/{ev}/join", 410, body={})
         self.call(admin, "DELETE", f"/admin/events/{ev}", 200, token=adm)
         self.call(admin, "DELETE", f"/admin/events/{ev}", 404, token=adm)
+
+    def walk_stock(self, pub, admin, adm):
+        """A room following the reserve's stock: "left" in the queued answer, then every seat
+        held — the kept place ("sold_out" with returns_possible) and the refused join."""
+        S = self.S
+        ev = stack.new_id("oa-stock")
+        self.call("reserve-admin", "PUT", f"/admin/events/{ev}", 201, token=S.admin_token,
+                  body={"sections": [{"id": "A", "rows": 1, "seats_per_row": 1, "price": 900}],
+                        "currency": "EUR", "hold_ttl_seconds": 120})
+        self.call(admin, "PUT", f"/admin/events/{ev}", 201, token=adm,
+                  body={"rate_per_minute": 600, "paused": True, "mode": "fifo",
+                        "show_left": True})
+        self.call("reserve-public", "GET", f"/v1/events/{ev}/availability", 200)
+        j = self.call(pub, "POST", f"/q/{ev}/join", 201, body={}).json
+
+        def told(pred):
+            def check():
+                r = self.call(pub, "GET", f"/q/{ev}/status", 200, token=j["ticket"])
+                return r.json if pred(r.json) else None
+            return stack.wait_for(check, 10, interval=0.2, what="the stock in the answer")
+        told(lambda b: b.get("left") == 1)
+        self.call("reserve-public", "POST", f"/v1/events/{ev}/holds", 201,
+                  token=S.token(ev, "oa-walk-in"), body={"seats": ["A-1-1"]})
+        b = told(lambda b: b["state"] == "sold_out")
+        self.assertEqual((b["returns_possible"], b["held"]), (True, 1), b)
+        self.call(pub, "POST", f"/q/{ev}/join", 410, body={})
+        st = self.call(admin, "GET", f"/admin/events/{ev}", 200, token=adm).json["stats"]
+        self.assertEqual((st["stock_left"], st["stock_held"]), (0, 1), st)
+        self.call(admin, "DELETE", f"/admin/events/{ev}", 200, token=adm)
 
     def walk_pow(self, pub, admin, adm):
         """A room with proof of work: the challenge, the worker, and every join answer."""
