@@ -396,6 +396,7 @@ static void on_place(sim_fan_t *f, const sim_resp_t *resp, bool is_join)
     const char *st = jstr(o, "state");
     const char *e = jstr(o, "error");
     if (resp->status == 410) {
+        placed(f); /* an answer: where the fan stands is "nowhere, it is over" */
         fan_done(f, O_SOLD_OUT);
     } else if (resp->status == 401 && e && strcmp(e, "invalid_ticket") == 0) {
         /* A ticket the gateway no longer honours: a person would join again. */

@@ -337,7 +337,7 @@ sim_scenario_t *sim_scenario_load(const char *path, char *err, size_t errlen)
         goto err;
     s->retry = 1.0;
     s->abandon_after_s = 2.0;
-    s->returns_patience_s = 120.0;
+    s->returns_patience_s = 0;
     double mha = 8;
     if (num(b, "abandon_queue", 0, 1, &s->abandon, err, errlen, "behaviours") ||
         num(b, "abandon_after_s", 0, 3600, &s->abandon_after_s, err, errlen, "behaviours") ||
