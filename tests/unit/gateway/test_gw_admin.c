@@ -59,7 +59,17 @@ static void test_stats_fields(void **state)
     assert_true(json_real_value(json_object_get(s, "passes_per_second")) == 0.5);
     assert_int_equal(int_of(s, "eta_last_seconds"), 7); /* 65 at 10 a second, rounded */
     assert_true(json_is_true(json_object_get(s, "opened")));
-    assert_int_equal(json_object_size(s), 12);
+    /* the stock: null while unknown, the advance's figures once known */
+    assert_true(json_is_null(json_object_get(s, "stock_left")));
+    assert_true(json_is_null(json_object_get(s, "stock_held")));
+    assert_int_equal(json_object_size(s), 14);
+    json_decref(s);
+    r->stock_known = true;
+    r->stock_left = 0;
+    r->stock_held = 7;
+    s = gw_admin_stats_json(r);
+    assert_int_equal(int_of(s, "stock_left"), 0);
+    assert_int_equal(int_of(s, "stock_held"), 7);
     json_decref(s);
     free(r);
 }

@@ -59,8 +59,8 @@ static bool section_hidden(const char *html, const char *state)
 
 static void assert_only_visible(const char *html, const char *state)
 {
-    static const char *const all[] = {"new",      "queued",   "prequeue",
-                                      "admitted", "sold_out", "closed"};
+    static const char *const all[] = {"new",      "queued",  "prequeue", "admitted",
+                                      "sold_out", "returns", "closed"};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
         bool want_hidden = strcmp(all[i], state) != 0;
         if (section_hidden(html, all[i]) != want_hidden)
@@ -488,6 +488,54 @@ static char *answer(int code, const char *json, int *page_code)
     return html;
 }
 
+/* Sold out for now (the room follows the stock): the place is kept, the page refreshes by
+ * itself and says so; "left" on a queued page only where the room shows it. */
+static void test_returns_and_left(void **s)
+{
+    (void)s;
+    gw_page_info_t in = {.event = "e1",
+                         .state = GW_PAGE_RETURNS,
+                         .position = 87,
+                         .queue_size = 900,
+                         .eta_seconds = -1,
+                         .poll_after_ms = 12000};
+    char *html = render(&in);
+    assert_only_visible(html, "returns");
+    assert_false(section_hidden(html, "returns"));
+    assert_has(html, "data-state=\"returns\"");
+    assert_has(html, "<dd id=\"returns-position\">87</dd>");
+    assert_has(html, "Sold out, for now.");
+    assert_has(html, "<meta http-equiv=\"refresh\" content=\"12\">");
+    free(html);
+    int code = 0;
+    html = answer(200,
+                  "{\"event\":\"e1\",\"state\":\"sold_out\",\"returns_possible\":true,"
+                  "\"ticket\":\"t\",\"position\":3,\"queue_size\":9,\"held\":4,"
+                  "\"poll_after_ms\":2000}",
+                  &code);
+    assert_int_equal(code, 200);
+    assert_has(html, "data-state=\"returns\"");
+    free(html);
+    html = answer(410, "{\"error\":\"sold_out\",\"message\":\"x\"}", &code);
+    assert_has(html, "data-state=\"sold_out\"");
+    free(html);
+    gw_page_info_t q = {.event = "e1",
+                        .state = GW_PAGE_QUEUED,
+                        .position = 5,
+                        .queue_size = 9,
+                        .eta_seconds = 3,
+                        .poll_after_ms = 1000,
+                        .show_left = true,
+                        .left = 1234};
+    html = render(&q);
+    assert_has(html, "<p class=\"note\" id=\"left\" >1,234 tickets left.</p>");
+    free(html);
+    q.show_left = false;
+    html = render(&q);
+    assert_has(html, "<p class=\"note\" id=\"left\" hidden></p>");
+    free(html);
+}
+
 /* The JSON answers of join/status, as the page renders them for GET /q/{event}. */
 static void test_answers(void **s)
 {
@@ -793,6 +841,7 @@ int main(void)
         cmocka_unit_test(test_prequeue),
         cmocka_unit_test(test_terminal_and_unknown),
         cmocka_unit_test(test_eta_and_refresh_bounds),
+        cmocka_unit_test(test_returns_and_left),
         cmocka_unit_test(test_answers),
         cmocka_unit_test(test_error_answers),
         cmocka_unit_test(test_pow),

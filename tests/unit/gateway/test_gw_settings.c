@@ -128,6 +128,37 @@ static void test_dpop(void **state)
     json_decref(o);
 }
 
+/* The stock: a room follows it unless told not to (also a hash saved before the field
+ * existed); show_left is off and the choosing time 60 s unless set. */
+static void test_stock(void **state)
+{
+    gw_setting_kv_t kv[GW_SETTINGS_MAX_FIELDS];
+    char err[256];
+    int n = parse("{\"rate_per_minute\":60}", false, kv, err);
+    assert_string_equal(value_of(kv, n, "stock_aware"), "1");
+    assert_string_equal(value_of(kv, n, "show_left"), "0");
+    assert_string_equal(value_of(kv, n, "stock_decide_seconds"), "60");
+    n = parse("{\"stock_aware\":false,\"show_left\":true,\"stock_decide_seconds\":5}", true, kv,
+              err);
+    assert_int_equal(n, 3);
+    assert_string_equal(value_of(kv, n, "stock_aware"), "0");
+    assert_string_equal(value_of(kv, n, "show_left"), "1");
+    assert_string_equal(value_of(kv, n, "stock_decide_seconds"), "5");
+    gw_settings_t s;
+    gw_settings_defaults(&s);
+    assert_true(s.stock_aware);
+    assert_false(s.show_left);
+    assert_int_equal(s.stock_decide_seconds, 60);
+    gw_settings_set(&s, "stock_aware", "0");
+    gw_settings_set(&s, "show_left", "1");
+    gw_settings_set(&s, "stock_decide_seconds", "9");
+    json_t *o = gw_settings_json(&s);
+    assert_true(json_is_false(json_object_get(o, "stock_aware")));
+    assert_true(json_is_true(json_object_get(o, "show_left")));
+    assert_int_equal(json_integer_value(json_object_get(o, "stock_decide_seconds")), 9);
+    json_decref(o);
+}
+
 static void test_put_requires_rate(void **state)
 {
     gw_setting_kv_t kv[GW_SETTINGS_MAX_FIELDS];
@@ -171,6 +202,10 @@ static void test_bad_values(void **state)
         "{\"noshow_grace_seconds\":0}",
         "{\"max_prequeue\":0}",
         "{\"max_prequeue\":\"many\"}",
+        "{\"stock_aware\":1}",
+        "{\"show_left\":\"yes\"}",
+        "{\"stock_decide_seconds\":0}",
+        "{\"stock_decide_seconds\":3601}",
     };
     gw_setting_kv_t kv[GW_SETTINGS_MAX_FIELDS];
     char err[256];
@@ -298,6 +333,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_put_fills_defaults),
         cmocka_unit_test(test_dpop),
+        cmocka_unit_test(test_stock),
         cmocka_unit_test(test_pow),
         cmocka_unit_test(test_phases),
         cmocka_unit_test(test_put_requires_rate),

@@ -333,6 +333,15 @@ static void test_phase(void **state)
     r.s.sold_out = r.s.paused = false;
     r.s.rate_per_minute = 0;
     assert_int_equal(gw_watermark_phase(&r, now + 20), GW_PHASE_PAUSED);
+    /* the stock: sold out while known and nothing is left, whatever is held; no rate */
+    r.s.rate_per_minute = 600;
+    r.stock_known = true, r.stock_left = 0, r.stock_held = 3;
+    assert_int_equal(gw_watermark_phase(&r, now + 20), GW_PHASE_SOLD_OUT);
+    assert_true(gw_watermark_rate(&r) == 0);
+    r.stock_left = 1;
+    assert_int_equal(gw_watermark_phase(&r, now + 20), GW_PHASE_OPEN);
+    r.stock_known = false, r.stock_left = 0;
+    assert_int_equal(gw_watermark_phase(&r, now + 20), GW_PHASE_OPEN);
     assert_string_equal(gw_phase_names[GW_PHASE_SOLD_OUT], "sold_out");
     assert_string_equal(gw_phase_names[GW_PHASE_PREQUEUE], "prequeue");
 }
