@@ -58,8 +58,8 @@ class Room:
         if out[0] == 0:
             return None
         head = dict(zip(["ok", "now", "wm", "n", "claimed", "active", "noshows", "opened",
-                         "prequeue", "restored"], out[:10]))
-        cfg = {s(k): s(v) for k, v in zip(out[10::2], out[11::2])}
+                         "prequeue", "restored", "left", "held"], out[:12]))
+        cfg = {s(k): s(v) for k, v in zip(out[12::2], out[13::2])}
         return head, cfg
 
     def st(self):
@@ -350,6 +350,61 @@ class SettingsAndDelete(LuaTestCase):
         self.assertEqual(s(room.put(gen="55")[0]), "created")
         self.assertEqual(self.r("EXISTS", room.k["gone"]), 0)
         self.assertOnlyDeclaredKeys(room)
+
+
+class Stock(LuaTestCase):
+    """The scripts' reading of the reserve's stock hash (prelude.lua stock_at): written here
+    as the reserve's stock.lua writes it (tests/integration/test_gateway_stock.py has the
+    real feed); what is judged is the gateway's rule: fresh and empty stops everything,
+    stale or switched off is ignored, a known stock caps the passes."""
+
+    def stock(self, room, left, held, age_ms=0):
+        key = room.keys[0][:-len("q:cfg")] + "stock"
+        self.r("HSET", key, "left", left, "held", held, "total", left + held, "version", 1,
+               "at", room.redis_now_ms() - age_ms)
+
+    def crowd(self, room, n):
+        for _ in range(n):
+            room.join()
+        room.advance()
+        room.hset_st(last=past(5000), credit=0)
+
+    def test_nothing_left_stops_passes_joins_and_claims(self):
+        room = self.room(rate_per_minute="6000")
+        self.crowd(room, 10)
+        room.hset_st(wm=2, last=past(5000))  # passed earlier, out of their grace
+        self.stock(room, 0, 3)
+        head, _ = room.advance()
+        self.assertEqual((head["wm"], head["left"], head["held"]), (2, 0, 3))
+        self.assertEqual(room.join()[1], ["sold_out"])
+        self.assertEqual(room.admit(1), ["stock_out", 3])
+        self.assertEqual(self.r("GETBIT", room.k["sb"], 1), 1, "it came: no no-show")
+        self.stock(room, 1, 2)  # a unit back: the next number passes
+        room.hset_st(last=past(5000))
+        self.assertEqual(room.advance()[0]["wm"], 3)
+
+    def test_a_known_stock_caps_the_passes(self):
+        room = self.room(rate_per_minute="6000")
+        self.crowd(room, 20)
+        self.stock(room, 4, 0)
+        self.assertEqual(room.advance()[0]["wm"], 4, "at most the units left")
+        room.hset_st(last=past(5000))
+        self.assertEqual(room.advance()[0]["wm"], 4, "the passed and unclaimed count")
+
+    def test_stale_or_ignored_stock_changes_nothing(self):
+        room = self.room(rate_per_minute="6000")
+        self.crowd(room, 20)
+        self.stock(room, 0, 5, age_ms=6000)
+        head, _ = room.advance()
+        self.assertEqual((head["left"], head["held"]), (-1, -1), "older than 5 s: unknown")
+        self.assertGreater(head["wm"], 0)
+        off = self.room(rate_per_minute="6000", stock_aware="0")
+        self.crowd(off, 20)
+        self.stock(off, 0, 5)
+        head, _ = off.advance()
+        self.assertEqual(head["left"], -1)
+        self.assertGreater(head["wm"], 0, "a room not stock_aware runs on its rate")
+        self.assertEqual(off.join()[1][0], "queued")
 
 
 class Restore(LuaTestCase):
