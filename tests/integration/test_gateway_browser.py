@@ -276,6 +276,28 @@ class QueuePageInBrowser(unittest.TestCase):
         res = self.run_browser(ev, redirect, "js", handoff="post")
         self.assertIn("form-action https://shop.onsale.test", res["csp_form_action"])
 
+    def sold_out_for_now(self, base):
+        """A fan in line while every seat is held (the room follows the reserve's stock): the
+        gallery's "returns" page, loaded with that fan's ticket."""
+        ev = stack.new_id("br-gallery-returns")
+        self.S.create_event(ev, sections=[{"id": "A", "rows": 1, "seats_per_row": 1,
+                                           "price": 1000}], hold_ttl_seconds=300)
+        r = self.S.gateway_admin("PUT", f"/admin/events/{ev}", dict(base, paused=True))
+        self.assertIn(r.status, (200, 201), r)
+        c = stack.Client(self.S.gateway_port, self.S.ctx)
+        rc = self.S.client()
+        try:
+            ticket = c.post(f"/q/{ev}/join", {}).json["ticket"]
+            h = rc.post(f"/v1/events/{ev}/holds", {"seats": ["A-1-1"]},
+                        token=self.S.token(ev, "gallery-walk-in"))
+            self.assertEqual(h.status, 201, h)
+            stack.wait_for(lambda: c.get(f"/q/{ev}/status", token=ticket).json.get(
+                "returns_possible"), 10, interval=0.2, what="sold out, for now")
+        finally:
+            c.close()
+            rc.close()
+        return {"name": "returns", "event": ev, "state": "returns", "ticket": ticket}
+
     def test_page_in_every_language_and_phase(self):
         """The queue page in English, German, French and Spanish, in each state a fan can
         see it in: one browser, one load per page, each room already in its state (nobody
@@ -307,6 +329,7 @@ class QueuePageInBrowser(unittest.TestCase):
             r = self.S.gateway_admin("PUT", f"/admin/events/{ev}", settings)
             self.assertIn(r.status, (200, 201), f"PUT /admin/events/{ev}: {r!r}")
             spec.append({"name": name, "event": ev, "state": states[name]})
+        spec.append(self.sold_out_for_now(base))
         spec.append({"name": "unknown", "event": stack.new_id("br-gallery-none"),
                      "state": "unknown"})
         out = os.path.join(self.S.build, "screenshots", "queue-page")

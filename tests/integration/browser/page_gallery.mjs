@@ -7,6 +7,7 @@
 //
 //   node page_gallery.mjs --url https://127.0.0.1:8443 --ca .onsale/ca.pem \
 //        --rooms '[{"name":"queued","event":"e1","state":"queued"}, …]' \
+//        (a room may name a "ticket": the page is then loaded as that fan's, by its cookie)
 //        --langs en,de,fr,es --out DIR [--brand-room queued --logo https://x/l.svg]
 //
 // Checks per page: <html lang> is the language asked for; the title is not the English
@@ -82,6 +83,10 @@ async function main() {
       for (const room of args.rooms) {
         const at = `${lang}/${room.name}`;
         errors.length = 0;
+        if (room.ticket) {
+          await context.addCookies([{ name: `onsale_q_${room.event}`, value: room.ticket,
+                                      url: args.url, secure: true, httpOnly: true }]);
+        }
         await page.goto(`${args.url}/q/${encodeURIComponent(room.event)}`);
         await page.waitForSelector(`main[data-state="${room.state}"]`);
         const seen = await page.evaluate(() => ({
