@@ -34,7 +34,8 @@
 --   3. passes = floor(credit), at most the fans waiting, and with max_active > 0 at most
 --      max_active - active - (passed numbers still inside their grace and unclaimed);
 --      with the event's stock known (prelude.lua's stock_at), nothing passes while no unit
---      is left, and at most stock_room - (the same unclaimed numbers) otherwise.
+--      is left, and at most stock_room - (the same unclaimed numbers) otherwise. Once
+--      every unit is booked and none held, the room's sold_out is set (once per room).
 --   4. while a hole is pending, passes stop at hlo; once the watermark reaches it, it
 --      moves to hhi at once, without credit and without a batch: no gateway that has
 --      ticked since the loss handed out those numbers. A fan of one that has not yet is
@@ -122,6 +123,14 @@ end
 
 local active = active_count(now)
 local stock = stock_at(c, now)
+if stock and stock.left <= 0 and stock.held <= 0 and c.sold_out ~= '1' and st.ssold ~= '1' then
+    -- every unit booked, none held: only a refund could bring one back, so the room is
+    -- sold out as if the operator had said so (durable, shown as such; the operator may
+    -- reopen it: this happens once per room, ssold)
+    c.sold_out, c.updated_ms, st.ssold = '1', tostring(now), '1'
+    redis.call('HSET', K.cfg, 'sold_out', 1, 'updated_ms', now)
+    redis.call('HSET', K.st, 'ssold', 1)
+end
 if flowing(c, st, now) and not (stock and stock.left <= 0) then
     local dt = now - last
     if dt > 0 then

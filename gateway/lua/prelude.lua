@@ -15,7 +15,8 @@
 --                             rwm (numbers at or below it were let in before Redis lost
 --                             its data), pseq (arrival counter of a fifo pre-queue),
 --                             hlo/hhi (the hole a restore jump left, pending: advance.lua),
---                             slo/shi (the last hole skipped: its claims are late)
+--                             slo/shi (the last hole skipped: its claims are late),
+--                             ssold (1 once the stock set sold_out: advance.lua)
 --   K.wb     'os:{e}:q:wb'    list of passed batches '<ms>:<lo>:<hi>' awaiting their
 --                             no-show verdict
 --   K.pre    'os:{e}:q:pre'   zset: the pre-queue, visitor -> order score (random, or the

@@ -383,6 +383,20 @@ class Stock(LuaTestCase):
         room.hset_st(last=past(5000))
         self.assertEqual(room.advance()[0]["wm"], 3)
 
+    def test_everything_booked_sells_the_room_out_once(self):
+        room = self.room(rate_per_minute="6000")
+        self.crowd(room, 5)
+        self.stock(room, 0, 2)  # held units may come back: not for good
+        self.assertEqual(room.advance()[1].get("sold_out", "0"), "0")
+        self.stock(room, 0, 0)  # every unit booked
+        head, cfg = room.advance()
+        self.assertEqual(cfg["sold_out"], "1")
+        self.assertEqual(s(self.r("HGET", room.k["cfg"], "sold_out")), "1")
+        self.assertEqual(room.join()[1], ["sold_out"])
+        # the operator reopens it (a refund came back): the stock does not close it again
+        self.assertEqual(s(room.put("patch", sold_out="0")[0]), "patched")
+        self.assertEqual(room.advance()[1].get("sold_out", "0"), "0")
+
     def test_a_known_stock_caps_the_passes(self):
         room = self.room(rate_per_minute="6000")
         self.crowd(room, 20)

@@ -136,7 +136,7 @@ class Stock(gwstack.GatewayTestCase):
             self.assertEqual(j["state"], "queued", j)
 
         # The fan takes it: sold out again; confirmations of all three end the sale for good.
-        self.hold(ev, got[4], "A-1-2")
+        last_hold = self.hold(ev, got[4], "A-1-2")
         buyers = [(holds[0], admitted[1]), (holds[2], admitted[3])]
         for h, tok in buyers:
             c = self.rc.post(f"/v1/holds/{h['hold_id']}/confirm",
@@ -148,6 +148,22 @@ class Stock(gwstack.GatewayTestCase):
                         "two sold, one held")
         _, last = self.poll_all(ev, tickets[4:5], 0.2)
         self.assertEqual(last[5].get("returns_possible"), True, last)
+        c = self.rc.post(f"/v1/holds/{last_hold['hold_id']}/confirm",
+                         {"payment": {"amount": last_hold["amount"], "currency": "EUR",
+                                      "source": "tok_visa"}},
+                         token=got[4], headers={"Idempotency-Key": uuid.uuid4().hex})
+        self.assertStatus(c, 201, msg="the last confirmation:")
+        # Every seat booked: the room is sold out for good, as if the operator had said so.
+        stack.wait_for(lambda: self.GS.admin("GET", f"/admin/events/{ev}").json["sold_out"], 5,
+                       interval=0.1, what="the room sold out by its stock")
+        for g in self.GS.gateways:
+            c = g.client()
+            try:
+                stack.wait_for(lambda: self.status(ev, tickets[5], client=c).status == 410, 3,
+                               interval=0.1, what=f"410 sold_out at {g.name}")
+                self.assertStatus(self.status(ev, tickets[5], client=c), 410, "sold_out")
+            finally:
+                c.close()
 
     def test_a_passed_number_claims_nothing_while_nothing_is_left(self):
         # Fans passed before the stock ran out (their numbers under the watermark, not yet
