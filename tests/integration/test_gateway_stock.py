@@ -84,6 +84,17 @@ class Stock(gwstack.GatewayTestCase):
                 c.close()
         return admitted, last
 
+    def poll_until(self, ev, tickets, pred, timeout=5):
+        """Polls the fans until pred holds of every fan's last answer; returns poll_all's
+        pair, with every admission seen meanwhile."""
+        admitted = {}
+        end = time.monotonic() + timeout
+        while True:
+            got, last = self.poll_all(ev, tickets, 0.2)
+            admitted.update(got)
+            if all(pred(j) for j in last.values()) or time.monotonic() > end:
+                return admitted, last
+
     def hold(self, ev, token, seat):
         h = self.rc.post(f"/v1/events/{ev}/holds", {"seats": [seat]}, token=token)
         self.assertStatus(h, 201, msg=f"hold of {seat}:")
@@ -100,7 +111,8 @@ class Stock(gwstack.GatewayTestCase):
         # Everything held: sold out for now, on both gateways, within the feed's staleness.
         self.wait_stats(ev, lambda st: st["stock_left"] == 0 and st["stock_held"] == SEATS,
                         "the stock, all held")
-        got, last = self.poll_all(ev, tickets[3:], 0.3)
+        # (each of a gateway's workers learns it at its own next tick)
+        got, last = self.poll_until(ev, tickets[3:], lambda j: j["state"] == "sold_out")
         self.assertEqual(got, {}, "nobody is admitted while nothing is left")
         for num, j in last.items():
             self.assertEqual((j["state"], j.get("returns_possible")), ("sold_out", True), j)
@@ -116,9 +128,7 @@ class Stock(gwstack.GatewayTestCase):
         self.assertEqual(self.GS.admin("GET", f"/admin/events/{ev}").json["stats"]
                          ["admitted_total"], SEATS)
         # the page says so, and keeps the place
-        page = self.c.get(f"/q/{ev}", headers={"Cookie": self.cookie(ev, tickets[4])})
-        self.assertEqual(page.status, 200)
-        self.assertIn('data-state="returns"', page.body.decode())
+        self.page_says(ev, tickets[4], 'data-state="returns"')
 
         # One hold released: one unit back, the next fan in line (and only that fan) is let
         # in. The first three are past the operator's choosing time now (they hold: their
@@ -195,17 +205,28 @@ class Stock(gwstack.GatewayTestCase):
 
     def test_show_left_tells_the_waiting_how_many_units_are_left(self):
         ev, tickets = self.event(seats=3, fans=3, show_left=True)
-        r = self.status(ev, tickets[0])
-        self.assertStatus(r, 200)
-        self.assertEqual((r.json["state"], r.json["left"]), ("queued", 3), r.json)
-        page = self.c.get(f"/q/{ev}", headers={"Cookie": self.cookie(ev, tickets[0])})
-        self.assertIn("3 tickets left.", page.body.decode())
-        page = self.c.get(f"/q/{ev}", headers={"Cookie": self.cookie(ev, tickets[0]),
-                                               "Accept-Language": "de"})
-        self.assertIn("Noch 3 Tickets.", page.body.decode())
+        # every worker of the gateway says so once it has ticked since the stock was known
+        _, last = self.poll_until(ev, tickets[:1], lambda j: "left" in j)
+        self.assertEqual((last[1]["state"], last[1]["left"]), ("queued", 3), last)
+        self.page_says(ev, tickets[0], "3 tickets left.")
+        self.page_says(ev, tickets[0], "Noch 3 Tickets.", lang="de")
         quiet, _ = self.event(seats=3, fans=1)
         r = self.status(quiet, self.join(quiet).json["ticket"])
         self.assertNotIn("left", r.json, "show_left is off by default")
+
+    def page_says(self, ev, ticket, text, lang="en"):
+        """The fan's queue page (by the ticket's cookie) says text, on whichever worker
+        answers once it has ticked."""
+        def check():
+            c = self.GS.g.client()
+            try:
+                page = c.get(f"/q/{ev}", headers={"Cookie": self.cookie(ev, ticket),
+                                                  "Accept-Language": lang})
+            finally:
+                c.close()
+            self.assertEqual(page.status, 200, page)
+            return text in page.body.decode()
+        stack.wait_for(check, 5, interval=0.1, what=f"the page saying {text!r}")
 
     def cookie(self, ev, ticket):
         return f"onsale_q_{ev}={ticket}"  # gateway/gw_ticket.h GW_COOKIE_PREFIX
