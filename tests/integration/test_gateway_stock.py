@@ -133,8 +133,8 @@ class Stock(gwstack.GatewayTestCase):
         # One hold released: one unit back, the next fan in line (and only that fan) is let
         # in. The first three are past the operator's choosing time now (they hold: their
         # units are out of the stock), so only the units left count.
-        self.patch(ev, stock_decide_seconds=3)
-        time.sleep(3)
+        self.patch(ev, stock_decide_seconds=5)
+        time.sleep(5)
         r = self.rc.delete(f"/v1/holds/{holds[1]['hold_id']}", token=admitted[2])
         self.assertIn(r.status, (200, 204), r)
         self.wait_stats(ev, lambda st: st["stock_left"] == 1, "one unit back")
