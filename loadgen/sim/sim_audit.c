@@ -725,18 +725,25 @@ static int cmp_double(const void *a, const void *b)
  * after it was told (below that the error is the poll interval). The ETA is the one told
  * at join or, after an operator's rate change, the first told once the gateways knew of
  * it (no ETA could know of a change still to come: a fan told one only before it, and
- * passed before polling again, is left out). Two actual waits from then: until the
- * watermark passed the fan's number (admission, from the room's stats once a second), and
- * until the fan itself saw "admitted" (which adds the polling delay). */
+ * passed before polling again, is left out). Likewise no ETA can foresee a stock-out: a
+ * fan ever told "sold out, for now" (sim_fan_t.awaiting_returns) waited for units to come
+ * back, not for the rate, and is left out too, counted in excluded_sold_out_for_now.
+ * Two actual waits from then: until the watermark passed the fan's number (admission,
+ * from the room's stats once a second), and until the fan itself saw "admitted" (which
+ * adds the polling delay). */
 static json_t *eta_errors(sim_run_t *r, bool by_watermark, int *count)
 {
     double *e = cm_xcalloc((size_t)r->nfans + 1, sizeof(double));
     double *sg = cm_xcalloc((size_t)r->nfans + 1, sizeof(double)); /* signed: + told too long */
-    int n = 0;
+    int n = 0, sold_out_for_now = 0;
     for (int i = 0; i < r->nfans; i++) {
         sim_fan_t *f = &r->fans[i];
         if (f->eta_s < 0 || f->placed_ns < 0 || f->in_prequeue || f->num == 0)
             continue;
+        if (f->awaiting_returns) {
+            sold_out_for_now++;
+            continue;
+        }
         int64_t told = f->eta_at_ns >= 0 ? f->eta_at_ns : f->placed_ns;
         double at = -1;
         if (by_watermark) {
@@ -766,7 +773,8 @@ static json_t *eta_errors(sim_run_t *r, bool by_watermark, int *count)
     free(e);
     free(sg);
     *count = n;
-    return json_pack("{s:i, s:f, s:f, s:f}", "fans", n, "p50", p50, "p90", p90, "bias_p50", bias);
+    return json_pack("{s:i, s:f, s:f, s:f, s:i}", "fans", n, "p50", p50, "p90", p90, "bias_p50",
+                     bias, "excluded_sold_out_for_now", sold_out_for_now);
 }
 
 static void check_eta(sim_run_t *r)
@@ -780,6 +788,23 @@ static void check_eta(sim_run_t *r)
     if (r->sc->eta_p90_max > 0 && n > 0 && p90 > r->sc->eta_p90_max)
         sim_run_violation(r, "eta_accuracy", "ETA error p90 %.0f%% exceeds %.0f%% (%d fans)",
                           p90 * 100, r->sc->eta_p90_max * 100, n);
+}
+
+/* The share of the inventory sold: units bought (the fans' record, each told "confirmed")
+ * over the units of the event. Below audit.sold_share_min it is a violation; the figure is
+ * always reported. */
+static void check_sold_share(sim_run_t *r)
+{
+    double share = r->total_units > 0 ? (double)r->units_bought / (double)r->total_units : 0;
+    json_object_set_new(r->figures, "sold_share",
+                        json_pack("{s:I, s:i, s:f, s:f}", "units_bought",
+                                  (json_int_t)r->units_bought, "inventory_units", r->total_units,
+                                  "share", share, "min", r->sc->sold_share_min));
+    if (r->sc->sold_share_min > 0 && share < r->sc->sold_share_min)
+        sim_run_violation(r, "sold_share",
+                          "%llu of %d units sold (%.2f%%), below the scenario's %.2f%%",
+                          (unsigned long long)r->units_bought, r->total_units, share * 100,
+                          r->sc->sold_share_min * 100);
 }
 
 static void check_places(sim_run_t *r)
@@ -809,6 +834,7 @@ int sim_audit_run(sim_run_t *r)
         check_fifo(r);
     check_rate(r);
     check_eta(r);
+    check_sold_share(r);
     PGconn *pg = PQconnectdb(r->o->pg_conninfo);
     if (PQstatus(pg) != CONNECTION_OK) {
         sim_run_violation(r, "audit_sources", "cannot connect to Postgres: %s", PQerrorMessage(pg));

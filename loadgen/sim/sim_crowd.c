@@ -44,13 +44,16 @@ struct sim_crowd {
     sim_pool_t *gw[SIM_MAX_GATEWAYS];
     int ngw;
     sim_pool_t *rsv, *gwadmin, *rsvadmin, *paysim;
+    sim_pool_t *rsvmap;     /* the reserve's seat map, read every SEAT_MAP_S (one connection) */
     char admin_hdr[512];    /* the reserve's admin token */
     char gw_admin_hdr[512]; /* the gateway's */
     uint64_t rng;
     int next_arrival;
-    int64_t *order; /* arrival time per fan id (fans are numbered in arrival order) */
-    uint8_t *taken; /* seats known to be taken (from answers, like a lagging seat map) */
-    double *cdf;    /* hotspot: cumulative seat weights */
+    int64_t *order;  /* arrival time per fan id (fans are numbered in arrival order) */
+    uint8_t *taken;  /* seats known to be taken: the fans' seat map (refresh_seat_map) */
+    int *seat_by_id; /* seat indexes sorted by id, built at the first refresh */
+    bool map_in_flight;
+    double *cdf; /* hotspot: cumulative seat weights */
     struct event *arrivals, *tick, *deadline, *sigchld;
     struct event *lag; /* the loop-lag probe: a timer every LAG_PROBE_MS */
     uint64_t lag_due_ns;
@@ -63,6 +66,7 @@ struct sim_crowd {
     pid_t *action_pid;
     int setup_step;
     bool finished, sold_out_sent;
+    bool deadline_extended; /* on_deadline let the fans waiting for returns finish */
     int done;
     uint64_t last_requests;
     char err[256];
@@ -1065,6 +1069,80 @@ static void on_sigchld(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* -------------------------------------------------------------------- the seat map */
+
+/* The fans' seat map (c->taken) is what their storefront pages show: seats marked taken
+ * from the reserve's answers as they come (a hold of ours, "seat_unavailable"), and read
+ * again from the reserve's own map (GET /v1/events/{event}/seats, at most a second old)
+ * every SEAT_MAP_S seconds, as a storefront page refreshes its map. So a seat whose hold
+ * expired or was released shows free again: without the refresh a seat once seen taken
+ * stayed taken all night, and fans admitted for the units that came back saw none free
+ * and gave up. One request at a time on a connection of its own; a 50,000-seat map is
+ * about 4 MB, parsed once per SEAT_MAP_S on the loop. */
+#define SEAT_MAP_S 5
+
+static int cmp_seat_id(const void *a, const void *b, void *arg)
+{
+    const sim_seat_t *seats = arg;
+    return strcmp(seats[*(const int *)a].id, seats[*(const int *)b].id);
+}
+
+/* The index of seat id in the scenario's map: the reserve lists the seats in the order
+ * the scenario's map expands them, so `hint` (its place in the answer) is tried first. */
+static int seat_index(sim_crowd_t *c, const char *id, int hint)
+{
+    sim_scenario_t *s = c->r->sc;
+    if (hint < s->nseats && strcmp(s->seats[hint].id, id) == 0)
+        return hint;
+    if (c->seat_by_id == NULL) {
+        c->seat_by_id = cm_xcalloc((size_t)s->nseats, sizeof(int));
+        for (int i = 0; i < s->nseats; i++)
+            c->seat_by_id[i] = i;
+        qsort_r(c->seat_by_id, (size_t)s->nseats, sizeof(int), cmp_seat_id, s->seats);
+    }
+    int lo = 0, hi = s->nseats - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2, d = strcmp(s->seats[c->seat_by_id[mid]].id, id);
+        if (d == 0)
+            return c->seat_by_id[mid];
+        if (d < 0)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
+    }
+    return -1;
+}
+
+static void on_seat_map(const sim_resp_t *resp, void *arg)
+{
+    sim_crowd_t *c = arg;
+    c->map_in_flight = false;
+    record(c, EP_SEATS, resp);
+    if (resp->err || resp->status != 200 || c->finished)
+        return;
+    json_t *o = json_loadb(resp->body, resp->body_len, 0, NULL);
+    size_t k;
+    json_t *seat;
+    json_array_foreach(json_object_get(o, "seats"), k, seat)
+    {
+        const char *id = jstr(seat, "id"), *st = jstr(seat, "status");
+        int i = id && st ? seat_index(c, id, (int)k) : -1;
+        if (i >= 0)
+            c->taken[i] = strcmp(st, "available") != 0;
+    }
+    json_decref(o);
+}
+
+static void refresh_seat_map(sim_crowd_t *c)
+{
+    if (c->r->sc->nseats == 0 || c->map_in_flight || c->finished)
+        return;
+    char path[128];
+    snprintf(path, sizeof(path), "/v1/events/%s/seats", c->r->event);
+    c->map_in_flight = true;
+    sim_pool_request(c->rsvmap, 0, "GET", path, NULL, NULL, on_seat_map, c);
+}
+
 /* -------------------------------------------------------------------- services, progress */
 
 static void on_room_stats(const sim_resp_t *resp, void *arg)
@@ -1158,6 +1236,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         fflush(stderr);
     }
     c->last_requests = r->requests;
+    if (now > 0 && sec % SEAT_MAP_S == 0)
+        refresh_seat_map(c);
     /* The operator closes the room once every unit is booked. */
     if (r->sc->sold_out_when_sold && !c->sold_out_sent &&
         r->units_bought >= (uint64_t)r->total_units) {
@@ -1208,9 +1288,28 @@ static void finish_night(sim_crowd_t *c)
     event_base_loopexit(c->base, NULL);
 }
 
+/* The scenario's hard stop (limits.duration_s): whoever is still going is cut. Except
+ * when the only fans left are waiting for returns (told "sold out, for now"): the night
+ * is otherwise done and their own patience bounds them, so it runs on, once, for
+ * returns_patience_s, and they leave as a person would — sold out at the first "sold out"
+ * past their patience, with a ticket, or at the 410 once everything is booked. */
 static void on_deadline(evutil_socket_t fd, short what, void *arg)
 {
-    finish_night(arg);
+    sim_crowd_t *c = arg;
+    sim_run_t *r = c->r;
+    bool only_returns = !c->deadline_extended && r->sc->returns_patience_s > 0;
+    for (int i = 0; only_returns && i < r->nfans; i++)
+        if (r->fans[i].state != F_DONE && !r->fans[i].awaiting_returns)
+            only_returns = false;
+    if (only_returns) {
+        c->deadline_extended = true;
+        timeline_add(c, "limit", "duration_s: the fans waiting for returns see out their patience");
+        int64_t ms = (int64_t)(r->sc->returns_patience_s * 1000);
+        struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+        evtimer_add(c->deadline, &tv);
+        return;
+    }
+    finish_night(c);
 }
 
 /* -------------------------------------------------------------------- set-up */
@@ -1349,6 +1448,9 @@ int sim_crowd_run(sim_run_t *r, char *err, size_t errlen)
     free(rsrc);
     if (c->rsv == NULL)
         goto out;
+    c->rsvmap = sim_pool_new(c->base, o->reserve_url, c->tls, 1, NULL, s->timeout_s, err, errlen);
+    if (c->rsvmap == NULL)
+        goto out;
     /* The reserve limits nothing per address: a fan's hold or confirm takes whichever
      * connection is free, as on a connection of their own (the gateway's pools stay
      * pinned: there a fan's address is what the join limit counts). */
@@ -1422,6 +1524,7 @@ out:
     for (int g = 0; g < c->ngw; g++)
         sim_pool_free(c->gw[g]);
     sim_pool_free(c->rsv);
+    sim_pool_free(c->rsvmap);
     sim_pool_free(c->gwadmin);
     sim_pool_free(c->rsvadmin);
     sim_pool_free(c->paysim);
@@ -1443,6 +1546,7 @@ out:
     free(c->action_rec);
     free(c->action_pid);
     free(c->taken);
+    free(c->seat_by_id);
     free(c->cdf);
     if (c->tls)
         cm_tls_free(c->tls);

@@ -17,8 +17,8 @@
 #include "cm_mem.h"
 #include "cm_parse.h"
 
-static const char *const EP_NAMES[EP_N] = {"join",     "status", "hold", "confirm",
-                                           "checkout", "done",   "admin"};
+static const char *const EP_NAMES[EP_N] = {"join",     "status", "hold",  "confirm",
+                                           "checkout", "done",   "seats", "admin"};
 
 static double ms(uint64_t us)
 {
@@ -141,6 +141,9 @@ static json_t *headline(const sim_run_t *r)
                         : json_null());
     json_object_set_new(h, "units_bought", json_integer((json_int_t)r->units_bought));
     json_object_set_new(h, "inventory_units", json_integer(r->total_units));
+    json_object_set_new(
+        h, "sold_share",
+        json_real(r->total_units > 0 ? (double)r->units_bought / (double)r->total_units : 0.0));
     json_object_set_new(h, "audit", json_string(r->nviol ? "violations" : "clean"));
     json_t *pace = pacing(r);
     json_object_set(h, "paced_by", json_object_get(json_array_get(pace, 0), "resource"));
@@ -272,9 +275,10 @@ void sim_report_print(const sim_run_t *r, FILE *out)
     for (int i = 1; i < O_NOUTCOMES; i++)
         if (r->outcome_count[i])
             fprintf(out, " %s %d", sim_outcome_name(i), r->outcome_count[i]);
-    fprintf(out, "\nunits bought %llu of %d\n", (unsigned long long)r->units_bought,
-            r->total_units);
     json_t *h = headline(r);
+    fprintf(out, "\nunits bought %llu of %d: %.2f%% of the inventory sold\n",
+            (unsigned long long)r->units_bought, r->total_units,
+            100 * json_number_value(json_object_get(h, "sold_share")));
     json_t *pq = json_object_get(r->figures, "prequeue");
     json_t *eta = json_object_get(r->figures, "eta_error");
     json_t *ff = json_object_get(r->figures, "fifo");
@@ -288,12 +292,14 @@ void sim_report_print(const sim_run_t *r, FILE *out)
     if (eta && seen)
         fprintf(out,
                 "ETA error p50 %.0f%% p90 %.0f%% against the watermark (%lld fans); as the "
-                "fans saw it p50 %.0f%% p90 %.0f%%\n",
+                "fans saw it p50 %.0f%% p90 %.0f%%; %lld fans told \"sold out, for now\" left "
+                "out (no ETA foresees a stock-out)\n",
                 100 * json_number_value(json_object_get(eta, "p50")),
                 100 * json_number_value(json_object_get(eta, "p90")),
                 (long long)json_integer_value(json_object_get(eta, "fans")),
                 100 * json_number_value(json_object_get(seen, "p50")),
-                100 * json_number_value(json_object_get(seen, "p90")));
+                100 * json_number_value(json_object_get(seen, "p90")),
+                (long long)json_integer_value(json_object_get(eta, "excluded_sold_out_for_now")));
     if (ff)
         fprintf(out, "FIFO: %lld inversions among %lld fans\n",
                 (long long)json_integer_value(json_object_get(ff, "inversions")),
@@ -510,12 +516,18 @@ static void html(const sim_run_t *r, FILE *f)
     snprintf(buf, sizeof(buf), "%.1f /s",
              json_number_value(json_object_get(h, "confirmations_per_s")));
     card(f, "confirmations", buf, "");
-    snprintf(buf, sizeof(buf), "%llu / %d", (unsigned long long)r->units_bought, r->total_units);
-    card(f, "units sold / inventory", buf, "");
+    snprintf(buf, sizeof(buf), "%.2f %% (%llu / %d)",
+             100 * json_number_value(json_object_get(h, "sold_share")),
+             (unsigned long long)r->units_bought, r->total_units);
+    card(f, "inventory sold (units sold / inventory)", buf, "");
     json_t *eta = json_object_get(h, "eta_error_p90");
     if (json_is_number(eta)) {
+        json_int_t out = json_integer_value(
+            json_object_get(json_object_get(r->figures, "eta_error"), "excluded_sold_out_for_now"));
         snprintf(buf, sizeof(buf), "%.0f %%", 100 * json_number_value(eta));
-        card(f, "ETA error p90", buf, "");
+        card(f,
+             out > 0 ? "ETA error p90 (fans told \"sold out, for now\" left out)" : "ETA error p90",
+             buf, "");
     }
     fprintf(f, "</div>\n");
     if (r->nviol) {

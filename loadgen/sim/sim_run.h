@@ -128,7 +128,7 @@ typedef struct sim_endpoint {
     uint64_t other_causes; /* answers whose cause did not fit in causes[] */
 } sim_endpoint_t;
 
-enum { EP_JOIN, EP_STATUS, EP_HOLD, EP_CONFIRM, EP_CHECKOUT, EP_DONE, EP_ADMIN, EP_N };
+enum { EP_JOIN, EP_STATUS, EP_HOLD, EP_CONFIRM, EP_CHECKOUT, EP_DONE, EP_SEATS, EP_ADMIN, EP_N };
 
 #define SIM_RATE_KNOWN_NS 500000000LL
 

@@ -391,8 +391,8 @@ sim_scenario_t *sim_scenario_load(const char *path, char *err, size_t errlen)
     if (strncmp(s->src_base, "127.", 4) != 0)
         FAIL("client.src_base must be a loopback address (127.x.y.z)");
 
-    static const char *const a_keys[] = {"eta_p90_max", "rate_tolerance", "p_min",
-                                         "rate_lower_bound", NULL};
+    static const char *const a_keys[] = {"eta_p90_max",      "rate_tolerance", "p_min",
+                                         "rate_lower_bound", "sold_share_min", NULL};
     json_t *au = json_object_get(doc, "audit");
     if (check_keys(au, "audit", a_keys, err, errlen) != 0)
         goto err;
@@ -400,7 +400,8 @@ sim_scenario_t *sim_scenario_load(const char *path, char *err, size_t errlen)
     s->p_min = 0.001;
     if (num(au, "eta_p90_max", 0, 100, &s->eta_p90_max, err, errlen, "audit") ||
         num(au, "rate_tolerance", 0, 10, &s->rate_tolerance, err, errlen, "audit") ||
-        num(au, "p_min", 0, 0.5, &s->p_min, err, errlen, "audit"))
+        num(au, "p_min", 0, 0.5, &s->p_min, err, errlen, "audit") ||
+        num(au, "sold_share_min", 0, 1, &s->sold_share_min, err, errlen, "audit"))
         goto err;
     s->rate_lower_bound = json_is_true(json_object_get(au, "rate_lower_bound"));
     double seed = 1;

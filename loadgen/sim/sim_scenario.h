@@ -91,6 +91,7 @@ typedef struct sim_scenario {
     double eta_p90_max;
     double rate_tolerance; /* claimed admissions per 10 s: +-this fraction of the rate */
     double p_min;          /* uniformity test: fail below this p-value */
+    double sold_share_min; /* fail when units bought / units in the event is below this */
     bool rate_lower_bound; /* also fail windows below the rate while fans wait */
 } sim_scenario_t;
 
