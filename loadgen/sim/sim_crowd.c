@@ -49,9 +49,11 @@ struct sim_crowd {
     char gw_admin_hdr[512]; /* the gateway's */
     uint64_t rng;
     int next_arrival;
-    int64_t *order;  /* arrival time per fan id (fans are numbered in arrival order) */
-    uint8_t *taken;  /* seats known to be taken: the fans' seat map (refresh_seat_map) */
-    int *seat_by_id; /* seat indexes sorted by id, built at the first refresh */
+    int64_t *order;       /* arrival time per fan id (fans are numbered in arrival order) */
+    uint8_t *taken;       /* seats known to be taken: the fans' seat map (refresh_seat_map) */
+    int32_t *marked_ms;   /* per seat: when an answer last said taken (ms after t0) */
+    int32_t map_asked_ms; /* when the seat map being read was asked for */
+    int *seat_by_id;      /* seat indexes sorted by id, built at the first refresh */
     bool map_in_flight;
     double *cdf; /* hotspot: cumulative seat weights */
     struct event *arrivals, *tick, *deadline, *sigchld;
@@ -631,6 +633,13 @@ static void do_hold(evutil_socket_t fd, short what, void *arg)
     free(b);
 }
 
+/* Seat i seen taken in an answer, now (the seat map refresh keeps what it learned since). */
+static void mark_seat(sim_crowd_t *c, int i)
+{
+    c->taken[i] = 1;
+    c->marked_ms[i] = (int32_t)(now_rel(c) / 1000000);
+}
+
 static void mark_taken(sim_fan_t *f, json_t *o)
 {
     sim_crowd_t *c = f->crowd;
@@ -644,13 +653,13 @@ static void mark_taken(sim_fan_t *f, json_t *o)
         const char *id = json_string_value(v);
         for (int k = 0; id && k < f->want && f->seat + k < s->nseats; k++)
             if (strcmp(s->seats[f->seat + k].id, id) == 0) {
-                c->taken[f->seat + k] = 1;
+                mark_seat(c, f->seat + k);
                 any = true;
             }
     }
     if (!any)
         for (int k = 0; k < f->want && f->seat + k < s->nseats; k++)
-            c->taken[f->seat + k] = 1;
+            mark_seat(c, f->seat + k);
 }
 
 /* A best-available hold's seats (the reserve's answer): where they are in the map, how
@@ -714,7 +723,7 @@ static void on_hold(const sim_resp_t *resp, void *arg)
         sim_series_add(&r->s_holds, sec_of(f->hold_ns), 1);
         if (!f->ga)
             for (int k = 0; k < f->want; k++)
-                c->taken[f->seat + k] = 1;
+                mark_seat(c, f->seat + k);
         if (f->behaviour == B_VANISH)
             fan_later(f, 0, on_vanish);
         else if (f->behaviour == B_SLOW) /* dawdles past the hold's life, then pays */
@@ -1077,9 +1086,13 @@ static void on_sigchld(evutil_socket_t fd, short what, void *arg)
  * every SEAT_MAP_S seconds, as a storefront page refreshes its map. So a seat whose hold
  * expired or was released shows free again: without the refresh a seat once seen taken
  * stayed taken all night, and fans admitted for the units that came back saw none free
- * and gave up. One request at a time on a connection of its own; a 50,000-seat map is
- * about 4 MB, parsed once per SEAT_MAP_S on the loop. */
-#define SEAT_MAP_S 5
+ * and gave up. A seat an answer said taken after the map's snapshot could have been made
+ * stays taken: the map may be a second old when asked for and arrive seconds later on a
+ * busy night, and it must not undo what the fans learned since. One request at a time on
+ * a connection of its own; a 50,000-seat map is about 4 MB, parsed once per SEAT_MAP_S on
+ * the loop. */
+#define SEAT_MAP_S      5
+#define SEAT_MAP_LAG_MS 1000 /* how old the reserve's map may be when asked for (docs/api.md) */
 
 static int cmp_seat_id(const void *a, const void *b, void *arg)
 {
@@ -1127,8 +1140,12 @@ static void on_seat_map(const sim_resp_t *resp, void *arg)
     {
         const char *id = jstr(seat, "id"), *st = jstr(seat, "status");
         int i = id && st ? seat_index(c, id, (int)k) : -1;
-        if (i >= 0)
-            c->taken[i] = strcmp(st, "available") != 0;
+        if (i < 0)
+            continue;
+        if (strcmp(st, "available") != 0)
+            c->taken[i] = 1;
+        else if (c->marked_ms[i] < c->map_asked_ms - SEAT_MAP_LAG_MS)
+            c->taken[i] = 0; /* not seen taken since the map's snapshot was made */
     }
     json_decref(o);
 }
@@ -1140,6 +1157,7 @@ static void refresh_seat_map(sim_crowd_t *c)
     char path[128];
     snprintf(path, sizeof(path), "/v1/events/%s/seats", c->r->event);
     c->map_in_flight = true;
+    c->map_asked_ms = (int32_t)(now_rel(c) / 1000000);
     sim_pool_request(c->rsvmap, 0, "GET", path, NULL, NULL, on_seat_map, c);
 }
 
@@ -1470,6 +1488,7 @@ int sim_crowd_run(sim_run_t *r, char *err, size_t errlen)
     snprintf(c->gw_admin_hdr, sizeof(c->gw_admin_hdr), "Authorization: Bearer %s\r\n",
              gwtok ? gwtok : "");
     c->taken = cm_xcalloc((size_t)s->nseats + 1, 1);
+    c->marked_ms = cm_xcalloc((size_t)s->nseats + 1, sizeof(int32_t));
     if (s->nseats > 0) {
         c->cdf = cm_xcalloc((size_t)s->nseats, sizeof(double));
         double acc = 0;
@@ -1547,6 +1566,7 @@ out:
     free(c->action_pid);
     free(c->taken);
     free(c->seat_by_id);
+    free(c->marked_ms);
     free(c->cdf);
     if (c->tls)
         cm_tls_free(c->tls);
