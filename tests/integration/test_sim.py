@@ -191,6 +191,24 @@ class SimTest(unittest.TestCase):
         self.assertEqual(len(ops), 4, rep["timeline"])
         for t in ops:
             self.assertEqual(t.get("status"), 200, t)
+        # Demand above supply, a room that follows the stock: the fans told "sold out, for
+        # now" keep their places (returns_patience_s) and the units that come back from
+        # fans who vanished holding, paid too slowly or were declined find buyers — at least
+        # 99% of the inventory sold (the scenario's audit.sold_share_min, which the clean
+        # audit also holds it to), the night ending by itself, nobody cut.
+        h = rep["headline"]
+        self.assertEqual(rep["figures"]["sold_share"]["min"], 0.99)
+        self.assertGreaterEqual(h["sold_share"], 0.99, out)
+        self.assertAlmostEqual(h["sold_share"], h["units_bought"] / h["inventory_units"])
+        self.assertIn("of the inventory sold", out)
+        self.assertGreater(o["sold_out"], 0, out)  # fans were told "sold out"
+        # An ETA told before the stock-out could not foresee it: the fans told "sold out,
+        # for now" are left out of the ETA figures, and the report says how many.
+        for k in ("eta_error", "eta_error_as_seen_by_fans"):
+            self.assertGreater(rep["figures"][k]["excluded_sold_out_for_now"], 0, out)
+        self.assertRegex(out, r'[1-9][0-9]* fans told "sold out, for now" left out')
+        # The fans' seat map was read from the reserve as the night went on.
+        self.assertGreater(rep["endpoints"]["seats"]["by_class"]["2xx"], 0, out)
 
     def test_eta_holds_with_noshows_and_a_rate_change(self):
         # 30% of the fans leave the queue at once and never poll again, and the operator
