@@ -8,6 +8,14 @@
  * possibly on another reserve, and for that long this worker may still call it sold, the same lag
  * the seat map is allowed.
  *
+ * Best available (rsv_hold.c) keeps three things here, per event, beside the snapshot:
+ * the hint — the last snapshot's seat statuses, amended by rsv_avail_mark with what the
+ * worker's holds learn (seats taken, seats a script found taken), the held and sold
+ * marks carried over the next snapshot once (it may have read a seat before it was
+ * marked); the turns — a bound on its scripts in flight, so each window is chosen from
+ * a hint that learnt what the ones before found; and the latest refusals of whole
+ * passes, each the answer of the requests of its kind begun before it was sent.
+ *
  * A rebuild is waited for by requests (answered from the new JSON) and by rsv_avail_refresh's
  * callers (given the new totals) alike. A snapshot whose rebuild is under way when the worker
  * stops outlives rsv_avail_free: its Redis and Postgres callbacks still come back (with
@@ -15,6 +23,7 @@
  */
 #include "rsv_avail.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +41,7 @@
 
 #define MGET_CHUNK 500
 
-typedef enum { SEAT_AVAILABLE = 0, SEAT_HELD = 1, SEAT_SOLD = 2 } seat_status_t;
+enum { SEAT_AVAILABLE = RSV_AVAIL_FREE, SEAT_HELD = RSV_AVAIL_HELD, SEAT_SOLD = RSV_AVAIL_SOLD };
 
 typedef struct waiter {
     struct waiter *next;
@@ -42,6 +51,12 @@ typedef struct waiter {
     void *arg;
 } waiter_t;
 
+typedef struct turn {
+    struct turn *next;
+    rsv_avail_turn_cb cb;
+    void *arg;
+} turn_t;
+
 typedef struct snap {
     rsv_avail_t *a; /* NULL once rsv_avail_free left a rebuild to finish alone */
     char event[CM_IDENT_MAX + 1];
@@ -50,6 +65,20 @@ typedef struct snap {
     char *avail_json;
     char *seats_json;
     rsv_avail_totals_t totals;
+    /* the last snapshot's seat statuses (best available's hint), of hint_version's seats */
+    unsigned char *hint;
+    unsigned char *marked; /* per seat: 1 when marked held or sold since the hint was built */
+    size_t nhint;
+    int64_t hint_version;
+    /* best available's turns: scripts in flight, and the ones waiting (FIFO) */
+    int turns;
+    int turns_max;
+    turn_t *turn_head, *turn_tail;
+    bool granting;
+    /* best available's latest refusals (by section and price), of refusals_version */
+    rsv_avail_refusal_t refusals[4];
+    size_t nrefusals;
+    int64_t refusals_version;
     /* a rebuild in progress */
     int building;
     int pending;
@@ -67,6 +96,7 @@ typedef struct snap {
 
 struct rsv_avail {
     rsv_server_t *srv;
+    bool stopping; /* rsv_avail_free is under way: no turn granted */
     snap_t **snaps;
     size_t n, cap;
 };
@@ -109,6 +139,8 @@ static void snap_free(snap_t *s)
     free(s->avail_json);
     free(s->seats_json);
     free(s->status);
+    free(s->hint);
+    free(s->marked);
     free(s->pool_counts);
     free(s->sold_ns);
     rsv_event_unref(s->ev);
@@ -119,9 +151,23 @@ void rsv_avail_free(rsv_avail_t *a)
 {
     if (a == NULL)
         return;
+    /* Everyone waiting hears first, while every snapshot still stands: a callback may
+     * give a turn back (rsv_avail_best_done), and no turn is granted any more. */
+    a->stopping = true;
     for (size_t i = 0; i < a->n; i++) {
         snap_t *s = a->snaps[i];
-        flush_waiters(s, cm_err_shutdown);
+        while (s->turn_head) {
+            turn_t *t = s->turn_head;
+            s->turn_head = t->next;
+            t->cb(cm_err_shutdown, t->arg);
+            free(t);
+        }
+        s->turn_tail = NULL;
+    }
+    for (size_t i = 0; i < a->n; i++)
+        flush_waiters(a->snaps[i], cm_err_shutdown);
+    for (size_t i = 0; i < a->n; i++) {
+        snap_t *s = a->snaps[i];
         if (s->building)
             s->a = NULL; /* its last part frees it (part_done) */
         else
@@ -194,6 +240,107 @@ bool rsv_avail_known_sold(rsv_avail_t *a, const rsv_event_t *ev, size_t item)
         return false;
     uint64_t max_age = (uint64_t)a->srv->cfg.avail_max_age_ms * 1000000ull;
     return cm_time_mono_ns() - marks[item] <= max_age;
+}
+
+void rsv_avail_mark(rsv_avail_t *a, const rsv_event_t *ev, size_t seat, unsigned char status)
+{
+    snap_t *s = find(a, ev->id, 0);
+    if (s == NULL || s->hint == NULL || s->hint_version != ev->version || s->nhint != ev->nseats ||
+        seat >= s->nhint)
+        return;
+    s->hint[seat] = status;
+    if (status == SEAT_AVAILABLE)
+        return;
+    if (s->marked == NULL)
+        s->marked = cm_xcalloc(s->nhint ? s->nhint : 1, 1);
+    s->marked[seat] = 1;
+}
+
+const unsigned char *rsv_avail_seat_hint(rsv_avail_t *a, const rsv_event_t *ev)
+{
+    snap_t *s = find(a, ev->id, 0);
+    uint64_t max_age = (uint64_t)a->srv->cfg.avail_max_age_ms * 1000000ull;
+    if (s == NULL || s->hint == NULL || s->hint_version != ev->version || s->nhint != ev->nseats ||
+        s->built_ns == 0 || cm_time_mono_ns() - s->built_ns > max_age)
+        return NULL;
+    return s->hint;
+}
+
+/* Grants the turns waiting while fewer than turns_max are out. Not re-entered: a turn
+ * given back from inside a grant's callback is granted again by the outer loop. */
+static void grant_turns(snap_t *s)
+{
+    if (s->granting || s->a == NULL || s->a->stopping)
+        return;
+    s->granting = true;
+    while (s->turn_head && s->turns < s->turns_max) {
+        turn_t *t = s->turn_head;
+        s->turn_head = t->next;
+        if (s->turn_head == NULL)
+            s->turn_tail = NULL;
+        s->turns++;
+        t->cb(NULL, t->arg);
+        free(t);
+    }
+    s->granting = false;
+}
+
+void rsv_avail_note_refusal(rsv_avail_t *a, const rsv_event_t *ev, const rsv_avail_refusal_t *r)
+{
+    snap_t *s = find(a, ev->id, 1);
+    const size_t cap = sizeof(s->refusals) / sizeof(s->refusals[0]);
+    if (s->refusals_version != ev->version)
+        s->nrefusals = 0;
+    s->refusals_version = ev->version;
+    size_t i = 0, oldest = 0;
+    for (; i < s->nrefusals; i++) {
+        if (s->refusals[i].section == r->section && s->refusals[i].price == r->price) {
+            if (r->sent_ns >= s->refusals[i].sent_ns)
+                s->refusals[i] = *r;
+            return;
+        }
+        if (s->refusals[i].sent_ns < s->refusals[oldest].sent_ns)
+            oldest = i;
+    }
+    s->refusals[s->nrefusals < cap ? s->nrefusals++ : oldest] = *r;
+}
+
+const rsv_avail_refusal_t *rsv_avail_refusal(rsv_avail_t *a, const rsv_event_t *ev, long section,
+                                             int64_t price, uint64_t since_ns)
+{
+    snap_t *s = find(a, ev->id, 0);
+    if (s == NULL || s->refusals_version != ev->version)
+        return NULL;
+    for (size_t i = 0; i < s->nrefusals; i++) {
+        const rsv_avail_refusal_t *r = &s->refusals[i];
+        if (r->section == section && r->price == price && r->sent_ns > since_ns)
+            return r;
+    }
+    return NULL;
+}
+
+void rsv_avail_best_turn(rsv_avail_t *a, const rsv_event_t *ev, int max, rsv_avail_turn_cb cb,
+                         void *arg)
+{
+    snap_t *s = find(a, ev->id, 1);
+    turn_t *t = cm_xcalloc(1, sizeof(*t));
+    t->cb = cb;
+    t->arg = arg;
+    s->turns_max = max > 0 ? max : 1;
+    if (s->turn_tail)
+        s->turn_tail->next = t;
+    else
+        s->turn_head = t;
+    s->turn_tail = t;
+    grant_turns(s);
+}
+
+void rsv_avail_best_done(rsv_avail_t *a, const rsv_event_t *ev)
+{
+    snap_t *s = find(a, ev->id, 0);
+    assert(s != NULL && s->turns > 0);
+    s->turns--;
+    grant_turns(s);
 }
 
 void rsv_avail_count(const rsv_event_t *ev, const unsigned char *status,
@@ -285,6 +432,19 @@ static void part_done(snap_t *s)
         for (size_t i = 0; i < s->ev->npools; i++)
             if (s->pool_counts[i][0] <= 0 && s->pool_counts[i][1] == 0)
                 rsv_avail_note_sold(s->a, s->ev, s->ev->nseats + i);
+        /* The new statuses become the hint, with this worker's marks made since the last
+         * one where the scan says free: the scan may have read before the mark. */
+        if (s->hint && s->marked && s->hint_version == s->ev->version && s->nhint == s->ev->nseats)
+            for (size_t k = 0; k < s->nhint; k++)
+                if (s->marked[k] && s->status[k] == SEAT_AVAILABLE)
+                    s->status[k] = s->hint[k];
+        free(s->hint);
+        free(s->marked);
+        s->marked = NULL;
+        s->hint = s->status;
+        s->nhint = s->ev->nseats;
+        s->hint_version = s->ev->version;
+        s->status = NULL;
     }
     free(s->status);
     s->status = NULL;

@@ -66,4 +66,60 @@ void rsv_avail_refresh(rsv_avail_t *a, struct rsv_event *ev, rsv_avail_totals_cb
 void rsv_avail_note_sold(rsv_avail_t *a, const struct rsv_event *ev, size_t item);
 bool rsv_avail_known_sold(rsv_avail_t *a, const struct rsv_event *ev, size_t item);
 
+/** A seat's status in a snapshot, one byte per seat of the event. */
+enum { RSV_AVAIL_FREE = 0, RSV_AVAIL_HELD = 1, RSV_AVAIL_SOLD = 2 };
+
+/**
+ * Best available's hint (docs/design.md "Best available"): the status of each of ev's
+ * seats (ev->nseats bytes, RSV_AVAIL_*) as ev's last snapshot found them, amended by
+ * rsv_avail_mark since, when that snapshot is of ev's version and no older than
+ * avail_max_age_ms; else NULL (then rsv_avail_refresh builds one). Valid until control
+ * returns to the loop. Event-loop thread.
+ */
+const unsigned char *rsv_avail_seat_hint(rsv_avail_t *a, const struct rsv_event *ev);
+/**
+ * Amends the hint of ev's seat (an index of ev's seats) with what this worker learnt:
+ * status RSV_AVAIL_*. A held or sold mark outlives the next snapshot once, where that
+ * snapshot says free (it may have read the seat before the mark was made).
+ */
+void rsv_avail_mark(rsv_avail_t *a, const struct rsv_event *ev, size_t seat, unsigned char status);
+
+/**
+ * Best available's refusals: a whole pass over the seats of section (an index, or -1)
+ * priced price (or -1) not known sold, sent at sent_ns (cm_time_mono_ns), found free
+ * seats and no block of want adjacent ones among them. True at that instant, so it is
+ * an answer for a request of that kind that began before it (rsv_hold.c).
+ */
+typedef struct rsv_avail_refusal {
+    long section;
+    int64_t price;
+    int64_t want;
+    int64_t free;
+    uint64_t sent_ns;
+} rsv_avail_refusal_t;
+
+/** Keeps r as ev's latest refusal of its section and price. Event-loop thread. */
+void rsv_avail_note_refusal(rsv_avail_t *a, const struct rsv_event *ev,
+                            const rsv_avail_refusal_t *r);
+/** ev's latest refusal of section and price when it was sent after since_ns, else NULL.
+ * Valid until control returns to the loop. */
+const rsv_avail_refusal_t *rsv_avail_refusal(rsv_avail_t *a, const struct rsv_event *ev,
+                                             long section, int64_t price, uint64_t since_ns);
+
+/** err NULL: the caller has a turn (give it back with rsv_avail_best_done); else
+ * cm_err_shutdown and no turn. */
+typedef void (*rsv_avail_turn_cb)(const char *err, void *arg);
+
+/**
+ * Best available's turns: at most max best-available scripts of ev in flight from this
+ * worker at once, so that each one's window is chosen from a hint that has learned what
+ * the ones before it found (rsv_hold.c). cb runs now (before this returns) when a turn
+ * is free, else once one is given back, in the order asked; with cm_err_shutdown when
+ * the worker stops first. Event-loop thread.
+ */
+void rsv_avail_best_turn(rsv_avail_t *a, const struct rsv_event *ev, int max, rsv_avail_turn_cb cb,
+                         void *arg);
+/** Gives back a turn of ev that rsv_avail_best_turn granted. */
+void rsv_avail_best_done(rsv_avail_t *a, const struct rsv_event *ev);
+
 #endif

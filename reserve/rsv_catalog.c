@@ -199,6 +199,108 @@ size_t rsv_event_best_candidates(const rsv_event_t *ev, long section, int64_t pr
     return n;
 }
 
+/* A block of best available's window: its ranks added up, its first candidate. */
+typedef struct block {
+    int64_t sum;
+    size_t at;
+} block_t;
+
+/* Whether block x is ordered before y: fewer ranks added up, then earlier in place. */
+static bool block_before(const block_t *x, const block_t *y)
+{
+    return x->sum != y->sum ? x->sum < y->sum : x->at < y->at;
+}
+
+/* Keeps the cap best blocks seen in heap (a max-heap on block_before: the worst on top). */
+static void keep_block(block_t *heap, size_t *n, size_t cap, block_t b)
+{
+    size_t i;
+    if (*n < cap) {
+        i = (*n)++;
+        while (i > 0 && block_before(&heap[(i - 1) / 2], &b)) {
+            heap[i] = heap[(i - 1) / 2];
+            i = (i - 1) / 2;
+        }
+        heap[i] = b;
+        return;
+    }
+    if (cap == 0 || !block_before(&b, &heap[0]))
+        return;
+    i = 0; /* b replaces the worst: sift it down */
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n)
+            break;
+        if (c + 1 < *n && block_before(&heap[c], &heap[c + 1]))
+            c++;
+        if (!block_before(&b, &heap[c]))
+            break;
+        heap[i] = heap[c];
+        i = c;
+    }
+    heap[i] = b;
+}
+
+static int cmp_blocks(const void *a, const void *b)
+{
+    const block_t *x = a, *y = b;
+    return block_before(x, y) ? -1 : block_before(y, x);
+}
+
+void rsv_event_best_window(const rsv_event_t *ev, const uint32_t *cand, size_t ncand, size_t want,
+                           bool (*usable)(void *arg, size_t seat), void *arg, size_t seats_min,
+                           size_t blocks_max, uint32_t *out, rsv_best_window_t *w)
+{
+    memset(w, 0, sizeof(*w));
+    if (want == 0 || blocks_max == 0 || ncand < want)
+        return;
+    block_t *heap = cm_xcalloc(blocks_max, sizeof(block_t));
+    size_t nheap = 0, run = 0;
+    int64_t sum = 0;
+    for (size_t i = 0; i < ncand; i++) {
+        const rsv_seat_t *s = &ev->seats[cand[i]];
+        if (!usable(arg, cand[i])) {
+            run = 0;
+            continue;
+        }
+        const rsv_seat_t *p = i > 0 && run > 0 ? &ev->seats[cand[i - 1]] : NULL;
+        if (p && s->row != 0 && p->row == s->row && s->pos == p->pos + 1) {
+            run++;
+        } else {
+            run = 1;
+            sum = 0;
+        }
+        sum += s->rank;
+        if (run > want)
+            sum -= ev->seats[cand[i - want]].rank;
+        if (run >= want)
+            keep_block(heap, &nheap, blocks_max, (block_t){.sum = sum, .at = i + 1 - want});
+    }
+    qsort(heap, nheap, sizeof(block_t), cmp_blocks);
+    unsigned char *in = cm_xcalloc(ncand, 1);
+    size_t taken = 0, nblocks = 0;
+    while (nblocks < nheap && taken < seats_min) {
+        for (size_t i = heap[nblocks].at; i < heap[nblocks].at + want; i++) {
+            taken += !in[i];
+            in[i] = 1;
+        }
+        nblocks++;
+    }
+    for (size_t i = 0; i < ncand; i++) {
+        if (!in[i])
+            continue;
+        if (nblocks > 0 && i == heap[0].at)
+            w->best_at = w->n;
+        if (nblocks > 0 && i == heap[nblocks - 1].at)
+            w->last_at = w->n;
+        out[w->n++] = cand[i];
+    }
+    if (nblocks > 0)
+        w->last_sum = heap[nblocks - 1].sum;
+    free(in);
+    free(heap);
+}
+
 /* --- places: rows numbered, seats in place order ------------------------------ */
 
 typedef struct place_sort {

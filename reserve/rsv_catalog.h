@@ -149,6 +149,29 @@ size_t rsv_event_best_candidates(const rsv_event_t *ev, long section, int64_t pr
                                  bool (*skip)(void *arg, size_t seat), void *arg, uint32_t *out,
                                  size_t cap);
 
+/** What rsv_event_best_window chose: a window of candidates and its bound. */
+typedef struct rsv_best_window {
+    size_t n;         /* seats in the window, 0: no block is usable */
+    size_t best_at;   /* the best block's first seat (an index into the window) */
+    size_t last_at;   /* the worst block taken in: its first seat (index into the window) */
+    int64_t last_sum; /* … and its ranks added up */
+} rsv_best_window_t;
+
+/**
+ * Best available's window (docs/design.md "Best available"): among cand (ncand seat
+ * indexes of ev in place order, as rsv_event_best_candidates gives them), the blocks of
+ * want adjacent seats that usable(arg, seat) all says yes to, ordered by their ranks
+ * added up and then place order; the best of them are taken in, in that order, until
+ * the seats taken in number at least seats_min (or at most blocks_max blocks are in).
+ * Writes the window's seats into out (cap ncand), in place order, and says which
+ * block is the best and which the worst taken in: every usable block ordered before or
+ * as the worst is in the window, so the best block of the window that is still free,
+ * when it is not after the worst, is the best usable block that is still free. Pure.
+ */
+void rsv_event_best_window(const rsv_event_t *ev, const uint32_t *cand, size_t ncand, size_t want,
+                           bool (*usable)(void *arg, size_t seat), void *arg, size_t seats_min,
+                           size_t blocks_max, uint32_t *out, rsv_best_window_t *w);
+
 /** A pool, or NULL. */
 const rsv_pool_t *rsv_event_pool(const rsv_event_t *ev, const char *pool_id);
 

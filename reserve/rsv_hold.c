@@ -12,6 +12,20 @@
  * avail_max_age_ms is answered 409 seat_unavailable from memory, before the token's
  * record is looked up (the seat map is public; nothing is held). With a key the script
  * runs, so a retry of a hold that was taken and then bought is still answered its hold.
+ *
+ * Best available (docs/design.md "Best available") weighs a window first: the best blocks
+ * the worker's snapshot of the event (rsv_avail_seat_hint, waited for when none is fresh)
+ * believes free, about max(64, 8N) seats, with the worst of them as the script's bound.
+ * The script's answer amends the hint (the seats it found taken, the seats picked); a
+ * window without a pick within its bound is tried again with the amended hint and twice
+ * the seats, at most BEST_WINDOW_PASSES times, then the whole section is: only a whole
+ * pass refuses, so a 409 is true of the section. The best block of a window is leased
+ * (marked held in the hint) while its script is in flight, and at most BEST_IN_FLIGHT
+ * scripts of an event are in flight from a worker (rsv_avail_best_turn), so the holds
+ * one worker sends at once look at different blocks, each chosen from a hint that has
+ * learnt what the ones before it found. A whole pass's refusal also answers the requests
+ * of its kind that began before it was sent, without a script (best_known_refusal): at
+ * the end of a hotspot, refusals do not each read the section.
  */
 #include "rsv_hold.h"
 
@@ -25,6 +39,7 @@
 #include "cm_log.h"
 #include "cm_mem.h"
 #include "cm_text.h"
+#include "cm_time.h"
 #include "cm_tls.h"
 #include "rsv_auth.h"
 #include "rsv_avail.h"
@@ -36,8 +51,16 @@
 
 #define MAX_SEATS_PER_HOLD 50
 #define MAX_QUANTITY       100
-/* Best available reads every candidate seat in its script: bounded per hold. */
+/* Best available reads every candidate seat in a whole pass: bounded per hold. */
 #define MAX_BEST_CANDIDATES 20000
+/* A window: at least this many seats (or 8 per seat wanted), twice as many after each
+ * window that missed, made of at most BEST_WINDOW_BLOCKS blocks; windows tried before a
+ * whole pass. */
+#define BEST_WINDOW_SEATS  64
+#define BEST_WINDOW_BLOCKS 512
+#define BEST_WINDOW_PASSES 3
+/* Best-available scripts of one event in flight from one worker at once. */
+#define BEST_IN_FLIGHT 16
 
 /* --- metrics ----------------------------------------------------------------- */
 
@@ -473,15 +496,33 @@ typedef struct create_op {
     bool rechecked;    /* the event was re-read before refusing an unknown seat or pool */
     uint32_t *cand;    /* best available: the candidate seats (indexes), place order */
     size_t ncand;
-    bool split; /* best available: seats apart may do when no block is left */
+    bool split;        /* best available: seats apart may do when no block is left */
+    uint32_t *win;     /* best available: the window in flight (seat indexes), or none */
+    size_t nwin;       /* 0: the script in flight weighs every candidate */
+    uint32_t *lease;   /* the window's best block, marked held in the hint meanwhile */
+    size_t nlease;     /* seats of lease still marked (0: none) */
+    int misses;        /* best available: windows that held no pick within their bound */
+    bool turn;         /* best available: holds one of the event's turns (rsv_avail_best_turn) */
+    bool refreshed;    /* best available: waited for a snapshot once already */
+    long sec;          /* best available: the section asked for (-1: any) */
+    int64_t price;     /* best available: the price level asked for (-1: any) */
+    uint64_t start_ns; /* when the request was read (cm_time_mono_ns) */
+    uint64_t sent_ns;  /* when the last best-available script was sent */
 } create_op_t;
+
+static void best_unlease(create_op_t *op);
+static void best_turn_end(create_op_t *op);
 
 static void create_done(create_op_t *op)
 {
+    best_unlease(op);
+    best_turn_end(op);
     json_decref(op->body);
     rsv_event_unref(op->ev);
     free(op->seats_csv);
     free(op->cand);
+    free(op->win);
+    free(op->lease);
     free(op);
 }
 
@@ -624,7 +665,56 @@ static bool best_taken(create_op_t *op, const cm_redis_reply_t *reply)
     free(op->seats_csv);
     op->seats_csv = cm_xstrdup(seats);
     op->amount = reply_i64(reply, 3);
+    char *copy = cm_xstrdup(seats), *save = NULL;
+    for (char *id = strtok_r(copy, ",", &save); id; id = strtok_r(NULL, ",", &save)) {
+        long k = rsv_event_seat(op->ev, id);
+        if (k >= 0)
+            rsv_avail_mark(op->r.srv->avail, op->ev, (size_t)k, RSV_AVAIL_HELD);
+    }
+    free(copy);
     return true;
+}
+
+/* Ends the lease of op's window (its best block back to free in the hint), once. */
+static void best_unlease(create_op_t *op)
+{
+    if (op->nlease == 0 || op->r.srv->avail == NULL) /* NULL: the worker is stopping */
+        return;
+    for (size_t i = 0; i < op->nlease; i++)
+        rsv_avail_mark(op->r.srv->avail, op->ev, op->lease[i], RSV_AVAIL_FREE);
+    op->nlease = 0;
+}
+
+/* Gives op's turn back, if it has one (the worker stopping took them all). */
+static void best_turn_end(create_op_t *op)
+{
+    if (op->turn && op->r.srv->avail)
+        rsv_avail_best_done(op->r.srv->avail, op->ev);
+    op->turn = false;
+}
+
+/* What a window's answer teaches the hint: the lease ends, and the candidates it found
+ * taken (element at, comma-joined 1-based indexes, negative for sold) are held or sold
+ * there — sold ones marked sold on this worker too (rsv_avail_note_sold). */
+static void best_learn(create_op_t *op, const cm_redis_reply_t *reply, size_t at)
+{
+    best_unlease(op);
+    const cm_redis_reply_t *e = cm_redis_reply_at(reply, at);
+    const char *taken = e ? cm_redis_reply_str(e, NULL) : NULL;
+    for (const char *p = taken; p && *p;) {
+        char *end;
+        long long idx = strtoll(p, &end, 10);
+        size_t i = (size_t)(idx < 0 ? -idx : idx);
+        if (end == p)
+            break;
+        p = *end == ',' ? end + 1 : end;
+        if (i < 1 || i > op->nwin)
+            continue;
+        uint32_t seat = op->win[i - 1];
+        if (idx < 0)
+            rsv_avail_note_sold(op->r.srv->avail, op->ev, seat);
+        rsv_avail_mark(op->r.srv->avail, op->ev, seat, idx < 0 ? RSV_AVAIL_SOLD : RSV_AVAIL_HELD);
+    }
 }
 
 static void on_create_reply(const char *err, const cm_redis_reply_t *reply, void *arg)
@@ -639,6 +729,30 @@ static void on_create_reply(const char *err, const cm_redis_reply_t *reply, void
         return;
     }
     rsv_hold_take_t took = rsv_hold_take_parse(reply);
+    if (op->nwin > 0) {
+        /* A window: what it found teaches the hint; without a pick within its bound
+         * (NOBLOCK), the next window or the whole section is weighed. */
+        best_learn(op, reply, took == RSV_HOLD_TAKE_OK ? 4 : 2);
+        if (took == RSV_HOLD_TAKE_NOBLOCK || took == RSV_HOLD_TAKE_INSUFFICIENT ||
+            took == RSV_HOLD_TAKE_SOLDOUT) {
+            op->misses++;
+            run_create(op); /* with the same turn */
+            return;
+        }
+    }
+    if (op->cand && op->nwin == 0 &&
+        (took == RSV_HOLD_TAKE_NOBLOCK || took == RSV_HOLD_TAKE_INSUFFICIENT ||
+         took == RSV_HOLD_TAKE_SOLDOUT)) {
+        /* A whole pass refused: the answer of every request of its kind begun before
+         * it was sent, too (best_known_refusal). */
+        rsv_avail_refusal_t f = {.section = op->sec,
+                                 .price = op->price,
+                                 .want = op->quantity,
+                                 .free = took == RSV_HOLD_TAKE_SOLDOUT ? 0 : reply_i64(reply, 1),
+                                 .sent_ns = op->sent_ns};
+        rsv_avail_note_refusal(op->r.srv->avail, op->ev, &f);
+    }
+    best_turn_end(op);
     if (op->unverified && took == RSV_HOLD_TAKE_UNVERIFIED) {
         /* No record of this token (not from our gateway, or Redis lost it): verify it. */
         cm_counter_inc(m->token_records[RSV_HOLD_RECORD_MISSING]);
@@ -762,22 +876,67 @@ static int place_digits(char *out, const rsv_seat_t *st)
                     st->pos > 0 ? st->pos : 0, (long long)st->rank, (long long)st->price);
 }
 
+/* Whether the hint believes a seat free (rsv_event_best_window's usable). */
+static bool hint_free(void *arg, size_t seat)
+{
+    const unsigned char *hint = arg;
+    return hint[seat] == RSV_AVAIL_FREE;
+}
+
+/* Chooses what op's next script weighs: a window of the hint's best blocks (op->win,
+ * op->nwin; its worst block's ranks added up and first seat in bound_sum and bound_at;
+ * its best block leased), or every candidate (op->nwin 0, bounds "") once
+ * BEST_WINDOW_PASSES windows were tried, when no fresh snapshot is to be had, or when
+ * the hint believes no block of N free. */
+static void best_window(create_op_t *op, char bound_sum[24], char bound_at[24])
+{
+    bound_sum[0] = bound_at[0] = '\0';
+    op->nwin = 0;
+    const unsigned char *hint =
+        op->misses < BEST_WINDOW_PASSES ? rsv_avail_seat_hint(op->r.srv->avail, op->ev) : NULL;
+    if (hint == NULL)
+        return;
+    size_t want = (size_t)op->quantity;
+    size_t seats = (8 * want > BEST_WINDOW_SEATS ? 8 * want : BEST_WINDOW_SEATS) << op->misses;
+    if (op->win == NULL)
+        op->win = cm_xcalloc(op->ncand ? op->ncand : 1, sizeof(uint32_t));
+    rsv_best_window_t w;
+    rsv_event_best_window(op->ev, op->cand, op->ncand, want, hint_free, (void *)hint, seats,
+                          BEST_WINDOW_BLOCKS, op->win, &w);
+    if (w.n == 0 || w.n >= op->ncand) /* no block believed free, or no cheaper than all */
+        return;
+    op->nwin = w.n;
+    dec(bound_sum, w.last_sum);
+    dec(bound_at, (int64_t)w.last_at + 1);
+    if (op->lease == NULL)
+        op->lease = cm_xcalloc(want, sizeof(uint32_t));
+    for (size_t i = 0; i < want; i++) {
+        op->lease[i] = op->win[w.best_at + i];
+        rsv_avail_mark(op->r.srv->avail, op->ev, op->lease[i], RSV_AVAIL_HELD);
+    }
+    op->nlease = want;
+}
+
 static int run_best(create_op_t *op)
 {
     rsv_server_t *srv = op->r.srv;
     rsv_event_t *ev = op->ev;
-    char ttl[24], maxhold[24], limit[24], keep[24], want[24];
+    char ttl[24], maxhold[24], limit[24], keep[24], want[24], bound_sum[24], bound_at[24];
+    best_window(op, bound_sum, bound_at);
+    op->sent_ns = cm_time_mono_ns();
+    const uint32_t *cand = op->nwin ? op->win : op->cand;
+    size_t ncand = op->nwin ? op->nwin : op->ncand;
     dec(ttl, ev->hold_ttl_s * 1000);
     dec(maxhold, ev->max_hold_s * 1000);
     dec(limit, ev->max_per_buyer);
     dec(keep, srv->cfg.hold_record_keep_s * 1000);
     dec(want, op->quantity);
     size_t cap = 8 * RSV_KEY_MAX;
-    for (size_t i = 0; i < op->ncand; i++)
-        cap += strlen(op->event) + strlen(ev->seats[op->cand[i]].id) + 16;
+    for (size_t i = 0; i < ncand; i++)
+        cap += strlen(op->event) + strlen(ev->seats[cand[i]].id) + 16;
     hold_keys_t hk = {.buf = cm_xmalloc(cap), .cap = cap};
-    char *places = cm_xmalloc(op->ncand * BEST_PLACE_LEN + 1);
-    const char **argv = cm_xcalloc(5 + op->ncand + 11, sizeof(char *));
+    char *places = cm_xmalloc(ncand * BEST_PLACE_LEN + 1);
+    const char **argv = cm_xcalloc(5 + ncand + 13, sizeof(char *));
     const char *e = op->event;
     size_t a = 0;
     argv[a++] = hold_key(&hk, e, RSV_K_SEED, NULL);
@@ -785,8 +944,8 @@ static int run_best(create_op_t *op)
     argv[a++] = hold_key(&hk, e, RSV_K_BUYER, op->claims.sub);
     argv[a++] = hold_key(&hk, e, RSV_K_ACTIVE, NULL);
     argv[a++] = hold_key(&hk, e, RSV_K_IDEM, op->idem);
-    for (size_t i = 0; i < op->ncand; i++)
-        argv[a++] = hold_key(&hk, e, RSV_K_SEAT, ev->seats[op->cand[i]].id);
+    for (size_t i = 0; i < ncand; i++)
+        argv[a++] = hold_key(&hk, e, RSV_K_SEAT, ev->seats[cand[i]].id);
     const char *fixed[] = {
         op->hold_id, op->claims.sub,        ttl,  maxhold,      limit,
         want,        op->split ? "1" : "0", keep, op->req_hash, op->unverified ? op->record : ""};
@@ -794,14 +953,16 @@ static int run_best(create_op_t *op)
         argv[a++] = fixed[i];
     char *p = places;
     *p = '\0';
-    for (size_t i = 0; i < op->ncand; i++)
-        p += place_digits(p, &ev->seats[op->cand[i]]);
+    for (size_t i = 0; i < ncand; i++)
+        p += place_digits(p, &ev->seats[cand[i]]);
     argv[a++] = places;
+    argv[a++] = bound_sum;
+    argv[a++] = bound_at;
     bool fits = true;
     for (size_t i = 0; i < a; i++)
         fits = fits && argv[i] != NULL;
     int rc = fits ? cm_redis_eval(srv->redis, rsv_lua()->hold_best, on_create_reply, op,
-                                  (int)(5 + op->ncand), (int)a, argv, NULL)
+                                  (int)(5 + ncand), (int)a, argv, NULL)
                   : -1;
     free(argv);
     free(places);
@@ -809,10 +970,80 @@ static int run_best(create_op_t *op)
     return rc;
 }
 
+/* The snapshot best available waited for is built (err NULL) or not (then no hint: the
+ * whole section is weighed). */
+static void on_best_snapshot(const char *err, const rsv_avail_totals_t *t, void *arg)
+{
+    create_op_t *op = arg;
+    (void)t;
+    if (err == cm_err_shutdown) {
+        rsv_reply_unavailable(&op->r, "taking the hold", err);
+        create_done(op);
+        return;
+    }
+    run_create(op);
+}
+
+/* A whole pass of op's kind (section, price level) sent after op began found no block
+ * of N or fewer: true at an instant of op's life, so op's answer too, without a script,
+ * when op wants at least as many seats and, with seats apart allowed, fewer are free
+ * than it wants. Not with an Idempotency-Key (the script may replay). true: answered. */
+static bool best_known_refusal(create_op_t *op)
+{
+    if (op->idem[0] != '\0')
+        return false;
+    const rsv_avail_refusal_t *f =
+        rsv_avail_refusal(op->r.srv->avail, op->ev, op->sec, op->price, op->start_ns);
+    if (f == NULL || op->quantity < f->want || (op->split && f->free >= op->quantity))
+        return false;
+    cm_counter_inc(op->r.srv->m.hold.conflicts);
+    json_int_t free_seats = (json_int_t)f->free;
+    if (free_seats == 0)
+        rsv_reply_error(&op->r, 409, "sold_out", "no seat of this kind is left", NULL);
+    else if (free_seats < op->quantity)
+        rsv_reply_error(&op->r, 409, "insufficient",
+                        "fewer seats of this kind are left than requested",
+                        json_pack("{s:I}", "available", free_seats));
+    else
+        rsv_reply_error(&op->r, 409, "no_adjacent_seats",
+                        "no block of that many adjacent seats is left (allow_split takes seats "
+                        "apart)",
+                        json_pack("{s:I}", "available", free_seats));
+    create_done(op);
+    return true;
+}
+
+/* A turn to run best available's script (err NULL), or the worker stopping. */
+static void on_best_turn(const char *err, void *arg)
+{
+    create_op_t *op = arg;
+    if (err) {
+        rsv_reply_unavailable(&op->r, "taking the hold", err);
+        create_done(op);
+        return;
+    }
+    op->turn = true;
+    run_create(op);
+}
+
 static void run_create(create_op_t *op)
 {
     rsv_server_t *srv = op->r.srv;
     rsv_event_t *ev = op->ev;
+    if (op->cand && !op->turn) {
+        rsv_avail_best_turn(srv->avail, ev, BEST_IN_FLIGHT, on_best_turn, op);
+        return;
+    }
+    if (op->cand && best_known_refusal(op))
+        return;
+    if (op->cand && !op->refreshed && srv->cfg.avail_max_age_ms > 0 &&
+        rsv_avail_seat_hint(srv->avail, ev) == NULL) {
+        /* No fresh snapshot: built now, the turns waiting for it share the rebuild.
+         * With avail_max_age_ms 0 there is never one: every pass is whole. */
+        op->refreshed = true;
+        rsv_avail_refresh(srv->avail, ev, on_best_snapshot, op);
+        return;
+    }
     if (op->cand) {
         if (run_best(op) != 0) {
             rsv_reply_unavailable(&op->r, "taking the hold", cm_err_closed);
@@ -991,6 +1222,8 @@ static bool best_candidates(create_op_t *op)
         create_done(op);
         return true;
     }
+    op->sec = sec;
+    op->price = at;
     op->cand = cm_xcalloc(all, sizeof(uint32_t));
     op->ncand = rsv_event_best_candidates(ev, sec, at, seat_known_sold, op, op->cand, all);
     op->quantity = (int64_t)json_integer_value(json_object_get(op->body, "quantity"));
@@ -1022,9 +1255,11 @@ static void on_create_event(rsv_event_t *ev, const char *err, void *arg)
     rsv_stock_touch(op->r.srv->stock, ev->id);
     json_t *seats = json_object_get(op->body, "seats");
     if (is_best(op->body)) {
-        if (best_candidates(op))
-            return;
-    } else if (seats) {
+        if (!best_candidates(op))
+            run_create(op);
+        return;
+    }
+    if (seats) {
         json_t *unknown = json_array();
         size_t i;
         json_t *s;
@@ -1181,6 +1416,7 @@ static void on_create_auth(rsv_auth_result_t a, const char *why, void *arg)
 void rsv_hold_create(rsv_server_t *srv, cm_req_t *req, const char *event)
 {
     create_op_t *op = cm_xcalloc(1, sizeof(*op));
+    op->start_ns = cm_time_mono_ns();
     rsv_req_start(&op->r, srv, req, RSV_EP_HOLD_CREATE);
     snprintf(op->event, sizeof(op->event), "%s", event);
     /* Taking a new hold needs a token that is valid now; a buyer's first one may be

@@ -1,10 +1,15 @@
 -- Best available: picks N free seats among the candidates and holds them, in one atomic
 -- step, so two buyers never pick the same seat and none guesses seat after seat. The
--- reserve sends every seat of the section (or price level) it does not know sold, in
--- place order; the pick is the block of N adjacent free seats (one row, consecutive
--- positions) whose ranks add up lowest, the first in place order on a tie. With no such
--- block and ARGV 7 '1', the best-ranked free seat and the N-1 free seats nearest to it
--- (fewest rows away, then fewest positions, then rank) instead.
+-- candidates are in place order; the pick is the block of N adjacent free seats (one
+-- row, consecutive positions) whose ranks add up lowest, the first in place order on a
+-- tie. With no such block and ARGV 7 '1', the best-ranked free seat and the N-1 free
+-- seats nearest to it (fewest rows away, then fewest positions, then rank) instead.
+-- The reserve sends either every seat of the section (or price level) it does not know
+-- sold — a whole pass, the only one whose refusals it passes on — or a window (ARGV 12
+-- set): the best blocks its snapshot believes free, up to a worst one. In a window the
+-- pick must be ordered no later than that worst block (ARGV 12, 13), else the answer is
+-- NOBLOCK (never INSUFFICIENT, SOLDOUT nor seats apart): then a better block may be
+-- outside the window, and the reserve tries again (docs/design.md "Best available").
 -- Everything else is hold_seats.lua's: token record, seed, Idempotency-Key (REPLAY,
 -- MISMATCH), the buyer's limit (checked before any seat is read), the hold's keys.
 -- KEYS: 1 seed, 2 hold record, 3 buyer zset, 4 active, 5 idempotency record,
@@ -16,13 +21,19 @@
 --       event's, 0 for a seat with no row, adjacent to none), position (6), rank (10),
 --       price (12). One string rather than an ARGV each: Redis builds one Lua string, not
 --       one per seat, and a place is read only when its seat is free.
--- Reply: {'OK', exp, seats (comma-joined, place order), amount} | {'NOBLOCK', free} (no N
---        adjacent, fewer apart not allowed) | {'INSUFFICIENT', free} (0 < free < N)
+--       12 a window's worst block: its ranks added up ('' = a whole pass),
+--       13 its first seat (1-based, among the candidates)
+-- Reply: {'OK', exp, seats (comma-joined, place order), amount[, taken]}
+--        | {'NOBLOCK', free[, taken]} (no N adjacent, fewer apart not allowed; in a
+--        window: no block within the bound) | {'INSUFFICIENT', free} (0 < free < N)
 --        | {'SOLDOUT'} | {'LIMIT', units} | {'NOSEED'} | {'REPLAY', hold id} | {'MISMATCH'}
 --        | {'UNVERIFIED'}
+--        taken (windows only): the candidates found held, comma-joined 1-based indexes,
+--        negative for sold ones, so the reserve's hint learns them.
 -- Cost: one MGET over the candidates (in slices of 1,000) and a pass over the free ones.
--- Linear in the section's size: the reserve leaves out the seats it knows sold, and
--- refuses to weigh more than 20,000 (reserve/rsv_hold.c).
+-- A whole pass is linear in the section's size (the reserve leaves out the seats it
+-- knows sold, and refuses to weigh more than 20,000: reserve/rsv_hold.c); a window is
+-- max(64, 8N) seats or so, whatever the section's size.
 local refused = hold_gate(KEYS[1], ARGV[10], KEYS[5], ARGV[9])
 if refused then
     return refused
@@ -39,6 +50,8 @@ end
 
 -- The free candidates, in place order: {k = KEYS index, row, pos, rank, price}.
 local free = {}
+local window = (ARGV[12] or '') ~= ''
+local taken = {} -- a window's candidates found held (index) or sold (-index)
 local ncand = #KEYS - 5
 local places = ARGV[11]
 if #places ~= 34 * ncand then
@@ -48,8 +61,10 @@ for lo = 1, ncand, 1000 do
     local hi = math.min(lo + 999, ncand)
     local vals = redis.call('MGET', unpack(KEYS, lo + 5, hi + 5))
     for j = 1, hi - lo + 1 do
-        if not vals[j] then
-            local c = lo + j - 1
+        local c = lo + j - 1
+        if vals[j] and window then
+            taken[#taken + 1] = string.sub(vals[j], 1, 4) == 'sold' and -c or c
+        elseif not vals[j] then
             local o = (c - 1) * 34
             free[#free + 1] = {k = c + 5, row = tonumber(string.sub(places, o + 1, o + 6)),
                                pos = tonumber(string.sub(places, o + 7, o + 12)),
@@ -57,6 +72,9 @@ for lo = 1, ncand, 1000 do
                                price = tonumber(string.sub(places, o + 23, o + 34))}
         end
     end
+end
+if window and #free < want then
+    return {'NOBLOCK', #free, table.concat(taken, ',')}
 end
 if #free == 0 then
     return {'SOLDOUT'}
@@ -81,6 +99,13 @@ for i, f in ipairs(free) do
     end
     if run >= want and (best_sum == nil or sum < best_sum) then
         best, best_sum = i - want + 1, sum
+    end
+end
+
+if window then
+    local bound, bound_at = tonumber(ARGV[12]), tonumber(ARGV[13])
+    if not best or best_sum > bound or (best_sum == bound and free[best].k - 5 > bound_at) then
+        return {'NOBLOCK', #free, table.concat(taken, ',')}
     end
 end
 
@@ -138,4 +163,8 @@ for i, f in ipairs(pick) do
 end
 local seats = table.concat(ids, ',')
 amount = string.format('%d', amount)
-return {'OK', take_seats(skeys, seats, amount, now), seats, amount}
+local exp = take_seats(skeys, seats, amount, now)
+if window then
+    return {'OK', exp, seats, amount, table.concat(taken, ',')}
+end
+return {'OK', exp, seats, amount}

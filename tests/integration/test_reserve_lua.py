@@ -72,15 +72,16 @@ class Event:
                        record or "")
         return hid, rep
 
-    # best available: cands are (seat, row, position, rank, price) in place order
+    # best available: cands are (seat, row, position, rank, price) in place order; bound
+    # (ranks added up, 1-based first seat) makes them a window
     def best(self, buyer, cands, want, split=False, ttl=60000, limit=0, idem="", req="",
-             record=None):
+             record=None, bound=("", "")):
         hid = self.hold_id()
         keys = [self.k("seed"), self.k("h:", hid), self.k("b:", buyer), self.k("active"),
                 self.k("ik:", idem)] + [self.k("s:", c[0]) for c in cands]
         places = "".join("%06d%06d%010d%012d" % c[1:] for c in cands)
         rep = self.run("hold_best", keys, hid, buyer, ttl, 600000, limit, want,
-                       "1" if split else "0", 3600000, req, record or "", places)
+                       "1" if split else "0", 3600000, req, record or "", places, *bound)
         return hid, rep
 
     def pool(self, buyer, pool, qty, ttl=60000, limit=0, cap=600000, idem="", req="",
@@ -432,6 +433,27 @@ class Best(LuaCase):
         self.assertEqual(rep[2], "B1")
         _, rep = e.best("u3", self.ROW[:1], 1)
         self.assertEqual(rep, ["SOLDOUT"])
+
+    def test_window_picks_within_its_bound_else_says_noblock_and_what_it_found(self):
+        e = self.e
+        # the best block, B2-B3 (ranks 1 + 1), within a window bounded by it
+        _, rep = e.best("u1", self.ROW[:4], 2, bound=(2, 2))
+        self.assertEqual((rep[0], rep[2], rep[3], rep[4]), ("OK", "B2,B3", "500", ""))
+        # taken now: B3-B4 (4) is left, beyond a bound of 2; found taken: B2, B3
+        _, rep = e.best("u2", self.ROW[:4], 2, bound=(2, 2))
+        self.assertEqual(rep, ["NOBLOCK", 2, "2,3"])
+        # one seat: B1 and B4 (rank 3 each) are beyond a bound of 2; within one of 3 at
+        # B1, B1 (the first in place order on the tie)
+        _, rep = e.best("u2", self.ROW[:4], 1, bound=(2, 4))
+        self.assertEqual(rep, ["NOBLOCK", 2, "2,3"])
+        _, rep = e.best("u2", self.ROW[:4], 1, bound=(3, 1))
+        self.assertEqual((rep[0], rep[2], rep[4]), ("OK", "B1", "2,3"))
+        # sold seats are told apart (negative); never seats apart, never INSUFFICIENT in
+        # a window: the whole section may have more
+        self.r("SET", e.k("s:", "C1"), "sold")
+        _, rep = e.best("u3", self.ROW, 3, split=True, bound=(100, 5))
+        self.assertEqual(rep, ["NOBLOCK", 1, "1,2,3,-5"])
+        self.assertEqual(self.r("EXISTS", e.k("s:", "B4")), 0)
 
     def test_limit_and_token_record_checked_before_any_seat(self):
         e = self.e

@@ -1,7 +1,9 @@
 /*
  * Unit tests for rsv_catalog_normalise: the validation and expansion of inventory
  * bodies (docs/api.md "Inventory") before they reach Postgres; and for the places best
- * available reads (rsv_event_parse numbering rows, rsv_event_best_candidates).
+ * available reads (rsv_event_parse numbering rows, rsv_event_best_candidates) and the
+ * windows it weighs first (rsv_event_best_window: the best blocks in order, up to a size,
+ * ties in place order).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -213,6 +215,108 @@ static void rows_are_numbered_by_first_appearance_and_seats_placed(void **state)
     rsv_event_unref(ev);
 }
 
+/* One row of ten seats, a row's middle best (ranks 9 8 7 3 1 2 4 7 8 9), and a seat with
+ * no row; or every rank 1 (flat). */
+static rsv_event_t *one_row(bool flat)
+{
+    static const int ranks[] = {9, 8, 7, 3, 1, 2, 4, 7, 8, 9};
+    char doc[2048];
+    int n = snprintf(doc, sizeof(doc), "{\"currency\":\"EUR\",\"seats\":[");
+    for (int i = 0; i < 10; i++)
+        n += snprintf(doc + n, sizeof(doc) - (size_t)n, "[\"S%d\",\"A\",100,\"r\",%d,%d],", i + 1,
+                      i + 1, flat ? 1 : ranks[i]);
+    snprintf(doc + n, sizeof(doc) - (size_t)n, "[\"X\",\"A\",100,null,null,0]],\"pools\":[]}");
+    return rsv_event_parse("e", doc);
+}
+
+static bool all_usable(void *arg, size_t seat)
+{
+    (void)arg;
+    (void)seat;
+    return true;
+}
+
+static bool not_s5(void *arg, size_t seat)
+{
+    const rsv_event_t *ev = arg;
+    return strcmp(ev->seats[seat].id, "S5") != 0;
+}
+
+static bool none_usable(void *arg, size_t seat)
+{
+    (void)arg;
+    (void)seat;
+    return false;
+}
+
+/* The window's seats as "S4 S5 …". */
+static const char *window_ids(const rsv_event_t *ev, const uint32_t *out, size_t n)
+{
+    static char buf[256];
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < n; i++)
+        used += (size_t)snprintf(buf + used, sizeof(buf) - used, "%s%s", i ? " " : "",
+                                 ev->seats[out[i]].id);
+    return buf;
+}
+
+static void best_window_takes_the_best_blocks_in_order_up_to_its_size(void **state)
+{
+    (void)state;
+    rsv_event_t *ev = one_row(false);
+    uint32_t cand[16], out[16];
+    size_t n = rsv_event_best_candidates(ev, 0, -1, NULL, NULL, cand, 16);
+    assert_int_equal(n, 11);
+    rsv_best_window_t w;
+    /* pairs: S5-S6 (3), S4-S5 (4), S6-S7 (6): four seats once the third is in */
+    rsv_event_best_window(ev, cand, n, 2, all_usable, NULL, 4, 64, out, &w);
+    assert_string_equal(window_ids(ev, out, w.n), "S4 S5 S6 S7");
+    assert_int_equal(w.best_at, 1); /* S5 */
+    assert_int_equal(w.last_at, 2); /* S6, of S6-S7 */
+    assert_int_equal(w.last_sum, 6);
+    /* S5 not usable: S6-S7 (6), then S3-S4 (10); nothing across S5 */
+    rsv_event_best_window(ev, cand, n, 2, not_s5, ev, 4, 64, out, &w);
+    assert_string_equal(window_ids(ev, out, w.n), "S3 S4 S6 S7");
+    assert_int_equal(w.best_at, 2);
+    assert_int_equal(w.last_at, 0);
+    assert_int_equal(w.last_sum, 10);
+    /* at most one block: the best alone, whatever the size asked */
+    rsv_event_best_window(ev, cand, n, 2, all_usable, NULL, 8, 1, out, &w);
+    assert_string_equal(window_ids(ev, out, w.n), "S5 S6");
+    assert_int_equal(w.last_at, 0);
+    /* no block usable, or fewer candidates than wanted: no window */
+    rsv_event_best_window(ev, cand, n, 2, none_usable, NULL, 4, 64, out, &w);
+    assert_int_equal(w.n, 0);
+    rsv_event_best_window(ev, cand, 1, 2, all_usable, NULL, 4, 64, out, &w);
+    assert_int_equal(w.n, 0);
+    /* the seat with no row is a block of one, adjacent to none (rank 0: the best) */
+    rsv_event_best_window(ev, cand, n, 1, all_usable, NULL, 1, 64, out, &w);
+    assert_string_equal(window_ids(ev, out, w.n), "X");
+    rsv_event_best_window(ev, cand, n, 11, all_usable, NULL, 1, 64, out, &w);
+    assert_int_equal(w.n, 0);
+    rsv_event_unref(ev);
+}
+
+static void best_window_breaks_ties_in_place_order(void **state)
+{
+    (void)state;
+    rsv_event_t *ev = one_row(true);
+    uint32_t cand[16], out[16];
+    size_t n = rsv_event_best_candidates(ev, 0, -1, NULL, NULL, cand, 16);
+    rsv_best_window_t w;
+    /* every pair adds up to 2: S1-S2, then S2-S3 */
+    rsv_event_best_window(ev, cand, n, 2, all_usable, NULL, 3, 64, out, &w);
+    assert_string_equal(window_ids(ev, out, w.n), "S1 S2 S3");
+    assert_int_equal(w.best_at, 0);
+    assert_int_equal(w.last_at, 1);
+    assert_int_equal(w.last_sum, 2);
+    /* a heap smaller than the blocks keeps the first ones in place order */
+    rsv_event_best_window(ev, cand, n, 3, all_usable, NULL, 100, 2, out, &w);
+    assert_string_equal(window_ids(ev, out, w.n), "S1 S2 S3 S4");
+    rsv_event_unref(ev);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -225,6 +329,8 @@ int main(void)
         cmocka_unit_test(explicit_seats_carry_their_place_or_rank_by_list),
         cmocka_unit_test(bad_places_are_refused),
         cmocka_unit_test(rows_are_numbered_by_first_appearance_and_seats_placed),
+        cmocka_unit_test(best_window_takes_the_best_blocks_in_order_up_to_its_size),
+        cmocka_unit_test(best_window_breaks_ties_in_place_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
