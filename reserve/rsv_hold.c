@@ -767,6 +767,9 @@ static void on_create_reply(const char *err, const cm_redis_reply_t *reply, void
         op->unverified = false;
         rsv_auth_remember(op->r.srv->auth, op->r.svc.req, &op->claims);
     }
+    /* a genuine buyer's hold (its token's record matched, or it was verified): the event
+     * is live for the stock feed — a forged token makes no work there either */
+    rsv_stock_touch(op->r.srv->stock, op->ev->id);
     if (took == RSV_HOLD_TAKE_NOSEED && !op->seeded) {
         op->seeded = 1;
         rsv_catalog_seed(op->r.srv->catalog, op->ev, on_create_seeded, op);
@@ -1252,7 +1255,6 @@ static void on_create_event(rsv_event_t *ev, const char *err, void *arg)
     }
     rsv_event_ref(ev);
     op->ev = ev;
-    rsv_stock_touch(op->r.srv->stock, ev->id);
     json_t *seats = json_object_get(op->body, "seats");
     if (is_best(op->body)) {
         if (!best_candidates(op))

@@ -360,6 +360,34 @@ class GatewayTestCase(unittest.TestCase):
     def status(self, ev, ticket, client=None):
         return (client or self.c).get(f"/q/{ev}/status", token=ticket)
 
+    def poll_fans(self, ev, tickets, seconds, admitted=None, until=None):
+        """Polls every fan not yet admitted, the gateways in turn, for `seconds` (or until
+        number `until` is admitted); fills and returns ({number: admission token},
+        {number: the last answer's json})."""
+        admitted = {} if admitted is None else admitted
+        last = {}
+        clients = [g.client() for g in self.GS.gateways]
+        try:
+            end, k = time.monotonic() + seconds, 0
+            while time.monotonic() < end:
+                for t in tickets:
+                    num = ticket_number(t)
+                    if num in admitted:
+                        continue
+                    r = self.status(ev, t, client=clients[k % len(clients)])
+                    k += 1
+                    self.assertStatus(r, 200, msg=f"status of {num}:")
+                    last[num] = r.json
+                    if r.json["state"] == "admitted":
+                        admitted[num] = r.json["admission_token"]
+                if until in admitted:
+                    break
+                time.sleep(0.05)
+        finally:
+            for c in clients:
+                c.close()
+        return admitted, last
+
     def burst_join(self, ev, n, gateways=None):
         """n concurrent joins spread over the gateways; returns their tickets."""
         gws = gateways or self.GS.gateways

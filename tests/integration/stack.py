@@ -1525,6 +1525,18 @@ class ReserveTestCase(unittest.TestCase):
         return wait_for(check, timeout, interval=0.1, what=what or f"GET {path}")
 
 
+def redis_as(S, service):
+    """A Redis client authenticated as a service's own ACL user (deploy/onsale)."""
+    auth = S.redis_service_auth[service]
+    if S.cluster:
+        # the services' users may not run CLUSTER SLOTS: the admin's map routes for them
+        c = ClusterRedis(S.redis_ports, auth=auth, ssl_ctx=S.redis_ssl)
+        S.redis.masters()
+        c.slots = list(S.redis.slots)
+        return c
+    return Redis(S.redis_port, auth=auth, ssl_ctx=S.redis_ssl)
+
+
 def note(msg):
     """A line on stderr next to the verbose test output (burst outcomes, latencies)."""
     sys.stderr.write(f"\n    [{msg}] ")

@@ -30,27 +30,6 @@ class Done(gwstack.GatewayTestCase):
         ms = int(time.time() * 1000)
         return int(self.GS.redis("ZCOUNT", f"os:{{{ev}}}:active", f"({ms}", "+inf"))
 
-    def poll_all(self, ev, tickets, admitted, seconds):
-        """Polls every fan not yet admitted (both gateways in turn) for `seconds`;
-        fills admitted (number -> admission token)."""
-        clients = [g.client() for g in self.GS.gateways]
-        try:
-            end, k = time.monotonic() + seconds, 0
-            while time.monotonic() < end:
-                for t in tickets:
-                    num = ticket_number(t)
-                    if num in admitted:
-                        continue
-                    r = self.status(ev, t, client=clients[k % 2])
-                    k += 1
-                    self.assertStatus(r, 200, msg=f"status of {num}:")
-                    if r.json["state"] == "admitted":
-                        admitted[num] = r.json["admission_token"]
-                time.sleep(0.05)
-        finally:
-            for c in clients:
-                c.close()
-
     def done(self, ev, token):
         return self.rc.post(f"/v1/events/{ev}/done", token=token)
 
@@ -61,7 +40,7 @@ class Done(gwstack.GatewayTestCase):
         tickets = sorted(self.burst_join(ev, fans), key=ticket_number)
         self.patch(ev, paused=False)
         admitted = {}
-        self.poll_all(ev, tickets, admitted, 2.0)
+        self.poll_fans(ev, tickets, 2.0, admitted)
         self.assertEqual(sorted(admitted), list(range(1, MAX_ACTIVE + 1)),
                          f"max_active {MAX_ACTIVE} should admit the first {MAX_ACTIVE}")
         self.assertEqual(self.active_now(ev), MAX_ACTIVE)
@@ -87,7 +66,7 @@ class Done(gwstack.GatewayTestCase):
             self.assertEqual(r.json, {"event": ev, "active": False})
         _, _, _, v1 = ticket_fields(tickets[0])
         self.assertIsNone(self.GS.redis("ZSCORE", f"os:{{{ev}}}:active", v1))
-        self.poll_all(ev, tickets, admitted, 1.5)
+        self.poll_fans(ev, tickets, 1.5, admitted)
         self.assertEqual(sorted(admitted), list(range(1, MAX_ACTIVE + 3)),
                          "two fans done should let exactly the next two in")
         self.assertLess(time.monotonic() - t0, 10)
@@ -96,7 +75,7 @@ class Done(gwstack.GatewayTestCase):
         # Saying it again (or polling the gateway again) frees nothing more.
         self.assertStatus(self.done(ev, admitted[1]), 200)
         self.assertEqual(self.status(ev, tickets[0]).json["state"], "admitted")
-        self.poll_all(ev, tickets, admitted, 1.0)
+        self.poll_fans(ev, tickets, 1.0, admitted)
         self.assertEqual(len(admitted), MAX_ACTIVE + 2)
         self.assertEqual(self.active_now(ev), MAX_ACTIVE)
         st = self.GS.admin("GET", f"/admin/events/{ev}").json["stats"]
@@ -116,10 +95,10 @@ class Done(gwstack.GatewayTestCase):
         self.assertStatus(r, 200)
         self.assertTrue(r.json["active"], f"a fan holding a seat is still shopping: {r.json}")
         self.assertEqual(r.json["active_until"], h.json["expires_at"])
-        self.poll_all(ev, tickets, admitted, 1.0)
+        self.poll_fans(ev, tickets, 1.0, admitted)
         self.assertEqual(len(admitted), MAX_ACTIVE, "a fan still holding seats freed a place")
         # The hold released: the place frees (the release rule), the next fan gets in.
         rel = self.rc.delete(f"/v1/holds/{h.json['hold_id']}", token=admitted[2])
         self.assertStatus(rel, 204)
-        self.poll_all(ev, tickets, admitted, 1.5)
+        self.poll_fans(ev, tickets, 1.5, admitted)
         self.assertEqual(sorted(admitted), list(range(1, MAX_ACTIVE + 2)))

@@ -58,39 +58,13 @@ class Stock(gwstack.GatewayTestCase):
             stack.wait_for(lambda: pred(self.stats(ev, g)), timeout, interval=0.05,
                            what=f"{what} (gateway {g.name})")
 
-    def poll_all(self, ev, tickets, seconds, until=None):
-        """Polls every fan (both gateways in turn) for `seconds`, or until number `until` is
-        admitted; returns ({number: admission token}, {number: the last answer's json})."""
-        admitted, last = {}, {}
-        clients = [g.client() for g in self.GS.gateways]
-        try:
-            end, k = time.monotonic() + seconds, 0
-            while time.monotonic() < end:
-                for t in tickets:
-                    num = ticket_number(t)
-                    if num in admitted:
-                        continue
-                    r = self.status(ev, t, client=clients[k % 2])
-                    k += 1
-                    self.assertStatus(r, 200, msg=f"status of {num}:")
-                    last[num] = r.json
-                    if r.json["state"] == "admitted":
-                        admitted[num] = r.json["admission_token"]
-                if until in admitted:
-                    break
-                time.sleep(0.05)
-        finally:
-            for c in clients:
-                c.close()
-        return admitted, last
-
     def poll_until(self, ev, tickets, pred, timeout=5):
-        """Polls the fans until pred holds of every fan's last answer; returns poll_all's
+        """Polls the fans until pred holds of every fan's last answer; returns poll_fans'
         pair, with every admission seen meanwhile."""
         admitted = {}
         end = time.monotonic() + timeout
         while True:
-            got, last = self.poll_all(ev, tickets, 0.2)
+            got, last = self.poll_fans(ev, tickets, 0.2)
             admitted.update(got)
             if all(pred(j) for j in last.values()) or time.monotonic() > end:
                 return admitted, last
@@ -103,7 +77,7 @@ class Stock(gwstack.GatewayTestCase):
     def test_the_stock_caps_admission_ends_the_sale_and_reopens_it_in_order(self):
         ev, tickets = self.event()
         self.patch(ev, paused=False)
-        admitted, _ = self.poll_all(ev, tickets, 1.5)
+        admitted, _ = self.poll_fans(ev, tickets, 1.5)
         self.assertEqual(sorted(admitted), [1, 2, 3],
                          f"{SEATS} seats left: the first {SEATS} fans, nobody more")
         holds = [self.hold(ev, admitted[n], f"A-1-{n}") for n in (1, 2, 3)]
@@ -138,9 +112,9 @@ class Stock(gwstack.GatewayTestCase):
         r = self.rc.delete(f"/v1/holds/{holds[1]['hold_id']}", token=admitted[2])
         self.assertIn(r.status, (200, 204), r)
         self.wait_stats(ev, lambda st: st["stock_left"] == 1, "one unit back")
-        got, _ = self.poll_all(ev, tickets[3:], 3.0, until=4)
+        got, _ = self.poll_fans(ev, tickets[3:], 3.0, until=4)
         self.assertEqual(sorted(got), [4], "the unit back goes to the next fan, in order")
-        more, last = self.poll_all(ev, tickets[4:], 0.5)
+        more, last = self.poll_fans(ev, tickets[4:], 0.5)
         self.assertEqual(more, {}, "one unit back, one fan let in")
         for j in last.values():
             self.assertEqual(j["state"], "queued", j)
@@ -156,7 +130,7 @@ class Stock(gwstack.GatewayTestCase):
             self.assertStatus(c, 201, msg="confirmation:")
         self.wait_stats(ev, lambda st: st["stock_left"] == 0 and st["stock_held"] == 1,
                         "two sold, one held")
-        _, last = self.poll_all(ev, tickets[4:5], 0.2)
+        _, last = self.poll_fans(ev, tickets[4:5], 0.2)
         self.assertEqual(last[5].get("returns_possible"), True, last)
         c = self.rc.post(f"/v1/holds/{last_hold['hold_id']}/confirm",
                          {"payment": {"amount": last_hold["amount"], "currency": "EUR",
@@ -200,7 +174,7 @@ class Stock(gwstack.GatewayTestCase):
         ev, tickets = self.event(seats=2, fans=6, stock_aware=False)
         self.wait_stats(ev, lambda st: st["stock_left"] is None, "no stock followed")
         self.patch(ev, paused=False)
-        admitted, _ = self.poll_all(ev, tickets, 1.5)
+        admitted, _ = self.poll_fans(ev, tickets, 1.5)
         self.assertEqual(len(admitted), 6, "without stock_aware the rate alone decides")
 
     def test_show_left_tells_the_waiting_how_many_units_are_left(self):

@@ -274,18 +274,6 @@ class FailedTokenLimitBeforeAnyWork(stack.ReserveTestCase):
                              f"200 forged tokens ran {spent} scripts (limit {FAIL_LIMIT})")
 
 
-def redis_as(S, service):
-    """A Redis client authenticated as a service's own ACL user (deploy/onsale)."""
-    auth = S.redis_service_auth[service]
-    if S.cluster:
-        # the services' users may not run CLUSTER SLOTS: the admin's map routes for them
-        c = stack.ClusterRedis(S.redis_ports, auth=auth, ssl_ctx=S.redis_ssl)
-        S.redis.masters()
-        c.slots = list(S.redis.slots)
-        return c
-    return stack.Redis(S.redis_port, auth=auth, ssl_ctx=S.redis_ssl)
-
-
 class RedisUsers(stack.ReserveTestCase):
     """Regression: both services shared one Redis user with
     ~* +@all, so whoever had the reserve's Redis credentials could write token records
@@ -294,7 +282,7 @@ class RedisUsers(stack.ReserveTestCase):
     docs/operations.md "Redis users")."""
 
     def client(self, service):
-        r = redis_as(self.S, service)
+        r = stack.redis_as(self.S, service)
         self.addCleanup(r.close)
         return r
 

@@ -31,18 +31,6 @@ POOLS = [{"id": "floor", "capacity": 6, "price": 500}]
 TOTAL = len(SEATS) + 6
 
 
-def redis_as(S, service):
-    """A Redis client authenticated as a service's own ACL user (deploy/onsale)."""
-    auth = S.redis_service_auth[service]
-    if S.cluster:
-        # the services' users may not run CLUSTER SLOTS: the admin's map routes for them
-        c = stack.ClusterRedis(S.redis_ports, auth=auth, ssl_ctx=S.redis_ssl)
-        S.redis.masters()
-        c.slots = list(S.redis.slots)
-        return c
-    return stack.Redis(S.redis_port, auth=auth, ssl_ctx=S.redis_ssl)
-
-
 def stock_key(ev):
     return f"os:{{{ev}}}:stock"
 
@@ -191,7 +179,7 @@ class GatewayUser(stack.ReserveTestCase):
         self.hold(ev, self.S.token(ev, "gw-reader"), seats=["A-1"])
         key = stock_key(ev)
         stack.wait_for(lambda: self.S.redis("EXISTS", key) == 1, 10, what=f"{key} published")
-        r = redis_as(self.S, "gateway")
+        r = stack.redis_as(self.S, "gateway")
         self.addCleanup(r.close)
         flat = r("HGETALL", key)
         got = {f.decode(): int(v) for f, v in zip(flat[::2], flat[1::2])}
