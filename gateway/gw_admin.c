@@ -94,14 +94,14 @@ json_t *gw_admin_stats_json(const gw_room_t *room)
     json_t *left = room->stock_known ? json_integer(room->stock_left) : json_null();
     json_t *held = room->stock_known ? json_integer(room->stock_held) : json_null();
     return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:o, s:b, s:o, s:o}",
-                     "queue_size",
-                     (json_int_t)q, "admitted_total", (json_int_t)room->claimed, "active",
-                     (json_int_t)room->active, "watermark", (json_int_t)room->wm, "numbers_issued",
-                     (json_int_t)room->n, "prequeue_size", (json_int_t)room->prequeue, "noshows",
-                     (json_int_t)room->noshows, "joins_per_second", room->join_rate,
-                     "admissions_per_second", room->claim_rate, "passes_per_second",
-                     room->pass_rate, "eta_last_seconds", eta < 0 ? json_null() : json_integer(eta),
-                     "opened", room->opened, "stock_left", left, "stock_held", held);
+                     "queue_size", (json_int_t)q, "admitted_total", (json_int_t)room->claimed,
+                     "active", (json_int_t)room->active, "watermark", (json_int_t)room->wm,
+                     "numbers_issued", (json_int_t)room->n, "prequeue_size",
+                     (json_int_t)room->prequeue, "noshows", (json_int_t)room->noshows,
+                     "joins_per_second", room->join_rate, "admissions_per_second", room->claim_rate,
+                     "passes_per_second", room->pass_rate, "eta_last_seconds",
+                     eta < 0 ? json_null() : json_integer(eta), "opened", room->opened,
+                     "stock_left", left, "stock_held", held);
 }
 
 void gw_admin_pow_default(gw_setting_kv_t *kv, int n, bool on)
