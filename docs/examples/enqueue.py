@@ -39,9 +39,15 @@ def load_key(path):
 
 
 def jwk_of(key):
-    """The public half of key as a JWK."""
-    import jwt
-    return json.loads(jwt.algorithms.ECAlgorithm.to_jwk(key.public_key()))
+    """The public half of key as a JWK. x and y are written at their full 32 bytes, as RFC
+    7518 requires (some JWT libraries drop a leading zero byte: about one key in 128 would
+    then be refused by the gateways)."""
+    import base64
+    n = key.public_key().public_numbers()
+
+    def b64(v):
+        return base64.urlsafe_b64encode(v.to_bytes(32, "big")).rstrip(b"=").decode()
+    return {"kty": "EC", "crv": "P-256", "x": b64(n.x), "y": b64(n.y)}
 
 
 def thumbprint(jwk):

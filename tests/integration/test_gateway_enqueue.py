@@ -31,11 +31,21 @@ SITE = None  # the sale site's signing key (cryptography's EC private key) and i
 
 def _site_key():
     from cryptography.hazmat.primitives.asymmetric import ec
-    import jwt
     key = ec.generate_private_key(ec.SECP256R1())
-    jwk = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(key.public_key()))
+    jwk = example_jwk(key)
     jwk["kid"] = "site-" + uuid.uuid4().hex[:8]
     return key, jwk
+
+
+def example_jwk(key):
+    """docs/examples/enqueue.py's jwk_of (x and y at their full 32 bytes)."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs",
+                        "examples", "enqueue.py")
+    spec = importlib.util.spec_from_file_location("enqueue_example", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.jwk_of(key)
 
 
 def setUpModule():
@@ -419,3 +429,26 @@ class Enqueue(gwstack.GatewayTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ExampleKeys(unittest.TestCase):
+    """Regression: docs/examples/enqueue.py wrote its JWKS with the JWT library's to_jwk,
+    which (PyJWT 2.6, Debian 12's) drops a leading zero byte of x or y: about one new site
+    key in 128 was then refused by the gateways ("x/y are not a point on P-256"), and the
+    example's end-to-end test failed as often. RFC 7518: the coordinates at full length."""
+
+    def test_coordinates_keep_their_leading_zero_bytes(self):
+        import base64
+        from cryptography.hazmat.primitives.asymmetric import ec
+        for _ in range(20000):  # a key whose x or y starts with a zero byte: ~1 in 128
+            key = ec.generate_private_key(ec.SECP256R1())
+            n = key.public_key().public_numbers()
+            if n.x.bit_length() <= 248 or n.y.bit_length() <= 248:
+                break
+        else:
+            self.fail("no key with a leading zero byte in 20,000")
+        jwk = example_jwk(key)
+        for c, v in (("x", n.x), ("y", n.y)):
+            raw = base64.urlsafe_b64decode(jwk[c] + "=")
+            self.assertEqual(len(raw), 32, f"{c} = {jwk[c]!r}")
+            self.assertEqual(int.from_bytes(raw, "big"), v)
