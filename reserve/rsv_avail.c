@@ -61,6 +61,7 @@ typedef struct snap {
     rsv_avail_t *a; /* NULL once rsv_avail_free left a rebuild to finish alone */
     char event[CM_IDENT_MAX + 1];
     uint64_t built_ns;
+    uint64_t started_ns; /* when the rebuild in progress began (its scan reads after) */
     int64_t version;
     char *avail_json;
     char *seats_json;
@@ -432,6 +433,19 @@ static void part_done(snap_t *s)
         for (size_t i = 0; i < s->ev->npools; i++)
             if (s->pool_counts[i][0] <= 0 && s->pool_counts[i][1] == 0)
                 rsv_avail_note_sold(s->a, s->ev, s->ev->nseats + i);
+        /* A mark made before this scan of an item it found not sold is dropped: a failed
+         * booking gave it back (unconvert.lua), on whatever worker or reserve. So what a
+         * worker calls sold lags a give-back by one rebuild, which the stock feed makes
+         * every stock_interval_ms for a live event, not by avail_max_age_ms. A mark made
+         * meanwhile is kept: the scan may have read before it. */
+        uint64_t *marks = sold_marks(s, s->ev, 0);
+        for (size_t k = 0; marks && k < s->ev->nseats; k++)
+            if (s->status[k] != SEAT_SOLD && marks[k] < s->started_ns)
+                marks[k] = 0;
+        for (size_t i = 0; marks && i < s->ev->npools; i++)
+            if ((s->pool_counts[i][0] > 0 || s->pool_counts[i][1] > 0) &&
+                marks[s->ev->nseats + i] < s->started_ns)
+                marks[s->ev->nseats + i] = 0;
         /* The new statuses become the hint, with this worker's marks made since the last
          * one where the scan says free: the scan may have read before the mark. */
         if (s->hint && s->marked && s->hint_version == s->ev->version && s->nhint == s->ev->nseats)
@@ -579,6 +593,7 @@ static void wait_for_rebuild(rsv_avail_t *a, snap_t *s, rsv_event_t *ev, waiter_
     if (s->building)
         return;
     s->building = 1;
+    s->started_ns = cm_time_mono_ns();
     s->err = NULL;
     rsv_event_ref(ev);
     s->ev = ev;
