@@ -60,7 +60,8 @@ void rsv_avail_refresh(rsv_avail_t *a, struct rsv_event *ev, rsv_avail_totals_cb
  * Sold marks: this worker saw item sold just now — a seat (its index in ev's seats) or a
  * pool with every unit booked (ev->nseats + its index in ev's pools) — in a hold script's
  * answer or a snapshot. For avail_max_age_ms afterwards rsv_avail_known_sold says so, and
- * a hold asking for it is refused without a script (rsv_hold.c). Marks belong to ev's
+ * a hold asking for it is refused without a script (rsv_hold.c), unless a snapshot begun
+ * after the mark found it not sold (a failed booking gave it back). Marks belong to ev's
  * version: a new version of the event starts without any. avail_max_age_ms = 0 keeps none.
  */
 void rsv_avail_note_sold(rsv_avail_t *a, const struct rsv_event *ev, size_t item);
