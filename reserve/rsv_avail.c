@@ -427,10 +427,17 @@ static void part_done(snap_t *s)
         build_json(s);
         s->built_ns = cm_time_mono_ns();
         s->version = s->ev->version;
-        for (size_t k = 0; k < s->ev->nseats; k++)
+        /* Sold marks come from rebuilds a request waits for, as they always did, not from
+         * the stock feed's own: a feed rebuilding every stock_interval_ms would keep a mark
+         * fresh up to a give-back or a Redis restore, and a hold right after it would be
+         * refused from memory for up to avail_max_age_ms. */
+        bool asked = false;
+        for (const waiter_t *w = s->waiters; w && !asked; w = w->next)
+            asked = w->r != NULL;
+        for (size_t k = 0; asked && k < s->ev->nseats; k++)
             if (s->status[k] == SEAT_SOLD)
                 rsv_avail_note_sold(s->a, s->ev, k);
-        for (size_t i = 0; i < s->ev->npools; i++)
+        for (size_t i = 0; asked && i < s->ev->npools; i++)
             if (s->pool_counts[i][0] <= 0 && s->pool_counts[i][1] == 0)
                 rsv_avail_note_sold(s->a, s->ev, s->ev->nseats + i);
         /* A mark made before this scan of an item it found not sold is dropped: a failed
