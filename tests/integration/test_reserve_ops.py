@@ -1,6 +1,7 @@
 """Operator surface: /healthz, /readyz and the Prometheus metrics docs/design.md promises."""
 
 import collections
+import math
 import time
 import uuid
 
@@ -94,7 +95,13 @@ class UnknownEvents(stack.ReserveTestCase):
     def test_a_flood_of_unknown_events_costs_a_few_queries(self):
         known = self.new_event(seats=[{"id": "A-1", "section": "A", "price": 100}])
         self.assertEqual(self.c.get(f"/v1/events/{known}/availability").status, 200)
+        # What the reserves query meanwhile anyway (the stock feed re-checks the version of
+        # every event live at a worker, a shared stack's earlier modules' too): measured
+        # over a quiet second first, and allowed for in proportion.
+        quiet = metric_sum(self.S.metrics(), "onsale_reserve_catalog_queries_total")
+        time.sleep(1.0)
         before = metric_sum(self.S.metrics(), "onsale_reserve_catalog_queries_total")
+        background = before - quiet
         reqs = [self.S.req("GET", f"/v1/events/nope-{uuid.uuid4().hex[:16]}/availability")
                 for _ in range(400)]
         t0 = time.monotonic()
@@ -106,7 +113,7 @@ class UnknownEvents(stack.ReserveTestCase):
         # Each worker of each reserve re-lists at most once per 250 ms while unknown ids
         # arrive, so the queries follow the burst's duration, never its request count.
         listers = 2 * (2 if getattr(self.S, "cluster", False) else 1)
-        bound = listers * (int(elapsed / 0.25) + 2)
+        bound = listers * (int(elapsed / 0.25) + 2) + math.ceil(background * (elapsed + 0.5))
         self.assertLessEqual(after - before, bound,
                              f"{after - before:.0f} catalogue queries in {elapsed:.2f} s")
         self.assertLess(after - before, len(reqs) / 2, "one Postgres query per unknown event?")
